@@ -1,0 +1,79 @@
+#pragma once
+// Kernels and what they cost. A compute task names its kernel by shape; a KernelCostModel turns the
+// shape into FLOPs, HBM bytes and a duration on a device, and says how much slower it runs while
+// communication holds SMs or HBM bandwidth. The default is a roofline with the device's efficiencies;
+// a calibration profile (a later issue) plugs in behind the same interface.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/units.hpp"
+
+namespace fusesim::model {
+
+// C[m, n] = A[m, k] x B[k, n], `batch` independent times.
+struct GemmKernel {
+  std::int64_t m = 0, n = 0, k = 0;
+  std::int64_t batch = 1;
+};
+
+enum class Pass { forward, backward };
+
+// FlashAttention-style fused attention on the local heads.
+struct AttentionKernel {
+  std::int64_t batch = 1;
+  std::int64_t heads = 0;       // query heads on this rank
+  std::int64_t kv_heads = 0;    // key/value heads on this rank
+  std::int64_t seq_q = 0;       // query positions computed
+  std::int64_t seq_kv = 0;      // key positions attended
+  std::int64_t head_dim = 0;
+  bool causal = true;
+  std::int64_t q_offset = 0;    // position of the first query within the kv sequence (causal masking of a query chunk)
+  Pass pass = Pass::forward;
+};
+
+// Memory-bound kernels: norms, activations, residual adds, the reduction add of a Fuse-RS step,
+// optimizer updates. `bytes` is the HBM traffic (reads + writes).
+struct ElementwiseKernel {
+  std::string op;               // "layernorm", "swiglu", "add", "adam", ...
+  Bytes bytes = 0;
+  Flops flops = 0.0;
+};
+
+using Kernel = std::variant<GemmKernel, AttentionKernel, ElementwiseKernel>;
+std::string kernel_kind(const Kernel& k);  // "gemm", "attention", "elementwise"
+
+struct KernelCost {
+  Flops flops = 0.0;          // useful floating-point operations
+  double hbm_bytes = 0.0;     // bytes read and written in HBM
+  double compute_s = 0.0;     // flops / (peak x efficiency), alone on the device
+  double memory_s = 0.0;      // hbm_bytes / (bandwidth x efficiency)
+  std::int64_t tiles = 0;     // output tiles for wave quantization (GEMM), 0 otherwise
+  TimePs duration_ps = 0;     // alone on the device, every SM available
+};
+
+// What communication takes from a device at one instant.
+struct DeviceLoad {
+  int sms_held_by_comm = 0;                 // SMs held by running SM-based communication kernels
+  BytesPerSecond comm_hbm_bytes_per_s = 0;  // HBM traffic of running transfers (both kinds)
+};
+
+class KernelCostModel {
+ public:
+  virtual ~KernelCostModel() = default;
+  virtual KernelCost cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const = 0;
+  // Speed of a running kernel relative to running alone, in (0, 1]: 1 when `load` is empty.
+  virtual double rate(const KernelCost& cost, const topo::DeviceModel& device, const DeviceLoad& load) const = 0;
+};
+
+// max(compute, memory) time with wave quantization on the SMs left to the kernel; HBM shared with
+// communication traffic. Documented in docs/kernel-model.md.
+class RooflineCostModel final : public KernelCostModel {
+ public:
+  KernelCost cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const override;
+  double rate(const KernelCost& cost, const topo::DeviceModel& device, const DeviceLoad& load) const override;
+};
+
+}  // namespace fusesim::model

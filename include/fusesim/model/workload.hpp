@@ -1,0 +1,78 @@
+#pragma once
+// A training workload: the model architecture, the batch, the data type, the parallel degrees and
+// the schedule to simulate, read from a workload file (schema: docs/workload.md).
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/json_reader.hpp"
+
+namespace fusesim::model {
+
+struct Architecture {
+  std::string name;              // "llama-3-70b"
+  std::int64_t layers = 0;
+  std::int64_t hidden = 0;       // model width h
+  std::int64_t heads = 0;        // query heads
+  std::int64_t kv_heads = 0;     // key/value heads (== heads without grouped-query attention)
+  std::int64_t head_dim = 0;     // hidden / heads unless given
+  std::int64_t ffn_hidden = 0;   // MLP inner width
+  bool gated_mlp = false;        // SwiGLU-style: FC1 produces 2 x ffn_hidden
+  std::int64_t vocab = 0;
+  bool causal = true;
+  std::string source;            // where the configuration comes from
+
+  std::int64_t q_width() const { return heads * head_dim; }
+  std::int64_t kv_width() const { return kv_heads * head_dim; }
+  // Parameters of one transformer layer (weights only, norms included) and of the whole model.
+  std::int64_t params_per_layer() const;
+  std::int64_t params_total() const;  // layers + embedding + LM head (untied)
+};
+
+enum class ScheduleKind { baseline, slice, commfuse };
+std::string to_string(ScheduleKind k);
+
+// Which engine carries a transfer.
+enum class CommEngine { sm_kernel, copy_engine };
+std::string to_string(CommEngine e);
+
+struct ScheduleOptions {
+  ScheduleKind kind = ScheduleKind::commfuse;
+  int slices = 4;                            // k, for slice-overlap
+  CommEngine collective_engine = CommEngine::sm_kernel;  // baseline and slice collectives
+  CommEngine p2p_engine = CommEngine::copy_engine;       // CommFuse P2P steps
+  std::optional<int> comm_sms;               // SMs an SM-based kernel holds; default from the device model
+  bool query_split_attention = false;        // CommFuse: attention + out-projection per query chunk
+};
+
+struct Parallelism {
+  int tp = 1;  // tensor (+ sequence) parallel degree
+  int up = 1;  // Ulysses sequence parallel degree
+  int dp = 1;  // data parallel degree
+  int world() const { return tp * up * dp; }
+};
+
+struct Workload {
+  std::string name;
+  Architecture arch;
+  std::int64_t sequence_length = 0;   // tokens per sample
+  std::int64_t micro_batch = 1;       // samples per micro-batch
+  std::int64_t grad_accumulation = 1; // micro-batches per step
+  topo::Dtype dtype = topo::Dtype::bf16;
+  Parallelism parallel;
+  ScheduleOptions schedule;
+  bool backward = true;               // simulate backward as well as forward
+
+  std::int64_t tokens_per_microbatch() const { return sequence_length * micro_batch; }
+};
+
+// Reads and checks a workload file: divisibility (heads by tp*up, kv heads, sequence by tp*up*...,
+// hidden by heads) is checked here; fit to a cluster by check_fits().
+Workload load_workload(const std::string& name_or_path);   // path or shipped name ("llama-3-70b")
+Workload parse_workload(const JsonDocument& doc);
+// Parallel degrees against a cluster: world size must equal the number of ranks (or divide it, when
+// `allow_subset`), tp must fit inside a node. InputError at $.parallel.* naming the file.
+void check_fits(const Workload& w, const std::string& workload_file, const topo::Cluster& c);
+
+}  // namespace fusesim::model

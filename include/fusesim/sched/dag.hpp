@@ -1,0 +1,136 @@
+#pragma once
+// The task DAG every schedule generator emits and the simulator runs. Task kinds are a std::variant
+// (Compute, Send, Recv, Collective), not a class hierarchy. Dependencies are edges of a Boost.Graph
+// adjacency_list. Besides its edges, a task waits for the task added before it on the same
+// (rank, stream): a stream runs its tasks one at a time in the order they were added, as a CUDA
+// stream does. Recv tasks hold no stream: they complete when their Send's data has landed.
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <boost/graph/adjacency_list.hpp>
+
+#include "fusesim/model/kernel.hpp"
+#include "fusesim/model/workload.hpp"
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/units.hpp"
+
+namespace fusesim::sched {
+
+using TaskId = std::uint32_t;
+
+enum class StreamKind { compute, comm, copy };
+std::string to_string(StreamKind k);
+
+// A stream of one rank: compute stream(s), SM-based communication stream(s) (NCCL-style kernels), or
+// copy engine(s). `index` picks among several of a kind (copy engine 0, 1, ...).
+struct StreamRef {
+  StreamKind kind = StreamKind::compute;
+  int index = 0;
+  friend bool operator==(const StreamRef&, const StreamRef&) = default;
+};
+
+struct ComputeTask {
+  model::Kernel kernel;
+  topo::Dtype dtype = topo::Dtype::bf16;
+  bool recompute = false;  // activation recomputation: counted in HFU, not in MFU
+};
+
+// Point-to-point: the Send on `rank` and the Recv on `peer` with the same tag and bytes form one
+// transfer; it starts once both are ready (rendezvous) and the Send reached the head of its stream.
+struct SendTask {
+  int peer = 0;
+  Bytes bytes = 0;
+  std::int64_t tag = 0;
+  model::CommEngine engine = model::CommEngine::copy_engine;
+  int sms = -1;  // SMs held on both ends while an sm_kernel transfer runs; -1: the device default
+};
+
+struct RecvTask {
+  int peer = 0;
+  Bytes bytes = 0;
+  std::int64_t tag = 0;
+};
+
+enum class CollectiveKind { all_gather, reduce_scatter, all_reduce, all_to_all };
+std::string to_string(CollectiveKind k);
+
+// One rank's part of a collective. Every member of `group` adds one task with the same `instance`,
+// kind, bytes and group. `bytes` is the full buffer n: all-gather output, reduce-scatter input,
+// all-reduce buffer, all-to-all send buffer. Ring algorithms: all-gather and reduce-scatter take
+// t-1 steps of n/t; all-reduce 2(t-1) steps of n/t; all-to-all (pairwise) t-1 steps, step s sending
+// n/t to rank (i+s) mod t of the group and receiving from (i-s) mod t.
+struct CollectiveTask {
+  CollectiveKind kind = CollectiveKind::all_gather;
+  std::vector<int> group;  // ranks, in ring order
+  Bytes bytes = 0;
+  std::int64_t instance = 0;
+  model::CommEngine engine = model::CommEngine::sm_kernel;
+  int sms = -1;
+};
+
+using TaskKind = std::variant<ComputeTask, SendTask, RecvTask, CollectiveTask>;
+
+// Where a task sits in the workload, for analysis and traces. -1: not applicable.
+struct TaskLabels {
+  int region = -1;     // index into TaskGraph::regions() (an overlapped operation)
+  int layer = -1;
+  int chunk = -1;      // sequence chunk (ring position) the task works on
+  int step = -1;       // ring step
+  int slice = -1;      // slice index (slice-overlap)
+  int micro_batch = -1;
+  std::string phase;   // "forward", "backward", "optimizer"
+  std::string op;      // "qkv", "attention", "out_proj", "fc1", "fc2", "norm", ...
+};
+
+struct Task {
+  std::string name;   // unique, readable: "r3/L0/fwd/fc1/step2"
+  int rank = 0;
+  StreamRef stream;
+  TaskKind kind;
+  TaskLabels labels;
+  // Index of this task's data semantics in the generator's dataflow program (sched/dataflow.hpp),
+  // read by the reference executor behind `fusesim verify`; -1 when the task has none.
+  std::int32_t data_op = -1;
+};
+
+// An overlapped operation (one fused op, one sliced op, one collective and its GEMM, one DP sync):
+// head and tail latency are measured per region and rank (design note section 4).
+struct Region {
+  std::string name;         // "L0/fwd/ag+fc1"
+  std::string parallelism;  // "tpsp", "up", "dp"
+};
+
+class TaskGraph {
+ public:
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Task>;
+
+  explicit TaskGraph(int num_ranks = 1) : num_ranks_(num_ranks) {}
+
+  TaskId add(Task task);
+  void depend(TaskId before, TaskId after);  // `after` waits for `before` to end
+  int add_region(Region region);
+
+  int num_ranks() const { return num_ranks_; }
+  std::size_t size() const { return boost::num_vertices(graph_); }
+  const Task& task(TaskId id) const { return graph_[id]; }
+  Task& task(TaskId id) { return graph_[id]; }
+  const Graph& graph() const { return graph_; }
+  const std::vector<Region>& regions() const { return regions_; }
+  std::vector<TaskId> successors(TaskId id) const;
+  std::vector<TaskId> predecessors(TaskId id) const;
+
+ private:
+  int num_ranks_;
+  Graph graph_;
+  std::vector<Region> regions_;
+};
+
+// Refuses a graph that cannot run, with a GraphError naming the tasks: a rank outside [0, ranks), a
+// cycle (its tasks listed, stream order included), a Send without its Recv or a Recv without its
+// Send (matched on rank, peer, tag; bytes must agree), collective members that are missing or
+// disagree, a non-positive size.
+void validate(const TaskGraph& graph);
+
+}  // namespace fusesim::sched

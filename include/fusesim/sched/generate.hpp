@@ -1,0 +1,43 @@
+#pragma once
+// Schedule generators: a workload and a cluster in, a task DAG out. One entry point for the CLI; the
+// per-parallelism generators (tpsp.hpp, ...) sit behind it.
+#include <cstdint>
+#include <string>
+
+#include "fusesim/model/workload.hpp"
+#include "fusesim/sched/dag.hpp"
+#include "fusesim/topo/cluster.hpp"
+
+namespace fusesim::sched {
+
+enum class Scope { layer, stack };   // one transformer layer, or all `layers` of the model
+std::string to_string(Scope s);
+
+struct GenerateOptions {
+  Scope scope = Scope::layer;
+  bool forward = true;
+  bool backward = true;
+};
+
+struct Schedule {
+  TaskGraph graph;
+  std::string parallelism;           // "tpsp", "up", "dp"
+  model::ScheduleKind kind = model::ScheduleKind::baseline;
+  Scope scope = Scope::layer;
+  std::int64_t tokens = 0;           // tokens processed by the simulated interval (all DP replicas)
+  int gpus = 0;                      // ranks the schedule occupies
+};
+
+// Rank layout: TP innermost (inside a node), then UP, then DP:
+// rank = (dp_index * up + up_index) * tp + tp_index.
+struct RankLayout {
+  int tp = 1, up = 1, dp = 1;
+  int rank(int tp_index, int up_index, int dp_index) const { return (dp_index * up + up_index) * tp + tp_index; }
+  int world() const { return tp * up * dp; }
+};
+
+// Throws InputError (file = workload_label) when the workload cannot be generated on the cluster.
+Schedule generate(const model::Workload& workload, const std::string& workload_label, const topo::Cluster& cluster,
+                  model::ScheduleKind kind, const GenerateOptions& options);
+
+}  // namespace fusesim::sched

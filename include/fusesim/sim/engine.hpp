@@ -1,0 +1,68 @@
+#pragma once
+// The discrete-event simulator. Time is an integer of picoseconds (util/units.hpp). Events sit in a
+// binary heap keyed (time, sequence number): time never goes back and events at equal times run in
+// the order they were scheduled, so a run is deterministic.
+//
+// Resources, per rank: compute stream(s) (kernels share the device: their speed comes from the
+// KernelCostModel given the SMs and HBM traffic communication takes at that instant), SM-based
+// communication stream(s), copy engines. Links: each transfer is an action with remaining bytes and
+// a rate; concurrent transfers share every link of their route with max-min fairness, re-solved
+// whenever one starts or ends. Collectives run as their ring (or pairwise) steps on the real links.
+#include <cstdint>
+#include <vector>
+
+#include "fusesim/model/kernel.hpp"
+#include "fusesim/sched/dag.hpp"
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/units.hpp"
+
+namespace fusesim::sim {
+
+struct TaskTiming {
+  TimePs ready_ps = -1;  // dependencies done (and stream free)
+  TimePs start_ps = -1;  // began executing (a Send/Recv/Collective: its first transfer began)
+  TimePs end_ps = -1;
+};
+
+// One movement of bytes between two ranks: a P2P transfer or one step of a collective.
+struct TransferRecord {
+  sched::TaskId task = 0;        // the Send, or the sender's Collective task
+  sched::TaskId peer_task = 0;   // the Recv, or the receiver's Collective task
+  int src_rank = 0;
+  int dst_rank = 0;
+  Bytes bytes = 0;               // payload
+  int step = -1;                 // collective step, -1 for P2P
+  model::CommEngine engine = model::CommEngine::sm_kernel;
+  TimePs start_ps = 0;
+  TimePs end_ps = 0;
+};
+
+// Watches a run from outside the core (tracing, progress). Callbacks arrive in simulated-time order.
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void on_task_start(const sched::Task& /*task*/, sched::TaskId /*id*/, TimePs /*now*/) {}
+  virtual void on_task_end(const sched::Task& /*task*/, sched::TaskId /*id*/, TimePs /*now*/) {}
+  virtual void on_transfer_end(const TransferRecord& /*transfer*/) {}
+};
+
+struct SimResult {
+  std::vector<TaskTiming> tasks;           // indexed by TaskId
+  std::vector<TransferRecord> transfers;   // in order of completion
+  TimePs makespan_ps = 0;                  // max end over all tasks
+  std::uint64_t events_processed = 0;
+};
+
+class Simulator {
+ public:
+  Simulator(const topo::Cluster& cluster, const model::KernelCostModel& costs);
+  // Validates the graph (sched::validate), then runs it to completion. A graph whose ranks exceed
+  // the cluster is refused (GraphError).
+  SimResult run(const sched::TaskGraph& graph, Observer* observer = nullptr);
+
+ private:
+  const topo::Cluster& cluster_;
+  const model::KernelCostModel& costs_;
+};
+
+}  // namespace fusesim::sim

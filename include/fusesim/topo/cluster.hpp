@@ -1,0 +1,132 @@
+#pragma once
+// A cluster: accelerators, switches and NICs joined by directed links, read from a topology file
+// (schema: docs/topology.md). Ranks are the accelerators numbered node-major: rank = node *
+// devices_per_node + local index. Routes between ranks come from the link graph (Boost.Graph
+// shortest path by latency, then hop count, ties broken by vertex id, so they are deterministic).
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fusesim/util/json_reader.hpp"
+#include "fusesim/util/units.hpp"
+
+namespace fusesim::topo {
+
+enum class Dtype { fp32, tf32, bf16, fp16, fp8 };
+std::string to_string(Dtype d);
+Dtype parse_dtype(const JsonValue& v);     // "bf16", ...; InputError otherwise
+int bytes_per_element(Dtype d);            // fp32/tf32 4, bf16/fp16 2, fp8 1
+
+// What a kernel achieves of the roofline when it runs alone (fractions in (0, 1]).
+struct KernelEfficiency {
+  SourcedValue gemm;          // of peak FLOP/s for large, well-shaped GEMMs
+  SourcedValue attention;     // of peak FLOP/s for FlashAttention forward+backward at long sequence
+  SourcedValue hbm;           // of HBM bandwidth for streaming (element-wise, norm, copies)
+};
+
+// How SM-based communication kernels and copy engines compete with compute (the default model; a
+// calibration profile replaces it, see model/kernel_cost.hpp).
+struct ContentionParams {
+  SourcedValue default_comm_sms;        // SMs an SM-based collective / P2P kernel holds (NCCL: one per channel)
+  SourcedValue comm_hbm_traffic_factor; // HBM bytes a transfer moves per payload byte on each end (read or write)
+};
+
+struct DeviceModel {
+  std::string name;                       // "h100-sxm"
+  std::string vendor;                     // "nvidia", "huawei"
+  std::map<Dtype, SourcedValue> peak_flops_per_s;  // dense, no sparsity
+  SourcedValue hbm_bytes;
+  SourcedValue hbm_bandwidth_bytes_per_s;
+  int sm_count = 0;                       // streaming multiprocessors (or AI cores)
+  std::string sm_count_source;
+  int copy_engines = 0;                   // copy engines usable for peer transfers
+  int gemm_tile_m = 128;                  // output tile of a typical GEMM kernel, for wave quantization
+  int gemm_tile_n = 256;
+  KernelEfficiency efficiency;
+  ContentionParams contention;
+  bool estimate = false;                  // true when the figures are estimates (no official datasheet)
+
+  double peak(Dtype d) const;             // InputError-free: throws std::out_of_range if absent
+};
+
+enum class VertexKind { accelerator, switch_, nic };
+enum class SwitchKind { nvswitch, pcie, infiniband, ethernet, hccs };
+enum class LinkKind { nvlink, hccs, pcie, network };
+std::string to_string(VertexKind k);
+std::string to_string(SwitchKind k);
+std::string to_string(LinkKind k);
+
+using VertexId = std::int32_t;
+using LinkId = std::int32_t;
+
+struct Vertex {
+  std::string name;         // "node0/gpu3", "node0/nvswitch", "node1/nic5", "leaf2", "spine0"
+  VertexKind kind = VertexKind::accelerator;
+  SwitchKind switch_kind = SwitchKind::nvswitch;  // meaningful for switches
+  int node = -1;            // node index, -1 for fabric switches outside any node
+  int rank = -1;            // accelerators only
+};
+
+// One direction of a physical connection. Two Link entries (a->b, b->a) make a full-duplex cable.
+struct Link {
+  std::string name;                     // "node0/gpu3->node0/nvswitch"
+  VertexId from = 0;
+  VertexId to = 0;
+  LinkKind kind = LinkKind::nvlink;
+  BytesPerSecond bandwidth_bytes_per_s = 0.0;  // this direction
+  TimePs latency_ps = 0;                 // propagation + switching for this hop
+};
+
+struct Route {
+  std::vector<LinkId> links;  // in order from source to destination
+  TimePs latency_ps = 0;      // sum of the links' latencies
+};
+
+// Per-step fixed costs of communication, NCCL-tuning style: computed once per cluster, then each
+// transfer's time is latency + wire_bytes / rate.
+struct CommParams {
+  SourcedValue step_overhead_s;          // software/protocol latency per P2P step or ring step (alpha minus link latency)
+  SourcedValue sm_kernel_efficiency;     // payload / wire bytes for SM-based (NCCL-style) kernels
+  SourcedValue copy_engine_efficiency;   // payload / wire bytes for copy-engine P2P
+};
+
+class Cluster {
+ public:
+  std::string name;
+  std::string description;
+  std::map<std::string, DeviceModel> device_models;
+  std::vector<Vertex> vertices;
+  std::vector<Link> links;
+  std::vector<VertexId> rank_vertex;   // rank -> vertex
+  std::vector<std::string> rank_model; // rank -> device model name
+  int num_nodes = 0;
+  int devices_per_node = 0;
+  CommParams comm;
+
+  int num_ranks() const { return static_cast<int>(rank_vertex.size()); }
+  int node_of(int rank) const { return vertices.at(rank_vertex.at(rank)).node; }
+  const DeviceModel& device(int rank) const { return device_models.at(rank_model.at(rank)); }
+  // Shortest route from one rank to another (src != dst). Deterministic. Not cached: the simulator
+  // keeps its own table.
+  Route route(int src_rank, int dst_rank) const;
+  // Every route from one source, in one graph search (index = destination rank; empty for src).
+  std::vector<Route> routes_from(int src_rank) const;
+  // Called by the loader after vertices and links are filled: builds the graph used by route().
+  void finalize();
+
+ private:
+  struct Graph;
+  std::shared_ptr<const Graph> graph_;
+};
+
+// Reads a topology file; InputError naming the file and JSON path on any problem.
+Cluster load_cluster(const std::string& path);
+Cluster parse_cluster(const JsonDocument& doc);
+
+// A topology argument is a path, or the name of a shipped cluster ("dgx-h100" reads the copy of
+// topologies/dgx-h100.json compiled into the binary, see util/embedded.hpp).
+Cluster load_cluster_by_name_or_path(const std::string& name_or_path);
+
+}  // namespace fusesim::topo

@@ -1,0 +1,23 @@
+#pragma once
+// The shipped topologies/ and workloads/ files, compiled into the binary so that fusesim runs with no
+// files beside it. Keys are paths relative to the source tree: "topologies/dgx-h100.json".
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fusesim {
+
+std::optional<std::string_view> embedded_file(std::string_view relative_path);
+// Relative paths of the embedded files under a folder ("topologies"), sorted.
+std::vector<std::string> embedded_files(std::string_view folder);
+
+// A JSON argument: an existing path, else the stem of a shipped file in `folder`
+// ("dgx-h100" -> topologies/dgx-h100.json). Returns the text and the label to use in errors.
+struct ResolvedInput {
+  std::string text;
+  std::string label;
+};
+ResolvedInput resolve_input(const std::string& name_or_path, std::string_view folder);
+
+}  // namespace fusesim

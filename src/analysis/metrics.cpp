@@ -1,0 +1,1 @@
+// Placeholder until the analyzer lands; the analysis helper replaces this file.

@@ -1,0 +1,1 @@
+// Placeholder; the CLI helper replaces this file.

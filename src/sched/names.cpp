@@ -1,0 +1,27 @@
+#include "fusesim/sched/dag.hpp"
+#include "fusesim/sched/generate.hpp"
+
+namespace fusesim::sched {
+
+std::string to_string(StreamKind k) {
+  switch (k) {
+    case StreamKind::compute: return "compute";
+    case StreamKind::comm: return "comm";
+    case StreamKind::copy: return "copy";
+  }
+  return "?";
+}
+
+std::string to_string(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::all_gather: return "all_gather";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::all_reduce: return "all_reduce";
+    case CollectiveKind::all_to_all: return "all_to_all";
+  }
+  return "?";
+}
+
+std::string to_string(Scope s) { return s == Scope::layer ? "layer" : "stack"; }
+
+}  // namespace fusesim::sched

@@ -1,0 +1,1 @@
+// Placeholder until the engine lands; the sim helper replaces this file.

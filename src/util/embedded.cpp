@@ -1,0 +1,45 @@
+#include "fusesim/util/embedded.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include "fusesim/util/error.hpp"
+#include "fusesim/util/json_reader.hpp"
+
+namespace fusesim {
+namespace detail {
+// Generated at build time from topologies/ and workloads/ (cmake/embed.cmake); ends with {"", ""}.
+extern const std::pair<std::string_view, std::string_view> kEmbeddedFiles[];
+}  // namespace detail
+
+std::optional<std::string_view> embedded_file(std::string_view relative_path) {
+  for (auto* e = detail::kEmbeddedFiles; !e->first.empty(); ++e)
+    if (e->first == relative_path) return e->second;
+  return std::nullopt;
+}
+
+std::vector<std::string> embedded_files(std::string_view folder) {
+  std::vector<std::string> out;
+  const std::string prefix = std::string(folder) + "/";
+  for (auto* e = detail::kEmbeddedFiles; !e->first.empty(); ++e)
+    if (e->first.substr(0, prefix.size()) == prefix) out.emplace_back(e->first);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+ResolvedInput resolve_input(const std::string& name_or_path, std::string_view folder) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(name_or_path, ec)) return {read_text_file(name_or_path), name_or_path};
+  std::string key = std::string(folder) + "/" + name_or_path;
+  if (key.size() < 5 || key.substr(key.size() - 5) != ".json") key += ".json";
+  if (auto text = embedded_file(key)) return {std::string(*text), "<embedded:" + key + ">"};
+  std::string names;
+  for (const auto& f : embedded_files(folder)) {
+    auto stem = std::filesystem::path(f).stem().string();
+    names += (names.empty() ? "" : ", ") + stem;
+  }
+  throw InputError(name_or_path, "$", "no such file, and not the name of a shipped one (" + names + ")");
+}
+
+}  // namespace fusesim

@@ -1,0 +1,239 @@
+#include "fusesim/util/json_reader.hpp"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "fusesim/util/error.hpp"
+
+namespace fusesim {
+namespace {
+
+std::string type_name(const nlohmann::json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null: return "null";
+    case nlohmann::json::value_t::object: return "an object";
+    case nlohmann::json::value_t::array: return "an array";
+    case nlohmann::json::value_t::string: return "a string";
+    case nlohmann::json::value_t::boolean: return "a boolean";
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned: return "an integer";
+    case nlohmann::json::value_t::number_float: return "a number";
+    default: return "an unsupported value";
+  }
+}
+
+std::string child_path(const std::string& parent, std::string_view key) {
+  return fmt::format("{}.{}", parent, key);
+}
+
+// nlohmann reports a byte offset; people want a line and a column.
+std::pair<std::size_t, std::size_t> line_and_column(std::string_view text, std::size_t byte) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+}  // namespace
+
+JsonValue::JsonValue(std::shared_ptr<const nlohmann::json> doc, const nlohmann::json* node, std::string file,
+                     std::string path)
+    : doc_(std::move(doc)), node_(node), file_(std::move(file)), path_(std::move(path)) {}
+
+void JsonValue::fail(const std::string& message) const { throw InputError(file_, path_, message); }
+
+JsonObject JsonValue::as_object() const {
+  if (!node_->is_object()) fail(fmt::format("expected an object, found {}", type_name(*node_)));
+  return JsonObject(doc_, node_, file_, path_);
+}
+
+JsonArray JsonValue::as_array() const {
+  if (!node_->is_array()) fail(fmt::format("expected an array, found {}", type_name(*node_)));
+  return JsonArray(doc_, node_, file_, path_);
+}
+
+std::string JsonValue::as_string() const {
+  if (!node_->is_string()) fail(fmt::format("expected a string, found {}", type_name(*node_)));
+  auto s = node_->get<std::string>();
+  if (s.empty()) fail("expected a non-empty string");
+  return s;
+}
+
+bool JsonValue::as_bool() const {
+  if (!node_->is_boolean()) fail(fmt::format("expected true or false, found {}", type_name(*node_)));
+  return node_->get<bool>();
+}
+
+double JsonValue::as_number() const {
+  if (!node_->is_number()) fail(fmt::format("expected a number, found {}", type_name(*node_)));
+  const double v = node_->get<double>();
+  if (!std::isfinite(v)) fail("expected a finite number");
+  return v;
+}
+
+double JsonValue::as_number(double min, double max) const {
+  const double v = as_number();
+  if (v < min || v > max) fail(fmt::format("value {} is outside the allowed range [{}, {}]", v, min, max));
+  return v;
+}
+
+std::int64_t JsonValue::as_integer(std::int64_t min, std::int64_t max) const {
+  std::int64_t v = 0;
+  if (node_->is_number_integer()) {
+    v = node_->get<std::int64_t>();
+  } else if (node_->is_number_unsigned()) {
+    const auto u = node_->get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(max)) fail(fmt::format("value {} exceeds the maximum {}", u, max));
+    v = static_cast<std::int64_t>(u);
+  } else if (node_->is_number_float()) {
+    const double d = node_->get<double>();
+    if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15)
+      fail(fmt::format("expected an integer, found {}", d));
+    v = static_cast<std::int64_t>(d);
+  } else {
+    fail(fmt::format("expected an integer, found {}", type_name(*node_)));
+  }
+  if (v < min || v > max) fail(fmt::format("value {} is outside the allowed range [{}, {}]", v, min, max));
+  return v;
+}
+
+SourcedValue JsonValue::as_sourced(double min, double max) const {
+  if (node_->is_number())
+    fail("a figure from outside the project must carry its source: write {\"value\": ..., \"source\": \"...\"}");
+  JsonObject obj = as_object();
+  SourcedValue out;
+  out.value = obj.number("value", min, max);
+  out.source = obj.string("source");
+  obj.finish();
+  return out;
+}
+
+bool JsonObject::has(std::string_view key) const { return node_->contains(key); }
+
+JsonValue JsonObject::at(std::string_view key) const {
+  auto it = node_->find(key);
+  if (it == node_->end()) throw InputError(file_, child_path(path_, key), "missing required key");
+  read_keys_->emplace(key);
+  return JsonValue(doc_, &*it, file_, child_path(path_, key));
+}
+
+std::optional<JsonValue> JsonObject::find(std::string_view key) const {
+  auto it = node_->find(key);
+  if (it == node_->end()) return std::nullopt;
+  read_keys_->emplace(key);
+  return JsonValue(doc_, &*it, file_, child_path(path_, key));
+}
+
+JsonArray JsonObject::array(std::string_view key) const { return at(key).as_array(); }
+
+std::string JsonObject::string_or(std::string_view key, std::string fallback) const {
+  auto v = find(key);
+  return v ? v->as_string() : fallback;
+}
+
+bool JsonObject::boolean_or(std::string_view key, bool fallback) const {
+  auto v = find(key);
+  return v ? v->as_bool() : fallback;
+}
+
+double JsonObject::number_or(std::string_view key, double min, double max, double fallback) const {
+  auto v = find(key);
+  return v ? v->as_number(min, max) : fallback;
+}
+
+std::int64_t JsonObject::integer_or(std::string_view key, std::int64_t min, std::int64_t max,
+                                    std::int64_t fallback) const {
+  auto v = find(key);
+  return v ? v->as_integer(min, max) : fallback;
+}
+
+static std::string join_choices(const std::vector<std::string>& allowed) {
+  std::string out;
+  for (std::size_t i = 0; i < allowed.size(); ++i) out += (i ? ", " : "") + ("'" + allowed[i] + "'");
+  return out;
+}
+
+std::string JsonObject::choice(std::string_view key, const std::vector<std::string>& allowed) const {
+  JsonValue v = at(key);
+  std::string s = v.as_string();
+  for (const auto& a : allowed)
+    if (a == s) return s;
+  v.fail(fmt::format("'{}' is not one of {}", s, join_choices(allowed)));
+}
+
+std::string JsonObject::choice_or(std::string_view key, const std::vector<std::string>& allowed,
+                                  std::string fallback) const {
+  return has(key) ? choice(key, allowed) : fallback;
+}
+
+std::vector<std::string> JsonObject::keys() const {
+  std::vector<std::string> out;
+  for (auto it = node_->begin(); it != node_->end(); ++it) out.push_back(it.key());
+  return out;
+}
+
+void JsonObject::finish() const {
+  for (auto it = node_->begin(); it != node_->end(); ++it) {
+    if (read_keys_->find(it.key()) == read_keys_->end())
+      throw InputError(file_, child_path(path_, it.key()), "unknown key");
+  }
+}
+
+JsonValue JsonArray::at(std::size_t index) const {
+  if (index >= node_->size()) fail(fmt::format("index {} is past the end (size {})", index, node_->size()));
+  return JsonValue(doc_, &(*node_)[index], file_, fmt::format("{}[{}]", path_, index));
+}
+
+void JsonArray::require_size(std::size_t min, std::size_t max) const {
+  if (node_->size() < min || node_->size() > max) {
+    if (min == max) fail(fmt::format("expected exactly {} elements, found {}", min, node_->size()));
+    fail(fmt::format("expected between {} and {} elements, found {}", min, max, node_->size()));
+  }
+}
+
+std::string read_text_file(const std::string& file_path) {
+  std::ifstream in(file_path, std::ios::binary);
+  if (!in) throw InputError(file_path, "$", "cannot open the file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw InputError(file_path, "$", "cannot read the file");
+  return ss.str();
+}
+
+JsonDocument JsonDocument::load(const std::string& file_path) {
+  return parse(read_text_file(file_path), file_path);
+}
+
+JsonDocument JsonDocument::parse(std::string_view text, std::string file_label) {
+  try {
+    return from_json(nlohmann::json::parse(text), std::move(file_label));
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.what() repeats nlohmann's own prefix; keep the part after "parse error".
+    std::string what = e.what();
+    auto pos = what.find("syntax error");
+    std::string detail = pos == std::string::npos ? what : what.substr(pos);
+    auto [line, column] = line_and_column(text, e.byte == 0 ? 0 : e.byte - 1);
+    throw InputError(std::move(file_label), "$",
+                     fmt::format("JSON syntax error at line {}, column {}: {}", line, column, detail));
+  }
+}
+
+JsonDocument JsonDocument::from_json(nlohmann::json value, std::string file_label) {
+  JsonDocument d;
+  d.doc_ = std::make_shared<const nlohmann::json>(std::move(value));
+  d.file_ = std::move(file_label);
+  return d;
+}
+
+JsonObject JsonDocument::root() const { return JsonValue(doc_, doc_.get(), file_, "$").as_object(); }
+
+}  // namespace fusesim
