@@ -75,8 +75,10 @@ struct Link {
   VertexId from = 0;
   VertexId to = 0;
   LinkKind kind = LinkKind::nvlink;
-  BytesPerSecond bandwidth_bytes_per_s = 0.0;  // this direction
-  TimePs latency_ps = 0;                 // propagation + switching for this hop
+  BytesPerSecond line_rate_bytes_per_s = 0.0;  // this direction, datasheet
+  double efficiency = 1.0;                      // fraction of line rate bulk transfers reach on this link type
+  BytesPerSecond bandwidth_bytes_per_s = 0.0;  // line rate x efficiency: the capacity transfers share
+  TimePs latency_ps = 0;                        // propagation + switching for this hop
 };
 
 struct Route {
@@ -84,12 +86,15 @@ struct Route {
   TimePs latency_ps = 0;      // sum of the links' latencies
 };
 
-// Per-step fixed costs of communication, NCCL-tuning style: computed once per cluster, then each
-// transfer's time is latency + wire_bytes / rate.
+// Fixed costs of communication, NCCL-tuning style: computed once per cluster, then each transfer
+// takes latency + wire_bytes / rate, where latency = route latency + the step latency of its engine
+// (+ the base latency once per collective) and wire_bytes = payload / engine efficiency.
 struct CommParams {
-  SourcedValue step_overhead_s;          // software/protocol latency per P2P step or ring step (alpha minus link latency)
-  SourcedValue sm_kernel_efficiency;     // payload / wire bytes for SM-based (NCCL-style) kernels
-  SourcedValue copy_engine_efficiency;   // payload / wire bytes for copy-engine P2P
+  SourcedValue collective_base_latency_s;   // once per collective (kernel launch, setup)
+  SourcedValue sm_step_latency_s;           // per step of an SM-kernel collective or P2P
+  SourcedValue copy_engine_step_latency_s;  // per copy-engine transfer (launch and completion signal)
+  SourcedValue sm_kernel_efficiency;        // payload / wire bytes of SM-kernel protocols, on top of link efficiency
+  SourcedValue copy_engine_efficiency;      // same for copy-engine transfers
 };
 
 class Cluster {
