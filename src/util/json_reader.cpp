@@ -214,8 +214,9 @@ JsonDocument JsonDocument::load(const std::string& file_path) {
 }
 
 JsonDocument JsonDocument::parse(std::string_view text, std::string file_label) {
+  nlohmann::json parsed;
   try {
-    return from_json(nlohmann::json::parse(text), std::move(file_label));
+    parsed = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     // e.what() repeats nlohmann's own prefix; keep the part after "parse error".
     std::string what = e.what();
@@ -225,6 +226,7 @@ JsonDocument JsonDocument::parse(std::string_view text, std::string file_label) 
     throw InputError(std::move(file_label), "$",
                      fmt::format("JSON syntax error at line {}, column {}: {}", line, column, detail));
   }
+  return from_json(std::move(parsed), std::move(file_label));
 }
 
 JsonDocument JsonDocument::from_json(nlohmann::json value, std::string file_label) {
