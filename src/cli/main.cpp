@@ -1,1 +1,26 @@
-int main() { return 0; }  // placeholder; the CLI helper replaces this file
+// The only place where exceptions become exit statuses: 0 ok, 2 bad input, 1 internal error.
+#include <exception>
+#include <iostream>
+
+#include "fusesim/cli/app.hpp"
+#include "fusesim/util/error.hpp"
+
+int main(int argc, char** argv) {
+  fusesim::cli::Io io{std::cout, std::cerr};
+  try {
+    return fusesim::cli::run(argc, argv, io);
+  } catch (const fusesim::InputError& e) {
+    std::cerr << fusesim::cli::format_input_error(e.file(), e.json_path(), e.message()) << '\n';
+    return 2;
+  } catch (const fusesim::GraphError& e) {
+    // A generator built a graph that cannot run: a bug in fusesim, not in the user's files.
+    std::cerr << "internal error: invalid task graph: " << fusesim::cli::one_line(e.what()) << '\n';
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "internal error: " << fusesim::cli::one_line(e.what()) << '\n';
+    return 1;
+  } catch (...) {
+    std::cerr << "internal error: unknown exception\n";
+    return 1;
+  }
+}

@@ -1,1 +1,706 @@
-// Placeholder until the engine lands; the sim helper replaces this file.
+// The discrete-event engine. docs/engine.md states the semantics; the comments here say why the code
+// is shaped as it is.
+//
+// Shape of a run: all per-task, per-rank and per-flow state lives in flat vectors indexed by id;
+// events are 24-byte PODs naming (kind, target, version). Handlers change state at the current
+// instant and mark what they disturbed (flows that joined or left links, ranks whose load or set of
+// running kernels changed). Before time advances, settle() re-solves the disturbed flow components
+// once and re-rates the compute of the disturbed ranks once, however many events the instant had:
+// rates only matter over intervals of positive length, so deferring them to the end of the instant
+// changes no result and saves the repeated solves of a burst (eight ranks starting a collective).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "fusesim/sim/engine.hpp"
+#include "fusesim/sim/event_queue.hpp"
+#include "fusesim/sim/flow_network.hpp"
+#include "fusesim/util/error.hpp"
+
+namespace fusesim::sim {
+
+namespace {
+
+using sched::TaskId;
+
+enum EventKind : std::uint8_t {
+  kComputeEnd,       // target: compute slot; versioned
+  kFlowLatencyEnd,   // target: flow
+  kFlowEnd,          // target: flow; versioned
+  kCollectiveSteps,  // target: collective; its base latency has elapsed
+  kTaskEnd,          // target: task that takes no time (zero-work kernel, collective of one)
+};
+
+// In the order of sched::TaskKind's alternatives, so that the variant index converts directly.
+enum class TaskType : std::uint8_t { compute, send, recv, collective };
+static_assert(std::is_same_v<std::variant_alternative_t<0, sched::TaskKind>, sched::ComputeTask> &&
+              std::is_same_v<std::variant_alternative_t<1, sched::TaskKind>, sched::SendTask> &&
+              std::is_same_v<std::variant_alternative_t<2, sched::TaskKind>, sched::RecvTask> &&
+              std::is_same_v<std::variant_alternative_t<3, sched::TaskKind>, sched::CollectiveTask>);
+
+constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+
+// A running kernel. Slots are recycled (at most a few kernels run per rank at once, so the pool
+// stays small and cache-resident); the version survives reuse so that stale end events stay stale.
+struct ComputeRun {
+  TaskId task = 0;
+  const model::KernelCost* cost = nullptr;  // into kernel_cost_, fixed after prepare()
+  double work_left_ps = 0.0;  // picoseconds of work at rate 1, as of last_ps
+  double rate = 0.0;          // fraction of the device, after the even split between kernels
+  TimePs last_ps = 0;
+  TimePs completion_ps = kTimeNever;  // when it ends at the current rate
+  TimePs scheduled_ps = kTimeNever;   // time of its live end event, if any (see reschedule())
+  std::uint32_t version = 0;
+};
+
+// Moving an end event. Rates go down and up as transfers come and go; a kernel slowed ten times
+// would leave ten stale events in the heap if every change pushed a new one. So an end that moves
+// LATER keeps its live event: it pops early, sees the true completion is later and re-pushes itself
+// once. Only an end that moves EARLIER pushes a new event (the old one goes stale by version).
+// Returns true when a new event must be pushed (the caller bumps the version first).
+inline bool must_push(TimePs completion_ps, TimePs scheduled_ps) {
+  return completion_ps != kTimeNever && completion_ps < scheduled_ps;
+}
+
+struct RankState {
+  const topo::DeviceModel* device = nullptr;
+  int default_comm_sms = 0;
+  double hbm_traffic_factor = 0.0;
+  int sms_held = 0;
+  BytesPerSecond hbm_bytes_per_s = 0.0;
+  std::vector<std::uint32_t> running;  // slots of the compute kernels running here, in start order
+  std::vector<FlowId> flows;     // transferring flows with this rank at one end, in join order
+  bool hbm_dirty = false;
+  bool compute_dirty = false;
+};
+
+// What a flow is for: a P2P transfer or one step of a collective.
+struct FlowOwner {
+  std::uint32_t collective = kNone;  // kNone for P2P
+  TaskId task = 0;                   // the Send, or the sending member's task
+  TaskId peer_task = 0;              // the Recv, or the receiving member's task
+  int src_rank = 0;
+  int dst_rank = 0;
+  int sender = 0;                    // collective: sending member's position in the group
+  int step = -1;
+  int sms = 0;                       // P2P: SMs held on each end
+  double efficiency = 1.0;           // payload / wire bytes
+  Bytes record_bytes = 0;
+  model::CommEngine engine = model::CommEngine::sm_kernel;
+  TimePs start_ps = 0;
+};
+
+struct CollectiveRun {
+  std::vector<TaskId> members;  // in group (ring) order
+  std::vector<int> ranks;
+  std::vector<int> sms;         // SMs held on each member's rank while it runs
+  std::vector<RouteId> ring_route;  // ring kinds: each member's route to its successor
+  const sched::CollectiveTask* spec = nullptr;
+  int steps = 0;
+  int ready = 0;
+  std::vector<int> sends_done;           // per member
+  std::vector<int> recvs_done;           // per member
+  std::vector<int> next_step;            // per member: the next step it will send
+  std::vector<std::uint8_t> arrived;     // member * steps + step: that step's receive has landed
+};
+
+class Run {
+ public:
+  Run(const topo::Cluster& cluster, const model::KernelCostModel& costs, const sched::TaskGraph& graph,
+      sched::GraphAnalysis analysis, Observer* observer)
+      : cluster_(cluster),
+        costs_(costs),
+        graph_(graph),
+        observer_(observer),
+        network_(link_capacities(cluster)),
+        analysis_(std::move(analysis)) {}
+
+  SimResult execute(RunProfile& profile);
+
+ private:
+  static std::vector<BytesPerSecond> link_capacities(const topo::Cluster& cluster) {
+    std::vector<BytesPerSecond> caps;
+    caps.reserve(cluster.links.size());
+    for (const auto& l : cluster.links) caps.push_back(l.bandwidth_bytes_per_s);
+    return caps;
+  }
+
+  void prepare();
+  void prepare_routes();
+  RouteId route_of(int src, int dst) const {
+    return routes_.at((static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) | static_cast<std::uint32_t>(dst));
+  }
+
+  void make_ready(TaskId id);
+  void start_compute(TaskId id);
+  void start_p2p(TaskId send, TaskId recv);
+  void start_collective(std::uint32_t c);
+  void start_step(std::uint32_t c, int member, int step);
+  void advance_member(std::uint32_t c, int member);
+  void end_task(TaskId id);
+  void launch_flow(FlowOwner owner, RouteId route, double payload_bytes, TimePs step_latency_ps);
+
+  void on_compute_end(std::uint32_t slot);
+  void on_flow_end(FlowId f);
+  void settle();
+  void rerate(int rank);
+  void hold_sms(int rank, int sms) {
+    if (sms == 0) return;
+    ranks_[rank].sms_held += sms;
+    mark_compute(rank);
+  }
+  void mark_compute(int rank) {
+    if (!ranks_[rank].compute_dirty) {
+      ranks_[rank].compute_dirty = true;
+      dirty_compute_.push_back(rank);
+    }
+  }
+  void mark_hbm(int rank) {
+    if (!ranks_[rank].hbm_dirty) {
+      ranks_[rank].hbm_dirty = true;
+      dirty_hbm_.push_back(rank);
+    }
+  }
+  int sms_for(int rank, model::CommEngine engine, int requested) const {
+    if (engine != model::CommEngine::sm_kernel) return 0;
+    return requested >= 0 ? requested : ranks_[rank].default_comm_sms;
+  }
+  [[noreturn]] void deadlock() const;
+
+  const topo::Cluster& cluster_;
+  const model::KernelCostModel& costs_;
+  const sched::TaskGraph& graph_;
+  Observer* observer_;
+
+  EventQueue queue_;
+  FlowNetwork network_;
+  TimePs now_ = 0;
+  SimResult result_;
+
+  sched::GraphAnalysis analysis_;         // order (with stream edges), P2P partners, collective members
+  std::vector<std::uint32_t> pending_;   // unfinished predecessors, stream order included
+  std::vector<TaskType> type_;
+  std::vector<int> rank_;
+  std::vector<std::uint32_t> member_;    // Collective: position in its group
+  // What the event loop needs of each task, gathered in one sequential pass in prepare(): the loop
+  // then never touches the (large, scattered) Task objects, whose cache misses dominated it.
+  std::vector<std::uint32_t> aux_;       // Compute: index into kernel_cost_; Send: into send_spec_
+  std::vector<model::KernelCost> kernel_cost_;  // computed once per task, before the run
+  struct SendSpec {
+    Bytes bytes;
+    int sms;
+    model::CommEngine engine;
+    RouteId route;
+  };
+  std::vector<SendSpec> send_spec_;
+  std::vector<ComputeRun> compute_;      // slots of running kernels
+  std::vector<std::uint32_t> free_compute_;
+  std::vector<CollectiveRun> collectives_;
+  std::vector<RankState> ranks_;
+  std::vector<FlowOwner> owners_;        // by FlowId
+  std::vector<std::uint32_t> flow_version_;  // by FlowId; survives slot reuse (stale events stay stale)
+  std::vector<TimePs> flow_scheduled_ps_;    // by FlowId: time of the live end event, if any
+  std::unordered_map<std::uint64_t, RouteId> routes_;
+  std::vector<TimePs> route_latency_ps_;
+  std::vector<int> dirty_compute_, dirty_hbm_;
+  std::size_t ended_ = 0;
+
+  TimePs base_latency_ps_ = 0;
+  TimePs sm_step_latency_ps_ = 0;
+  TimePs ce_step_latency_ps_ = 0;
+  double sm_efficiency_ = 1.0;
+  double ce_efficiency_ = 1.0;
+};
+
+void Run::prepare() {
+  const std::size_t n = graph_.size();
+  const auto& comm = cluster_.comm;
+  base_latency_ps_ = seconds_to_ps(comm.collective_base_latency_s.value);
+  sm_step_latency_ps_ = seconds_to_ps(comm.sm_step_latency_s.value);
+  ce_step_latency_ps_ = seconds_to_ps(comm.copy_engine_step_latency_s.value);
+  sm_efficiency_ = comm.sm_kernel_efficiency.value;
+  ce_efficiency_ = comm.copy_engine_efficiency.value;
+  if (!(sm_efficiency_ > 0.0 && sm_efficiency_ <= 1.0) || !(ce_efficiency_ > 0.0 && ce_efficiency_ <= 1.0))
+    throw GraphError(fmt::format("cluster '{}': communication efficiencies must be in (0, 1] (sm_kernel {}, copy_engine {})",
+                                 cluster_.name, sm_efficiency_, ce_efficiency_));
+  if (base_latency_ps_ < 0 || sm_step_latency_ps_ < 0 || ce_step_latency_ps_ < 0)
+    throw GraphError(fmt::format("cluster '{}': communication latencies must not be negative", cluster_.name));
+
+  ranks_.resize(static_cast<std::size_t>(graph_.num_ranks()));
+  for (int r = 0; r < graph_.num_ranks(); ++r) {
+    RankState& rs = ranks_[r];
+    rs.device = &cluster_.device(r);
+    rs.default_comm_sms = static_cast<int>(std::llround(rs.device->contention.default_comm_sms.value));
+    rs.hbm_traffic_factor = rs.device->contention.comm_hbm_traffic_factor.value;
+  }
+
+  pending_ = analysis_.order.in_degree;
+  type_.resize(n);
+  rank_.resize(n);
+  member_.assign(n, kNone);
+  result_.tasks.assign(n, TaskTiming{});
+  aux_.assign(n, kNone);
+  for (TaskId id = 0; id < n; ++id) {
+    const sched::Task& t = graph_.task(id);
+    rank_[id] = t.rank;
+    type_[id] = static_cast<TaskType>(t.kind.index());  // variant order: Compute, Send, Recv, Collective
+    if (const auto* c = std::get_if<sched::ComputeTask>(&t.kind)) {
+      aux_[id] = static_cast<std::uint32_t>(kernel_cost_.size());
+      kernel_cost_.push_back(costs_.cost(c->kernel, c->dtype, *ranks_[t.rank].device));
+    } else if (const auto* snd = std::get_if<sched::SendTask>(&t.kind)) {
+      aux_[id] = static_cast<std::uint32_t>(send_spec_.size());
+      send_spec_.push_back({snd->bytes, snd->sms, snd->engine, 0});
+    }
+  }
+  collectives_.resize(analysis_.collectives.size());
+  for (std::size_t ci = 0; ci < collectives_.size(); ++ci) {
+    CollectiveRun& c = collectives_[ci];
+    c.members = analysis_.collectives[ci];
+    c.spec = &std::get<sched::CollectiveTask>(graph_.task(c.members.front()).kind);
+    c.ranks = c.spec->group;
+    const int t = static_cast<int>(c.ranks.size());
+    c.steps = t <= 1 ? 0 : c.spec->kind == sched::CollectiveKind::all_reduce ? 2 * (t - 1) : t - 1;
+    for (int r : c.ranks) c.sms.push_back(sms_for(r, c.spec->engine, c.spec->sms));
+    for (std::size_t m = 0; m < c.members.size(); ++m) member_[c.members[m]] = static_cast<std::uint32_t>(m);
+  }
+  prepare_routes();
+  // Routes looked up once here rather than per transfer in the loop.
+  for (TaskId id = 0; id < n; ++id)
+    if (type_[id] == TaskType::send) send_spec_[aux_[id]].route = route_of(rank_[id], rank_[analysis_.partner[id]]);
+  for (CollectiveRun& c : collectives_) {
+    const int t = static_cast<int>(c.ranks.size());
+    if (t < 2 || c.spec->kind == sched::CollectiveKind::all_to_all) continue;
+    for (int m = 0; m < t; ++m) c.ring_route.push_back(route_of(c.ranks[m], c.ranks[(m + 1) % t]));
+  }
+}
+
+// Every (source, destination) pair the graph can use, resolved before the run with one
+// routes_from() per source: the topology's graph search is far slower than a table lookup.
+void Run::prepare_routes() {
+  std::vector<std::pair<int, int>> pairs;
+  for (TaskId id = 0; id < graph_.size(); ++id) {
+    const sched::Task& t = graph_.task(id);
+    if (const auto* s = std::get_if<sched::SendTask>(&t.kind)) pairs.emplace_back(t.rank, s->peer);
+  }
+  for (const CollectiveRun& c : collectives_) {
+    const int t = static_cast<int>(c.ranks.size());
+    if (t < 2) continue;
+    if (c.spec->kind == sched::CollectiveKind::all_to_all) {
+      for (int i = 0; i < t; ++i)
+        for (int j = 0; j < t; ++j)
+          if (i != j) pairs.emplace_back(c.ranks[i], c.ranks[j]);
+    } else {
+      for (int i = 0; i < t; ++i) pairs.emplace_back(c.ranks[i], c.ranks[(i + 1) % t]);
+    }
+  }
+  std::sort(pairs.begin(), pairs.end());
+  pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+  std::size_t i = 0;
+  while (i < pairs.size()) {
+    const int src = pairs[i].first;
+    const std::vector<topo::Route> from = cluster_.routes_from(src);
+    for (; i < pairs.size() && pairs[i].first == src; ++i) {
+      const int dst = pairs[i].second;
+      if (static_cast<std::size_t>(dst) >= from.size() || from[dst].links.empty())
+        throw GraphError(fmt::format("cluster '{}' has no route from rank {} to rank {}", cluster_.name, src, dst));
+      const RouteId id = network_.add_route(from[dst].links);
+      route_latency_ps_.push_back(from[dst].latency_ps);
+      routes_.emplace((static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) | static_cast<std::uint32_t>(dst), id);
+    }
+  }
+}
+
+SimResult Run::execute(RunProfile& profile) {
+  const auto t0 = std::chrono::steady_clock::now();
+  prepare();
+  const auto t1 = std::chrono::steady_clock::now();
+  profile.prepare_s = std::chrono::duration<double>(t1 - t0).count();
+  queue_.reserve(1024);
+  for (TaskId id = 0; id < graph_.size(); ++id)
+    if (pending_[id] == 0) make_ready(id);
+
+  for (;;) {
+    // Rates are brought up to date before time moves on (see the file comment).
+    if ((network_.needs_settle() || !dirty_hbm_.empty() || !dirty_compute_.empty()) &&
+        (queue_.empty() || queue_.top().time > now_))
+      settle();
+    if (queue_.empty()) break;
+    const Event e = queue_.pop();
+    now_ = e.time;
+    switch (e.kind()) {
+      case kComputeEnd: {
+        ComputeRun& run = compute_[e.target];
+        if (e.version != run.version) continue;  // superseded by an earlier end
+        if (e.time < run.completion_ps) {        // its end moved later: follow it (once)
+          run.scheduled_ps = run.completion_ps;
+          if (run.completion_ps != kTimeNever) queue_.push(run.completion_ps, kComputeEnd, e.target, run.version);
+          continue;
+        }
+        on_compute_end(e.target);
+        break;
+      }
+      case kFlowLatencyEnd: {
+        const FlowId f = e.target;
+        network_.start_transfer(f, now_);
+        const FlowOwner& o = owners_[f];
+        ranks_[o.src_rank].flows.push_back(f);
+        ranks_[o.dst_rank].flows.push_back(f);
+        break;  // its rate, and the HBM load it adds, come from the next settle()
+      }
+      case kFlowEnd: {
+        const FlowId f = e.target;
+        if (e.version != flow_version_[f] || network_.state(f) != FlowState::transferring) continue;
+        const TimePs completion = network_.completion_ps(f);
+        if (e.time < completion) {  // slowed down since: follow it (see must_push())
+          flow_scheduled_ps_[f] = completion;
+          if (completion != kTimeNever) queue_.push(completion, kFlowEnd, f, flow_version_[f]);
+          continue;
+        }
+        on_flow_end(f);
+        break;
+      }
+      case kCollectiveSteps: {
+        CollectiveRun& c = collectives_[e.target];
+        const int t = static_cast<int>(c.ranks.size());
+        c.sends_done.assign(t, 0);
+        c.recvs_done.assign(t, 0);
+        c.next_step.assign(t, 0);
+        c.arrived.assign(static_cast<std::size_t>(t) * c.steps, 0);
+        for (int m = 0; m < t; ++m) start_step(e.target, m, 0);
+        break;
+      }
+      case kTaskEnd:
+        end_task(e.target);
+        break;
+      default:
+        throw std::logic_error("unknown event kind");
+    }
+    ++result_.events_processed;
+  }
+  profile.events_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  profile.events_scheduled = queue_.scheduled();
+  if (ended_ != graph_.size()) deadlock();
+  return std::move(result_);
+}
+
+void Run::make_ready(TaskId id) {
+  result_.tasks[id].ready_ps = now_;
+  switch (type_[id]) {
+    case TaskType::compute:
+      start_compute(id);
+      break;
+    case TaskType::send: {
+      const TaskId recv = analysis_.partner[id];
+      if (result_.tasks[recv].ready_ps >= 0) start_p2p(id, recv);
+      break;
+    }
+    case TaskType::recv: {
+      const TaskId send = analysis_.partner[id];
+      if (result_.tasks[send].ready_ps >= 0) start_p2p(send, id);
+      break;
+    }
+    case TaskType::collective: {
+      const std::uint32_t ci = analysis_.collective_of[id];
+      CollectiveRun& c = collectives_[ci];
+      if (++c.ready == static_cast<int>(c.members.size())) start_collective(ci);
+      break;
+    }
+  }
+}
+
+void Run::start_compute(TaskId id) {
+  const int rank = rank_[id];
+  result_.tasks[id].start_ps = now_;
+  if (observer_) observer_->on_task_start(graph_.task(id), id, now_);
+  const model::KernelCost& cost = kernel_cost_[aux_[id]];
+  if (cost.duration_ps <= 0) {
+    queue_.push(now_, kTaskEnd, id);
+    return;
+  }
+  std::uint32_t slot;
+  if (!free_compute_.empty()) {
+    slot = free_compute_.back();
+    free_compute_.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(compute_.size());
+    compute_.emplace_back();
+  }
+  ComputeRun& run = compute_[slot];
+  run.task = id;
+  run.cost = &cost;
+  run.work_left_ps = static_cast<double>(cost.duration_ps);
+  run.rate = 0.0;
+  run.last_ps = now_;
+  run.completion_ps = kTimeNever;
+  run.scheduled_ps = kTimeNever;
+  ++run.version;  // events of the slot's previous kernel stay stale
+  // Its rate (and the even split with kernels already running here) is set by settle().
+  ranks_[rank].running.push_back(slot);
+  mark_compute(rank);
+}
+
+void Run::on_compute_end(std::uint32_t slot) {
+  ComputeRun& run = compute_[slot];
+  const TaskId id = run.task;
+  const int rank = rank_[id];
+  auto& running = ranks_[rank].running;
+  running.erase(std::find(running.begin(), running.end(), slot));
+  ++run.version;
+  free_compute_.push_back(slot);
+  mark_compute(rank);
+  end_task(id);
+}
+
+void Run::launch_flow(FlowOwner owner, RouteId route, double payload_bytes, TimePs step_latency_ps) {
+  const FlowId f = network_.create(route, payload_bytes / owner.efficiency);
+  if (f >= owners_.size()) {
+    owners_.resize(f + 1);
+    flow_version_.resize(f + 1, 0);
+    flow_scheduled_ps_.resize(f + 1, kTimeNever);
+  }
+  owner.start_ps = now_;
+  owners_[f] = owner;
+  ++flow_version_[f];
+  flow_scheduled_ps_[f] = kTimeNever;
+  queue_.push(now_ + route_latency_ps_[route] + step_latency_ps, kFlowLatencyEnd, f);
+}
+
+void Run::start_p2p(TaskId send, TaskId recv) {
+  const SendSpec& s = send_spec_[aux_[send]];
+  result_.tasks[send].start_ps = now_;
+  result_.tasks[recv].start_ps = now_;
+  if (observer_) {
+    observer_->on_task_start(graph_.task(send), send, now_);
+    observer_->on_task_start(graph_.task(recv), recv, now_);
+  }
+  const bool sm = s.engine == model::CommEngine::sm_kernel;
+  FlowOwner o;
+  o.task = send;
+  o.peer_task = recv;
+  o.src_rank = rank_[send];
+  o.dst_rank = rank_[recv];
+  o.engine = s.engine;
+  o.efficiency = sm ? sm_efficiency_ : ce_efficiency_;
+  o.record_bytes = s.bytes;
+  // One SM count for both ends: the kernel is launched on both with the same configuration; -1
+  // takes each end's own device default.
+  o.sms = s.sms;
+  hold_sms(o.src_rank, sms_for(o.src_rank, s.engine, s.sms));
+  hold_sms(o.dst_rank, sms_for(o.dst_rank, s.engine, s.sms));
+  launch_flow(o, s.route, static_cast<double>(s.bytes), sm ? sm_step_latency_ps_ : ce_step_latency_ps_);
+}
+
+void Run::start_collective(std::uint32_t ci) {
+  CollectiveRun& c = collectives_[ci];
+  for (std::size_t m = 0; m < c.members.size(); ++m) {
+    const TaskId id = c.members[m];
+    result_.tasks[id].start_ps = now_;
+    if (observer_) observer_->on_task_start(graph_.task(id), id, now_);
+  }
+  if (c.members.size() == 1) {  // nothing to move: no latency, no SMs
+    queue_.push(now_, kTaskEnd, c.members[0]);
+    return;
+  }
+  for (std::size_t m = 0; m < c.members.size(); ++m) hold_sms(c.ranks[m], c.sms[m]);
+  queue_.push(now_ + base_latency_ps_, kCollectiveSteps, ci);
+}
+
+// Member `member` sends its step `step` chunk: to its ring successor, or for the pairwise all-to-all
+// to the member `step + 1` places ahead.
+void Run::start_step(std::uint32_t ci, int member, int step) {
+  CollectiveRun& c = collectives_[ci];
+  const int t = static_cast<int>(c.ranks.size());
+  const int to = c.spec->kind == sched::CollectiveKind::all_to_all ? (member + step + 1) % t : (member + 1) % t;
+  const bool sm = c.spec->engine == model::CommEngine::sm_kernel;
+  FlowOwner o;
+  o.collective = ci;
+  o.task = c.members[member];
+  o.peer_task = c.members[to];
+  o.src_rank = c.ranks[member];
+  o.dst_rank = c.ranks[to];
+  o.sender = member;
+  o.step = step;
+  o.engine = c.spec->engine;
+  o.efficiency = sm ? sm_efficiency_ : ce_efficiency_;
+  o.record_bytes = c.spec->bytes / t;
+  c.next_step[member] = step + 1;
+  const RouteId route = c.spec->kind == sched::CollectiveKind::all_to_all ? route_of(o.src_rank, o.dst_rank)
+                                                                          : c.ring_route[member];
+  launch_flow(o, route, static_cast<double>(c.spec->bytes) / t, sm ? sm_step_latency_ps_ : ce_step_latency_ps_);
+}
+
+// A member sends step s+1 once its own step-s send has finished and its step-s receive has landed;
+// it ends once every send and receive of its own is done.
+void Run::advance_member(std::uint32_t ci, int m) {
+  CollectiveRun& c = collectives_[ci];
+  const int next = c.next_step[m];
+  if (next < c.steps && c.sends_done[m] == next && c.arrived[static_cast<std::size_t>(m) * c.steps + next - 1])
+    start_step(ci, m, next);
+  if (c.sends_done[m] == c.steps && c.recvs_done[m] == c.steps) {
+    c.recvs_done[m] = c.steps + 1;  // ended: never again
+    hold_sms(c.ranks[m], -c.sms[m]);
+    end_task(c.members[m]);
+  }
+}
+
+void Run::on_flow_end(FlowId f) {
+  network_.finish(f, now_);
+  const FlowOwner o = owners_[f];  // a copy: end_task() below may launch flows that reuse the slot
+  for (int r : {o.src_rank, o.dst_rank}) {
+    auto& flows = ranks_[r].flows;
+    flows.erase(std::find(flows.begin(), flows.end(), f));
+    mark_hbm(r);
+  }
+  TransferRecord rec;
+  rec.task = o.task;
+  rec.peer_task = o.peer_task;
+  rec.src_rank = o.src_rank;
+  rec.dst_rank = o.dst_rank;
+  rec.bytes = o.record_bytes;
+  rec.step = o.step;
+  rec.engine = o.engine;
+  rec.start_ps = o.start_ps;
+  rec.end_ps = now_;
+  result_.transfers.push_back(rec);
+  if (observer_) observer_->on_transfer_end(rec);
+
+  if (o.collective == kNone) {
+    hold_sms(o.src_rank, -sms_for(o.src_rank, o.engine, o.sms));
+    hold_sms(o.dst_rank, -sms_for(o.dst_rank, o.engine, o.sms));
+    end_task(o.task);
+    end_task(o.peer_task);
+    return;
+  }
+  CollectiveRun& c = collectives_[o.collective];
+  const int receiver = static_cast<int>(member_[o.peer_task]);
+  ++c.sends_done[o.sender];
+  ++c.recvs_done[receiver];
+  c.arrived[static_cast<std::size_t>(receiver) * c.steps + o.step] = 1;
+  advance_member(o.collective, o.sender);
+  advance_member(o.collective, receiver);
+}
+
+void Run::end_task(TaskId id) {
+  result_.tasks[id].end_ps = now_;
+  if (now_ > result_.makespan_ps) result_.makespan_ps = now_;
+  ++ended_;
+  if (observer_) observer_->on_task_end(graph_.task(id), id, now_);
+  const auto& order = analysis_.order;
+  for (std::uint32_t e = order.offsets[id]; e < order.offsets[id + 1]; ++e) {
+    const TaskId next = order.targets[e];
+    if (--pending_[next] == 0) make_ready(next);
+  }
+}
+
+void Run::settle() {
+  for (FlowId f : network_.settle(now_)) {
+    const TimePs completion = network_.completion_ps(f);
+    if (must_push(completion, flow_scheduled_ps_[f])) {
+      flow_scheduled_ps_[f] = completion;
+      queue_.push(completion, kFlowEnd, f, ++flow_version_[f]);
+    }
+    mark_hbm(owners_[f].src_rank);
+    mark_hbm(owners_[f].dst_rank);
+  }
+  // HBM load is summed afresh (not updated incrementally) so that it returns to exactly zero when
+  // the last transfer leaves and never carries rounding from earlier flows.
+  for (int r : dirty_hbm_) {
+    RankState& rs = ranks_[r];
+    rs.hbm_dirty = false;
+    double payload_bytes_per_s = 0.0;
+    for (FlowId f : rs.flows) payload_bytes_per_s += network_.rate(f) * owners_[f].efficiency;
+    const double hbm = payload_bytes_per_s * rs.hbm_traffic_factor;
+    if (hbm != rs.hbm_bytes_per_s) {
+      rs.hbm_bytes_per_s = hbm;
+      mark_compute(r);
+    }
+  }
+  dirty_hbm_.clear();
+  for (int r : dirty_compute_) {
+    ranks_[r].compute_dirty = false;
+    rerate(r);
+  }
+  dirty_compute_.clear();
+}
+
+// Kernels running together on one rank split the device evenly; each gets the cost model's rate for
+// the rank's current communication load, divided by their number.
+void Run::rerate(int rank) {
+  RankState& rs = ranks_[rank];
+  if (rs.running.empty()) return;
+  const model::DeviceLoad load{rs.sms_held, rs.hbm_bytes_per_s};
+  const double share = 1.0 / static_cast<double>(rs.running.size());
+  for (std::uint32_t slot : rs.running) {
+    ComputeRun& run = compute_[slot];
+    const double rate = costs_.rate(*run.cost, *rs.device, load) * share;
+    if (rate == run.rate) continue;  // its completion event still holds
+    if (now_ > run.last_ps && run.rate > 0.0) {
+      run.work_left_ps -= run.rate * static_cast<double>(now_ - run.last_ps);
+      if (run.work_left_ps < 0.0) run.work_left_ps = 0.0;
+    }
+    run.last_ps = now_;
+    run.rate = rate;
+    // A rate of zero (every SM taken) leaves the kernel parked until the load changes.
+    TimePs completion = kTimeNever;
+    if (rate > 0.0) {
+      const TimePs duration = ceil_ps(run.work_left_ps / rate);
+      if (duration < kTimeNever - now_) completion = now_ + duration;
+    }
+    run.completion_ps = completion;
+    if (must_push(completion, run.scheduled_ps)) {
+      run.scheduled_ps = completion;
+      queue_.push(completion, kComputeEnd, slot, ++run.version);
+    }
+  }
+}
+
+[[noreturn]] void Run::deadlock() const {
+  std::vector<std::string> stuck;
+  std::size_t count = 0;
+  for (TaskId id = 0; id < graph_.size(); ++id) {
+    const TaskTiming& t = result_.tasks[id];
+    if (t.end_ps >= 0) continue;
+    ++count;
+    if (stuck.size() >= 5) continue;
+    const sched::Task& task = graph_.task(id);
+    std::string why;
+    if (t.start_ps >= 0)
+      why = "started, never finished (a rate of zero?)";
+    else if (t.ready_ps < 0)
+      why = fmt::format("waiting for {} predecessor(s)", pending_[id]);
+    else if (type_[id] == TaskType::send || type_[id] == TaskType::recv)
+      why = fmt::format("ready, waiting for '{}'", graph_.task(analysis_.partner[id]).name);
+    else
+      why = "ready, waiting for the other members of its collective";
+    stuck.push_back(fmt::format("'{}' ({})", task.name, why));
+  }
+  throw GraphError(fmt::format("deadlock at {} ps: {} task(s) can never finish, e.g. {}", now_, count,
+                               fmt::join(stuck, ", ")));
+}
+
+}  // namespace
+
+Simulator::Simulator(const topo::Cluster& cluster, const model::KernelCostModel& costs)
+    : cluster_(cluster), costs_(costs) {}
+
+SimResult Simulator::run(const sched::TaskGraph& graph, Observer* observer) {
+  profile_ = RunProfile{};
+  const auto t0 = std::chrono::steady_clock::now();
+  sched::GraphAnalysis analysis = sched::analyze(graph);
+  profile_.validate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (graph.num_ranks() > cluster_.num_ranks())
+    throw GraphError(fmt::format("the task graph has {} ranks, cluster '{}' has {}", graph.num_ranks(), cluster_.name,
+                                 cluster_.num_ranks()));
+  Run run(cluster_, costs_, graph, std::move(analysis), observer);
+  return run.execute(profile_);
+}
+
+}  // namespace fusesim::sim

@@ -71,8 +71,14 @@ struct Workload {
 // hidden by heads) is checked here; fit to a cluster by check_fits().
 Workload load_workload(const std::string& name_or_path);   // path or shipped name ("llama-3-70b")
 Workload parse_workload(const JsonDocument& doc);
-// Parallel degrees against a cluster: world size must equal the number of ranks (or divide it, when
-// `allow_subset`), tp must fit inside a node. InputError at $.parallel.* naming the file.
+// The consistency checks of parse_workload (divisibility of heads, key/value heads and sequence by the
+// parallel degrees and slices), for a Workload changed after loading (a command-line override of the
+// schedule or the degrees). InputError naming `workload_file` and the JSON path of the key at fault.
+void validate_workload(const Workload& w, const std::string& workload_file);
+// Parallel degrees against a cluster: world size (tp x up x dp) at most the number of ranks (the run
+// uses ranks 0..world-1), tp a divisor of the devices per node; the data type must have a peak on the
+// device models used and comm_sms must leave SMs to compute. InputError at $.parallel, $.parallel.tp,
+// $.training.dtype or $.schedule.comm_sms naming `workload_file`.
 void check_fits(const Workload& w, const std::string& workload_file, const topo::Cluster& c);
 
 }  // namespace fusesim::model

@@ -127,10 +127,34 @@ class TaskGraph {
   std::vector<Region> regions_;
 };
 
+// True for the tasks that occupy their (rank, stream) while they run: every kind but Recv.
+bool holds_stream(const Task& task);
+
+// Every ordering edge the simulator honours, as compressed rows: for each task its explicit
+// successors (in the order depend() was called), then the implicit stream-order edge to the next
+// stream-holding task added on the same (rank, stream), if any.
+struct ExecutionOrder {
+  std::vector<std::uint32_t> offsets;  // successors of task i: targets[offsets[i] .. offsets[i + 1])
+  std::vector<TaskId> targets;
+  std::vector<std::uint32_t> in_degree;
+};
+ExecutionOrder execution_order(const TaskGraph& graph);
+
 // Refuses a graph that cannot run, with a GraphError naming the tasks: a rank outside [0, ranks), a
 // cycle (its tasks listed, stream order included), a Send without its Recv or a Recv without its
 // Send (matched on rank, peer, tag; bytes must agree), collective members that are missing or
 // disagree, a non-positive size.
 void validate(const TaskGraph& graph);
+
+// What validate() establishes about a graph, kept so that the simulator does not redo the work.
+inline constexpr TaskId kNoTask = static_cast<TaskId>(-1);
+struct GraphAnalysis {
+  ExecutionOrder order;
+  std::vector<TaskId> partner;                   // a Send's Recv and a Recv's Send; kNoTask otherwise
+  std::vector<std::vector<TaskId>> collectives;  // the members of each collective, in group (ring) order
+  std::vector<std::uint32_t> collective_of;      // per task: index into `collectives`; kNoTask otherwise
+};
+// validate(), returning its findings. Throws the same GraphErrors.
+GraphAnalysis analyze(const TaskGraph& graph);
 
 }  // namespace fusesim::sched

@@ -2,6 +2,7 @@
 // Schedule generators: a workload and a cluster in, a task DAG out. One entry point for the CLI; the
 // per-parallelism generators (tpsp.hpp, ...) sit behind it.
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "fusesim/model/workload.hpp"
@@ -9,6 +10,8 @@
 #include "fusesim/topo/cluster.hpp"
 
 namespace fusesim::sched {
+
+struct DataflowProgram;  // sched/dataflow.hpp
 
 enum class Scope { layer, stack };   // one transformer layer, or all `layers` of the model
 std::string to_string(Scope s);
@@ -26,6 +29,9 @@ struct Schedule {
   Scope scope = Scope::layer;
   std::int64_t tokens = 0;           // tokens processed by the simulated interval (all DP replicas)
   int gpus = 0;                      // ranks the schedule occupies
+  // What the tasks compute (Task::data_op indexes its ops), for the reference executor behind
+  // `fusesim verify`; null when the generator provides none.
+  std::shared_ptr<const DataflowProgram> dataflow;
 };
 
 // Rank layout: TP innermost (inside a node), then UP, then DP:

@@ -53,16 +53,27 @@ struct SimResult {
   std::uint64_t events_processed = 0;
 };
 
+// Wall-clock seconds spent in the phases of the last run(), for benchmarks. Kept out of SimResult,
+// which must be identical between runs of the same graph.
+struct RunProfile {
+  double validate_s = 0.0;  // sched::analyze: the checks of validate(), plus the execution order
+  double prepare_s = 0.0;   // per-task state, routes
+  double events_s = 0.0;    // the event loop
+  std::uint64_t events_scheduled = 0;  // pushes into the queue, including events later found stale
+};
+
 class Simulator {
  public:
   Simulator(const topo::Cluster& cluster, const model::KernelCostModel& costs);
   // Validates the graph (sched::validate), then runs it to completion. A graph whose ranks exceed
   // the cluster is refused (GraphError).
   SimResult run(const sched::TaskGraph& graph, Observer* observer = nullptr);
+  const RunProfile& last_profile() const { return profile_; }
 
  private:
   const topo::Cluster& cluster_;
   const model::KernelCostModel& costs_;
+  RunProfile profile_;
 };
 
 }  // namespace fusesim::sim

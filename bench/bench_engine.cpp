@@ -1,0 +1,268 @@
+// Throughput of the simulator core: the raw event queue, and whole runs of large generated DAGs.
+// Figures and the exact commands are in BENCHMARKS.md.
+//
+//   build-sim/bench_engine --benchmark_counters_tabular=true
+//
+// Everything here is self-contained (a hand-built star cluster and a flop-counting cost model) so
+// that the figures measure the engine, not the topology loader or the roofline model.
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include "fusesim/model/kernel.hpp"
+#include "fusesim/sched/dag.hpp"
+#include "fusesim/sim/engine.hpp"
+#include "fusesim/sim/event_queue.hpp"
+#include "fusesim/topo/cluster.hpp"
+
+namespace {
+
+using namespace fusesim;
+
+// ---------------------------------------------------------------------------------------------
+// Raw queue: the "hold" model. `pending` events sit in the heap; each iteration pops the earliest
+// and schedules one new event a random (exponential-ish) time later, as a steady-state simulation
+// does. One item = one pop + one push.
+void BM_EventQueueHold(benchmark::State& state) {
+  const auto pending = static_cast<std::size_t>(state.range(0));
+  std::mt19937_64 rng(42);
+  std::vector<TimePs> deltas(1 << 16);
+  std::exponential_distribution<double> exp(1.0 / 1'000'000.0);
+  for (auto& d : deltas) d = static_cast<TimePs>(exp(rng));
+  sim::EventQueue q;
+  q.reserve(pending + 1);
+  for (std::size_t i = 0; i < pending; ++i) q.push(deltas[i & 0xffff], 0, static_cast<std::uint32_t>(i));
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const sim::Event e = q.pop();
+    q.push(e.time + deltas[i++ & 0xffff], 0, e.target, e.version);
+    benchmark::DoNotOptimize(e);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_EventQueueHold)->Arg(64)->Arg(1024)->Arg(65536)->Arg(1 << 20);
+
+// ---------------------------------------------------------------------------------------------
+// Whole engine.
+
+// Duration = flops / 1e15 FLOP/s; speed under load falls with the SMs communication holds and its
+// HBM traffic. Deliberately cheap (no map lookups), so that the figures measure the engine.
+class FlopCostModel final : public model::KernelCostModel {
+ public:
+  model::KernelCost cost(const model::Kernel& kernel, topo::Dtype, const topo::DeviceModel&) const override {
+    model::KernelCost c;
+    const auto& e = std::get<model::ElementwiseKernel>(kernel);
+    c.flops = e.flops;
+    c.compute_s = c.flops / 1e15;
+    c.duration_ps = seconds_to_ps(c.compute_s);
+    return c;
+  }
+  double rate(const model::KernelCost&, const topo::DeviceModel& d, const model::DeviceLoad& load) const override {
+    return (1.0 - static_cast<double>(load.sms_held_by_comm) / d.sm_count) *
+           (1.0 - 0.5 * std::min(1.0, load.comm_hbm_bytes_per_s / d.hbm_bandwidth_bytes_per_s.value));
+  }
+};
+
+topo::Cluster star_cluster(int ranks) {
+  topo::Cluster c;
+  c.name = "bench-star";
+  topo::DeviceModel d;
+  d.name = "gpu";
+  d.peak_flops_per_s[topo::Dtype::bf16] = {1e15, "bench"};
+  d.hbm_bandwidth_bytes_per_s = {3e12, "bench"};
+  d.sm_count = 132;
+  d.contention = {{16, "bench"}, {1.0, "bench"}};
+  c.device_models["gpu"] = d;
+  c.comm.collective_base_latency_s = {5e-6, "bench"};
+  c.comm.sm_step_latency_s = {1e-6, "bench"};
+  c.comm.copy_engine_step_latency_s = {2e-6, "bench"};
+  c.comm.sm_kernel_efficiency = {0.9, "bench"};
+  c.comm.copy_engine_efficiency = {0.95, "bench"};
+  topo::Vertex sw;
+  sw.name = "switch";
+  sw.kind = topo::VertexKind::switch_;
+  sw.node = 0;
+  c.vertices.push_back(sw);
+  for (int r = 0; r < ranks; ++r) {
+    topo::Vertex v;
+    v.name = "gpu" + std::to_string(r);
+    v.node = 0;
+    v.rank = r;
+    c.vertices.push_back(v);
+    const auto id = static_cast<topo::VertexId>(c.vertices.size() - 1);
+    c.rank_vertex.push_back(id);
+    c.rank_model.push_back("gpu");
+    for (auto [from, to] : {std::pair{id, 0}, std::pair{0, id}}) {
+      topo::Link l;
+      l.name = c.vertices[from].name + "->" + c.vertices[to].name;
+      l.from = from;
+      l.to = to;
+      l.line_rate_bytes_per_s = 4.5e11;
+      l.bandwidth_bytes_per_s = 4.5e11;
+      l.latency_ps = 500'000;
+      c.links.push_back(l);
+    }
+  }
+  c.num_nodes = 1;
+  c.devices_per_node = ranks;
+  c.finalize();
+  return c;
+}
+
+sched::Task compute_task(std::string name, int rank, double flops, int stream = 0) {
+  sched::Task t;
+  t.name = std::move(name);
+  t.rank = rank;
+  t.stream = {sched::StreamKind::compute, stream};
+  model::ElementwiseKernel k;
+  k.op = "bench";
+  k.flops = flops;
+  t.kind = sched::ComputeTask{k, topo::Dtype::bf16, false};
+  return t;
+}
+
+// A CommFuse-like pipeline: per layer and rank, `chunks` GEMM chunks each overlapped with a ring P2P
+// hop on the copy engine (send chunk to r+1, recv from r-1; the next chunk waits for the recv), a
+// second compute stream with an element-wise kernel, and every `collective_every` layers an SM-kernel
+// ring all-reduce over all ranks that contends with the compute.
+sched::TaskGraph pipeline_graph(int ranks, int layers, int chunks, int collective_every) {
+  sched::TaskGraph g(ranks);
+  std::vector<sched::TaskId> last(ranks);
+  bool first = true;
+  std::int64_t tag = 0;
+  std::int64_t instance = 0;
+  for (int l = 0; l < layers; ++l) {
+    for (int c = 0; c < chunks; ++c) {
+      std::vector<sched::TaskId> k(ranks), recv_on(ranks);
+      const std::string p = "L" + std::to_string(l) + "/c" + std::to_string(c) + "/r";
+      for (int r = 0; r < ranks; ++r) {
+        k[r] = g.add(compute_task(p + std::to_string(r) + "/gemm", r, 4e9 + 1e7 * ((r * 7 + c) % 5)));
+        if (!first) g.depend(last[r], k[r]);
+      }
+      for (int r = 0; r < ranks; ++r) {
+        const int to = (r + 1) % ranks;
+        sched::Task s;
+        s.name = p + std::to_string(r) + "/send";
+        s.rank = r;
+        s.stream = {sched::StreamKind::copy, 0};
+        s.kind = sched::SendTask{to, 8 << 20, tag, model::CommEngine::copy_engine, -1};
+        const auto sid = g.add(s);
+        sched::Task v;
+        v.name = p + std::to_string(to) + "/recv";
+        v.rank = to;
+        v.kind = sched::RecvTask{r, 8 << 20, tag};
+        recv_on[to] = g.add(v);
+        ++tag;
+        if (!first) g.depend(last[r], sid);
+      }
+      for (int r = 0; r < ranks; ++r) {
+        const auto e = g.add(compute_task(p + std::to_string(r) + "/add", r, 2e8, 1));
+        g.depend(k[r], e);
+        g.depend(recv_on[r], e);
+        last[r] = e;
+      }
+      first = false;
+    }
+    if (collective_every > 0 && l % collective_every == collective_every - 1) {
+      std::vector<int> group(ranks);
+      for (int r = 0; r < ranks; ++r) group[r] = r;
+      for (int r = 0; r < ranks; ++r) {
+        sched::Task t;
+        t.name = "L" + std::to_string(l) + "/ar/r" + std::to_string(r);
+        t.rank = r;
+        t.stream = {sched::StreamKind::comm, 0};
+        t.kind = sched::CollectiveTask{sched::CollectiveKind::all_reduce, group, 64 << 20, instance,
+                                       model::CommEngine::sm_kernel, -1};
+        const auto id = g.add(t);
+        g.depend(last[r], id);
+      }
+      ++instance;
+    }
+  }
+  return g;
+}
+
+// Pure compute: `ranks` independent chains of kernels on two streams, with cross-rank edges every
+// few tasks so that the ready lists are not trivially sequential.
+sched::TaskGraph compute_graph(int ranks, int tasks_per_rank) {
+  sched::TaskGraph g(ranks);
+  std::vector<sched::TaskId> prev(ranks);
+  for (int i = 0; i < tasks_per_rank; ++i) {
+    for (int r = 0; r < ranks; ++r) {
+      const auto id = g.add(compute_task(fmt::format("r{}/k{}", r, i), r, 1e8 + 1e6 * ((r + i) % 7), i % 2));
+      if (i > 0 && i % 4 == 0) g.depend(prev[(r + 1) % ranks], id);
+      prev[r] = id;
+    }
+  }
+  return g;
+}
+
+// items_per_second: events per second of the whole run() (validation and set-up included);
+// loop_events_per_s: events per second of the event loop alone (Simulator::last_profile()).
+void run_engine(benchmark::State& state, const topo::Cluster& cluster, const sched::TaskGraph& graph) {
+  FlopCostModel costs;
+  sim::Simulator sim(cluster, costs);
+  std::uint64_t events = 0;
+  TimePs makespan = 0;
+  double validate_s = 0.0, prepare_s = 0.0, loop_s = 0.0, scheduled = 0.0;
+  for (auto _ : state) {
+    const auto res = sim.run(graph);
+    events += res.events_processed;
+    makespan = res.makespan_ps;
+    validate_s += sim.last_profile().validate_s;
+    prepare_s += sim.last_profile().prepare_s;
+    loop_s += sim.last_profile().events_s;
+    scheduled += static_cast<double>(sim.last_profile().events_scheduled);
+    benchmark::DoNotOptimize(res);
+  }
+  const auto runs = static_cast<double>(state.iterations());
+  state.SetItemsProcessed(static_cast<std::int64_t>(events));
+  state.counters["tasks"] = static_cast<double>(graph.size());
+  state.counters["events_per_run"] = static_cast<double>(events) / runs;
+  state.counters["scheduled_per_run"] = scheduled / runs;
+  state.counters["validate_ms"] = 1e3 * validate_s / runs;
+  state.counters["prepare_ms"] = 1e3 * prepare_s / runs;
+  state.counters["loop_ms"] = 1e3 * loop_s / runs;
+  state.counters["loop_events_per_s"] = static_cast<double>(events) / loop_s;
+  state.counters["makespan_ms"] = static_cast<double>(makespan) / 1e9;
+}
+
+void BM_ValidatePipeline(benchmark::State& state) {
+  const int ranks = static_cast<int>(state.range(0));
+  const auto graph = pipeline_graph(ranks, static_cast<int>(state.range(1)), 4, 8);
+  for (auto _ : state) sched::validate(graph);
+  state.counters["tasks"] = static_cast<double>(graph.size());
+}
+BENCHMARK(BM_ValidatePipeline)->Args({8, 2000})->Args({64, 256})->Args({1024, 8})->Unit(benchmark::kMillisecond);
+
+void BM_ValidateCompute(benchmark::State& state) {
+  const auto graph = compute_graph(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  for (auto _ : state) sched::validate(graph);
+  state.counters["tasks"] = static_cast<double>(graph.size());
+}
+BENCHMARK(BM_ValidateCompute)->Args({64, 16384})->Unit(benchmark::kMillisecond);
+
+void BM_EnginePipeline(benchmark::State& state) {
+  const int ranks = static_cast<int>(state.range(0));
+  const auto cluster = star_cluster(ranks);
+  const auto graph = pipeline_graph(ranks, static_cast<int>(state.range(1)), 4, 8);
+  run_engine(state, cluster, graph);
+}
+BENCHMARK(BM_EnginePipeline)->Args({8, 2000})->Args({64, 256})->Args({1024, 8})->Unit(benchmark::kMillisecond);
+
+void BM_EngineCompute(benchmark::State& state) {
+  const int ranks = static_cast<int>(state.range(0));
+  const auto cluster = star_cluster(ranks);
+  const auto graph = compute_graph(ranks, static_cast<int>(state.range(1)));
+  run_engine(state, cluster, graph);
+}
+BENCHMARK(BM_EngineCompute)->Args({64, 16384})->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,105 @@
+#pragma once
+// The analyzer: from a task graph and its simulated timings, the overlap metrics of design note §4
+// per rank, per overlapped region and for the step, plus MFU/HFU and throughput. Definitions with
+// their edge cases are in docs/metrics.md. All measures are exact on integer picoseconds; seconds
+// appear only in the output (JSON, table).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fusesim/analysis/intervals.hpp"
+#include "fusesim/model/kernel.hpp"
+#include "fusesim/sched/dag.hpp"
+#include "fusesim/sched/generate.hpp"
+#include "fusesim/sim/engine.hpp"
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/units.hpp"
+
+namespace fusesim::analysis {
+
+// Head and tail of one region on one rank.
+struct RegionMetrics {
+  int region = -1;            // index into TaskGraph::regions()
+  std::string name;
+  std::string parallelism;
+  int rank = 0;
+  TimePs start_ps = 0;        // earliest start of the region's tasks on this rank
+  TimePs end_ps = 0;          // latest end
+  TimePs head_ps = 0;         // first compute start - start (the whole span when no compute runs)
+  TimePs tail_ps = 0;         // end - last compute end (0 when no compute runs)
+  int compute_tasks = 0;      // compute tasks of the region on this rank
+};
+
+struct RankMetrics {
+  int rank = 0;
+  TimePs last_end_ps = 0;       // end of the rank's last task
+  TimePs compute_ps = 0;        // |C|, C = union of compute intervals
+  TimePs comm_ps = 0;           // |M|, M = union of communication intervals
+  TimePs overlap_ps = 0;        // |C ∩ M|
+  TimePs exposed_comm_ps = 0;   // |M \ C|
+  double overlap_ratio = 0.0;   // |C ∩ M| / |M|, 0 when M is empty
+  TimePs head_ps = 0;           // sums over the regions present on this rank
+  TimePs tail_ps = 0;
+  std::vector<RegionMetrics> regions;  // in region index order
+};
+
+struct StepMetrics {
+  std::string schedule;       // "baseline", "slice", "commfuse"
+  std::string parallelism;    // "tpsp", "up", "dp"
+  std::string scope;          // "layer", "stack" (empty when not from a generator)
+  TimePs step_time_ps = 0;    // T, the makespan
+  int critical_rank = 0;      // the rank whose last task ends at T, lowest index on ties
+  int gpus = 0;
+  std::int64_t tokens = 0;
+  Flops model_flops = 0.0;    // compute tasks without recomputation
+  Flops hardware_flops = 0.0; // every compute task
+  FlopsPerSecond peak_flops_per_s = 0.0;  // summed over the schedule's GPUs, for the dtype
+  double mfu = 0.0;
+  double hfu = 0.0;
+  double tokens_per_s = 0.0;
+  double tokens_per_s_per_gpu = 0.0;
+  std::vector<RankMetrics> ranks;  // every rank of the graph
+  // Step-level figures are those of the critical rank.
+  const RankMetrics& critical() const { return ranks.at(static_cast<std::size_t>(critical_rank)); }
+};
+
+// Everything the analyzer reads. References must outlive the call.
+struct AnalysisInput {
+  const sched::TaskGraph& graph;
+  const sim::SimResult& result;
+  const topo::Cluster& cluster;
+  const model::KernelCostModel& costs;  // FLOPs of each compute task (KernelCost::flops)
+  topo::Dtype dtype = topo::Dtype::bf16;  // the peak MFU divides by
+  std::int64_t tokens = 0;
+  int gpus = 0;                           // ranks 0..gpus-1 count towards the peak; 0: graph.num_ranks()
+  std::string schedule;
+  std::string parallelism;
+  std::string scope;
+};
+
+// Throws std::logic_error when the result does not belong to the graph (sizes differ, a task never
+// ran): a bug upstream, not bad input.
+StepMetrics analyze(const AnalysisInput& input);
+// The same for a generated schedule: names, tokens and GPUs come from it.
+StepMetrics analyze(const sched::Schedule& schedule, const sim::SimResult& result, const topo::Cluster& cluster,
+                    const model::KernelCostModel& costs, topo::Dtype dtype);
+
+// The compute and communication interval sets of each rank, as the analyzer counts them (exposed
+// for tests and for other reports).
+struct RankIntervals {
+  IntervalSet compute;
+  IntervalSet comm;
+};
+std::vector<RankIntervals> rank_intervals(const sched::TaskGraph& graph, const sim::SimResult& result);
+
+// One row of the machine-readable output (design note §4 key names), with "regions" (the critical
+// rank's) and "ranks" lists.
+nlohmann::json to_json(const StepMetrics& m);
+// Aligned text table, one row per result, units in the headers.
+std::string format_table(const std::vector<StepMetrics>& rows);
+// Per-region table of the critical rank of one result.
+std::string format_region_table(const StepMetrics& m);
+
+}  // namespace fusesim::analysis

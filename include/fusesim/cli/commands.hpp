@@ -1,0 +1,12 @@
+#pragma once
+// Factories of the built-in subcommands (one source file each in src/cli/).
+#include <memory>
+
+#include "fusesim/cli/app.hpp"
+
+namespace fusesim::cli {
+
+std::unique_ptr<Command> make_simulate_command();  // src/cli/simulate_command.cpp
+std::unique_ptr<Command> make_list_command();      // src/cli/list_command.cpp
+
+}  // namespace fusesim::cli

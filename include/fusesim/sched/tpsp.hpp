@@ -1,0 +1,84 @@
+#pragma once
+// TPSP (Megatron tensor + sequence parallel) schedule generator: one transformer layer or a stack,
+// forward and backward, as baseline collectives, slice-overlap (k slices) or CommFuse (Fuse-AG,
+// Fuse-RS, optional query-split attention). docs/schedules.md describes the generated DAG.
+//
+// Layout: ranks of TP group d are RankLayout::rank(0..tp-1, 0, d); every DP replica is generated as
+// an independent TP group (the gradient synchronisation across replicas belongs to the DP
+// generator). Ulysses (up > 1) is refused.
+#include <cstdint>
+#include <string>
+
+#include "fusesim/model/workload.hpp"
+#include "fusesim/sched/generate.hpp"
+#include "fusesim/topo/cluster.hpp"
+
+namespace fusesim::sched {
+
+// The dimensions the generator needs, taken from a workload (or written by hand in tests).
+struct TpspShape {
+  int tp = 1;
+  int dp = 1;                       // independent TP groups generated side by side
+  std::int64_t seq = 0;             // sequence positions per sample (s)
+  std::int64_t batch = 1;           // samples per micro-batch (b)
+  std::int64_t hidden = 0;          // h
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t ffn = 0;             // MLP inner width (per branch for gated MLPs)
+  bool gated = false;
+  bool causal = true;
+  std::int64_t layers = 1;
+  topo::Dtype dtype = topo::Dtype::bf16;
+
+  std::int64_t rows() const { return seq * batch; }            // S: token rows of the full sequence
+  std::int64_t chunk_rows() const { return rows() / tp; }       // n: rows of one sequence chunk
+  std::int64_t q_local() const { return heads / tp * head_dim; }
+  std::int64_t kv_heads_local() const;                          // kv_heads/tp, or 1 when replicated (kv_heads < tp)
+  std::int64_t kv_local() const { return kv_heads_local() * head_dim; }
+  std::int64_t qkv_local() const { return q_local() + 2 * kv_local(); }  // N of the QKV GEMM
+  std::int64_t fc1_local() const { return ffn / tp * (gated ? 2 : 1); }  // N of FC1
+  std::int64_t ffn_local() const { return ffn / tp; }                    // K of FC2
+  // First kv head held by tp rank r (GQA: query head j uses kv head j / (heads / kv_heads)).
+  std::int64_t kv_head0(int r) const;
+};
+
+// What to generate. `layers` is the real thing; `ag_gemm` and `gemm_rs` are one overlapped GEMM on
+// their own (Y = X W with K = piece_k, N = piece_n), used by the reference executor.
+enum class TpspPiece { layers, ag_gemm, gemm_rs };
+
+// Test hook: on TP rank `tp_index` of the first DP group, in the `region`-th overlapped region
+// generated (0-based), the chunk index used at ring step / slice member `step` is shifted by
+// `shift`. CommFuse: the compute of that step works on chunk (c + shift) mod t; baseline and slice:
+// the collective's members `step` and (step + shift) mod t trade places (an all-gather puts each
+// one's rows where the other's belong; a reduce-scatter sends each one the other's partial). A
+// correct reference executor must then report a wrong or missing result.
+struct TpspFault {
+  int tp_index = -1;  // -1: no fault
+  int region = 0;
+  int step = 0;
+  int shift = 1;
+};
+
+struct TpspRequest {
+  TpspShape shape;
+  model::ScheduleKind kind = model::ScheduleKind::baseline;
+  model::ScheduleOptions schedule;       // slices, engines, comm_sms, query_split_attention
+  GenerateOptions options;               // scope, forward, backward
+  TpspPiece piece = TpspPiece::layers;
+  std::int64_t piece_k = 0, piece_n = 0;
+  TpspFault fault;
+  std::string label = "<tpsp>";         // file named by InputErrors
+};
+
+// Checks the request (InputError naming `label` and the JSON path of the offending setting) and
+// generates the schedule with its dataflow program. Forward tasks carry data ops; backward tasks
+// carry timing only (data_op = -1).
+Schedule generate_tpsp(const TpspRequest& request);
+
+// From a workload: shape from the architecture, batch and parallel degrees; refuses up > 1 and a
+// world larger than the cluster.
+TpspRequest tpsp_request(const model::Workload& workload, const std::string& workload_label,
+                         const topo::Cluster& cluster, model::ScheduleKind kind, const GenerateOptions& options);
+
+}  // namespace fusesim::sched

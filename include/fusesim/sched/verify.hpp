@@ -1,0 +1,88 @@
+#pragma once
+// The reference executor behind `fusesim verify`: runs a generated schedule's dataflow program
+// (sched/dataflow.hpp) on small seeded float64 matrices and compares its outputs with the
+// unpartitioned computation. The DAG is executed in several valid orders (each honours the task
+// edges, the stream order of every (rank, stream), Send before its Recv, and runs all members of a
+// collective together), so that a missing dependency shows up as a read of data that has not
+// arrived or as a different result in one of the orders.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fusesim/model/workload.hpp"
+#include "fusesim/sched/dataflow.hpp"
+#include "fusesim/sched/generate.hpp"
+#include "fusesim/sched/tpsp.hpp"
+
+namespace fusesim::sched {
+
+struct Matrix {
+  std::int64_t rows = 0, cols = 0;
+  std::vector<double> values;  // row-major
+  double& at(std::int64_t r, std::int64_t c) { return values[static_cast<std::size_t>(r * cols + c)]; }
+  double at(std::int64_t r, std::int64_t c) const { return values[static_cast<std::size_t>(r * cols + c)]; }
+};
+
+// How the executor picks among the tasks ready at once.
+enum class VisitOrder { lowest_id, highest_id, seeded_random };
+std::string to_string(VisitOrder o);
+
+struct ExecuteOptions {
+  std::uint64_t seed = 1;  // inputs and the random order
+  std::vector<VisitOrder> orders{VisitOrder::lowest_id, VisitOrder::highest_id,
+                                     VisitOrder::seeded_random};
+  double tolerance = 1e-9;                   // max abs error allowed
+  std::int64_t max_elements = 20'000'000;    // refuse larger programs (buffers + inputs)
+};
+
+struct ExecuteResult {
+  bool passed = false;
+  double max_abs_error = 0.0;  // over all orders and outputs
+  int orders_run = 0;
+  std::string error;           // first failure: the order, the task and what went wrong
+};
+
+// Seeded inputs of a program (deterministic: same seed, same values on every platform).
+std::map<std::string, Matrix> make_inputs(const DataflowProgram& program, std::uint64_t seed);
+// The unpartitioned computation named by program.computation: "gemm" (y = x w) or "tpsp_forward"
+// (L{l}/y for each layer). Returns inputs and results together.
+std::map<std::string, Matrix> reference(const DataflowProgram& program, std::map<std::string, Matrix> inputs);
+
+// Runs the schedule in every order of `options` and compares with the reference. Never throws for a
+// wrong schedule: a failure is reported in the result.
+ExecuteResult execute(const Schedule& schedule, const ExecuteOptions& options);
+
+struct VerifyOptions {
+  std::vector<int> tps{2, 3, 4, 8};
+  std::vector<int> slices{1, 2, 4};
+  std::vector<model::ScheduleKind> kinds{model::ScheduleKind::baseline, model::ScheduleKind::slice,
+                                         model::ScheduleKind::commfuse};
+  bool pieces = true;   // AG+GEMM and GEMM+RS alone
+  bool layers = true;   // whole TPSP layers (forward data; backward tasks run in order, timing only)
+  ExecuteOptions execute;
+  TpspFault fault;      // test hook applied to every generated schedule
+};
+
+struct VerifyCase {
+  std::string name;     // "ag_gemm/commfuse/t4", "layer-gqa/slice-k2/t8", ...
+  std::string piece;
+  std::string schedule;
+  int tp = 0;
+  int slices = 0;       // 0 unless slice
+  std::size_t tasks = 0;
+  ExecuteResult result;
+};
+
+struct VerifyReport {
+  std::vector<VerifyCase> cases;
+  bool passed() const;
+  int failures() const;
+};
+
+// Every schedule for every t and k of the options: AG+GEMM, GEMM+RS, a two-layer stack with GQA
+// (kv heads replicated), gated MLP and causal attention, and a layer with kv heads split over the
+// ranks, a plain MLP and full attention; CommFuse with and without query-split attention.
+VerifyReport verify_tpsp(const VerifyOptions& options);
+
+}  // namespace fusesim::sched

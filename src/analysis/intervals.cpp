@@ -1,0 +1,77 @@
+#include "fusesim/analysis/intervals.hpp"
+
+#include <algorithm>
+
+namespace fusesim::analysis {
+
+IntervalSet::IntervalSet(std::vector<Interval> intervals) {
+  std::erase_if(intervals, [](const Interval& i) { return i.end_ps <= i.begin_ps; });
+  std::sort(intervals.begin(), intervals.end(), [](const Interval& a, const Interval& b) {
+    return a.begin_ps != b.begin_ps ? a.begin_ps < b.begin_ps : a.end_ps < b.end_ps;
+  });
+  for (const Interval& i : intervals) {
+    if (!parts_.empty() && i.begin_ps <= parts_.back().end_ps) {
+      parts_.back().end_ps = std::max(parts_.back().end_ps, i.end_ps);
+    } else {
+      parts_.push_back(i);
+    }
+  }
+}
+
+TimePs IntervalSet::measure_ps() const {
+  TimePs total = 0;
+  for (const Interval& i : parts_) total += i.length_ps();
+  return total;
+}
+
+IntervalSet IntervalSet::unite(const IntervalSet& other) const {
+  std::vector<Interval> all = parts_;
+  all.insert(all.end(), other.parts_.begin(), other.parts_.end());
+  return IntervalSet(std::move(all));
+}
+
+IntervalSet IntervalSet::intersect(const IntervalSet& other) const {
+  // Both sides are sorted and disjoint: one merge-like sweep.
+  std::vector<Interval> out;
+  std::size_t a = 0, b = 0;
+  while (a < parts_.size() && b < other.parts_.size()) {
+    const Interval& x = parts_[a];
+    const Interval& y = other.parts_[b];
+    const TimePs lo = std::max(x.begin_ps, y.begin_ps);
+    const TimePs hi = std::min(x.end_ps, y.end_ps);
+    if (lo < hi) out.push_back({lo, hi});
+    if (x.end_ps < y.end_ps) {
+      ++a;
+    } else {
+      ++b;
+    }
+  }
+  return IntervalSet(std::move(out));
+}
+
+IntervalSet IntervalSet::subtract(const IntervalSet& other) const {
+  std::vector<Interval> out;
+  std::size_t b = 0;
+  for (const Interval& x : parts_) {
+    TimePs cursor = x.begin_ps;
+    while (b < other.parts_.size() && other.parts_[b].end_ps <= cursor) ++b;
+    // Walk the removed pieces that overlap x without consuming them: one of them may reach into the
+    // next interval of *this.
+    std::size_t k = b;
+    while (k < other.parts_.size() && other.parts_[k].begin_ps < x.end_ps) {
+      const Interval& y = other.parts_[k];
+      if (y.begin_ps > cursor) out.push_back({cursor, y.begin_ps});
+      cursor = std::max(cursor, y.end_ps);
+      if (cursor >= x.end_ps) break;
+      ++k;
+    }
+    if (cursor < x.end_ps) out.push_back({cursor, x.end_ps});
+  }
+  return IntervalSet(std::move(out));
+}
+
+IntervalSet IntervalSet::clip(TimePs begin_ps, TimePs end_ps) const {
+  return intersect(IntervalSet({{begin_ps, end_ps}}));
+}
+
+}  // namespace fusesim::analysis

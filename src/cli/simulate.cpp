@@ -1,0 +1,181 @@
+#include "fusesim/cli/simulate.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "fusesim/analysis/chrome_trace.hpp"
+#include "fusesim/cli/app.hpp"
+#include "fusesim/model/kernel.hpp"
+#include "fusesim/sim/engine.hpp"
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/embedded.hpp"
+#include "fusesim/util/error.hpp"
+
+namespace fusesim::cli {
+namespace {
+
+std::vector<std::string> split_commas(const std::string& value) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (true) {
+    const auto comma = value.find(',', pos);
+    out.push_back(value.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<model::ScheduleKind> parse_schedules(const std::string& value) {
+  using model::ScheduleKind;
+  if (value == "all") return {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse};
+  std::vector<ScheduleKind> out;
+  for (const std::string& name : split_commas(value)) {
+    bool found = false;
+    for (ScheduleKind k : {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse}) {
+      if (model::to_string(k) == name) {
+        if (std::find(out.begin(), out.end(), k) != out.end())
+          throw InputError(kCommandLine, "--schedule", fmt::format("'{}' is given twice", name));
+        out.push_back(k);
+        found = true;
+      }
+    }
+    if (!found)
+      throw InputError(kCommandLine, "--schedule",
+                       fmt::format("'{}' is not one of baseline, slice, commfuse, all (or a comma list)", name));
+  }
+  return out;
+}
+
+std::vector<sched::Scope> parse_scopes(const std::string& value) {
+  if (value == "layer") return {sched::Scope::layer};
+  if (value == "stack") return {sched::Scope::stack};
+  if (value == "both") return {sched::Scope::layer, sched::Scope::stack};
+  throw InputError(kCommandLine, "--scope", fmt::format("'{}' is not one of layer, stack, both", value));
+}
+
+OutputFormat parse_format(const std::string& value) {
+  if (value == "table") return OutputFormat::table;
+  if (value == "json") return OutputFormat::json;
+  throw InputError(kCommandLine, "--format", fmt::format("'{}' is not one of table, json", value));
+}
+
+int parse_positive_int(const std::string& option, const std::string& value, int max) {
+  int v = 0;
+  const char* first = value.data();
+  const char* last = value.data() + value.size();
+  const auto [ptr, ec] = std::from_chars(first, last, v);
+  if (value.empty() || ec != std::errc() || ptr != last)
+    throw InputError(kCommandLine, option, fmt::format("'{}' is not an integer", value));
+  if (v < 1 || v > max)
+    throw InputError(kCommandLine, option, fmt::format("value {} is outside the allowed range [1, {}]", v, max));
+  return v;
+}
+
+SimulateReport simulate(const SimulateRequest& request) {
+  SimulateReport report;
+  const topo::Cluster cluster = topo::load_cluster_by_name_or_path(request.topology);
+  report.topology_label = resolve_input(request.topology, "topologies").label;
+  report.cluster_name = cluster.name;
+
+  model::Workload w = model::load_workload(request.workload);
+  report.workload_label = resolve_input(request.workload, "workloads").label;
+  const std::string& wl = report.workload_label;
+  if (request.slices) w.schedule.slices = *request.slices;
+  // The file's schedule.kind may not be slice, so its checks of `slices` have not run yet; run them
+  // now rather than after the other schedules were simulated.
+  if (std::find(request.schedules.begin(), request.schedules.end(), model::ScheduleKind::slice) !=
+      request.schedules.end()) {
+    model::Workload probe = w;
+    probe.schedule.kind = model::ScheduleKind::slice;
+    try {
+      model::validate_workload(probe, wl);
+    } catch (const InputError& e) {
+      // With --slices, the value at fault came from the command line, not from the file.
+      if (request.slices && e.json_path().rfind("$.schedule.slices", 0) == 0)
+        throw InputError(kCommandLine, "--slices", fmt::format("{} (workload {})", e.message(), wl));
+      throw;
+    }
+  }
+  if (request.forward_only) w.backward = false;
+  model::check_fits(w, wl, cluster);
+
+  const model::RooflineCostModel costs;
+  sim::Simulator simulator(cluster, costs);
+  for (sched::Scope scope : request.scopes) {
+    for (model::ScheduleKind kind : request.schedules) {
+      sched::GenerateOptions options;
+      options.scope = scope;
+      options.forward = true;
+      options.backward = w.backward;
+      const sched::Schedule schedule = sched::generate(w, wl, cluster, kind, options);
+      std::optional<analysis::ChromeTraceRecorder> recorder;
+      if (request.record_traces) recorder.emplace(cluster, &costs, schedule.graph.regions());
+      const sim::SimResult result = simulator.run(schedule.graph, recorder ? &*recorder : nullptr);
+      SimulateRun run;
+      run.metrics = analysis::analyze(schedule, result, cluster, costs, w.dtype);
+      if (recorder) run.trace_json = recorder->to_json().dump();
+      report.runs.push_back(std::move(run));
+    }
+  }
+  report.workload = std::move(w);
+  return report;
+}
+
+nlohmann::json report_json(const SimulateReport& report) {
+  const model::Workload& w = report.workload;
+  nlohmann::json doc = nlohmann::json::object();
+  doc["topology"] = report.cluster_name;
+  doc["topology_file"] = report.topology_label;
+  doc["workload"] = w.name;
+  doc["workload_file"] = report.workload_label;
+  doc["model"] = w.arch.name;
+  doc["dtype"] = topo::to_string(w.dtype);
+  doc["sequence_length"] = w.sequence_length;
+  doc["micro_batch"] = w.micro_batch;
+  doc["parallel"] = {{"tp", w.parallel.tp}, {"up", w.parallel.up}, {"dp", w.parallel.dp}};
+  doc["backward"] = w.backward;
+  doc["slices"] = w.schedule.slices;
+  nlohmann::json results = nlohmann::json::array();
+  for (const SimulateRun& run : report.runs) results.push_back(analysis::to_json(run.metrics));
+  doc["results"] = std::move(results);
+  return doc;
+}
+
+std::string report_table(const SimulateReport& report, bool regions) {
+  const model::Workload& w = report.workload;
+  std::string out = fmt::format(
+      "{} ({}) on {}: tp {} up {} dp {}, sequence {} x micro-batch {}, {}, {}, slice-overlap k = {}\n\n", w.name,
+      w.arch.name, report.cluster_name, w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length,
+      w.micro_batch, topo::to_string(w.dtype), w.backward ? "forward+backward" : "forward only", w.schedule.slices);
+  std::vector<analysis::StepMetrics> rows;
+  for (const SimulateRun& run : report.runs) rows.push_back(run.metrics);
+  out += analysis::format_table(rows);
+  if (regions) {
+    for (const SimulateRun& run : report.runs) {
+      out += fmt::format("\nregions of {} ({}), critical rank {}:\n", run.metrics.schedule, run.metrics.scope,
+                         run.metrics.critical_rank);
+      out += analysis::format_region_table(run.metrics);
+    }
+  }
+  return out;
+}
+
+std::string trace_path(const std::string& base, const SimulateRequest& request, model::ScheduleKind kind,
+                       sched::Scope scope) {
+  std::string infix;
+  if (request.schedules.size() > 1) infix += "." + model::to_string(kind);
+  if (request.scopes.size() > 1) infix += "." + sched::to_string(scope);
+  if (infix.empty()) return base;
+  const std::filesystem::path p(base);
+  const std::string ext = p.extension().string();
+  const std::string stem = ext.empty() ? base : base.substr(0, base.size() - ext.size());
+  return stem + infix + ext;
+}
+
+}  // namespace fusesim::cli

@@ -1,0 +1,111 @@
+// `fusesim simulate`: the schedules side by side for one workload on one cluster.
+#include <filesystem>
+#include <ostream>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "fusesim/cli/commands.hpp"
+#include "fusesim/cli/simulate.hpp"
+#include "fusesim/util/error.hpp"
+#include "fusesim/util/output.hpp"
+
+namespace fusesim::cli {
+namespace {
+
+// An output file can only be written into an existing folder. Checked before the simulation so
+// that a typo in a path costs nothing and no file is written when any target is unusable.
+void check_writable_target(const std::string& option, const std::string& path) {
+  if (path.empty()) throw InputError(kCommandLine, option, "expected a file name");
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  if (std::filesystem::is_directory(p, ec)) throw InputError(path, "$", "is a folder, not a file");
+  const std::filesystem::path parent = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+  if (!std::filesystem::is_directory(parent, ec))
+    throw InputError(path, "$", fmt::format("cannot write here: folder '{}' does not exist", parent.string()));
+}
+
+class SimulateCommand final : public Command {
+ public:
+  void configure(CLI::App& sub) override {
+    sub.add_option("--topology", topology_, "cluster: a topology file or a shipped name (fusesim list)")
+        ->type_name("FILE|NAME")
+        ->capture_default_str();
+    sub.add_option("--workload", workload_, "workload: a workload file or a shipped name (fusesim list)")
+        ->type_name("FILE|NAME")
+        ->capture_default_str();
+    sub.add_option("--schedule", schedule_, "baseline, slice, commfuse, all, or a comma list")
+        ->type_name("KIND")
+        ->capture_default_str();
+    sub.add_option("--scope", scope_, "layer (one transformer layer), stack (all layers) or both")
+        ->type_name("SCOPE")
+        ->capture_default_str();
+    sub.add_option("--slices", slices_, "k of slice-overlap (default: the workload's schedule.slices)")
+        ->type_name("K");
+    sub.add_flag("--forward-only", forward_only_, "simulate the forward pass only");
+    sub.add_option("--trace", trace_,
+                   "write a Chrome trace (Perfetto, chrome://tracing); with several runs, one file each, "
+                   "named FILE.<schedule>[.<scope>].json")
+        ->type_name("FILE");
+    sub.add_option("--format", format_, "table or json")->type_name("FORMAT")->capture_default_str();
+    sub.add_option("--output", output_, "write the report to this file instead of standard output")
+        ->type_name("FILE");
+    sub.add_flag("--regions", regions_, "table format: also print the per-region head/tail table of each run");
+  }
+
+  int run(Io& io) override {
+    // Every command-line value first, so that a bad one is reported before any file is read.
+    SimulateRequest request;
+    request.topology = topology_;
+    request.workload = workload_;
+    request.schedules = parse_schedules(schedule_);
+    request.scopes = parse_scopes(scope_);
+    if (!slices_.empty()) request.slices = parse_positive_int("--slices", slices_, 1 << 20);
+    request.forward_only = forward_only_;
+    request.record_traces = !trace_.empty();
+    const OutputFormat format = parse_format(format_);
+
+    std::vector<std::string> trace_files;
+    if (request.record_traces) {
+      for (sched::Scope scope : request.scopes)
+        for (model::ScheduleKind kind : request.schedules) trace_files.push_back(trace_path(trace_, request, kind, scope));
+      for (const std::string& f : trace_files) check_writable_target("--trace", f);
+    }
+    if (!output_.empty()) {
+      check_writable_target("--output", output_);
+      for (const std::string& f : trace_files)
+        if (std::filesystem::absolute(f) == std::filesystem::absolute(output_))
+          throw InputError(kCommandLine, "--trace", fmt::format("'{}' is also the --output file", f));
+    }
+
+    const SimulateReport report = simulate(request);
+    const std::string text =
+        format == OutputFormat::json ? report_json(report).dump(2) + "\n" : report_table(report, regions_);
+
+    for (std::size_t i = 0; i < trace_files.size(); ++i) write_file_atomically(trace_files[i], *report.runs[i].trace_json);
+    if (output_.empty()) {
+      io.out << text << std::flush;
+    } else {
+      write_file_atomically(output_, text);
+    }
+    return 0;
+  }
+
+ private:
+  std::string topology_ = "dgx-h100";
+  std::string workload_ = "llama-3-70b";
+  std::string schedule_ = "all";
+  std::string scope_ = "both";
+  std::string slices_;
+  bool forward_only_ = false;
+  std::string trace_;
+  std::string format_ = "table";
+  std::string output_;
+  bool regions_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_simulate_command() { return std::make_unique<SimulateCommand>(); }
+
+}  // namespace fusesim::cli

@@ -1,0 +1,149 @@
+// The default kernel cost model: a roofline (max of compute time and HBM time) with GEMM wave
+// quantization, and the slowdown a kernel suffers while communication holds SMs or HBM bandwidth.
+// Derivations and sources: docs/kernel-model.md.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <variant>
+
+#include <fmt/format.h>
+
+#include "fusesim/model/kernel.hpp"
+
+namespace fusesim::model {
+namespace {
+
+// FlashAttention's benchmarks count the backward pass as 2.5x the forward FLOPs (two matrix products
+// forward, five backward: S recomputed, dV, dP, dQ, dK): Dao-AILab/flash-attention,
+// benchmarks/benchmark_flash_attention.py, flops().
+constexpr double kAttentionBackwardFactor = 2.5;
+// However much HBM traffic communication adds, a kernel keeps this share of the streaming bandwidth
+// (the memory controller arbitrates; no requester is starved outright).
+constexpr double kMinHbmShare = 0.05;
+
+// These are programming errors: the topology loader validates device models and the schedule
+// generator builds the kernels, so a bad value here is not the user's input.
+void require(bool ok, const char* what) {
+  if (!ok) throw std::invalid_argument(std::string("RooflineCostModel: ") + what);
+}
+
+double effective_peak(const topo::DeviceModel& d, topo::Dtype dtype, const SourcedValue& efficiency) {
+  const auto it = d.peak_flops_per_s.find(dtype);
+  if (it == d.peak_flops_per_s.end())
+    throw std::invalid_argument(
+        fmt::format("RooflineCostModel: device model '{}' has no peak for {}", d.name, topo::to_string(dtype)));
+  require(it->second.value > 0.0, "peak FLOP/s must be positive");
+  require(efficiency.value > 0.0 && efficiency.value <= 1.0, "efficiency must be in (0, 1]");
+  return it->second.value * efficiency.value;
+}
+
+double effective_hbm(const topo::DeviceModel& d) {
+  require(d.hbm_bandwidth_bytes_per_s.value > 0.0, "HBM bandwidth must be positive");
+  require(d.efficiency.hbm.value > 0.0 && d.efficiency.hbm.value <= 1.0, "HBM efficiency must be in (0, 1]");
+  return d.hbm_bandwidth_bytes_per_s.value * d.efficiency.hbm.value;
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+KernelCost gemm_cost(const GemmKernel& g, topo::Dtype dtype, const topo::DeviceModel& d) {
+  require(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch >= 0, "GEMM sizes must be non-negative");
+  require(d.sm_count > 0 && d.gemm_tile_m > 0 && d.gemm_tile_n > 0, "SM count and GEMM tile must be positive");
+  const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
+  const double batch = static_cast<double>(g.batch);
+  KernelCost c;
+  c.flops = 2.0 * m * n * k * batch;
+  c.hbm_bytes = (m * k + k * n + m * n) * bytes_per_element(dtype) * batch;
+  c.tiles = ceil_div(g.m, d.gemm_tile_m) * ceil_div(g.n, d.gemm_tile_n) * g.batch;
+  if (c.tiles > 0) {
+    // Each wave runs one tile per SM; a partial last wave leaves SMs idle but takes a whole wave's time.
+    const std::int64_t waves = ceil_div(c.tiles, d.sm_count);
+    const double quantization = static_cast<double>(waves * d.sm_count) / static_cast<double>(c.tiles);
+    c.compute_s = c.flops / effective_peak(d, dtype, d.efficiency.gemm) * quantization;
+  }
+  c.memory_s = c.hbm_bytes / effective_hbm(d);
+  c.duration_ps = seconds_to_ps(std::max(c.compute_s, c.memory_s));
+  return c;
+}
+
+// (query, key) pairs a causal mask leaves: query i sits at absolute position q_offset + i and sees the
+// keys 0 .. q_offset + i, of which at most seq_kv exist.
+std::int64_t causal_pairs(std::int64_t seq_q, std::int64_t seq_kv, std::int64_t q_offset) {
+  // Queries whose key count q_offset + i + 1 has not reached seq_kv: a rising run q_offset+1, q_offset+2, ...
+  const std::int64_t rising = std::clamp<std::int64_t>(seq_kv - q_offset, 0, seq_q);
+  const std::int64_t first = q_offset + 1;
+  return rising * first + rising * (rising - 1) / 2 + (seq_q - rising) * seq_kv;
+}
+
+KernelCost attention_cost(const AttentionKernel& a, topo::Dtype dtype, const topo::DeviceModel& d) {
+  require(a.batch >= 0 && a.heads >= 0 && a.kv_heads >= 0 && a.seq_q >= 0 && a.seq_kv >= 0 && a.head_dim >= 0 &&
+              a.q_offset >= 0,
+          "attention sizes must be non-negative");
+  const std::int64_t pairs = a.causal ? causal_pairs(a.seq_q, a.seq_kv, a.q_offset) : a.seq_q * a.seq_kv;
+  // Per pair and head: S = Q K^T is 2 x head_dim FLOPs, O += P V another 2 x head_dim.
+  const double forward_flops = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) *
+                               static_cast<double>(pairs) * static_cast<double>(a.head_dim);
+  // Q and O span the queries and query heads, K and V the keys and key/value heads; each is read or
+  // written once (FlashAttention keeps S and P on chip). Backward reads them again with dO and writes
+  // dQ, dK, dV of the same sizes.
+  const double q_elems = static_cast<double>(a.batch) * static_cast<double>(a.seq_q) *
+                         static_cast<double>(a.heads) * static_cast<double>(a.head_dim);
+  const double kv_elems = static_cast<double>(a.batch) * static_cast<double>(a.seq_kv) *
+                          static_cast<double>(a.kv_heads) * static_cast<double>(a.head_dim);
+  const double forward_bytes = (2.0 * q_elems + 2.0 * kv_elems) * bytes_per_element(dtype);
+  const bool backward = a.pass == Pass::backward;
+  KernelCost c;
+  c.flops = backward ? kAttentionBackwardFactor * forward_flops : forward_flops;
+  c.hbm_bytes = backward ? 2.0 * forward_bytes : forward_bytes;
+  if (c.flops > 0.0) c.compute_s = c.flops / effective_peak(d, dtype, d.efficiency.attention);
+  c.memory_s = c.hbm_bytes / effective_hbm(d);
+  c.duration_ps = seconds_to_ps(std::max(c.compute_s, c.memory_s));
+  return c;
+}
+
+KernelCost elementwise_cost(const ElementwiseKernel& e, const topo::DeviceModel& d) {
+  require(e.bytes >= 0 && e.flops >= 0.0, "element-wise bytes and FLOPs must be non-negative");
+  KernelCost c;
+  // Their few FLOPs per byte run on the vector units, far from any compute roof: the HBM stream is
+  // the whole cost. The FLOPs are kept for counting (hardware FLOPs), not timing.
+  c.flops = e.flops;
+  c.hbm_bytes = static_cast<double>(e.bytes);
+  c.memory_s = c.hbm_bytes / effective_hbm(d);
+  c.duration_ps = seconds_to_ps(c.memory_s);
+  return c;
+}
+
+}  // namespace
+
+KernelCost RooflineCostModel::cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
+  if (const auto* g = std::get_if<GemmKernel>(&kernel)) return gemm_cost(*g, dtype, device);
+  if (const auto* a = std::get_if<AttentionKernel>(&kernel)) return attention_cost(*a, dtype, device);
+  return elementwise_cost(std::get<ElementwiseKernel>(kernel), device);
+}
+
+double RooflineCostModel::rate(const KernelCost& cost, const topo::DeviceModel& device, const DeviceLoad& load) const {
+  if (load.sms_held_by_comm <= 0 && load.comm_hbm_bytes_per_s <= 0.0) return 1.0;
+  const double alone_s = std::max(cost.compute_s, cost.memory_s);
+  if (alone_s <= 0.0) return 1.0;
+  require(device.sm_count > 0, "SM count must be positive");
+
+  const int sms_left = std::max(1, device.sm_count - std::max(0, load.sms_held_by_comm));
+  double compute_s = cost.compute_s;
+  if (cost.tiles > 0) {
+    // The same tiles run in waves of sms_left instead of sm_count; one wave takes as long as before.
+    const std::int64_t waves = ceil_div(cost.tiles, device.sm_count);
+    const std::int64_t waves_left = ceil_div(cost.tiles, sms_left);
+    compute_s = cost.compute_s * static_cast<double>(waves_left) / static_cast<double>(waves);
+  } else {
+    compute_s = cost.compute_s * static_cast<double>(device.sm_count) / static_cast<double>(sms_left);
+  }
+
+  const double bandwidth = effective_hbm(device);
+  const double bandwidth_left =
+      std::max(bandwidth - std::max(0.0, load.comm_hbm_bytes_per_s), kMinHbmShare * bandwidth);
+  const double memory_s = cost.hbm_bytes / bandwidth_left;
+
+  const double contended_s = std::max(compute_s, memory_s);
+  return std::min(1.0, alone_s / contended_s);
+}
+
+}  // namespace fusesim::model

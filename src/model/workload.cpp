@@ -1,0 +1,242 @@
+// Workload files: reading, range checks, consistency checks, fit to a cluster, parameter counts.
+// The schema and every check (with the JSON path it reports) are documented in docs/workload.md.
+#include "fusesim/model/workload.hpp"
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "fusesim/util/embedded.hpp"
+#include "fusesim/util/error.hpp"
+
+namespace fusesim::model {
+namespace {
+
+// Ranges. They refuse values no real model or run has, and keep every product the simulator forms
+// (weights, activations, FLOPs) far from int64 overflow: hidden x q_width x 4 x layers stays below
+// 1e6 x 16384 x 4096 x 4 x 1000 < 2.7e17.
+constexpr std::int64_t kMaxLayers = 1000;
+constexpr std::int64_t kMaxHidden = 1'000'000;
+constexpr std::int64_t kMaxHeads = 16384;
+constexpr std::int64_t kMaxHeadDim = 4096;
+constexpr std::int64_t kMaxFfn = 10'000'000;
+constexpr std::int64_t kMaxVocab = 10'000'000;
+constexpr std::int64_t kMaxSequence = 16 * 1024 * 1024;
+constexpr std::int64_t kMaxMicroBatch = 65536;
+constexpr std::int64_t kMaxGradAccumulation = 1'000'000;
+constexpr std::int64_t kMaxDegree = 65536;
+constexpr std::int64_t kMaxWorld = 1 << 20;
+constexpr std::int64_t kMaxSlices = 1024;
+constexpr std::int64_t kMaxCommSms = 1024;
+// The widest activation of one micro-batch (tokens x widest row) must stay below 2^48 elements, so
+// that its size in bytes is exact as a double and far from int64 overflow.
+constexpr std::int64_t kMaxActivationElements = std::int64_t{1} << 48;
+
+constexpr int kSchemaVersion = 1;
+
+const std::vector<std::string> kScheduleKinds = {"baseline", "slice", "commfuse"};
+const std::vector<std::string> kEngines = {"sm_kernel", "copy_engine"};
+
+ScheduleKind parse_kind(const std::string& s) {
+  if (s == "baseline") return ScheduleKind::baseline;
+  if (s == "slice") return ScheduleKind::slice;
+  return ScheduleKind::commfuse;
+}
+
+CommEngine parse_engine(const std::string& s) {
+  return s == "sm_kernel" ? CommEngine::sm_kernel : CommEngine::copy_engine;
+}
+
+[[noreturn]] void fail_at(const std::string& file, const std::string& path, const std::string& message) {
+  throw InputError(file, path, message);
+}
+
+Architecture parse_model(const JsonObject& m) {
+  Architecture a;
+  a.name = m.string("name");
+  a.layers = m.integer("layers", 1, kMaxLayers);
+  a.hidden = m.integer("hidden", 1, kMaxHidden);
+  a.heads = m.integer("heads", 1, kMaxHeads);
+  a.kv_heads = m.integer("kv_heads", 1, kMaxHeads);
+  const auto head_dim = m.find("head_dim");
+  if (head_dim) {
+    a.head_dim = head_dim->as_integer(1, kMaxHeadDim);
+  } else {
+    // Without an explicit head size the heads split the model width evenly.
+    if (a.hidden % a.heads != 0)
+      fail_at(m.file(), m.path() + ".heads",
+              fmt::format("hidden {} is not divisible by heads {}; give model.head_dim explicitly if the "
+                          "heads do not split the width evenly",
+                          a.hidden, a.heads));
+    a.head_dim = a.hidden / a.heads;
+    if (a.head_dim > kMaxHeadDim)
+      fail_at(m.file(), m.path() + ".heads",
+              fmt::format("hidden / heads = {} exceeds the largest head size {}", a.head_dim, kMaxHeadDim));
+  }
+  a.ffn_hidden = m.integer("ffn_hidden", 1, kMaxFfn);
+  a.gated_mlp = m.boolean("gated_mlp");
+  a.vocab = m.integer("vocab", 0, kMaxVocab);
+  a.causal = m.boolean_or("causal", true);
+  a.source = m.string("source");
+  m.finish();
+  if (a.heads % a.kv_heads != 0)
+    fail_at(m.file(), m.path() + ".kv_heads",
+            fmt::format("kv_heads {} does not divide heads {} (each key/value head serves a whole group of "
+                        "query heads)",
+                        a.kv_heads, a.heads));
+  return a;
+}
+
+}  // namespace
+
+std::int64_t Architecture::params_per_layer() const {
+  // Attention: Q, K, V projections (K and V only kv_width wide under grouped-query attention) and the
+  // output projection back to the model width. No biases (Llama-style).
+  const std::int64_t attention = hidden * (q_width() + 2 * kv_width()) + q_width() * hidden;
+  // MLP: FC1 (gate and up halves when gated) and FC2.
+  const std::int64_t mlp = hidden * ffn_hidden * (gated_mlp ? 2 : 1) + ffn_hidden * hidden;
+  // Two norms (before attention, before the MLP), one scale vector each (RMSNorm).
+  const std::int64_t norms = 2 * hidden;
+  return attention + mlp + norms;
+}
+
+std::int64_t Architecture::params_total() const {
+  // Token embedding and an untied LM head, both vocab x hidden, and the final norm.
+  return layers * params_per_layer() + 2 * vocab * hidden + hidden;
+}
+
+void validate_workload(const Workload& w, const std::string& file) {
+  const Architecture& a = w.arch;
+  const Parallelism& p = w.parallel;
+  const std::int64_t tp = p.tp, up = p.up, dp = p.dp;
+  const std::int64_t world = tp * up * dp;
+  if (world > kMaxWorld)
+    fail_at(file, "$.parallel",
+            fmt::format("tp x up x dp = {} x {} x {} = {} ranks exceeds the limit of {}", tp, up, dp, world,
+                        kMaxWorld));
+  // Query heads are split over the tensor-parallel ranks, then over the Ulysses ranks.
+  if (a.heads % tp != 0)
+    fail_at(file, "$.parallel.tp",
+            fmt::format("model.heads {} is not divisible by tp {}", a.heads, tp));
+  if (a.heads % (tp * up) != 0)
+    fail_at(file, "$.parallel.up",
+            fmt::format("model.heads {} is not divisible by tp x up = {} x {} = {}", a.heads, tp, up, tp * up));
+  // Key/value heads are split like the query heads, or replicated when there are fewer of them than
+  // ranks (each rank then holds the one its query heads use).
+  auto kv_ok = [&](std::int64_t ways) { return a.kv_heads % ways == 0 || ways % a.kv_heads == 0; };
+  if (!kv_ok(tp))
+    fail_at(file, "$.parallel.tp",
+            fmt::format("model.kv_heads {} and tp {}: neither divides the other, so key/value heads can be "
+                        "neither split nor replicated evenly",
+                        a.kv_heads, tp));
+  if (!kv_ok(tp * up))
+    fail_at(file, "$.parallel.up",
+            fmt::format("model.kv_heads {} and tp x up = {}: neither divides the other, so key/value heads "
+                        "can be neither split nor replicated evenly",
+                        a.kv_heads, tp * up));
+  // Sequence parallelism: every rank of a TP x UP group holds an equal shard of the sequence.
+  if (w.sequence_length % (tp * up) != 0)
+    fail_at(file, "$.training.sequence_length",
+            fmt::format("sequence_length {} is not divisible by tp x up = {} x {} = {}", w.sequence_length,
+                        tp, up, tp * up));
+  // Slice-overlap cuts each rank's shard into `slices` equal slices, each gathered (or scattered) by its
+  // own collective.
+  if (w.schedule.kind == ScheduleKind::slice) {
+    const std::int64_t parts = tp * up * w.schedule.slices;
+    if (w.sequence_length % parts != 0)
+      fail_at(file, "$.schedule.slices",
+              fmt::format("slice-overlap needs sequence_length divisible by tp x up x slices = {} x {} x {} = "
+                          "{}; {} is not",
+                          tp, up, w.schedule.slices, parts, w.sequence_length));
+  }
+  // The widest row of one micro-batch: hidden, fused QKV, FC1 output (x2 gated) or logits.
+  const std::int64_t widest = std::max({a.hidden, a.q_width() + 2 * a.kv_width(),
+                                        a.ffn_hidden * (a.gated_mlp ? 2 : 1), a.vocab});
+  const std::int64_t tokens = w.tokens_per_microbatch();
+  if (tokens > kMaxActivationElements / widest)
+    fail_at(file, w.micro_batch > 1 ? "$.training.micro_batch" : "$.training.sequence_length",
+            fmt::format("sequence_length x micro_batch = {} tokens with rows {} wide make an activation of more "
+                        "than 2^48 elements",
+                        tokens, widest));
+}
+
+Workload parse_workload(const JsonDocument& doc) {
+  const JsonObject root = doc.root();
+  const std::string& file = doc.file();
+  const JsonValue version = root.at("schema_version");
+  if (version.as_integer(0, 1'000'000) != kSchemaVersion)
+    version.fail(fmt::format("unsupported schema_version {} (this fusesim reads version {})",
+                             version.as_integer(0, 1'000'000), kSchemaVersion));
+
+  Workload w;
+  w.name = root.string("name");
+  w.arch = parse_model(root.object("model"));
+
+  const JsonObject t = root.object("training");
+  w.sequence_length = t.integer("sequence_length", 1, kMaxSequence);
+  w.micro_batch = t.integer("micro_batch", 1, kMaxMicroBatch);
+  w.grad_accumulation = t.integer_or("grad_accumulation", 1, kMaxGradAccumulation, 1);
+  w.dtype = topo::parse_dtype(t.at("dtype"));
+  t.finish();
+
+  const JsonObject p = root.object("parallel");
+  w.parallel.tp = static_cast<int>(p.integer("tp", 1, kMaxDegree));
+  w.parallel.up = static_cast<int>(p.integer("up", 1, kMaxDegree));
+  w.parallel.dp = static_cast<int>(p.integer("dp", 1, kMaxDegree));
+  p.finish();
+
+  const JsonObject s = root.object("schedule");
+  w.schedule.kind = parse_kind(s.choice("kind", kScheduleKinds));
+  w.schedule.slices = static_cast<int>(s.integer_or("slices", 1, kMaxSlices, 4));
+  w.schedule.collective_engine = parse_engine(s.choice_or("collective_engine", kEngines, "sm_kernel"));
+  w.schedule.p2p_engine = parse_engine(s.choice_or("p2p_engine", kEngines, "copy_engine"));
+  if (auto sms = s.find("comm_sms")) w.schedule.comm_sms = static_cast<int>(sms->as_integer(1, kMaxCommSms));
+  w.schedule.query_split_attention = s.boolean_or("query_split_attention", false);
+  s.finish();
+
+  w.backward = root.boolean_or("backward", true);
+  root.finish();
+
+  validate_workload(w, file);
+  return w;
+}
+
+Workload load_workload(const std::string& name_or_path) {
+  const ResolvedInput in = resolve_input(name_or_path, "workloads");
+  return parse_workload(JsonDocument::parse(in.text, in.label));
+}
+
+void check_fits(const Workload& w, const std::string& workload_file, const topo::Cluster& c) {
+  const std::int64_t world = static_cast<std::int64_t>(w.parallel.tp) * w.parallel.up * w.parallel.dp;
+  if (world > c.num_ranks())
+    fail_at(workload_file, "$.parallel",
+            fmt::format("tp x up x dp = {} x {} x {} = {} ranks, but cluster '{}' has {}", w.parallel.tp,
+                        w.parallel.up, w.parallel.dp, world, c.name, c.num_ranks()));
+  // A tensor-parallel group exchanges activations every layer: it must sit on the scale-up domain of
+  // one node, and the groups must tile the node.
+  if (w.parallel.tp > c.devices_per_node || c.devices_per_node % w.parallel.tp != 0)
+    fail_at(workload_file, "$.parallel.tp",
+            fmt::format("tp {} must divide the {} devices per node of cluster '{}' (a tensor-parallel group "
+                        "stays inside one node)",
+                        w.parallel.tp, c.devices_per_node, c.name));
+  // The ranks the run uses are 0..world-1; each of their device models must support the data type and
+  // leave SMs to compute beside communication.
+  std::set<std::string> checked;
+  for (std::int64_t r = 0; r < world; ++r) {
+    const std::string& model_name = c.rank_model.at(static_cast<std::size_t>(r));
+    if (!checked.insert(model_name).second) continue;
+    const topo::DeviceModel& d = c.device_models.at(model_name);
+    if (d.peak_flops_per_s.find(w.dtype) == d.peak_flops_per_s.end())
+      fail_at(workload_file, "$.training.dtype",
+              fmt::format("device model '{}' of cluster '{}' gives no peak FLOP/s for {}", model_name, c.name,
+                          topo::to_string(w.dtype)));
+    if (w.schedule.comm_sms && *w.schedule.comm_sms >= d.sm_count)
+      fail_at(workload_file, "$.schedule.comm_sms",
+              fmt::format("comm_sms {} leaves no SM for compute on device model '{}' ({} SMs)",
+                          *w.schedule.comm_sms, model_name, d.sm_count));
+  }
+}
+
+}  // namespace fusesim::model

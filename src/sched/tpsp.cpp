@@ -1,0 +1,759 @@
+// TPSP generator. The structure follows docs/schedules.md: a layer is a sequence of element-wise
+// tasks and four overlapped regions per pass (AG -> column-parallel GEMM, row-parallel GEMM -> RS);
+// each region is emitted by ag_region() or rs_region() in the requested schedule, with a callback
+// that emits the compute on a given set of sequence rows. The same region code therefore serves the
+// forward GEMMs, the backward dgrad/wgrad GEMMs and the query-split attention.
+#include "fusesim/sched/tpsp.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "fusesim/sched/dataflow.hpp"
+#include "fusesim/util/error.hpp"
+
+namespace fusesim::sched {
+
+std::int64_t TpspShape::kv_heads_local() const {
+  // With fewer kv heads than ranks each rank keeps the one kv head its query heads use (replicated,
+  // as Megatron does for GQA with tp > num_query_groups).
+  return kv_heads >= tp ? kv_heads / tp : 1;
+}
+
+std::int64_t TpspShape::kv_head0(int r) const {
+  if (kv_heads >= tp) return r * (kv_heads / tp);
+  const std::int64_t group = heads / kv_heads;  // query heads per kv head
+  return (r * (heads / tp)) / group;
+}
+
+namespace {
+
+using model::ScheduleKind;
+using PerRank = std::vector<BufferId>;          // one buffer per TP index; empty when no dataflow
+using Deps = std::vector<std::vector<TaskId>>;  // per TP index
+
+struct Span {
+  std::int64_t row0 = 0, rows = 0;
+};
+
+// One compute task of a region step. data_op -1: timing only.
+struct Work {
+  std::string op;
+  model::Kernel kernel;
+  std::int32_t data_op = -1;
+};
+// Emits the compute for TP index `ti` on the given rows of the full sequence (chunk: the ring
+// chunk, -1 when the rows span several chunks).
+using WorkFn = std::function<std::vector<Work>(int ti, int chunk, const std::vector<Span>& rows)>;
+
+struct OpCtx {
+  int layer = 0;
+  bool forward = true;
+  std::string region;  // "ag+qkv"
+  bool data = true;    // emit data ops
+};
+
+std::int64_t mod(std::int64_t a, std::int64_t m) { return ((a % m) + m) % m; }
+
+Rect rows_rect(std::int64_t row0, std::int64_t rows, std::int64_t cols) { return Rect{row0, 0, rows, cols}; }
+
+class Builder {
+ public:
+  Builder(const TpspRequest& req, Schedule& out, DataflowProgram& prog)
+      : req_(req), sh_(req.shape), g_(out.graph), prog_(prog),
+        t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.dtype)) {
+    k_ = req.kind == ScheduleKind::slice ? req.schedule.slices : 1;
+  }
+
+  void set_replica(int d) { replica_ = d; region_count_ = 0; }
+  int rank(int ti) const { return RankLayout{t_, 1, sh_.dp}.rank(ti, 0, replica_); }
+
+  void generate();
+
+ private:
+  const TpspRequest& req_;
+  const TpspShape& sh_;
+  TaskGraph& g_;
+  DataflowProgram& prog_;
+  int t_;
+  int k_;
+  int elem_;
+  int replica_ = 0;
+  int region_count_ = 0;
+  std::int64_t next_tag_ = 0;
+  std::int64_t next_instance_ = 0;
+  std::map<std::string, int> region_ids_;
+
+  std::int64_t S() const { return sh_.rows(); }
+  std::int64_t n() const { return sh_.chunk_rows(); }
+  Span chunk_span(std::int64_t c) const { return Span{c * n(), n()}; }
+  // Slice j of chunk c: slices cut along positions so that every row of a position stays together.
+  Span slice_span(std::int64_t c, int j) const {
+    const std::int64_t positions = sh_.seq / t_;
+    const std::int64_t p0 = j * positions / k_, p1 = (j + 1) * positions / k_;
+    return Span{c * n() + p0 * sh_.batch, (p1 - p0) * sh_.batch};
+  }
+  Bytes bytes(std::int64_t elements) const { return elements * elem_; }
+
+  std::string prefix(const OpCtx& ctx) const {
+    return fmt::format("L{}/{}", ctx.layer, ctx.forward ? "fwd" : "bwd");
+  }
+  int region_id(const OpCtx& ctx) {
+    const std::string name = prefix(ctx) + "/" + ctx.region;
+    auto it = region_ids_.find(name);
+    if (it != region_ids_.end()) return it->second;
+    const int id = g_.add_region(Region{name, "tpsp"});
+    region_ids_.emplace(name, id);
+    return id;
+  }
+  // The test hook (TpspFault): the chunk index used at `step` of the current region on `ti`.
+  std::int64_t chunk_at(int ti, int region_index, int step, std::int64_t c) const {
+    const TpspFault& f = req_.fault;
+    if (f.tp_index == ti && replica_ == 0 && f.region == region_index && f.step == step) return mod(c + f.shift, t_);
+    return c;
+  }
+  // For a collective's member list the fault swaps the places of members `step` and step + shift
+  // (a shift alone could be undone by the later write of the member it collides with).
+  std::int64_t member_chunk(int ti, int region_index, int p) const {
+    const TpspFault& f = req_.fault;
+    if (f.tp_index != ti || replica_ != 0 || f.region != region_index) return p;
+    const std::int64_t a = mod(f.step, t_), b = mod(f.step + f.shift, t_);
+    return p == a ? b : (p == b ? a : p);
+  }
+
+  TaskLabels labels(const OpCtx& ctx, int region, std::string op) const {
+    TaskLabels l;
+    l.region = region;
+    l.layer = ctx.layer;
+    l.phase = ctx.forward ? "forward" : "backward";
+    l.op = std::move(op);
+    return l;
+  }
+
+  TaskId add(int ti, std::string name, StreamRef stream, TaskKind kind, TaskLabels lab, std::int32_t data_op,
+             const std::vector<TaskId>& deps) {
+    Task task;
+    task.name = fmt::format("r{}/{}", rank(ti), name);
+    task.rank = rank(ti);
+    task.stream = stream;
+    task.kind = std::move(kind);
+    task.labels = std::move(lab);
+    task.data_op = data_op;
+    const TaskId id = g_.add(std::move(task));
+    for (TaskId d : deps) g_.depend(d, id);
+    return id;
+  }
+
+  TaskId compute(int ti, std::string name, model::Kernel kernel, TaskLabels lab, std::int32_t data_op,
+                 const std::vector<TaskId>& deps) {
+    return add(ti, std::move(name), StreamRef{StreamKind::compute, 0},
+               ComputeTask{std::move(kernel), sh_.dtype, false}, std::move(lab), data_op, deps);
+  }
+
+  StreamRef p2p_stream() const {
+    return req_.schedule.p2p_engine == model::CommEngine::copy_engine ? StreamRef{StreamKind::copy, 0}
+                                                                        : StreamRef{StreamKind::comm, 0};
+  }
+  int comm_sms() const { return req_.schedule.comm_sms.value_or(-1); }
+  std::vector<int> group() const {
+    std::vector<int> gr;
+    for (int ti = 0; ti < t_; ++ti) gr.push_back(rank(ti));
+    return gr;
+  }
+
+  PerRank alloc(const OpCtx& ctx, const std::string& name, std::int64_t rows, std::int64_t cols,
+                const std::function<std::vector<Piece>(int ti)>& init = {}) {
+    PerRank out;
+    if (!ctx.data) return out;
+    for (int ti = 0; ti < t_; ++ti) {
+      BufferDecl b;
+      b.name = fmt::format("r{}/{}/{}", rank(ti), prefix(ctx), name);
+      b.rank = rank(ti);
+      b.rows = rows;
+      b.cols = cols;
+      if (init) b.init = init(ti);
+      out.push_back(prog_.add_buffer(std::move(b)));
+    }
+    return out;
+  }
+  std::int32_t op(const OpCtx& ctx, DataOp d) { return ctx.data ? prog_.add_op(std::move(d)) : -1; }
+  Ref ref(const PerRank& b, int ti, Span s, std::int64_t width) const {
+    return b.empty() ? Ref{} : Ref{b[static_cast<std::size_t>(ti)], rows_rect(s.row0, s.rows, width)};
+  }
+
+  std::vector<TaskId> emit_work(const OpCtx& ctx, int ti, int region, const WorkFn& work, int chunk,
+                                const std::vector<Span>& rows, const std::string& suffix, int step, int slice,
+                                std::vector<TaskId> deps) {
+    std::vector<TaskId> ids;
+    for (Work& w : work(ti, chunk, rows)) {
+      TaskLabels lab = labels(ctx, region, w.op);
+      lab.chunk = chunk;
+      lab.step = step;
+      lab.slice = slice;
+      const TaskId id = compute(ti, fmt::format("{}/{}{}", prefix(ctx), w.op, suffix), std::move(w.kernel),
+                                std::move(lab), w.data_op, deps);
+      ids.push_back(id);
+      deps = {id};
+    }
+    return ids;
+  }
+
+  TaskId elementwise(const OpCtx& ctx, int ti, const std::string& name, std::string kind, std::int64_t traffic_elems,
+                     Flops flops, std::int32_t data_op, const std::vector<TaskId>& deps) {
+    return compute(ti, fmt::format("{}/{}", prefix(ctx), name),
+                   model::ElementwiseKernel{std::move(kind), bytes(traffic_elems), flops}, labels(ctx, -1, name),
+                   data_op, deps);
+  }
+
+  Deps ag_region(const OpCtx& ctx, const PerRank& gbuf, std::int64_t width, const Deps& ready, const WorkFn& work);
+  Deps rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std::int64_t width, const Deps& ready,
+                 const WorkFn& work);
+
+  struct LayerOut {
+    PerRank y;
+    Deps done;
+  };
+  LayerOut forward_layer(int l, const PerRank& x, const Deps& ready);
+  Deps backward_layer(int l, const Deps& ready);
+  void piece_ag_gemm();
+  void piece_gemm_rs();
+
+  WorkFn gemm_work(const OpCtx& ctx, std::string name, const PerRank& a, const PerRank& b, const PerRank& c,
+                   std::int64_t k, std::int64_t nn) {
+    return [this, ctx, name, a, b, c, k, nn](int ti, int, const std::vector<Span>& rows) {
+      GemmOp g;
+      std::int64_t m = 0;
+      if (ctx.data) {
+        g.a = a[static_cast<std::size_t>(ti)];
+        g.b = b[static_cast<std::size_t>(ti)];
+        g.c = c[static_cast<std::size_t>(ti)];
+        g.a_cols = k;
+        g.c_cols = nn;
+      }
+      for (const Span& s : rows) {
+        g.blocks.push_back(RowBlock{s.row0, s.row0, s.rows});
+        m += s.rows;
+      }
+      return std::vector<Work>{Work{name, model::GemmKernel{m, nn, k, 1}, op(ctx, std::move(g))}};
+    };
+  }
+};
+
+// AG -> GEMM. Every rank's `gbuf` [S, width] holds its own chunk once `ready` is done; the region
+// brings the other chunks and runs `work` on them.
+Deps Builder::ag_region(const OpCtx& ctx, const PerRank& gbuf, std::int64_t width, const Deps& ready,
+                        const WorkFn& work) {
+  const int region = region_id(ctx);
+  const int region_index = region_count_++;
+  Deps done(static_cast<std::size_t>(t_));
+  const auto kind = t_ == 1 ? ScheduleKind::baseline : req_.kind;
+  if (t_ == 1) {
+    // One rank: nothing to gather.
+    done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, ready[0]);
+    return done;
+  }
+  const StreamRef comm{StreamKind::comm, 0};
+  if (kind == ScheduleKind::baseline || kind == ScheduleKind::slice) {
+    const int slices = kind == ScheduleKind::slice ? k_ : 1;
+    for (int j = 0; j < slices; ++j) {
+      const std::int64_t instance = next_instance_++;
+      for (int ti = 0; ti < t_; ++ti) {
+        auto span = [&](std::int64_t c) { return slices == 1 ? chunk_span(c) : slice_span(c, j); };
+        CollectiveOp cop;
+        std::vector<Span> rows;
+        if (ctx.data) cop.in.push_back(ref(gbuf, ti, span(ti), width));
+        for (int p = 0; p < t_; ++p) {
+          if (ctx.data) cop.out.push_back(ref(gbuf, ti, span(member_chunk(ti, region_index, p)), width));
+          rows.push_back(span(p));
+        }
+        TaskLabels lab = labels(ctx, region, "all_gather");
+        lab.slice = slices == 1 ? -1 : j;
+        const std::string suffix = slices == 1 ? "" : fmt::format("/k{}", j);
+        const TaskId ag = add(ti, fmt::format("{}/{}/ag{}", prefix(ctx), ctx.region, suffix), comm,
+                              CollectiveTask{CollectiveKind::all_gather, group(), bytes(t_ * rows[0].rows * width),
+                                             instance, req_.schedule.collective_engine, comm_sms()},
+                              std::move(lab), op(ctx, std::move(cop)), ready[static_cast<std::size_t>(ti)]);
+        auto ids = emit_work(ctx, ti, region, work, -1, rows, suffix, -1, slices == 1 ? -1 : j, {ag});
+        auto& d = done[static_cast<std::size_t>(ti)];
+        d.insert(d.end(), ids.begin(), ids.end());
+      }
+    }
+    return done;
+  }
+  // Fuse-AG (design note section 2): step i computes chunk (r - i) mod t, sends it to r+1 and
+  // receives chunk (r - i - 1) mod t from r-1.
+  const std::int64_t tag0 = next_tag_;
+  next_tag_ += static_cast<std::int64_t>(t_) * t_;
+  const Bytes chunk_bytes = bytes(n() * width);
+  for (int ti = 0; ti < t_; ++ti) {
+    const int next = static_cast<int>(mod(ti + 1, t_)), prev = static_cast<int>(mod(ti - 1, t_));
+    std::vector<TaskId> have = ready[static_cast<std::size_t>(ti)];  // the chunk computed at this step is here
+    auto& d = done[static_cast<std::size_t>(ti)];
+    for (int i = 0; i < t_; ++i) {
+      const std::int64_t c = mod(ti - i, t_);
+      const std::int64_t cc = chunk_at(ti, region_index, i, c);
+      auto ids = emit_work(ctx, ti, region, work, static_cast<int>(cc), {chunk_span(cc)}, fmt::format("/c{}", cc), i,
+                           -1, have);
+      d.insert(d.end(), ids.begin(), ids.end());
+      if (i == t_ - 1) break;
+      TaskLabels sl = labels(ctx, region, "send");
+      sl.chunk = static_cast<int>(c);
+      sl.step = i;
+      add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, c), p2p_stream(),
+          SendTask{rank(next), chunk_bytes, tag0 + static_cast<std::int64_t>(i) * t_ + ti, req_.schedule.p2p_engine,
+                   comm_sms()},
+          std::move(sl), op(ctx, SendOp{ref(gbuf, ti, chunk_span(c), width)}), have);
+      const std::int64_t rc = mod(ti - i - 1, t_);
+      TaskLabels rl = labels(ctx, region, "recv");
+      rl.chunk = static_cast<int>(rc);
+      rl.step = i;
+      const TaskId recv = add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, rc), p2p_stream(),
+                              RecvTask{rank(prev), chunk_bytes, tag0 + static_cast<std::int64_t>(i) * t_ + prev},
+                              std::move(rl), op(ctx, RecvOp{ref(gbuf, ti, chunk_span(rc), width)}), {});
+      have = {recv};
+    }
+  }
+  return done;
+}
+
+// GEMM -> RS. `work` writes this rank's partial sums into `pbuf` [S, width]; the region leaves the
+// reduced own chunk in `out` [n, width] (allocated here; `pbuf` itself when t = 1).
+Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std::int64_t width, const Deps& ready,
+                        const WorkFn& work) {
+  const int region = region_id(ctx);
+  const int region_index = region_count_++;
+  Deps done(static_cast<std::size_t>(t_));
+  if (t_ == 1) {
+    done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, ready[0]);
+    out = pbuf;
+    return done;
+  }
+  out = alloc(ctx, ctx.region + "/out", n(), width);
+  const StreamRef comm{StreamKind::comm, 0};
+  if (req_.kind == ScheduleKind::baseline || req_.kind == ScheduleKind::slice) {
+    const int slices = req_.kind == ScheduleKind::slice ? k_ : 1;
+    for (int j = 0; j < slices; ++j) {
+      const std::int64_t instance = next_instance_++;
+      for (int ti = 0; ti < t_; ++ti) {
+        auto span = [&](std::int64_t c) { return slices == 1 ? chunk_span(c) : slice_span(c, j); };
+        std::vector<Span> rows;
+        for (int p = 0; p < t_; ++p) rows.push_back(span(p));
+        const std::string suffix = slices == 1 ? "" : fmt::format("/k{}", j);
+        auto ids = emit_work(ctx, ti, region, work, -1, rows, suffix, -1, slices == 1 ? -1 : j,
+                             ready[static_cast<std::size_t>(ti)]);
+        CollectiveOp cop;
+        if (ctx.data) {
+          for (int p = 0; p < t_; ++p) cop.in.push_back(ref(pbuf, ti, span(member_chunk(ti, region_index, p)), width));
+          const Span own = span(ti);
+          cop.out.push_back(ref(out, ti, Span{own.row0 - ti * n(), own.rows}, width));
+        }
+        TaskLabels lab = labels(ctx, region, "reduce_scatter");
+        lab.slice = slices == 1 ? -1 : j;
+        const TaskId rs = add(ti, fmt::format("{}/{}/rs{}", prefix(ctx), ctx.region, suffix), comm,
+                              CollectiveTask{CollectiveKind::reduce_scatter, group(), bytes(t_ * rows[0].rows * width),
+                                             instance, req_.schedule.collective_engine, comm_sms()},
+                              std::move(lab), op(ctx, std::move(cop)), ids);
+        done[static_cast<std::size_t>(ti)].push_back(rs);
+      }
+    }
+    return done;
+  }
+  // Fuse-RS (design note section 2): step i computes the partial of chunk (r - 1 - i) mod t; from
+  // step 1 on it adds the running sum received from r-1 and passes it to r+1; the own chunk comes
+  // last and its add is the result.
+  PerRank recv_buf = alloc(ctx, ctx.region + "/recv", S(), width);
+  PerRank sum_buf = alloc(ctx, ctx.region + "/sum", S(), width);
+  const std::int64_t tag0 = next_tag_;
+  next_tag_ += static_cast<std::int64_t>(t_) * t_;
+  const Bytes chunk_bytes = bytes(n() * width);
+  const model::ElementwiseKernel add_kernel{"add", bytes(3 * n() * width), static_cast<Flops>(n() * width)};
+  for (int ti = 0; ti < t_; ++ti) {
+    const int next = static_cast<int>(mod(ti + 1, t_)), prev = static_cast<int>(mod(ti - 1, t_));
+    for (int i = 0; i < t_; ++i) {
+      const std::int64_t c = mod(ti - 1 - i, t_);
+      const std::int64_t cc = chunk_at(ti, region_index, i, c);
+      auto ids = emit_work(ctx, ti, region, work, static_cast<int>(cc), {chunk_span(cc)}, fmt::format("/c{}", cc), i,
+                           -1, i == 0 ? ready[static_cast<std::size_t>(ti)] : std::vector<TaskId>{});
+      TaskId value = ids.back();  // the task after which chunk c's running sum is complete here
+      const PerRank* value_buf = &pbuf;
+      Span value_span = chunk_span(c);
+      if (i > 0) {
+        TaskLabels rl = labels(ctx, region, "recv");
+        rl.chunk = static_cast<int>(c);
+        rl.step = i;
+        const TaskId recv = add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, c), p2p_stream(),
+                                RecvTask{rank(prev), chunk_bytes, tag0 + static_cast<std::int64_t>(i - 1) * t_ + prev},
+                                std::move(rl), op(ctx, RecvOp{ref(recv_buf, ti, chunk_span(c), width)}), {});
+        const bool last = i == t_ - 1;
+        const PerRank& dst = last ? out : sum_buf;
+        const Span dst_span = last ? Span{0, n()} : chunk_span(c);
+        TaskLabels al = labels(ctx, region, "add");
+        al.chunk = static_cast<int>(c);
+        al.step = i;
+        value = compute(ti, fmt::format("{}/{}/add/c{}", prefix(ctx), ctx.region, c), add_kernel, std::move(al),
+                        op(ctx, AddOp{ref(pbuf, ti, chunk_span(c), width), ref(recv_buf, ti, chunk_span(c), width),
+                                      ref(dst, ti, dst_span, width)}),
+                        {ids.back(), recv});
+        value_buf = &sum_buf;
+        if (last) {
+          done[static_cast<std::size_t>(ti)].push_back(value);
+          break;
+        }
+      }
+      TaskLabels sl = labels(ctx, region, "send");
+      sl.chunk = static_cast<int>(c);
+      sl.step = i;
+      add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, c), p2p_stream(),
+          SendTask{rank(next), chunk_bytes, tag0 + static_cast<std::int64_t>(i) * t_ + ti, req_.schedule.p2p_engine,
+                   comm_sms()},
+          std::move(sl), op(ctx, SendOp{ref(*value_buf, ti, value_span, width)}), {value});
+    }
+  }
+  return done;
+}
+
+Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& ready) {
+  const std::int64_t h = sh_.hidden, S_ = S(), n_ = n();
+  const std::int64_t qn = sh_.q_local(), kvn = sh_.kv_local(), qkvn = sh_.qkv_local();
+  const std::int64_t f1 = sh_.fc1_local(), fl = sh_.ffn_local();
+  const std::string wp = fmt::format("L{}/", l);
+  OpCtx ctx{l, true, "", true};
+  auto with = [&](std::string region) {
+    OpCtx c = ctx;
+    c.region = std::move(region);
+    return c;
+  };
+  // Weight shards, from the unpartitioned weights of the reference computation.
+  const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
+  PerRank w_qkv = alloc(ctx, "w_qkv", h, qkvn, [&](int ti) {
+    const std::int64_t kv0 = sh_.kv_head0(ti) * sh_.head_dim;
+    return std::vector<Piece>{Piece{wp + "w_qkv", Rect{0, ti * qn, h, qn}, 0, 0},
+                              Piece{wp + "w_qkv", Rect{0, Q + kv0, h, kvn}, 0, qn},
+                              Piece{wp + "w_qkv", Rect{0, Q + KV + kv0, h, kvn}, 0, qn + kvn}};
+  });
+  PerRank w_o = alloc(ctx, "w_o", qn, h,
+                      [&](int ti) { return std::vector<Piece>{Piece{wp + "w_o", Rect{ti * qn, 0, qn, h}, 0, 0}}; });
+  PerRank w1 = alloc(ctx, "w1", h, f1, [&](int ti) {
+    std::vector<Piece> p{Piece{wp + "w1", Rect{0, ti * fl, h, fl}, 0, 0}};
+    if (sh_.gated) p.push_back(Piece{wp + "w1", Rect{0, sh_.ffn + ti * fl, h, fl}, 0, fl});
+    return p;
+  });
+  PerRank w2 = alloc(ctx, "w2", fl, h,
+                     [&](int ti) { return std::vector<Piece>{Piece{wp + "w2", Rect{ti * fl, 0, fl, h}, 0, 0}}; });
+
+  // LayerNorm on the local shard, written straight into its place in the gather buffer.
+  PerRank g1 = alloc(ctx, "ln1_out", S_, h);
+  Deps d_ln1(static_cast<std::size_t>(t_));
+  for (int ti = 0; ti < t_; ++ti)
+    d_ln1[ti] = {elementwise(ctx, ti, "ln1", "layernorm", 2 * n_ * h, 8.0 * n_ * h,
+                             op(ctx, NormOp{ref(x, ti, Span{0, n_}, h), ref(g1, ti, chunk_span(ti), h)}), ready[ti])};
+
+  PerRank qkv = alloc(ctx, "qkv", S_, qkvn);
+  Deps d_qkv = ag_region(with("ag+qkv"), g1, h, d_ln1, gemm_work(ctx, "qkv", g1, w_qkv, qkv, h, qkvn));
+
+  PerRank attn = alloc(ctx, "attn", S_, qn);
+  PerRank po = alloc(ctx, "out_proj_partial", S_, h);
+  auto attention = [this, ctx, qkv, attn, qn, kvn](int ti, const Span& s) {
+    const std::int64_t q_pos0 = s.row0 / sh_.batch, q_len = s.rows / sh_.batch;
+    const std::int64_t kv_len = sh_.causal ? q_pos0 + q_len : sh_.seq;
+    AttentionOp a;
+    if (ctx.data) {
+      a.q = ref(qkv, ti, s, qn);
+      a.k = a.v = qkv[static_cast<std::size_t>(ti)];
+      a.k_col0 = qn;
+      a.v_col0 = qn + kvn;
+      a.kv_positions = kv_len;
+      a.out = ref(attn, ti, s, qn);
+      a.batch = sh_.batch;
+      a.heads = sh_.heads / t_;
+      a.kv_heads = sh_.kv_heads_local();
+      a.head_dim = sh_.head_dim;
+      a.q_position0 = q_pos0;
+      a.causal = sh_.causal;
+    }
+    model::AttentionKernel k{sh_.batch, sh_.heads / t_, sh_.kv_heads_local(), q_len, kv_len, sh_.head_dim,
+                             sh_.causal, q_pos0, model::Pass::forward};
+    return Work{"attention", k, op(ctx, std::move(a))};
+  };
+  PerRank attn_out;
+  Deps d_attn_rs;
+  if (req_.kind == ScheduleKind::commfuse && req_.schedule.query_split_attention && t_ > 1) {
+    // Query-split: attention and out-projection of one query chunk per Fuse-RS step.
+    WorkFn proj = gemm_work(ctx, "out_proj", attn, w_o, po, qn, h);
+    WorkFn fused = [attention, proj](int ti, int chunk, const std::vector<Span>& rows) {
+      std::vector<Work> w{attention(ti, rows.at(0))};
+      for (Work& p : proj(ti, chunk, rows)) w.push_back(std::move(p));
+      return w;
+    };
+    d_attn_rs = rs_region(with("attn+out_proj+rs"), po, attn_out, h, d_qkv, fused);
+  } else {
+    Deps d_att(static_cast<std::size_t>(t_));
+    for (int ti = 0; ti < t_; ++ti) {
+      Work w = attention(ti, Span{0, S_});
+      d_att[ti] = {compute(ti, prefix(ctx) + "/attention", std::move(w.kernel), labels(ctx, -1, "attention"), w.data_op,
+                           d_qkv[ti])};
+    }
+    d_attn_rs = rs_region(with("out_proj+rs"), po, attn_out, h, d_att, gemm_work(ctx, "out_proj", attn, w_o, po, qn, h));
+  }
+
+  PerRank h1 = alloc(ctx, "h1", n_, h);
+  PerRank g2 = alloc(ctx, "ln2_out", S_, h);
+  Deps d_ln2(static_cast<std::size_t>(t_));
+  for (int ti = 0; ti < t_; ++ti) {
+    const TaskId a = elementwise(ctx, ti, "residual1", "add", 3 * n_ * h, 1.0 * n_ * h,
+                                 op(ctx, AddOp{ref(x, ti, Span{0, n_}, h), ref(attn_out, ti, Span{0, n_}, h),
+                                               ref(h1, ti, Span{0, n_}, h)}),
+                                 d_attn_rs[ti]);
+    d_ln2[ti] = {elementwise(ctx, ti, "ln2", "layernorm", 2 * n_ * h, 8.0 * n_ * h,
+                             op(ctx, NormOp{ref(h1, ti, Span{0, n_}, h), ref(g2, ti, chunk_span(ti), h)}), {a})};
+  }
+
+  PerRank f = alloc(ctx, "fc1_out", S_, f1);
+  Deps d_fc1 = ag_region(with("ag+fc1"), g2, h, d_ln2, gemm_work(ctx, "fc1", g2, w1, f, h, f1));
+
+  PerRank act = alloc(ctx, "act", S_, fl);
+  Deps d_act(static_cast<std::size_t>(t_));
+  for (int ti = 0; ti < t_; ++ti) {
+    // SwiGLU reads gate and up, writes one; GELU reads and writes one. FLOPs: a handful per element.
+    const std::string kind = sh_.gated ? "swiglu" : "gelu";
+    d_act[ti] = {elementwise(ctx, ti, "act", kind, S_ * (f1 + fl), (sh_.gated ? 6.0 : 8.0) * S_ * fl,
+                             op(ctx, ActivationOp{kind, ref(f, ti, Span{0, S_}, f1), ref(act, ti, Span{0, S_}, fl)}),
+                             d_fc1[ti])};
+  }
+
+  PerRank p2 = alloc(ctx, "fc2_partial", S_, h);
+  PerRank mlp_out;
+  Deps d_fc2 = rs_region(with("fc2+rs"), p2, mlp_out, h, d_act, gemm_work(ctx, "fc2", act, w2, p2, fl, h));
+
+  LayerOut out;
+  out.y = alloc(ctx, "y", n_, h);
+  out.done.resize(static_cast<std::size_t>(t_));
+  for (int ti = 0; ti < t_; ++ti)
+    out.done[ti] = {elementwise(ctx, ti, "residual2", "add", 3 * n_ * h, 1.0 * n_ * h,
+                                op(ctx, AddOp{ref(h1, ti, Span{0, n_}, h), ref(mlp_out, ti, Span{0, n_}, h),
+                                              ref(out.y, ti, Span{0, n_}, h)}),
+                                d_fc2[ti])};
+  return out;
+}
+
+// Backward of one layer, timing only. Megatron's sequence-parallel linear layers save the local
+// shard of a column-parallel GEMM's input and re-gather it for the wgrad; the re-gather is its own
+// AG region fused with the (accumulating) wgrad GEMM per chunk.
+Deps Builder::backward_layer(int l, const Deps& ready) {
+  const std::int64_t h = sh_.hidden, S_ = S(), n_ = n();
+  const std::int64_t qn = sh_.q_local(), qkvn = sh_.qkv_local(), f1 = sh_.fc1_local(), fl = sh_.ffn_local();
+  OpCtx ctx{l, false, "", false};
+  auto with = [&](std::string region) {
+    OpCtx c = ctx;
+    c.region = std::move(region);
+    return c;
+  };
+  const bool serial = req_.kind == ScheduleKind::baseline;
+  auto dgrad = [](std::string name, std::int64_t nn, std::int64_t k) -> WorkFn {
+    return [name, nn, k](int, int, const std::vector<Span>& rows) {
+      std::int64_t m = 0;
+      for (const Span& s : rows) m += s.rows;
+      return std::vector<Work>{Work{name, model::GemmKernel{m, nn, k, 1}, -1}};
+    };
+  };
+  auto wgrad = [](std::string name, std::int64_t m, std::int64_t nn) -> WorkFn {
+    return [name, m, nn](int, int, const std::vector<Span>& rows) {
+      std::int64_t k = 0;
+      for (const Span& s : rows) k += s.rows;
+      return std::vector<Work>{Work{name, model::GemmKernel{m, nn, k, 1}, -1}};
+    };
+  };
+  auto each = [&](auto fn) {
+    Deps d(static_cast<std::size_t>(t_));
+    for (int ti = 0; ti < t_; ++ti) d[ti] = fn(ti);
+    return d;
+  };
+  const PerRank none;
+  PerRank unused;
+
+  // FC2 (row-parallel): AG of the incoming gradient, dgrad per chunk; wgrad on the gathered gradient.
+  Deps d_fc2 = ag_region(with("ag+fc2_dgrad"), none, h, ready, dgrad("fc2_dgrad", fl, h));
+  Deps d_fc2w = each([&](int ti) {
+    return std::vector<TaskId>{compute(ti, prefix(ctx) + "/fc2_wgrad", model::GemmKernel{fl, h, S_, 1},
+                                       labels(ctx, -1, "fc2_wgrad"), -1, d_fc2[ti])};
+  });
+  Deps d_act = each([&](int ti) {
+    return std::vector<TaskId>{elementwise(ctx, ti, "act_bwd", sh_.gated ? "swiglu_bwd" : "gelu_bwd",
+                                           S_ * (2 * f1 + fl), 12.0 * S_ * fl, -1, d_fc2[ti])};
+  });
+  // FC1 (column-parallel): dgrad ends in an RS; wgrad needs the re-gathered LayerNorm output.
+  Deps d_fc1 = rs_region(with("fc1_dgrad+rs"), none, unused, h, d_act, dgrad("fc1_dgrad", h, f1));
+  ag_region(with("ag+fc1_wgrad"), none, h, serial ? d_fc1 : d_act, wgrad("fc1_wgrad", h, f1));
+  Deps d_h1 = each([&](int ti) {
+    const TaskId ln = elementwise(ctx, ti, "ln2_bwd", "layernorm_bwd", 3 * n_ * h, 10.0 * n_ * h, -1, d_fc1[ti]);
+    return std::vector<TaskId>{elementwise(ctx, ti, "residual2_bwd", "add", 3 * n_ * h, 1.0 * n_ * h, -1, {ln})};
+  });
+  // Out-projection (row-parallel) and attention.
+  Deps d_o = ag_region(with("ag+out_proj_dgrad"), none, h, d_h1, dgrad("out_proj_dgrad", qn, h));
+  Deps d_att = each([&](int ti) {
+    compute(ti, prefix(ctx) + "/out_proj_wgrad", model::GemmKernel{qn, h, S_, 1}, labels(ctx, -1, "out_proj_wgrad"), -1,
+            d_o[ti]);
+    model::AttentionKernel k{sh_.batch, sh_.heads / t_, sh_.kv_heads_local(), sh_.seq, sh_.seq, sh_.head_dim,
+                             sh_.causal, 0, model::Pass::backward};
+    return std::vector<TaskId>{compute(ti, prefix(ctx) + "/attention_bwd", k, labels(ctx, -1, "attention_bwd"), -1,
+                                       d_o[ti])};
+  });
+  // QKV (column-parallel).
+  Deps d_qkv = rs_region(with("qkv_dgrad+rs"), none, unused, h, d_att, dgrad("qkv_dgrad", h, qkvn));
+  ag_region(with("ag+qkv_wgrad"), none, h, serial ? d_qkv : d_att, wgrad("qkv_wgrad", h, qkvn));
+  return each([&](int ti) {
+    const TaskId ln = elementwise(ctx, ti, "ln1_bwd", "layernorm_bwd", 3 * n_ * h, 10.0 * n_ * h, -1, d_qkv[ti]);
+    return std::vector<TaskId>{elementwise(ctx, ti, "residual1_bwd", "add", 3 * n_ * h, 1.0 * n_ * h, -1, {ln})};
+  });
+}
+
+void Builder::piece_ag_gemm() {
+  const std::int64_t K = req_.piece_k, N = req_.piece_n / t_;
+  OpCtx ctx{0, true, "ag+gemm", true};
+  PerRank x = alloc(ctx, "x", S(), K,
+                    [&](int ti) { return std::vector<Piece>{Piece{"x", Rect{ti * n(), 0, n(), K}, ti * n(), 0}}; });
+  PerRank w = alloc(ctx, "w", K, N, [&](int ti) { return std::vector<Piece>{Piece{"w", Rect{0, ti * N, K, N}, 0, 0}}; });
+  PerRank y = alloc(ctx, "y", S(), N);
+  ag_region(ctx, x, K, Deps(static_cast<std::size_t>(t_)), gemm_work(ctx, "gemm", x, w, y, K, N));
+  for (int ti = 0; ti < t_; ++ti)
+    prog_.outputs.push_back(OutputCheck{y[ti], {Piece{"y", Rect{0, ti * N, S(), N}, 0, 0}}});
+}
+
+void Builder::piece_gemm_rs() {
+  const std::int64_t K = req_.piece_k / t_, N = req_.piece_n;
+  OpCtx ctx{0, true, "gemm+rs", true};
+  PerRank x = alloc(ctx, "x", S(), K, [&](int ti) { return std::vector<Piece>{Piece{"x", Rect{0, ti * K, S(), K}, 0, 0}}; });
+  PerRank w = alloc(ctx, "w", K, N, [&](int ti) { return std::vector<Piece>{Piece{"w", Rect{ti * K, 0, K, N}, 0, 0}}; });
+  PerRank p = alloc(ctx, "partial", S(), N);
+  PerRank out;
+  rs_region(ctx, p, out, N, Deps(static_cast<std::size_t>(t_)), gemm_work(ctx, "gemm", x, w, p, K, N));
+  for (int ti = 0; ti < t_; ++ti)
+    prog_.outputs.push_back(OutputCheck{out[ti], {Piece{"y", Rect{ti * n(), 0, n(), N}, 0, 0}}});
+}
+
+void Builder::generate() {
+  if (req_.piece == TpspPiece::ag_gemm || req_.piece == TpspPiece::gemm_rs) {
+    prog_.computation = "gemm";
+    prog_.inputs = {TensorDecl{"x", S(), req_.piece_k}, TensorDecl{"w", req_.piece_k, req_.piece_n}};
+    for (int d = 0; d < sh_.dp; ++d) {
+      set_replica(d);
+      req_.piece == TpspPiece::ag_gemm ? piece_ag_gemm() : piece_gemm_rs();
+    }
+    return;
+  }
+  const std::int64_t layers = req_.options.scope == Scope::layer ? 1 : sh_.layers;
+  const std::int64_t h = sh_.hidden;
+  if (req_.options.forward) {
+    prog_.computation = "tpsp_forward";
+    prog_.attributes = {{"batch", sh_.batch},   {"heads", sh_.heads}, {"kv_heads", sh_.kv_heads},
+                        {"head_dim", sh_.head_dim}, {"ffn", sh_.ffn},     {"gated", sh_.gated ? 1 : 0},
+                        {"causal", sh_.causal ? 1 : 0}, {"layers", layers}};
+    prog_.inputs.push_back(TensorDecl{"x", S(), h});
+    for (std::int64_t l = 0; l < layers; ++l) {
+      const std::string wp = fmt::format("L{}/", l);
+      const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
+      prog_.inputs.push_back(TensorDecl{wp + "w_qkv", h, Q + 2 * KV});
+      prog_.inputs.push_back(TensorDecl{wp + "w_o", Q, h});
+      prog_.inputs.push_back(TensorDecl{wp + "w1", h, sh_.ffn * (sh_.gated ? 2 : 1)});
+      prog_.inputs.push_back(TensorDecl{wp + "w2", sh_.ffn, h});
+    }
+  }
+  for (int d = 0; d < sh_.dp; ++d) {
+    set_replica(d);
+    Deps ready(static_cast<std::size_t>(t_));
+    if (req_.options.forward) {
+      OpCtx ctx{0, true, "", true};
+      PerRank x = alloc(ctx, "x", n(), h, [&](int ti) {
+        return std::vector<Piece>{Piece{"x", Rect{ti * n(), 0, n(), h}, 0, 0}};
+      });
+      for (std::int64_t l = 0; l < layers; ++l) {
+        LayerOut out = forward_layer(static_cast<int>(l), x, ready);
+        for (int ti = 0; ti < t_; ++ti)
+          prog_.outputs.push_back(OutputCheck{out.y[ti], {Piece{fmt::format("L{}/y", l), Rect{ti * n(), 0, n(), h}, 0, 0}}});
+        x = out.y;
+        ready = out.done;
+      }
+    }
+    if (req_.options.backward)
+      for (std::int64_t l = layers - 1; l >= 0; --l) ready = backward_layer(static_cast<int>(l), ready);
+  }
+}
+
+[[noreturn]] void refuse(const TpspRequest& r, const std::string& path, const std::string& msg) {
+  throw InputError(r.label, path, msg);
+}
+
+void check(const TpspRequest& r) {
+  const TpspShape& s = r.shape;
+  if (s.tp < 1) refuse(r, "$.parallel.tp", "tp must be >= 1");
+  if (s.dp < 1) refuse(r, "$.parallel.dp", "dp must be >= 1");
+  if (s.seq < 1 || s.seq % s.tp != 0)
+    refuse(r, "$.training.sequence_length", fmt::format("sequence length {} is not a positive multiple of tp = {}", s.seq, s.tp));
+  if (s.batch < 1) refuse(r, "$.training.micro_batch", "micro batch must be >= 1");
+  if (r.kind == ScheduleKind::slice) {
+    if (r.schedule.slices < 1) refuse(r, "$.schedule.slices", "slices must be >= 1");
+    if (s.seq / s.tp < r.schedule.slices)
+      refuse(r, "$.schedule.slices",
+             fmt::format("{} slices do not fit in a sequence chunk of {} positions (sequence {} / tp {})",
+                         r.schedule.slices, s.seq / s.tp, s.seq, s.tp));
+  }
+  if (r.piece != TpspPiece::layers) {
+    if (r.piece_k < 1 || r.piece_n < 1) refuse(r, "$", "GEMM dimensions must be positive");
+    if (r.piece == TpspPiece::ag_gemm && r.piece_n % s.tp != 0) refuse(r, "$", "N must be a multiple of tp");
+    if (r.piece == TpspPiece::gemm_rs && r.piece_k % s.tp != 0) refuse(r, "$", "K must be a multiple of tp");
+    return;
+  }
+  if (s.hidden < 1 || s.head_dim < 1 || s.ffn < 1 || s.layers < 1) refuse(r, "$.model", "model dimensions must be positive");
+  if (s.heads < 1 || s.heads % s.tp != 0)
+    refuse(r, "$.parallel.tp", fmt::format("model.heads {} cannot be split over tp = {}", s.heads, s.tp));
+  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0)
+    refuse(r, "$.model.kv_heads", fmt::format("{} query heads are not a multiple of {} kv heads", s.heads, s.kv_heads));
+  if (s.kv_heads % s.tp != 0 && s.tp % s.kv_heads != 0)
+    refuse(r, "$.parallel.tp",
+           fmt::format("model.kv_heads {} neither divide among nor replicate evenly over tp = {}", s.kv_heads, s.tp));
+  if (s.ffn % s.tp != 0)
+    refuse(r, "$.parallel.tp", fmt::format("model.ffn_hidden {} is not a multiple of tp = {}", s.ffn, s.tp));
+}
+
+}  // namespace
+
+Schedule generate_tpsp(const TpspRequest& request) {
+  check(request);
+  Schedule s;
+  s.graph = TaskGraph(request.shape.tp * request.shape.dp);
+  s.parallelism = "tpsp";
+  s.kind = request.kind;
+  s.scope = request.options.scope;
+  s.tokens = request.shape.rows() * request.shape.dp;
+  s.gpus = request.shape.tp * request.shape.dp;
+  auto program = std::make_shared<DataflowProgram>();
+  Builder(request, s, *program).generate();
+  s.dataflow = std::move(program);
+  return s;
+}
+
+TpspRequest tpsp_request(const model::Workload& w, const std::string& label, const topo::Cluster& cluster,
+                         model::ScheduleKind kind, const GenerateOptions& options) {
+  TpspRequest r;
+  r.label = label;
+  if (w.parallel.up != 1)
+    throw InputError(label, "$.parallel.up",
+                     fmt::format("the TPSP generator does not generate Ulysses (up = {}); use up = 1", w.parallel.up));
+  if (w.parallel.world() > cluster.num_ranks())
+    throw InputError(label, "$.parallel",
+                     fmt::format("tp x up x dp = {} ranks, but cluster '{}' has {}", w.parallel.world(), cluster.name,
+                                 cluster.num_ranks()));
+  const model::Architecture& a = w.arch;
+  r.shape = TpspShape{w.parallel.tp, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden, a.heads, a.kv_heads,
+                      a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype};
+  r.kind = kind;
+  r.schedule = w.schedule;
+  r.options = options;
+  return r;
+}
+
+}  // namespace fusesim::sched

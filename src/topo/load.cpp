@@ -1,0 +1,353 @@
+// Topology files (schema: docs/topology.md). A file describes one node type and how many of them a
+// fabric joins; the loader expands that into vertices and directed links. Vertex ids put the
+// accelerators first, in rank order (vertex id == rank), so that the tie-break of routing by vertex
+// id prefers lower ranks, then the per-node switches and NICs, then the fabric switches.
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/embedded.hpp"
+#include "fusesim/util/error.hpp"
+
+namespace fusesim::topo {
+
+namespace {
+
+// Bounds: anything outside is a typo or a unit mistake (bits for bytes, ms for s), not hardware.
+constexpr double kMaxBandwidthBytesPerS = 1e15;   // 1 PB/s: above any single link or HBM today
+constexpr double kMaxFlopsPerS = 1e18;            // 1 EFLOP/s for one device
+constexpr double kMaxHbmBytes = 1e14;             // 100 TB on one device
+constexpr double kMaxLatencyS = 1e-2;             // 10 ms for one hop or one software step
+constexpr double kMaxHbmTrafficFactor = 16.0;
+constexpr std::int64_t kMaxDevicesPerNode = 1024;
+constexpr std::int64_t kMaxNodes = 65536;
+constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxFullMeshDevices = 64;  // n(n-1) links: beyond this no real machine is a full mesh
+constexpr std::int64_t kMaxSpines = 4096;
+
+// A sourced figure that must be strictly positive: zero bandwidth or zero efficiency is never meant.
+SourcedValue positive_sourced(const JsonObject& obj, std::string_view key, double max) {
+  JsonValue v = obj.at(key);
+  SourcedValue s = v.as_sourced(0.0, max);
+  if (!(s.value > 0.0)) v.as_object().at("value").fail(fmt::format("must be greater than 0 (at most {})", max));
+  return s;
+}
+
+// Bandwidths are strictly below the bound: 1e15 B/s is already a unit mistake.
+SourcedValue bandwidth_sourced(const JsonObject& obj, std::string_view key) {
+  JsonValue v = obj.at(key);
+  SourcedValue s = positive_sourced(obj, key, kMaxBandwidthBytesPerS);
+  if (s.value >= kMaxBandwidthBytesPerS)
+    v.as_object().at("value").fail(fmt::format("must be below {} B/s (a unit mistake?)", kMaxBandwidthBytesPerS));
+  return s;
+}
+
+// A sourced count (SMs, copy engines): a whole number within [min, max].
+SourcedValue integral_sourced(const JsonObject& obj, std::string_view key, double min, double max) {
+  JsonValue v = obj.at(key);
+  SourcedValue s = v.as_sourced(min, max);
+  if (s.value != std::floor(s.value)) v.as_object().at("value").fail("expected a whole number");
+  return s;
+}
+
+struct LinkSpec {
+  SourcedValue line_rate_bytes_per_s;
+  SourcedValue efficiency;
+  SourcedValue latency_s;
+};
+
+LinkSpec read_link(const JsonObject& o) {
+  LinkSpec spec;
+  spec.line_rate_bytes_per_s = bandwidth_sourced(o, "line_rate_bytes_per_s");
+  spec.efficiency = positive_sourced(o, "efficiency", 1.0);
+  spec.latency_s = o.sourced("latency_s", 0.0, kMaxLatencyS);
+  o.finish();
+  return spec;
+}
+
+DeviceModel read_device_model(const std::string& name, const JsonObject& o) {
+  DeviceModel m;
+  m.name = name;
+  m.vendor = o.string("vendor");
+  m.estimate = o.boolean_or("estimate", false);
+
+  JsonObject peaks = o.object("peak_flops_per_s");
+  for (Dtype d : {Dtype::fp32, Dtype::tf32, Dtype::bf16, Dtype::fp16, Dtype::fp8})
+    if (peaks.has(to_string(d))) m.peak_flops_per_s[d] = positive_sourced(peaks, to_string(d), kMaxFlopsPerS);
+  peaks.finish();
+  if (m.peak_flops_per_s.empty()) peaks.fail("needs the peak of at least one data type (fp32, tf32, bf16, fp16, fp8)");
+
+  m.hbm_bytes = positive_sourced(o, "hbm_bytes", kMaxHbmBytes);
+  m.hbm_bandwidth_bytes_per_s = bandwidth_sourced(o, "hbm_bandwidth_bytes_per_s");
+  const SourcedValue sms = integral_sourced(o, "sm_count", 1, 100000);
+  m.sm_count = static_cast<int>(sms.value);
+  m.sm_count_source = sms.source;
+  m.copy_engines = static_cast<int>(integral_sourced(o, "copy_engines", 0, 1024).value);
+
+  if (auto tile = o.find("gemm_tile")) {
+    JsonObject t = tile->as_object();
+    m.gemm_tile_m = static_cast<int>(t.integer("m", 1, 4096));
+    m.gemm_tile_n = static_cast<int>(t.integer("n", 1, 4096));
+    t.finish();
+  }
+
+  JsonObject eff = o.object("efficiency");
+  m.efficiency.gemm = positive_sourced(eff, "gemm", 1.0);
+  m.efficiency.attention = positive_sourced(eff, "attention", 1.0);
+  m.efficiency.hbm = positive_sourced(eff, "hbm", 1.0);
+  eff.finish();
+
+  JsonObject cont = o.object("contention");
+  m.contention.default_comm_sms = integral_sourced(cont, "default_comm_sms", 0, m.sm_count);
+  m.contention.comm_hbm_traffic_factor = cont.sourced("comm_hbm_traffic_factor", 0.0, kMaxHbmTrafficFactor);
+  cont.finish();
+
+  o.finish();
+  return m;
+}
+
+CommParams read_communication(const JsonObject& o) {
+  CommParams c;
+  c.collective_base_latency_s = o.sourced("collective_base_latency_s", 0.0, kMaxLatencyS);
+  c.sm_step_latency_s = o.sourced("sm_step_latency_s", 0.0, kMaxLatencyS);
+  c.copy_engine_step_latency_s = o.sourced("copy_engine_step_latency_s", 0.0, kMaxLatencyS);
+  c.sm_kernel_efficiency = positive_sourced(o, "sm_kernel_efficiency", 1.0);
+  c.copy_engine_efficiency = positive_sourced(o, "copy_engine_efficiency", 1.0);
+  o.finish();
+  return c;
+}
+
+// Builds vertices and links of the cluster.
+class Builder {
+ public:
+  explicit Builder(Cluster& c) : c_(c) {}
+
+  VertexId add_vertex(std::string name, VertexKind kind, SwitchKind sk, int node, int rank) {
+    Vertex v;
+    v.name = std::move(name);
+    v.kind = kind;
+    v.switch_kind = sk;
+    v.node = node;
+    v.rank = rank;
+    c_.vertices.push_back(std::move(v));
+    return static_cast<VertexId>(c_.vertices.size() - 1);
+  }
+
+  // One full-duplex connection: two directed links of the same figures, a->b first.
+  void add_duplex(VertexId a, VertexId b, LinkKind kind, const LinkSpec& spec) {
+    add_link(a, b, kind, spec);
+    add_link(b, a, kind, spec);
+  }
+
+ private:
+  void add_link(VertexId from, VertexId to, LinkKind kind, const LinkSpec& spec) {
+    Link l;
+    l.name = c_.vertices[static_cast<std::size_t>(from)].name + "->" + c_.vertices[static_cast<std::size_t>(to)].name;
+    l.from = from;
+    l.to = to;
+    l.kind = kind;
+    l.line_rate_bytes_per_s = spec.line_rate_bytes_per_s.value;
+    l.efficiency = spec.efficiency.value;
+    l.bandwidth_bytes_per_s = spec.line_rate_bytes_per_s.value * spec.efficiency.value;
+    l.latency_ps = seconds_to_ps(spec.latency_s.value);
+    c_.links.push_back(std::move(l));
+  }
+
+  Cluster& c_;
+};
+
+std::string known_names(const std::map<std::string, DeviceModel>& models) {
+  std::string out;
+  for (const auto& [name, m] : models) out += (out.empty() ? "'" : ", '") + name + "'";
+  return out;
+}
+
+}  // namespace
+
+Cluster parse_cluster(const JsonDocument& doc) {
+  const JsonObject root = doc.root();
+  Cluster c;
+  const JsonValue version = root.at("schema_version");
+  if (version.as_integer(1, 1'000'000) != 1)
+    version.fail(fmt::format("schema_version {} is not supported: this fusesim reads version 1", version.as_integer(1, 1'000'000)));
+  c.name = root.string("name");
+  c.description = root.string_or("description", "");
+
+  // Device models.
+  const JsonObject models = root.object("device_models");
+  for (const std::string& key : models.keys()) {
+    JsonValue v = models.at(key);
+    c.device_models.emplace(key, read_device_model(key, v.as_object()));
+  }
+  if (c.device_models.empty()) models.fail("needs at least one device model");
+  models.finish();
+
+  // The node.
+  const JsonObject node = root.object("node");
+  const JsonValue model_ref = node.at("device_model");
+  const std::string model_name = model_ref.as_string();
+  auto model_it = c.device_models.find(model_name);
+  if (model_it == c.device_models.end())
+    model_ref.fail(fmt::format("unknown device model '{}' (defined: {})", model_name, known_names(c.device_models)));
+  const DeviceModel& model = model_it->second;
+  const int dpn = static_cast<int>(node.integer("devices_per_node", 1, kMaxDevicesPerNode));
+
+  const JsonObject scale_up = node.object("scale_up");
+  const JsonValue up_kind_value = scale_up.at("kind");
+  const std::string up_kind = scale_up.choice("kind", {"switch", "full_mesh", "pcie", "none"});
+  LinkKind up_link_kind = LinkKind::pcie;
+  LinkSpec up_link;
+  if (up_kind == "none") {
+    if (dpn > 1) up_kind_value.fail(fmt::format("'none' is only for nodes of one device; this node has {}", dpn));
+  } else {
+    if (up_kind != "pcie") {
+      const std::string lk = scale_up.choice_or("link_kind", {"nvlink", "hccs"}, up_kind == "switch" ? "nvlink" : "hccs");
+      up_link_kind = lk == "nvlink" ? LinkKind::nvlink : LinkKind::hccs;
+    }
+    if (up_kind == "full_mesh" && dpn > kMaxFullMeshDevices)
+      up_kind_value.fail(fmt::format("a full mesh of {} devices is not a real machine (at most {})", dpn, kMaxFullMeshDevices));
+    up_link = read_link(scale_up.object("link"));
+  }
+  scale_up.finish();
+
+  struct NicSpec {
+    int count = 0;
+    LinkSpec pcie_link;
+    LinkSpec nic_link;
+  };
+  std::optional<NicSpec> nics;
+  if (auto nv = node.find("nics")) {
+    const JsonObject n = nv->as_object();
+    NicSpec spec;
+    const JsonValue count_value = n.at("count");
+    spec.count = static_cast<int>(count_value.as_integer(1, dpn));
+    if (dpn % spec.count != 0)
+      count_value.fail(fmt::format("{} devices per node cannot be shared evenly by {} NICs", dpn, spec.count));
+    spec.pcie_link = read_link(n.object("pcie_link"));
+    spec.nic_link = read_link(n.object("nic_link"));
+    n.finish();
+    nics = spec;
+  }
+  node.finish();
+
+  // Nodes and the fabric between them.
+  int num_nodes = 1;
+  if (root.has("nodes")) {
+    const JsonValue nv = root.at("nodes");
+    num_nodes = static_cast<int>(nv.as_integer(1, kMaxNodes));
+    if (static_cast<std::int64_t>(num_nodes) * dpn > kMaxRanks)
+      nv.fail(fmt::format("{} nodes x {} devices = {} ranks, more than the {} supported", num_nodes, dpn,
+                          static_cast<std::int64_t>(num_nodes) * dpn, kMaxRanks));
+  }
+
+  std::string out_kind = "none";
+  SwitchKind fabric_kind = SwitchKind::infiniband;
+  int spines = 0;
+  LinkSpec spine_link;
+  if (auto so = root.find("scale_out")) {
+    const JsonObject s = so->as_object();
+    const JsonValue kind_value = s.at("kind");
+    out_kind = s.choice("kind", {"none", "single_switch", "rail_optimized"});
+    if (out_kind != "none") {
+      if (!nics)
+        throw InputError(doc.file(), "$.node.nics",
+                         fmt::format("missing required key: scale_out kind '{}' connects the nodes through their NICs", out_kind));
+      fabric_kind = s.choice("fabric", {"infiniband", "ethernet"}) == "infiniband" ? SwitchKind::infiniband
+                                                                                   : SwitchKind::ethernet;
+    }
+    if (out_kind == "rail_optimized") {
+      spines = static_cast<int>(s.integer("spines", 1, kMaxSpines));
+      spine_link = read_link(s.object("spine_link"));
+    }
+    s.finish();
+    if (out_kind == "none" && num_nodes > 1)
+      kind_value.fail(fmt::format("{} nodes need a scale-out fabric ('single_switch' or 'rail_optimized')", num_nodes));
+  } else if (num_nodes > 1) {
+    throw InputError(doc.file(), "$.scale_out",
+                     fmt::format("missing required key: {} nodes need a scale-out fabric", num_nodes));
+  }
+
+  c.comm = read_communication(root.object("communication"));
+  root.finish();
+
+  // Expansion into vertices and links.
+  c.num_nodes = num_nodes;
+  c.devices_per_node = dpn;
+  const std::string dev_label = model.vendor == "huawei" ? "npu" : "gpu";
+  Builder b(c);
+  const int ranks = num_nodes * dpn;
+  c.rank_vertex.reserve(static_cast<std::size_t>(ranks));
+  c.rank_model.assign(static_cast<std::size_t>(ranks), model_name);
+  for (int n = 0; n < num_nodes; ++n)
+    for (int i = 0; i < dpn; ++i)
+      c.rank_vertex.push_back(b.add_vertex(fmt::format("node{}/{}{}", n, dev_label, i), VertexKind::accelerator,
+                                           SwitchKind::nvswitch, n, n * dpn + i));
+
+  std::vector<VertexId> nic_vertex;  // [node * count + k]
+  for (int n = 0; n < num_nodes; ++n) {
+    const auto dev = [&](int i) { return static_cast<VertexId>(n * dpn + i); };
+    if (up_kind == "switch" || up_kind == "pcie") {
+      SwitchKind sk = SwitchKind::pcie;
+      std::string label = "pcie-switch";
+      if (up_kind == "switch") {
+        sk = up_link_kind == LinkKind::nvlink ? SwitchKind::nvswitch : SwitchKind::hccs;
+        label = up_link_kind == LinkKind::nvlink ? "nvswitch" : "hccs-switch";
+      }
+      const VertexId sw = b.add_vertex(fmt::format("node{}/{}", n, label), VertexKind::switch_, sk, n, -1);
+      for (int i = 0; i < dpn; ++i) b.add_duplex(dev(i), sw, up_link_kind, up_link);
+    } else if (up_kind == "full_mesh") {
+      for (int i = 0; i < dpn; ++i)
+        for (int j = i + 1; j < dpn; ++j) b.add_duplex(dev(i), dev(j), up_link_kind, up_link);
+    }
+    if (nics) {
+      const int per_nic = dpn / nics->count;
+      for (int k = 0; k < nics->count; ++k) {
+        const VertexId psw =
+            b.add_vertex(fmt::format("node{}/pcie{}", n, k), VertexKind::switch_, SwitchKind::pcie, n, -1);
+        const VertexId nic = b.add_vertex(fmt::format("node{}/nic{}", n, k), VertexKind::nic, SwitchKind::pcie, n, -1);
+        for (int i = k * per_nic; i < (k + 1) * per_nic; ++i) b.add_duplex(dev(i), psw, LinkKind::pcie, nics->pcie_link);
+        b.add_duplex(psw, nic, LinkKind::pcie, nics->pcie_link);
+        nic_vertex.push_back(nic);
+      }
+    }
+  }
+
+  if (out_kind == "single_switch") {
+    const VertexId sw = b.add_vertex("fabric-switch", VertexKind::switch_, fabric_kind, -1, -1);
+    for (VertexId nic : nic_vertex) b.add_duplex(nic, sw, LinkKind::network, nics->nic_link);
+  } else if (out_kind == "rail_optimized") {
+    // Rail k: NIC k of every node on leaf k. Cross-rail traffic goes up to a spine.
+    std::vector<VertexId> leaves;
+    for (int k = 0; k < nics->count; ++k)
+      leaves.push_back(b.add_vertex(fmt::format("leaf{}", k), VertexKind::switch_, fabric_kind, -1, -1));
+    std::vector<VertexId> spine_vertex;
+    for (int s = 0; s < spines; ++s)
+      spine_vertex.push_back(b.add_vertex(fmt::format("spine{}", s), VertexKind::switch_, fabric_kind, -1, -1));
+    for (int n = 0; n < num_nodes; ++n)
+      for (int k = 0; k < nics->count; ++k)
+        b.add_duplex(nic_vertex[static_cast<std::size_t>(n * nics->count + k)], leaves[static_cast<std::size_t>(k)],
+                     LinkKind::network, nics->nic_link);
+    for (VertexId leaf : leaves)
+      for (VertexId sp : spine_vertex) b.add_duplex(leaf, sp, LinkKind::network, spine_link);
+  }
+
+  c.finalize();
+  return c;
+}
+
+Cluster load_cluster(const std::string& path) { return parse_cluster(JsonDocument::load(path)); }
+
+Cluster load_cluster_by_name_or_path(const std::string& name_or_path) {
+  ResolvedInput in = resolve_input(name_or_path, "topologies");
+  return parse_cluster(JsonDocument::parse(in.text, in.label));
+}
+
+}  // namespace fusesim::topo

@@ -1,0 +1,340 @@
+// TPSP generator: task counts, ring chunk order, GEMM shapes, validity of every generated graph.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "fusesim/sched/dataflow.hpp"
+#include "fusesim/sched/tpsp.hpp"
+#include "fusesim/util/error.hpp"
+
+using namespace fusesim;
+using namespace fusesim::sched;
+using model::ScheduleKind;
+
+namespace {
+
+TpspShape small_shape(int t) {
+  TpspShape s;
+  s.tp = t;
+  s.seq = 8 * t;
+  s.batch = 1;
+  s.hidden = 32;
+  s.heads = 2 * t;
+  s.kv_heads = t;
+  s.head_dim = 8;
+  s.ffn = 16 * t;
+  s.gated = true;
+  s.layers = 2;
+  return s;
+}
+
+TpspRequest piece(TpspPiece p, int t, ScheduleKind kind, int k = 1) {
+  TpspRequest r;
+  r.shape = small_shape(t);
+  r.kind = kind;
+  r.schedule.slices = k;
+  r.piece = p;
+  r.piece_k = 16 * t;
+  r.piece_n = 16 * t;
+  return r;
+}
+
+struct Count {
+  int compute = 0, send = 0, recv = 0, collective = 0, add = 0;
+};
+std::map<int, Count> per_rank(const TaskGraph& g) {
+  std::map<int, Count> m;
+  for (TaskId id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    Count& c = m[t.rank];
+    if (std::holds_alternative<ComputeTask>(t.kind)) {
+      ++c.compute;
+      if (t.labels.op == "add") ++c.add;
+    }
+    if (std::holds_alternative<SendTask>(t.kind)) ++c.send;
+    if (std::holds_alternative<RecvTask>(t.kind)) ++c.recv;
+    if (std::holds_alternative<CollectiveTask>(t.kind)) ++c.collective;
+  }
+  return m;
+}
+
+// Compute tasks of one op on one rank, in the order they were added (= compute stream order).
+std::vector<const Task*> ops_on(const TaskGraph& g, int rank, const std::string& op) {
+  std::vector<const Task*> v;
+  for (TaskId id = 0; id < g.size(); ++id)
+    if (g.task(id).rank == rank && g.task(id).labels.op == op) v.push_back(&g.task(id));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("task counts per rank of AG+GEMM and GEMM+RS in every schedule", "[sched][tpsp]") {
+  for (int t : {2, 4, 8}) {
+    // Baseline: one collective and one GEMM per rank.
+    for (auto p : {TpspPiece::ag_gemm, TpspPiece::gemm_rs}) {
+      auto c = per_rank(generate_tpsp(piece(p, t, ScheduleKind::baseline)).graph);
+      REQUIRE(c.size() == static_cast<std::size_t>(t));
+      for (auto& [r, n] : c) {
+        CHECK(n.collective == 1);
+        CHECK(n.compute == 1);
+        CHECK(n.send + n.recv == 0);
+      }
+    }
+    // Slice-overlap with k slices: k collectives and k GEMM slices per rank.
+    for (int k : {1, 2, 4})
+      for (auto p : {TpspPiece::ag_gemm, TpspPiece::gemm_rs}) {
+        auto c = per_rank(generate_tpsp(piece(p, t, ScheduleKind::slice, k)).graph);
+        for (auto& [r, n] : c) {
+          CHECK(n.collective == k);
+          CHECK(n.compute == k);
+        }
+      }
+    // Fuse-AG: t GEMM steps, t-1 sends, t-1 receives per rank, no collective.
+    for (auto& [r, n] : per_rank(generate_tpsp(piece(TpspPiece::ag_gemm, t, ScheduleKind::commfuse)).graph)) {
+      CHECK(n.compute == t);
+      CHECK(n.send == t - 1);
+      CHECK(n.recv == t - 1);
+      CHECK(n.collective == 0);
+    }
+    // Fuse-RS: t GEMM steps plus t-1 adds (steps 1..t-1), t-1 sends (steps 0..t-2), t-1 receives.
+    for (auto& [r, n] : per_rank(generate_tpsp(piece(TpspPiece::gemm_rs, t, ScheduleKind::commfuse)).graph)) {
+      CHECK(n.compute == t + (t - 1));
+      CHECK(n.add == t - 1);
+      CHECK(n.send == t - 1);
+      CHECK(n.recv == t - 1);
+    }
+  }
+}
+
+TEST_CASE("task counts of a whole layer, forward and backward", "[sched][tpsp]") {
+  TpspRequest r;
+  r.shape = small_shape(4);
+  r.options.scope = Scope::layer;
+  r.options.backward = false;
+  // Forward baseline per rank: ln1, AG, qkv, attention, out_proj, RS, residual1, ln2, AG, fc1, act,
+  // fc2, RS, residual2 = 14.
+  r.kind = ScheduleKind::baseline;
+  auto g = generate_tpsp(r).graph;
+  CHECK(g.size() == 4 * 14);
+  // CommFuse forward, t = 4: 6 element-wise/attention tasks; each Fuse-AG t + 2(t-1) = 10 tasks; each
+  // Fuse-RS t + 3(t-1) = 13 tasks (GEMM, add, send, recv): 6 + 2x10 + 2x13 = 52.
+  r.kind = ScheduleKind::commfuse;
+  CHECK(generate_tpsp(r).graph.size() == 4 * 52);
+  // Query-split: attention moves into the Fuse-RS steps (t attention tasks instead of one): 52 + 3.
+  r.schedule.query_split_attention = true;
+  auto qs = generate_tpsp(r).graph;
+  CHECK(qs.size() == 4 * 55);
+  CHECK(ops_on(qs, 0, "attention").size() == 4);
+  // Backward baseline per rank: AG+fc2_dgrad 2, fc2_wgrad 1, act_bwd 1, fc1_dgrad+RS 2, AG+fc1_wgrad 2,
+  // ln2_bwd+residual 2, AG+out_proj_dgrad 2, out_proj_wgrad 1, attention_bwd 1, qkv_dgrad+RS 2,
+  // AG+qkv_wgrad 2, ln1_bwd+residual 2 = 20.
+  r.kind = ScheduleKind::baseline;
+  r.schedule.query_split_attention = false;
+  r.options.forward = false;
+  r.options.backward = true;
+  CHECK(generate_tpsp(r).graph.size() == 4 * 20);
+  // Stack of 2 layers forward + backward: 2 x (14 + 20) per rank.
+  r.options.forward = true;
+  r.options.scope = Scope::stack;
+  CHECK(generate_tpsp(r).graph.size() == 4 * 2 * 34);
+}
+
+TEST_CASE("Fuse-AG and Fuse-RS visit chunks in the order of the design note", "[sched][tpsp]") {
+  for (int t : {2, 3, 4, 8}) {
+    const auto ag = generate_tpsp(piece(TpspPiece::ag_gemm, t, ScheduleKind::commfuse)).graph;
+    const auto rs = generate_tpsp(piece(TpspPiece::gemm_rs, t, ScheduleKind::commfuse)).graph;
+    for (int r = 0; r < t; ++r) {
+      auto gemms = ops_on(ag, r, "gemm");
+      auto sends = ops_on(ag, r, "send");
+      auto recvs = ops_on(ag, r, "recv");
+      REQUIRE(gemms.size() == static_cast<std::size_t>(t));
+      for (int i = 0; i < t; ++i) {
+        // Step i computes chunk (r - i) mod t: own chunk first.
+        CHECK(gemms[i]->labels.chunk == ((r - i) % t + t) % t);
+        CHECK(gemms[i]->labels.step == i);
+        if (i == t - 1) continue;
+        // ... sends that same chunk to r+1 and receives (r - i - 1) mod t from r-1.
+        CHECK(sends[i]->labels.chunk == ((r - i) % t + t) % t);
+        CHECK(std::get<SendTask>(sends[i]->kind).peer == (r + 1) % t);
+        CHECK(recvs[i]->labels.chunk == ((r - i - 1) % t + t) % t);
+        CHECK(std::get<RecvTask>(recvs[i]->kind).peer == (r + t - 1) % t);
+      }
+      auto parts = ops_on(rs, r, "gemm");
+      auto adds = ops_on(rs, r, "add");
+      REQUIRE(parts.size() == static_cast<std::size_t>(t));
+      for (int i = 0; i < t; ++i) CHECK(parts[i]->labels.chunk == ((r - 1 - i) % t + t) % t);
+      // The own chunk is computed last and finished by the last add.
+      CHECK(parts.back()->labels.chunk == r);
+      CHECK(adds.back()->labels.chunk == r);
+    }
+  }
+}
+
+TEST_CASE("every generated graph passes validate() with unique names and tags", "[sched][tpsp]") {
+  for (int t : {1, 2, 4, 8})
+    for (auto kind : {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse})
+      for (bool qs : {false, true}) {
+        TpspRequest r;
+        r.shape = small_shape(t);
+        r.shape.kv_heads = 1;  // GQA replicated on every rank
+        r.shape.dp = 2;
+        r.kind = kind;
+        r.schedule.slices = 4;
+        r.schedule.query_split_attention = qs;
+        r.schedule.p2p_engine = qs ? model::CommEngine::sm_kernel : model::CommEngine::copy_engine;
+        r.options.scope = Scope::stack;
+        const Schedule s = generate_tpsp(r);
+        INFO("t=" << t << " kind=" << model::to_string(kind) << " qs=" << qs);
+        CHECK_NOTHROW(validate(s.graph));
+        CHECK(s.gpus == 2 * t);
+        CHECK(s.tokens == 2 * 8 * t);  // sequence x micro batch x dp
+        std::set<std::string> names;
+        std::set<std::tuple<int, int, std::int64_t>> tags;
+        for (TaskId id = 0; id < s.graph.size(); ++id) {
+          const Task& task = s.graph.task(id);
+          CHECK(names.insert(task.name).second);
+          CHECK(task.name.rfind(fmt::format("r{}/L", task.rank), 0) == 0);
+          CHECK(!task.labels.phase.empty());
+          CHECK(!task.labels.op.empty());
+          if (const auto* send = std::get_if<SendTask>(&task.kind)) {
+            CHECK(tags.insert({task.rank, send->peer, send->tag}).second);
+            CHECK(task.stream.kind == (qs ? StreamKind::comm : StreamKind::copy));
+          }
+          if (task.labels.region >= 0) CHECK(s.graph.regions().at(task.labels.region).parallelism == "tpsp");
+        }
+        // Per layer: 4 forward regions (ag+qkv, out_proj+rs, ag+fc1, fc2+rs) and 6 backward
+        // (ag+fc2_dgrad, fc1_dgrad+rs, ag+fc1_wgrad, ag+out_proj_dgrad, qkv_dgrad+rs, ag+qkv_wgrad).
+        CHECK(s.graph.regions().size() == 2 * (4 + 6));
+      }
+}
+
+TEST_CASE("GEMM shapes of Llama-3-70B at TP 8 count GQA and the gated MLP", "[sched][tpsp]") {
+  // Llama-3-70B: h 8192, 64 query heads, 8 kv heads, head_dim 128, ffn 28672, SwiGLU.
+  TpspRequest r;
+  r.shape = TpspShape{8, 1, 8192, 1, 8192, 64, 8, 128, 28672, true, true, 80, topo::Dtype::bf16};
+  r.kind = ScheduleKind::baseline;
+  r.options.backward = false;
+  const auto g = generate_tpsp(r).graph;
+  auto gemm = [&](const std::string& op) { return std::get<model::GemmKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel); };
+  // QKV: N = (q_width + 2 kv_width) / t = (64x128 + 2x8x128) / 8 = (8192 + 2048) / 8 = 1280, K = h = 8192,
+  // M = s x b = 8192 (the gathered sequence).
+  CHECK(gemm("qkv").n == 1280);
+  CHECK(gemm("qkv").k == 8192);
+  CHECK(gemm("qkv").m == 8192);
+  // Out-projection: K = q_width / t = 1024, N = h.
+  CHECK(gemm("out_proj").k == 1024);
+  CHECK(gemm("out_proj").n == 8192);
+  // FC1: N = 2 x 28672 / 8 = 7168 (gate and up); FC2: K = 28672 / 8 = 3584, N = 8192.
+  CHECK(gemm("fc1").n == 7168);
+  CHECK(gemm("fc1").k == 8192);
+  CHECK(gemm("fc2").k == 3584);
+  CHECK(gemm("fc2").n == 8192);
+  const auto att = std::get<model::AttentionKernel>(std::get<ComputeTask>(ops_on(g, 0, "attention").at(0)->kind).kernel);
+  CHECK(att.heads == 8);     // 64 / 8
+  CHECK(att.kv_heads == 1);  // 8 / 8
+  // TP 16: 8 kv heads cannot be split 16 ways; each rank keeps one (replicated):
+  // N = 64 x 128 / 16 + 2 x 128 = 512 + 256 = 768.
+  r.shape.tp = 16;
+  r.shape.seq = 8192;
+  const auto g16 = generate_tpsp(r).graph;
+  CHECK(std::get<model::GemmKernel>(std::get<ComputeTask>(ops_on(g16, 0, "qkv").at(0)->kind).kernel).n == 768);
+  CHECK(r.shape.kv_head0(3) == 1);  // rank 3 holds query heads 12..15, group of 8 -> kv head 1
+}
+
+TEST_CASE("slice and CommFuse cut the GEMM rows, the sum is the whole sequence", "[sched][tpsp]") {
+  // AG+GEMM on t = 4, S = 32 rows: slice k = 4 gives 4 GEMMs of 8 rows (2 positions from each of 4
+  // chunks); CommFuse gives 4 GEMMs of one chunk of 8 rows.
+  auto rows = [](const TaskGraph& g) {
+    std::vector<std::int64_t> m;
+    for (const Task* t : ops_on(g, 0, "gemm")) m.push_back(std::get<model::GemmKernel>(std::get<ComputeTask>(t->kind).kernel).m);
+    return m;
+  };
+  CHECK(rows(generate_tpsp(piece(TpspPiece::ag_gemm, 4, ScheduleKind::slice, 4)).graph) == std::vector<std::int64_t>{8, 8, 8, 8});
+  CHECK(rows(generate_tpsp(piece(TpspPiece::ag_gemm, 4, ScheduleKind::commfuse)).graph) == std::vector<std::int64_t>{8, 8, 8, 8});
+  CHECK(rows(generate_tpsp(piece(TpspPiece::ag_gemm, 4, ScheduleKind::baseline)).graph) == std::vector<std::int64_t>{32});
+  // Causal query-split attention, t = 4, s = 32: chunk c sees (c + 1) x 8 keys from position 8c.
+  TpspRequest r;
+  r.shape = small_shape(4);
+  r.kind = ScheduleKind::commfuse;
+  r.schedule.query_split_attention = true;
+  r.options.backward = false;
+  const auto g = generate_tpsp(r).graph;
+  for (const Task* t : ops_on(g, 1, "attention")) {
+    const auto a = std::get<model::AttentionKernel>(std::get<ComputeTask>(t->kind).kernel);
+    CHECK(a.seq_q == 8);
+    CHECK(a.q_offset == 8 * t->labels.chunk);
+    CHECK(a.seq_kv == 8 * (t->labels.chunk + 1));
+  }
+}
+
+TEST_CASE("collective sizes: full buffer n, ring engine from the schedule", "[sched][tpsp]") {
+  // AG+GEMM, t = 4, S = 32 rows of K = 64 bf16: the all-gather output is 32 x 64 x 2 = 4096 bytes;
+  // slice k = 2: 2048 per slice. Fuse-AG P2P chunk: 8 x 64 x 2 = 1024.
+  auto bytes_of = [](const TaskGraph& g) {
+    std::vector<Bytes> b;
+    for (TaskId id = 0; id < g.size(); ++id) {
+      if (g.task(id).rank != 0) continue;
+      if (auto* c = std::get_if<CollectiveTask>(&g.task(id).kind)) b.push_back(c->bytes);
+      if (auto* s = std::get_if<SendTask>(&g.task(id).kind)) b.push_back(s->bytes);
+    }
+    return b;
+  };
+  CHECK(bytes_of(generate_tpsp(piece(TpspPiece::ag_gemm, 4, ScheduleKind::baseline)).graph) == std::vector<Bytes>{4096});
+  CHECK(bytes_of(generate_tpsp(piece(TpspPiece::ag_gemm, 4, ScheduleKind::slice, 2)).graph) == std::vector<Bytes>{2048, 2048});
+  CHECK(bytes_of(generate_tpsp(piece(TpspPiece::ag_gemm, 4, ScheduleKind::commfuse)).graph) == std::vector<Bytes>{1024, 1024, 1024});
+}
+
+TEST_CASE("bad shapes and parallelisms are refused with the JSON path", "[sched][tpsp]") {
+  auto path_of = [](TpspRequest r) {
+    try {
+      generate_tpsp(r);
+    } catch (const InputError& e) {
+      CHECK(e.file() == "w.json");
+      return e.json_path();
+    }
+    return std::string("no error");
+  };
+  TpspRequest r;
+  r.label = "w.json";
+  r.shape = small_shape(4);
+  r.shape.heads = 6;  // 6 heads over 4 ranks
+  CHECK(path_of(r) == "$.parallel.tp");
+  r.shape = small_shape(4);
+  r.shape.seq = 30;
+  CHECK(path_of(r) == "$.training.sequence_length");
+  r.shape = small_shape(4);
+  r.kind = ScheduleKind::slice;
+  r.schedule.slices = 16;  // 8 positions per chunk
+  CHECK(path_of(r) == "$.schedule.slices");
+
+  model::Workload w;
+  w.arch.layers = 1;
+  w.arch.hidden = 32;
+  w.arch.heads = 4;
+  w.arch.kv_heads = 4;
+  w.arch.head_dim = 8;
+  w.arch.ffn_hidden = 64;
+  w.sequence_length = 16;
+  w.parallel = model::Parallelism{2, 2, 1};
+  topo::Cluster c;
+  c.rank_vertex.resize(8);
+  try {
+    tpsp_request(w, "w.json", c, ScheduleKind::commfuse, GenerateOptions{});
+    FAIL("up > 1 accepted");
+  } catch (const InputError& e) {
+    CHECK(e.json_path() == "$.parallel.up");
+  }
+  w.parallel = model::Parallelism{4, 1, 4};  // 16 ranks on 8
+  CHECK_THROWS_AS(tpsp_request(w, "w.json", c, ScheduleKind::commfuse, GenerateOptions{}), InputError);
+  w.parallel = model::Parallelism{4, 1, 2};
+  const Schedule s = generate(w, "w.json", c, ScheduleKind::commfuse, GenerateOptions{});
+  CHECK(s.gpus == 8);
+  CHECK(s.tokens == 32);
+  // DP group 1 runs on ranks 4..7.
+  std::set<int> ranks;
+  for (TaskId id = 0; id < s.graph.size(); ++id) ranks.insert(s.graph.task(id).rank);
+  CHECK(ranks == std::set<int>{0, 1, 2, 3, 4, 5, 6, 7});
+}

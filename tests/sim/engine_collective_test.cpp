@@ -1,0 +1,201 @@
+// Collectives as ring / pairwise steps on a star: t ranks on one switch, links 1e11 B/s with
+// 0.5 us latency. Every step of these algorithms has each member send one chunk and receive one,
+// so no two flows of a step share a link and each drains at the full 1e11 B/s.
+//   alpha (per step) = SM step latency 1,000,000 + route latency 2 x 500,000 = 2,000,000 ps
+//   base (once)      = 5,000,000 ps
+//   n = 8e6 B: chunk n/t = 4e6 / 2e6 / 1e6 B for t = 2 / 4 / 8 -> n/(tB) = 40e6 / 20e6 / 10e6 ps
+#include <map>
+
+#include <catch2/catch.hpp>
+
+#include "sim_test_util.hpp"
+
+using namespace sim_test;
+using fusesim::sched::CollectiveKind;
+using fusesim::sched::TaskGraph;
+using fusesim::sim::SimResult;
+using fusesim::sim::Simulator;
+
+namespace {
+
+constexpr Bytes kN = 8'000'000;
+constexpr TimePs kAlpha = 2'000'000;
+
+TimePs chunk_ps(int t) { return 80'000'000 / t; }  // (8e6 / t) B / 1e11 B/s in ps
+
+SimResult run_collective(CollectiveKind kind, int t, std::vector<sched::TaskId>& ids) {
+  const auto cluster = star(t);
+  TestCostModel costs;
+  TaskGraph g(t);
+  ids = collective(g, "c", kind, iota_ranks(t), kN, 1);
+  return Simulator(cluster, costs).run(g);
+}
+
+void check_all_end_at(const SimResult& res, const std::vector<sched::TaskId>& ids, TimePs expected) {
+  for (auto id : ids) {
+    REQUIRE(res.tasks[id].start_ps == 0);
+    REQUIRE(res.tasks[id].end_ps == expected);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ring all-gather takes base + (t-1)(alpha + n/(tB))", "[sim][collective]") {
+  // t=2: 5e6 + 1 x (2e6 + 40e6) = 47,000,000
+  // t=4: 5e6 + 3 x (2e6 + 20e6) = 71,000,000
+  // t=8: 5e6 + 7 x (2e6 + 10e6) = 89,000,000
+  const std::map<int, TimePs> expected{{2, 47'000'000}, {4, 71'000'000}, {8, 89'000'000}};
+  for (auto [t, end] : expected) {
+    INFO("t = " << t);
+    REQUIRE(kBasePs + (t - 1) * (kAlpha + chunk_ps(t)) == end);
+    std::vector<sched::TaskId> ids;
+    const auto res = run_collective(CollectiveKind::all_gather, t, ids);
+    check_all_end_at(res, ids, end);
+    // t members x (t-1) steps, each n/t bytes to the ring successor.
+    REQUIRE(res.transfers.size() == static_cast<std::size_t>(t * (t - 1)));
+    for (const auto& tr : res.transfers) {
+      REQUIRE(tr.dst_rank == (tr.src_rank + 1) % t);
+      REQUIRE(tr.bytes == kN / t);
+      REQUIRE(tr.step >= 0);
+      REQUIRE(tr.step < t - 1);
+      // Step s starts at base + s (alpha + n/(tB)) and lasts alpha + n/(tB).
+      REQUIRE(tr.start_ps == kBasePs + tr.step * (kAlpha + chunk_ps(t)));
+      REQUIRE(tr.end_ps == tr.start_ps + kAlpha + chunk_ps(t));
+      REQUIRE(tr.task == ids[tr.src_rank]);
+      REQUIRE(tr.peer_task == ids[tr.dst_rank]);
+    }
+  }
+}
+
+TEST_CASE("ring reduce-scatter takes base + (t-1)(alpha + n/(tB))", "[sim][collective]") {
+  // Same steps as the all-gather (n is the input buffer): same times.
+  const std::map<int, TimePs> expected{{2, 47'000'000}, {4, 71'000'000}, {8, 89'000'000}};
+  for (auto [t, end] : expected) {
+    INFO("t = " << t);
+    std::vector<sched::TaskId> ids;
+    const auto res = run_collective(CollectiveKind::reduce_scatter, t, ids);
+    check_all_end_at(res, ids, end);
+    REQUIRE(res.transfers.size() == static_cast<std::size_t>(t * (t - 1)));
+  }
+}
+
+TEST_CASE("ring all-reduce takes base + 2(t-1)(alpha + n/(tB))", "[sim][collective]") {
+  // t=2: 5e6 + 2 x (2e6 + 40e6) = 89,000,000
+  // t=4: 5e6 + 6 x (2e6 + 20e6) = 137,000,000
+  // t=8: 5e6 + 14 x (2e6 + 10e6) = 173,000,000
+  const std::map<int, TimePs> expected{{2, 89'000'000}, {4, 137'000'000}, {8, 173'000'000}};
+  for (auto [t, end] : expected) {
+    INFO("t = " << t);
+    REQUIRE(kBasePs + 2 * (t - 1) * (kAlpha + chunk_ps(t)) == end);
+    std::vector<sched::TaskId> ids;
+    const auto res = run_collective(CollectiveKind::all_reduce, t, ids);
+    check_all_end_at(res, ids, end);
+    REQUIRE(res.transfers.size() == static_cast<std::size_t>(2 * t * (t - 1)));
+  }
+}
+
+TEST_CASE("pairwise all-to-all: step s sends to (i+s) mod t", "[sim][collective]") {
+  // Steps s = 1..t-1 (recorded as step index s-1): member i sends n/t to (i+s) mod t and receives from
+  // (i-s) mod t, so each step is again one send and one receive per rank on disjoint links:
+  // t=4: 5e6 + 3 x (2e6 + 20e6) = 71,000,000; t=8: 5e6 + 7 x (2e6 + 10e6) = 89,000,000.
+  const std::map<int, TimePs> expected{{4, 71'000'000}, {8, 89'000'000}};
+  for (auto [t, end] : expected) {
+    INFO("t = " << t);
+    std::vector<sched::TaskId> ids;
+    const auto res = run_collective(CollectiveKind::all_to_all, t, ids);
+    check_all_end_at(res, ids, end);
+    REQUIRE(res.transfers.size() == static_cast<std::size_t>(t * (t - 1)));
+    // Every ordered pair exactly once, at the step its offset dictates.
+    std::map<std::pair<int, int>, int> seen;
+    for (const auto& tr : res.transfers) {
+      REQUIRE(tr.dst_rank == (tr.src_rank + tr.step + 1) % t);
+      REQUIRE(tr.bytes == kN / t);
+      ++seen[{tr.src_rank, tr.dst_rank}];
+    }
+    REQUIRE(seen.size() == static_cast<std::size_t>(t * (t - 1)));
+  }
+}
+
+TEST_CASE("ring dependency: a member's next step waits for its receive", "[sim][collective]") {
+  // t=3 all-gather, n = 3e6 (chunk 1e6 B: 10,000,000 ps at 1e11), but switch -> gpu1 runs at 5e10
+  // (chunk into rank 1: 20,000,000 ps). Steps start after base 5e6; each has alpha 2e6 then drains.
+  // Step 0 (all start at 5e6): 0->1 ends 5+2+20 = 27e6; 1->2 ends 17e6; 2->0 ends 17e6.
+  // Step 1: rank 0 sent at 27e6 and received (from 2) at 17e6 -> sends at 27e6: 27+2+20 = 49e6.
+  //         rank 1 sent at 17e6, received (from 0) at 27e6 -> sends at 27e6: 27+2+10 = 39e6.
+  //         rank 2 sent at 17e6, received (from 1) at 17e6 -> sends at 17e6: 17+2+10 = 29e6.
+  // Ends (own last send and last receive): rank 0 max(49, 29) = 49e6; rank 1 max(39, 49) = 49e6;
+  // rank 2 max(29, 39) = 39e6.
+  ClusterBuilder b;
+  const auto g0 = b.gpu(), g1 = b.gpu(), g2 = b.gpu();
+  const auto s = b.sw("switch");
+  b.cable(g0, s, 1e11, 500'000);
+  b.link(g1, s, 1e11, 500'000);
+  b.link(s, g1, 5e10, 500'000);
+  b.cable(g2, s, 1e11, 500'000);
+  const auto cluster = b.done();
+  TestCostModel costs;
+  TaskGraph g(3);
+  const auto ids = collective(g, "ag", CollectiveKind::all_gather, {0, 1, 2}, 3'000'000, 1);
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[ids[0]].end_ps == 49'000'000);
+  REQUIRE(res.tasks[ids[1]].end_ps == 49'000'000);
+  REQUIRE(res.tasks[ids[2]].end_ps == 39'000'000);
+  std::map<std::pair<int, int>, TimePs> start;  // (src, step) -> start
+  for (const auto& tr : res.transfers) start[{tr.src_rank, tr.step}] = tr.start_ps;
+  REQUIRE(start.at({0, 1}) == 27'000'000);
+  REQUIRE(start.at({1, 1}) == 27'000'000);
+  REQUIRE(start.at({2, 1}) == 17'000'000);
+}
+
+TEST_CASE("a collective follows its group's ring order, not rank order", "[sim][collective]") {
+  // Group {2, 0, 3, 1}: successor of 2 is 0, of 0 is 3, of 3 is 1, of 1 is 2.
+  const auto cluster = star(4);
+  TestCostModel costs;
+  TaskGraph g(4);
+  collective(g, "ag", CollectiveKind::all_gather, {2, 0, 3, 1}, kN, 1);
+  const auto res = Simulator(cluster, costs).run(g);
+  const std::map<int, int> successor{{2, 0}, {0, 3}, {3, 1}, {1, 2}};
+  for (const auto& tr : res.transfers) REQUIRE(tr.dst_rank == successor.at(tr.src_rank));
+  REQUIRE(res.makespan_ps == 71'000'000);
+}
+
+TEST_CASE("a collective starts when every member is ready", "[sim][collective]") {
+  // Rank 1 computes 10,000,000 ps first; the all-gather (t=2) starts then: 10e6 + 47e6 = 57,000,000.
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(2);
+  const auto c = g.add(compute("c", 1, 10'000'000));
+  const auto ids = collective(g, "ag", CollectiveKind::all_gather, {0, 1}, kN, 1);
+  g.depend(c, ids[1]);
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[ids[0]].ready_ps == 0);
+  REQUIRE(res.tasks[ids[0]].start_ps == 10'000'000);
+  REQUIRE(res.tasks[ids[1]].start_ps == 10'000'000);
+  REQUIRE(res.tasks[ids[0]].end_ps == 57'000'000);
+}
+
+TEST_CASE("a collective of one rank takes no time", "[sim][collective]") {
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(2);
+  const auto c = g.add(compute("c", 0, 3'000'000));
+  const auto ids = collective(g, "solo", CollectiveKind::all_reduce, {0}, kN, 1);
+  g.depend(c, ids[0]);
+  const auto after = g.add(compute("after", 0, 1'000'000));
+  g.depend(ids[0], after);
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[ids[0]].start_ps == 3'000'000);
+  REQUIRE(res.tasks[ids[0]].end_ps == 3'000'000);
+  REQUIRE(res.tasks[after].end_ps == 4'000'000);
+  REQUIRE(res.transfers.empty());
+}
+
+TEST_CASE("a copy-engine collective uses the copy-engine step latency", "[sim][collective]") {
+  // alpha = 2,000,000 (copy step) + 1,000,000 (route) = 3e6; t=4 all-gather: 5e6 + 3 x (3e6 + 20e6) = 74e6.
+  const auto cluster = star(4);
+  TestCostModel costs;
+  TaskGraph g(4);
+  const auto ids = collective(g, "ag", CollectiveKind::all_gather, iota_ranks(4), kN, 1, model::CommEngine::copy_engine);
+  const auto res = Simulator(cluster, costs).run(g);
+  check_all_end_at(res, ids, 74'000'000);
+}

@@ -1,0 +1,176 @@
+// Compute kernels, streams and contention, with TestCostModel: a kernel of W flops lasts W ps alone,
+// and runs at (1 - held SMs / 100) x (1 - comm HBM bytes/s / 1e12) of that speed under load.
+#include <catch2/catch.hpp>
+
+#include "sim_test_util.hpp"
+
+using namespace sim_test;
+using fusesim::sched::TaskGraph;
+using fusesim::sim::Simulator;
+
+TEST_CASE("a stream runs its tasks one at a time in the order they were added", "[sim][stream]") {
+  // Rank 0, compute stream 0: a (5e6), b (1e6), c (2e6), no explicit edges: a 0-5e6, b 5e6-6e6, c 6e6-8e6.
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(2);
+  const auto a = g.add(compute("a", 0, 5'000'000));
+  const auto b = g.add(compute("b", 0, 1'000'000));
+  const auto c = g.add(compute("c", 0, 2'000'000));
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[a].start_ps == 0);
+  REQUIRE(res.tasks[a].end_ps == 5'000'000);
+  REQUIRE(res.tasks[b].start_ps == 5'000'000);
+  REQUIRE(res.tasks[b].end_ps == 6'000'000);
+  REQUIRE(res.tasks[c].start_ps == 6'000'000);
+  REQUIRE(res.tasks[c].end_ps == 8'000'000);
+}
+
+TEST_CASE("a later task on a stream waits behind a blocked earlier one", "[sim][stream]") {
+  // Rank 0 stream: x (waits for rank 1's long task, 7e6), then y (no deps, 1e6). FIFO: y cannot
+  // overtake x, so x runs 7e6-9e6 and y 9e6-10e6, though y's own dependencies were met at 0.
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(2);
+  const auto long_task = g.add(compute("long", 1, 7'000'000));
+  const auto x = g.add(compute("x", 0, 2'000'000));
+  const auto y = g.add(compute("y", 0, 1'000'000));
+  g.depend(long_task, x);
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[x].start_ps == 7'000'000);
+  REQUIRE(res.tasks[x].end_ps == 9'000'000);
+  REQUIRE(res.tasks[y].ready_ps == 9'000'000);
+  REQUIRE(res.tasks[y].start_ps == 9'000'000);
+  REQUIRE(res.tasks[y].end_ps == 10'000'000);
+}
+
+TEST_CASE("two compute streams on one rank split the device evenly", "[sim][stream]") {
+  // a (4e6 work) on compute stream 0, d (2e6) on compute stream 1, both from 0 at rate 1/2.
+  // d ends after 2e6 / 0.5 = 4e6 ps; a has done 2e6 by then, 2e6 left at rate 1 -> ends at 6e6.
+  const auto cluster = star(1);
+  TestCostModel costs;
+  TaskGraph g(1);
+  const auto a = g.add(compute("a", 0, 4'000'000, 0));
+  const auto d = g.add(compute("d", 0, 2'000'000, 1));
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[d].end_ps == 4'000'000);
+  REQUIRE(res.tasks[a].end_ps == 6'000'000);
+}
+
+TEST_CASE("explicit dependencies across ranks", "[sim][stream]") {
+  // p (rank 0, 3e6) -> q (rank 1, 2e6) -> r (rank 0 compute stream 1, 1e6): 0-3e6, 3e6-5e6, 5e6-6e6.
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(2);
+  const auto p = g.add(compute("p", 0, 3'000'000));
+  const auto q = g.add(compute("q", 1, 2'000'000));
+  const auto r = g.add(compute("r", 0, 1'000'000, 1));
+  g.depend(p, q);
+  g.depend(q, r);
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[q].start_ps == 3'000'000);
+  REQUIRE(res.tasks[r].start_ps == 5'000'000);
+  REQUIRE(res.tasks[r].end_ps == 6'000'000);
+  REQUIRE(res.makespan_ps == 6'000'000);
+}
+
+TEST_CASE("compute slows while an SM-kernel transfer holds SMs", "[sim][contention]") {
+  // Rank 0: kernel k, 10,000,000 ps of work, from 0. Rank 0 comm stream: sm_kernel send of 4e5 B to
+  // rank 1 holding 25 SMs; its recv waits for a 2,000,000 ps kernel on rank 1, so the transfer runs
+  // 2e6 .. 2e6 + (1e6 SM step + 1e6 route) + 4e5 / 1e11 (4e6) = 8,000,000, holding 25 of 100 SMs on both
+  // ranks throughout (latency phase included).
+  //   k: 0-2e6 at rate 1 -> 2e6 done; 2e6-8e6 at 0.75 -> 4.5e6 done; 3.5e6 left at rate 1 -> ends 11,500,000.
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(2);
+  const auto k = g.add(compute("k", 0, 10'000'000));
+  const auto s = g.add(send("s", 0, 1, 400'000, 1, model::CommEngine::sm_kernel, 25));
+  const auto pre = g.add(compute("pre", 1, 2'000'000));
+  const auto r = g.add(recv("r", 1, 0, 400'000, 1));
+  g.depend(pre, r);
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[s].start_ps == 2'000'000);
+  REQUIRE(res.tasks[s].end_ps == 8'000'000);
+  REQUIRE(res.tasks[k].end_ps == 11'500'000);
+  // rank 1's kernel ended before the transfer began: unaffected.
+  REQUIRE(res.tasks[pre].end_ps == 2'000'000);
+}
+
+TEST_CASE("sms = -1 takes the device default on both ends", "[sim][contention]") {
+  // Default 20 SMs: rate 0.8 while the transfer holds them. Rank 1 kernel q (10e6 work) from 0;
+  // transfer 0 -> 1 (sm_kernel) from 0: 1e6 + 1e6 latency + 8e5 / 1e11 (8e6) -> ends 10e6, so q runs
+  // at 0.8 for 10e6 ps (8e6 done), then 2e6 left at rate 1 -> ends 12,000,000.
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(2);
+  const auto q = g.add(compute("q", 1, 10'000'000));
+  g.add(send("s", 0, 1, 800'000, 1, model::CommEngine::sm_kernel));
+  const auto r = g.add(recv("r", 1, 0, 800'000, 1));
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[r].end_ps == 10'000'000);
+  REQUIRE(res.tasks[q].end_ps == 12'000'000);
+}
+
+TEST_CASE("a copy-engine transfer holds no SMs but its HBM traffic slows compute", "[sim][contention]") {
+  // HBM traffic factor 1: a transfer draining at 1e11 B/s moves 1e11 B/s of HBM on each end, so the
+  // test model's rate is 1 - 1e11 / 1e12 = 0.9 while it drains (not during its latency phase).
+  // Copy-engine transfer 0 -> 1 of 4e5 B from 0: latency 2e6 + 1e6 = 3e6, drains 3e6 .. 7e6.
+  // Kernel k on rank 0 (10e6 work): 0-3e6 rate 1 (3e6 done), 3e6-7e6 at 0.9 (3.6e6 done), 3.4e6
+  // left at rate 1 -> ends 10,400,000.
+  const auto cluster = star(2, 1e11, 500'000, /*hbm_traffic_factor=*/1.0);
+  TestCostModel costs;
+  TaskGraph g(2);
+  const auto k = g.add(compute("k", 0, 10'000'000));
+  g.add(send("s", 0, 1, 400'000, 1));
+  const auto r = g.add(recv("r", 1, 0, 400'000, 1));
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[r].end_ps == 7'000'000);
+  REQUIRE(res.tasks[k].end_ps == 10'400'000);
+}
+
+TEST_CASE("collective members hold SMs from the collective's start to their own end", "[sim][contention]") {
+  // t=2 all-gather of 8e6 B with sms 50: runs 0 .. 47,000,000 (see engine_collective_test.cpp), holding
+  // 50 SMs on both ranks. Kernel k on rank 1 (30e6 work) from 0 at rate 0.5: after 47e6 it has done
+  // 23.5e6; 6.5e6 left at rate 1 -> ends 53,500,000.
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(2);
+  const auto k = g.add(compute("k", 1, 30'000'000));
+  const auto ids = collective(g, "ag", sched::CollectiveKind::all_gather, {0, 1}, 8'000'000, 1,
+                              model::CommEngine::sm_kernel, 50);
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[ids[1]].end_ps == 47'000'000);
+  REQUIRE(res.tasks[k].end_ps == 53'500'000);
+}
+
+TEST_CASE("observer callbacks arrive in time order", "[sim][observer]") {
+  struct Recorder : sim::Observer {
+    std::vector<TimePs> times;
+    int starts = 0, ends = 0, transfers = 0;
+    void on_task_start(const sched::Task&, sched::TaskId, TimePs now) override {
+      times.push_back(now);
+      ++starts;
+    }
+    void on_task_end(const sched::Task&, sched::TaskId, TimePs now) override {
+      times.push_back(now);
+      ++ends;
+    }
+    void on_transfer_end(const sim::TransferRecord& t) override {
+      times.push_back(t.end_ps);
+      ++transfers;
+    }
+  };
+  const auto cluster = star(4);
+  TestCostModel costs;
+  TaskGraph g(4);
+  for (int r = 0; r < 4; ++r) g.add(compute("pre" + std::to_string(r), r, 1'000'000.0 * (r + 1)));
+  collective(g, "ag", sched::CollectiveKind::all_gather, iota_ranks(4), 8'000'000, 1);
+  g.add(send("s", 0, 3, 1'000'000, 5));
+  g.add(recv("r", 3, 0, 1'000'000, 5));
+  Recorder rec;
+  const auto res = Simulator(cluster, costs).run(g, &rec);
+  REQUIRE(std::is_sorted(rec.times.begin(), rec.times.end()));
+  REQUIRE(rec.starts == static_cast<int>(g.size()));
+  REQUIRE(rec.ends == static_cast<int>(g.size()));
+  REQUIRE(rec.transfers == static_cast<int>(res.transfers.size()));
+  REQUIRE(rec.times.back() == res.makespan_ps);
+}

@@ -1,0 +1,194 @@
+// P2P transfers and bandwidth sharing on hand-built clusters. Unless a test says otherwise: links of
+// 1e11 B/s with 0.5 us latency, so a rank-to-rank route through the switch has latency 1,000,000 ps;
+// copy-engine step latency 2,000,000 ps, SM-kernel step latency 1,000,000 ps (sim_test_util.hpp).
+#include <catch2/catch.hpp>
+
+#include "sim_test_util.hpp"
+
+using namespace sim_test;
+using fusesim::sched::TaskGraph;
+using fusesim::sim::Simulator;
+
+TEST_CASE("one transfer takes latency + bytes / bandwidth", "[sim][p2p]") {
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(2);
+  const auto s = g.add(send("s", 0, 1, 4'000'000, 7));
+  const auto r = g.add(recv("r", 1, 0, 4'000'000, 7));
+  const auto res = Simulator(cluster, costs).run(g);
+  // Copy engine: latency = 2,000,000 (step) + 1,000,000 (route) = 3,000,000 ps;
+  // drain = 4e6 B / 1e11 B/s = 4e-5 s = 40,000,000 ps. End = 43,000,000 ps.
+  REQUIRE(res.tasks[s].start_ps == 0);
+  REQUIRE(res.tasks[r].start_ps == 0);
+  REQUIRE(res.tasks[s].end_ps == 43'000'000);
+  REQUIRE(res.tasks[r].end_ps == 43'000'000);
+  REQUIRE(res.makespan_ps == 43'000'000);
+  REQUIRE(res.transfers.size() == 1);
+  const auto& t = res.transfers[0];
+  REQUIRE(t.task == s);
+  REQUIRE(t.peer_task == r);
+  REQUIRE(t.src_rank == 0);
+  REQUIRE(t.dst_rank == 1);
+  REQUIRE(t.bytes == 4'000'000);
+  REQUIRE(t.step == -1);
+  REQUIRE(t.engine == model::CommEngine::copy_engine);
+  REQUIRE(t.start_ps == 0);
+  REQUIRE(t.end_ps == 43'000'000);
+}
+
+TEST_CASE("an SM-kernel transfer uses its own step latency and protocol efficiency", "[sim][p2p]") {
+  // sm_kernel_efficiency 0.5: wire bytes = 4e6 / 0.5 = 8e6 -> drain 8e6 / 1e11 = 80,000,000 ps.
+  // Latency = 1,000,000 (SM step) + 1,000,000 (route). End = 82,000,000 ps.
+  const auto cluster = star(2, 1e11, 500'000, 0.0, /*sm_eff=*/0.5, /*ce_eff=*/1.0);
+  TestCostModel costs;
+  TaskGraph g(2);
+  g.add(send("s", 0, 1, 4'000'000, 1, model::CommEngine::sm_kernel));
+  const auto r = g.add(recv("r", 1, 0, 4'000'000, 1));
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[r].end_ps == 82'000'000);
+  REQUIRE(res.transfers.at(0).bytes == 4'000'000);  // the record keeps the payload
+  REQUIRE(res.transfers.at(0).engine == model::CommEngine::sm_kernel);
+}
+
+TEST_CASE("two transfers on one link each get half", "[sim][p2p]") {
+  // Ranks 0 and 1 both send 4e6 B to rank 2: both routes end on link switch->gpu2 (1e11 B/s), shared
+  // 5e10 each. Both start draining at 3,000,000 ps; drain = 4e6 / 5e10 = 8e-5 s = 80,000,000 ps.
+  // Both end at latency + 2 x bytes / B = 3,000,000 + 80,000,000 = 83,000,000 ps.
+  const auto cluster = star(3);
+  TestCostModel costs;
+  TaskGraph g(3);
+  g.add(send("s0", 0, 2, 4'000'000, 1));
+  g.add(send("s1", 1, 2, 4'000'000, 2));
+  const auto r0 = g.add(recv("r0", 2, 0, 4'000'000, 1));
+  const auto r1 = g.add(recv("r1", 2, 1, 4'000'000, 2));
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[r0].end_ps == 83'000'000);
+  REQUIRE(res.tasks[r1].end_ps == 83'000'000);
+}
+
+TEST_CASE("a flow speeds up when the flow sharing its link leaves", "[sim][p2p]") {
+  // As above, but rank 1 sends only 2e6 B. Both drain at 5e10 from 3,000,000: the short one has
+  // moved 2e6 B after 2e6 / 5e10 = 40,000,000 ps -> ends at 43,000,000. The long one has 2e6 B left,
+  // now at 1e11: 20,000,000 ps more -> ends at 63,000,000 (vs 43e6 alone and 83e6 if halved throughout).
+  const auto cluster = star(3);
+  TestCostModel costs;
+  TaskGraph g(3);
+  g.add(send("s0", 0, 2, 4'000'000, 1));
+  g.add(send("s1", 1, 2, 2'000'000, 2));
+  const auto r0 = g.add(recv("r0", 2, 0, 4'000'000, 1));
+  const auto r1 = g.add(recv("r1", 2, 1, 2'000'000, 2));
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[r1].end_ps == 43'000'000);
+  REQUIRE(res.tasks[r0].end_ps == 63'000'000);
+  // Transfers are recorded in order of completion.
+  REQUIRE(res.transfers.at(0).src_rank == 1);
+  REQUIRE(res.transfers.at(1).src_rank == 0);
+}
+
+TEST_CASE("max-min fairness: three flows over two links of different capacity", "[sim][p2p]") {
+  // gpu0, gpu1, gpu3 on switch s1; gpu2 on switch s2; s1 -> s2 is link B (4e10 B/s); gpu0 -> s1 is
+  // link A (1e11 B/s); every other link 1e13 B/s (never a bottleneck). All latencies 0, so every
+  // flow drains from the copy-engine step latency, 2,000,000 ps.
+  //   f1: gpu0 -> gpu1 (crosses A), 1.6e6 B    f2: gpu0 -> gpu2 (A and B), 4e5 B    f3: gpu3 -> gpu2 (B), 2e5 B
+  // Progressive filling: B offers 4e10/2 = 2e10 < A's 1e11/2, so f2 = f3 = 2e10; f1 gets A's rest,
+  // 8e10 (equal split: 5e10).
+  //   f3 ends after 2e5 / 2e10 = 10,000,000 ps -> at 12,000,000.
+  //   Then f2 = 4e10 (alone on B), f1 = 1e11 - 4e10 = 6e10. f2 has 4e5 - 2e5 = 2e5 left: 5,000,000 ps
+  //   -> ends at 17,000,000. f1 had 1.6e6 - 8e10 x 1e-5 = 8e5 left, drains 6e10 x 5e-6 = 3e5 by then.
+  //   Then f1 alone at 1e11: 5e5 / 1e11 = 5,000,000 ps -> ends at 22,000,000.
+  ClusterBuilder b;
+  const auto g0 = b.gpu(), g1 = b.gpu(), g2 = b.gpu(), g3 = b.gpu();
+  const auto s1 = b.sw("s1"), s2 = b.sw("s2");
+  b.link(g0, s1, 1e11, 0);  // A
+  b.link(s1, g0, 1e13, 0);
+  b.cable(g1, s1, 1e13, 0);
+  b.cable(g3, s1, 1e13, 0);
+  b.cable(g2, s2, 1e13, 0);
+  b.link(s1, s2, 4e10, 0);  // B
+  b.link(s2, s1, 1e13, 0);
+  const auto cluster = b.done();
+  TestCostModel costs;
+  TaskGraph g(4);
+  // gpu0 sends both f1 and f2: on two copy engines, so that they run at once.
+  g.add(send("f1", 0, 1, 1'600'000, 1, model::CommEngine::copy_engine, -1, /*stream=*/0));
+  g.add(send("f2", 0, 2, 400'000, 2, model::CommEngine::copy_engine, -1, /*stream=*/1));
+  g.add(send("f3", 3, 2, 200'000, 3));
+  const auto r1 = g.add(recv("r1", 1, 0, 1'600'000, 1));
+  const auto r2 = g.add(recv("r2", 2, 0, 400'000, 2));
+  const auto r3 = g.add(recv("r3", 2, 3, 200'000, 3));
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[r3].end_ps == 12'000'000);
+  REQUIRE(res.tasks[r2].end_ps == 17'000'000);
+  REQUIRE(res.tasks[r1].end_ps == 22'000'000);
+}
+
+TEST_CASE("a route through a switch: capacity is the min, latency the sum", "[sim][p2p]") {
+  // gpu0 -> switch: 1e11 B/s, 300,000 ps; switch -> gpu1: 5e10 B/s, 700,000 ps.
+  // Latency = 2,000,000 (copy step) + 300,000 + 700,000 = 3,000,000; drain at min(1e11, 5e10):
+  // 1e6 / 5e10 = 2e-5 s = 20,000,000 ps. End = 23,000,000 ps.
+  ClusterBuilder b;
+  const auto g0 = b.gpu(), g1 = b.gpu();
+  const auto s = b.sw("switch");
+  b.link(g0, s, 1e11, 300'000);
+  b.link(s, g1, 5e10, 700'000);
+  b.link(g1, s, 1e11, 300'000);
+  b.link(s, g0, 1e11, 300'000);
+  const auto cluster = b.done();
+  TestCostModel costs;
+  TaskGraph g(2);
+  g.add(send("s", 0, 1, 1'000'000, 1));
+  const auto r = g.add(recv("r", 1, 0, 1'000'000, 1));
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[r].end_ps == 23'000'000);
+}
+
+TEST_CASE("a transfer starts when both ends are ready; the recv holds no stream", "[sim][p2p]") {
+  // Rank 1 computes 5,000,000 ps before its recv is ready: the send waits (ready at 0, started at
+  // 5e6) and lands at 5e6 + 3e6 latency + 1e6 / 1e11 (10,000,000) = 18,000,000.
+  // The recv sits on rank 1's comm stream 0; an SM-kernel send "o" (holding 0 SMs, so the kernel is
+  // not slowed) added after it on the same stream starts at 0: a recv holds no stream. It lands at
+  // 1e6 SM step + 1e6 route + 10e6 = 12,000,000, on links disjoint from the first transfer's.
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(2);
+  const auto s = g.add(send("s", 0, 1, 1'000'000, 1));
+  const auto c = g.add(compute("c", 1, 5'000'000));
+  const auto r = g.add(recv("r", 1, 0, 1'000'000, 1));
+  g.depend(c, r);
+  const auto o = g.add(send("o", 1, 0, 1'000'000, 2, model::CommEngine::sm_kernel, 0));
+  g.add(recv("o_r", 0, 1, 1'000'000, 2));
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[s].ready_ps == 0);
+  REQUIRE(res.tasks[r].ready_ps == 5'000'000);
+  REQUIRE(res.tasks[s].start_ps == 5'000'000);
+  REQUIRE(res.tasks[s].end_ps == 18'000'000);
+  REQUIRE(res.tasks[o].start_ps == 0);
+  REQUIRE(res.tasks[o].end_ps == 12'000'000);
+}
+
+TEST_CASE("a send waits for the head of its stream", "[sim][p2p]") {
+  // Two sends on rank 0's copy stream 0: the second (added later) starts when the first ends, even
+  // though its recv is ready at 0. Each: 3e6 latency + 1e6 / 1e11 = 13,000,000 ps.
+  const auto cluster = star(3);
+  TestCostModel costs;
+  TaskGraph g(3);
+  const auto s1 = g.add(send("s1", 0, 1, 1'000'000, 1));
+  const auto s2 = g.add(send("s2", 0, 2, 1'000'000, 2));
+  g.add(recv("r1", 1, 0, 1'000'000, 1));
+  const auto r2 = g.add(recv("r2", 2, 0, 1'000'000, 2));
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[s1].end_ps == 13'000'000);
+  REQUIRE(res.tasks[s2].ready_ps == 13'000'000);
+  REQUIRE(res.tasks[r2].ready_ps == 0);
+  REQUIRE(res.tasks[s2].start_ps == 13'000'000);
+  REQUIRE(res.tasks[r2].end_ps == 26'000'000);
+}
+
+TEST_CASE("a link of zero bandwidth is reported as a deadlock, not a hang", "[sim][p2p]") {
+  const auto cluster = star(2, 0.0);
+  TestCostModel costs;
+  TaskGraph g(2);
+  g.add(send("s", 0, 1, 1'000, 1));
+  g.add(recv("r", 1, 0, 1'000, 1));
+  REQUIRE_THROWS_WITH(Simulator(cluster, costs).run(g), Catch::Contains("deadlock") && Catch::Contains("'s'"));
+}

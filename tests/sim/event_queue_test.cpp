@@ -1,0 +1,104 @@
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "fusesim/sim/event_queue.hpp"
+#include "fusesim/sim/flow_network.hpp"
+
+using fusesim::TimePs;
+using fusesim::sim::Event;
+using fusesim::sim::EventQueue;
+
+TEST_CASE("event queue: events come out in time order", "[sim][queue]") {
+  EventQueue q;
+  // Scheduled out of order; targets name the time so the pop order can be checked against it.
+  for (TimePs t : {50, 10, 40, 20, 30, 0}) q.push(t, 1, static_cast<std::uint32_t>(t));
+  std::vector<TimePs> popped;
+  while (!q.empty()) {
+    const Event e = q.pop();
+    REQUIRE(e.target == static_cast<std::uint32_t>(e.time));
+    REQUIRE(e.kind() == 1);
+    popped.push_back(e.time);
+  }
+  REQUIRE(popped == std::vector<TimePs>{0, 10, 20, 30, 40, 50});
+}
+
+TEST_CASE("event queue: equal times run in scheduling order (FIFO)", "[sim][queue]") {
+  EventQueue q;
+  // Interleave two times; within each time, targets were pushed 0,1,2,... and must come back so.
+  for (std::uint32_t i = 0; i < 100; ++i) q.push(i % 2 == 0 ? 7 : 3, static_cast<std::uint8_t>(i % 5), i);
+  std::vector<std::uint32_t> at3, at7;
+  while (!q.empty()) {
+    const Event e = q.pop();
+    REQUIRE(e.kind() == e.target % 5);  // the kind packed beside the sequence number survives
+    (e.time == 3 ? at3 : at7).push_back(e.target);
+  }
+  REQUIRE(at3.size() == 50);
+  REQUIRE(at7.size() == 50);
+  for (std::size_t i = 0; i < 50; ++i) {
+    REQUIRE(at3[i] == 2 * i + 1);
+    REQUIRE(at7[i] == 2 * i);
+  }
+}
+
+TEST_CASE("event queue: matches a stable sort of (time, insertion order) on random input", "[sim][queue]") {
+  std::mt19937_64 rng(12345);
+  std::uniform_int_distribution<TimePs> dt(0, 20);  // small range: many equal times
+  EventQueue q;
+  std::vector<std::pair<TimePs, std::uint32_t>> reference;
+  std::vector<std::pair<TimePs, std::uint32_t>> got;
+  std::uint32_t next = 0;
+  // Interleave pushes and pops, pushing only at or after the current time, as the engine does.
+  for (int round = 0; round < 2000; ++round) {
+    const int pushes = static_cast<int>(rng() % 4);
+    for (int i = 0; i < pushes; ++i) {
+      const TimePs t = q.now() + dt(rng);
+      q.push(t, 0, next);
+      reference.emplace_back(t, next);
+      ++next;
+    }
+    if (!q.empty() && rng() % 2 == 0) {
+      const Event e = q.pop();
+      got.emplace_back(e.time, e.target);
+    }
+  }
+  while (!q.empty()) {
+    const Event e = q.pop();
+    got.emplace_back(e.time, e.target);
+  }
+  // Reference: since nothing is pushed before the last pop, the pop order is the global order by
+  // (time, insertion index).
+  std::stable_sort(reference.begin(), reference.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  REQUIRE(got == reference);
+}
+
+TEST_CASE("event queue: scheduling into the past is refused", "[sim][queue]") {
+  EventQueue q;
+  q.push(100, 0, 0);
+  q.pop();
+  REQUIRE(q.now() == 100);
+  REQUIRE_THROWS_AS(q.push(99, 0, 1), std::logic_error);
+  REQUIRE_NOTHROW(q.push(100, 0, 2));  // the present is allowed
+  REQUIRE(q.pop().target == 2);
+  REQUIRE_THROWS_AS(q.pop(), std::logic_error);  // empty
+}
+
+TEST_CASE("event queue: events are small plain values", "[sim][queue]") {
+  STATIC_REQUIRE(std::is_trivially_copyable_v<Event>);
+  STATIC_REQUIRE(sizeof(Event) == 24);
+}
+
+TEST_CASE("ceil_ps rounds up but forgives floating-point noise", "[sim][queue]") {
+  using fusesim::sim::ceil_ps;
+  REQUIRE(ceil_ps(0.0) == 0);
+  REQUIRE(ceil_ps(-3.0) == 0);
+  REQUIRE(ceil_ps(10.0) == 10);
+  REQUIRE(ceil_ps(10.25) == 11);
+  REQUIRE(ceil_ps(13333333.333333334) == 13333334);
+  // 800000 / 0.8 is 1000000 in exact arithmetic; the double division may land a hair above.
+  REQUIRE(ceil_ps(800000.0 / 0.8) == 1000000);
+  REQUIRE(ceil_ps(1000000.0000000002) == 1000000);
+  REQUIRE(ceil_ps(1e30) == fusesim::kTimeNever);
+}

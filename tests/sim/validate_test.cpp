@@ -1,0 +1,161 @@
+// sched::validate and the refusals of Simulator::run.
+#include <catch2/catch.hpp>
+
+#include "fusesim/util/error.hpp"
+#include "sim_test_util.hpp"
+
+using namespace sim_test;
+using Catch::Contains;
+using fusesim::GraphError;
+using fusesim::sched::CollectiveKind;
+using fusesim::sched::TaskGraph;
+using fusesim::sched::validate;
+
+TEST_CASE("validate: a dependency cycle is refused with its tasks named", "[sim][validate]") {
+  TaskGraph g(3);
+  const auto a = g.add(compute("a", 0, 1));
+  const auto b = g.add(compute("b", 1, 1));
+  const auto c = g.add(compute("c", 2, 1));
+  g.depend(a, b);
+  g.depend(b, c);
+  g.depend(c, a);
+  REQUIRE_THROWS_MATCHES(validate(g), GraphError, Catch::Message("dependency cycle: a -> b -> c -> a"));
+}
+
+TEST_CASE("validate: a cycle through stream order is refused", "[sim][validate]") {
+  // first and second share rank 0's compute stream (first added first); an explicit edge
+  // second -> first closes the loop first -> (stream) second -> first.
+  TaskGraph g(1);
+  const auto first = g.add(compute("first", 0, 1));
+  const auto second = g.add(compute("second", 0, 1));
+  g.depend(second, first);
+  REQUIRE_THROWS_MATCHES(validate(g), GraphError, Catch::Message("dependency cycle: first -> second -> first"));
+}
+
+TEST_CASE("validate: a cycle through a rendezvous is refused", "[sim][validate]") {
+  // The recv waits for a kernel that waits for the send: the transfer can never start.
+  TaskGraph g(2);
+  const auto s = g.add(send("s", 0, 1, 100, 1));
+  const auto r = g.add(recv("r", 1, 0, 100, 1));
+  const auto k = g.add(compute("k", 1, 1));
+  g.depend(s, k);
+  g.depend(k, r);
+  REQUIRE_THROWS_WITH(validate(g), Contains("dependency cycle: s -> k -> r ~ s"));
+}
+
+TEST_CASE("validate: a self-dependency is a cycle", "[sim][validate]") {
+  TaskGraph g(1);
+  const auto a = g.add(compute("a", 0, 1));
+  g.depend(a, a);
+  REQUIRE_THROWS_MATCHES(validate(g), GraphError, Catch::Message("dependency cycle: a -> a"));
+}
+
+TEST_CASE("validate: an unmatched send is refused", "[sim][validate]") {
+  TaskGraph g(2);
+  g.add(send("x", 0, 1, 100, 7));
+  REQUIRE_THROWS_MATCHES(validate(g), GraphError,
+                         Catch::Message("send 'x' (rank 0 -> 1, tag 7) has no matching recv"));
+  // A recv with another tag does not match it.
+  g.add(recv("y", 1, 0, 100, 8));
+  REQUIRE_THROWS_WITH(validate(g), Contains("send 'x' (rank 0 -> 1, tag 7) has no matching recv"));
+}
+
+TEST_CASE("validate: a recv without its send is refused", "[sim][validate]") {
+  TaskGraph g(2);
+  g.add(recv("y", 1, 0, 100, 3));
+  REQUIRE_THROWS_MATCHES(validate(g), GraphError,
+                         Catch::Message("recv 'y' (rank 1 <- 0, tag 3) has no matching send"));
+}
+
+TEST_CASE("validate: send and recv must agree on the size", "[sim][validate]") {
+  TaskGraph g(2);
+  g.add(send("x", 0, 1, 100, 3));
+  g.add(recv("y", 1, 0, 200, 3));
+  REQUIRE_THROWS_WITH(validate(g), Contains("disagree on the size"));
+}
+
+TEST_CASE("validate: a collective with a missing member is refused", "[sim][validate]") {
+  TaskGraph g(4);
+  // Members for ranks 0, 1, 3 of group {0, 1, 2, 3}: rank 2 never adds its task.
+  for (int r : {0, 1, 3}) {
+    sched::Task t;
+    t.name = "ag/r" + std::to_string(r);
+    t.rank = r;
+    t.stream = {sched::StreamKind::comm, 0};
+    t.kind = sched::CollectiveTask{CollectiveKind::all_gather, {0, 1, 2, 3}, 800, 9, model::CommEngine::sm_kernel, -1};
+    g.add(t);
+  }
+  REQUIRE_THROWS_WITH(validate(g), Contains("collective instance 9 over ranks [0, 1, 2, 3]") &&
+                                       Contains("rank 2 has no task") && Contains("'ag/r0'"));
+}
+
+TEST_CASE("validate: collective members must agree", "[sim][validate]") {
+  TaskGraph g(2);
+  auto ids = collective(g, "ag", CollectiveKind::all_gather, {0, 1}, 800, 1);
+  std::get<sched::CollectiveTask>(g.task(ids[1]).kind).bytes = 400;
+  REQUIRE_THROWS_WITH(validate(g), Contains("disagree on the size") && Contains("'ag/r0'") && Contains("'ag/r1'"));
+  std::get<sched::CollectiveTask>(g.task(ids[1]).kind).bytes = 800;
+  std::get<sched::CollectiveTask>(g.task(ids[1]).kind).kind = CollectiveKind::all_reduce;
+  REQUIRE_THROWS_WITH(validate(g), Contains("disagree on the kind"));
+  std::get<sched::CollectiveTask>(g.task(ids[1]).kind).kind = CollectiveKind::all_gather;
+  REQUIRE_NOTHROW(validate(g));
+}
+
+TEST_CASE("validate: ranks, sizes and names are checked", "[sim][validate]") {
+  {
+    TaskGraph g(2);
+    g.add(compute("a", 2, 1));
+    REQUIRE_THROWS_WITH(validate(g), Contains("'a'") && Contains("rank 2 is outside [0, 2)"));
+  }
+  {
+    TaskGraph g(2);
+    g.add(send("x", 0, 5, 100, 1));
+    REQUIRE_THROWS_WITH(validate(g), Contains("peer 5 is outside [0, 2)"));
+  }
+  {
+    TaskGraph g(2);
+    g.add(send("x", 0, 1, 0, 1));
+    g.add(recv("y", 1, 0, 0, 1));
+    REQUIRE_THROWS_WITH(validate(g), Contains("non-positive size"));
+  }
+  {
+    TaskGraph g(2);
+    g.add(compute("a", 0, 0));
+    REQUIRE_THROWS_WITH(validate(g), Contains("needs bytes >= 0, flops >= 0 and some work"));
+  }
+  {
+    TaskGraph g(2);
+    g.add(compute("same", 0, 1));
+    g.add(compute("same", 1, 1));
+    REQUIRE_THROWS_WITH(validate(g), Contains("share the name 'same'"));
+  }
+  {
+    TaskGraph g(2);
+    sched::Task t;
+    t.name = "c";
+    t.stream = {sched::StreamKind::comm, 0};
+    t.kind = sched::CollectiveTask{CollectiveKind::all_gather, {0, 0}, 100, 1, model::CommEngine::sm_kernel, -1};
+    g.add(t);
+    REQUIRE_THROWS_WITH(validate(g), Contains("appears twice"));
+  }
+  {
+    TaskGraph g(1);
+    REQUIRE_THROWS_AS(g.depend(0, 1), GraphError);
+  }
+}
+
+TEST_CASE("the simulator refuses a graph with more ranks than the cluster", "[sim][validate]") {
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(4);
+  g.add(compute("a", 3, 1));
+  REQUIRE_THROWS_WITH(sim::Simulator(cluster, costs).run(g), Contains("4 ranks") && Contains("has 2"));
+}
+
+TEST_CASE("the simulator validates before running", "[sim][validate]") {
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(2);
+  g.add(send("x", 0, 1, 100, 7));
+  REQUIRE_THROWS_AS(sim::Simulator(cluster, costs).run(g), GraphError);
+}

@@ -1,0 +1,261 @@
+// Malformed topology files: each one must raise an InputError naming exactly the file and the JSON
+// path of the offending value.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/embedded.hpp"
+#include "fusesim/util/error.hpp"
+#include "fusesim/util/json_reader.hpp"
+#include "topo_test_util.hpp"
+
+using namespace fusesim;
+using namespace fusesim::topo;
+using nlohmann::json;
+
+namespace {
+
+// Parses `text` as file "mem.json" and returns the error, failing the test when there is none.
+InputError error_of_text(const std::string& text, const std::string& label = "mem.json") {
+  try {
+    parse_cluster(JsonDocument::parse(text, label));
+  } catch (const InputError& e) {
+    return e;
+  }
+  FAIL("no InputError for: " << text);
+  throw std::logic_error("unreachable");
+}
+
+struct Case {
+  const char* what;
+  std::function<void(json&)> mutate;
+  const char* path;
+};
+
+json sourced(double v) { return {{"value", v}, {"source", "s"}}; }
+
+}  // namespace
+
+TEST_CASE("the base topology used by the error cases is valid") {
+  // Guards the table below: every error comes from its mutation, not from the base.
+  const Cluster c = parse_cluster(JsonDocument::parse(topo_test::kBaseTopology, "mem.json"));
+  CHECK(c.num_ranks() == 8);
+}
+
+TEST_CASE("malformed JSON text") {
+  const std::vector<std::string> texts = {
+      R"({"schema_version": 1,, "name": "x"})",  // syntax error
+      R"({"schema_version": 1)",                  // truncated
+      "",                                         // empty file
+      R"([1, 2, 3])",                             // not an object
+      R"("dgx")",                                 // not an object
+  };
+  for (const auto& t : texts) {
+    const InputError e = error_of_text(t);
+    CHECK(e.file() == "mem.json");
+    CHECK(e.json_path() == "$");
+  }
+  const InputError syntax = error_of_text("{\n  \"name\": \"x\",\n  oops\n}");
+  // The message locates the error (line 3) for the user.
+  CHECK_THAT(syntax.message(), Catch::Contains("line 3"));
+}
+
+TEST_CASE("each malformed topology names its JSON path") {
+  const std::vector<Case> cases = {
+      // Missing keys.
+      {"missing name", [](json& j) { j.erase("name"); }, "$.name"},
+      {"missing schema_version", [](json& j) { j.erase("schema_version"); }, "$.schema_version"},
+      {"missing communication", [](json& j) { j.erase("communication"); }, "$.communication"},
+      {"missing comm field", [](json& j) { j["communication"].erase("sm_kernel_efficiency"); },
+       "$.communication.sm_kernel_efficiency"},
+      {"missing link", [](json& j) { j["node"]["scale_up"].erase("link"); }, "$.node.scale_up.link"},
+      {"missing nic_link", [](json& j) { j["node"]["nics"].erase("nic_link"); }, "$.node.nics.nic_link"},
+      {"missing latency", [](json& j) { j["node"]["scale_up"]["link"].erase("latency_s"); },
+       "$.node.scale_up.link.latency_s"},
+      {"missing hbm bandwidth", [](json& j) { j["device_models"]["g"].erase("hbm_bandwidth_bytes_per_s"); },
+       "$.device_models.g.hbm_bandwidth_bytes_per_s"},
+      {"missing efficiency.attention", [](json& j) { j["device_models"]["g"]["efficiency"].erase("attention"); },
+       "$.device_models.g.efficiency.attention"},
+      // Unknown keys.
+      {"unknown root key", [](json& j) { j["nodez"] = 2; }, "$.nodez"},
+      {"typo in a link key", [](json& j) { j["node"]["scale_up"]["link"]["bandwith_bytes_per_s"] = sourced(1e9); },
+       "$.node.scale_up.link.bandwith_bytes_per_s"},
+      {"unknown key in a sourced figure", [](json& j) { j["node"]["scale_up"]["link"]["efficiency"]["note"] = "x"; },
+       "$.node.scale_up.link.efficiency.note"},
+      {"unknown dtype", [](json& j) { j["device_models"]["g"]["peak_flops_per_s"]["int8"] = sourced(1e15); },
+       "$.device_models.g.peak_flops_per_s.int8"},
+      {"link_kind on a pcie scale-up", [](json& j) {
+         j["node"]["scale_up"]["kind"] = "pcie";
+         j["node"]["scale_up"]["link_kind"] = "nvlink";
+       }, "$.node.scale_up.link_kind"},
+      {"link on scale-up none", [](json& j) {
+         j["node"]["devices_per_node"] = 1;
+         j["node"]["nics"]["count"] = 1;
+         j["node"]["scale_up"]["kind"] = "none";
+       }, "$.node.scale_up.link"},
+      {"spines on single_switch", [](json& j) { j["scale_out"]["spines"] = 2; }, "$.scale_out.spines"},
+      // Wrong types.
+      {"devices_per_node as a string", [](json& j) { j["node"]["devices_per_node"] = "4"; }, "$.node.devices_per_node"},
+      {"devices_per_node fractional", [](json& j) { j["node"]["devices_per_node"] = 4.5; }, "$.node.devices_per_node"},
+      {"name as a number", [](json& j) { j["name"] = 5; }, "$.name"},
+      {"empty description", [](json& j) { j["description"] = ""; }, "$.description"},
+      {"estimate as a string", [](json& j) { j["device_models"]["g"]["estimate"] = "yes"; }, "$.device_models.g.estimate"},
+      {"device model not an object", [](json& j) { j["device_models"]["g"] = 5; }, "$.device_models.g"},
+      {"node not an object", [](json& j) { j["node"] = json::array(); }, "$.node"},
+      {"value as a string", [](json& j) { j["node"]["scale_up"]["link"]["line_rate_bytes_per_s"]["value"] = "4e11"; },
+       "$.node.scale_up.link.line_rate_bytes_per_s.value"},
+      {"scale_up kind unknown", [](json& j) { j["node"]["scale_up"]["kind"] = "torus"; }, "$.node.scale_up.kind"},
+      {"fabric unknown", [](json& j) { j["scale_out"]["fabric"] = "myrinet"; }, "$.scale_out.fabric"},
+      // Numbers without a source.
+      {"bare line rate", [](json& j) { j["node"]["scale_up"]["link"]["line_rate_bytes_per_s"] = 4e11; },
+       "$.node.scale_up.link.line_rate_bytes_per_s"},
+      {"bare peak", [](json& j) { j["device_models"]["g"]["peak_flops_per_s"]["bf16"] = 1e15; },
+       "$.device_models.g.peak_flops_per_s.bf16"},
+      {"bare comm latency", [](json& j) { j["communication"]["sm_step_latency_s"] = 3e-6; },
+       "$.communication.sm_step_latency_s"},
+      {"source missing", [](json& j) { j["node"]["nics"]["pcie_link"]["efficiency"] = {{"value", 0.5}}; },
+       "$.node.nics.pcie_link.efficiency.source"},
+      {"source empty", [](json& j) { j["device_models"]["g"]["sm_count"]["source"] = ""; },
+       "$.device_models.g.sm_count.source"},
+      // Negative, zero and absurd values.
+      {"negative bandwidth", [](json& j) { j["node"]["scale_up"]["link"]["line_rate_bytes_per_s"]["value"] = -4e11; },
+       "$.node.scale_up.link.line_rate_bytes_per_s.value"},
+      {"zero bandwidth", [](json& j) { j["node"]["nics"]["nic_link"]["line_rate_bytes_per_s"]["value"] = 0; },
+       "$.node.nics.nic_link.line_rate_bytes_per_s.value"},
+      {"absurd bandwidth (bits for bytes x 1e6)", [](json& j) { j["node"]["scale_up"]["link"]["line_rate_bytes_per_s"]["value"] = 3.6e18; },
+       "$.node.scale_up.link.line_rate_bytes_per_s.value"},
+      {"bandwidth at the bound", [](json& j) { j["device_models"]["g"]["hbm_bandwidth_bytes_per_s"]["value"] = 1e15; },
+       "$.device_models.g.hbm_bandwidth_bytes_per_s.value"},
+      {"efficiency above 1", [](json& j) { j["node"]["scale_up"]["link"]["efficiency"]["value"] = 1.5; },
+       "$.node.scale_up.link.efficiency.value"},
+      {"efficiency zero", [](json& j) { j["communication"]["copy_engine_efficiency"]["value"] = 0; },
+       "$.communication.copy_engine_efficiency.value"},
+      {"negative latency", [](json& j) { j["node"]["scale_up"]["link"]["latency_s"]["value"] = -1e-6; },
+       "$.node.scale_up.link.latency_s.value"},
+      {"latency of a second (ms for s)", [](json& j) { j["node"]["scale_up"]["link"]["latency_s"]["value"] = 1.0; },
+       "$.node.scale_up.link.latency_s.value"},
+      {"negative peak", [](json& j) { j["device_models"]["g"]["peak_flops_per_s"]["bf16"]["value"] = -1; },
+       "$.device_models.g.peak_flops_per_s.bf16.value"},
+      {"absurd HBM", [](json& j) { j["device_models"]["g"]["hbm_bytes"]["value"] = 1e15; },
+       "$.device_models.g.hbm_bytes.value"},
+      {"fractional SM count", [](json& j) { j["device_models"]["g"]["sm_count"]["value"] = 100.5; },
+       "$.device_models.g.sm_count.value"},
+      {"zero SMs", [](json& j) { j["device_models"]["g"]["sm_count"]["value"] = 0; },
+       "$.device_models.g.sm_count.value"},
+      {"comm SMs above the SM count", [](json& j) { j["device_models"]["g"]["contention"]["default_comm_sms"]["value"] = 101; },
+       "$.device_models.g.contention.default_comm_sms.value"},
+      {"GEMM tile of 0", [](json& j) { j["device_models"]["g"]["gemm_tile"]["m"] = 0; }, "$.device_models.g.gemm_tile.m"},
+      {"schema_version 2", [](json& j) { j["schema_version"] = 2; }, "$.schema_version"},
+      {"zero devices", [](json& j) { j["node"]["devices_per_node"] = 0; }, "$.node.devices_per_node"},
+      {"too many devices", [](json& j) { j["node"]["devices_per_node"] = 2048; }, "$.node.devices_per_node"},
+      {"zero nodes", [](json& j) { j["nodes"] = 0; }, "$.nodes"},
+      {"too many nodes", [](json& j) { j["nodes"] = 65537; }, "$.nodes"},
+      {"too many ranks", [](json& j) {
+         j["nodes"] = 65536;
+         j["node"]["devices_per_node"] = 1024;
+       }, "$.nodes"},
+      {"zero NICs", [](json& j) { j["node"]["nics"]["count"] = 0; }, "$.node.nics.count"},
+      {"NICs not dividing the devices", [](json& j) { j["node"]["nics"]["count"] = 3; }, "$.node.nics.count"},
+      {"more NICs than devices", [](json& j) { j["node"]["nics"]["count"] = 5; }, "$.node.nics.count"},
+      {"zero spines", [](json& j) {
+         j["scale_out"] = {{"kind", "rail_optimized"}, {"fabric", "infiniband"}, {"spines", 0},
+                           {"spine_link", j["node"]["nics"]["nic_link"]}};
+       }, "$.scale_out.spines"},
+      {"missing spine_link", [](json& j) {
+         j["scale_out"] = {{"kind", "rail_optimized"}, {"fabric", "infiniband"}, {"spines", 2}};
+       }, "$.scale_out.spine_link"},
+      // References and consistency.
+      {"unknown device model", [](json& j) { j["node"]["device_model"] = "h100"; }, "$.node.device_model"},
+      {"no device models", [](json& j) { j["device_models"] = json::object(); }, "$.device_models"},
+      {"no peak at all", [](json& j) { j["device_models"]["g"]["peak_flops_per_s"] = json::object(); },
+       "$.device_models.g.peak_flops_per_s"},
+      {"scale-up none with 4 devices", [](json& j) { j["node"]["scale_up"] = {{"kind", "none"}}; }, "$.node.scale_up.kind"},
+      {"full mesh of 128", [](json& j) {
+         j["node"]["devices_per_node"] = 128;
+         j["node"]["scale_up"]["kind"] = "full_mesh";
+       }, "$.node.scale_up.kind"},
+      {"two nodes, no fabric", [](json& j) { j["scale_out"] = {{"kind", "none"}}; }, "$.scale_out.kind"},
+      {"two nodes, scale_out absent", [](json& j) { j.erase("scale_out"); }, "$.scale_out"},
+      {"fabric without NICs", [](json& j) { j["node"].erase("nics"); }, "$.node.nics"},
+      {"fabric kind missing", [](json& j) { j["scale_out"].erase("fabric"); }, "$.scale_out.fabric"},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.what) {
+      json j = topo_test::base_json();
+      c.mutate(j);
+      const InputError e = error_of_text(j.dump());
+      INFO(e.what());
+      CHECK(e.file() == "mem.json");
+      CHECK(e.json_path() == c.path);
+      CHECK_FALSE(e.message().empty());
+    }
+  }
+}
+
+TEST_CASE("errors in files on disk name the file path") {
+  const std::string dir = std::string(FUSESIM_SOURCE_DIR) + "/tests/data/topo/";
+  struct FileCase {
+    const char* file;
+    const char* path;
+  };
+  const std::vector<FileCase> cases = {
+      {"bad-syntax.json", "$"},
+      {"bad-unsourced-bandwidth.json", "$.node.scale_up.link.line_rate_bytes_per_s"},
+      {"bad-negative-latency.json", "$.node.nics.nic_link.latency_s.value"},
+      {"bad-unknown-key.json", "$.scale_out.spine_count"},
+      {"bad-device-model.json", "$.node.device_model"},
+  };
+  for (const auto& fc : cases) {
+    SECTION(fc.file) {
+      const std::string path = dir + fc.file;
+      try {
+        load_cluster(path);
+        FAIL("expected an InputError");
+      } catch (const InputError& e) {
+        CHECK(e.file() == path);
+        CHECK(e.json_path() == fc.path);
+      }
+      // By path through the name-or-path entry point: same file label.
+      try {
+        load_cluster_by_name_or_path(path);
+        FAIL("expected an InputError");
+      } catch (const InputError& e) {
+        CHECK(e.file() == path);
+        CHECK(e.json_path() == fc.path);
+      }
+    }
+  }
+  SECTION("a file that does not exist") {
+    try {
+      load_cluster(dir + "does-not-exist.json");
+      FAIL("expected an InputError");
+    } catch (const InputError& e) {
+      CHECK(e.file() == dir + "does-not-exist.json");
+      CHECK(e.json_path() == "$");
+    }
+  }
+  SECTION("the good file loads") {
+    const Cluster c = load_cluster(dir + "good-2node-rail.json");
+    // 2 nodes x 2 devices; NIC k of each node on leaf k; 1 spine.
+    CHECK(c.num_ranks() == 4);
+    CHECK(c.num_nodes == 2);
+    // rank 0 (node0/gpu0) -> rank 3 (node1/gpu1): cross rail, 8 links.
+    CHECK(c.route(0, 3).links.size() == 8);
+    CHECK(c.route(0, 2).links.size() == 6);
+  }
+}
+
+TEST_CASE("errors in an embedded file name the embedded label") {
+  // The label resolve_input gives an embedded file; checked through a mutated copy of a shipped file.
+  auto in = resolve_input("dgx-h100", "topologies");
+  CHECK(in.label == "<embedded:topologies/dgx-h100.json>");
+  json j = json::parse(in.text);
+  j["node"]["devices_per_node"] = 0;
+  const InputError e = error_of_text(j.dump(), in.label);
+  CHECK(e.file() == "<embedded:topologies/dgx-h100.json>");
+  CHECK(e.json_path() == "$.node.devices_per_node");
+}

@@ -1,0 +1,250 @@
+// Routing rules: least latency, then fewest hops, then lowest vertex ids; never through a third
+// accelerator; routes_from agrees with route and scales to 1024 ranks.
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/json_reader.hpp"
+#include "topo_test_util.hpp"
+
+using namespace fusesim;
+using namespace fusesim::topo;
+using topo_test::check_route_invariants;
+using topo_test::link_names;
+
+namespace {
+
+// A hand-built cluster: accelerators first (vertex id == rank), then the given switches.
+struct HandBuilt {
+  Cluster c;
+  VertexId add(const std::string& name, VertexKind kind) {
+    Vertex v;
+    v.name = name;
+    v.kind = kind;
+    v.node = 0;
+    if (kind == VertexKind::accelerator) {
+      v.rank = static_cast<int>(c.rank_vertex.size());
+      c.rank_vertex.push_back(static_cast<VertexId>(c.vertices.size()));
+      c.rank_model.push_back("m");
+    }
+    c.vertices.push_back(v);
+    return static_cast<VertexId>(c.vertices.size() - 1);
+  }
+  void duplex(VertexId a, VertexId b, TimePs latency_ps) {
+    for (auto [f, t] : {std::pair{a, b}, std::pair{b, a}}) {
+      Link l;
+      l.name = c.vertices[static_cast<std::size_t>(f)].name + "->" + c.vertices[static_cast<std::size_t>(t)].name;
+      l.from = f;
+      l.to = t;
+      l.line_rate_bytes_per_s = 1e9;
+      l.bandwidth_bytes_per_s = 1e9;
+      l.latency_ps = latency_ps;
+      c.links.push_back(l);
+    }
+  }
+};
+
+Cluster parse(const nlohmann::json& j) { return parse_cluster(JsonDocument::from_json(j, "test.json")); }
+
+}  // namespace
+
+TEST_CASE("equal routes are broken by the lowest vertex id, not by insertion order") {
+  // gpu0 and gpu1 joined through two switches of equal latency. swA is added before swB (vertex ids
+  // 2 and 3) but swB's links are inserted first, so a tie-break by insertion order would pick swB.
+  HandBuilt h;
+  const VertexId g0 = h.add("gpu0", VertexKind::accelerator);
+  const VertexId g1 = h.add("gpu1", VertexKind::accelerator);
+  const VertexId swa = h.add("swA", VertexKind::switch_);
+  const VertexId swb = h.add("swB", VertexKind::switch_);
+  h.duplex(g0, swb, 100);
+  h.duplex(swb, g1, 100);
+  h.duplex(g0, swa, 100);
+  h.duplex(swa, g1, 100);
+  h.c.finalize();
+  CHECK(link_names(h.c, h.c.route(0, 1)) == std::vector<std::string>{"gpu0->swA", "swA->gpu1"});
+  CHECK(link_names(h.c, h.c.route(1, 0)) == std::vector<std::string>{"gpu1->swA", "swA->gpu0"});
+  CHECK(h.c.route(0, 1).latency_ps == 200);
+  CHECK(link_names(h.c, h.c.routes_from(0)[1]) == std::vector<std::string>{"gpu0->swA", "swA->gpu1"});
+}
+
+TEST_CASE("latency decides before hop count, hop count before vertex id") {
+  HandBuilt h;
+  const VertexId g0 = h.add("gpu0", VertexKind::accelerator);
+  const VertexId g1 = h.add("gpu1", VertexKind::accelerator);
+  const VertexId s2 = h.add("s2", VertexKind::switch_);
+  const VertexId s3 = h.add("s3", VertexKind::switch_);
+  const VertexId s4 = h.add("s4", VertexKind::switch_);
+  // Path A: gpu0-s2-gpu1, latency 300 + 300 = 600, 2 hops.
+  h.duplex(g0, s2, 300);
+  h.duplex(s2, g1, 300);
+  // Path B: gpu0-s3-s4-gpu1, latency 100 x 3 = 300, 3 hops: faster, so it wins despite more hops.
+  h.duplex(g0, s3, 100);
+  h.duplex(s3, s4, 100);
+  h.duplex(s4, g1, 100);
+  h.c.finalize();
+  CHECK(link_names(h.c, h.c.route(0, 1)) == std::vector<std::string>{"gpu0->s3", "s3->s4", "s4->gpu1"});
+  CHECK(h.c.route(0, 1).latency_ps == 300);
+
+  // Same latency (600 vs 600) with more hops loses: slow path B down to 200 per link -> 600, 3 hops.
+  for (auto& l : h.c.links)
+    if (l.latency_ps == 100) l.latency_ps = 200;
+  h.c.finalize();
+  CHECK(link_names(h.c, h.c.route(0, 1)) == std::vector<std::string>{"gpu0->s2", "s2->gpu1"});
+}
+
+TEST_CASE("a route never passes through a third accelerator") {
+  HandBuilt h;
+  const VertexId g0 = h.add("gpu0", VertexKind::accelerator);
+  const VertexId g1 = h.add("gpu1", VertexKind::accelerator);
+  const VertexId g2 = h.add("gpu2", VertexKind::accelerator);
+  const VertexId sw = h.add("sw", VertexKind::switch_);
+  // Direct links gpu0-gpu1-gpu2 (1 ps each) and a slow switch path gpu0-sw-gpu2 (1000 ps each).
+  h.duplex(g0, g1, 1);
+  h.duplex(g1, g2, 1);
+  h.duplex(g0, sw, 1000);
+  h.duplex(sw, g2, 1000);
+  h.c.finalize();
+  // Via gpu1 would take 2 ps; the switch path takes 2000 ps and is the only legal one.
+  const Route r = h.c.route(0, 2);
+  CHECK(link_names(h.c, r) == std::vector<std::string>{"gpu0->sw", "sw->gpu2"});
+  CHECK(r.latency_ps == 2000);
+  check_route_invariants(h.c, 0, 2, r);
+  // The direct neighbour is still reached directly.
+  CHECK(link_names(h.c, h.c.route(0, 1)) == std::vector<std::string>{"gpu0->gpu1"});
+
+  SECTION("without the switch there is no route at all") {
+    HandBuilt chain;
+    const VertexId a = chain.add("gpu0", VertexKind::accelerator);
+    const VertexId b = chain.add("gpu1", VertexKind::accelerator);
+    const VertexId d = chain.add("gpu2", VertexKind::accelerator);
+    chain.duplex(a, b, 1);
+    chain.duplex(b, d, 1);
+    chain.c.finalize();
+    CHECK_THROWS_AS(chain.c.route(0, 2), std::runtime_error);
+    CHECK_THROWS_AS(chain.c.routes_from(0), std::runtime_error);
+  }
+}
+
+TEST_CASE("misuse of route() is a programming error, not an InputError") {
+  HandBuilt h;
+  h.add("gpu0", VertexKind::accelerator);
+  h.add("gpu1", VertexKind::accelerator);
+  h.duplex(0, 1, 5);
+  CHECK_THROWS_AS(h.c.route(0, 1), std::logic_error);  // before finalize()
+  h.c.finalize();
+  CHECK_THROWS_AS(h.c.route(1, 1), std::invalid_argument);
+  CHECK_THROWS_AS(h.c.route(0, 2), std::out_of_range);
+}
+
+TEST_CASE("base topology: PCIe, NVSwitch and network routes by latency") {
+  const Cluster c = parse(topo_test::base_json());
+  REQUIRE(c.num_ranks() == 8);
+  // Vertices: 8 GPUs, per node 1 switch + 2 x (PCIe switch + NIC) = 5, 2 nodes -> 10, 1 fabric switch.
+  CHECK(c.vertices.size() == 19);
+  CHECK(c.device(0).gemm_tile_m == 64);
+  CHECK(c.device(0).gemm_tile_n == 128);
+  CHECK(c.device(0).peak(Dtype::fp8) == 2e15);
+
+  // gpu0 and gpu1 share PCIe switch pcie0: 2 x 0.5 us = 1 us beats the NVSwitch 2 x 1 us.
+  const Route r01 = c.route(0, 1);
+  CHECK(link_names(c, r01) == std::vector<std::string>{"node0/gpu0->node0/pcie0", "node0/pcie0->node0/gpu1"});
+  CHECK(r01.latency_ps == 1000000);
+  // gpu0 and gpu2 are behind different PCIe switches: NVSwitch, 2 us (via the NICs: 0.5+0.5+2+2+0.5+0.5 = 6 us).
+  const Route r02 = c.route(0, 2);
+  CHECK(link_names(c, r02) == std::vector<std::string>{"node0/gpu0->node0/nvswitch", "node0/nvswitch->node0/gpu2"});
+  CHECK(r02.latency_ps == 2000000);
+  // Cross node: gpu0 -> pcie0 -> nic0 -> fabric -> node1/nic1 -> node1/pcie1 -> node1/gpu3 (rank 7):
+  // 4 x 0.5 + 2 x 2 = 6 us.
+  const Route r07 = c.route(0, 7);
+  CHECK(link_names(c, r07) == std::vector<std::string>{"node0/gpu0->node0/pcie0", "node0/pcie0->node0/nic0",
+                                                       "node0/nic0->fabric-switch", "fabric-switch->node1/nic1",
+                                                       "node1/nic1->node1/pcie1", "node1/pcie1->node1/gpu3"});
+  CHECK(r07.latency_ps == 6000000);
+  // Link figures: bandwidth = line rate x efficiency.
+  const Link& pcie = c.links.at(static_cast<std::size_t>(r07.links[0]));
+  CHECK(pcie.bandwidth_bytes_per_s == 6e10 * 0.5);
+  CHECK(c.links.at(static_cast<std::size_t>(r02.links[0])).bandwidth_bytes_per_s == 4e11 * 0.75);
+  CHECK(c.vertices.at(static_cast<std::size_t>(c.links.at(static_cast<std::size_t>(r07.links[2])).to)).switch_kind ==
+        SwitchKind::infiniband);
+}
+
+TEST_CASE("scale-up kinds: pcie switch, full mesh, none") {
+  auto j = topo_test::base_json();
+  j.erase("scale_out");
+  j["nodes"] = 1;
+  j["node"].erase("nics");
+
+  SECTION("pcie: one PCIe switch per node") {
+    j["node"]["scale_up"]["kind"] = "pcie";
+    const Cluster c = parse(j);
+    CHECK(link_names(c, c.route(3, 1)) == std::vector<std::string>{"node0/gpu3->node0/pcie-switch", "node0/pcie-switch->node0/gpu1"});
+    CHECK(c.links[0].kind == LinkKind::pcie);
+    CHECK(c.vertices.at(4).switch_kind == SwitchKind::pcie);
+  }
+  SECTION("switch with hccs links") {
+    j["node"]["scale_up"]["link_kind"] = "hccs";
+    const Cluster c = parse(j);
+    CHECK(link_names(c, c.route(0, 1)) == std::vector<std::string>{"node0/gpu0->node0/hccs-switch", "node0/hccs-switch->node0/gpu1"});
+    CHECK(c.links[0].kind == LinkKind::hccs);
+  }
+  SECTION("full mesh: 4 x 3 = 12 directed links, every route one hop") {
+    j["node"]["scale_up"]["kind"] = "full_mesh";
+    const Cluster c = parse(j);
+    CHECK(c.links.size() == 12);
+    for (int s = 0; s < 4; ++s)
+      for (int d = 0; d < 4; ++d)
+        if (s != d) CHECK(c.route(s, d).links.size() == 1);
+  }
+  SECTION("full mesh beats a shared PCIe switch of equal latency by hop count") {
+    // Direct link 1 us (1 hop) vs gpu0 -> pcie0 -> gpu1 at 2 x 0.5 us (2 hops): equal latency.
+    j["node"]["scale_up"]["kind"] = "full_mesh";
+    j["node"]["nics"] = topo_test::base_json()["node"]["nics"];
+    const Cluster c = parse(j);
+    CHECK(link_names(c, c.route(0, 1)) == std::vector<std::string>{"node0/gpu0->node0/gpu1"});
+  }
+  SECTION("none: a node of one device") {
+    j["node"]["devices_per_node"] = 1;
+    j["node"]["scale_up"] = {{"kind", "none"}};
+    j["nodes"] = 3;
+    j["node"]["nics"] = topo_test::base_json()["node"]["nics"];
+    j["node"]["nics"]["count"] = 1;
+    j["scale_out"] = {{"kind", "single_switch"}, {"fabric", "ethernet"}};
+    const Cluster c = parse(j);
+    CHECK(c.num_ranks() == 3);
+    CHECK(c.route(0, 2).links.size() == 6);
+    CHECK(c.vertices.back().switch_kind == SwitchKind::ethernet);
+  }
+}
+
+TEST_CASE("1024 ranks on a rail-optimized fabric: one search per source, routes as constructed") {
+  // 128 DGX H100 nodes (the 4-node file with more nodes): 1024 ranks.
+  auto doc = JsonDocument::load(std::string(FUSESIM_SOURCE_DIR) + "/topologies/dgx-h100-4node.json");
+  nlohmann::json j = doc.raw();
+  j["nodes"] = 128;
+  const Cluster c = parse(j);
+  REQUIRE(c.num_ranks() == 1024);
+  // From any source: 7 same-node peers (2 links), 127 same-rail peers on other nodes (6 links),
+  // 127 x 7 = 889 cross-rail peers (8 links): 14 + 762 + 7112 = 7888 links per source.
+  std::int64_t total_links = 0;
+  for (int s = 0; s < 1024; ++s) {
+    const auto routes = c.routes_from(s);
+    for (int d = 0; d < 1024; ++d) {
+      if (d == s) continue;
+      const auto& r = routes[static_cast<std::size_t>(d)];
+      total_links += static_cast<std::int64_t>(r.links.size());
+      const std::size_t expected = (d / 8 == s / 8) ? 2 : (d % 8 == s % 8 ? 6 : 8);
+      if (r.links.size() != expected) FAIL("route " << s << "->" << d << " has " << r.links.size() << " links");
+    }
+    if (s % 97 == 0) {  // full invariant checks and agreement with route() on a sample of sources
+      for (int d = 0; d < 1024; d += 13) {
+        if (d == s) continue;
+        check_route_invariants(c, s, d, routes[static_cast<std::size_t>(d)]);
+        CHECK(c.route(s, d).links == routes[static_cast<std::size_t>(d)].links);
+      }
+    }
+  }
+  CHECK(total_links == 7888LL * 1024);
+}

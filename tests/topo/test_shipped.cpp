@@ -1,0 +1,220 @@
+// The clusters shipped in topologies/: they load by name (embedded copy) and by path, have the
+// expected shape, and their routes follow the documented construction.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/embedded.hpp"
+#include "fusesim/util/error.hpp"
+#include "fusesim/util/json_reader.hpp"
+#include "topo_test_util.hpp"
+
+using namespace fusesim;
+using namespace fusesim::topo;
+using topo_test::check_route_invariants;
+using topo_test::link_names;
+
+namespace {
+
+struct Expected {
+  const char* name;
+  int nodes;
+  int devices_per_node;
+  const char* model;
+  double bf16_peak;
+  int sm_count;
+  bool estimate;
+};
+
+// Figures as written in the files (from /work/shared/reference/measurements.md).
+const std::vector<Expected> kShipped = {
+    {"dgx-h100", 1, 8, "h100-sxm", 989e12, 132, false},
+    {"dgx-a100", 1, 8, "a100-sxm-80gb", 312e12, 108, false},
+    {"hgx-h200", 1, 8, "h200-sxm", 989e12, 132, false},
+    {"dgx-h100-4node", 4, 8, "h100-sxm", 989e12, 132, false},
+    {"ascend-910b-8", 1, 8, "ascend-910b", 320e12, 24, true},
+};
+
+std::string shipped_path(const std::string& name) {
+  return std::string(FUSESIM_SOURCE_DIR) + "/topologies/" + name + ".json";
+}
+
+}  // namespace
+
+TEST_CASE("every shipped topology is embedded and listed by the test") {
+  // Five files; a new one must be added to kShipped so that it is checked too.
+  const auto files = embedded_files("topologies");
+  std::vector<std::string> expected;
+  for (const auto& e : kShipped) expected.push_back(std::string("topologies/") + e.name + ".json");
+  std::sort(expected.begin(), expected.end());
+  REQUIRE(files == expected);
+}
+
+TEST_CASE("shipped topologies load by name and by path with the expected shape") {
+  for (const auto& e : kShipped) {
+    SECTION(e.name) {
+      const Cluster by_name = load_cluster_by_name_or_path(e.name);
+      const Cluster by_path = load_cluster(shipped_path(e.name));
+      for (const Cluster* c : {&by_name, &by_path}) {
+        CHECK(c->name == e.name);
+        CHECK(c->num_nodes == e.nodes);
+        CHECK(c->devices_per_node == e.devices_per_node);
+        CHECK(c->num_ranks() == e.nodes * e.devices_per_node);
+        CHECK(c->device(0).name == e.model);
+        CHECK(c->device(0).peak(Dtype::bf16) == e.bf16_peak);
+        CHECK(c->device(0).sm_count == e.sm_count);
+        CHECK(c->device(0).estimate == e.estimate);
+        CHECK_FALSE(c->device(0).sm_count_source.empty());
+        // Ranks are node-major: rank = node * devices_per_node + local index.
+        for (int r = 0; r < c->num_ranks(); ++r) {
+          CHECK(c->node_of(r) == r / e.devices_per_node);
+          CHECK(c->vertices.at(static_cast<std::size_t>(c->rank_vertex[static_cast<std::size_t>(r)])).rank == r);
+          CHECK(c->rank_model[static_cast<std::size_t>(r)] == e.model);
+        }
+      }
+      // The by-name and by-path copies are the same file.
+      CHECK(by_name.links.size() == by_path.links.size());
+      CHECK(by_name.vertices.size() == by_path.vertices.size());
+      // Every route between two ranks is well formed and symmetric in length and latency.
+      const Cluster& c = by_name;
+      for (int s = 0; s < c.num_ranks(); ++s) {
+        const auto routes = c.routes_from(s);
+        REQUIRE(routes.size() == static_cast<std::size_t>(c.num_ranks()));
+        CHECK(routes[static_cast<std::size_t>(s)].links.empty());
+        for (int d = 0; d < c.num_ranks(); ++d) {
+          if (d == s) continue;
+          check_route_invariants(c, s, d, routes[static_cast<std::size_t>(d)]);
+          const Route back = c.route(d, s);
+          CHECK(back.links.size() == routes[static_cast<std::size_t>(d)].links.size());
+          CHECK(back.latency_ps == routes[static_cast<std::size_t>(d)].latency_ps);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("dgx-h100: two GPUs of the node talk through the NVSwitch") {
+  const Cluster c = load_cluster_by_name_or_path("dgx-h100");
+  // 8 GPUs + 1 NVSwitch + 8 PCIe switches + 8 NICs = 25 vertices.
+  CHECK(c.vertices.size() == 25);
+  // Duplex pairs: 8 GPU<->NVSwitch + 8 GPU<->PCIe + 8 PCIe<->NIC = 24 pairs = 48 directed links.
+  CHECK(c.links.size() == 48);
+  const Route r = c.route(0, 5);
+  CHECK(link_names(c, r) == std::vector<std::string>{"node0/gpu0->node0/nvswitch", "node0/nvswitch->node0/gpu5"});
+  // Each NVLink hop is 0.3 us (half of NCCL's LL NVLink hop 0.6 us): 2 x 300000 ps.
+  CHECK(r.latency_ps == 600000);
+  const Link& l = c.links.at(static_cast<std::size_t>(r.links[0]));
+  CHECK(l.kind == LinkKind::nvlink);
+  CHECK(l.line_rate_bytes_per_s == 450e9);
+  CHECK(l.efficiency == 0.8444);
+  // 450e9 x 0.8444 = 379.98e9 B/s.
+  CHECK(l.bandwidth_bytes_per_s == Approx(379.98e9).epsilon(1e-12));
+  CHECK(c.vertices.at(static_cast<std::size_t>(l.to)).switch_kind == SwitchKind::nvswitch);
+  // Same call twice gives the same route.
+  CHECK(c.route(0, 5).links == r.links);
+  // Communication parameters as in the file: 8.4 us, 3.4 - 0.6 us, 0.8/0.8444.
+  CHECK(c.comm.collective_base_latency_s.value == 8.4e-6);
+  CHECK(c.comm.sm_step_latency_s.value == 2.8e-6);
+  CHECK(c.comm.sm_kernel_efficiency.value == 0.9474);
+  CHECK(c.device(0).contention.default_comm_sms.value == 16);
+}
+
+TEST_CASE("dgx-h100-4node: cross-node routes go GPU -> PCIe switch -> NIC -> leaf -> ... -> NIC -> GPU") {
+  const Cluster c = load_cluster_by_name_or_path("dgx-h100-4node");
+  REQUIRE(c.num_ranks() == 32);
+  // 32 GPUs + 4 x (1 NVSwitch + 8 PCIe + 8 NICs) + 8 leaves + 4 spines = 32 + 68 + 12 = 112.
+  CHECK(c.vertices.size() == 112);
+  // Pairs: per node 24 (as dgx-h100) -> 96; NIC<->leaf 32; leaf<->spine 8 x 4 = 32. 160 pairs.
+  CHECK(c.links.size() == 320);
+
+  SECTION("same rail: rank 0 (node0/gpu0) to rank 8 (node1/gpu0) stays on leaf0") {
+    const Route r = c.route(0, 8);
+    // 6 links: GPU->PCIe, PCIe->NIC, NIC->leaf, leaf->NIC, NIC->PCIe, PCIe->GPU.
+    CHECK(link_names(c, r) == std::vector<std::string>{
+                                  "node0/gpu0->node0/pcie0", "node0/pcie0->node0/nic0", "node0/nic0->leaf0",
+                                  "leaf0->node1/nic0", "node1/nic0->node1/pcie0", "node1/pcie0->node1/gpu0"});
+    // 4 PCIe links x 0.25 us + 2 NIC links x 0.85 us = 2.7 us (NCCL's LL network hop).
+    CHECK(r.latency_ps == 2700000);
+    CHECK(c.links.at(static_cast<std::size_t>(r.links[2])).kind == LinkKind::network);
+    CHECK(c.links.at(static_cast<std::size_t>(r.links[0])).kind == LinkKind::pcie);
+  }
+  SECTION("cross rail: rank 0 to rank 27 (node3/gpu3) climbs to the lowest-id spine") {
+    const Route r = c.route(0, 27);
+    // 8 links: the 6 above plus leaf0->spine0 and spine0->leaf3; all 4 spines tie (same latency and
+    // hops), spine0 has the lowest vertex id.
+    CHECK(link_names(c, r) == std::vector<std::string>{
+                                  "node0/gpu0->node0/pcie0", "node0/pcie0->node0/nic0", "node0/nic0->leaf0",
+                                  "leaf0->spine0", "spine0->leaf3", "leaf3->node3/nic3", "node3/nic3->node3/pcie3",
+                                  "node3/pcie3->node3/gpu3"});
+    // 2.7 us + 2 x 0.25 us spine links = 3.2 us.
+    CHECK(r.latency_ps == 3200000);
+    const Route back = c.route(27, 0);
+    CHECK(back.links.size() == 8);
+    CHECK(link_names(c, back)[3] == "leaf3->spine0");
+  }
+  SECTION("intra-node routes still use the NVSwitch") {
+    CHECK(link_names(c, c.route(9, 14)) ==
+          std::vector<std::string>{"node1/gpu1->node1/nvswitch", "node1/nvswitch->node1/gpu6"});
+  }
+  SECTION("routes_from agrees with route") {
+    const auto all = c.routes_from(5);
+    for (int d = 0; d < 32; ++d)
+      if (d != 5) CHECK(all[static_cast<std::size_t>(d)].links == c.route(5, d).links);
+  }
+}
+
+TEST_CASE("ascend-910b-8: full HCCS mesh, one direct link per pair") {
+  const Cluster c = load_cluster_by_name_or_path("ascend-910b-8");
+  // No switch at all: 8 NPUs, 8 x 7 = 56 directed links.
+  CHECK(c.vertices.size() == 8);
+  CHECK(c.links.size() == 56);
+  const Route r = c.route(2, 7);
+  CHECK(link_names(c, r) == std::vector<std::string>{"node0/npu2->node0/npu7"});
+  CHECK(c.links.at(static_cast<std::size_t>(r.links[0])).kind == LinkKind::hccs);
+  CHECK(r.latency_ps == 1000000);
+  CHECK(c.device(0).estimate);
+  CHECK_THROWS_AS(c.device(0).peak(Dtype::fp8), std::out_of_range);
+}
+
+TEST_CASE("dgx-a100 and hgx-h200 figures") {
+  const Cluster a = load_cluster_by_name_or_path("dgx-a100");
+  const Route ra = a.route(0, 1);
+  CHECK(a.links.at(static_cast<std::size_t>(ra.links[0])).line_rate_bytes_per_s == 300e9);
+  CHECK(a.device(0).hbm_bandwidth_bytes_per_s.value == 2.0e12);
+  const Cluster h = load_cluster_by_name_or_path("hgx-h200");
+  // No NICs on the HGX board: 8 GPUs + NVSwitch, 16 links.
+  CHECK(h.vertices.size() == 9);
+  CHECK(h.links.size() == 16);
+  CHECK(h.device(3).hbm_bytes.value == 141e9);
+  CHECK(h.device(3).hbm_bandwidth_bytes_per_s.value == 4.8e12);
+}
+
+TEST_CASE("the example in docs/topology.md is a valid topology") {
+  // The first ```json block after "## Example"; a user copies it, so it must load as documented.
+  const std::string md = read_text_file(std::string(FUSESIM_SOURCE_DIR) + "/docs/topology.md");
+  const auto begin = md.find("```json\n", md.find("## Example"));
+  REQUIRE(begin != std::string::npos);
+  const auto end = md.find("```", begin + 8);
+  REQUIRE(end != std::string::npos);
+  const auto json_text = md.substr(begin + 8, end - begin - 8);
+  if (json_text.find("\"schema_version\"") == std::string::npos) FAIL("the first json block is not the example");
+  const Cluster c = parse_cluster(JsonDocument::parse(json_text, "docs/topology.md"));
+  // 2 nodes x 4 GPUs; per node 1 NVSwitch + 2 PCIe switches + 2 NICs; 1 fabric switch: 8 + 10 + 1.
+  CHECK(c.num_ranks() == 8);
+  CHECK(c.vertices.size() == 19);
+  // Rank 5 is node 1, local GPU 1 (node-major).
+  CHECK(c.vertices.at(static_cast<std::size_t>(c.rank_vertex[5])).name == "node1/gpu1");
+}
+
+TEST_CASE("an unknown topology name is an InputError naming it") {
+  try {
+    load_cluster_by_name_or_path("no-such-cluster");
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    CHECK(e.file() == "no-such-cluster");
+    CHECK(e.json_path() == "$");
+  }
+}
