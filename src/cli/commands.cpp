@@ -8,6 +8,9 @@ std::vector<CommandSpec> registered_commands() {
   return {
       {"simulate", "simulate overlap schedules of a workload on a cluster and report the metrics",
        make_simulate_command},
+      {"verify", "run every schedule's data movement and arithmetic on small matrices and compare with the "
+                 "unpartitioned computation",
+       make_verify_command},
       {"list", "list the shipped topologies and workloads", make_list_command},
   };
 }

@@ -2,6 +2,9 @@
 // quantization, and the slowdown a kernel suffers while communication holds SMs or HBM bandwidth.
 // Derivations and sources: docs/kernel-model.md.
 #include <algorithm>
+#include <optional>
+#include <utility>
+#include <vector>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -45,17 +48,31 @@ double effective_hbm(const topo::DeviceModel& d) {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-KernelCost gemm_cost(const GemmKernel& g, topo::Dtype dtype, const topo::DeviceModel& d) {
-  require(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch >= 0, "GEMM sizes must be non-negative");
-  require(d.sm_count > 0 && d.gemm_tile_m > 0 && d.gemm_tile_n > 0, "SM count and GEMM tile must be positive");
-  const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
-  const double batch = static_cast<double>(g.batch);
+// A split of K leaves each CTA at least this much of the K loop; below it the prologue and the
+// reduction outweigh what the extra CTAs gain (CUTLASS split-K examples keep K per split in the
+// hundreds).
+constexpr std::int64_t kMinKPerSplit = 256;
+// Split-K partial sums are kept in fp32 and reduced in a second pass: written once, read once.
+constexpr double kSplitKPartialBytes = 4.0;
+
+// One way a library may run the GEMM: an output tile and a split of K across CTAs.
+struct GemmPlan {
+  std::int64_t tile_m, tile_n, split_k;
+};
+
+// Time of `g` under `plan`, alone on the device. Each wave runs one CTA per SM; a partial last wave
+// leaves SMs idle but takes a whole wave's time, so the compute time is stretched by
+// waves x sm_count / ctas (>= 1).
+KernelCost gemm_plan_cost(const GemmKernel& g, const GemmPlan& plan, topo::Dtype dtype, const topo::DeviceModel& d,
+                          double flops, double hbm_bytes) {
   KernelCost c;
-  c.flops = 2.0 * m * n * k * batch;
-  c.hbm_bytes = (m * k + k * n + m * n) * bytes_per_element(dtype) * batch;
-  c.tiles = ceil_div(g.m, d.gemm_tile_m) * ceil_div(g.n, d.gemm_tile_n) * g.batch;
+  c.flops = flops;
+  c.hbm_bytes = hbm_bytes;
+  if (plan.split_k > 1)
+    c.hbm_bytes += 2.0 * kSplitKPartialBytes * static_cast<double>(plan.split_k) * static_cast<double>(g.m) *
+                   static_cast<double>(g.n) * static_cast<double>(g.batch);
+  c.tiles = ceil_div(g.m, plan.tile_m) * ceil_div(g.n, plan.tile_n) * g.batch * plan.split_k;
   if (c.tiles > 0) {
-    // Each wave runs one tile per SM; a partial last wave leaves SMs idle but takes a whole wave's time.
     const std::int64_t waves = ceil_div(c.tiles, d.sm_count);
     const double quantization = static_cast<double>(waves * d.sm_count) / static_cast<double>(c.tiles);
     c.compute_s = c.flops / effective_peak(d, dtype, d.efficiency.gemm) * quantization;
@@ -63,6 +80,30 @@ KernelCost gemm_cost(const GemmKernel& g, topo::Dtype dtype, const topo::DeviceM
   c.memory_s = c.hbm_bytes / effective_hbm(d);
   c.duration_ps = seconds_to_ps(std::max(c.compute_s, c.memory_s));
   return c;
+}
+
+KernelCost gemm_cost(const GemmKernel& g, topo::Dtype dtype, const topo::DeviceModel& d) {
+  require(g.m >= 0 && g.n >= 0 && g.k >= 0 && g.batch >= 0, "GEMM sizes must be non-negative");
+  require(d.sm_count > 0 && d.gemm_tile_m > 0 && d.gemm_tile_n > 0, "SM count and GEMM tile must be positive");
+  const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
+  const double batch = static_cast<double>(g.batch);
+  const double flops = 2.0 * m * n * k * batch;
+  const double hbm_bytes = (m * k + k * n + m * n) * bytes_per_element(dtype) * batch;
+
+  // The fastest of the plans the device's GEMM library offers, as its heuristics would pick: the
+  // main tile first, so that it wins ties and a shape that fills the SMs keeps it.
+  std::vector<std::pair<int, int>> tiles{{d.gemm_tile_m, d.gemm_tile_n}};
+  tiles.insert(tiles.end(), d.gemm_tile_alternatives.begin(), d.gemm_tile_alternatives.end());
+  std::optional<KernelCost> best;
+  for (const auto& [tile_m, tile_n] : tiles) {
+    require(tile_m > 0 && tile_n > 0, "GEMM tile alternatives must be positive");
+    for (std::int64_t split = 1; split <= std::max(1, d.gemm_max_split_k); ++split) {
+      if (split > 1 && g.k / split < kMinKPerSplit) break;
+      KernelCost c = gemm_plan_cost(g, GemmPlan{tile_m, tile_n, split}, dtype, d, flops, hbm_bytes);
+      if (!best || c.duration_ps < best->duration_ps) best = c;
+    }
+  }
+  return *best;
 }
 
 // (query, key) pairs a causal mask leaves: query i sits at absolute position q_offset + i and sees the

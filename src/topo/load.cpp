@@ -96,6 +96,17 @@ DeviceModel read_device_model(const std::string& name, const JsonObject& o) {
     JsonObject t = tile->as_object();
     m.gemm_tile_m = static_cast<int>(t.integer("m", 1, 4096));
     m.gemm_tile_n = static_cast<int>(t.integer("n", 1, 4096));
+    if (auto alternatives = t.find("alternatives")) {
+      JsonArray list = alternatives->as_array();
+      list.require_size(0, 16);
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        JsonObject a = list.at(i).as_object();
+        m.gemm_tile_alternatives.emplace_back(static_cast<int>(a.integer("m", 1, 4096)),
+                                              static_cast<int>(a.integer("n", 1, 4096)));
+        a.finish();
+      }
+    }
+    m.gemm_max_split_k = static_cast<int>(t.integer_or("max_split_k", 1, 64, 1));
     t.finish();
   }
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fusesim/util/json_reader.hpp"
@@ -44,6 +45,11 @@ struct DeviceModel {
   int copy_engines = 0;                   // copy engines usable for peer transfers
   int gemm_tile_m = 128;                  // output tile of a typical GEMM kernel, for wave quantization
   int gemm_tile_n = 256;
+  // Other tiles a GEMM library may pick for shapes that fill the SMs badly with the main tile, tried
+  // after it; and the largest split of K across CTAs (1: no split-K). cuBLAS and CUTLASS choose among
+  // such kernels per shape; model/roofline.cpp takes the fastest (docs/kernel-model.md).
+  std::vector<std::pair<int, int>> gemm_tile_alternatives;
+  int gemm_max_split_k = 1;
   KernelEfficiency efficiency;
   ContentionParams contention;
   bool estimate = false;                  // true when the figures are estimates (no official datasheet)

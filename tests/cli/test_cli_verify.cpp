@@ -1,0 +1,53 @@
+// `fusesim verify` end to end: every schedule passes; a corrupted generator fails every case.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "process.hpp"
+
+using namespace fusesim::testing;
+using nlohmann::json;
+
+TEST_CASE("fusesim verify passes every schedule for t in 2 3 4 8 and k in 1 2 4", "[cli][verify]") {
+  ScratchDir dir;
+  const auto r = run_fusesim({"verify", "--format", "json", "--output", "verify.json"}, dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json report = json::parse(slurp(dir.path() / "verify.json"));
+  CHECK(report["passed"].get<bool>());
+  CHECK(report["failures"].get<int>() == 0);
+  // verify_tpsp's own test counts the cases: 88 for t in {2,3,4,8} x k in {1,2,4}.
+  CHECK(report["cases"].size() == 88u);
+  bool saw_commfuse = false, saw_slice = false, saw_baseline = false;
+  for (const json& c : report["cases"]) {
+    CHECK(c["passed"].get<bool>());
+    CHECK(c["max_abs_error"].get<double>() < 1e-9);
+    const std::string s = c["schedule"].get<std::string>();
+    saw_commfuse |= s.rfind("commfuse", 0) == 0;
+    saw_slice |= s.rfind("slice", 0) == 0;
+    saw_baseline |= s == "baseline";
+  }
+  CHECK((saw_commfuse && saw_slice && saw_baseline));
+}
+
+TEST_CASE("fusesim verify --inject-fault fails every case and exits 1", "[cli][verify]") {
+  ScratchDir dir;
+  const auto r = run_fusesim({"verify", "--tp", "4", "--inject-fault", "--format", "json"}, dir);
+  REQUIRE(r.exit_code == 1);
+  const json report = json::parse(r.out);
+  CHECK_FALSE(report["passed"].get<bool>());
+  CHECK(report["failures"].get<int>() == static_cast<int>(report["cases"].size()));
+  CHECK(report["cases"].size() > 0u);
+}
+
+TEST_CASE("fusesim verify refuses bad command-line values with exit 2", "[cli][verify]") {
+  ScratchDir dir;
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"verify", "--tp", "0"}, {"verify", "--tp", "2,x"}, {"verify", "--schedule", "fast"},
+           {"verify", "--format", "xml"}}) {
+    const auto r = run_fusesim(args, dir);
+    INFO(args[1] << " " << args[2] << ": " << r.err);
+    CHECK(r.exit_code == 2);
+    REQUIRE(r.err_lines().size() == 1);
+    CHECK(r.err_lines()[0].find("error: <command line>: " + args[1]) == 0);
+  }
+}
