@@ -77,15 +77,12 @@ int parse_positive_int(const std::string& option, const std::string& value, int 
   return v;
 }
 
-SimulateReport simulate(const SimulateRequest& request) {
-  SimulateReport report;
-  const topo::Cluster cluster = topo::load_cluster_by_name_or_path(request.topology);
-  report.topology_label = resolve_input(request.topology, "topologies").label;
-  report.cluster_name = cluster.name;
-
-  model::Workload w = model::load_workload(request.workload);
-  report.workload_label = resolve_input(request.workload, "workloads").label;
-  const std::string& wl = report.workload_label;
+PreparedJob prepare_job(const SimulateRequest& request) {
+  PreparedJob job{topo::load_cluster_by_name_or_path(request.topology), model::load_workload(request.workload),
+                  resolve_input(request.topology, "topologies").label,
+                  resolve_input(request.workload, "workloads").label};
+  model::Workload& w = job.workload;
+  const std::string& wl = job.workload_label;
   if (request.slices) w.schedule.slices = *request.slices;
   // The file's schedule.kind may not be slice, so its checks of `slices` have not run yet; run them
   // now rather than after the other schedules were simulated.
@@ -103,7 +100,19 @@ SimulateReport simulate(const SimulateRequest& request) {
     }
   }
   if (request.forward_only) w.backward = false;
-  model::check_fits(w, wl, cluster);
+  model::check_fits(w, wl, job.cluster);
+  return job;
+}
+
+SimulateReport simulate(const SimulateRequest& request) {
+  PreparedJob job = prepare_job(request);
+  const topo::Cluster& cluster = job.cluster;
+  model::Workload& w = job.workload;
+  const std::string& wl = job.workload_label;
+  SimulateReport report;
+  report.topology_label = job.topology_label;
+  report.workload_label = job.workload_label;
+  report.cluster_name = cluster.name;
 
   const model::RooflineCostModel costs;
   sim::Simulator simulator(cluster, costs);

@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <exception>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -95,139 +97,192 @@ std::string rank_list(const std::vector<int>& ranks) {
   return fmt::format("[{}, {}, {}, ..., {}] ({} ranks)", ranks[0], ranks[1], ranks[2], ranks.back(), ranks.size());
 }
 
-void check_kernel(const Task& t, const ComputeTask& c) {
-  if (const auto* g = std::get_if<model::GemmKernel>(&c.kernel)) {
-    if (g->m < 1 || g->n < 1 || g->k < 1 || g->batch < 1)
-      throw GraphError(fmt::format("task {}: gemm needs positive sizes (m={}, n={}, k={}, batch={})", quoted(t), g->m,
-                                   g->n, g->k, g->batch));
-  } else if (const auto* a = std::get_if<model::AttentionKernel>(&c.kernel)) {
-    if (a->batch < 1 || a->heads < 1 || a->kv_heads < 1 || a->seq_q < 1 || a->seq_kv < 1 || a->head_dim < 1 ||
-        a->q_offset < 0)
-      throw GraphError(fmt::format(
-          "task {}: attention needs positive sizes (batch={}, heads={}, kv_heads={}, seq_q={}, seq_kv={}, "
-          "head_dim={}) and q_offset >= 0 ({})",
-          quoted(t), a->batch, a->heads, a->kv_heads, a->seq_q, a->seq_kv, a->head_dim, a->q_offset));
-  } else {
-    const auto& e = std::get<model::ElementwiseKernel>(c.kernel);
-    if (e.bytes < 0 || !(e.flops >= 0.0) || !std::isfinite(e.flops) || (e.bytes == 0 && e.flops == 0.0))
-      throw GraphError(fmt::format("task {}: element-wise kernel '{}' needs bytes >= 0, flops >= 0 and some work "
-                                   "(bytes={}, flops={})",
-                                   quoted(t), e.op, e.bytes, e.flops));
-  }
+// ---------------------------------------------------------------------------------------------
+// analyze() makes one pass over the Task objects and does the rest of its work on small arrays.
+// The Task objects are large (about 290 bytes with their Boost vertex) and a million-task graph is
+// far larger than the caches, so every extra pass over them, and every random access into a table
+// the size of the graph, costs more than the checks themselves. Hence: one sequential pass that
+// gathers what the later steps need; duplicate names and P2P pairs found by partitioning on a hash
+// into cache-sized buckets instead of one big hash table (or a sort) over the whole graph; and the
+// cycle check reduced to one pass over the edges when, as generators usually build them, every edge
+// goes from an earlier-added rendezvous to a later-added one.
+
+// 64-bit finaliser of splitmix64: spreads every input bit over the whole word.
+inline std::uint64_t mix64(std::uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 31;
+  return x;
 }
 
-void check_task(const TaskGraph& graph, TaskId id) {
-  const Task& t = graph.task(id);
-  const int ranks = graph.num_ranks();
-  auto check_rank = [&](int r, const char* what) {
-    if (r < 0 || r >= ranks)
-      throw GraphError(fmt::format("task {}: {} {} is outside [0, {})", quoted(t), what, r, ranks));
-  };
-  check_rank(t.rank, "rank");
-  if (t.stream.index < 0)
-    throw GraphError(fmt::format("task {}: stream index {} is negative", quoted(t), t.stream.index));
-  if (const auto* c = std::get_if<ComputeTask>(&t.kind)) {
-    check_kernel(t, *c);
-  } else if (const auto* s = std::get_if<SendTask>(&t.kind)) {
-    check_rank(s->peer, "peer");
-    if (s->peer == t.rank) throw GraphError(fmt::format("send {} is addressed to its own rank {}", quoted(t), t.rank));
-    if (s->bytes <= 0) throw GraphError(fmt::format("send {} has a non-positive size ({} bytes)", quoted(t), s->bytes));
-    if (s->sms < -1) throw GraphError(fmt::format("send {}: sms {} (use -1 for the device default)", quoted(t), s->sms));
-  } else if (const auto* r = std::get_if<RecvTask>(&t.kind)) {
-    check_rank(r->peer, "peer");
-    if (r->peer == t.rank) throw GraphError(fmt::format("recv {} expects data from its own rank {}", quoted(t), t.rank));
-    if (r->bytes <= 0) throw GraphError(fmt::format("recv {} has a non-positive size ({} bytes)", quoted(t), r->bytes));
-  } else {
-    const auto& k = std::get<CollectiveTask>(t.kind);
-    if (k.group.empty()) throw GraphError(fmt::format("collective {} has an empty group", quoted(t)));
-    std::vector<int> sorted = k.group;
-    std::sort(sorted.begin(), sorted.end());
-    for (std::size_t i = 0; i < sorted.size(); ++i) {
-      check_rank(sorted[i], "group member");
-      if (i > 0 && sorted[i] == sorted[i - 1])
-        throw GraphError(fmt::format("collective {}: rank {} appears twice in its group", quoted(t), sorted[i]));
-    }
-    if (!std::binary_search(sorted.begin(), sorted.end(), t.rank))
-      throw GraphError(fmt::format("collective {} on rank {}: its group {} does not include it", quoted(t), t.rank,
-                                   rank_list(k.group)));
-    if (k.bytes <= 0)
-      throw GraphError(fmt::format("collective {} has a non-positive size ({} bytes)", quoted(t), k.bytes));
-    if (k.sms < -1)
-      throw GraphError(fmt::format("collective {}: sms {} (use -1 for the device default)", quoted(t), k.sms));
+std::uint64_t hash_name(std::string_view s) {
+  std::uint64_t h = 0x9e3779b97f4a7c15ULL ^ s.size();
+  const char* p = s.data();
+  std::size_t left = s.size();
+  for (; left >= 8; p += 8, left -= 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdULL;
+    h ^= h >> 29;
   }
+  std::uint64_t w = 0;
+  std::memcpy(&w, p, left);
+  return mix64(h ^ w);
 }
 
-// Names must be unique: they are how errors, traces and tests refer to tasks. An open-addressing
-// table of task ids (no node allocation per name) keeps this cheap on million-task graphs.
-void check_unique_names(const TaskGraph& graph) {
-  const std::size_t n = graph.size();
-  std::size_t cap = 16;
-  while (cap < 2 * n) cap <<= 1;
-  std::vector<TaskId> slot(cap, kNoTask);
-  std::vector<std::size_t> hash(n);
-  const std::hash<std::string_view> hasher;
-  for (TaskId id = 0; id < n; ++id) {
-    const std::string& name = graph.task(id).name;
-    hash[id] = hasher(name);
-    std::size_t i = hash[id] & (cap - 1);
-    while (slot[i] != kNoTask) {
-      const TaskId other = slot[i];
-      if (hash[other] == hash[id] && graph.task(other).name == name)
-        throw GraphError(fmt::format("tasks {} and {} share the name '{}'", other, id, name));
-      i = (i + 1) & (cap - 1);
-    }
-    slot[i] = id;
+// Reorders `items` (stably) into buckets by the top bits of hash_of(item), about 1024 items per
+// bucket, and calls fn(first, last) for each bucket. A bucket's work (a small hash table) then stays
+// in the L1/L2 caches whatever the size of the graph.
+template <class T, class HashOf, class Fn>
+void for_each_bucket(std::vector<T>& items, HashOf hash_of, Fn fn) {
+  const std::size_t m = items.size();
+  int bits = 0;
+  while ((std::size_t{1024} << bits) < m && bits < 16) ++bits;
+  if (bits == 0) {
+    if (m > 0) fn(items.data(), items.data() + m);
+    return;
   }
+  const int shift = 64 - bits;
+  std::vector<std::uint32_t> start((std::size_t{1} << bits) + 1, 0);
+  for (const T& x : items) ++start[(hash_of(x) >> shift) + 1];
+  for (std::size_t b = 1; b < start.size(); ++b) start[b] += start[b - 1];
+  std::vector<T> sorted(m);
+  {
+    std::vector<std::uint32_t> cursor(start.begin(), start.end() - 1);
+    for (const T& x : items) sorted[cursor[hash_of(x) >> shift]++] = x;
+  }
+  items.swap(sorted);
+  for (std::size_t b = 0; b + 1 < start.size(); ++b)
+    if (start[b] < start[b + 1]) fn(items.data() + start[b], items.data() + start[b + 1]);
 }
 
-// P2P: a Send on rank s to peer d with tag x pairs with the Recv on rank d from peer s with tag x.
-// Sorting (s, d, x, send before recv) puts each pair side by side; anything else in a run of equal
-// keys is an error. Errors name the lowest task id of their kind, so the message does not depend on
-// the sort.
-void match_p2p(const TaskGraph& graph, std::vector<TaskId>& partner) {
-  struct End {
+// Open-addressing table of small indices (0 = empty) sized for one bucket, reused between buckets.
+class BucketTable {
+ public:
+  void reset(std::size_t items) {
+    std::size_t cap = 16;
+    while (cap < 2 * items) cap <<= 1;
+    slots_.assign(cap, 0);
+    mask_ = cap - 1;
+  }
+  std::size_t start(std::uint64_t hash) const { return static_cast<std::size_t>(hash) & mask_; }
+  std::size_t next(std::size_t slot) const { return (slot + 1) & mask_; }
+  std::uint32_t& operator[](std::size_t slot) { return slots_[slot]; }
+
+ private:
+  std::vector<std::uint32_t> slots_;
+  std::size_t mask_ = 0;
+};
+
+// A task's name hash in the high 32 bits, its id in the low 32: 8 bytes per task. Equal high halves
+// are confirmed by comparing the names.
+using NameEntry = std::uint64_t;
+NameEntry name_entry(const std::string& name, TaskId id) { return (hash_name(name) & ~0xffffffffULL) | id; }
+
+// Names must be unique: they are how errors, traces and tests refer to tasks. Reports the pair
+// whose second task has the lowest id (the first duplicate met walking the graph in id order).
+void check_unique_names(const TaskGraph& graph, std::vector<NameEntry>& names) {
+  TaskId best_first = kNoTask, best_second = kNoTask;
+  BucketTable table;
+  for_each_bucket(
+      names, [](NameEntry e) { return e; },
+      [&](const NameEntry* first, const NameEntry* last) {
+        table.reset(static_cast<std::size_t>(last - first));
+        for (const NameEntry* e = first; e != last; ++e) {  // in id order within the bucket
+          const std::uint64_t hash = *e >> 32;
+          const auto id = static_cast<TaskId>(*e);
+          std::size_t slot = table.start(hash);
+          for (; table[slot] != 0; slot = table.next(slot)) {
+            const NameEntry other = first[table[slot] - 1];
+            if ((other >> 32) == hash && graph.task(static_cast<TaskId>(other)).name == graph.task(id).name) {
+              if (id < best_second) {
+                best_first = static_cast<TaskId>(other);
+                best_second = id;
+              }
+              return;  // later entries of this bucket have higher ids
+            }
+          }
+          table[slot] = static_cast<std::uint32_t>(e - first) + 1;
+        }
+      });
+  if (best_second != kNoTask)
+    throw GraphError(fmt::format("tasks {} and {} share the name '{}'", best_first, best_second,
+                                 graph.task(best_second).name));
+}
+
+// One end of a P2P transfer, keyed (source rank, destination rank, tag).
+struct P2pEnd {
+  int src, dst;
+  std::int64_t tag;
+  Bytes bytes;
+  TaskId id;
+  bool is_recv;
+  std::uint64_t hash() const {
+    return mix64((static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32 |
+                  static_cast<std::uint32_t>(dst)) ^
+                 mix64(static_cast<std::uint64_t>(tag)));
+  }
+};
+
+// P2P: a Send on rank s to peer d with tag x pairs with the Recv on rank d from peer s with tag x;
+// exactly one of each, equal bytes. Errors name the lowest task id of their kind (duplicates, then
+// a lone send, a lone recv, a size mismatch), so the message does not depend on the bucketing.
+void match_p2p(const TaskGraph& graph, std::vector<P2pEnd>& ends, std::vector<TaskId>& partner) {
+  struct Key {  // the ends of one (src, dst, tag), in id order
     int src, dst;
     std::int64_t tag;
-    int is_recv;
-    TaskId id;
-    auto key() const { return std::tie(src, dst, tag, is_recv, id); }
+    TaskId send[2] = {kNoTask, kNoTask};
+    TaskId recv[2] = {kNoTask, kNoTask};
+    std::uint32_t sends = 0, recvs = 0;
+    Bytes send_bytes = 0, recv_bytes = 0;
   };
-  std::vector<End> ends;
-  for (TaskId id = 0; id < graph.size(); ++id) {
-    const Task& t = graph.task(id);
-    if (const auto* s = std::get_if<SendTask>(&t.kind))
-      ends.push_back({t.rank, s->peer, s->tag, 0, id});
-    else if (const auto* r = std::get_if<RecvTask>(&t.kind))
-      ends.push_back({r->peer, t.rank, r->tag, 1, id});
-  }
-  std::sort(ends.begin(), ends.end(), [](const End& a, const End& b) { return a.key() < b.key(); });
   TaskId duplicate_a = kNoTask, duplicate_b = kNoTask, lone_send = kNoTask, lone_recv = kNoTask, mismatch = kNoTask;
-  auto lowest = [](TaskId& slot, TaskId id) { slot = std::min(slot, id); };
-  for (std::size_t i = 0; i < ends.size();) {
-    std::size_t j = i;
-    while (j < ends.size() && ends[j].src == ends[i].src && ends[j].dst == ends[i].dst && ends[j].tag == ends[i].tag) ++j;
-    std::size_t sends = 0;
-    while (i + sends < j && ends[i + sends].is_recv == 0) ++sends;
-    const std::size_t recvs = j - i - sends;
-    if (sends > 1 || recvs > 1) {
-      const std::size_t at = sends > 1 ? i : i + sends;
-      if (duplicate_a == kNoTask || ends[at].id < duplicate_a) {
-        duplicate_a = ends[at].id;
-        duplicate_b = ends[at + 1].id;
-      }
-    } else if (sends == 0) {
-      lowest(lone_recv, ends[i].id);
-    } else if (recvs == 0) {
-      lowest(lone_send, ends[i].id);
-    } else {
-      const TaskId s = ends[i].id, r = ends[i + 1].id;
-      if (std::get<SendTask>(graph.task(s).kind).bytes != std::get<RecvTask>(graph.task(r).kind).bytes)
-        lowest(mismatch, s);
-      partner[s] = r;
-      partner[r] = s;
-    }
-    i = j;
-  }
+  BucketTable table;
+  std::vector<Key> keys;
+  for_each_bucket(
+      ends, [](const P2pEnd& e) { return e.hash(); },
+      [&](const P2pEnd* first, const P2pEnd* last) {
+        table.reset(static_cast<std::size_t>(last - first));
+        keys.clear();
+        for (const P2pEnd* e = first; e != last; ++e) {
+          std::size_t slot = table.start(e->hash());
+          for (; table[slot] != 0; slot = table.next(slot)) {
+            const Key& k = keys[table[slot] - 1];
+            if (k.src == e->src && k.dst == e->dst && k.tag == e->tag) break;
+          }
+          if (table[slot] == 0) {
+            keys.push_back(Key{e->src, e->dst, e->tag});
+            table[slot] = static_cast<std::uint32_t>(keys.size());
+          }
+          Key& k = keys[table[slot] - 1];
+          if (e->is_recv) {
+            if (k.recvs < 2) k.recv[k.recvs] = e->id;
+            if (k.recvs++ == 0) k.recv_bytes = e->bytes;
+          } else {
+            if (k.sends < 2) k.send[k.sends] = e->id;
+            if (k.sends++ == 0) k.send_bytes = e->bytes;
+          }
+        }
+        for (const Key& k : keys) {
+          if (k.sends > 1 || k.recvs > 1) {
+            const TaskId* pair = k.sends > 1 ? k.send : k.recv;
+            if (duplicate_a == kNoTask || pair[0] < duplicate_a) {
+              duplicate_a = pair[0];
+              duplicate_b = pair[1];
+            }
+          } else if (k.sends == 0) {
+            lone_recv = std::min(lone_recv, k.recv[0]);
+          } else if (k.recvs == 0) {
+            lone_send = std::min(lone_send, k.send[0]);
+          } else {
+            if (k.send_bytes != k.recv_bytes) mismatch = std::min(mismatch, k.send[0]);
+            partner[k.send[0]] = k.recv[0];
+            partner[k.recv[0]] = k.send[0];
+          }
+        }
+      });
   if (duplicate_a != kNoTask) {
     const Task& a = graph.task(duplicate_a);
     const Task& b = graph.task(duplicate_b);
@@ -258,43 +313,86 @@ void match_p2p(const TaskGraph& graph, std::vector<TaskId>& partner) {
   }
 }
 
+// The group of the collective task checked last, its sorted copy and a hash of its set of ranks:
+// the members of one collective carry equal groups, so a collective of t ranks is sorted and
+// checked once instead of t times (t = 1024: a million operations instead of ten million).
+struct GroupCache {
+  std::vector<int> group;
+  std::vector<int> sorted;
+  std::uint64_t set_hash = 0;
+  std::uint32_t collective = kNoTask;  // what (instance, group) resolved to, see CollectiveGrouper
+  std::int64_t instance = 0;
+  bool valid = false;
+};
+
 // Collectives are grouped by (instance, set of ranks): an instance number need only be unique among
-// collectives over the same ranks, so that generators may number per group.
-void match_collectives(const TaskGraph& graph, GraphAnalysis& out) {
-  std::map<std::pair<std::int64_t, std::vector<int>>, std::uint32_t> index;
-  std::vector<std::vector<TaskId>> found;  // in task order
-  for (TaskId id = 0; id < graph.size(); ++id) {
-    const auto* k = std::get_if<CollectiveTask>(&graph.task(id).kind);
-    if (!k) continue;
-    std::vector<int> ranks = k->group;
-    std::sort(ranks.begin(), ranks.end());
-    auto [it, inserted] = index.try_emplace({k->instance, std::move(ranks)}, static_cast<std::uint32_t>(found.size()));
-    if (inserted) found.emplace_back();
-    found[it->second].push_back(id);
-    out.collective_of[id] = it->second;
+// collectives over the same ranks, so that generators may number per group. Grouped during the
+// pass, in order of first appearance; the members are checked against each other afterwards.
+class CollectiveGrouper {
+ public:
+  void add(const TaskGraph& graph, TaskId id, const CollectiveTask& k, GroupCache& cache,
+           std::vector<std::uint32_t>& collective_of) {
+    if (cache.collective == kNoTask || cache.instance != k.instance) {
+      cache.collective = find(graph, k, cache);
+      cache.instance = k.instance;
+    }
+    members_[cache.collective].push_back(id);
+    collective_of[id] = cache.collective;
   }
+  std::vector<std::vector<TaskId>>& members() { return members_; }
+
+ private:
+  std::uint32_t find(const TaskGraph& graph, const CollectiveTask& k, const GroupCache& cache) {
+    const std::uint64_t key = mix64(cache.set_hash ^ mix64(static_cast<std::uint64_t>(k.instance)));
+    auto [it, inserted] = index_.try_emplace(key, kNoTask);
+    for (std::uint32_t c = it->second; c != kNoTask; c = chain_[c]) {
+      const auto& other = std::get<CollectiveTask>(graph.task(members_[c].front()).kind);
+      if (other.instance != k.instance) continue;
+      if (other.group == k.group) return c;
+      std::vector<int> sorted = other.group;
+      std::sort(sorted.begin(), sorted.end());
+      if (sorted == cache.sorted) return c;
+    }
+    const auto c = static_cast<std::uint32_t>(members_.size());
+    members_.emplace_back();
+    chain_.push_back(it->second);
+    it->second = c;
+    return c;
+  }
+
+  std::unordered_map<std::uint64_t, std::uint32_t> index_;  // hash of (instance, set) -> newest collective
+  std::vector<std::uint32_t> chain_;                        // older collectives with the same hash
+  std::vector<std::vector<TaskId>> members_;                // in task order
+};
+
+// Checks the members found for each collective against its first member, and puts them in ring
+// order.
+void check_collectives(const TaskGraph& graph, std::vector<std::vector<TaskId>>& found, GraphAnalysis& out) {
+  out.collectives.reserve(found.size());
+  std::vector<int> sorted;
+  std::vector<TaskId> by_position;
   for (const auto& members : found) {
     const Task& first = graph.task(members.front());
     const auto& a = std::get<CollectiveTask>(first.kind);
-    const std::string what = fmt::format("collective instance {} over ranks {}", a.instance, rank_list(a.group));
-    std::vector<int> sorted = a.group;
+    auto what = [&] { return fmt::format("collective instance {} over ranks {}", a.instance, rank_list(a.group)); };
+    sorted = a.group;
     std::sort(sorted.begin(), sorted.end());
-    std::vector<TaskId> by_position(sorted.size(), kNoTask);
+    by_position.assign(sorted.size(), kNoTask);
     for (TaskId id : members) {
       const Task& t = graph.task(id);
       const auto& b = std::get<CollectiveTask>(t.kind);
       auto disagree = [&](const char* field, const std::string& x, const std::string& y) {
-        throw GraphError(fmt::format("{}: members {} and {} disagree on {} ({} vs {})", what, quoted(first), quoted(t),
-                                     field, x, y));
+        throw GraphError(fmt::format("{}: members {} and {} disagree on {} ({} vs {})", what(), quoted(first),
+                                     quoted(t), field, x, y));
       };
       if (b.kind != a.kind) disagree("the kind", to_string(a.kind), to_string(b.kind));
       if (b.bytes != a.bytes) disagree("the size", std::to_string(a.bytes), std::to_string(b.bytes));
-      if (b.group != a.group) disagree("the ring order", rank_list(a.group), rank_list(b.group));
+      if (&b != &a && b.group != a.group) disagree("the ring order", rank_list(a.group), rank_list(b.group));
       if (b.engine != a.engine) disagree("the engine", model::to_string(a.engine), model::to_string(b.engine));
       if (b.sms != a.sms) disagree("the SMs", std::to_string(a.sms), std::to_string(b.sms));
       const auto pos = static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), t.rank) - sorted.begin());
       if (by_position[pos] != kNoTask)
-        throw GraphError(fmt::format("{}: rank {} has two tasks, {} and {}", what, t.rank,
+        throw GraphError(fmt::format("{}: rank {} has two tasks, {} and {}", what(), t.rank,
                                      quoted(graph.task(by_position[pos])), quoted(t)));
       by_position[pos] = id;
     }
@@ -308,7 +406,7 @@ void match_collectives(const TaskGraph& graph, GraphAnalysis& out) {
         }
         present.push_back(quoted(graph.task(id)));
       }
-      throw GraphError(fmt::format("{} ({}): rank {} has no task (members present: {})", what, to_string(a.kind),
+      throw GraphError(fmt::format("{} ({}): rank {} has no task (members present: {})", what(), to_string(a.kind),
                                    sorted[p], fmt::join(present, ", ")));
     }
     std::vector<TaskId> in_ring_order;
@@ -317,6 +415,79 @@ void match_collectives(const TaskGraph& graph, GraphAnalysis& out) {
       in_ring_order.push_back(
           by_position[static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), r) - sorted.begin())]);
     out.collectives.push_back(std::move(in_ring_order));
+  }
+}
+
+void check_kernel(const Task& t, const ComputeTask& c) {
+  if (const auto* g = std::get_if<model::GemmKernel>(&c.kernel)) {
+    if (g->m < 1 || g->n < 1 || g->k < 1 || g->batch < 1)
+      throw GraphError(fmt::format("task {}: gemm needs positive sizes (m={}, n={}, k={}, batch={})", quoted(t), g->m,
+                                   g->n, g->k, g->batch));
+  } else if (const auto* a = std::get_if<model::AttentionKernel>(&c.kernel)) {
+    if (a->batch < 1 || a->heads < 1 || a->kv_heads < 1 || a->seq_q < 1 || a->seq_kv < 1 || a->head_dim < 1 ||
+        a->q_offset < 0)
+      throw GraphError(fmt::format(
+          "task {}: attention needs positive sizes (batch={}, heads={}, kv_heads={}, seq_q={}, seq_kv={}, "
+          "head_dim={}) and q_offset >= 0 ({})",
+          quoted(t), a->batch, a->heads, a->kv_heads, a->seq_q, a->seq_kv, a->head_dim, a->q_offset));
+  } else {
+    const auto& e = std::get<model::ElementwiseKernel>(c.kernel);
+    if (e.bytes < 0 || !(e.flops >= 0.0) || !std::isfinite(e.flops) || (e.bytes == 0 && e.flops == 0.0))
+      throw GraphError(fmt::format("task {}: element-wise kernel '{}' needs bytes >= 0, flops >= 0 and some work "
+                                   "(bytes={}, flops={})",
+                                   quoted(t), e.op, e.bytes, e.flops));
+  }
+}
+
+void check_task(const TaskGraph& graph, TaskId id, GroupCache& cache) {
+  const Task& t = graph.task(id);
+  const int ranks = graph.num_ranks();
+  auto check_rank = [&](int r, const char* what) {
+    if (r < 0 || r >= ranks)
+      throw GraphError(fmt::format("task {}: {} {} is outside [0, {})", quoted(t), what, r, ranks));
+  };
+  check_rank(t.rank, "rank");
+  if (t.stream.index < 0)
+    throw GraphError(fmt::format("task {}: stream index {} is negative", quoted(t), t.stream.index));
+  if (const auto* c = std::get_if<ComputeTask>(&t.kind)) {
+    check_kernel(t, *c);
+  } else if (const auto* s = std::get_if<SendTask>(&t.kind)) {
+    check_rank(s->peer, "peer");
+    if (s->peer == t.rank) throw GraphError(fmt::format("send {} is addressed to its own rank {}", quoted(t), t.rank));
+    if (s->bytes <= 0) throw GraphError(fmt::format("send {} has a non-positive size ({} bytes)", quoted(t), s->bytes));
+    if (s->sms < -1) throw GraphError(fmt::format("send {}: sms {} (use -1 for the device default)", quoted(t), s->sms));
+  } else if (const auto* r = std::get_if<RecvTask>(&t.kind)) {
+    check_rank(r->peer, "peer");
+    if (r->peer == t.rank) throw GraphError(fmt::format("recv {} expects data from its own rank {}", quoted(t), t.rank));
+    if (r->bytes <= 0) throw GraphError(fmt::format("recv {} has a non-positive size ({} bytes)", quoted(t), r->bytes));
+  } else {
+    const auto& k = std::get<CollectiveTask>(t.kind);
+    if (k.group.empty()) throw GraphError(fmt::format("collective {} has an empty group", quoted(t)));
+    if (!cache.valid || cache.group != k.group) {
+      // A group not seen just before: sort and check it, and remember it once it passed.
+      cache.valid = false;
+      cache.collective = kNoTask;
+      cache.group = k.group;
+      cache.sorted = k.group;
+      std::vector<int>& sorted = cache.sorted;
+      std::sort(sorted.begin(), sorted.end());
+      for (std::size_t i = 0; i < sorted.size(); ++i) {
+        check_rank(sorted[i], "group member");
+        if (i > 0 && sorted[i] == sorted[i - 1])
+          throw GraphError(fmt::format("collective {}: rank {} appears twice in its group", quoted(t), sorted[i]));
+      }
+      cache.set_hash = 0;  // a sum: independent of the ring order
+      for (int r : sorted) cache.set_hash += mix64(static_cast<std::uint64_t>(r) + 0x632be59bd9b4e019ULL);
+      cache.valid = true;
+    }
+    const std::vector<int>& sorted = cache.sorted;
+    if (!std::binary_search(sorted.begin(), sorted.end(), t.rank))
+      throw GraphError(fmt::format("collective {} on rank {}: its group {} does not include it", quoted(t), t.rank,
+                                   rank_list(k.group)));
+    if (k.bytes <= 0)
+      throw GraphError(fmt::format("collective {} has a non-positive size ({} bytes)", quoted(t), k.bytes));
+    if (k.sms < -1)
+      throw GraphError(fmt::format("collective {}: sms {} (use -1 for the device default)", quoted(t), k.sms));
   }
 }
 
@@ -432,17 +603,121 @@ void check_acyclic(const TaskGraph& graph, const GraphAnalysis& a) {
 
 }  // namespace
 
-GraphAnalysis analyze(const TaskGraph& graph) {
+GraphAnalysis analyze(const TaskGraph& graph) { return analyze(graph, nullptr); }
+
+GraphAnalysis analyze(const TaskGraph& graph, TaskVisitor* visitor) {
   if (graph.num_ranks() < 1) throw GraphError(fmt::format("task graph has {} ranks", graph.num_ranks()));
-  check_unique_names(graph);
-  for (TaskId id = 0; id < graph.size(); ++id) check_task(graph, id);
+  const std::size_t n = graph.size();
+  const auto& g = graph.graph();
   GraphAnalysis a;
-  a.partner.assign(graph.size(), kNoTask);
-  a.collective_of.assign(graph.size(), kNoTask);
-  match_p2p(graph, a.partner);
-  match_collectives(graph, a);
-  a.order = execution_order(graph);
-  check_acyclic(graph, a);
+  a.partner.assign(n, kNoTask);
+  a.collective_of.assign(n, kNoTask);
+  ExecutionOrder& order = a.order;
+
+  // The execution order is written during the pass: each task's explicit successors, then a slot
+  // for its stream successor, filled in when the next task of that stream comes (kNoTask if none
+  // comes; such slots are squeezed out afterwards). Streams are tracked in a dense table (rank,
+  // kind, index < 4) when the ranks are few enough for it, else in a hash map.
+  const std::size_t max_targets = boost::num_edges(g) + n;
+  if (max_targets > std::numeric_limits<std::uint32_t>::max())
+    throw GraphError(fmt::format("task graph has too many edges ({})", boost::num_edges(g)));
+  order.offsets.resize(n + 1);
+  order.targets.resize(max_targets);
+  std::vector<NameEntry> names(n);
+  std::vector<P2pEnd> ends;
+  constexpr int kDenseStreams = 4;
+  const std::size_t ranks = static_cast<std::size_t>(graph.num_ranks());
+  const bool dense = ranks * 3 * kDenseStreams <= std::max<std::size_t>(n, std::size_t{1} << 16);
+  std::vector<std::uint32_t> slot_dense(dense ? ranks * 3 * kDenseStreams : 0, kNoTask);
+  std::unordered_map<std::uint64_t, std::uint32_t> slot_sparse;
+  GroupCache group_cache;
+  CollectiveGrouper grouper;
+  std::exception_ptr failure;  // a task that failed its own checks
+  std::uint32_t pos = 0;
+  TaskId* targets = order.targets.data();
+  TaskId id = 0;
+  for (; id < n; ++id) {
+    const Task& t = graph.task(id);
+    names[id] = name_entry(t.name, id);
+    try {
+      check_task(graph, id, group_cache);
+    } catch (const GraphError&) {
+      failure = std::current_exception();
+      break;
+    }
+    order.offsets[id] = pos;
+    for (auto [it, end] = boost::adjacent_vertices(id, g); it != end; ++it) targets[pos++] = static_cast<TaskId>(*it);
+    const std::size_t kind = t.kind.index();
+    if (kind != 2) {  // every task but a Recv holds its stream
+      std::uint32_t* slot;
+      const auto stream_kind = static_cast<std::size_t>(t.stream.kind);
+      if (dense && t.stream.index < kDenseStreams) {
+        slot = &slot_dense[(static_cast<std::size_t>(t.rank) * 3 + stream_kind) * kDenseStreams +
+                           static_cast<std::size_t>(t.stream.index)];
+      } else {
+        const std::uint64_t key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(t.rank)) << 34) |
+                                  (static_cast<std::uint64_t>(stream_kind) << 32) |
+                                  static_cast<std::uint32_t>(t.stream.index);
+        slot = &slot_sparse.try_emplace(key, kNoTask).first->second;
+      }
+      if (*slot != kNoTask) targets[*slot] = id;
+      *slot = pos;
+      targets[pos++] = kNoTask;
+    }
+    if (kind == 1) {
+      const auto& snd = std::get<SendTask>(t.kind);
+      ends.push_back({t.rank, snd.peer, snd.tag, snd.bytes, id, false});
+    } else if (kind == 2) {
+      const auto& rcv = std::get<RecvTask>(t.kind);
+      ends.push_back({rcv.peer, t.rank, rcv.tag, rcv.bytes, id, true});
+    } else if (kind == 3) {
+      grouper.add(graph, id, std::get<CollectiveTask>(t.kind), group_cache, a.collective_of);
+    }
+    if (visitor) visitor->visit(id, t);
+  }
+  order.offsets[n] = pos;
+  if (failure) {
+    // Duplicate names are reported before any other error: finish the names, check them first.
+    for (TaskId rest = id + 1; rest < n; ++rest) names[rest] = name_entry(graph.task(rest).name, rest);
+    check_unique_names(graph, names);
+    std::rethrow_exception(failure);
+  }
+  check_unique_names(graph, names);
+  std::vector<NameEntry>().swap(names);
+  match_p2p(graph, ends, a.partner);
+  std::vector<P2pEnd>().swap(ends);
+  check_collectives(graph, grouper.members(), a);
+
+  // Squeeze out the empty stream slots (in place: the write position never passes the read one) and
+  // count in-degrees. Meanwhile check that every edge goes from a rendezvous group to one whose
+  // lowest task id is higher: that order is then a topological order of the contracted graph, which
+  // is therefore acyclic, and Kahn's algorithm is not needed.
+  std::vector<TaskId> collective_lead(a.collectives.size());
+  for (std::size_t c = 0; c < a.collectives.size(); ++c)
+    collective_lead[c] = *std::min_element(a.collectives[c].begin(), a.collectives[c].end());
+  auto leader = [&](TaskId v) {
+    if (a.partner[v] != kNoTask) return std::min(v, a.partner[v]);
+    if (a.collective_of[v] != kNoTask) return collective_lead[a.collective_of[v]];
+    return v;
+  };
+  order.in_degree.assign(n, 0);
+  bool forward = true;
+  std::uint32_t write = 0;
+  for (TaskId i = 0; i < n; ++i) {
+    const std::uint32_t begin = order.offsets[i], end = order.offsets[i + 1];
+    order.offsets[i] = write;
+    const TaskId from = leader(i);
+    for (std::uint32_t e = begin; e < end; ++e) {
+      const TaskId to = targets[e];
+      if (to == kNoTask) continue;
+      targets[write++] = to;
+      ++order.in_degree[to];
+      forward &= from < leader(to);
+    }
+  }
+  order.offsets[n] = write;
+  order.targets.resize(write);
+  if (!forward) check_acyclic(graph, a);  // Kahn's algorithm; names a cycle if there is one
   return a;
 }
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <utility>
 
 #include <fmt/format.h>
@@ -47,8 +48,32 @@ struct Work {
   std::int32_t data_op = -1;
 };
 // Emits the compute for TP index `ti` on the given rows of the full sequence (chunk: the ring
-// chunk, -1 when the rows span several chunks).
-using WorkFn = std::function<std::vector<Work>(int ti, int chunk, const std::vector<Span>& rows)>;
+// chunk, -1 when the rows span several chunks). `first`: the rank's first call in the region (a
+// weight gradient accumulated over the steps is written by the first and added to by the others).
+using WorkFn = std::function<std::vector<Work>(int ti, int chunk, const std::vector<Span>& rows, bool first)>;
+
+// A sequence-long operand [S, w] as tasks read it. A plain one lives in `full` at its own rows. A
+// gathered one starts as the local shard [n, w] of the own chunk; the region gathers the other
+// chunks into `full`, and the own chunk too in baseline and slice (their collectives copy every
+// member's part), but not in Fuse-AG (and t = 1), which reads the own chunk from the shard.
+struct Rows {
+  PerRank full;
+  PerRank shard;  // empty for a plain operand
+};
+// Where a row range lies in a rank's buffers.
+struct Loc {
+  BufferId buffer = -1;
+  std::int64_t row0 = 0;
+};
+
+// The buffers of a forward layer that its backward reads (empty without dataflow).
+struct LayerData {
+  PerRank x;                     // layer input shard [n, h]
+  PerRank w_qkv, w_o, w1, w2;    // weight shards
+  PerRank ln1, ln2;              // LayerNorm output shards [n, h] (re-gathered by the backward)
+  PerRank qkv, attn, fc1, act;   // [S, qkv_local], [S, q_local], [S, fc1_local], [S, ffn_local]
+  PerRank h1;                    // [n, h]
+};
 
 struct OpCtx {
   int layer = 0;
@@ -185,11 +210,48 @@ class Builder {
     return b.empty() ? Ref{} : Ref{b[static_cast<std::size_t>(ti)], rows_rect(s.row0, s.rows, width)};
   }
 
+  // Whether a gathered operand's own chunk stays in the shard only (see Rows).
+  bool own_in_shard() const { return t_ == 1 || req_.kind == ScheduleKind::commfuse; }
+  // Rows `s` of operand `r` on `ti`. Where the own chunk lives in the shard only, a range touching
+  // it must lie within it (callers cut at chunk boundaries).
+  Loc at(const Rows& r, int ti, Span s) const {
+    const auto i = static_cast<std::size_t>(ti);
+    const std::int64_t own0 = ti * n(), own1 = own0 + n();
+    if (!r.shard.empty() && own_in_shard() && s.row0 < own1 && s.row0 + s.rows > own0) {
+      if (s.row0 < own0 || s.row0 + s.rows > own1)
+        throw std::logic_error("TPSP generator: a row range straddles the own chunk of a gathered operand");
+      return Loc{r.shard[i], s.row0 - own0};
+    }
+    if (r.full.empty()) return Loc{-1, s.row0};  // no dataflow
+    return Loc{r.full[i], s.row0};
+  }
+  // The blocks of A^T B over `rows`, cut at chunk boundaries so that each block reads one buffer of
+  // each operand, and merged again where consecutive pieces continue in the same buffers.
+  std::vector<WgradBlock> wgrad_blocks(const Rows& a, const Rows& b, int ti, const std::vector<Span>& rows) const {
+    std::vector<WgradBlock> out;
+    for (const Span& s : rows)
+      for (std::int64_t r = s.row0; r < s.row0 + s.rows;) {
+        const std::int64_t end = std::min(s.row0 + s.rows, (r / n() + 1) * n());
+        const Span piece{r, end - r};
+        const Loc la = at(a, ti, piece), lb = at(b, ti, piece);
+        r = end;
+        if (!out.empty()) {
+          WgradBlock& p = out.back();
+          if (p.a == la.buffer && p.a_row0 + p.rows == la.row0 && p.b == lb.buffer && p.b_row0 + p.rows == lb.row0) {
+            p.rows += piece.rows;
+            continue;
+          }
+        }
+        out.push_back(WgradBlock{la.buffer, la.row0, lb.buffer, lb.row0, piece.rows});
+      }
+    return out;
+  }
+
   std::vector<TaskId> emit_work(const OpCtx& ctx, int ti, int region, const WorkFn& work, int chunk,
                                 const std::vector<Span>& rows, const std::string& suffix, int step, int slice,
-                                std::vector<TaskId> deps) {
+                                bool first, std::vector<TaskId> deps) {
     std::vector<TaskId> ids;
-    for (Work& w : work(ti, chunk, rows)) {
+    for (Work& w : work(ti, chunk, rows, first)) {
       TaskLabels lab = labels(ctx, region, w.op);
       lab.chunk = chunk;
       lab.step = step;
@@ -209,51 +271,81 @@ class Builder {
                    data_op, deps);
   }
 
-  Deps ag_region(const OpCtx& ctx, const PerRank& gbuf, std::int64_t width, const Deps& ready, const WorkFn& work);
+  Deps ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work);
   Deps rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std::int64_t width, const Deps& ready,
                  const WorkFn& work);
 
   struct LayerOut {
     PerRank y;
     Deps done;
+    LayerData saved;
+  };
+  struct LayerGrad {
+    PerRank dx;  // gradient of the layer input, shard [n, h]
+    Deps done;
   };
   LayerOut forward_layer(int l, const PerRank& x, const Deps& ready);
-  Deps backward_layer(int l, const Deps& ready);
+  LayerGrad backward_layer(int l, const LayerData& fw, const PerRank& dy, const Deps& ready);
   void piece_ag_gemm();
   void piece_gemm_rs();
 
-  WorkFn gemm_work(const OpCtx& ctx, std::string name, const PerRank& a, const PerRank& b, const PerRank& c,
-                   std::int64_t k, std::int64_t nn) {
-    return [this, ctx, name, a, b, c, k, nn](int ti, int, const std::vector<Span>& rows) {
+  // C[rows, :nn] = A[rows, :k] x op(B): a forward GEMM, or a dgrad (transpose_b: the weight shard
+  // used as B^T). One buffer of A per call: the rows of one call never mix the shard and the gather
+  // buffer (Fuse-AG and t = 1 pass one chunk, baseline and slice read the gather buffer only).
+  WorkFn gemm_work(const OpCtx& ctx, std::string name, const Rows& a, const PerRank& b, const PerRank& c,
+                   std::int64_t k, std::int64_t nn, bool transpose_b = false) {
+    return [this, ctx, name, a, b, c, k, nn, transpose_b](int ti, int, const std::vector<Span>& rows, bool) {
       GemmOp g;
       std::int64_t m = 0;
+      for (const Span& s : rows) {
+        const Loc src = at(a, ti, s);
+        if (!g.blocks.empty() && src.buffer != g.a)
+          throw std::logic_error("TPSP generator: one GEMM reads rows from two buffers of A");
+        g.a = src.buffer;
+        g.blocks.push_back(RowBlock{src.row0, s.row0, s.rows});
+        m += s.rows;
+      }
       if (ctx.data) {
-        g.a = a[static_cast<std::size_t>(ti)];
         g.b = b[static_cast<std::size_t>(ti)];
         g.c = c[static_cast<std::size_t>(ti)];
         g.a_cols = k;
         g.c_cols = nn;
-      }
-      for (const Span& s : rows) {
-        g.blocks.push_back(RowBlock{s.row0, s.row0, s.rows});
-        m += s.rows;
+        g.transpose_b = transpose_b;
       }
       return std::vector<Work>{Work{name, model::GemmKernel{m, nn, k, 1}, op(ctx, std::move(g))}};
     };
   }
+  // dW[a_cols, b_cols] (+)= A[rows]^T B[rows]: a weight gradient, written by the region's first call
+  // and accumulated by the later ones.
+  WorkFn wgrad_work(const OpCtx& ctx, std::string name, const Rows& a, const Rows& b, const PerRank& c,
+                    std::int64_t a_cols, std::int64_t b_cols) {
+    return [this, ctx, name, a, b, c, a_cols, b_cols](int ti, int, const std::vector<Span>& rows, bool first) {
+      WgradOp w;
+      std::int64_t k = 0;
+      for (const Span& s : rows) k += s.rows;
+      if (ctx.data) {
+        w.c = c[static_cast<std::size_t>(ti)];
+        w.a_cols = a_cols;
+        w.b_cols = b_cols;
+        w.accumulate = !first;
+        w.blocks = wgrad_blocks(a, b, ti, rows);
+      }
+      return std::vector<Work>{Work{name, model::GemmKernel{a_cols, b_cols, k, 1}, op(ctx, std::move(w))}};
+    };
+  }
 };
 
-// AG -> GEMM. Every rank's `gbuf` [S, width] holds its own chunk once `ready` is done; the region
-// brings the other chunks and runs `work` on them.
-Deps Builder::ag_region(const OpCtx& ctx, const PerRank& gbuf, std::int64_t width, const Deps& ready,
-                        const WorkFn& work) {
+// AG -> GEMM. Every rank's shard `g.shard` [n, width] holds its own chunk once `ready` is done; the
+// region gathers the chunks into `g.full` [S, width] (see Rows for the own chunk) and runs `work` on
+// them.
+Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work) {
   const int region = region_id(ctx);
   const int region_index = region_count_++;
   Deps done(static_cast<std::size_t>(t_));
   const auto kind = t_ == 1 ? ScheduleKind::baseline : req_.kind;
   if (t_ == 1) {
     // One rank: nothing to gather.
-    done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, ready[0]);
+    done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, true, ready[0]);
     return done;
   }
   const StreamRef comm{StreamKind::comm, 0};
@@ -265,9 +357,12 @@ Deps Builder::ag_region(const OpCtx& ctx, const PerRank& gbuf, std::int64_t widt
         auto span = [&](std::int64_t c) { return slices == 1 ? chunk_span(c) : slice_span(c, j); };
         CollectiveOp cop;
         std::vector<Span> rows;
-        if (ctx.data) cop.in.push_back(ref(gbuf, ti, span(ti), width));
+        if (ctx.data) {
+          const Span own = span(ti);
+          cop.in.push_back(ref(g.shard, ti, Span{own.row0 - ti * n(), own.rows}, width));
+        }
         for (int p = 0; p < t_; ++p) {
-          if (ctx.data) cop.out.push_back(ref(gbuf, ti, span(member_chunk(ti, region_index, p)), width));
+          if (ctx.data) cop.out.push_back(ref(g.full, ti, span(member_chunk(ti, region_index, p)), width));
           rows.push_back(span(p));
         }
         TaskLabels lab = labels(ctx, region, "all_gather");
@@ -277,7 +372,7 @@ Deps Builder::ag_region(const OpCtx& ctx, const PerRank& gbuf, std::int64_t widt
                               CollectiveTask{CollectiveKind::all_gather, group(), bytes(t_ * rows[0].rows * width),
                                              instance, req_.schedule.collective_engine, comm_sms()},
                               std::move(lab), op(ctx, std::move(cop)), ready[static_cast<std::size_t>(ti)]);
-        auto ids = emit_work(ctx, ti, region, work, -1, rows, suffix, -1, slices == 1 ? -1 : j, {ag});
+        auto ids = emit_work(ctx, ti, region, work, -1, rows, suffix, -1, slices == 1 ? -1 : j, j == 0, {ag});
         auto& d = done[static_cast<std::size_t>(ti)];
         d.insert(d.end(), ids.begin(), ids.end());
       }
@@ -285,7 +380,7 @@ Deps Builder::ag_region(const OpCtx& ctx, const PerRank& gbuf, std::int64_t widt
     return done;
   }
   // Fuse-AG (design note section 2): step i computes chunk (r - i) mod t, sends it to r+1 and
-  // receives chunk (r - i - 1) mod t from r-1.
+  // receives chunk (r - i - 1) mod t from r-1. Step 0 computes and sends the own chunk from the shard.
   const std::int64_t tag0 = next_tag_;
   next_tag_ += static_cast<std::int64_t>(t_) * t_;
   const Bytes chunk_bytes = bytes(n() * width);
@@ -297,23 +392,24 @@ Deps Builder::ag_region(const OpCtx& ctx, const PerRank& gbuf, std::int64_t widt
       const std::int64_t c = mod(ti - i, t_);
       const std::int64_t cc = chunk_at(ti, region_index, i, c);
       auto ids = emit_work(ctx, ti, region, work, static_cast<int>(cc), {chunk_span(cc)}, fmt::format("/c{}", cc), i,
-                           -1, have);
+                           -1, i == 0, have);
       d.insert(d.end(), ids.begin(), ids.end());
       if (i == t_ - 1) break;
       TaskLabels sl = labels(ctx, region, "send");
       sl.chunk = static_cast<int>(c);
       sl.step = i;
+      const Loc src = at(g, ti, chunk_span(c));
       add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, c), p2p_stream(),
           SendTask{rank(next), chunk_bytes, tag0 + static_cast<std::int64_t>(i) * t_ + ti, req_.schedule.p2p_engine,
                    comm_sms()},
-          std::move(sl), op(ctx, SendOp{ref(gbuf, ti, chunk_span(c), width)}), have);
+          std::move(sl), op(ctx, SendOp{Ref{src.buffer, rows_rect(src.row0, n(), width)}}), have);
       const std::int64_t rc = mod(ti - i - 1, t_);
       TaskLabels rl = labels(ctx, region, "recv");
       rl.chunk = static_cast<int>(rc);
       rl.step = i;
       const TaskId recv = add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, rc), p2p_stream(),
                               RecvTask{rank(prev), chunk_bytes, tag0 + static_cast<std::int64_t>(i) * t_ + prev},
-                              std::move(rl), op(ctx, RecvOp{ref(gbuf, ti, chunk_span(rc), width)}), {});
+                              std::move(rl), op(ctx, RecvOp{ref(g.full, ti, chunk_span(rc), width)}), {});
       have = {recv};
     }
   }
@@ -328,7 +424,7 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
   const int region_index = region_count_++;
   Deps done(static_cast<std::size_t>(t_));
   if (t_ == 1) {
-    done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, ready[0]);
+    done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, true, ready[0]);
     out = pbuf;
     return done;
   }
@@ -343,7 +439,7 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
         std::vector<Span> rows;
         for (int p = 0; p < t_; ++p) rows.push_back(span(p));
         const std::string suffix = slices == 1 ? "" : fmt::format("/k{}", j);
-        auto ids = emit_work(ctx, ti, region, work, -1, rows, suffix, -1, slices == 1 ? -1 : j,
+        auto ids = emit_work(ctx, ti, region, work, -1, rows, suffix, -1, slices == 1 ? -1 : j, j == 0,
                              ready[static_cast<std::size_t>(ti)]);
         CollectiveOp cop;
         if (ctx.data) {
@@ -377,7 +473,7 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
       const std::int64_t c = mod(ti - 1 - i, t_);
       const std::int64_t cc = chunk_at(ti, region_index, i, c);
       auto ids = emit_work(ctx, ti, region, work, static_cast<int>(cc), {chunk_span(cc)}, fmt::format("/c{}", cc), i,
-                           -1, i == 0 ? ready[static_cast<std::size_t>(ti)] : std::vector<TaskId>{});
+                           -1, i == 0, i == 0 ? ready[static_cast<std::size_t>(ti)] : std::vector<TaskId>{});
       TaskId value = ids.back();  // the task after which chunk c's running sum is complete here
       const PerRank* value_buf = &pbuf;
       Span value_span = chunk_span(c);
@@ -445,12 +541,13 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   PerRank w2 = alloc(ctx, "w2", fl, h,
                      [&](int ti) { return std::vector<Piece>{Piece{wp + "w2", Rect{ti * fl, 0, fl, h}, 0, 0}}; });
 
-  // LayerNorm on the local shard, written straight into its place in the gather buffer.
-  PerRank g1 = alloc(ctx, "ln1_out", S_, h);
+  // LayerNorm on the local shard, into a local shard: the one the backward re-gathers (Megatron
+  // saves the shard, not the gathered tensor).
+  const Rows g1{alloc(ctx, "ag+qkv/gather", S_, h), alloc(ctx, "ln1_out", n_, h)};
   Deps d_ln1(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti)
     d_ln1[ti] = {elementwise(ctx, ti, "ln1", "layernorm", 2 * n_ * h, 8.0 * n_ * h,
-                             op(ctx, NormOp{ref(x, ti, Span{0, n_}, h), ref(g1, ti, chunk_span(ti), h)}), ready[ti])};
+                             op(ctx, NormOp{ref(x, ti, Span{0, n_}, h), ref(g1.shard, ti, Span{0, n_}, h)}), ready[ti])};
 
   PerRank qkv = alloc(ctx, "qkv", S_, qkvn);
   Deps d_qkv = ag_region(with("ag+qkv"), g1, h, d_ln1, gemm_work(ctx, "qkv", g1, w_qkv, qkv, h, qkvn));
@@ -483,10 +580,10 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   Deps d_attn_rs;
   if (req_.kind == ScheduleKind::commfuse && req_.schedule.query_split_attention && t_ > 1) {
     // Query-split: attention and out-projection of one query chunk per Fuse-RS step.
-    WorkFn proj = gemm_work(ctx, "out_proj", attn, w_o, po, qn, h);
-    WorkFn fused = [attention, proj](int ti, int chunk, const std::vector<Span>& rows) {
+    WorkFn proj = gemm_work(ctx, "out_proj", Rows{attn, {}}, w_o, po, qn, h);
+    WorkFn fused = [attention, proj](int ti, int chunk, const std::vector<Span>& rows, bool first) {
       std::vector<Work> w{attention(ti, rows.at(0))};
-      for (Work& p : proj(ti, chunk, rows)) w.push_back(std::move(p));
+      for (Work& p : proj(ti, chunk, rows, first)) w.push_back(std::move(p));
       return w;
     };
     d_attn_rs = rs_region(with("attn+out_proj+rs"), po, attn_out, h, d_qkv, fused);
@@ -497,11 +594,12 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
       d_att[ti] = {compute(ti, prefix(ctx) + "/attention", std::move(w.kernel), labels(ctx, -1, "attention"), w.data_op,
                            d_qkv[ti])};
     }
-    d_attn_rs = rs_region(with("out_proj+rs"), po, attn_out, h, d_att, gemm_work(ctx, "out_proj", attn, w_o, po, qn, h));
+    d_attn_rs = rs_region(with("out_proj+rs"), po, attn_out, h, d_att,
+                          gemm_work(ctx, "out_proj", Rows{attn, {}}, w_o, po, qn, h));
   }
 
   PerRank h1 = alloc(ctx, "h1", n_, h);
-  PerRank g2 = alloc(ctx, "ln2_out", S_, h);
+  const Rows g2{alloc(ctx, "ag+fc1/gather", S_, h), alloc(ctx, "ln2_out", n_, h)};
   Deps d_ln2(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti) {
     const TaskId a = elementwise(ctx, ti, "residual1", "add", 3 * n_ * h, 1.0 * n_ * h,
@@ -509,7 +607,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
                                                ref(h1, ti, Span{0, n_}, h)}),
                                  d_attn_rs[ti]);
     d_ln2[ti] = {elementwise(ctx, ti, "ln2", "layernorm", 2 * n_ * h, 8.0 * n_ * h,
-                             op(ctx, NormOp{ref(h1, ti, Span{0, n_}, h), ref(g2, ti, chunk_span(ti), h)}), {a})};
+                             op(ctx, NormOp{ref(h1, ti, Span{0, n_}, h), ref(g2.shard, ti, Span{0, n_}, h)}), {a})};
   }
 
   PerRank f = alloc(ctx, "fc1_out", S_, f1);
@@ -527,7 +625,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
 
   PerRank p2 = alloc(ctx, "fc2_partial", S_, h);
   PerRank mlp_out;
-  Deps d_fc2 = rs_region(with("fc2+rs"), p2, mlp_out, h, d_act, gemm_work(ctx, "fc2", act, w2, p2, fl, h));
+  Deps d_fc2 = rs_region(with("fc2+rs"), p2, mlp_out, h, d_act, gemm_work(ctx, "fc2", Rows{act, {}}, w2, p2, fl, h));
 
   LayerOut out;
   out.y = alloc(ctx, "y", n_, h);
@@ -537,85 +635,168 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
                                 op(ctx, AddOp{ref(h1, ti, Span{0, n_}, h), ref(mlp_out, ti, Span{0, n_}, h),
                                               ref(out.y, ti, Span{0, n_}, h)}),
                                 d_fc2[ti])};
+  out.saved = LayerData{x, w_qkv, w_o, w1, w2, g1.shard, g2.shard, qkv, attn, f, act, h1};
   return out;
 }
 
-// Backward of one layer, timing only. Megatron's sequence-parallel linear layers save the local
-// shard of a column-parallel GEMM's input and re-gather it for the wgrad; the re-gather is its own
-// AG region fused with the (accumulating) wgrad GEMM per chunk.
-Deps Builder::backward_layer(int l, const Deps& ready) {
+// Backward of one layer. Megatron's sequence-parallel linear layers save the local shard of a
+// column-parallel GEMM's input and re-gather it for the wgrad; the re-gather is its own AG region
+// fused with the (accumulating) wgrad GEMM per chunk. `fw` holds the forward's buffers and `dy` the
+// gradient of the layer output, a shard [n, h]; both are empty when there is no dataflow (a backward
+// generated without its forward), and then every task carries timing only.
+Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const PerRank& dy, const Deps& ready) {
   const std::int64_t h = sh_.hidden, S_ = S(), n_ = n();
-  const std::int64_t qn = sh_.q_local(), qkvn = sh_.qkv_local(), f1 = sh_.fc1_local(), fl = sh_.ffn_local();
-  OpCtx ctx{l, false, "", false};
+  const std::int64_t qn = sh_.q_local(), kvn = sh_.kv_local(), qkvn = sh_.qkv_local();
+  const std::int64_t f1 = sh_.fc1_local(), fl = sh_.ffn_local();
+  OpCtx ctx{l, false, "", req_.options.forward};
   auto with = [&](std::string region) {
     OpCtx c = ctx;
     c.region = std::move(region);
     return c;
   };
   const bool serial = req_.kind == ScheduleKind::baseline;
-  auto dgrad = [](std::string name, std::int64_t nn, std::int64_t k) -> WorkFn {
-    return [name, nn, k](int, int, const std::vector<Span>& rows) {
-      std::int64_t m = 0;
-      for (const Span& s : rows) m += s.rows;
-      return std::vector<Work>{Work{name, model::GemmKernel{m, nn, k, 1}, -1}};
-    };
-  };
-  auto wgrad = [](std::string name, std::int64_t m, std::int64_t nn) -> WorkFn {
-    return [name, m, nn](int, int, const std::vector<Span>& rows) {
-      std::int64_t k = 0;
-      for (const Span& s : rows) k += s.rows;
-      return std::vector<Work>{Work{name, model::GemmKernel{m, nn, k, 1}, -1}};
-    };
-  };
   auto each = [&](auto fn) {
     Deps d(static_cast<std::size_t>(t_));
     for (int ti = 0; ti < t_; ++ti) d[ti] = fn(ti);
     return d;
   };
-  const PerRank none;
-  PerRank unused;
+  const Span all{0, S_}, own{0, n_};
+  // A weight gradient over the whole sequence, outside a region.
+  auto full_wgrad = [&](int ti, const std::string& name, const WorkFn& work, const std::vector<TaskId>& deps) {
+    Work w = std::move(work(ti, -1, {all}, true).at(0));
+    return compute(ti, fmt::format("{}/{}", prefix(ctx), name), std::move(w.kernel), labels(ctx, -1, name), w.data_op,
+                   deps);
+  };
 
   // FC2 (row-parallel): AG of the incoming gradient, dgrad per chunk; wgrad on the gathered gradient.
-  Deps d_fc2 = ag_region(with("ag+fc2_dgrad"), none, h, ready, dgrad("fc2_dgrad", fl, h));
-  Deps d_fc2w = each([&](int ti) {
-    return std::vector<TaskId>{compute(ti, prefix(ctx) + "/fc2_wgrad", model::GemmKernel{fl, h, S_, 1},
-                                       labels(ctx, -1, "fc2_wgrad"), -1, d_fc2[ti])};
-  });
+  const Rows dY{alloc(ctx, "ag+fc2_dgrad/gather", S_, h), dy};
+  PerRank d_act_out = alloc(ctx, "act_grad", S_, fl);
+  Deps d_fc2 = ag_region(with("ag+fc2_dgrad"), dY, h, ready,
+                         gemm_work(ctx, "fc2_dgrad", dY, fw.w2, d_act_out, h, fl, true));
+  PerRank dw2 = alloc(ctx, "dw2", fl, h);
+  const WorkFn fc2_wgrad = wgrad_work(ctx, "fc2_wgrad", Rows{fw.act, {}}, dY, dw2, fl, h);
+  each([&](int ti) { return std::vector<TaskId>{full_wgrad(ti, "fc2_wgrad", fc2_wgrad, d_fc2[ti])}; });
+  const std::string act_kind = sh_.gated ? "swiglu" : "gelu";
+  PerRank d_fc1_out = alloc(ctx, "fc1_out_grad", S_, f1);
   Deps d_act = each([&](int ti) {
-    return std::vector<TaskId>{elementwise(ctx, ti, "act_bwd", sh_.gated ? "swiglu_bwd" : "gelu_bwd",
-                                           S_ * (2 * f1 + fl), 12.0 * S_ * fl, -1, d_fc2[ti])};
+    return std::vector<TaskId>{elementwise(
+        ctx, ti, "act_bwd", act_kind + "_bwd", S_ * (2 * f1 + fl), 12.0 * S_ * fl,
+        op(ctx, ActivationBwdOp{act_kind, ref(fw.fc1, ti, all, f1), ref(d_act_out, ti, all, fl),
+                                ref(d_fc1_out, ti, all, f1)}),
+        d_fc2[ti])};
   });
   // FC1 (column-parallel): dgrad ends in an RS; wgrad needs the re-gathered LayerNorm output.
-  Deps d_fc1 = rs_region(with("fc1_dgrad+rs"), none, unused, h, d_act, dgrad("fc1_dgrad", h, f1));
-  ag_region(with("ag+fc1_wgrad"), none, h, serial ? d_fc1 : d_act, wgrad("fc1_wgrad", h, f1));
+  PerRank p1 = alloc(ctx, "fc1_dgrad_partial", S_, h);
+  PerRank d_ln2_out;
+  Deps d_fc1 = rs_region(with("fc1_dgrad+rs"), p1, d_ln2_out, h, d_act,
+                         gemm_work(ctx, "fc1_dgrad", Rows{d_fc1_out, {}}, fw.w1, p1, f1, h, true));
+  PerRank dw1 = alloc(ctx, "dw1", h, f1);
+  const Rows a2{alloc(ctx, "ag+fc1_wgrad/gather", S_, h), fw.ln2};
+  ag_region(with("ag+fc1_wgrad"), a2, h, serial ? d_fc1 : d_act,
+            wgrad_work(ctx, "fc1_wgrad", a2, Rows{d_fc1_out, {}}, dw1, h, f1));
+  PerRank d_ln2_in = alloc(ctx, "ln2_grad", n_, h);
+  PerRank dh1 = alloc(ctx, "h1_grad", n_, h);
   Deps d_h1 = each([&](int ti) {
-    const TaskId ln = elementwise(ctx, ti, "ln2_bwd", "layernorm_bwd", 3 * n_ * h, 10.0 * n_ * h, -1, d_fc1[ti]);
-    return std::vector<TaskId>{elementwise(ctx, ti, "residual2_bwd", "add", 3 * n_ * h, 1.0 * n_ * h, -1, {ln})};
+    const TaskId ln = elementwise(
+        ctx, ti, "ln2_bwd", "layernorm_bwd", 3 * n_ * h, 10.0 * n_ * h,
+        op(ctx, NormBwdOp{ref(fw.h1, ti, own, h), ref(d_ln2_out, ti, own, h), ref(d_ln2_in, ti, own, h)}), d_fc1[ti]);
+    // The residual: the layer output's gradient flows to h1 unchanged, plus the MLP branch's.
+    return std::vector<TaskId>{elementwise(
+        ctx, ti, "residual2_bwd", "add", 3 * n_ * h, 1.0 * n_ * h,
+        op(ctx, AddOp{ref(dy, ti, own, h), ref(d_ln2_in, ti, own, h), ref(dh1, ti, own, h)}), {ln})};
   });
   // Out-projection (row-parallel) and attention.
-  Deps d_o = ag_region(with("ag+out_proj_dgrad"), none, h, d_h1, dgrad("out_proj_dgrad", qn, h));
+  const Rows dH1{alloc(ctx, "ag+out_proj_dgrad/gather", S_, h), dh1};
+  PerRank d_attn = alloc(ctx, "attn_grad", S_, qn);
+  Deps d_o = ag_region(with("ag+out_proj_dgrad"), dH1, h, d_h1,
+                       gemm_work(ctx, "out_proj_dgrad", dH1, fw.w_o, d_attn, h, qn, true));
+  PerRank dw_o = alloc(ctx, "dw_o", qn, h);
+  const WorkFn out_proj_wgrad = wgrad_work(ctx, "out_proj_wgrad", Rows{fw.attn, {}}, dH1, dw_o, qn, h);
+  PerRank d_qkv_out = alloc(ctx, "qkv_grad", S_, qkvn);
   Deps d_att = each([&](int ti) {
-    compute(ti, prefix(ctx) + "/out_proj_wgrad", model::GemmKernel{qn, h, S_, 1}, labels(ctx, -1, "out_proj_wgrad"), -1,
-            d_o[ti]);
+    full_wgrad(ti, "out_proj_wgrad", out_proj_wgrad, d_o[ti]);
+    // The whole sequence's queries on this rank's heads: dk and dv collect every query that sees them
+    // (query heads of one kv group add into it).
+    AttentionBwdOp ab;
+    if (ctx.data) {
+      AttentionOp& a = ab.fwd;
+      a.q = ref(fw.qkv, ti, all, qn);
+      a.k = a.v = fw.qkv[static_cast<std::size_t>(ti)];
+      a.k_col0 = qn;
+      a.v_col0 = qn + kvn;
+      a.kv_positions = sh_.seq;
+      a.out = ref(fw.attn, ti, all, qn);
+      a.batch = sh_.batch;
+      a.heads = sh_.heads / t_;
+      a.kv_heads = sh_.kv_heads_local();
+      a.head_dim = sh_.head_dim;
+      a.q_position0 = 0;
+      a.causal = sh_.causal;
+      ab.dout = ref(d_attn, ti, all, qn);
+      const BufferId dq = d_qkv_out[static_cast<std::size_t>(ti)];
+      ab.dq = Ref{dq, Rect{0, 0, S_, qn}};
+      ab.dk = Ref{dq, Rect{0, qn, S_, kvn}};
+      ab.dv = Ref{dq, Rect{0, qn + kvn, S_, kvn}};
+    }
     model::AttentionKernel k{sh_.batch, sh_.heads / t_, sh_.kv_heads_local(), sh_.seq, sh_.seq, sh_.head_dim,
                              sh_.causal, 0, model::Pass::backward};
-    return std::vector<TaskId>{compute(ti, prefix(ctx) + "/attention_bwd", k, labels(ctx, -1, "attention_bwd"), -1,
-                                       d_o[ti])};
+    return std::vector<TaskId>{compute(ti, prefix(ctx) + "/attention_bwd", k, labels(ctx, -1, "attention_bwd"),
+                                       op(ctx, std::move(ab)), d_o[ti])};
   });
   // QKV (column-parallel).
-  Deps d_qkv = rs_region(with("qkv_dgrad+rs"), none, unused, h, d_att, dgrad("qkv_dgrad", h, qkvn));
-  ag_region(with("ag+qkv_wgrad"), none, h, serial ? d_qkv : d_att, wgrad("qkv_wgrad", h, qkvn));
-  return each([&](int ti) {
-    const TaskId ln = elementwise(ctx, ti, "ln1_bwd", "layernorm_bwd", 3 * n_ * h, 10.0 * n_ * h, -1, d_qkv[ti]);
-    return std::vector<TaskId>{elementwise(ctx, ti, "residual1_bwd", "add", 3 * n_ * h, 1.0 * n_ * h, -1, {ln})};
+  PerRank p0 = alloc(ctx, "qkv_dgrad_partial", S_, h);
+  PerRank d_ln1_out;
+  Deps d_qkv = rs_region(with("qkv_dgrad+rs"), p0, d_ln1_out, h, d_att,
+                         gemm_work(ctx, "qkv_dgrad", Rows{d_qkv_out, {}}, fw.w_qkv, p0, qkvn, h, true));
+  PerRank dw_qkv = alloc(ctx, "dw_qkv", h, qkvn);
+  const Rows a1{alloc(ctx, "ag+qkv_wgrad/gather", S_, h), fw.ln1};
+  ag_region(with("ag+qkv_wgrad"), a1, h, serial ? d_qkv : d_att,
+            wgrad_work(ctx, "qkv_wgrad", a1, Rows{d_qkv_out, {}}, dw_qkv, h, qkvn));
+  PerRank d_ln1_in = alloc(ctx, "ln1_grad", n_, h);
+  LayerGrad out;
+  out.dx = alloc(ctx, "x_grad", n_, h);
+  out.done = each([&](int ti) {
+    const TaskId ln = elementwise(
+        ctx, ti, "ln1_bwd", "layernorm_bwd", 3 * n_ * h, 10.0 * n_ * h,
+        op(ctx, NormBwdOp{ref(fw.x, ti, own, h), ref(d_ln1_out, ti, own, h), ref(d_ln1_in, ti, own, h)}), d_qkv[ti]);
+    return std::vector<TaskId>{elementwise(
+        ctx, ti, "residual1_bwd", "add", 3 * n_ * h, 1.0 * n_ * h,
+        op(ctx, AddOp{ref(dh1, ti, own, h), ref(d_ln1_in, ti, own, h), ref(out.dx, ti, own, h)}), {ln})};
   });
+
+  if (ctx.data) {
+    // What each rank must hold: its chunk of the input gradient and its shards of the weight
+    // gradients, laid out as the weight shards of forward_layer(). With kv heads replicated
+    // (kv_heads < t) a rank's kv columns of dw_qkv hold only its own query heads' part, whose sum
+    // over the sharing ranks is not generated (docs/schedules.md): those columns are not compared.
+    const std::string wp = fmt::format("L{}/", l);
+    const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
+    for (int ti = 0; ti < t_; ++ti) {
+      const auto i = static_cast<std::size_t>(ti);
+      prog_.outputs.push_back(OutputCheck{out.dx[i], {Piece{wp + "dx", Rect{ti * n_, 0, n_, h}, 0, 0}}});
+      std::vector<Piece> qkv{Piece{wp + "dw_qkv", Rect{0, ti * qn, h, qn}, 0, 0}};
+      if (sh_.kv_heads >= t_) {
+        const std::int64_t kv0 = sh_.kv_head0(ti) * sh_.head_dim;
+        qkv.push_back(Piece{wp + "dw_qkv", Rect{0, Q + kv0, h, kvn}, 0, qn});
+        qkv.push_back(Piece{wp + "dw_qkv", Rect{0, Q + KV + kv0, h, kvn}, 0, qn + kvn});
+      }
+      prog_.outputs.push_back(OutputCheck{dw_qkv[i], std::move(qkv)});
+      prog_.outputs.push_back(OutputCheck{dw_o[i], {Piece{wp + "dw_o", Rect{ti * qn, 0, qn, h}, 0, 0}}});
+      std::vector<Piece> w1{Piece{wp + "dw1", Rect{0, ti * fl, h, fl}, 0, 0}};
+      if (sh_.gated) w1.push_back(Piece{wp + "dw1", Rect{0, sh_.ffn + ti * fl, h, fl}, 0, fl});
+      prog_.outputs.push_back(OutputCheck{dw1[i], std::move(w1)});
+      prog_.outputs.push_back(OutputCheck{dw2[i], {Piece{wp + "dw2", Rect{ti * fl, 0, fl, h}, 0, 0}}});
+    }
+  }
+  return out;
 }
 
 void Builder::piece_ag_gemm() {
   const std::int64_t K = req_.piece_k, N = req_.piece_n / t_;
   OpCtx ctx{0, true, "ag+gemm", true};
-  PerRank x = alloc(ctx, "x", S(), K,
-                    [&](int ti) { return std::vector<Piece>{Piece{"x", Rect{ti * n(), 0, n(), K}, ti * n(), 0}}; });
+  const Rows x{alloc(ctx, "x/gather", S(), K), alloc(ctx, "x", n(), K, [&](int ti) {
+                 return std::vector<Piece>{Piece{"x", Rect{ti * n(), 0, n(), K}, 0, 0}};
+               })};
   PerRank w = alloc(ctx, "w", K, N, [&](int ti) { return std::vector<Piece>{Piece{"w", Rect{0, ti * N, K, N}, 0, 0}}; });
   PerRank y = alloc(ctx, "y", S(), N);
   ag_region(ctx, x, K, Deps(static_cast<std::size_t>(t_)), gemm_work(ctx, "gemm", x, w, y, K, N));
@@ -630,7 +811,7 @@ void Builder::piece_gemm_rs() {
   PerRank w = alloc(ctx, "w", K, N, [&](int ti) { return std::vector<Piece>{Piece{"w", Rect{ti * K, 0, K, N}, 0, 0}}; });
   PerRank p = alloc(ctx, "partial", S(), N);
   PerRank out;
-  rs_region(ctx, p, out, N, Deps(static_cast<std::size_t>(t_)), gemm_work(ctx, "gemm", x, w, p, K, N));
+  rs_region(ctx, p, out, N, Deps(static_cast<std::size_t>(t_)), gemm_work(ctx, "gemm", Rows{x, {}}, w, p, K, N));
   for (int ti = 0; ti < t_; ++ti)
     prog_.outputs.push_back(OutputCheck{out[ti], {Piece{"y", Rect{ti * n(), 0, n(), N}, 0, 0}}});
 }
@@ -647,8 +828,10 @@ void Builder::generate() {
   }
   const std::int64_t layers = req_.options.scope == Scope::layer ? 1 : sh_.layers;
   const std::int64_t h = sh_.hidden;
+  // The backward computes something only after a forward: it differentiates what the forward did.
+  const bool train = req_.options.forward && req_.options.backward;
   if (req_.options.forward) {
-    prog_.computation = "tpsp_forward";
+    prog_.computation = train ? "tpsp_train" : "tpsp_forward";
     prog_.attributes = {{"batch", sh_.batch},   {"heads", sh_.heads}, {"kv_heads", sh_.kv_heads},
                         {"head_dim", sh_.head_dim}, {"ffn", sh_.ffn},     {"gated", sh_.gated ? 1 : 0},
                         {"causal", sh_.causal ? 1 : 0}, {"layers", layers}};
@@ -661,10 +844,12 @@ void Builder::generate() {
       prog_.inputs.push_back(TensorDecl{wp + "w1", h, sh_.ffn * (sh_.gated ? 2 : 1)});
       prog_.inputs.push_back(TensorDecl{wp + "w2", sh_.ffn, h});
     }
+    if (train) prog_.inputs.push_back(TensorDecl{"dy", S(), h});  // dL/d(last layer's output)
   }
   for (int d = 0; d < sh_.dp; ++d) {
     set_replica(d);
     Deps ready(static_cast<std::size_t>(t_));
+    std::vector<LayerData> saved(static_cast<std::size_t>(layers));
     if (req_.options.forward) {
       OpCtx ctx{0, true, "", true};
       PerRank x = alloc(ctx, "x", n(), h, [&](int ti) {
@@ -676,10 +861,20 @@ void Builder::generate() {
           prog_.outputs.push_back(OutputCheck{out.y[ti], {Piece{fmt::format("L{}/y", l), Rect{ti * n(), 0, n(), h}, 0, 0}}});
         x = out.y;
         ready = out.done;
+        saved[static_cast<std::size_t>(l)] = std::move(out.saved);
       }
     }
-    if (req_.options.backward)
-      for (std::int64_t l = layers - 1; l >= 0; --l) ready = backward_layer(static_cast<int>(l), ready);
+    if (req_.options.backward) {
+      OpCtx ctx{static_cast<int>(layers - 1), false, "", train};
+      PerRank dy = alloc(ctx, "y_grad", n(), h, [&](int ti) {
+        return std::vector<Piece>{Piece{"dy", Rect{ti * n(), 0, n(), h}, 0, 0}};
+      });
+      for (std::int64_t l = layers - 1; l >= 0; --l) {
+        LayerGrad g = backward_layer(static_cast<int>(l), saved[static_cast<std::size_t>(l)], dy, ready);
+        dy = std::move(g.dx);
+        ready = std::move(g.done);
+      }
+    }
   }
 }
 

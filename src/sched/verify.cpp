@@ -131,6 +131,119 @@ Matrix attention(const Matrix& q, const Matrix& k, const Matrix& v, std::int64_t
   return out;
 }
 
+// ---- gradients ------------------------------------------------------------------------------------
+
+// a^T b: the contraction runs over the rows (tokens) of both.
+Matrix matmul_tn(const Matrix& a, const Matrix& b) {
+  if (a.rows != b.rows) throw ExecError(fmt::format("wgrad over {} and {} rows", a.rows, b.rows));
+  Matrix c = zeros(a.cols, b.cols);
+  for (std::int64_t l = 0; l < a.rows; ++l)
+    for (std::int64_t i = 0; i < a.cols; ++i) {
+      const double x = a.at(l, i);
+      for (std::int64_t j = 0; j < b.cols; ++j) c.at(i, j) += x * b.at(l, j);
+    }
+  return c;
+}
+
+// y = (x - mean) r with r = 1/sqrt(var + eps) per row:
+// dx = r (dy - mean(dy) - y mean(dy * y)).
+Matrix layernorm_bwd(const Matrix& x, const Matrix& dy) {
+  if (x.rows != dy.rows || x.cols != dy.cols) throw ExecError("layernorm backward: shapes differ");
+  const Matrix y = layernorm(x);
+  Matrix dx = zeros(x.rows, x.cols);
+  const double n = static_cast<double>(x.cols);
+  for (std::int64_t i = 0; i < x.rows; ++i) {
+    double mean = 0.0, var = 0.0, mean_dy = 0.0, mean_dyy = 0.0;
+    for (std::int64_t j = 0; j < x.cols; ++j) mean += x.at(i, j);
+    mean /= n;
+    for (std::int64_t j = 0; j < x.cols; ++j) var += (x.at(i, j) - mean) * (x.at(i, j) - mean);
+    var /= n;
+    const double inv = 1.0 / std::sqrt(var + 1e-5);
+    for (std::int64_t j = 0; j < x.cols; ++j) {
+      mean_dy += dy.at(i, j);
+      mean_dyy += dy.at(i, j) * y.at(i, j);
+    }
+    mean_dy /= n;
+    mean_dyy /= n;
+    for (std::int64_t j = 0; j < x.cols; ++j) dx.at(i, j) = inv * (dy.at(i, j) - mean_dy - y.at(i, j) * mean_dyy);
+  }
+  return dx;
+}
+
+// SwiGLU out = silu(g) u: d g = dout u silu'(g), d u = dout silu(g), silu'(g) = s (1 + g (1 - s)),
+// s = sigmoid(g). GELU (tanh form) y = x/2 (1 + th), th = tanh(c (x + a x^3)):
+// y' = (1 + th)/2 + x/2 (1 - th^2) c (1 + 3 a x^2).
+Matrix activation_bwd(const std::string& kind, const Matrix& in, const Matrix& dout) {
+  const std::int64_t f = dout.cols;
+  if (in.rows != dout.rows || in.cols != (kind == "swiglu" ? 2 : 1) * f)
+    throw ExecError(fmt::format("activation backward: input {}x{} for gradient {}x{}", in.rows, in.cols, dout.rows, f));
+  Matrix d = zeros(in.rows, in.cols);
+  constexpr double c = 0.7978845608028654, a = 0.044715;
+  for (std::int64_t i = 0; i < in.rows; ++i)
+    for (std::int64_t j = 0; j < f; ++j) {
+      const double x = in.at(i, j), g = dout.at(i, j);
+      if (kind == "swiglu") {
+        const double s = 1.0 / (1.0 + std::exp(-x)), u = in.at(i, f + j);
+        d.at(i, j) = g * u * s * (1.0 + x * (1.0 - s));
+        d.at(i, f + j) = g * x * s;
+      } else {
+        const double th = std::tanh(c * (x + a * x * x * x));
+        d.at(i, j) = g * (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * c * (1.0 + 3.0 * a * x * x));
+      }
+    }
+  return d;
+}
+
+struct AttentionGrads {
+  Matrix dq, dk, dv;
+};
+
+// Backward of attention() for the query rows of q (see there), given the forward output o and
+// dout = dL/do. With P the softmax row and D = dout . o (= sum_p P_p dP_p):
+// dv_p += P_p dout, dP_p = dout . v_p, ds_p = P_p (dP_p - D), dq += scale ds_p k_p, dk_p += scale ds_p q.
+// Query heads of one group add into their kv head's dk, dv.
+AttentionGrads attention_bwd(const Matrix& q, const Matrix& k, const Matrix& v, const Matrix& o, const Matrix& dout,
+                             std::int64_t kv_positions, std::int64_t batch, std::int64_t heads, std::int64_t kv_heads,
+                             std::int64_t hd, std::int64_t q_pos0, bool causal) {
+  AttentionGrads g{zeros(q.rows, heads * hd), zeros(kv_positions * batch, kv_heads * hd),
+                   zeros(kv_positions * batch, kv_heads * hd)};
+  const std::int64_t group = heads / kv_heads;
+  std::vector<double> p_row(static_cast<std::size_t>(kv_positions));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  for (std::int64_t i = 0; i < q.rows; ++i) {
+    const std::int64_t pos = q_pos0 + i / batch, sample = i % batch;
+    const std::int64_t visible = causal ? std::min(pos + 1, kv_positions) : kv_positions;
+    for (std::int64_t j = 0; j < heads; ++j) {
+      const std::int64_t kvh = j / group;
+      double max_score = -1e300;
+      for (std::int64_t p = 0; p < visible; ++p) {
+        double s = 0.0;
+        for (std::int64_t d = 0; d < hd; ++d) s += q.at(i, j * hd + d) * k.at(p * batch + sample, kvh * hd + d);
+        p_row[static_cast<std::size_t>(p)] = s * scale;
+        max_score = std::max(max_score, s * scale);
+      }
+      double total = 0.0;
+      for (std::int64_t p = 0; p < visible; ++p)
+        total += (p_row[static_cast<std::size_t>(p)] = std::exp(p_row[static_cast<std::size_t>(p)] - max_score));
+      double D = 0.0;
+      for (std::int64_t d = 0; d < hd; ++d) D += dout.at(i, j * hd + d) * o.at(i, j * hd + d);
+      for (std::int64_t p = 0; p < visible; ++p) {
+        const double P = p_row[static_cast<std::size_t>(p)] / total;
+        const std::int64_t kr = p * batch + sample;
+        double dP = 0.0;
+        for (std::int64_t d = 0; d < hd; ++d) dP += dout.at(i, j * hd + d) * v.at(kr, kvh * hd + d);
+        const double ds = P * (dP - D) * scale;
+        for (std::int64_t d = 0; d < hd; ++d) {
+          g.dv.at(kr, kvh * hd + d) += P * dout.at(i, j * hd + d);
+          g.dq.at(i, j * hd + d) += ds * k.at(kr, kvh * hd + d);
+          g.dk.at(kr, kvh * hd + d) += ds * q.at(i, j * hd + d);
+        }
+      }
+    }
+  }
+  return g;
+}
+
 Matrix cols_of(const Matrix& m, std::int64_t col0, std::int64_t cols) {
   Matrix r = zeros(m.rows, cols);
   for (std::int64_t i = 0; i < m.rows; ++i)
@@ -281,6 +394,33 @@ void Run::exec_compute(const Task& task, const DataOp& op) {
     write(at->out,
           attention(q, k, v, at->kv_positions, at->batch, at->heads, at->kv_heads, at->head_dim, at->q_position0, at->causal),
           task);
+  } else if (const auto* w = std::get_if<WgradOp>(&op)) {
+    Matrix sum = zeros(w->a_cols, w->b_cols);
+    for (const WgradBlock& blk : w->blocks) {
+      const Matrix a = read(Ref{blk.a, Rect{blk.a_row0, w->a_col0, blk.rows, w->a_cols}}, task);
+      const Matrix b = read(Ref{blk.b, Rect{blk.b_row0, w->b_col0, blk.rows, w->b_cols}}, task);
+      sum = add(sum, matmul_tn(a, b));
+    }
+    const Ref cref{w->c, Rect{0, 0, w->a_cols, w->b_cols}};
+    if (w->accumulate) sum = add(read(cref, task), sum);
+    write(cref, sum, task);
+  } else if (const auto* nb = std::get_if<NormBwdOp>(&op)) {
+    write(nb->out, layernorm_bwd(read(nb->in, task), read(nb->grad, task)), task);
+  } else if (const auto* ab = std::get_if<ActivationBwdOp>(&op)) {
+    if (ab->kind != "swiglu" && ab->kind != "gelu") throw ExecError("unknown activation " + ab->kind);
+    write(ab->out, activation_bwd(ab->kind, read(ab->in, task), read(ab->grad, task)), task);
+  } else if (const auto* atb = std::get_if<AttentionBwdOp>(&op)) {
+    const AttentionOp& f = atb->fwd;
+    if (f.batch < 1 || f.kv_heads < 1 || f.heads % f.kv_heads != 0 || f.q.rect.row0 % f.batch != 0)
+      throw ExecError(fmt::format("task {}: malformed attention backward", task.name));
+    const std::int64_t kv_rows = f.kv_positions * f.batch, kv_cols = f.kv_heads * f.head_dim;
+    const Matrix k = read(Ref{f.k, Rect{0, f.k_col0, kv_rows, kv_cols}}, task);
+    const Matrix v = read(Ref{f.v, Rect{0, f.v_col0, kv_rows, kv_cols}}, task);
+    AttentionGrads g = attention_bwd(read(f.q, task), k, v, read(f.out, task), read(atb->dout, task), f.kv_positions,
+                                     f.batch, f.heads, f.kv_heads, f.head_dim, f.q_position0, f.causal);
+    write(atb->dq, g.dq, task);
+    write(atb->dk, g.dk, task);
+    write(atb->dv, g.dv, task);
   } else {
     throw ExecError(fmt::format("compute task {} carries a communication data op", task.name));
   }
@@ -482,9 +622,9 @@ std::map<std::string, Matrix> make_inputs(const DataflowProgram& program, std::u
   for (const TensorDecl& t : program.inputs) {
     Matrix m = zeros(t.rows, t.cols);
     std::uint64_t state = seed ^ fnv1a(t.name);
-    // Activations in [-1, 1); weights scaled by 1/sqrt(fan-in) so that values stay of order one
+    // Activations and the output gradient in [-1, 1); weights scaled by 1/sqrt(fan-in) so that values stay of order one
     // through the layers and an absolute tolerance means the same everywhere.
-    const double scale = t.name == "x" ? 1.0 : 1.0 / std::sqrt(static_cast<double>(t.rows));
+    const double scale = t.name == "x" || t.name == "dy" ? 1.0 : 1.0 / std::sqrt(static_cast<double>(t.rows));
     for (double& v : m.values) v = scale * (static_cast<double>(next_random(state) >> 11) * 0x1.0p-52 - 1.0);
     out.emplace(t.name, std::move(m));
   }
@@ -496,22 +636,61 @@ std::map<std::string, Matrix> reference(const DataflowProgram& p, std::map<std::
     t["y"] = matmul(tensor(t, "x"), tensor(t, "w"), false);
     return t;
   }
-  if (p.computation != "tpsp_forward") throw ExecError("unknown reference computation '" + p.computation + "'");
+  if (p.computation != "tpsp_forward" && p.computation != "tpsp_train")
+    throw ExecError("unknown reference computation '" + p.computation + "'");
   const std::int64_t batch = attr(p, "batch"), heads = attr(p, "heads"), kv_heads = attr(p, "kv_heads");
   const std::int64_t hd = attr(p, "head_dim"), ffn = attr(p, "ffn"), layers = attr(p, "layers");
   const bool gated = attr(p, "gated") != 0, causal = attr(p, "causal") != 0;
   Matrix x = tensor(t, "x");
   const std::int64_t Q = heads * hd, KV = kv_heads * hd;
+  const std::string act = gated ? "swiglu" : "gelu";
+  struct Saved {
+    Matrix x, a1, qkv, attn, h1, a2, f, g;
+  };
+  std::vector<Saved> saved;
   for (std::int64_t l = 0; l < layers; ++l) {
     const std::string wp = fmt::format("L{}/", l);
-    const Matrix qkv = matmul(layernorm(x), tensor(t, wp + "w_qkv"), false);
-    const Matrix attn = attention(cols_of(qkv, 0, Q), cols_of(qkv, Q, KV), cols_of(qkv, Q + KV, KV), x.rows / batch,
-                                  batch, heads, kv_heads, hd, 0, causal);
-    const Matrix h1 = add(x, matmul(attn, tensor(t, wp + "w_o"), false));
-    const Matrix f = matmul(layernorm(h1), tensor(t, wp + "w1"), false);
-    const Matrix y = add(h1, matmul(activation(gated ? "swiglu" : "gelu", f, ffn), tensor(t, wp + "w2"), false));
+    Saved s;
+    s.x = x;
+    s.a1 = layernorm(x);
+    s.qkv = matmul(s.a1, tensor(t, wp + "w_qkv"), false);
+    s.attn = attention(cols_of(s.qkv, 0, Q), cols_of(s.qkv, Q, KV), cols_of(s.qkv, Q + KV, KV), x.rows / batch, batch,
+                       heads, kv_heads, hd, 0, causal);
+    s.h1 = add(x, matmul(s.attn, tensor(t, wp + "w_o"), false));
+    s.a2 = layernorm(s.h1);
+    s.f = matmul(s.a2, tensor(t, wp + "w1"), false);
+    s.g = activation(act, s.f, ffn);
+    const Matrix y = add(s.h1, matmul(s.g, tensor(t, wp + "w2"), false));
     t[wp + "y"] = y;
     x = y;
+    saved.push_back(std::move(s));
+  }
+  if (p.computation == "tpsp_forward") return t;
+  // Backward from dy = dL/d(last y), layer by layer (the unpartitioned chain rule).
+  Matrix dy = tensor(t, "dy");
+  for (std::int64_t l = layers - 1; l >= 0; --l) {
+    const std::string wp = fmt::format("L{}/", l);
+    const Saved& s = saved[static_cast<std::size_t>(l)];
+    t[wp + "dw2"] = matmul_tn(s.g, dy);
+    const Matrix df = activation_bwd(act, s.f, matmul(dy, tensor(t, wp + "w2"), true));
+    t[wp + "dw1"] = matmul_tn(s.a2, df);
+    const Matrix dh1 = add(dy, layernorm_bwd(s.h1, matmul(df, tensor(t, wp + "w1"), true)));
+    t[wp + "dw_o"] = matmul_tn(s.attn, dh1);
+    const Matrix dattn = matmul(dh1, tensor(t, wp + "w_o"), true);
+    const AttentionGrads ag = attention_bwd(cols_of(s.qkv, 0, Q), cols_of(s.qkv, Q, KV), cols_of(s.qkv, Q + KV, KV),
+                                            s.attn, dattn, s.x.rows / batch, batch, heads, kv_heads, hd, 0, causal);
+    Matrix dqkv = zeros(s.qkv.rows, s.qkv.cols);
+    for (std::int64_t i = 0; i < dqkv.rows; ++i) {
+      for (std::int64_t j = 0; j < Q; ++j) dqkv.at(i, j) = ag.dq.at(i, j);
+      for (std::int64_t j = 0; j < KV; ++j) {
+        dqkv.at(i, Q + j) = ag.dk.at(i, j);
+        dqkv.at(i, Q + KV + j) = ag.dv.at(i, j);
+      }
+    }
+    t[wp + "dw_qkv"] = matmul_tn(s.a1, dqkv);
+    const Matrix dx = add(dh1, layernorm_bwd(s.x, matmul(dqkv, tensor(t, wp + "w_qkv"), true)));
+    t[wp + "dx"] = dx;
+    dy = dx;
   }
   return t;
 }
@@ -609,7 +788,7 @@ VerifyReport verify_tpsp(const VerifyOptions& o) {
         req.schedule.slices = v.k;
         req.schedule.query_split_attention = v.qs;
         req.options.scope = pc.gqa ? Scope::stack : Scope::layer;
-        req.options.backward = pc.piece == TpspPiece::layers;  // backward tasks ride along, in order
+        req.options.backward = pc.piece == TpspPiece::layers;  // layers are checked forward and backward
         req.piece = pc.piece;
         req.piece_k = 12;  // K and N multiples of every t in {2, 3, 4}; 8 handled below
         req.piece_n = 24;

@@ -8,9 +8,17 @@
 // once and re-rates the compute of the disturbed ranks once, however many events the instant had:
 // rates only matter over intervals of positive length, so deferring them to the end of the instant
 // changes no result and saves the repeated solves of a burst (eight ranks starting a collective).
+//
+// Memory traffic, not arithmetic, bounds a run of a large graph: the Task objects are read exactly
+// once, during the validation pass (sched::analyze calls visit() below for each task, so kernel
+// costs and send sizes are gathered while the task is in cache), and the event loop then works on
+// 8 bytes of TaskInfo, 4 of pending count and 24 of TaskTiming per task, plus the successor lists.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <exception>
+#include <string_view>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -47,12 +55,24 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, sched::TaskKind>, sch
               std::is_same_v<std::variant_alternative_t<3, sched::TaskKind>, sched::CollectiveTask>);
 
 constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+// TaskInfo packs the rank with the type; Simulator::run refuses graphs with this many ranks.
+constexpr int kMaxRanks = 1 << 30;
+
+// What the loop needs of a task, 8 bytes. `aux` by type: Compute: index into kernel_cost_; Send:
+// into send_spec_; Recv: its Send's id; Collective: index into collectives_.
+struct TaskInfo {
+  std::uint32_t aux = kNone;
+  std::uint32_t rank_type = 0;  // rank in the low 30 bits, TaskType in the high 2
+  int rank() const { return static_cast<int>(rank_type & (kMaxRanks - 1)); }
+  TaskType type() const { return static_cast<TaskType>(rank_type >> 30); }
+};
 
 // A running kernel. Slots are recycled (at most a few kernels run per rank at once, so the pool
 // stays small and cache-resident); the version survives reuse so that stale end events stay stale.
 struct ComputeRun {
   TaskId task = 0;
-  const model::KernelCost* cost = nullptr;  // into kernel_cost_, fixed after prepare()
+  int rank = 0;
+  const model::KernelCost* cost = nullptr;  // into kernel_cost_, which is complete before the loop
   double work_left_ps = 0.0;  // picoseconds of work at rate 1, as of last_ps
   double rate = 0.0;          // fraction of the device, after the even split between kernels
   TimePs last_ps = 0;
@@ -63,9 +83,9 @@ struct ComputeRun {
 
 // Moving an end event. Rates go down and up as transfers come and go; a kernel slowed ten times
 // would leave ten stale events in the heap if every change pushed a new one. So an end that moves
-// LATER keeps its live event: it pops early, sees the true completion is later and re-pushes itself
-// once. Only an end that moves EARLIER pushes a new event (the old one goes stale by version).
-// Returns true when a new event must be pushed (the caller bumps the version first).
+// LATER keeps its live event: it comes up early, sees the true completion is later and is
+// rescheduled in place, once. Only an end that moves EARLIER pushes a new event (the old one goes
+// stale by version). Returns true when a new event must be pushed (the caller bumps the version).
 inline bool must_push(TimePs completion_ps, TimePs scheduled_ps) {
   return completion_ps != kTimeNever && completion_ps < scheduled_ps;
 }
@@ -90,6 +110,7 @@ struct FlowOwner {
   int src_rank = 0;
   int dst_rank = 0;
   int sender = 0;                    // collective: sending member's position in the group
+  int receiver = 0;                  // collective: receiving member's position in the group
   int step = -1;
   int sms = 0;                       // P2P: SMs held on each end
   double efficiency = 1.0;           // payload / wire bytes
@@ -112,18 +133,117 @@ struct CollectiveRun {
   std::vector<std::uint8_t> arrived;     // member * steps + step: that step's receive has landed
 };
 
-class Run {
+std::uint64_t pair_key(int src, int dst) {
+  return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) | static_cast<std::uint32_t>(dst);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Distinct (kernel, dtype, device) -> index into a table of costs. A graph has millions of compute
+// tasks but few distinct kernel shapes (every layer repeats the same GEMMs), so costs are computed
+// once per shape and each task keeps a 4-byte index instead of a 48-byte KernelCost. The cost model
+// is a pure function of its arguments (KernelCostModel::cost is const), so sharing changes nothing.
+class KernelCostCache {
+ public:
+  // Index of the cost of `c` on `device`, computing it with `compute()` the first time.
+  template <class Compute>
+  std::uint32_t find(const sched::ComputeTask& c, const topo::DeviceModel* device, Compute compute) {
+    const std::uint64_t h = hash(c, device);
+    if (2 * (keys_.size() + 1) > slots_.size()) grow();
+    std::size_t slot = h & (slots_.size() - 1);
+    for (; slots_[slot] != 0; slot = (slot + 1) & (slots_.size() - 1)) {
+      const Key& k = keys_[slots_[slot] - 1];
+      if (k.hash == h && k.device == device && same(*k.task, c)) return slots_[slot] - 1;
+    }
+    const auto index = static_cast<std::uint32_t>(costs_.size());
+    costs_.push_back(compute());
+    keys_.push_back({h, device, &c});
+    slots_[slot] = index + 1;
+    return index;
+  }
+  const model::KernelCost& operator[](std::uint32_t i) const { return costs_[i]; }
+  std::size_t size() const { return costs_.size(); }
+
+ private:
+  struct Key {
+    std::uint64_t hash;
+    const topo::DeviceModel* device;
+    const sched::ComputeTask* task;  // into the graph, which outlives the run
+  };
+
+  static std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdULL;
+  }
+  static std::uint64_t bits(double d) {
+    std::uint64_t u;
+    std::memcpy(&u, &d, sizeof u);
+    return u;
+  }
+  static std::uint64_t hash(const sched::ComputeTask& c, const topo::DeviceModel* device) {
+    std::uint64_t h = mix(reinterpret_cast<std::uintptr_t>(device), c.kernel.index());
+    h = mix(h, static_cast<std::uint64_t>(c.dtype));
+    if (const auto* g = std::get_if<model::GemmKernel>(&c.kernel)) {
+      for (std::int64_t v : {g->m, g->n, g->k, g->batch}) h = mix(h, static_cast<std::uint64_t>(v));
+    } else if (const auto* a = std::get_if<model::AttentionKernel>(&c.kernel)) {
+      for (std::int64_t v : {a->batch, a->heads, a->kv_heads, a->seq_q, a->seq_kv, a->head_dim, a->q_offset})
+        h = mix(h, static_cast<std::uint64_t>(v));
+      h = mix(h, (a->causal ? 2u : 0u) | (a->pass == model::Pass::backward ? 1u : 0u));
+    } else {
+      const auto& e = std::get<model::ElementwiseKernel>(c.kernel);
+      h = mix(h, std::hash<std::string_view>{}(e.op));
+      h = mix(h, static_cast<std::uint64_t>(e.bytes));
+      h = mix(h, bits(e.flops));
+    }
+    return h ^ (h >> 29);
+  }
+  static bool same(const sched::ComputeTask& x, const sched::ComputeTask& y) {
+    if (x.dtype != y.dtype || x.kernel.index() != y.kernel.index()) return false;
+    if (const auto* a = std::get_if<model::GemmKernel>(&x.kernel)) {
+      const auto& b = std::get<model::GemmKernel>(y.kernel);
+      return a->m == b.m && a->n == b.n && a->k == b.k && a->batch == b.batch;
+    }
+    if (const auto* a = std::get_if<model::AttentionKernel>(&x.kernel)) {
+      const auto& b = std::get<model::AttentionKernel>(y.kernel);
+      return a->batch == b.batch && a->heads == b.heads && a->kv_heads == b.kv_heads && a->seq_q == b.seq_q &&
+             a->seq_kv == b.seq_kv && a->head_dim == b.head_dim && a->causal == b.causal &&
+             a->q_offset == b.q_offset && a->pass == b.pass;
+    }
+    const auto& a = std::get<model::ElementwiseKernel>(x.kernel);
+    const auto& b = std::get<model::ElementwiseKernel>(y.kernel);
+    return a.op == b.op && a.bytes == b.bytes && bits(a.flops) == bits(b.flops);
+  }
+  void grow() {
+    std::vector<std::uint32_t> bigger(slots_.empty() ? 64 : 2 * slots_.size(), 0);
+    for (std::uint32_t i = 0; i < keys_.size(); ++i) {
+      std::size_t slot = keys_[i].hash & (bigger.size() - 1);
+      while (bigger[slot] != 0) slot = (slot + 1) & (bigger.size() - 1);
+      bigger[slot] = i + 1;
+    }
+    slots_.swap(bigger);
+  }
+
+  std::vector<std::uint32_t> slots_;  // index + 1 into keys_/costs_; 0 = empty
+  std::vector<Key> keys_;
+  std::vector<model::KernelCost> costs_;
+};
+
+class Run final : public sched::TaskVisitor {
  public:
   Run(const topo::Cluster& cluster, const model::KernelCostModel& costs, const sched::TaskGraph& graph,
-      sched::GraphAnalysis analysis, Observer* observer)
+      Observer* observer)
       : cluster_(cluster),
         costs_(costs),
         graph_(graph),
         observer_(observer),
-        network_(link_capacities(cluster)),
-        analysis_(std::move(analysis)) {}
+        network_(link_capacities(cluster)) {}
 
   SimResult execute(RunProfile& profile);
+
+  // The validation pass hands each task here (see the file comment).
+  void visit(TaskId id, const sched::Task& t) override;
 
  private:
   static std::vector<BytesPerSecond> link_capacities(const topo::Cluster& cluster) {
@@ -133,11 +253,10 @@ class Run {
     return caps;
   }
 
+  void prepare_ranks();
   void prepare();
   void prepare_routes();
-  RouteId route_of(int src, int dst) const {
-    return routes_.at((static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) | static_cast<std::uint32_t>(dst));
-  }
+  RouteId route_of(int src, int dst) const { return routes_.at(pair_key(src, dst)); }
 
   void make_ready(TaskId id);
   void start_compute(TaskId id);
@@ -146,7 +265,17 @@ class Run {
   void start_step(std::uint32_t c, int member, int step);
   void advance_member(std::uint32_t c, int member);
   void end_task(TaskId id);
-  void launch_flow(FlowOwner owner, RouteId route, double payload_bytes, TimePs step_latency_ps);
+  void launch_flow(const FlowOwner& owner, RouteId route, double payload_bytes);
+  // Events a fixed delay after now go to a lane of the queue (event_queue.hpp), one lane per
+  // distinct delay, up to kMaxLanes; beyond that to the heap.
+  static constexpr std::size_t kMaxLanes = 16;
+  std::uint32_t lane_for(TimePs delay_ps);
+  void push_after(TimePs delay_ps, std::uint32_t lane, std::uint8_t kind, std::uint32_t target) {
+    if (lane != kNone)
+      queue_.push_lane(lane, now_ + delay_ps, kind, target);
+    else
+      queue_.push(now_ + delay_ps, kind, target);
+  }
 
   void on_compute_end(std::uint32_t slot);
   void on_flow_end(FlowId f);
@@ -185,22 +314,21 @@ class Run {
   TimePs now_ = 0;
   SimResult result_;
 
-  sched::GraphAnalysis analysis_;         // order (with stream edges), P2P partners, collective members
+  sched::GraphAnalysis analysis_;        // successor lists (stream edges included)
   std::vector<std::uint32_t> pending_;   // unfinished predecessors, stream order included
-  std::vector<TaskType> type_;
-  std::vector<int> rank_;
-  std::vector<std::uint32_t> member_;    // Collective: position in its group
-  // What the event loop needs of each task, gathered in one sequential pass in prepare(): the loop
-  // then never touches the (large, scattered) Task objects, whose cache misses dominated it.
-  std::vector<std::uint32_t> aux_;       // Compute: index into kernel_cost_; Send: into send_spec_
-  std::vector<model::KernelCost> kernel_cost_;  // computed once per task, before the run
+  std::vector<TaskInfo> info_;
+  KernelCostCache kernel_cost_;          // computed once per distinct kernel, before the run
+  std::exception_ptr cost_failure_;      // the first cost-model error, raised after validation
   struct SendSpec {
     Bytes bytes;
     int sms;
     model::CommEngine engine;
     RouteId route;
+    TaskId recv;
   };
   std::vector<SendSpec> send_spec_;
+  std::vector<int> last_peer_;           // per rank: the peer of its last send (see visit())
+  std::vector<std::uint64_t> send_pairs_;  // (rank, peer) of sends, with few repeats
   std::vector<ComputeRun> compute_;      // slots of running kernels
   std::vector<std::uint32_t> free_compute_;
   std::vector<CollectiveRun> collectives_;
@@ -210,6 +338,12 @@ class Run {
   std::vector<TimePs> flow_scheduled_ps_;    // by FlowId: time of the live end event, if any
   std::unordered_map<std::uint64_t, RouteId> routes_;
   std::vector<TimePs> route_latency_ps_;
+  // By 2 * route + (copy engine ? 1 : 0): a transfer's latency phase, and the lane of its end.
+  std::vector<TimePs> latency_phase_ps_;
+  std::vector<std::uint32_t> latency_lane_;
+  std::vector<std::pair<TimePs, std::uint32_t>> lanes_;  // delay -> lane
+  std::uint32_t now_lane_ = kNone;
+  std::uint32_t base_latency_lane_ = kNone;
   std::vector<int> dirty_compute_, dirty_hbm_;
   std::size_t ended_ = 0;
 
@@ -219,6 +353,62 @@ class Run {
   double sm_efficiency_ = 1.0;
   double ce_efficiency_ = 1.0;
 };
+
+void Run::prepare_ranks() {
+  // A graph of no ranks is refused by the analysis that follows.
+  ranks_.resize(static_cast<std::size_t>(std::max(0, graph_.num_ranks())));
+  last_peer_.assign(ranks_.size(), -1);
+  for (int r = 0; r < graph_.num_ranks(); ++r) {
+    RankState& rs = ranks_[r];
+    rs.device = &cluster_.device(r);
+    rs.default_comm_sms = static_cast<int>(std::llround(rs.device->contention.default_comm_sms.value));
+    rs.hbm_traffic_factor = rs.device->contention.comm_hbm_traffic_factor.value;
+  }
+  const std::size_t n = graph_.size();
+  info_.resize(n);
+  // Upper bounds, so that the pass never reallocates and copies: capacity that is never touched
+  // costs address space, not memory.
+  send_spec_.reserve(n);
+}
+
+void Run::visit(TaskId id, const sched::Task& t) {
+  const auto type = static_cast<std::uint32_t>(t.kind.index());  // variant order: Compute, Send, Recv, Collective
+  TaskInfo& info = info_[id];
+  info.rank_type = static_cast<std::uint32_t>(t.rank) | (type << 30);
+  switch (static_cast<TaskType>(type)) {
+    case TaskType::compute: {
+      const auto& c = std::get<sched::ComputeTask>(t.kind);
+      // A cost-model error is raised only once the graph is known valid, as if costs were computed
+      // after validation: the validation errors come first.
+      if (cost_failure_) {
+        info.aux = 0;
+        break;
+      }
+      const topo::DeviceModel* device = ranks_[t.rank].device;
+      try {
+        info.aux = kernel_cost_.find(c, device, [&] { return costs_.cost(c.kernel, c.dtype, *device); });
+      } catch (...) {
+        cost_failure_ = std::current_exception();
+        info.aux = 0;
+      }
+      break;
+    }
+    case TaskType::send: {
+      const auto& s = std::get<sched::SendTask>(t.kind);
+      info.aux = static_cast<std::uint32_t>(send_spec_.size());
+      send_spec_.push_back({s.bytes, s.sms, s.engine, 0, 0});
+      // Ranks mostly send to the same peer again and again: record a pair only when it changes.
+      if (last_peer_[t.rank] != s.peer) {
+        last_peer_[t.rank] = s.peer;
+        send_pairs_.push_back(pair_key(t.rank, s.peer));
+      }
+      break;
+    }
+    case TaskType::recv:
+    case TaskType::collective:
+      break;  // filled from the analysis (partner, collective)
+  }
+}
 
 void Run::prepare() {
   const std::size_t n = graph_.size();
@@ -233,96 +423,135 @@ void Run::prepare() {
                                  cluster_.name, sm_efficiency_, ce_efficiency_));
   if (base_latency_ps_ < 0 || sm_step_latency_ps_ < 0 || ce_step_latency_ps_ < 0)
     throw GraphError(fmt::format("cluster '{}': communication latencies must not be negative", cluster_.name));
+  if (cost_failure_) std::rethrow_exception(cost_failure_);
 
-  ranks_.resize(static_cast<std::size_t>(graph_.num_ranks()));
-  for (int r = 0; r < graph_.num_ranks(); ++r) {
-    RankState& rs = ranks_[r];
-    rs.device = &cluster_.device(r);
-    rs.default_comm_sms = static_cast<int>(std::llround(rs.device->contention.default_comm_sms.value));
-    rs.hbm_traffic_factor = rs.device->contention.comm_hbm_traffic_factor.value;
-  }
-
-  pending_ = analysis_.order.in_degree;
-  type_.resize(n);
-  rank_.resize(n);
-  member_.assign(n, kNone);
+  pending_ = std::move(analysis_.order.in_degree);
   result_.tasks.assign(n, TaskTiming{});
-  aux_.assign(n, kNone);
+  // P2P partners and collective membership go into TaskInfo / SendSpec; the analysis' own per-task
+  // vectors are then released.
   for (TaskId id = 0; id < n; ++id) {
-    const sched::Task& t = graph_.task(id);
-    rank_[id] = t.rank;
-    type_[id] = static_cast<TaskType>(t.kind.index());  // variant order: Compute, Send, Recv, Collective
-    if (const auto* c = std::get_if<sched::ComputeTask>(&t.kind)) {
-      aux_[id] = static_cast<std::uint32_t>(kernel_cost_.size());
-      kernel_cost_.push_back(costs_.cost(c->kernel, c->dtype, *ranks_[t.rank].device));
-    } else if (const auto* snd = std::get_if<sched::SendTask>(&t.kind)) {
-      aux_[id] = static_cast<std::uint32_t>(send_spec_.size());
-      send_spec_.push_back({snd->bytes, snd->sms, snd->engine, 0});
+    TaskInfo& info = info_[id];
+    switch (info.type()) {
+      case TaskType::send:
+        send_spec_[info.aux].recv = analysis_.partner[id];
+        break;
+      case TaskType::recv:
+        info.aux = analysis_.partner[id];
+        break;
+      case TaskType::collective:
+        info.aux = analysis_.collective_of[id];
+        break;
+      case TaskType::compute:
+        break;
     }
   }
+  std::vector<TaskId>().swap(analysis_.partner);
+  std::vector<std::uint32_t>().swap(analysis_.collective_of);
+
+  std::size_t transfers = send_spec_.size();
   collectives_.resize(analysis_.collectives.size());
   for (std::size_t ci = 0; ci < collectives_.size(); ++ci) {
     CollectiveRun& c = collectives_[ci];
-    c.members = analysis_.collectives[ci];
+    c.members = std::move(analysis_.collectives[ci]);
     c.spec = &std::get<sched::CollectiveTask>(graph_.task(c.members.front()).kind);
     c.ranks = c.spec->group;
     const int t = static_cast<int>(c.ranks.size());
     c.steps = t <= 1 ? 0 : c.spec->kind == sched::CollectiveKind::all_reduce ? 2 * (t - 1) : t - 1;
+    transfers += static_cast<std::size_t>(t) * static_cast<std::size_t>(c.steps);
     for (int r : c.ranks) c.sms.push_back(sms_for(r, c.spec->engine, c.spec->sms));
-    for (std::size_t m = 0; m < c.members.size(); ++m) member_[c.members[m]] = static_cast<std::uint32_t>(m);
   }
+  result_.transfers.reserve(transfers);
   prepare_routes();
   // Routes looked up once here rather than per transfer in the loop.
-  for (TaskId id = 0; id < n; ++id)
-    if (type_[id] == TaskType::send) send_spec_[aux_[id]].route = route_of(rank_[id], rank_[analysis_.partner[id]]);
+  std::uint64_t last_key = ~std::uint64_t{0};
+  RouteId last_route = 0;
+  for (TaskId id = 0; id < n; ++id) {
+    if (info_[id].type() != TaskType::send) continue;
+    SendSpec& s = send_spec_[info_[id].aux];
+    const std::uint64_t key = pair_key(info_[id].rank(), info_[s.recv].rank());
+    if (key != last_key) {
+      last_key = key;
+      last_route = routes_.at(key);
+    }
+    s.route = last_route;
+  }
   for (CollectiveRun& c : collectives_) {
     const int t = static_cast<int>(c.ranks.size());
     if (t < 2 || c.spec->kind == sched::CollectiveKind::all_to_all) continue;
     for (int m = 0; m < t; ++m) c.ring_route.push_back(route_of(c.ranks[m], c.ranks[(m + 1) % t]));
   }
+  now_lane_ = lane_for(0);
+  base_latency_lane_ = lane_for(base_latency_ps_);
+  for (std::size_t r = 0; r < route_latency_ps_.size(); ++r) {
+    for (TimePs step : {sm_step_latency_ps_, ce_step_latency_ps_}) {
+      latency_phase_ps_.push_back(route_latency_ps_[r] + step);
+      latency_lane_.push_back(lane_for(route_latency_ps_[r] + step));
+    }
+  }
+}
+
+std::uint32_t Run::lane_for(TimePs delay_ps) {
+  for (const auto& [delay, lane] : lanes_)
+    if (delay == delay_ps) return lane;
+  if (lanes_.size() >= kMaxLanes) return kNone;
+  lanes_.emplace_back(delay_ps, queue_.add_lane());
+  return lanes_.back().second;
 }
 
 // Every (source, destination) pair the graph can use, resolved before the run with one
 // routes_from() per source: the topology's graph search is far slower than a table lookup.
 void Run::prepare_routes() {
-  std::vector<std::pair<int, int>> pairs;
-  for (TaskId id = 0; id < graph_.size(); ++id) {
-    const sched::Task& t = graph_.task(id);
-    if (const auto* s = std::get_if<sched::SendTask>(&t.kind)) pairs.emplace_back(t.rank, s->peer);
-  }
+  std::vector<std::uint64_t> pairs = std::move(send_pairs_);
   for (const CollectiveRun& c : collectives_) {
     const int t = static_cast<int>(c.ranks.size());
     if (t < 2) continue;
     if (c.spec->kind == sched::CollectiveKind::all_to_all) {
       for (int i = 0; i < t; ++i)
         for (int j = 0; j < t; ++j)
-          if (i != j) pairs.emplace_back(c.ranks[i], c.ranks[j]);
+          if (i != j) pairs.push_back(pair_key(c.ranks[i], c.ranks[j]));
     } else {
-      for (int i = 0; i < t; ++i) pairs.emplace_back(c.ranks[i], c.ranks[(i + 1) % t]);
+      for (int i = 0; i < t; ++i) pairs.push_back(pair_key(c.ranks[i], c.ranks[(i + 1) % t]));
     }
   }
   std::sort(pairs.begin(), pairs.end());
   pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+  routes_.reserve(pairs.size());
+  // A source that needs few destinations (a ring: one) asks for each route alone: route() stops its
+  // search at the destination and builds one route, about five times cheaper than routes_from(),
+  // which builds a route to every rank (1024 ranks: 80 ms of set-up otherwise). Both give the same
+  // routes (topo/route.cpp).
+  constexpr std::size_t kFewDestinations = 4;
+  std::vector<topo::Route> from;
   std::size_t i = 0;
   while (i < pairs.size()) {
-    const int src = pairs[i].first;
-    const std::vector<topo::Route> from = cluster_.routes_from(src);
-    for (; i < pairs.size() && pairs[i].first == src; ++i) {
-      const int dst = pairs[i].second;
-      if (static_cast<std::size_t>(dst) >= from.size() || from[dst].links.empty())
+    const int src = static_cast<int>(pairs[i] >> 32);
+    std::size_t end = i;
+    while (end < pairs.size() && static_cast<int>(pairs[end] >> 32) == src) ++end;
+    const bool few = end - i <= kFewDestinations;
+    if (!few) from = cluster_.routes_from(src);
+    for (; i < end; ++i) {
+      const int dst = static_cast<int>(pairs[i] & 0xffffffffu);
+      topo::Route alone;
+      if (few && dst >= 0 && dst < cluster_.num_ranks()) alone = cluster_.route(src, dst);
+      const topo::Route* route = few ? &alone : static_cast<std::size_t>(dst) < from.size() ? &from[dst] : nullptr;
+      if (!route || route->links.empty())
         throw GraphError(fmt::format("cluster '{}' has no route from rank {} to rank {}", cluster_.name, src, dst));
-      const RouteId id = network_.add_route(from[dst].links);
-      route_latency_ps_.push_back(from[dst].latency_ps);
-      routes_.emplace((static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) | static_cast<std::uint32_t>(dst), id);
+      const RouteId id = network_.add_route(route->links);
+      route_latency_ps_.push_back(route->latency_ps);
+      routes_.emplace(pairs[i], id);
     }
   }
 }
 
 SimResult Run::execute(RunProfile& profile) {
   const auto t0 = std::chrono::steady_clock::now();
-  prepare();
+  prepare_ranks();
+  analysis_ = sched::analyze(graph_, this);
   const auto t1 = std::chrono::steady_clock::now();
-  profile.prepare_s = std::chrono::duration<double>(t1 - t0).count();
+  profile.validate_s = std::chrono::duration<double>(t1 - t0).count();
+  prepare();
+  const auto t2 = std::chrono::steady_clock::now();
+  profile.prepare_s = std::chrono::duration<double>(t2 - t1).count();
   queue_.reserve(1024);
   for (TaskId id = 0; id < graph_.size(); ++id)
     if (pending_[id] == 0) make_ready(id);
@@ -333,21 +562,29 @@ SimResult Run::execute(RunProfile& profile) {
         (queue_.empty() || queue_.top().time > now_))
       settle();
     if (queue_.empty()) break;
-    const Event e = queue_.pop();
+    const Event e = queue_.take_top();
     now_ = e.time;
     switch (e.kind()) {
       case kComputeEnd: {
         ComputeRun& run = compute_[e.target];
-        if (e.version != run.version) continue;  // superseded by an earlier end
-        if (e.time < run.completion_ps) {        // its end moved later: follow it (once)
-          run.scheduled_ps = run.completion_ps;
-          if (run.completion_ps != kTimeNever) queue_.push(run.completion_ps, kComputeEnd, e.target, run.version);
+        if (e.version != run.version) {  // superseded by an earlier end
+          queue_.drop_top();
           continue;
         }
+        if (e.time < run.completion_ps) {  // its end moved later: follow it (once)
+          run.scheduled_ps = run.completion_ps;
+          if (run.completion_ps != kTimeNever)
+            queue_.reschedule_top(run.completion_ps, kComputeEnd, e.target, run.version);
+          else
+            queue_.drop_top();
+          continue;
+        }
+        queue_.drop_top();
         on_compute_end(e.target);
         break;
       }
       case kFlowLatencyEnd: {
+        queue_.drop_top();
         const FlowId f = e.target;
         network_.start_transfer(f, now_);
         const FlowOwner& o = owners_[f];
@@ -357,17 +594,25 @@ SimResult Run::execute(RunProfile& profile) {
       }
       case kFlowEnd: {
         const FlowId f = e.target;
-        if (e.version != flow_version_[f] || network_.state(f) != FlowState::transferring) continue;
+        if (e.version != flow_version_[f] || network_.state(f) != FlowState::transferring) {
+          queue_.drop_top();
+          continue;
+        }
         const TimePs completion = network_.completion_ps(f);
         if (e.time < completion) {  // slowed down since: follow it (see must_push())
           flow_scheduled_ps_[f] = completion;
-          if (completion != kTimeNever) queue_.push(completion, kFlowEnd, f, flow_version_[f]);
+          if (completion != kTimeNever)
+            queue_.reschedule_top(completion, kFlowEnd, f, flow_version_[f]);
+          else
+            queue_.drop_top();
           continue;
         }
+        queue_.drop_top();
         on_flow_end(f);
         break;
       }
       case kCollectiveSteps: {
+        queue_.drop_top();
         CollectiveRun& c = collectives_[e.target];
         const int t = static_cast<int>(c.ranks.size());
         c.sends_done.assign(t, 0);
@@ -378,6 +623,7 @@ SimResult Run::execute(RunProfile& profile) {
         break;
       }
       case kTaskEnd:
+        queue_.drop_top();
         end_task(e.target);
         break;
       default:
@@ -385,7 +631,7 @@ SimResult Run::execute(RunProfile& profile) {
     }
     ++result_.events_processed;
   }
-  profile.events_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  profile.events_s = seconds_since(t2);
   profile.events_scheduled = queue_.scheduled();
   if (ended_ != graph_.size()) deadlock();
   return std::move(result_);
@@ -393,36 +639,36 @@ SimResult Run::execute(RunProfile& profile) {
 
 void Run::make_ready(TaskId id) {
   result_.tasks[id].ready_ps = now_;
-  switch (type_[id]) {
+  const TaskInfo info = info_[id];
+  switch (info.type()) {
     case TaskType::compute:
       start_compute(id);
       break;
     case TaskType::send: {
-      const TaskId recv = analysis_.partner[id];
+      const TaskId recv = send_spec_[info.aux].recv;
       if (result_.tasks[recv].ready_ps >= 0) start_p2p(id, recv);
       break;
     }
     case TaskType::recv: {
-      const TaskId send = analysis_.partner[id];
+      const TaskId send = info.aux;
       if (result_.tasks[send].ready_ps >= 0) start_p2p(send, id);
       break;
     }
     case TaskType::collective: {
-      const std::uint32_t ci = analysis_.collective_of[id];
-      CollectiveRun& c = collectives_[ci];
-      if (++c.ready == static_cast<int>(c.members.size())) start_collective(ci);
+      CollectiveRun& c = collectives_[info.aux];
+      if (++c.ready == static_cast<int>(c.members.size())) start_collective(info.aux);
       break;
     }
   }
 }
 
 void Run::start_compute(TaskId id) {
-  const int rank = rank_[id];
+  const TaskInfo info = info_[id];
   result_.tasks[id].start_ps = now_;
   if (observer_) observer_->on_task_start(graph_.task(id), id, now_);
-  const model::KernelCost& cost = kernel_cost_[aux_[id]];
+  const model::KernelCost& cost = kernel_cost_[info.aux];
   if (cost.duration_ps <= 0) {
-    queue_.push(now_, kTaskEnd, id);
+    push_after(0, now_lane_, kTaskEnd, id);
     return;
   }
   std::uint32_t slot;
@@ -434,7 +680,9 @@ void Run::start_compute(TaskId id) {
     compute_.emplace_back();
   }
   ComputeRun& run = compute_[slot];
+  const int rank = info.rank();
   run.task = id;
+  run.rank = rank;
   run.cost = &cost;
   run.work_left_ps = static_cast<double>(cost.duration_ps);
   run.rate = 0.0;
@@ -450,7 +698,7 @@ void Run::start_compute(TaskId id) {
 void Run::on_compute_end(std::uint32_t slot) {
   ComputeRun& run = compute_[slot];
   const TaskId id = run.task;
-  const int rank = rank_[id];
+  const int rank = run.rank;
   auto& running = ranks_[rank].running;
   running.erase(std::find(running.begin(), running.end(), slot));
   ++run.version;
@@ -459,22 +707,24 @@ void Run::on_compute_end(std::uint32_t slot) {
   end_task(id);
 }
 
-void Run::launch_flow(FlowOwner owner, RouteId route, double payload_bytes, TimePs step_latency_ps) {
+void Run::launch_flow(const FlowOwner& owner, RouteId route, double payload_bytes) {
   const FlowId f = network_.create(route, payload_bytes / owner.efficiency);
   if (f >= owners_.size()) {
     owners_.resize(f + 1);
     flow_version_.resize(f + 1, 0);
     flow_scheduled_ps_.resize(f + 1, kTimeNever);
   }
-  owner.start_ps = now_;
-  owners_[f] = owner;
+  FlowOwner& o = owners_[f];
+  o = owner;
+  o.start_ps = now_;
   ++flow_version_[f];
   flow_scheduled_ps_[f] = kTimeNever;
-  queue_.push(now_ + route_latency_ps_[route] + step_latency_ps, kFlowLatencyEnd, f);
+  const std::size_t phase = 2 * static_cast<std::size_t>(route) + (owner.engine == model::CommEngine::sm_kernel ? 0 : 1);
+  push_after(latency_phase_ps_[phase], latency_lane_[phase], kFlowLatencyEnd, f);
 }
 
 void Run::start_p2p(TaskId send, TaskId recv) {
-  const SendSpec& s = send_spec_[aux_[send]];
+  const SendSpec& s = send_spec_[info_[send].aux];
   result_.tasks[send].start_ps = now_;
   result_.tasks[recv].start_ps = now_;
   if (observer_) {
@@ -485,8 +735,8 @@ void Run::start_p2p(TaskId send, TaskId recv) {
   FlowOwner o;
   o.task = send;
   o.peer_task = recv;
-  o.src_rank = rank_[send];
-  o.dst_rank = rank_[recv];
+  o.src_rank = info_[send].rank();
+  o.dst_rank = info_[recv].rank();
   o.engine = s.engine;
   o.efficiency = sm ? sm_efficiency_ : ce_efficiency_;
   o.record_bytes = s.bytes;
@@ -495,7 +745,7 @@ void Run::start_p2p(TaskId send, TaskId recv) {
   o.sms = s.sms;
   hold_sms(o.src_rank, sms_for(o.src_rank, s.engine, s.sms));
   hold_sms(o.dst_rank, sms_for(o.dst_rank, s.engine, s.sms));
-  launch_flow(o, s.route, static_cast<double>(s.bytes), sm ? sm_step_latency_ps_ : ce_step_latency_ps_);
+  launch_flow(o, s.route, static_cast<double>(s.bytes));
 }
 
 void Run::start_collective(std::uint32_t ci) {
@@ -506,11 +756,11 @@ void Run::start_collective(std::uint32_t ci) {
     if (observer_) observer_->on_task_start(graph_.task(id), id, now_);
   }
   if (c.members.size() == 1) {  // nothing to move: no latency, no SMs
-    queue_.push(now_, kTaskEnd, c.members[0]);
+    push_after(0, now_lane_, kTaskEnd, c.members[0]);
     return;
   }
   for (std::size_t m = 0; m < c.members.size(); ++m) hold_sms(c.ranks[m], c.sms[m]);
-  queue_.push(now_ + base_latency_ps_, kCollectiveSteps, ci);
+  push_after(base_latency_ps_, base_latency_lane_, kCollectiveSteps, ci);
 }
 
 // Member `member` sends its step `step` chunk: to its ring successor, or for the pairwise all-to-all
@@ -518,7 +768,8 @@ void Run::start_collective(std::uint32_t ci) {
 void Run::start_step(std::uint32_t ci, int member, int step) {
   CollectiveRun& c = collectives_[ci];
   const int t = static_cast<int>(c.ranks.size());
-  const int to = c.spec->kind == sched::CollectiveKind::all_to_all ? (member + step + 1) % t : (member + 1) % t;
+  const bool a2a = c.spec->kind == sched::CollectiveKind::all_to_all;
+  const int to = a2a ? (member + step + 1) % t : (member + 1) % t;
   const bool sm = c.spec->engine == model::CommEngine::sm_kernel;
   FlowOwner o;
   o.collective = ci;
@@ -527,14 +778,14 @@ void Run::start_step(std::uint32_t ci, int member, int step) {
   o.src_rank = c.ranks[member];
   o.dst_rank = c.ranks[to];
   o.sender = member;
+  o.receiver = to;
   o.step = step;
   o.engine = c.spec->engine;
   o.efficiency = sm ? sm_efficiency_ : ce_efficiency_;
   o.record_bytes = c.spec->bytes / t;
   c.next_step[member] = step + 1;
-  const RouteId route = c.spec->kind == sched::CollectiveKind::all_to_all ? route_of(o.src_rank, o.dst_rank)
-                                                                          : c.ring_route[member];
-  launch_flow(o, route, static_cast<double>(c.spec->bytes) / t, sm ? sm_step_latency_ps_ : ce_step_latency_ps_);
+  const RouteId route = a2a ? route_of(o.src_rank, o.dst_rank) : c.ring_route[member];
+  launch_flow(o, route, static_cast<double>(c.spec->bytes) / t);
 }
 
 // A member sends step s+1 once its own step-s send has finished and its step-s receive has landed;
@@ -559,7 +810,7 @@ void Run::on_flow_end(FlowId f) {
     flows.erase(std::find(flows.begin(), flows.end(), f));
     mark_hbm(r);
   }
-  TransferRecord rec;
+  TransferRecord& rec = result_.transfers.emplace_back();
   rec.task = o.task;
   rec.peer_task = o.peer_task;
   rec.src_rank = o.src_rank;
@@ -569,7 +820,6 @@ void Run::on_flow_end(FlowId f) {
   rec.engine = o.engine;
   rec.start_ps = o.start_ps;
   rec.end_ps = now_;
-  result_.transfers.push_back(rec);
   if (observer_) observer_->on_transfer_end(rec);
 
   if (o.collective == kNone) {
@@ -580,12 +830,11 @@ void Run::on_flow_end(FlowId f) {
     return;
   }
   CollectiveRun& c = collectives_[o.collective];
-  const int receiver = static_cast<int>(member_[o.peer_task]);
   ++c.sends_done[o.sender];
-  ++c.recvs_done[receiver];
-  c.arrived[static_cast<std::size_t>(receiver) * c.steps + o.step] = 1;
+  ++c.recvs_done[o.receiver];
+  c.arrived[static_cast<std::size_t>(o.receiver) * c.steps + o.step] = 1;
   advance_member(o.collective, o.sender);
-  advance_member(o.collective, receiver);
+  advance_member(o.collective, o.receiver);
 }
 
 void Run::end_task(TaskId id) {
@@ -594,7 +843,8 @@ void Run::end_task(TaskId id) {
   ++ended_;
   if (observer_) observer_->on_task_end(graph_.task(id), id, now_);
   const auto& order = analysis_.order;
-  for (std::uint32_t e = order.offsets[id]; e < order.offsets[id + 1]; ++e) {
+  const std::uint32_t last = order.offsets[id + 1];
+  for (std::uint32_t e = order.offsets[id]; e < last; ++e) {
     const TaskId next = order.targets[e];
     if (--pending_[next] == 0) make_ready(next);
   }
@@ -672,14 +922,17 @@ void Run::rerate(int rank) {
     if (stuck.size() >= 5) continue;
     const sched::Task& task = graph_.task(id);
     std::string why;
-    if (t.start_ps >= 0)
+    if (t.start_ps >= 0) {
       why = "started, never finished (a rate of zero?)";
-    else if (t.ready_ps < 0)
+    } else if (t.ready_ps < 0) {
       why = fmt::format("waiting for {} predecessor(s)", pending_[id]);
-    else if (type_[id] == TaskType::send || type_[id] == TaskType::recv)
-      why = fmt::format("ready, waiting for '{}'", graph_.task(analysis_.partner[id]).name);
-    else
+    } else if (info_[id].type() == TaskType::send) {
+      why = fmt::format("ready, waiting for '{}'", graph_.task(send_spec_[info_[id].aux].recv).name);
+    } else if (info_[id].type() == TaskType::recv) {
+      why = fmt::format("ready, waiting for '{}'", graph_.task(info_[id].aux).name);
+    } else {
       why = "ready, waiting for the other members of its collective";
+    }
     stuck.push_back(fmt::format("'{}' ({})", task.name, why));
   }
   throw GraphError(fmt::format("deadlock at {} ps: {} task(s) can never finish, e.g. {}", now_, count,
@@ -693,13 +946,12 @@ Simulator::Simulator(const topo::Cluster& cluster, const model::KernelCostModel&
 
 SimResult Simulator::run(const sched::TaskGraph& graph, Observer* observer) {
   profile_ = RunProfile{};
-  const auto t0 = std::chrono::steady_clock::now();
-  sched::GraphAnalysis analysis = sched::analyze(graph);
-  profile_.validate_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (graph.num_ranks() > cluster_.num_ranks())
+  if (graph.num_ranks() > cluster_.num_ranks() || graph.num_ranks() >= kMaxRanks) {
+    sched::validate(graph);  // a graph's own errors are reported first
     throw GraphError(fmt::format("the task graph has {} ranks, cluster '{}' has {}", graph.num_ranks(), cluster_.name,
                                  cluster_.num_ranks()));
-  Run run(cluster_, costs_, graph, std::move(analysis), observer);
+  }
+  Run run(cluster_, costs_, graph, observer);
   return run.execute(profile_);
 }
 

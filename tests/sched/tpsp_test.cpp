@@ -338,3 +338,45 @@ TEST_CASE("bad shapes and parallelisms are refused with the JSON path", "[sched]
   for (TaskId id = 0; id < s.graph.size(); ++id) ranks.insert(s.graph.task(id).rank);
   CHECK(ranks == std::set<int>{0, 1, 2, 3, 4, 5, 6, 7});
 }
+
+TEST_CASE("task counts per rank of a layer, forward and backward, in every schedule", "[sched][tpsp]") {
+  // Per rank and layer: 14 compute tasks outside the regions (forward ln1, attention, residual1, ln2,
+  // act, residual2; backward fc2_wgrad, act_bwd, ln2_bwd, residual2_bwd, out_proj_wgrad,
+  // attention_bwd, ln1_bwd, residual1_bwd), 6 AG regions (forward ag+qkv, ag+fc1; backward
+  // ag+fc2_dgrad, ag+fc1_wgrad, ag+out_proj_dgrad, ag+qkv_wgrad) and 4 RS regions (forward
+  // out_proj+rs, fc2+rs; backward fc1_dgrad+rs, qkv_dgrad+rs). Per region:
+  //   baseline: 1 collective + 1 GEMM;  slice: k collectives + k GEMMs;
+  //   commfuse AG: t GEMMs, t-1 sends, t-1 receives; RS: also t-1 adds.
+  // So baseline: 14 + 10 = 24 compute, 10 collectives; slice: 14 + 10k compute, 10k collectives;
+  // commfuse: 14 + 6t + 4(2t - 1) = 10 + 14t compute (4(t-1) adds), 10(t-1) sends and receives.
+  // Query-split moves the forward attention into the t steps of out_proj+rs: t-1 more compute.
+  for (int t : {2, 3, 4, 8})
+    for (auto kind : {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse})
+      for (int k : {1, 2, 4})
+        for (bool qs : {false, true}) {
+          if ((kind != ScheduleKind::slice && k > 1) || (qs && kind != ScheduleKind::commfuse)) continue;
+          TpspRequest r;
+          r.shape = small_shape(t);
+          r.shape.layers = 1;
+          r.kind = kind;
+          r.schedule.slices = k;
+          r.schedule.query_split_attention = qs;
+          const auto c = per_rank(generate_tpsp(r).graph);
+          INFO("t=" << t << " " << model::to_string(kind) << " k=" << k << " qs=" << qs);
+          REQUIRE(c.size() == static_cast<std::size_t>(t));
+          for (const auto& [rank, n] : c) {
+            if (kind == ScheduleKind::commfuse) {
+              CHECK(n.compute == 10 + 14 * t + (qs ? t - 1 : 0));
+              CHECK(n.add == 4 * (t - 1));
+              CHECK(n.send == 10 * (t - 1));
+              CHECK(n.recv == 10 * (t - 1));
+              CHECK(n.collective == 0);
+            } else {
+              const int kk = kind == ScheduleKind::slice ? k : 1;
+              CHECK(n.compute == 14 + 10 * kk);
+              CHECK(n.collective == 10 * kk);
+              CHECK(n.send + n.recv + n.add == 0);
+            }
+          }
+        }
+}

@@ -12,7 +12,8 @@ using model::ScheduleKind;
 TEST_CASE("verify_tpsp: every schedule equals the unpartitioned computation", "[sched][verify]") {
   const VerifyReport report = verify_tpsp(VerifyOptions{});
   // Per t: AG+GEMM and GEMM+RS in baseline, slice k = 1, 2, 4 and commfuse (5 each); the two layer
-  // cases in those 5 and commfuse with query-split (6 each): 10 + 12 = 22; four values of t: 88.
+  // cases (forward and backward: outputs, input and weight gradients) in those 5 and commfuse with
+  // query-split (6 each): 10 + 12 = 22; four values of t: 88.
   CHECK(report.cases.size() == 88);
   for (const VerifyCase& c : report.cases) {
     INFO(c.name << ": " << c.result.error);

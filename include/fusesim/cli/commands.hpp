@@ -9,5 +9,7 @@ namespace fusesim::cli {
 std::unique_ptr<Command> make_simulate_command();  // src/cli/simulate_command.cpp
 std::unique_ptr<Command> make_list_command();      // src/cli/list_command.cpp
 std::unique_ptr<Command> make_verify_command();    // src/cli/verify_command.cpp
+std::unique_ptr<Command> make_generate_command();       // src/cli/generate_command.cpp
+std::unique_ptr<Command> make_simulate_dag_command();   // src/cli/generate_command.cpp
 
 }  // namespace fusesim::cli

@@ -11,6 +11,7 @@
 #include "fusesim/analysis/metrics.hpp"
 #include "fusesim/model/workload.hpp"
 #include "fusesim/sched/generate.hpp"
+#include "fusesim/topo/cluster.hpp"
 
 namespace fusesim::cli {
 
@@ -40,6 +41,16 @@ struct SimulateReport {
   model::Workload workload;                // after command-line overrides
   std::vector<SimulateRun> runs;           // scopes outer, schedules inner, in request order
 };
+
+// The cluster and the workload of a request, loaded, with the command-line overrides applied and
+// checked against each other (shared by simulate and generate).
+struct PreparedJob {
+  topo::Cluster cluster;
+  model::Workload workload;
+  std::string topology_label;
+  std::string workload_label;
+};
+PreparedJob prepare_job(const SimulateRequest& request);
 
 // Throws InputError on bad input (files, or values out of range for this workload with file
 // "<command line>"); GraphError or std::logic_error when a generator or the simulator is at fault.

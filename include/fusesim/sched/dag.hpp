@@ -157,4 +157,19 @@ struct GraphAnalysis {
 // validate(), returning its findings. Throws the same GraphErrors.
 GraphAnalysis analyze(const TaskGraph& graph);
 
+// Sees every task during analyze()'s single pass over the graph, in id order, once that task's own
+// checks (ranks, sizes, kernel shapes) have passed. A caller that needs something of every task (the
+// simulator: kernel costs, send sizes) gets it while the task is in cache, instead of walking the
+// large, scattered Task objects a second time. A visited task may still belong to a graph that
+// analyze() then refuses (duplicate names, unmatched sends, cycles are found after the pass).
+// An exception thrown by visit() ends analyze() with that exception.
+class TaskVisitor {
+ public:
+  virtual ~TaskVisitor() = default;
+  virtual void visit(TaskId id, const Task& task) = 0;
+};
+// analyze(), calling `visitor` (may be null) for each task as described above. The checks, their
+// order and their messages are those of analyze(graph).
+GraphAnalysis analyze(const TaskGraph& graph, TaskVisitor* visitor);
+
 }  // namespace fusesim::sched

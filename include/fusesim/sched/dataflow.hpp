@@ -94,6 +94,48 @@ struct AttentionOp {
   bool causal = true;
 };
 
+// Backward ops. The gradient of a weight contracts over token rows, which the row blocks of GemmOp
+// cannot express:
+//   C[0.., 0..] (+)= sum over blocks of A[rows, a_cols]^T x B[rows, b_cols]  (C is a_cols x b_cols).
+// Each block names its own A and B buffers: CommFuse reads the own chunk of a gathered operand from
+// the saved local shard and the other chunks from the gathered buffer.
+struct WgradBlock {
+  BufferId a = -1;
+  std::int64_t a_row0 = 0;
+  BufferId b = -1;
+  std::int64_t b_row0 = 0;
+  std::int64_t rows = 0;
+};
+struct WgradOp {
+  BufferId c = -1;
+  std::int64_t a_col0 = 0, a_cols = 0;
+  std::int64_t b_col0 = 0, b_cols = 0;
+  bool accumulate = false;  // C += (C must be valid) instead of C =
+  std::vector<WgradBlock> blocks;
+};
+
+// Gradient of NormOp: out = d LayerNorm(in) / d in applied to grad (in: the forward input).
+struct NormBwdOp {
+  Ref in, grad, out;
+};
+
+// Gradient of ActivationOp: in is the forward input ([rows, 2f] for SwiGLU: gate then up), grad the
+// gradient of the forward output [rows, f]; out has the shape of in.
+struct ActivationBwdOp {
+  std::string kind;  // "swiglu" or "gelu"
+  Ref in, grad, out;
+};
+
+// Gradient of AttentionOp `fwd` (whose `out` is the saved forward output O, read as FlashAttention's
+// backward does), given dout = dL/dO on the same rows: writes dq (rows and columns of fwd.q), and dk,
+// dv (rows [0, kv_positions x batch), kv heads side by side). Computed over the query rows of fwd.q
+// only: dk and dv are complete when fwd.q holds every query that sees those keys.
+struct AttentionBwdOp {
+  AttentionOp fwd;
+  Ref dout;
+  Ref dq, dk, dv;
+};
+
 // Point to point: the Send reads `data` on the sender when it runs, the matching Recv (same tag)
 // writes it to `data` on the receiver when it completes. Shapes must agree.
 struct SendOp {
@@ -114,7 +156,8 @@ struct CollectiveOp {
   std::vector<Ref> out;
 };
 
-using DataOp = std::variant<GemmOp, AddOp, NormOp, ActivationOp, AttentionOp, SendOp, RecvOp, CollectiveOp>;
+using DataOp = std::variant<GemmOp, AddOp, NormOp, ActivationOp, AttentionOp, SendOp, RecvOp, CollectiveOp, WgradOp,
+                            NormBwdOp, ActivationBwdOp, AttentionBwdOp>;
 
 struct TensorDecl {
   std::string name;
@@ -128,7 +171,9 @@ struct OutputCheck {
 };
 
 struct DataflowProgram {
-  std::string computation;             // which unpartitioned reference computes the results: "gemm", "tpsp_forward"
+  // Which unpartitioned reference computes the results: "gemm", "tpsp_forward", "tpsp_train" (forward,
+  // then backward from the seeded output gradient "dy").
+  std::string computation;
   // Dimensions the reference needs besides the tensor shapes ("batch", "heads", "kv_heads",
   // "head_dim", "ffn", "gated", "causal", "layers").
   std::map<std::string, std::int64_t> attributes;

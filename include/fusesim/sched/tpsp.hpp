@@ -72,8 +72,9 @@ struct TpspRequest {
 };
 
 // Checks the request (InputError naming `label` and the JSON path of the offending setting) and
-// generates the schedule with its dataflow program. Forward tasks carry data ops; backward tasks
-// carry timing only (data_op = -1).
+// generates the schedule with its dataflow program. Every task carries its data op when the forward
+// is generated; a backward generated without its forward (options.forward = false) carries timing
+// only (data_op = -1), having nothing to differentiate.
 Schedule generate_tpsp(const TpspRequest& request);
 
 // From a workload: shape from the architecture, batch and parallel degrees; refuses up > 1 and a

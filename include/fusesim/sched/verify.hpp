@@ -45,8 +45,9 @@ struct ExecuteResult {
 
 // Seeded inputs of a program (deterministic: same seed, same values on every platform).
 std::map<std::string, Matrix> make_inputs(const DataflowProgram& program, std::uint64_t seed);
-// The unpartitioned computation named by program.computation: "gemm" (y = x w) or "tpsp_forward"
-// (L{l}/y for each layer). Returns inputs and results together.
+// The unpartitioned computation named by program.computation: "gemm" (y = x w), "tpsp_forward"
+// (L{l}/y for each layer) or "tpsp_train" (also, backward from "dy", L{l}/dx and the weight
+// gradients L{l}/dw_qkv, dw_o, dw1, dw2). Returns inputs and results together.
 std::map<std::string, Matrix> reference(const DataflowProgram& program, std::map<std::string, Matrix> inputs);
 
 // Runs the schedule in every order of `options` and compares with the reference. Never throws for a
@@ -59,7 +60,7 @@ struct VerifyOptions {
   std::vector<model::ScheduleKind> kinds{model::ScheduleKind::baseline, model::ScheduleKind::slice,
                                          model::ScheduleKind::commfuse};
   bool pieces = true;   // AG+GEMM and GEMM+RS alone
-  bool layers = true;   // whole TPSP layers (forward data; backward tasks run in order, timing only)
+  bool layers = true;   // whole TPSP layers, forward and backward (activation and weight gradients)
   ExecuteOptions execute;
   TpspFault fault;      // test hook applied to every generated schedule
 };

@@ -27,12 +27,15 @@ namespace fusesim::sim {
 // inside a picosecond is not done before it. Floating-point noise must not add a picosecond to an
 // exact result (800000 / 0.8 may evaluate to 1000000.0000000001), so values within 1e-12 relative
 // (plus 1e-6 ps absolute) above an integer round down to it. Values far beyond int64 give kTimeNever.
+// The ceiling is taken through an integer conversion (exact below 2^63) rather than std::ceil, which
+// without SSE4.1 is a library call: this runs once per rate change of every kernel and flow.
 inline TimePs ceil_ps(double ps) {
   if (!(ps > 0.0)) return 0;
-  const double slack = ps * 1e-12 + 1e-6;
-  const double up = std::ceil(ps - slack);
-  if (up >= 9.0e18) return kTimeNever;
-  return up < 0.0 ? TimePs{0} : static_cast<TimePs>(up);
+  const double x = ps - (ps * 1e-12 + 1e-6);
+  if (!(x < 9.0e18)) return kTimeNever;  // also an infinite duration (x is then NaN)
+  if (x <= 0.0) return 0;
+  const auto down = static_cast<TimePs>(x);  // truncation: the floor, x being positive
+  return static_cast<double>(down) < x ? down + 1 : down;
 }
 
 enum class FlowState : std::uint8_t {

@@ -1,0 +1,29 @@
+#pragma once
+// Task graphs as JSON files, so that a user can simulate a schedule of their own (or a generated one
+// after editing it): `fusesim generate` writes one, `fusesim simulate-dag` reads one. Schema:
+// docs/dag.md. Reading is strict: a bad file — syntax, missing or unknown keys, wrong types, absurd
+// sizes, a dependency on an unknown task, a send without its recv, a cycle — is an InputError naming
+// the file and the JSON path.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "fusesim/sched/dag.hpp"
+#include "fusesim/util/json_reader.hpp"
+
+namespace fusesim::sched {
+
+struct DagFile {
+  TaskGraph graph;
+  topo::Dtype dtype = topo::Dtype::bf16;  // the data type MFU divides by
+  std::int64_t tokens = 0;                // tokens the graph processes (for tokens/s), 0 if unknown
+  std::string schedule;                   // free text, reported as "schedule"
+  std::string parallelism;                // reported as "parallelism"
+};
+
+nlohmann::json dag_to_json(const DagFile& dag);
+// Parses and validates (sched::validate, with graph errors turned into InputErrors at "$.tasks" or
+// "$.tasks[i]"). `max_ranks` bounds the rank numbers (the cluster's rank count).
+DagFile parse_dag(const JsonDocument& doc, int max_ranks);
+
+}  // namespace fusesim::sched

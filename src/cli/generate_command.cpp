@@ -1,0 +1,123 @@
+// `fusesim generate`: write a generated schedule's task graph as a JSON file (docs/dag.md), to read,
+// edit and run again with `fusesim simulate-dag`.
+#include <ostream>
+
+#include <fmt/format.h>
+
+#include "fusesim/cli/commands.hpp"
+#include "fusesim/cli/simulate.hpp"
+#include "fusesim/sched/dag_json.hpp"
+#include "fusesim/util/error.hpp"
+#include "fusesim/analysis/chrome_trace.hpp"
+#include "fusesim/analysis/metrics.hpp"
+#include "fusesim/model/kernel.hpp"
+#include "fusesim/sim/engine.hpp"
+#include "fusesim/util/json_reader.hpp"
+#include "fusesim/util/output.hpp"
+
+namespace fusesim::cli {
+namespace {
+
+class GenerateCommand final : public Command {
+ public:
+  void configure(CLI::App& sub) override {
+    sub.add_option("--topology", topology_, "cluster: a topology file or a shipped name")->capture_default_str();
+    sub.add_option("--workload", workload_, "workload: a workload file or a shipped name")->capture_default_str();
+    sub.add_option("--schedule", schedule_, "baseline, slice or commfuse")->capture_default_str();
+    sub.add_option("--scope", scope_, "layer or stack")->capture_default_str();
+    sub.add_option("--slices", slices_, "k of slice-overlap (default: the workload's schedule.slices)");
+    sub.add_flag("--forward-only", forward_only_, "the forward pass only");
+    sub.add_option("--output", output_, "the task-graph file to write")->required();
+  }
+
+  int run(Io& io) override {
+    SimulateRequest request;
+    request.topology = topology_;
+    request.workload = workload_;
+    request.schedules = parse_schedules(schedule_);
+    if (request.schedules.size() != 1) throw InputError(kCommandLine, "--schedule", "name exactly one schedule");
+    request.scopes = parse_scopes(scope_);
+    if (request.scopes.size() != 1) throw InputError(kCommandLine, "--scope", "name one scope: layer or stack");
+    if (!slices_.empty()) request.slices = parse_positive_int("--slices", slices_, 1024);
+    request.forward_only = forward_only_;
+
+    const PreparedJob job = prepare_job(request);
+    sched::GenerateOptions options;
+    options.scope = request.scopes[0];
+    options.backward = job.workload.backward;
+    sched::Schedule schedule =
+        sched::generate(job.workload, job.workload_label, job.cluster, request.schedules[0], options);
+    sched::DagFile file{std::move(schedule.graph), job.workload.dtype, schedule.tokens,
+                        model::to_string(schedule.kind), schedule.parallelism};
+    write_file_atomically(output_, sched::dag_to_json(file).dump(1) + "\n");
+    io.err << fmt::format("wrote {} tasks on {} ranks to {}\n", file.graph.size(), file.graph.num_ranks(), output_);
+    return 0;
+  }
+
+ private:
+  std::string topology_ = "dgx-h100";
+  std::string workload_ = "llama-3-70b";
+  std::string schedule_ = "commfuse";
+  std::string scope_ = "layer";
+  std::string slices_;
+  bool forward_only_ = false;
+  std::string output_;
+};
+
+class SimulateDagCommand final : public Command {
+ public:
+  void configure(CLI::App& sub) override {
+    sub.add_option("--topology", topology_, "cluster: a topology file or a shipped name")->capture_default_str();
+    sub.add_option("--dag", dag_, "task-graph file (docs/dag.md), as `fusesim generate` writes")->required();
+    sub.add_option("--trace", trace_, "write a Chrome trace (Perfetto, chrome://tracing)");
+    sub.add_option("--format", format_, "table or json")->capture_default_str();
+    sub.add_option("--output", output_, "write the report to this file instead of standard output");
+  }
+
+  int run(Io& io) override {
+    const OutputFormat format = parse_format(format_);
+    const topo::Cluster cluster = topo::load_cluster_by_name_or_path(topology_);
+    const sched::DagFile dag = sched::parse_dag(JsonDocument::load(dag_), cluster.num_ranks());
+    const model::RooflineCostModel costs;
+    sim::Simulator simulator(cluster, costs);
+    std::optional<analysis::ChromeTraceRecorder> recorder;
+    if (!trace_.empty()) recorder.emplace(cluster, &costs, dag.graph.regions());
+    const sim::SimResult result = simulator.run(dag.graph, recorder ? &*recorder : nullptr);
+    const analysis::AnalysisInput input{.graph = dag.graph,
+                                        .result = result,
+                                        .cluster = cluster,
+                                        .costs = costs,
+                                        .dtype = dag.dtype,
+                                        .tokens = dag.tokens,
+                                        .gpus = 0,
+                                        .schedule = dag.schedule,
+                                        .parallelism = dag.parallelism,
+                                        .scope = ""};
+    const analysis::StepMetrics metrics = analysis::analyze(input);
+    const std::string text = format == OutputFormat::json
+                                 ? analysis::to_json(metrics).dump(2) + "\n"
+                                 : analysis::format_table({metrics}) + "\n" + analysis::format_region_table(metrics);
+    // Both outputs are complete in memory before either file is written.
+    if (recorder) write_file_atomically(trace_, recorder->to_json().dump() + "\n");
+    if (output_.empty()) {
+      io.out << text << std::flush;
+    } else {
+      write_file_atomically(output_, text);
+    }
+    return 0;
+  }
+
+ private:
+  std::string topology_ = "dgx-h100";
+  std::string dag_;
+  std::string trace_;
+  std::string format_ = "table";
+  std::string output_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_generate_command() { return std::make_unique<GenerateCommand>(); }
+std::unique_ptr<Command> make_simulate_dag_command() { return std::make_unique<SimulateDagCommand>(); }
+
+}  // namespace fusesim::cli

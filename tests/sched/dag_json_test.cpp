@@ -1,0 +1,135 @@
+// Task graphs as JSON: a round trip keeps every task, and a bad file is refused with its JSON path.
+#include <catch2/catch.hpp>
+
+#include "fusesim/sched/dag_json.hpp"
+#include "fusesim/util/error.hpp"
+
+using namespace fusesim;
+using namespace fusesim::sched;
+
+namespace {
+
+InputError dag_error(const std::string& text, int max_ranks = 8) {
+  try {
+    (void)parse_dag(JsonDocument::parse(text, "g.json"), max_ranks);
+  } catch (const InputError& e) {
+    return e;
+  }
+  FAIL("expected an InputError for " << text);
+  return InputError("", "", "");
+}
+
+// Two ranks: a GEMM on each, then rank 0 sends 1 MiB to rank 1 after its GEMM.
+const char* const kGood = R"({
+  "schema_version": 1, "ranks": 2, "dtype": "bf16", "tokens": 4096, "schedule": "mine",
+  "regions": [{"name": "r0", "parallelism": "tpsp"}],
+  "tasks": [
+    {"name": "g0", "rank": 0, "stream": {"kind": "compute"}, "compute": {"gemm": {"m": 1024, "n": 1024, "k": 1024}},
+     "labels": {"region": 0, "op": "fc1"}},
+    {"name": "g1", "rank": 1, "stream": {"kind": "compute"}, "compute": {"gemm": {"m": 1024, "n": 1024, "k": 1024}}},
+    {"name": "s", "rank": 0, "stream": {"kind": "copy", "index": 0}, "after": ["g0"],
+     "send": {"peer": 1, "bytes": 1048576, "tag": 3}},
+    {"name": "r", "rank": 1, "recv": {"peer": 0, "bytes": 1048576, "tag": 3}},
+    {"name": "a", "rank": 1, "stream": {"kind": "compute"}, "after": ["r", "g1"],
+     "compute": {"elementwise": {"op": "add", "bytes": 3145728, "flops": 524288}}},
+    {"name": "ag0", "rank": 0, "stream": {"kind": "comm"}, "after": ["s"],
+     "collective": {"kind": "all_gather", "group": [0, 1], "bytes": 2097152}},
+    {"name": "ag1", "rank": 1, "stream": {"kind": "comm"}, "after": ["a"],
+     "collective": {"kind": "all_gather", "group": [0, 1], "bytes": 2097152}}
+  ]})";
+
+// kGood with one substring replaced (the test's mutation).
+std::string with(const std::string& from, const std::string& to) {
+  std::string s = kGood;
+  const auto at = s.find(from);
+  REQUIRE(at != std::string::npos);
+  return s.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("a task-graph file reads into the graph it describes", "[sched][dag_json]") {
+  const DagFile dag = parse_dag(JsonDocument::parse(kGood, "g.json"), 8);
+  REQUIRE(dag.graph.size() == 7);
+  CHECK(dag.graph.num_ranks() == 2);
+  CHECK(dag.tokens == 4096);
+  CHECK(dag.schedule == "mine");
+  CHECK(dag.parallelism == "custom");
+  CHECK(dag.graph.regions().size() == 1);
+  CHECK(dag.graph.task(0).labels.region == 0);
+  CHECK(dag.graph.task(0).labels.op == "fc1");
+  const auto& send = std::get<SendTask>(dag.graph.task(2).kind);
+  CHECK(send.peer == 1);
+  CHECK(send.tag == 3);
+  CHECK(send.engine == model::CommEngine::copy_engine);  // the default engine of a send
+  CHECK(dag.graph.task(2).stream == StreamRef{StreamKind::copy, 0});
+  CHECK(dag.graph.predecessors(4) == std::vector<TaskId>{3, 1});  // "a" waits for r and g1, in the order of "after"
+  const auto& ag = std::get<CollectiveTask>(dag.graph.task(5).kind);
+  CHECK(ag.engine == model::CommEngine::sm_kernel);
+  CHECK(ag.group == std::vector<int>{0, 1});
+}
+
+TEST_CASE("writing and reading a task graph gives the same file", "[sched][dag_json]") {
+  const DagFile dag = parse_dag(JsonDocument::parse(kGood, "g.json"), 8);
+  const nlohmann::json once = dag_to_json(dag);
+  const DagFile again = parse_dag(JsonDocument::from_json(once, "again.json"), 8);
+  CHECK(dag_to_json(again) == once);
+  CHECK(again.graph.size() == dag.graph.size());
+}
+
+TEST_CASE("bad task-graph files name the JSON path", "[sched][dag_json]") {
+  struct Case {
+    std::string text;
+    std::string path;
+  };
+  const std::vector<Case> cases{
+      {with(R"("ranks": 2)", R"("ranks": 20)"), "$.ranks"},                           // more ranks than the cluster (8)
+      {with(R"("ranks": 2)", R"("ranks": "two")"), "$.ranks"},                         // wrong type
+      {with(R"("schema_version": 1)", R"("schema_version": 2)"), "$.schema_version"},
+      {with(R"("dtype": "bf16")", R"("dtype": "bf17")"), "$.dtype"},
+      {with(R"("tokens": 4096)", R"("tokens": -1)"), "$.tokens"},
+      {with(R"("schedule": "mine")", R"("schedule": "mine", "colour": 1)"), "$.colour"},  // unknown key
+      {with(R"("name": "g1", "rank": 1)", R"("name": "g1", "rank": 2)"), "$.tasks[1].rank"},
+      {with(R"("name": "g1", "rank": 1)", R"("name": "g0", "rank": 1)"), "$.tasks[1].name"},  // duplicate
+      {with(R"("m": 1024, "n": 1024, "k": 1024}}},)", R"("m": -5, "n": 1024, "k": 1024}}},)"),
+       "$.tasks[1].compute.gemm.m"},
+      {with(R"("after": ["g0"])", R"("after": ["g9"])"), "$.tasks[2].after[0]"},  // unknown task
+      {with(R"("after": ["g0"])", R"("after": ["s"])"), "$.tasks[2].after[0]"},   // waits for itself
+      {with(R"("peer": 1, "bytes": 1048576, "tag": 3)", R"("peer": 1, "bytes": 1048576, "tag": 4)"),
+       "$.tasks[2]"},  // the send's tag matches no recv
+      {with(R"("peer": 0, "bytes": 1048576, "tag": 3)", R"("peer": 0, "bytes": 1048577, "tag": 3)"),
+       "$.tasks[3].recv.bytes"},
+      {with(R"("peer": 1, "bytes": 1048576, "tag": 3)", R"("peer": 0, "bytes": 1048576, "tag": 3)"),
+       "$.tasks[2].send.peer"},  // a send to itself
+      {with(R"("stream": {"kind": "copy", "index": 0})", R"("stream": {"kind": "dma"})"), "$.tasks[2].stream.kind"},
+      {with(R"({"name": "g1", "rank": 1, "stream": {"kind": "compute"}, )", R"({"name": "g1", "rank": 1, )"),
+       "$.tasks[1].stream"},  // missing key
+      {with(R"("compute": {"elementwise")", R"("send": {"peer": 0, "bytes": 1}, "compute": {"elementwise")"),
+       "$.tasks[4]"},  // two kinds in one task
+      {with(R"("group": [0, 1], "bytes": 2097152}},
+    {"name": "ag1")", R"("group": [0, 1], "bytes": 1}},
+    {"name": "ag1")"),
+       "$.tasks"},  // collective members disagree on the size
+      // g0 waits for "a", which waits for r, whose send waits for g0: a cycle through a rendezvous.
+      {with(R"("compute": {"gemm": {"m": 1024, "n": 1024, "k": 1024}},
+     "labels")", R"("after": ["a"], "compute": {"gemm": {"m": 1024, "n": 1024, "k": 1024}},
+     "labels")"),
+       "$.tasks"},
+      {"{\"schema_version\": 1, \"ranks\": 2, \"tasks\": []}", "$.tasks"},  // no task
+      {"{\"schema_version\": 1, \"ranks\": 2, \"tasks\": [", "$"},          // syntax
+  };
+  for (const Case& c : cases) {
+    INFO(c.text);
+    const InputError e = dag_error(c.text);
+    CHECK(e.file() == "g.json");
+    CHECK(e.json_path() == c.path);
+  }
+}
+
+TEST_CASE("a cycle is refused with the names of its tasks", "[sched][dag_json]") {
+  const InputError e = dag_error(with(R"("compute": {"gemm": {"m": 1024, "n": 1024, "k": 1024}},
+     "labels")", R"("after": ["a"], "compute": {"gemm": {"m": 1024, "n": 1024, "k": 1024}},
+     "labels")"));
+  CHECK(e.json_path() == "$.tasks");
+  for (const char* name : {"g0", "s", "r", "a"}) CHECK_THAT(e.message(), Catch::Contains(name));
+}
