@@ -202,14 +202,14 @@ sched::TaskGraph compute_graph(int ranks, int tasks_per_rank) {
   return g;
 }
 
-// items_per_second: events per second of the whole run() (validation and set-up included);
-// loop_events_per_s: events per second of the event loop alone (Simulator::last_profile()).
+// items_per_second: events per second of the whole run() (validation and set-up included), per CPU
+// second; loop_events_per_s: events per second of the event loop alone (Simulator::last_profile()).
 void run_engine(benchmark::State& state, const topo::Cluster& cluster, const sched::TaskGraph& graph) {
   FlopCostModel costs;
   sim::Simulator sim(cluster, costs);
   std::uint64_t events = 0;
   TimePs makespan = 0;
-  double validate_s = 0.0, prepare_s = 0.0, loop_s = 0.0, scheduled = 0.0;
+  double validate_s = 0.0, prepare_s = 0.0, loop_s = 0.0, scheduled = 0.0, state_bytes = 0.0;
   for (auto _ : state) {
     const auto res = sim.run(graph);
     events += res.events_processed;
@@ -218,6 +218,7 @@ void run_engine(benchmark::State& state, const topo::Cluster& cluster, const sch
     prepare_s += sim.last_profile().prepare_s;
     loop_s += sim.last_profile().events_s;
     scheduled += static_cast<double>(sim.last_profile().events_scheduled);
+    state_bytes = static_cast<double>(sim.last_profile().state_bytes);
     benchmark::DoNotOptimize(res);
   }
   const auto runs = static_cast<double>(state.iterations());
@@ -230,6 +231,8 @@ void run_engine(benchmark::State& state, const topo::Cluster& cluster, const sch
   state.counters["loop_ms"] = 1e3 * loop_s / runs;
   state.counters["loop_events_per_s"] = static_cast<double>(events) / loop_s;
   state.counters["makespan_ms"] = static_cast<double>(makespan) / 1e9;
+  // Engine state during the loop, SimResult included, per task (RunProfile::state_bytes).
+  state.counters["bytes_per_task"] = state_bytes / static_cast<double>(graph.size());
 }
 
 void BM_ValidatePipeline(benchmark::State& state) {

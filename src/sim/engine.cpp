@@ -173,31 +173,30 @@ class KernelCostCache {
     const sched::ComputeTask* task;  // into the graph, which outlives the run
   };
 
-  static std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h * 0xff51afd7ed558ccdULL;
-  }
+  // Cheap on purpose (it runs once per compute task): equal keys are confirmed by same(), so the
+  // hash only has to spread the few distinct kernels of a graph over the table.
+  static std::uint64_t mix(std::uint64_t h, std::uint64_t v) { return (h ^ v) * 0x9e3779b97f4a7c15ULL; }
   static std::uint64_t bits(double d) {
     std::uint64_t u;
     std::memcpy(&u, &d, sizeof u);
     return u;
   }
   static std::uint64_t hash(const sched::ComputeTask& c, const topo::DeviceModel* device) {
-    std::uint64_t h = mix(reinterpret_cast<std::uintptr_t>(device), c.kernel.index());
-    h = mix(h, static_cast<std::uint64_t>(c.dtype));
+    std::uint64_t h = mix(reinterpret_cast<std::uintptr_t>(device), c.kernel.index() * 8 + static_cast<std::uint64_t>(c.dtype));
     if (const auto* g = std::get_if<model::GemmKernel>(&c.kernel)) {
-      for (std::int64_t v : {g->m, g->n, g->k, g->batch}) h = mix(h, static_cast<std::uint64_t>(v));
+      h = mix(mix(h, static_cast<std::uint64_t>(g->m)), static_cast<std::uint64_t>(g->n));
+      h = mix(mix(h, static_cast<std::uint64_t>(g->k)), static_cast<std::uint64_t>(g->batch));
     } else if (const auto* a = std::get_if<model::AttentionKernel>(&c.kernel)) {
-      for (std::int64_t v : {a->batch, a->heads, a->kv_heads, a->seq_q, a->seq_kv, a->head_dim, a->q_offset})
-        h = mix(h, static_cast<std::uint64_t>(v));
-      h = mix(h, (a->causal ? 2u : 0u) | (a->pass == model::Pass::backward ? 1u : 0u));
+      h = mix(mix(h, static_cast<std::uint64_t>(a->seq_q)), static_cast<std::uint64_t>(a->seq_kv));
+      h = mix(mix(h, static_cast<std::uint64_t>(a->q_offset)), static_cast<std::uint64_t>(a->heads));
     } else {
       const auto& e = std::get<model::ElementwiseKernel>(c.kernel);
-      h = mix(h, std::hash<std::string_view>{}(e.op));
-      h = mix(h, static_cast<std::uint64_t>(e.bytes));
+      std::uint64_t head = 0;
+      std::memcpy(&head, e.op.data(), std::min<std::size_t>(e.op.size(), 8));
+      h = mix(mix(h, head ^ e.op.size()), static_cast<std::uint64_t>(e.bytes));
       h = mix(h, bits(e.flops));
     }
-    return h ^ (h >> 29);
+    return h ^ (h >> 32);
   }
   static bool same(const sched::ComputeTask& x, const sched::ComputeTask& y) {
     if (x.dtype != y.dtype || x.kernel.index() != y.kernel.index()) return false;
@@ -265,7 +264,7 @@ class Run final : public sched::TaskVisitor {
   void start_step(std::uint32_t c, int member, int step);
   void advance_member(std::uint32_t c, int member);
   void end_task(TaskId id);
-  void launch_flow(const FlowOwner& owner, RouteId route, double payload_bytes);
+  FlowOwner& launch_flow(RouteId route, double payload_bytes, model::CommEngine engine);
   // Events a fixed delay after now go to a lane of the queue (event_queue.hpp), one lane per
   // distinct delay, up to kMaxLanes; beyond that to the heap.
   static constexpr std::size_t kMaxLanes = 16;
@@ -303,6 +302,7 @@ class Run final : public sched::TaskVisitor {
     return requested >= 0 ? requested : ranks_[rank].default_comm_sms;
   }
   [[noreturn]] void deadlock() const;
+  std::uint64_t state_bytes() const;
 
   const topo::Cluster& cluster_;
   const model::KernelCostModel& costs_;
@@ -552,6 +552,7 @@ SimResult Run::execute(RunProfile& profile) {
   prepare();
   const auto t2 = std::chrono::steady_clock::now();
   profile.prepare_s = std::chrono::duration<double>(t2 - t1).count();
+  profile.state_bytes = state_bytes();
   queue_.reserve(1024);
   for (TaskId id = 0; id < graph_.size(); ++id)
     if (pending_[id] == 0) make_ready(id);
@@ -559,12 +560,19 @@ SimResult Run::execute(RunProfile& profile) {
   for (;;) {
     // Rates are brought up to date before time moves on (see the file comment).
     if ((network_.needs_settle() || !dirty_hbm_.empty() || !dirty_compute_.empty()) &&
-        (queue_.empty() || queue_.top().time > now_))
+        (queue_.empty() || queue_.top_time() > now_))
       settle();
     if (queue_.empty()) break;
-    const Event e = queue_.take_top();
+    // The fields one by one, not the 24-byte event as a whole: the top may have been written field
+    // by field just now (EventQueue::push), and a wide reload of narrow stores stalls.
+    const Event& top = queue_.take_top();
+    struct {
+      TimePs time;
+      std::uint32_t target, version;
+    } const e{top.time, top.target, top.version};
+    const std::uint8_t kind = top.kind();
     now_ = e.time;
-    switch (e.kind()) {
+    switch (kind) {
       case kComputeEnd: {
         ComputeRun& run = compute_[e.target];
         if (e.version != run.version) {  // superseded by an earlier end
@@ -707,20 +715,29 @@ void Run::on_compute_end(std::uint32_t slot) {
   end_task(id);
 }
 
-void Run::launch_flow(const FlowOwner& owner, RouteId route, double payload_bytes) {
-  const FlowId f = network_.create(route, payload_bytes / owner.efficiency);
+// Creates the flow and its latency-end event; the caller fills in the returned owner in place (a
+// FlowOwner built on the stack and copied would be written field by field and read back in wide
+// words: a store-forwarding stall per transfer).
+FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngine engine) {
+  const bool sm = engine == model::CommEngine::sm_kernel;
+  const double efficiency = sm ? sm_efficiency_ : ce_efficiency_;
+  const FlowId f = network_.create(route, payload_bytes / efficiency);
   if (f >= owners_.size()) {
     owners_.resize(f + 1);
     flow_version_.resize(f + 1, 0);
     flow_scheduled_ps_.resize(f + 1, kTimeNever);
   }
   FlowOwner& o = owners_[f];
-  o = owner;
+  o.collective = kNone;
+  o.step = -1;
+  o.engine = engine;
+  o.efficiency = efficiency;
   o.start_ps = now_;
   ++flow_version_[f];
   flow_scheduled_ps_[f] = kTimeNever;
-  const std::size_t phase = 2 * static_cast<std::size_t>(route) + (owner.engine == model::CommEngine::sm_kernel ? 0 : 1);
+  const std::size_t phase = 2 * static_cast<std::size_t>(route) + (sm ? 0 : 1);
   push_after(latency_phase_ps_[phase], latency_lane_[phase], kFlowLatencyEnd, f);
+  return o;
 }
 
 void Run::start_p2p(TaskId send, TaskId recv) {
@@ -731,21 +748,18 @@ void Run::start_p2p(TaskId send, TaskId recv) {
     observer_->on_task_start(graph_.task(send), send, now_);
     observer_->on_task_start(graph_.task(recv), recv, now_);
   }
-  const bool sm = s.engine == model::CommEngine::sm_kernel;
-  FlowOwner o;
-  o.task = send;
-  o.peer_task = recv;
-  o.src_rank = info_[send].rank();
-  o.dst_rank = info_[recv].rank();
-  o.engine = s.engine;
-  o.efficiency = sm ? sm_efficiency_ : ce_efficiency_;
-  o.record_bytes = s.bytes;
+  const int src = info_[send].rank(), dst = info_[recv].rank();
   // One SM count for both ends: the kernel is launched on both with the same configuration; -1
   // takes each end's own device default.
+  hold_sms(src, sms_for(src, s.engine, s.sms));
+  hold_sms(dst, sms_for(dst, s.engine, s.sms));
+  FlowOwner& o = launch_flow(s.route, static_cast<double>(s.bytes), s.engine);
+  o.task = send;
+  o.peer_task = recv;
+  o.src_rank = src;
+  o.dst_rank = dst;
+  o.record_bytes = s.bytes;
   o.sms = s.sms;
-  hold_sms(o.src_rank, sms_for(o.src_rank, s.engine, s.sms));
-  hold_sms(o.dst_rank, sms_for(o.dst_rank, s.engine, s.sms));
-  launch_flow(o, s.route, static_cast<double>(s.bytes));
 }
 
 void Run::start_collective(std::uint32_t ci) {
@@ -770,8 +784,9 @@ void Run::start_step(std::uint32_t ci, int member, int step) {
   const int t = static_cast<int>(c.ranks.size());
   const bool a2a = c.spec->kind == sched::CollectiveKind::all_to_all;
   const int to = a2a ? (member + step + 1) % t : (member + 1) % t;
-  const bool sm = c.spec->engine == model::CommEngine::sm_kernel;
-  FlowOwner o;
+  c.next_step[member] = step + 1;
+  const RouteId route = a2a ? route_of(c.ranks[member], c.ranks[to]) : c.ring_route[member];
+  FlowOwner& o = launch_flow(route, static_cast<double>(c.spec->bytes) / t, c.spec->engine);
   o.collective = ci;
   o.task = c.members[member];
   o.peer_task = c.members[to];
@@ -780,12 +795,7 @@ void Run::start_step(std::uint32_t ci, int member, int step) {
   o.sender = member;
   o.receiver = to;
   o.step = step;
-  o.engine = c.spec->engine;
-  o.efficiency = sm ? sm_efficiency_ : ce_efficiency_;
   o.record_bytes = c.spec->bytes / t;
-  c.next_step[member] = step + 1;
-  const RouteId route = a2a ? route_of(o.src_rank, o.dst_rank) : c.ring_route[member];
-  launch_flow(o, route, static_cast<double>(c.spec->bytes) / t);
 }
 
 // A member sends step s+1 once its own step-s send has finished and its step-s receive has landed;
@@ -804,37 +814,45 @@ void Run::advance_member(std::uint32_t ci, int m) {
 
 void Run::on_flow_end(FlowId f) {
   network_.finish(f, now_);
-  const FlowOwner o = owners_[f];  // a copy: end_task() below may launch flows that reuse the slot
-  for (int r : {o.src_rank, o.dst_rank}) {
+  // The fields this needs, one by one: end_task() below may launch flows that reuse the slot, and a
+  // copy of the whole FlowOwner would be read back across the 16-byte words it was stored in (a
+  // store-forwarding stall).
+  const FlowOwner& owner = owners_[f];
+  const std::uint32_t collective = owner.collective;
+  const TaskId task = owner.task, peer_task = owner.peer_task;
+  const int src_rank = owner.src_rank, dst_rank = owner.dst_rank;
+  const int sender = owner.sender, receiver = owner.receiver, step = owner.step, sms = owner.sms;
+  const model::CommEngine engine = owner.engine;
+  TransferRecord& rec = result_.transfers.emplace_back();
+  rec.task = task;
+  rec.peer_task = peer_task;
+  rec.src_rank = src_rank;
+  rec.dst_rank = dst_rank;
+  rec.bytes = owner.record_bytes;
+  rec.step = step;
+  rec.engine = engine;
+  rec.start_ps = owner.start_ps;
+  rec.end_ps = now_;
+  for (int r : {src_rank, dst_rank}) {
     auto& flows = ranks_[r].flows;
     flows.erase(std::find(flows.begin(), flows.end(), f));
     mark_hbm(r);
   }
-  TransferRecord& rec = result_.transfers.emplace_back();
-  rec.task = o.task;
-  rec.peer_task = o.peer_task;
-  rec.src_rank = o.src_rank;
-  rec.dst_rank = o.dst_rank;
-  rec.bytes = o.record_bytes;
-  rec.step = o.step;
-  rec.engine = o.engine;
-  rec.start_ps = o.start_ps;
-  rec.end_ps = now_;
   if (observer_) observer_->on_transfer_end(rec);
 
-  if (o.collective == kNone) {
-    hold_sms(o.src_rank, -sms_for(o.src_rank, o.engine, o.sms));
-    hold_sms(o.dst_rank, -sms_for(o.dst_rank, o.engine, o.sms));
-    end_task(o.task);
-    end_task(o.peer_task);
+  if (collective == kNone) {
+    hold_sms(src_rank, -sms_for(src_rank, engine, sms));
+    hold_sms(dst_rank, -sms_for(dst_rank, engine, sms));
+    end_task(task);
+    end_task(peer_task);
     return;
   }
-  CollectiveRun& c = collectives_[o.collective];
-  ++c.sends_done[o.sender];
-  ++c.recvs_done[o.receiver];
-  c.arrived[static_cast<std::size_t>(o.receiver) * c.steps + o.step] = 1;
-  advance_member(o.collective, o.sender);
-  advance_member(o.collective, o.receiver);
+  CollectiveRun& c = collectives_[collective];
+  ++c.sends_done[sender];
+  ++c.recvs_done[receiver];
+  c.arrived[static_cast<std::size_t>(receiver) * c.steps + step] = 1;
+  advance_member(collective, sender);
+  advance_member(collective, receiver);
 }
 
 void Run::end_task(TaskId id) {
@@ -910,6 +928,19 @@ void Run::rerate(int rank) {
       queue_.push(completion, kComputeEnd, slot, ++run.version);
     }
   }
+}
+
+std::uint64_t Run::state_bytes() const {
+  const auto& order = analysis_.order;
+  std::uint64_t bytes = info_.size() * sizeof(TaskInfo) + pending_.size() * sizeof(std::uint32_t) +
+                        order.offsets.size() * sizeof(std::uint32_t) + order.targets.size() * sizeof(TaskId) +
+                        kernel_cost_.size() * (sizeof(model::KernelCost) + 32) + send_spec_.size() * sizeof(SendSpec) +
+                        result_.tasks.size() * sizeof(TaskTiming) +
+                        result_.transfers.capacity() * sizeof(TransferRecord);
+  for (const CollectiveRun& c : collectives_)
+    bytes += sizeof(CollectiveRun) + c.members.size() * (sizeof(TaskId) + 5 * sizeof(int) + sizeof(RouteId)) +
+             c.arrived.size();
+  return bytes;
 }
 
 [[noreturn]] void Run::deadlock() const {

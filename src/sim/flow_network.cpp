@@ -149,6 +149,23 @@ const std::vector<FlowId>& FlowNetwork::settle(TimePs now) {
   return changed_;
 }
 
+namespace {
+// Components hold a handful of flows and links: insertion sort, without std::sort's set-up.
+template <class T>
+void sort_small(std::vector<T>& v) {
+  if (v.size() > 16) {
+    std::sort(v.begin(), v.end());
+    return;
+  }
+  for (std::size_t i = 1; i < v.size(); ++i) {
+    const T x = v[i];
+    std::size_t j = i;
+    for (; j > 0 && x < v[j - 1]; --j) v[j] = v[j - 1];
+    v[j] = x;
+  }
+}
+}  // namespace
+
 // Progressive filling on the component in comp_flows_/comp_links_. Each round finds the link whose
 // remaining capacity divided among its unfrozen flows is smallest (ties: lowest link id), gives that
 // share to its unfrozen flows and freezes them, taking the share off every link they cross. A flow
@@ -163,8 +180,24 @@ void FlowNetwork::solve(TimePs now) {
     apply(fid, now);
     return;
   }
-  std::sort(comp_links_.begin(), comp_links_.end());
-  std::sort(comp_flows_.begin(), comp_flows_.end());
+  sort_small(comp_flows_);
+  // k flows on one and the same route (a P2P hop and a collective step between the same two ranks):
+  // the first round of the filling below freezes them all at the smallest capacity / k of the route,
+  // and rounding is monotone, so that share is min(capacity) / k. Same value, no sort of the links.
+  const RouteId route = flows_[comp_flows_.front()].route;
+  bool one_route = true;
+  for (FlowId fid : comp_flows_) one_route &= flows_[fid].route == route;
+  if (one_route) {
+    double min_capacity = std::numeric_limits<double>::infinity();
+    for (topo::LinkId l : comp_links_) min_capacity = std::min(min_capacity, capacity_[l]);
+    const double share = min_capacity / static_cast<double>(comp_flows_.size());
+    for (FlowId fid : comp_flows_) {
+      new_rate_[fid] = share;
+      apply(fid, now);
+    }
+    return;
+  }
+  sort_small(comp_links_);
   for (topo::LinkId l : comp_links_) {
     cap_left_[l] = capacity_[l];
     unfrozen_[l] = static_cast<std::uint32_t>(link_flows_[l].size());

@@ -56,10 +56,16 @@ struct SimResult {
 // Wall-clock seconds spent in the phases of the last run(), for benchmarks. Kept out of SimResult,
 // which must be identical between runs of the same graph.
 struct RunProfile {
-  double validate_s = 0.0;  // sched::analyze: the checks of validate(), plus the execution order
-  double prepare_s = 0.0;   // per-task state, routes
+  // sched::analyze: the checks of validate(), the execution order, and the per-task gathering the
+  // engine does during that pass (kernel costs, send sizes; see sched::TaskVisitor)
+  double validate_s = 0.0;
+  double prepare_s = 0.0;   // the rest of the set-up: per-task state, routes
   double events_s = 0.0;    // the event loop
   std::uint64_t events_scheduled = 0;  // pushes into the queue, including events later found stale
+  // Bytes of per-task and per-edge state the engine holds during the loop (task info, pending
+  // counts, successor lists, kernel-cost and send tables) plus the SimResult it fills; the graph
+  // itself not included. Sizes, not capacities: reserved but untouched memory costs no pages.
+  std::uint64_t state_bytes = 0;
 };
 
 class Simulator {

@@ -1,5 +1,6 @@
 #pragma once
-// The simulator's event queue: a binary min-heap of small plain events keyed (time, sequence number).
+// The simulator's event queue: a min-priority queue of small plain events keyed (time, sequence
+// number): a 4-ary heap, plus FIFO "lanes" for events scheduled in time order.
 //
 // Why this shape:
 // - Events are 24-byte PODs (no std::function, no heap allocation per event): the engine is meant to
@@ -7,6 +8,8 @@
 //   cost an allocation and an indirect call each.
 // - The sequence number is assigned at scheduling time, so events at equal times run in the order
 //   they were scheduled (FIFO). Together with deterministic handlers this makes a run reproducible.
+//   Keys are unique, so any exact priority queue pops the same sequence: the heap's arity and the
+//   lanes are matters of speed only.
 // - Time never goes back: scheduling before the time of the last popped event is a logic error.
 // - There is no erase. A handler that wants to cancel or move an event bumps a version counter of
 //   its own (per task, per flow) and schedules a new one; the stale event still pops later and is
@@ -14,8 +17,11 @@
 //   heap would need a position index kept up to date on every move. An event that finds, when it
 //   comes up, that its target now ends later is turned into that later event in place
 //   (reschedule_top(): one sift instead of a pop and a push).
-// - Any exact priority queue on the unique (time, sequence) keys pops the same sequence; the heap's
-//   shape (4-ary) is a matter of speed only.
+// - 4-ary: half the depth of a binary heap, and the four children are compared in two independent
+//   pairs, so a pop waits on about half as many dependent loads and compares. (A structure of
+//   arrays, times apart from the rest, measured about 7% slower in the engine than this array of
+//   24-byte events.)
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -26,11 +32,12 @@
 namespace fusesim::sim {
 
 struct Event {
-  TimePs time = 0;
   // Scheduling order in the high 56 bits, the handler's kind in the low 8 bits. Packing them keeps
   // the event at 24 bytes, and since sequence numbers are unique the packed word orders exactly as
-  // the sequence number does: the kind never influences ordering.
+  // the sequence number does: the kind never influences ordering. It comes before `time` so that
+  // the two words, read as one little-endian 128-bit integer, are the key (time, sequence).
   std::uint64_t seq_kind = 0;
+  TimePs time = 0;
   std::uint32_t target = 0;   // task, flow or collective the event is about (the engine's choice)
   std::uint32_t version = 0;  // compared against the target's current version (lazy cancellation)
 
@@ -52,15 +59,30 @@ class EventQueue {
   TimePs now() const { return now_; }
   // The earliest event (the earliest scheduled among equal times). The queue must not be empty.
   const Event& top() const { return top_is_lane() ? lanes_[best_lane_].head() : heap_.front(); }
+  TimePs top_time() const { return top().time; }
   // Events scheduled so far, stale ones included.
   std::uint64_t scheduled() const { return next_seq_; }
   void reserve(std::size_t n) { heap_.reserve(n); }
 
+  // The new event is kept in registers and written once, field by field, into its final slot: an
+  // Event built in memory and then copied would be stored as two words and reloaded as one 16-byte
+  // word, a store-forwarding stall on every push. (Likewise in sift_down() and the lanes.)
   void push(TimePs time, std::uint8_t kind, std::uint32_t target, std::uint32_t version = 0) {
-    const Event e = make(time, kind, target, version);
+    const std::uint64_t seq_kind = next_seq_kind(time, kind);
+    const Key k = key(time, seq_kind);
     std::size_t hole = heap_.size();
-    heap_.push_back(e);
-    sift_up(hole, e);
+    heap_.emplace_back();
+    Event* h = heap_.data();
+    while (hole > 0) {
+      const std::size_t parent = (hole - 1) / kArity;
+      if (!(k < key(h[parent]))) break;
+      h[hole] = h[parent];
+      hole = parent;
+    }
+    h[hole].seq_kind = seq_kind;
+    h[hole].time = time;
+    h[hole].target = target;
+    h[hole].version = version;
   }
 
   // Lanes: FIFO side queues for events that are scheduled in time order, such as those a fixed
@@ -77,16 +99,17 @@ class EventQueue {
   void push_lane(std::uint32_t lane, TimePs time, std::uint8_t kind, std::uint32_t target, std::uint32_t version = 0) {
     Lane& l = lanes_.at(lane);
     if (l.count > 0 && time < l.last_time) throw std::logic_error("lane events must be scheduled in time order");
-    const Event e = make(time, kind, target, version);
-    l.push(e);
-    if (l.count == 1 && (best_lane_ < 0 || before(e, lanes_[best_lane_].head()))) best_lane_ = static_cast<int>(lane);
+    const std::uint64_t seq_kind = next_seq_kind(time, kind);
+    l.push(seq_kind, time, target, version);
+    if (l.count == 1 && (best_lane_ < 0 || key(time, seq_kind) < key(lanes_[best_lane_].head())))
+      best_lane_ = static_cast<int>(lane);
   }
 
   // Removes and returns the earliest event (the earliest scheduled among equal times).
   Event pop() {
-    const Event top = take_top();
+    const Event e = take_top();
     drop_top();
-    return top;
+    return e;
   }
 
   // The engine's way to look at the earliest event before deciding what to do with it: take_top()
@@ -95,30 +118,34 @@ class EventQueue {
   // for a heap event in one sift instead of a pop and a push.
   const Event& take_top() {
     if (empty()) throw std::logic_error("pop from an empty event queue");
-    const Event& e = top();
+    top_lane_ = top_is_lane();
+    const Event& e = top_lane_ ? lanes_[best_lane_].head() : heap_.front();
     now_ = e.time;
     return e;
   }
   void drop_top() {
-    if (top_is_lane()) {
+    if (top_lane_) {
       lanes_[best_lane_].pop();
       pick_best_lane();
     } else {
-      remove_top();
+      const Event& last = heap_.back();
+      const std::uint64_t seq_kind = last.seq_kind;
+      const TimePs time = last.time;
+      const std::uint32_t target = last.target, version = last.version;
+      heap_.pop_back();
+      if (!heap_.empty()) sift_down(0, seq_kind, time, target, version);
     }
   }
   void reschedule_top(TimePs time, std::uint8_t kind, std::uint32_t target, std::uint32_t version = 0) {
-    if (top_is_lane()) {
+    if (top_lane_) {
       drop_top();
       push(time, kind, target, version);
     } else {
-      sift_down(0, make(time, kind, target, version));
+      sift_down(0, next_seq_kind(time, kind), time, target, version);
     }
   }
 
  private:
-  // 4-ary: half the depth of a binary heap, and the four children of a node are compared in two
-  // independent pairs, so a pop waits on about half as many dependent loads and compares.
   static constexpr std::size_t kArity = 4;
 
   // A ring buffer (power-of-two capacity).
@@ -128,11 +155,15 @@ class EventQueue {
     std::size_t count = 0;
     TimePs last_time = 0;
     const Event& head() const { return buf[first]; }
-    void push(const Event& e) {
+    void push(std::uint64_t seq_kind, TimePs time, std::uint32_t target, std::uint32_t version) {
       if (count == buf.size()) grow();
-      buf[(first + count) & (buf.size() - 1)] = e;
+      Event& e = buf[(first + count) & (buf.size() - 1)];
+      e.seq_kind = seq_kind;
+      e.time = time;
+      e.target = target;
+      e.version = version;
       ++count;
-      last_time = e.time;
+      last_time = time;
     }
     void pop() {
       first = (first + 1) & (buf.size() - 1);
@@ -146,11 +177,14 @@ class EventQueue {
     }
   };
 
-  // Bitwise, not short-circuit, so that the compiler can make the comparison branch-free: which
-  // child is smaller is a coin flip the branch predictor cannot learn.
-  static bool before(const Event& a, const Event& b) {
-    return (a.time < b.time) | ((a.time == b.time) & (a.seq_kind < b.seq_kind));
+  // One 128-bit comparison of (time, sequence) (times are never negative): branch-free, since which
+  // child is smaller is a coin flip the branch predictor cannot learn, and a few instructions.
+  __extension__ using Key = unsigned __int128;
+  static Key key(TimePs time, std::uint64_t seq_kind) {
+    return (static_cast<Key>(static_cast<std::uint64_t>(time)) << 64) | seq_kind;
   }
+  static Key key(const Event& e) { return key(e.time, e.seq_kind); }
+  static bool before(const Event& a, const Event& b) { return key(a) < key(b); }
 
   bool top_is_lane() const {
     return best_lane_ >= 0 && (heap_.empty() || before(lanes_[best_lane_].head(), heap_.front()));
@@ -163,38 +197,22 @@ class EventQueue {
         best_lane_ = static_cast<int>(i);
   }
 
-  Event make(TimePs time, std::uint8_t kind, std::uint32_t target, std::uint32_t version) {
+  // The sequence word of a new event; the throws live apart, out of the inlined path.
+  std::uint64_t next_seq_kind(TimePs time, std::uint8_t kind) {
+    if (time < now_ || next_seq_ > Event::kMaxSeq) refuse(time);
+    return (next_seq_++ << 8) | kind;
+  }
+  [[gnu::cold, gnu::noinline, noreturn]] void refuse(TimePs time) const {
     if (time < now_)
       throw std::logic_error("event scheduled at " + std::to_string(time) + " ps, before the current time " +
                              std::to_string(now_) + " ps");
-    if (next_seq_ > Event::kMaxSeq) throw std::logic_error("event sequence numbers exhausted");
-    Event e;
-    e.time = time;
-    e.seq_kind = (next_seq_++ << 8) | kind;
-    e.target = target;
-    e.version = version;
-    return e;
+    throw std::logic_error("event sequence numbers exhausted");
   }
 
-  void remove_top() {
-    const Event last = heap_.back();
-    heap_.pop_back();
-    if (!heap_.empty()) sift_down(0, last);
-  }
-
-  // "Hole" insertion: parents move down into the hole instead of being swapped, halving the writes.
-  void sift_up(std::size_t hole, const Event& e) {
-    while (hole > 0) {
-      const std::size_t parent = (hole - 1) / kArity;
-      if (!before(e, heap_[parent])) break;
-      heap_[hole] = heap_[parent];
-      hole = parent;
-    }
-    heap_[hole] = e;
-  }
-
-  // Places `e` at `hole` or below: the smallest child moves up while it is earlier than `e`.
-  void sift_down(std::size_t hole, const Event& e) {
+  // Places the event at `hole` or below: the smallest child moves up while it is earlier. The event
+  // comes in registers and is written once (see push()).
+  void sift_down(std::size_t hole, std::uint64_t seq_kind, TimePs time, std::uint32_t target, std::uint32_t version) {
+    const Key k = key(time, seq_kind);
     const std::size_t n = heap_.size();
     Event* h = heap_.data();
     for (;;) {
@@ -211,16 +229,20 @@ class EventQueue {
       } else {
         break;
       }
-      if (!before(h[best], e)) break;
+      if (!(key(h[best]) < k)) break;
       h[hole] = h[best];
       hole = best;
     }
-    h[hole] = e;
+    h[hole].seq_kind = seq_kind;
+    h[hole].time = time;
+    h[hole].target = target;
+    h[hole].version = version;
   }
 
   std::vector<Event> heap_;
   std::vector<Lane> lanes_;
-  int best_lane_ = -1;  // the lane with the earliest head; -1 when every lane is empty
+  int best_lane_ = -1;     // the lane with the earliest head; -1 when every lane is empty
+  bool top_lane_ = false;  // whether the event take_top() returned came from a lane
   std::uint64_t next_seq_ = 0;
   TimePs now_ = 0;
 };
