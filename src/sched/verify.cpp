@@ -99,6 +99,24 @@ Matrix activation(const std::string& kind, const Matrix& in, std::int64_t out_co
   return y;
 }
 
+// The unnormalized softmax weights of query row i, head j over the first `visible` key positions
+// (written to w[0 .. visible)), and their sum: shared by attention() and attention_bwd().
+double softmax_weights(const Matrix& q, const Matrix& k, std::int64_t i, std::int64_t j, std::int64_t kvh,
+                       std::int64_t sample, std::int64_t batch, std::int64_t visible, std::int64_t hd, double scale,
+                       std::vector<double>& w) {
+  double max_score = -1e300;
+  for (std::int64_t p = 0; p < visible; ++p) {
+    double s = 0.0;
+    for (std::int64_t d = 0; d < hd; ++d) s += q.at(i, j * hd + d) * k.at(p * batch + sample, kvh * hd + d);
+    w[static_cast<std::size_t>(p)] = s * scale;
+    max_score = std::max(max_score, s * scale);
+  }
+  double total = 0.0;
+  for (std::int64_t p = 0; p < visible; ++p)
+    total += (w[static_cast<std::size_t>(p)] = std::exp(w[static_cast<std::size_t>(p)] - max_score));
+  return total;
+}
+
 // q: the query rows (position q_pos0 onwards, `batch` rows per position); k, v: rows [0,
 // kv_positions x batch), kv heads side by side from column 0.
 Matrix attention(const Matrix& q, const Matrix& k, const Matrix& v, std::int64_t kv_positions, std::int64_t batch,
@@ -112,15 +130,7 @@ Matrix attention(const Matrix& q, const Matrix& k, const Matrix& v, std::int64_t
     const std::int64_t visible = causal ? std::min(pos + 1, kv_positions) : kv_positions;
     for (std::int64_t j = 0; j < heads; ++j) {
       const std::int64_t kvh = j / group;
-      double max_score = -1e300;
-      for (std::int64_t p = 0; p < visible; ++p) {
-        double s = 0.0;
-        for (std::int64_t d = 0; d < hd; ++d) s += q.at(i, j * hd + d) * k.at(p * batch + sample, kvh * hd + d);
-        w[static_cast<std::size_t>(p)] = s * scale;
-        max_score = std::max(max_score, s * scale);
-      }
-      double total = 0.0;
-      for (std::int64_t p = 0; p < visible; ++p) total += (w[static_cast<std::size_t>(p)] = std::exp(w[static_cast<std::size_t>(p)] - max_score));
+      const double total = softmax_weights(q, k, i, j, kvh, sample, batch, visible, hd, scale, w);
       for (std::int64_t d = 0; d < hd; ++d) {
         double acc = 0.0;
         for (std::int64_t p = 0; p < visible; ++p) acc += w[static_cast<std::size_t>(p)] * v.at(p * batch + sample, kvh * hd + d);
@@ -215,16 +225,7 @@ AttentionGrads attention_bwd(const Matrix& q, const Matrix& k, const Matrix& v, 
     const std::int64_t visible = causal ? std::min(pos + 1, kv_positions) : kv_positions;
     for (std::int64_t j = 0; j < heads; ++j) {
       const std::int64_t kvh = j / group;
-      double max_score = -1e300;
-      for (std::int64_t p = 0; p < visible; ++p) {
-        double s = 0.0;
-        for (std::int64_t d = 0; d < hd; ++d) s += q.at(i, j * hd + d) * k.at(p * batch + sample, kvh * hd + d);
-        p_row[static_cast<std::size_t>(p)] = s * scale;
-        max_score = std::max(max_score, s * scale);
-      }
-      double total = 0.0;
-      for (std::int64_t p = 0; p < visible; ++p)
-        total += (p_row[static_cast<std::size_t>(p)] = std::exp(p_row[static_cast<std::size_t>(p)] - max_score));
+      const double total = softmax_weights(q, k, i, j, kvh, sample, batch, visible, hd, scale, p_row);
       double D = 0.0;
       for (std::int64_t d = 0; d < hd; ++d) D += dout.at(i, j * hd + d) * o.at(i, j * hd + d);
       for (std::int64_t p = 0; p < visible; ++p) {
