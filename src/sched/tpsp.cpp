@@ -655,6 +655,27 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     return c;
   };
   const bool serial = req_.kind == ScheduleKind::baseline;
+  // The backward of a column-parallel GEMM (QKV, FC1): the dgrad's partial sum reduce-scattered
+  // into the input gradient, then the weight gradient over the re-gathered saved input shard
+  // (Megatron saves the shard, not the gathered input).
+  struct ColumnGrad {
+    Deps dgrad_done;
+    PerRank d_in;
+    PerRank dw;
+  };
+  auto column_parallel_backward = [&](const std::string& name, const std::string& dw_name, const PerRank& d_out,
+                                      const PerRank& weight, const PerRank& saved_shard, std::int64_t n_out,
+                                      const Deps& after) {
+    ColumnGrad g;
+    PerRank partial = alloc(ctx, name + "_dgrad_partial", S_, h);
+    g.dgrad_done = rs_region(with(name + "_dgrad+rs"), partial, g.d_in, h, after,
+                             gemm_work(ctx, name + "_dgrad", Rows{d_out, {}}, weight, partial, n_out, h, true));
+    g.dw = alloc(ctx, dw_name, h, n_out);
+    const Rows gathered{alloc(ctx, "ag+" + name + "_wgrad/gather", S_, h), saved_shard};
+    ag_region(with("ag+" + name + "_wgrad"), gathered, h, serial ? g.dgrad_done : after,
+              wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out));
+    return g;
+  };
   auto each = [&](auto fn) {
     Deps d(static_cast<std::size_t>(t_));
     for (int ti = 0; ti < t_; ++ti) d[ti] = fn(ti);
@@ -686,14 +707,10 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
         d_fc2[ti])};
   });
   // FC1 (column-parallel): dgrad ends in an RS; wgrad needs the re-gathered LayerNorm output.
-  PerRank p1 = alloc(ctx, "fc1_dgrad_partial", S_, h);
-  PerRank d_ln2_out;
-  Deps d_fc1 = rs_region(with("fc1_dgrad+rs"), p1, d_ln2_out, h, d_act,
-                         gemm_work(ctx, "fc1_dgrad", Rows{d_fc1_out, {}}, fw.w1, p1, f1, h, true));
-  PerRank dw1 = alloc(ctx, "dw1", h, f1);
-  const Rows a2{alloc(ctx, "ag+fc1_wgrad/gather", S_, h), fw.ln2};
-  ag_region(with("ag+fc1_wgrad"), a2, h, serial ? d_fc1 : d_act,
-            wgrad_work(ctx, "fc1_wgrad", a2, Rows{d_fc1_out, {}}, dw1, h, f1));
+  const ColumnGrad fc1_grad = column_parallel_backward("fc1", "dw1", d_fc1_out, fw.w1, fw.ln2, f1, d_act);
+  const PerRank& d_ln2_out = fc1_grad.d_in;
+  const Deps& d_fc1 = fc1_grad.dgrad_done;
+  const PerRank& dw1 = fc1_grad.dw;
   PerRank d_ln2_in = alloc(ctx, "ln2_grad", n_, h);
   PerRank dh1 = alloc(ctx, "h1_grad", n_, h);
   Deps d_h1 = each([&](int ti) {
@@ -744,14 +761,10 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
                                        op(ctx, std::move(ab)), d_o[ti])};
   });
   // QKV (column-parallel).
-  PerRank p0 = alloc(ctx, "qkv_dgrad_partial", S_, h);
-  PerRank d_ln1_out;
-  Deps d_qkv = rs_region(with("qkv_dgrad+rs"), p0, d_ln1_out, h, d_att,
-                         gemm_work(ctx, "qkv_dgrad", Rows{d_qkv_out, {}}, fw.w_qkv, p0, qkvn, h, true));
-  PerRank dw_qkv = alloc(ctx, "dw_qkv", h, qkvn);
-  const Rows a1{alloc(ctx, "ag+qkv_wgrad/gather", S_, h), fw.ln1};
-  ag_region(with("ag+qkv_wgrad"), a1, h, serial ? d_qkv : d_att,
-            wgrad_work(ctx, "qkv_wgrad", a1, Rows{d_qkv_out, {}}, dw_qkv, h, qkvn));
+  const ColumnGrad qkv_grad = column_parallel_backward("qkv", "dw_qkv", d_qkv_out, fw.w_qkv, fw.ln1, qkvn, d_att);
+  const PerRank& d_ln1_out = qkv_grad.d_in;
+  const Deps& d_qkv = qkv_grad.dgrad_done;
+  const PerRank& dw_qkv = qkv_grad.dw;
   PerRank d_ln1_in = alloc(ctx, "ln1_grad", n_, h);
   LayerGrad out;
   out.dx = alloc(ctx, "x_grad", n_, h);
