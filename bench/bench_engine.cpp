@@ -9,9 +9,11 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 #include <fmt/format.h>
 
 #include "fusesim/model/kernel.hpp"
@@ -40,7 +42,7 @@ void BM_EventQueueHold(benchmark::State& state) {
   std::size_t i = 0;
   for (auto _ : state) {
     const sim::Event e = q.pop();
-    q.push(e.time + deltas[i++ & 0xffff], 0, e.target, e.version);
+    q.push(e.time + deltas[i++ & 0xffff], 0, e.target);
     benchmark::DoNotOptimize(e);
   }
   state.SetItemsProcessed(state.iterations());
@@ -203,13 +205,15 @@ sched::TaskGraph compute_graph(int ranks, int tasks_per_rank) {
 }
 
 // items_per_second: events per second of the whole run() (validation and set-up included), per CPU
-// second; loop_events_per_s: events per second of the event loop alone (Simulator::last_profile()).
+// second; loop_events_per_s: events per wall-clock second of the event loop alone
+// (Simulator::last_profile()); loop_events_per_cpu_s: the same per CPU second of the thread, the
+// figure that holds on a machine shared with other work.
 void run_engine(benchmark::State& state, const topo::Cluster& cluster, const sched::TaskGraph& graph) {
   FlopCostModel costs;
   sim::Simulator sim(cluster, costs);
   std::uint64_t events = 0;
   TimePs makespan = 0;
-  double validate_s = 0.0, prepare_s = 0.0, loop_s = 0.0, scheduled = 0.0, state_bytes = 0.0;
+  double validate_s = 0.0, prepare_s = 0.0, loop_s = 0.0, loop_cpu_s = 0.0, scheduled = 0.0, state_bytes = 0.0;
   for (auto _ : state) {
     const auto res = sim.run(graph);
     events += res.events_processed;
@@ -217,6 +221,7 @@ void run_engine(benchmark::State& state, const topo::Cluster& cluster, const sch
     validate_s += sim.last_profile().validate_s;
     prepare_s += sim.last_profile().prepare_s;
     loop_s += sim.last_profile().events_s;
+    loop_cpu_s += sim.last_profile().events_cpu_s;
     scheduled += static_cast<double>(sim.last_profile().events_scheduled);
     state_bytes = static_cast<double>(sim.last_profile().state_bytes);
     benchmark::DoNotOptimize(res);
@@ -230,10 +235,86 @@ void run_engine(benchmark::State& state, const topo::Cluster& cluster, const sch
   state.counters["prepare_ms"] = 1e3 * prepare_s / runs;
   state.counters["loop_ms"] = 1e3 * loop_s / runs;
   state.counters["loop_events_per_s"] = static_cast<double>(events) / loop_s;
+  state.counters["loop_events_per_cpu_s"] = static_cast<double>(events) / loop_cpu_s;
   state.counters["makespan_ms"] = static_cast<double>(makespan) / 1e9;
   // Engine state during the loop, SimResult included, per task (RunProfile::state_bytes).
   state.counters["bytes_per_task"] = state_bytes / static_cast<double>(graph.size());
 }
+
+// ---------------------------------------------------------------------------------------------
+// Building the graph (issue 4: millions of tasks). Bytes are the growth of the heap's in-use bytes
+// (glibc mallinfo2) while the graph is built, so everything the graph owns counts: the Boost
+// vertex and edge storage, the Task objects, their names and other strings, collective groups.
+
+std::size_t heap_in_use_bytes() {
+  const auto m = mallinfo2();
+  return m.uordblks + m.hblkhd;  // small chunks in use + large (mmapped) blocks
+}
+
+// Every task and edge of a graph, to be added again: what a generator hands to TaskGraph.
+struct GraphRecipe {
+  int ranks = 0;
+  std::vector<sched::Task> tasks;
+  std::vector<std::pair<sched::TaskId, sched::TaskId>> edges;
+};
+GraphRecipe recipe_of(const sched::TaskGraph& g) {
+  GraphRecipe r;
+  r.ranks = g.num_ranks();
+  for (sched::TaskId id = 0; id < g.size(); ++id) {
+    r.tasks.push_back(g.task(id));
+    for (sched::TaskId next : g.successors(id)) r.edges.emplace_back(id, next);
+  }
+  return r;
+}
+
+// TaskGraph::add and depend alone: the tasks are ready-made (copied outside the timing) and moved in.
+// Arg 2: 1 = reserve() first.
+void BM_GraphAdd(benchmark::State& state) {
+  const int ranks = static_cast<int>(state.range(0));
+  const GraphRecipe recipe = recipe_of(pipeline_graph(ranks, static_cast<int>(state.range(1)), 4, 8));
+  const bool reserve = state.range(2) != 0;
+  double bytes = 0.0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::vector<sched::Task> tasks = recipe.tasks;
+    const std::size_t before = heap_in_use_bytes();
+    state.ResumeTiming();
+    sched::TaskGraph g(recipe.ranks);
+    if (reserve) g.reserve(tasks.size());
+    for (sched::Task& t : tasks) g.add(std::move(t));
+    for (auto [from, to] : recipe.edges) g.depend(from, to);
+    state.PauseTiming();
+    // The moved-from tasks still hold their (emptied) storage; count only what the graph added.
+    bytes = static_cast<double>(heap_in_use_bytes() - before);
+    benchmark::DoNotOptimize(g);
+    { sched::TaskGraph done = std::move(g); }
+    tasks.clear();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(recipe.tasks.size()));
+  state.counters["tasks"] = static_cast<double>(recipe.tasks.size());
+  state.counters["edges_per_task"] = static_cast<double>(recipe.edges.size()) / static_cast<double>(recipe.tasks.size());
+  state.counters["graph_bytes_per_task"] = bytes / static_cast<double>(recipe.tasks.size());
+}
+BENCHMARK(BM_GraphAdd)->Args({64, 256, 0})->Args({64, 256, 1})->Args({1024, 32, 1})->Unit(benchmark::kMillisecond);
+
+// A generator's whole job: names formatted, tasks built and added (pipeline_graph as it stands).
+void BM_GraphBuild(benchmark::State& state) {
+  const int ranks = static_cast<int>(state.range(0));
+  const int layers = static_cast<int>(state.range(1));
+  double bytes = 0.0, tasks = 0.0;
+  for (auto _ : state) {
+    const std::size_t before = heap_in_use_bytes();
+    const auto g = pipeline_graph(ranks, layers, 4, 8);
+    bytes = static_cast<double>(heap_in_use_bytes() - before);
+    tasks = static_cast<double>(g.size());
+    benchmark::DoNotOptimize(g);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(tasks));
+  state.counters["tasks"] = tasks;
+  state.counters["graph_bytes_per_task"] = bytes / tasks;
+}
+BENCHMARK(BM_GraphBuild)->Args({64, 256})->Args({1024, 32})->Unit(benchmark::kMillisecond);
 
 void BM_ValidatePipeline(benchmark::State& state) {
   const int ranks = static_cast<int>(state.range(0));

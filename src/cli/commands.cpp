@@ -14,7 +14,19 @@ std::vector<CommandSpec> registered_commands() {
       {"verify", "run every schedule's data movement and arithmetic on small matrices and compare with the "
                  "unpartitioned computation",
        make_verify_command},
+      {"validate", "compare predictions with published (or your own) measurements: error per case and MAPE, "
+                   "roofline and calibration profile",
+       make_validate_command},
+      {"sweep", "simulate a grid of configurations (sequence, TP, UP, DP, micro-batch, slices, clusters, "
+                "workloads) and write one row per run as CSV or JSON",
+       make_sweep_command},
+      {"merge", "join the parts of a sharded sweep (sweep --shard i/n) into one result file", make_merge_command},
+      {"plot", "draw the figures of a sweep result with gnuplot (SVG and PNG, with data and scripts)",
+       make_plot_command},
+      {"check", "re-run the configurations of a baseline file and fail when a metric regressed", make_check_command},
       {"list", "list the shipped topologies and workloads", make_list_command},
+      {"calibrate", "fit a calibration profile from microbenchmark samples or nccl-tests logs, or plan the shapes to measure",
+       make_calibrate_command},
   };
 }
 

@@ -40,6 +40,9 @@ class GenerateCommand final : public Command {
     if (request.scopes.size() != 1) throw InputError(kCommandLine, "--scope", "name one scope: layer or stack");
     if (!slices_.empty()) request.slices = parse_positive_int("--slices", slices_, 1024);
     request.forward_only = forward_only_;
+    // A task graph is a timing study, not a claim that the run fits: generate writes it whatever the
+    // memory per rank, and says so on stderr when it would not fit (simulate refuses it).
+    request.force_memory = true;
 
     const PreparedJob job = prepare_job(request);
     sched::GenerateOptions options;
@@ -51,12 +54,13 @@ class GenerateCommand final : public Command {
                         model::to_string(schedule.kind), schedule.parallelism};
     write_file_atomically(output_, sched::dag_to_json(file).dump(1) + "\n");
     io.err << fmt::format("wrote {} tasks on {} ranks to {}\n", file.graph.size(), file.graph.num_ranks(), output_);
+    if (!job.memory.fits()) io.err << "warning: " << model::format_memory_line(job.memory);
     return 0;
   }
 
  private:
-  std::string topology_ = "dgx-h100";
-  std::string workload_ = "llama-3-70b";
+  std::string topology_ = "dgx-h100-4node";
+  std::string workload_ = "llama-3-70b-4node";
   std::string schedule_ = "commfuse";
   std::string scope_ = "layer";
   std::string slices_;

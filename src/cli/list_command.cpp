@@ -6,6 +6,7 @@
 
 #include "fusesim/analysis/table.hpp"
 #include "fusesim/cli/commands.hpp"
+#include "fusesim/model/profile.hpp"
 #include "fusesim/model/workload.hpp"
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/embedded.hpp"
@@ -49,9 +50,21 @@ class ListCommand final : public Command {
                          topo::to_string(w.dtype),
                          fmt::format("{} x {} x {}", w.parallel.tp, w.parallel.up, w.parallel.dp)});
     }
+    analysis::Table profiles({{"profile", analysis::Align::left},
+                              {"device", analysis::Align::left},
+                              {"kind", analysis::Align::left},
+                              {"samples", analysis::Align::right}});
+    for (const std::string& f : embedded_files("profiles")) {
+      const model::Profile p = model::load_profile(stem_of(f));
+      const std::size_t n = p.gemm.size() + p.attention.size() + p.contention.size() + p.collectives.size();
+      profiles.add_row({stem_of(f), p.device_name + " (" + p.device_model + ")",
+                        p.kind + (p.estimate ? ", estimate" : ""), fmt::format("{}", n)});
+    }
     io.out << "Shipped topologies (--topology NAME, or a path to a file of the same schema):\n"
            << topologies.render() << "\nShipped workloads (--workload NAME, or a path):\n"
-           << workloads.render() << std::flush;
+           << workloads.render()
+           << "\nShipped calibration profiles (simulate/validate --profile NAME, or a path; docs/calibration.md):\n"
+           << profiles.render() << std::flush;
     return 0;
   }
 };

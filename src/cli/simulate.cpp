@@ -9,6 +9,7 @@
 #include "fusesim/analysis/chrome_trace.hpp"
 #include "fusesim/cli/app.hpp"
 #include "fusesim/model/kernel.hpp"
+#include "fusesim/model/profile.hpp"
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/embedded.hpp"
@@ -27,6 +28,40 @@ std::vector<std::string> split_commas(const std::string& value) {
     pos = comma + 1;
   }
   return out;
+}
+
+// An override (SimulateRequest::sequence_length, micro_batch, tp, up, dp) that makes the workload
+// invalid is the command line's fault, not the file's: the error names the option. Errors at keys no
+// override touched are the file's and pass unchanged.
+[[noreturn]] void rethrow_for_overrides(const InputError& e, const SimulateRequest& r, const std::string& wl) {
+  const std::string& path = e.json_path();
+  std::string option;
+  if (path == "$.training.sequence_length" && r.sequence_length) option = "--seq";
+  else if (path == "$.training.micro_batch" && r.micro_batch) option = "--micro-batch";
+  else if (path == "$.parallel.tp" && r.tp) option = "--tp";
+  else if (path == "$.parallel.up" && r.up) option = "--up";
+  else if (path == "$.parallel.dp" && r.dp) option = "--dp";
+  else if (path.rfind("$.parallel", 0) == 0 && (r.tp || r.up || r.dp)) option = r.tp ? "--tp" : r.up ? "--up" : "--dp";
+  else if (path == "$.schedule.slices" && r.sequence_length) option = "--seq";
+  if (option.empty()) throw e;
+  throw InputError(kCommandLine, option, fmt::format("{} (workload {})", e.message(), wl));
+}
+
+void apply_overrides(const SimulateRequest& r, model::Workload& w, const std::string& wl) {
+  auto positive = [](const char* option, std::int64_t v) {
+    if (v < 1) throw InputError(kCommandLine, option, fmt::format("value {} must be at least 1", v));
+  };
+  if (r.sequence_length) positive("--seq", *r.sequence_length), w.sequence_length = *r.sequence_length;
+  if (r.micro_batch) positive("--micro-batch", *r.micro_batch), w.micro_batch = *r.micro_batch;
+  if (r.tp) positive("--tp", *r.tp), w.parallel.tp = *r.tp;
+  if (r.up) positive("--up", *r.up), w.parallel.up = *r.up;
+  if (r.dp) positive("--dp", *r.dp), w.parallel.dp = *r.dp;
+  if (!(r.sequence_length || r.micro_batch || r.tp || r.up || r.dp)) return;
+  try {
+    model::validate_workload(w, wl);
+  } catch (const InputError& e) {
+    rethrow_for_overrides(e, r, wl);
+  }
 }
 
 }  // namespace
@@ -56,7 +91,33 @@ std::vector<sched::Scope> parse_scopes(const std::string& value) {
   if (value == "layer") return {sched::Scope::layer};
   if (value == "stack") return {sched::Scope::stack};
   if (value == "both") return {sched::Scope::layer, sched::Scope::stack};
-  throw InputError(kCommandLine, "--scope", fmt::format("'{}' is not one of layer, stack, both", value));
+  if (value == "step") return {sched::Scope::step};
+  throw InputError(kCommandLine, "--scope", fmt::format("'{}' is not one of layer, stack, both, step", value));
+}
+
+std::vector<std::string> parse_parallelisms(const std::string& value) {
+  const std::vector<std::string> known{"tpsp", "up", "dp"};
+  if (value == "all") return known;
+  std::vector<std::string> out;
+  for (const std::string& name : split_commas(value)) {
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      throw InputError(kCommandLine, "--parallelism",
+                       fmt::format("'{}' is not one of tpsp, up, dp, all (or a comma list)", name));
+    if (std::find(out.begin(), out.end(), name) != out.end())
+      throw InputError(kCommandLine, "--parallelism", fmt::format("'{}' is given twice", name));
+    out.push_back(name);
+  }
+  return out;
+}
+
+std::vector<std::string> parallelisms_for(const SimulateRequest& request, const model::Workload& w) {
+  if (!request.parallelisms.empty()) return request.parallelisms;
+  std::vector<std::string> out;
+  if (w.parallel.tp > 1) out.push_back("tpsp");
+  if (w.parallel.up > 1) out.push_back("up");
+  if (w.parallel.dp > 1) out.push_back("dp");
+  if (out.empty()) out.push_back("tpsp");
+  return out;
 }
 
 OutputFormat parse_format(const std::string& value) {
@@ -80,10 +141,11 @@ int parse_positive_int(const std::string& option, const std::string& value, int 
 PreparedJob prepare_job(const SimulateRequest& request) {
   PreparedJob job{topo::load_cluster_by_name_or_path(request.topology), model::load_workload(request.workload),
                   resolve_input(request.topology, "topologies").label,
-                  resolve_input(request.workload, "workloads").label};
+                  resolve_input(request.workload, "workloads").label, model::MemoryReport{}};
   model::Workload& w = job.workload;
   const std::string& wl = job.workload_label;
   if (request.slices) w.schedule.slices = *request.slices;
+  apply_overrides(request, w, wl);
   // The file's schedule.kind may not be slice, so its checks of `slices` have not run yet; run them
   // now rather than after the other schedules were simulated.
   if (std::find(request.schedules.begin(), request.schedules.end(), model::ScheduleKind::slice) !=
@@ -96,11 +158,21 @@ PreparedJob prepare_job(const SimulateRequest& request) {
       // With --slices, the value at fault came from the command line, not from the file.
       if (request.slices && e.json_path().rfind("$.schedule.slices", 0) == 0)
         throw InputError(kCommandLine, "--slices", fmt::format("{} (workload {})", e.message(), wl));
-      throw;
+      rethrow_for_overrides(e, request, wl);
     }
   }
   if (request.forward_only) w.backward = false;
-  model::check_fits(w, wl, job.cluster);
+  try {
+    model::check_fits(w, wl, job.cluster);
+    // Memory per rank for the schedules to run and the file's own (which runs the parallelisms not
+    // compared); refused when over the device memory unless forced (docs/memory.md).
+    std::vector<model::ScheduleKind> kinds = request.schedules;
+    kinds.push_back(w.schedule.kind);
+    job.memory = model::memory_per_rank(w, job.cluster, kinds);
+    if (!request.force_memory) model::check_memory(job.memory, w, wl);
+  } catch (const InputError& e) {
+    rethrow_for_overrides(e, request, wl);
+  }
   return job;
 }
 
@@ -113,12 +185,18 @@ SimulateReport simulate(const SimulateRequest& request) {
   report.topology_label = job.topology_label;
   report.workload_label = job.workload_label;
   report.cluster_name = cluster.name;
+  report.memory = job.memory;
 
-  const model::RooflineCostModel costs;
+  // --profile: calibrated kernel costs, and the profile's fitted links applied to the cluster.
+  const std::unique_ptr<model::KernelCostModel> cost_model = model::cost_model_for(request.profile, job.cluster);
+  if (!request.profile.empty()) report.profile_label = resolve_input(request.profile, "profiles").label;
+  const model::KernelCostModel& costs = *cost_model;
   sim::Simulator simulator(cluster, costs);
+  for (const std::string& parallelism : parallelisms_for(request, w))
   for (sched::Scope scope : request.scopes) {
     for (model::ScheduleKind kind : request.schedules) {
       sched::GenerateOptions options;
+      options.parallelism = parallelism;
       options.scope = scope;
       options.forward = true;
       options.backward = w.backward;
@@ -143,6 +221,7 @@ nlohmann::json report_json(const SimulateReport& report) {
   doc["topology_file"] = report.topology_label;
   doc["workload"] = w.name;
   doc["workload_file"] = report.workload_label;
+  doc["profile"] = report.profile_label.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.profile_label);
   doc["model"] = w.arch.name;
   doc["dtype"] = topo::to_string(w.dtype);
   doc["sequence_length"] = w.sequence_length;
@@ -153,6 +232,7 @@ nlohmann::json report_json(const SimulateReport& report) {
   nlohmann::json results = nlohmann::json::array();
   for (const SimulateRun& run : report.runs) results.push_back(analysis::to_json(run.metrics));
   doc["results"] = std::move(results);
+  doc["memory"] = model::to_json(report.memory);
   return doc;
 }
 
@@ -162,9 +242,11 @@ std::string report_table(const SimulateReport& report, bool regions) {
       "{} ({}) on {}: tp {} up {} dp {}, sequence {} x micro-batch {}, {}, {}, slice-overlap k = {}\n\n", w.name,
       w.arch.name, report.cluster_name, w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length,
       w.micro_batch, topo::to_string(w.dtype), w.backward ? "forward+backward" : "forward only", w.schedule.slices);
+  if (!report.profile_label.empty()) out.insert(out.size() - 1, "calibration profile: " + report.profile_label + "\n");
   std::vector<analysis::StepMetrics> rows;
   for (const SimulateRun& run : report.runs) rows.push_back(run.metrics);
   out += analysis::format_table(rows);
+  out += "\n" + model::format_memory_line(report.memory);
   if (regions) {
     for (const SimulateRun& run : report.runs) {
       out += fmt::format("\nregions of {} ({}), critical rank {}:\n", run.metrics.schedule, run.metrics.scope,
@@ -177,7 +259,13 @@ std::string report_table(const SimulateReport& report, bool regions) {
 
 std::string trace_path(const std::string& base, const SimulateRequest& request, model::ScheduleKind kind,
                        sched::Scope scope) {
+  return trace_path(base, request, "", kind, scope);
+}
+
+std::string trace_path(const std::string& base, const SimulateRequest& request, const std::string& parallelism,
+                       model::ScheduleKind kind, sched::Scope scope) {
   std::string infix;
+  if (!parallelism.empty()) infix += "." + parallelism;
   if (request.schedules.size() > 1) infix += "." + model::to_string(kind);
   if (request.scopes.size() > 1) infix += "." + sched::to_string(scope);
   if (infix.empty()) return base;

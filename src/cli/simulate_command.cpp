@@ -37,16 +37,32 @@ class SimulateCommand final : public Command {
     sub.add_option("--schedule", schedule_, "baseline, slice, commfuse, all, or a comma list")
         ->type_name("KIND")
         ->capture_default_str();
-    sub.add_option("--scope", scope_, "layer (one transformer layer), stack (all layers) or both")
+    sub.add_option("--scope", scope_,
+                   "layer (one transformer layer), stack (all layers), both, or step (a whole training step: "
+                   "embedding, layers, LM head, gradient accumulation, DP sync, optimizer)")
         ->type_name("SCOPE")
         ->capture_default_str();
     sub.add_option("--slices", slices_, "k of slice-overlap (default: the workload's schedule.slices)")
         ->type_name("K");
     sub.add_flag("--forward-only", forward_only_, "simulate the forward pass only");
+    sub.add_option("--seq", seq_, "override the workload's sequence length")->type_name("N");
+    sub.add_option("--micro-batch", micro_batch_, "override the workload's micro-batch")->type_name("N");
+    sub.add_option("--tp", tp_, "override the tensor-parallel degree")->type_name("N");
+    sub.add_option("--up", up_, "override the Ulysses degree")->type_name("N");
+    sub.add_option("--dp", dp_, "override the data-parallel degree")->type_name("N");
+    sub.add_option("--parallelism", parallelism_,
+                   "whose schedules are compared: tpsp, up, dp, all or a comma list (default: every parallelism "
+                   "the workload uses); the others run the workload's schedule.kind")
+        ->type_name("P");
+    sub.add_flag("--force-memory", force_memory_,
+                 "run even when the memory per rank exceeds the device memory (docs/memory.md)");
     sub.add_option("--trace", trace_,
                    "write a Chrome trace (Perfetto, chrome://tracing); with several runs, one file each, "
                    "named FILE.<schedule>[.<scope>].json")
         ->type_name("FILE");
+    sub.add_option("--profile", profile_,
+                   "calibration profile: a file or a shipped name (fusesim list); default: the roofline")
+        ->type_name("FILE|NAME");
     sub.add_option("--format", format_, "table or json")->type_name("FORMAT")->capture_default_str();
     sub.add_option("--output", output_, "write the report to this file instead of standard output")
         ->type_name("FILE");
@@ -62,6 +78,14 @@ class SimulateCommand final : public Command {
     request.scopes = parse_scopes(scope_);
     if (!slices_.empty()) request.slices = parse_positive_int("--slices", slices_, 1 << 20);
     request.forward_only = forward_only_;
+    if (!seq_.empty()) request.sequence_length = parse_positive_int("--seq", seq_, 1 << 30);
+    if (!micro_batch_.empty()) request.micro_batch = parse_positive_int("--micro-batch", micro_batch_, 1 << 20);
+    if (!tp_.empty()) request.tp = parse_positive_int("--tp", tp_, 1 << 16);
+    if (!up_.empty()) request.up = parse_positive_int("--up", up_, 1 << 16);
+    if (!dp_.empty()) request.dp = parse_positive_int("--dp", dp_, 1 << 20);
+    if (!parallelism_.empty()) request.parallelisms = parse_parallelisms(parallelism_);
+    request.profile = profile_;
+    request.force_memory = force_memory_;
     request.record_traces = !trace_.empty();
     const OutputFormat format = parse_format(format_);
 
@@ -82,6 +106,15 @@ class SimulateCommand final : public Command {
     const std::string text =
         format == OutputFormat::json ? report_json(report).dump(2) + "\n" : report_table(report, regions_);
 
+    if (request.record_traces) {
+      // One trace per run, in the order of the runs; the parallelism named when several are compared.
+      const std::vector<std::string> pars = parallelisms_for(request, report.workload);
+      trace_files.clear();
+      for (const std::string& par : pars)
+        for (sched::Scope scope : request.scopes)
+          for (model::ScheduleKind kind : request.schedules)
+            trace_files.push_back(trace_path(trace_, request, pars.size() > 1 ? par : "", kind, scope));
+    }
     for (std::size_t i = 0; i < trace_files.size(); ++i) write_file_atomically(trace_files[i], *report.runs[i].trace_json);
     if (output_.empty()) {
       io.out << text << std::flush;
@@ -92,15 +125,19 @@ class SimulateCommand final : public Command {
   }
 
  private:
-  std::string topology_ = "dgx-h100";
-  std::string workload_ = "llama-3-70b";
+  std::string topology_ = "dgx-h100-4node";
+  std::string workload_ = "llama-3-70b-4node";
+  std::string seq_, micro_batch_, tp_, up_, dp_;
   std::string schedule_ = "all";
   std::string scope_ = "both";
   std::string slices_;
   bool forward_only_ = false;
+  std::string parallelism_;
+  bool force_memory_ = false;
   std::string trace_;
   std::string format_ = "table";
   std::string output_;
+  std::string profile_;
   bool regions_ = false;
 };
 

@@ -31,6 +31,10 @@ class VerifyCommand final : public Command {
  public:
   void configure(CLI::App& sub) override {
     sub.add_option("--tp", tps_, "TP degrees t to verify, comma-separated")->capture_default_str();
+    sub.add_option("--up", ups_, "Ulysses degrees to verify (whole layers, tp 1 and tp 2 x up), comma-separated; 0: none")
+        ->capture_default_str();
+    sub.add_option("--dp", dps_, "DP degrees of the gradient-sync cases, comma-separated; 0: none")
+        ->capture_default_str();
     sub.add_option("--slices", slices_, "slice counts k of slice-overlap, comma-separated")->capture_default_str();
     sub.add_option("--schedule", schedule_, "baseline, slice, commfuse, all, or a comma list")->capture_default_str();
     sub.add_option("--seed", seed_, "seed of the random inputs and of the random execution order")
@@ -47,10 +51,21 @@ class VerifyCommand final : public Command {
     sched::VerifyOptions options;
     options.tps = parse_int_list("--tp", tps_, 64);
     options.slices = parse_int_list("--slices", slices_, 64);
+    if (ups_ == "0") {
+      options.up_layers = false;
+    } else {
+      options.ups = parse_int_list("--up", ups_, 64);
+    }
     options.kinds = parse_schedules(schedule_);
     options.execute.seed = seed_;
     const OutputFormat format = parse_format(format_);
     if (inject_fault_) options.fault = sched::TpspFault{1, 0, 1, 1};
+    if (inject_fault_) options.dp_fault = sched::DpFault{1, 0, 1};  // DP index 1 swaps parts 0 and 1
+    if (dps_ == "0") {
+      options.dps.clear();
+    } else {
+      options.dps = parse_int_list("--dp", dps_, 64);
+    }
 
     const sched::VerifyReport report = sched::verify_tpsp(options);
     const std::string text = format == OutputFormat::json ? to_json(report) + "\n" : to_table(report);
@@ -72,6 +87,8 @@ class VerifyCommand final : public Command {
                        {"piece", c.piece},
                        {"schedule", c.schedule},
                        {"tp", c.tp},
+                       {"up", c.up},
+                       {"dp", c.dp},
                        {"slices", c.slices},
                        {"tasks", c.tasks},
                        {"passed", c.result.passed},
@@ -103,7 +120,9 @@ class VerifyCommand final : public Command {
   }
 
   std::string tps_ = "2,3,4,8";
+  std::string dps_ = "2,4,8";
   std::string slices_ = "1,2,4";
+  std::string ups_ = "2,4,8";
   std::string schedule_ = "all";
   std::uint64_t seed_ = 1;
   std::string format_ = "table";

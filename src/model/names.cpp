@@ -20,6 +20,25 @@ std::string to_string(CommEngine e) {
   return "?";
 }
 
+std::string to_string(DpSharding s) {
+  switch (s) {
+    case DpSharding::ddp: return "ddp";
+    case DpSharding::zero1: return "zero1";
+    case DpSharding::zero2: return "zero2";
+    case DpSharding::zero3: return "zero3";
+  }
+  return "?";
+}
+
+std::string to_string(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
 std::string kernel_kind(const Kernel& k) {
   switch (k.index()) {
     case 0: return "gemm";

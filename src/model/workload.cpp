@@ -38,6 +38,28 @@ constexpr int kSchemaVersion = 1;
 
 const std::vector<std::string> kScheduleKinds = {"baseline", "slice", "commfuse"};
 const std::vector<std::string> kEngines = {"sm_kernel", "copy_engine"};
+const std::vector<std::string> kDpShardings = {"ddp", "zero1", "zero2", "zero3"};
+const std::vector<std::string> kRecomputes = {"none", "selective", "full"};
+const std::vector<std::string> kOptimizers = {"adam", "sgd"};
+// A gradient bucket larger than 1 TiB is no bucket; the bound also keeps bucket counts and buffer
+// sums far from int64 overflow.
+constexpr std::int64_t kMaxBucketBytes = std::int64_t{1} << 40;
+// PyTorch DDP's bucket_cap_mb default, 25 MB (torch.nn.parallel.DistributedDataParallel,
+// https://pytorch.org/docs/1.7.0/generated/torch.nn.parallel.DistributedDataParallel.html).
+constexpr std::int64_t kDefaultBucketBytes = 25'000'000;
+
+DpSharding parse_dp_sharding(const std::string& s) {
+  if (s == "zero1") return DpSharding::zero1;
+  if (s == "zero2") return DpSharding::zero2;
+  if (s == "zero3") return DpSharding::zero3;
+  return DpSharding::ddp;
+}
+
+Recompute parse_recompute(const std::string& s) {
+  if (s == "selective") return Recompute::selective;
+  if (s == "full") return Recompute::full;
+  return Recompute::none;
+}
 
 ScheduleKind parse_kind(const std::string& s) {
   if (s == "baseline") return ScheduleKind::baseline;
@@ -90,6 +112,8 @@ Architecture parse_model(const JsonObject& m) {
 }
 
 }  // namespace
+
+std::string to_string(Optimizer o) { return o == Optimizer::sgd ? "sgd" : "adam"; }
 
 std::int64_t Architecture::params_per_layer() const {
   // Attention: Q, K, V projections (K and V only kv_width wide under grouped-query attention) and the
@@ -179,12 +203,15 @@ Workload parse_workload(const JsonDocument& doc) {
   w.micro_batch = t.integer("micro_batch", 1, kMaxMicroBatch);
   w.grad_accumulation = t.integer_or("grad_accumulation", 1, kMaxGradAccumulation, 1);
   w.dtype = topo::parse_dtype(t.at("dtype"));
+  w.recompute = parse_recompute(t.choice_or("recompute", kRecomputes, "none"));
+  w.optimizer = t.choice_or("optimizer", kOptimizers, "adam") == "sgd" ? Optimizer::sgd : Optimizer::adam;
   t.finish();
 
   const JsonObject p = root.object("parallel");
   w.parallel.tp = static_cast<int>(p.integer("tp", 1, kMaxDegree));
   w.parallel.up = static_cast<int>(p.integer("up", 1, kMaxDegree));
   w.parallel.dp = static_cast<int>(p.integer("dp", 1, kMaxDegree));
+  w.parallel.dp_sharding = parse_dp_sharding(p.choice_or("dp_sharding", kDpShardings, "ddp"));
   p.finish();
 
   const JsonObject s = root.object("schedule");
@@ -194,6 +221,7 @@ Workload parse_workload(const JsonDocument& doc) {
   w.schedule.p2p_engine = parse_engine(s.choice_or("p2p_engine", kEngines, "copy_engine"));
   if (auto sms = s.find("comm_sms")) w.schedule.comm_sms = static_cast<int>(sms->as_integer(1, kMaxCommSms));
   w.schedule.query_split_attention = s.boolean_or("query_split_attention", false);
+  w.schedule.dp_bucket_bytes = s.integer_or("dp_bucket_bytes", 1, kMaxBucketBytes, kDefaultBucketBytes);
   s.finish();
 
   w.backward = root.boolean_or("backward", true);

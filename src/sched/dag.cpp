@@ -22,8 +22,14 @@ namespace fusesim::sched {
 TaskId TaskGraph::add(Task task) {
   if (boost::num_vertices(graph_) >= static_cast<std::size_t>(std::numeric_limits<TaskId>::max()))
     throw GraphError("task graph is full: more than 2^32 - 1 tasks");
-  return static_cast<TaskId>(boost::add_vertex(std::move(task), graph_));
+  // boost::add_vertex(property, graph) takes the property by const reference and copies it (every
+  // string and vector of the Task allocated anew); an empty vertex moved into costs no allocation.
+  const auto v = boost::add_vertex(graph_);
+  graph_[v] = std::move(task);
+  return static_cast<TaskId>(v);
 }
+
+void TaskGraph::reserve(std::size_t tasks) { graph_.m_vertices.reserve(tasks); }
 
 void TaskGraph::depend(TaskId before, TaskId after) {
   const std::size_t n = size();

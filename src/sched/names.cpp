@@ -22,6 +22,13 @@ std::string to_string(CollectiveKind k) {
   return "?";
 }
 
-std::string to_string(Scope s) { return s == Scope::layer ? "layer" : "stack"; }
+std::string to_string(Scope s) {
+  switch (s) {
+    case Scope::layer: return "layer";
+    case Scope::stack: return "stack";
+    case Scope::step: return "step";
+  }
+  return "?";
+}
 
 }  // namespace fusesim::sched

@@ -15,6 +15,9 @@
 #include <fmt/format.h>
 
 #include "fusesim/sched/dataflow.hpp"
+#include "fusesim/sched/dp.hpp"
+#include "fusesim/sched/step.hpp"
+#include "fusesim/sched/ulysses.hpp"
 #include "fusesim/util/error.hpp"
 
 namespace fusesim::sched {
@@ -46,6 +49,10 @@ struct Work {
   std::string op;
   model::Kernel kernel;
   std::int32_t data_op = -1;
+  // When set, emits the task(s) itself (a weight gradient handed to the DP sync) and returns the
+  // last one on the compute stream; emit_work passes the name, labels and dependencies it would use.
+  std::function<TaskId(std::string name, TaskLabels labels, const std::vector<TaskId>& deps)> emit = {};
+  std::function<void(TaskId)> after = {};  // called with the task's id (Ulysses: issue its all-to-all or Send)
 };
 // Emits the compute for TP index `ti` on the given rows of the full sequence (chunk: the ring
 // chunk, -1 when the rows span several chunks). `first`: the rank's first call in the region (a
@@ -90,12 +97,15 @@ class Builder {
  public:
   Builder(const TpspRequest& req, Schedule& out, DataflowProgram& prog)
       : req_(req), sh_(req.shape), g_(out.graph), prog_(prog),
-        t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.dtype)) {
+        t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.dtype)),
+        up_(req, out.graph, prog, next_tag_, next_instance_) {
     k_ = req.kind == ScheduleKind::slice ? req.schedule.slices : 1;
   }
 
   void set_replica(int d) { replica_ = d; region_count_ = 0; }
-  int rank(int ti) const { return RankLayout{t_, 1, sh_.dp}.rank(ti, 0, replica_); }
+  // Ulysses: the TP group of UP index u holds positions [u seq/up, (u+1) seq/up) of every sample.
+  void set_up_index(int u) { up_index_ = u; region_count_ = 0; up_.set_position(replica_, u); }
+  int rank(int ti) const { return RankLayout{t_, sh_.up, sh_.dp}.rank(ti, up_index_, replica_); }
 
   void generate();
 
@@ -109,23 +119,39 @@ class Builder {
   int elem_;
   int replica_ = 0;
   int region_count_ = 0;
+  // Step scope and DP (docs/schedules.md "DP", "Step"): the gradient sync, whether this micro-batch
+  // syncs (the last one), whether tasks carry data ops, recomputation, the micro-batch's name prefix.
+  std::unique_ptr<DpSync> dp_;
+  bool dp_active_ = false;
+  bool data_ = true;
+  bool recompute_ = false;
+  int micro_batch_ = -1;
+  std::string mb_prefix_;
   std::int64_t next_tag_ = 0;
   std::int64_t next_instance_ = 0;
+  int up_index_ = 0;
+  UlyssesEmitter up_;
   std::map<std::string, int> region_ids_;
 
-  std::int64_t S() const { return sh_.rows(); }
-  std::int64_t n() const { return sh_.chunk_rows(); }
+  std::int64_t S() const { return sh_.rows() / sh_.up; }  // rows of this UP index's sequence share
+  std::int64_t global_row(int ti) const { return up_index_ * S() + ti * n(); }  // of TP index ti's chunk
+  // Calls an AG region makes to its work per rank: one per ring step (Fuse-AG), per slice, or one.
+  int ag_calls() const {
+    if (t_ == 1) return 1;
+    return req_.kind == ScheduleKind::commfuse ? t_ : (req_.kind == ScheduleKind::slice ? k_ : 1);
+  }
+  std::int64_t n() const { return S() / t_; }
   Span chunk_span(std::int64_t c) const { return Span{c * n(), n()}; }
   // Slice j of chunk c: slices cut along positions so that every row of a position stays together.
   Span slice_span(std::int64_t c, int j) const {
-    const std::int64_t positions = sh_.seq / t_;
+    const std::int64_t positions = sh_.seq / sh_.up / t_;
     const std::int64_t p0 = j * positions / k_, p1 = (j + 1) * positions / k_;
     return Span{c * n() + p0 * sh_.batch, (p1 - p0) * sh_.batch};
   }
   Bytes bytes(std::int64_t elements) const { return elements * elem_; }
 
   std::string prefix(const OpCtx& ctx) const {
-    return fmt::format("L{}/{}", ctx.layer, ctx.forward ? "fwd" : "bwd");
+    return fmt::format("{}L{}/{}", mb_prefix_, ctx.layer, ctx.forward ? (recompute_ ? "rcp" : "fwd") : "bwd");
   }
   int region_id(const OpCtx& ctx) {
     const std::string name = prefix(ctx) + "/" + ctx.region;
@@ -154,6 +180,7 @@ class Builder {
     TaskLabels l;
     l.region = region;
     l.layer = ctx.layer;
+    l.micro_batch = micro_batch_;
     l.phase = ctx.forward ? "forward" : "backward";
     l.op = std::move(op);
     return l;
@@ -176,7 +203,7 @@ class Builder {
   TaskId compute(int ti, std::string name, model::Kernel kernel, TaskLabels lab, std::int32_t data_op,
                  const std::vector<TaskId>& deps) {
     return add(ti, std::move(name), StreamRef{StreamKind::compute, 0},
-               ComputeTask{std::move(kernel), sh_.dtype, false}, std::move(lab), data_op, deps);
+               ComputeTask{std::move(kernel), sh_.dtype, recompute_}, std::move(lab), data_op, deps);
   }
 
   StreamRef p2p_stream() const {
@@ -256,8 +283,10 @@ class Builder {
       lab.chunk = chunk;
       lab.step = step;
       lab.slice = slice;
-      const TaskId id = compute(ti, fmt::format("{}/{}{}", prefix(ctx), w.op, suffix), std::move(w.kernel),
-                                std::move(lab), w.data_op, deps);
+      std::string name = fmt::format("{}/{}{}", prefix(ctx), w.op, suffix);
+      const TaskId id = w.emit ? w.emit(std::move(name), std::move(lab), deps)
+                               : compute(ti, std::move(name), std::move(w.kernel), std::move(lab), w.data_op, deps);
+      if (w.after) w.after(id);
       ids.push_back(id);
       deps = {id};
     }
@@ -270,6 +299,26 @@ class Builder {
                    model::ElementwiseKernel{std::move(kind), bytes(traffic_elems), flops}, labels(ctx, -1, name),
                    data_op, deps);
   }
+
+  // Ulysses (sched/ulysses.hpp): the emitter's work on rows of `a`, or `plain` where it gives none.
+  WorkFn up_work(UpWorkFn f, WorkFn plain) {
+    if (!f) return plain;
+    return [f = std::move(f)](int ti, int, const std::vector<Span>& rows, bool first) {
+      std::vector<UpSpan> r;
+      for (const Span& s : rows) r.push_back(UpSpan{s.row0, s.rows});
+      std::vector<Work> out;
+      for (UpWork& w : f(ti, r, first))
+        out.push_back(Work{std::move(w.op), std::move(w.kernel), w.data_op, {}, std::move(w.after)});
+      return out;
+    };
+  }
+  UpLocate up_locate(const Rows& a) const {
+    return [this, a](int ti, UpSpan s) {
+      const Loc l = at(a, ti, Span{s.row0, s.rows});
+      return std::pair<BufferId, std::int64_t>{l.buffer, l.row0};
+    };
+  }
+  void up_naming() { up_.set_naming(mb_prefix_, recompute_, micro_batch_); }
 
   Deps ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work);
   Deps rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std::int64_t width, const Deps& ready,
@@ -316,10 +365,13 @@ class Builder {
     };
   }
   // dW[a_cols, b_cols] (+)= A[rows]^T B[rows]: a weight gradient, written by the region's first call
-  // and accumulated by the later ones.
+  // and accumulated by the later ones. `calls`: how many calls per rank the region makes; the last
+  // one completes the gradient and hands it to the DP sync (dp_wgrad).
   WorkFn wgrad_work(const OpCtx& ctx, std::string name, const Rows& a, const Rows& b, const PerRank& c,
-                    std::int64_t a_cols, std::int64_t b_cols) {
-    return [this, ctx, name, a, b, c, a_cols, b_cols](int ti, int, const std::vector<Span>& rows, bool first) {
+                    std::int64_t a_cols, std::int64_t b_cols, int calls = 1) {
+    auto seen = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
+    return [this, ctx, name, a, b, c, a_cols, b_cols, calls, seen](int ti, int, const std::vector<Span>& rows,
+                                                                    bool first) {
       WgradOp w;
       std::int64_t k = 0;
       for (const Span& s : rows) k += s.rows;
@@ -330,9 +382,15 @@ class Builder {
         w.accumulate = !first;
         w.blocks = wgrad_blocks(a, b, ti, rows);
       }
-      return std::vector<Work>{Work{name, model::GemmKernel{a_cols, b_cols, k, 1}, op(ctx, std::move(w))}};
+      if (dp_active_ && ++(*seen)[static_cast<std::size_t>(ti)] == calls)
+        return std::vector<Work>{dp_wgrad(ctx, name, c, ti, a_cols, b_cols, k, std::move(w))};
+      return std::vector<Work>{Work{name, model::GemmKernel{a_cols, b_cols, k, 1}, op(ctx, std::move(w)), {}}};
     };
   }
+  Work dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank& c, int ti, std::int64_t a_cols,
+                std::int64_t b_cols, std::int64_t k, WgradOp w);
+  std::int64_t layer_params() const;  // weights of one layer on one TP rank
+  void replica_step(std::int64_t layers, bool train);
 };
 
 // AG -> GEMM. Every rank's shard `g.shard` [n, width] holds its own chunk once `ready` is done; the
@@ -517,7 +575,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   const std::int64_t qn = sh_.q_local(), kvn = sh_.kv_local(), qkvn = sh_.qkv_local();
   const std::int64_t f1 = sh_.fc1_local(), fl = sh_.ffn_local();
   const std::string wp = fmt::format("L{}/", l);
-  OpCtx ctx{l, true, "", true};
+  OpCtx ctx{l, true, "", data_};
   auto with = [&](std::string region) {
     OpCtx c = ctx;
     c.region = std::move(region);
@@ -526,6 +584,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   // Weight shards, from the unpartitioned weights of the reference computation.
   const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
   PerRank w_qkv = alloc(ctx, "w_qkv", h, qkvn, [&](int ti) {
+    if (sh_.up > 1) return up_.qkv_weight_pieces(l, ti);  // laid out for the Ulysses all-to-all
     const std::int64_t kv0 = sh_.kv_head0(ti) * sh_.head_dim;
     return std::vector<Piece>{Piece{wp + "w_qkv", Rect{0, ti * qn, h, qn}, 0, 0},
                               Piece{wp + "w_qkv", Rect{0, Q + kv0, h, kvn}, 0, qn},
@@ -550,7 +609,12 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
                              op(ctx, NormOp{ref(x, ti, Span{0, n_}, h), ref(g1.shard, ti, Span{0, n_}, h)}), ready[ti])};
 
   PerRank qkv = alloc(ctx, "qkv", S_, qkvn);
-  Deps d_qkv = ag_region(with("ag+qkv"), g1, h, d_ln1, gemm_work(ctx, "qkv", g1, w_qkv, qkv, h, qkvn));
+  WorkFn qkv_work = gemm_work(ctx, "qkv", g1, w_qkv, qkv, h, qkvn);
+  if (sh_.up > 1) {
+    up_naming();
+    qkv_work = up_work(up_.qkv_work(l, ctx.data, up_locate(g1), w_qkv, qkv), std::move(qkv_work));
+  }
+  Deps d_qkv = ag_region(with("ag+qkv"), g1, h, d_ln1, qkv_work);
 
   PerRank attn = alloc(ctx, "attn", S_, qn);
   PerRank po = alloc(ctx, "out_proj_partial", S_, h);
@@ -578,7 +642,11 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   };
   PerRank attn_out;
   Deps d_attn_rs;
-  if (req_.kind == ScheduleKind::commfuse && req_.schedule.query_split_attention && t_ > 1) {
+  if (sh_.up > 1) {
+    // Ulysses: all-to-all, attention on heads/(tp up) heads of the whole sequence, all-to-all back.
+    d_attn_rs = rs_region(with("out_proj+rs"), po, attn_out, h, up_.attention_forward(l, ctx.data, qkv, attn, d_qkv),
+                          gemm_work(ctx, "out_proj", Rows{attn, {}}, w_o, po, qn, h));
+  } else if (req_.kind == ScheduleKind::commfuse && req_.schedule.query_split_attention && t_ > 1) {
     // Query-split: attention and out-projection of one query chunk per Fuse-RS step.
     WorkFn proj = gemm_work(ctx, "out_proj", Rows{attn, {}}, w_o, po, qn, h);
     WorkFn fused = [attention, proj](int ti, int chunk, const std::vector<Span>& rows, bool first) {
@@ -648,7 +716,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   const std::int64_t h = sh_.hidden, S_ = S(), n_ = n();
   const std::int64_t qn = sh_.q_local(), kvn = sh_.kv_local(), qkvn = sh_.qkv_local();
   const std::int64_t f1 = sh_.fc1_local(), fl = sh_.ffn_local();
-  OpCtx ctx{l, false, "", req_.options.forward};
+  OpCtx ctx{l, false, "", req_.options.forward && data_};
   auto with = [&](std::string region) {
     OpCtx c = ctx;
     c.region = std::move(region);
@@ -673,7 +741,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     g.dw = alloc(ctx, dw_name, h, n_out);
     const Rows gathered{alloc(ctx, "ag+" + name + "_wgrad/gather", S_, h), saved_shard};
     ag_region(with("ag+" + name + "_wgrad"), gathered, h, serial ? g.dgrad_done : after,
-              wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out));
+              wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls()));
     return g;
   };
   auto each = [&](auto fn) {
@@ -685,6 +753,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   // A weight gradient over the whole sequence, outside a region.
   auto full_wgrad = [&](int ti, const std::string& name, const WorkFn& work, const std::vector<TaskId>& deps) {
     Work w = std::move(work(ti, -1, {all}, true).at(0));
+    if (w.emit) return w.emit(fmt::format("{}/{}", prefix(ctx), name), labels(ctx, -1, name), deps);
     return compute(ti, fmt::format("{}/{}", prefix(ctx), name), std::move(w.kernel), labels(ctx, -1, name), w.data_op,
                    deps);
   };
@@ -725,13 +794,18 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   // Out-projection (row-parallel) and attention.
   const Rows dH1{alloc(ctx, "ag+out_proj_dgrad/gather", S_, h), dh1};
   PerRank d_attn = alloc(ctx, "attn_grad", S_, qn);
-  Deps d_o = ag_region(with("ag+out_proj_dgrad"), dH1, h, d_h1,
-                       gemm_work(ctx, "out_proj_dgrad", dH1, fw.w_o, d_attn, h, qn, true));
+  WorkFn out_proj_dgrad = gemm_work(ctx, "out_proj_dgrad", dH1, fw.w_o, d_attn, h, qn, true);
+  if (sh_.up > 1) {
+    up_naming();
+    out_proj_dgrad = up_work(up_.out_proj_dgrad_work(l, ctx.data, up_locate(dH1), fw.w_o, d_attn), std::move(out_proj_dgrad));
+  }
+  Deps d_o = ag_region(with("ag+out_proj_dgrad"), dH1, h, d_h1, out_proj_dgrad);
   PerRank dw_o = alloc(ctx, "dw_o", qn, h);
   const WorkFn out_proj_wgrad = wgrad_work(ctx, "out_proj_wgrad", Rows{fw.attn, {}}, dH1, dw_o, qn, h);
   PerRank d_qkv_out = alloc(ctx, "qkv_grad", S_, qkvn);
   Deps d_att = each([&](int ti) {
     full_wgrad(ti, "out_proj_wgrad", out_proj_wgrad, d_o[ti]);
+    if (sh_.up > 1) return std::vector<TaskId>{};  // Ulysses: the attention backward below
     // The whole sequence's queries on this rank's heads: dk and dv collect every query that sees them
     // (query heads of one kv group add into it).
     AttentionBwdOp ab;
@@ -760,6 +834,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     return std::vector<TaskId>{compute(ti, prefix(ctx) + "/attention_bwd", k, labels(ctx, -1, "attention_bwd"),
                                        op(ctx, std::move(ab)), d_o[ti])};
   });
+  if (sh_.up > 1) d_att = up_.attention_backward(l, ctx.data, d_attn, d_qkv_out, d_o);
   // QKV (column-parallel).
   const ColumnGrad qkv_grad = column_parallel_backward("qkv", "dw_qkv", d_qkv_out, fw.w_qkv, fw.ln1, qkvn, d_att);
   const PerRank& d_ln1_out = qkv_grad.d_in;
@@ -786,7 +861,10 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
     for (int ti = 0; ti < t_; ++ti) {
       const auto i = static_cast<std::size_t>(ti);
-      prog_.outputs.push_back(OutputCheck{out.dx[i], {Piece{wp + "dx", Rect{ti * n_, 0, n_, h}, 0, 0}}});
+      prog_.outputs.push_back(OutputCheck{out.dx[i], {Piece{wp + "dx", Rect{global_row(ti), 0, n_, h}, 0, 0}}});
+      // Ulysses: a rank's weight gradients cover its seq/up positions only; their sum over the UP
+      // group (the gradient sync) is not generated here, so they are not compared.
+      if (sh_.up > 1) continue;
       std::vector<Piece> qkv{Piece{wp + "dw_qkv", Rect{0, ti * qn, h, qn}, 0, 0}};
       if (sh_.kv_heads >= t_) {
         const std::int64_t kv0 = sh_.kv_head0(ti) * sh_.head_dim;
@@ -829,6 +907,166 @@ void Builder::piece_gemm_rs() {
     prog_.outputs.push_back(OutputCheck{out[ti], {Piece{"y", Rect{ti * n(), 0, n(), N}, 0, 0}}});
 }
 
+Work Builder::dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank& c, int ti, std::int64_t a_cols,
+                       std::int64_t b_cols, std::int64_t k, WgradOp w) {
+  const DpGradient dg{fmt::format("{}/{}", prefix(ctx), name), ctx.layer, a_cols, b_cols,
+                      ctx.data ? c[static_cast<std::size_t>(ti)] : -1};
+  Work out{name, model::GemmKernel{a_cols, b_cols, k, 1}, -1, {}};
+  out.emit = [this, ctx, ti, k, w = std::move(w), dg](std::string task_name, TaskLabels lab,
+                                                      const std::vector<TaskId>& deps) mutable {
+    if (!dp_->fused()) {
+      const TaskId id = compute(ti, std::move(task_name), model::GemmKernel{dg.rows, dg.cols, k, 1}, std::move(lab),
+                                op(ctx, w), deps);
+      dp_->gradient(rank(ti), dg, id);
+      return id;
+    }
+    // CommFuse over DP: the last accumulation step of this gradient in dp row pieces, ring order.
+    return dp_->fused_gradient(
+        rank(ti), dg,
+        [&](std::int64_t row0, std::int64_t rows, int step, int region, const std::vector<TaskId>& d) {
+          WgradOp piece = w;
+          if (ctx.data) {
+            piece.a_col0 = w.a_col0 + row0;
+            piece.a_cols = rows;
+            piece.c_row0 = row0;
+          }
+          TaskLabels pl = lab;
+          pl.region = region;
+          pl.step = step;
+          return compute(ti, fmt::format("{}/dp{}", task_name, step), model::GemmKernel{rows, dg.cols, k, 1}, pl,
+                         op(ctx, std::move(piece)), d);
+        },
+        deps);
+  };
+  return out;
+}
+
+std::int64_t Builder::layer_params() const {
+  const std::int64_t h = sh_.hidden;
+  return h * sh_.qkv_local() + sh_.q_local() * h + h * sh_.fc1_local() + sh_.ffn_local() * h;
+}
+
+// One DP replica: micro-batches (Scope::step: gradient accumulation), each forward then backward,
+// with the step's embedding and head (StepEmitter), ZeRO-3 parameter gathers prefetched one layer
+// ahead, recomputation before each layer's backward; then the DP sync, the optimizer and the
+// ZeRO-1/2 parameter gather. Layer and stack scopes: one micro-batch, the layers only.
+void Builder::replica_step(std::int64_t layers, bool train) {
+  const std::int64_t h = sh_.hidden;
+  const bool step = req_.options.scope == Scope::step;
+  const std::int64_t mbs = step ? std::max<std::int64_t>(1, req_.step.micro_batches) : 1;
+  const bool zero3 = dp_ && req_.step.dp_sharding == model::DpSharding::zero3;
+  std::unique_ptr<StepEmitter> extra;
+  if (step)
+    extra = std::make_unique<StepEmitter>(
+        g_, next_instance_,
+        StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.dtype, req_.schedule.collective_engine, comm_sms()});
+  const auto L = static_cast<std::size_t>(layers);
+  Deps ready(static_cast<std::size_t>(t_));
+  // ZeRO-3: the layer's parameters, gathered on a stream of their own once `issue` is done (the
+  // previous layer's start: one layer of prefetch).
+  auto gather = [&](std::int64_t l, bool fwd, const Deps& issue) {
+    Deps out(static_cast<std::size_t>(t_));
+    for (int ti = 0; ti < t_; ++ti)
+      out[ti] = {dp_->gather_layer(rank(ti), fmt::format("{}L{}/{}", mb_prefix_, l, fwd ? "fwd" : "bwd"),
+                                   static_cast<int>(l), layer_params(), issue[ti])};
+    return out;
+  };
+  auto merge = [&](Deps a, const Deps& b) {
+    for (int ti = 0; ti < t_; ++ti) a[ti].insert(a[ti].end(), b[ti].begin(), b[ti].end());
+    return a;
+  };
+  for (std::int64_t mb = 0; mb < mbs; ++mb) {
+    micro_batch_ = step ? static_cast<int>(mb) : -1;
+    mb_prefix_ = mb > 0 ? fmt::format("mb{}/", mb) : "";
+    dp_active_ = dp_ != nullptr && mb == mbs - 1;  // DDP's no_sync on the others
+    const int mbi = static_cast<int>(mb);
+    std::vector<LayerData> saved(L);
+    std::vector<PerRank> inputs(L);
+    if (req_.options.forward) {
+      OpCtx ctx{0, true, "", data_};
+      PerRank x = alloc(ctx, "x", n(), h, [&](int ti) {
+        return std::vector<Piece>{Piece{"x", Rect{global_row(ti), 0, n(), h}, 0, 0}};
+      });
+      if (extra) ready = extra->embedding_forward(mb_prefix_, mbi, ready);
+      Deps next_params;
+      if (zero3) next_params = gather(0, true, ready);
+      for (std::int64_t l = 0; l < layers; ++l) {
+        Deps lr = ready;
+        if (zero3) {
+          lr = merge(lr, next_params);
+          if (l + 1 < layers) next_params = gather(l + 1, true, ready);
+        }
+        inputs[static_cast<std::size_t>(l)] = x;
+        LayerOut out = forward_layer(static_cast<int>(l), x, lr);
+        if (data_)
+          for (int ti = 0; ti < t_; ++ti)
+            prog_.outputs.push_back(
+                OutputCheck{out.y[ti], {Piece{fmt::format("L{}/y", l), Rect{global_row(ti), 0, n(), h}, 0, 0}}});
+        x = out.y;
+        ready = out.done;
+        saved[static_cast<std::size_t>(l)] = std::move(out.saved);
+      }
+    }
+    if (req_.options.backward) {
+      if (extra) ready = extra->head(mb_prefix_, mbi, ready, dp_active_ ? dp_.get() : nullptr);
+      OpCtx ctx{static_cast<int>(layers - 1), false, "", train && data_};
+      PerRank dy = alloc(ctx, "y_grad", n(), h, [&](int ti) {
+        return std::vector<Piece>{Piece{"dy", Rect{global_row(ti), 0, n(), h}, 0, 0}};
+      });
+      Deps next_params;
+      if (zero3) next_params = gather(layers - 1, false, ready);
+      for (std::int64_t l = layers - 1; l >= 0; --l) {
+        Deps lr = ready;
+        if (zero3) {
+          lr = merge(lr, next_params);
+          if (l > 0) next_params = gather(l - 1, false, ready);
+        }
+        if (req_.step.recompute == model::Recompute::full && req_.options.forward) {
+          // The layer's forward again, TP communication included, timing only.
+          const bool data = data_;
+          data_ = false;
+          recompute_ = true;
+          lr = forward_layer(static_cast<int>(l), inputs[static_cast<std::size_t>(l)], lr).done;
+          recompute_ = false;
+          data_ = data;
+        } else if (req_.step.recompute == model::Recompute::selective) {
+          // The attention core's forward (its [S, S] scores are not saved).
+          recompute_ = true;
+          OpCtx rc{static_cast<int>(l), true, "", false};
+          for (int ti = 0; ti < t_; ++ti) {
+            model::AttentionKernel k{sh_.batch, sh_.heads / t_, sh_.kv_heads_local(), sh_.seq, sh_.seq, sh_.head_dim,
+                                     sh_.causal, 0, model::Pass::forward};
+            lr[ti] = {compute(ti, prefix(rc) + "/attention", k, labels(rc, -1, "attention"), -1, lr[ti])};
+          }
+          recompute_ = false;
+        }
+        LayerGrad g = backward_layer(static_cast<int>(l), saved[static_cast<std::size_t>(l)], dy, lr);
+        dy = std::move(g.dx);
+        ready = std::move(g.done);
+      }
+      if (extra) ready = extra->embedding_backward(mb_prefix_, mbi, ready, dp_active_ ? dp_.get() : nullptr);
+    }
+  }
+  micro_batch_ = -1;
+  mb_prefix_.clear();
+  dp_active_ = false;
+  if (!req_.options.backward) return;
+  Deps synced = ready;
+  if (dp_)
+    for (int ti = 0; ti < t_; ++ti) {
+      const auto ends = dp_->finish_backward(rank(ti), ready[ti]);
+      synced[ti].insert(synced[ti].end(), ends.begin(), ends.end());
+    }
+  if (!step) return;
+  std::vector<std::int64_t> elements(static_cast<std::size_t>(t_));
+  for (int ti = 0; ti < t_; ++ti)
+    elements[ti] = dp_ ? dp_->optimizer_elements(rank(ti))
+                       : layers * layer_params() + 2 * (req_.step.vocab / t_) * h;  // layers, embedding, LM head
+  const Deps opt = extra->optimizer(elements, synced);
+  if (dp_)
+    for (int ti = 0; ti < t_; ++ti) dp_->gather_updated(rank(ti), opt[ti]);
+}
+
 void Builder::generate() {
   if (req_.piece == TpspPiece::ag_gemm || req_.piece == TpspPiece::gemm_rs) {
     prog_.computation = "gemm";
@@ -843,12 +1081,24 @@ void Builder::generate() {
   const std::int64_t h = sh_.hidden;
   // The backward computes something only after a forward: it differentiates what the forward did.
   const bool train = req_.options.forward && req_.options.backward;
+  // A step carries timing only (its micro-batches would repeat the same data); DP syncs the gradients.
+  data_ = req_.options.scope != Scope::step;
+  if (sh_.dp > 1 && req_.options.backward) {
+    DpConfig cfg;
+    cfg.dp = sh_.dp;
+    cfg.members = g_.num_ranks() / sh_.dp;
+    cfg.sharding = req_.step.dp_sharding;
+    cfg.kind = req_.dp_kind;
+    cfg.schedule = req_.schedule;
+    cfg.dtype = sh_.dtype;
+    dp_ = std::make_unique<DpSync>(g_, &prog_, cfg);
+  }
   if (req_.options.forward) {
     prog_.computation = train ? "tpsp_train" : "tpsp_forward";
     prog_.attributes = {{"batch", sh_.batch},   {"heads", sh_.heads}, {"kv_heads", sh_.kv_heads},
                         {"head_dim", sh_.head_dim}, {"ffn", sh_.ffn},     {"gated", sh_.gated ? 1 : 0},
                         {"causal", sh_.causal ? 1 : 0}, {"layers", layers}};
-    prog_.inputs.push_back(TensorDecl{"x", S(), h});
+    prog_.inputs.push_back(TensorDecl{"x", sh_.rows(), h});
     for (std::int64_t l = 0; l < layers; ++l) {
       const std::string wp = fmt::format("L{}/", l);
       const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
@@ -857,37 +1107,25 @@ void Builder::generate() {
       prog_.inputs.push_back(TensorDecl{wp + "w1", h, sh_.ffn * (sh_.gated ? 2 : 1)});
       prog_.inputs.push_back(TensorDecl{wp + "w2", sh_.ffn, h});
     }
-    if (train) prog_.inputs.push_back(TensorDecl{"dy", S(), h});  // dL/d(last layer's output)
+    if (train) prog_.inputs.push_back(TensorDecl{"dy", sh_.rows(), h});  // dL/d(last layer's output)
   }
   for (int d = 0; d < sh_.dp; ++d) {
     set_replica(d);
-    Deps ready(static_cast<std::size_t>(t_));
-    std::vector<LayerData> saved(static_cast<std::size_t>(layers));
-    if (req_.options.forward) {
-      OpCtx ctx{0, true, "", true};
-      PerRank x = alloc(ctx, "x", n(), h, [&](int ti) {
-        return std::vector<Piece>{Piece{"x", Rect{ti * n(), 0, n(), h}, 0, 0}};
-      });
-      for (std::int64_t l = 0; l < layers; ++l) {
-        LayerOut out = forward_layer(static_cast<int>(l), x, ready);
-        for (int ti = 0; ti < t_; ++ti)
-          prog_.outputs.push_back(OutputCheck{out.y[ti], {Piece{fmt::format("L{}/y", l), Rect{ti * n(), 0, n(), h}, 0, 0}}});
-        x = out.y;
-        ready = out.done;
-        saved[static_cast<std::size_t>(l)] = std::move(out.saved);
-      }
+    // Every UP index of the replica draws the same tags and collective instances, so that the
+    // Ulysses transfers of one pass match those of the others (TP transfers and collectives of
+    // different UP indices involve different ranks and cannot collide).
+    const std::int64_t tag0 = next_tag_, instance0 = next_instance_;
+    std::int64_t tag1 = tag0, instance1 = instance0;
+    for (int u = 0; u < sh_.up; ++u) {
+      next_tag_ = tag0;
+      next_instance_ = instance0;
+      set_up_index(u);
+      replica_step(layers, train);
+      tag1 = std::max(tag1, next_tag_);
+      instance1 = std::max(instance1, next_instance_);
     }
-    if (req_.options.backward) {
-      OpCtx ctx{static_cast<int>(layers - 1), false, "", train};
-      PerRank dy = alloc(ctx, "y_grad", n(), h, [&](int ti) {
-        return std::vector<Piece>{Piece{"dy", Rect{ti * n(), 0, n(), h}, 0, 0}};
-      });
-      for (std::int64_t l = layers - 1; l >= 0; --l) {
-        LayerGrad g = backward_layer(static_cast<int>(l), saved[static_cast<std::size_t>(l)], dy, ready);
-        dy = std::move(g.dx);
-        ready = std::move(g.done);
-      }
-    }
+    next_tag_ = tag1;
+    next_instance_ = instance1;
   }
 }
 
@@ -899,17 +1137,20 @@ void check(const TpspRequest& r) {
   const TpspShape& s = r.shape;
   if (s.tp < 1) refuse(r, "$.parallel.tp", "tp must be >= 1");
   if (s.dp < 1) refuse(r, "$.parallel.dp", "dp must be >= 1");
-  if (s.seq < 1 || s.seq % s.tp != 0)
-    refuse(r, "$.training.sequence_length", fmt::format("sequence length {} is not a positive multiple of tp = {}", s.seq, s.tp));
+  if (s.up < 1) refuse(r, "$.parallel.up", "up must be >= 1");
+  if (s.seq < 1 || s.seq % (s.tp * s.up) != 0)
+    refuse(r, "$.training.sequence_length",
+           fmt::format("sequence length {} is not a positive multiple of tp x up = {}", s.seq, s.tp * s.up));
   if (s.batch < 1) refuse(r, "$.training.micro_batch", "micro batch must be >= 1");
-  if (r.kind == ScheduleKind::slice) {
+  if (r.kind == ScheduleKind::slice || (s.up > 1 && r.up_kind == ScheduleKind::slice)) {
     if (r.schedule.slices < 1) refuse(r, "$.schedule.slices", "slices must be >= 1");
-    if (s.seq / s.tp < r.schedule.slices)
+    if (s.seq / (s.tp * s.up) < r.schedule.slices)
       refuse(r, "$.schedule.slices",
-             fmt::format("{} slices do not fit in a sequence chunk of {} positions (sequence {} / tp {})",
-                         r.schedule.slices, s.seq / s.tp, s.seq, s.tp));
+             fmt::format("{} slices do not fit in a sequence chunk of {} positions (sequence {} / (tp {} x up {}))",
+                         r.schedule.slices, s.seq / (s.tp * s.up), s.seq, s.tp, s.up));
   }
   if (r.piece != TpspPiece::layers) {
+    if (s.up != 1) refuse(r, "$.parallel.up", "the single-GEMM pieces are TPSP only (up = 1)");
     if (r.piece_k < 1 || r.piece_n < 1) refuse(r, "$", "GEMM dimensions must be positive");
     if (r.piece == TpspPiece::ag_gemm && r.piece_n % s.tp != 0) refuse(r, "$", "N must be a multiple of tp");
     if (r.piece == TpspPiece::gemm_rs && r.piece_k % s.tp != 0) refuse(r, "$", "K must be a multiple of tp");
@@ -925,6 +1166,24 @@ void check(const TpspRequest& r) {
            fmt::format("model.kv_heads {} neither divide among nor replicate evenly over tp = {}", s.kv_heads, s.tp));
   if (s.ffn % s.tp != 0)
     refuse(r, "$.parallel.tp", fmt::format("model.ffn_hidden {} is not a multiple of tp = {}", s.ffn, s.tp));
+  if (s.up > 1) {
+    // Ulysses: each TP rank's heads split over the UP ranks; its kv heads split likewise, or each UP
+    // rank keeps (a copy of) the one kv head its query heads use.
+    if (s.heads % (s.tp * s.up) != 0)
+      refuse(r, "$.parallel.up", fmt::format("model.heads {} cannot be split over tp x up = {}", s.heads, s.tp * s.up));
+    const std::int64_t kt = s.kv_heads_local();
+    if (kt % s.up != 0 && s.up % kt != 0)
+      refuse(r, "$.parallel.up",
+             fmt::format("{} kv heads per TP rank neither divide among nor replicate evenly over up = {}", kt, s.up));
+  }
+  if (s.dp > 1 && r.schedule.dp_bucket_bytes < 1)
+    refuse(r, "$.schedule.dp_bucket_bytes", "the DP bucket size must be >= 1 byte");
+  if (r.options.scope == Scope::step) {
+    if (r.step.vocab < 1 || r.step.vocab % s.tp != 0)
+      refuse(r, "$.model.vocab",
+             fmt::format("a step needs a vocabulary that splits over tp = {} (vocab {})", s.tp, r.step.vocab));
+    if (r.step.micro_batches < 1) refuse(r, "$.training.grad_accumulation", "grad_accumulation must be >= 1");
+  }
 }
 
 }  // namespace
@@ -932,12 +1191,14 @@ void check(const TpspRequest& r) {
 Schedule generate_tpsp(const TpspRequest& request) {
   check(request);
   Schedule s;
-  s.graph = TaskGraph(request.shape.tp * request.shape.dp);
-  s.parallelism = "tpsp";
-  s.kind = request.kind;
+  s.graph = TaskGraph(request.shape.tp * request.shape.up * request.shape.dp);
+  const std::string& par = request.options.parallelism;
+  s.parallelism = par.empty() ? "tpsp" : par;
+  s.kind = par == "dp" ? request.dp_kind : (par == "up" ? request.up_kind : request.kind);
   s.scope = request.options.scope;
-  s.tokens = request.shape.rows() * request.shape.dp;
-  s.gpus = request.shape.tp * request.shape.dp;
+  s.tokens = request.shape.rows() * request.shape.dp *
+             (request.options.scope == Scope::step ? std::max<std::int64_t>(1, request.step.micro_batches) : 1);
+  s.gpus = request.shape.tp * request.shape.up * request.shape.dp;
   auto program = std::make_shared<DataflowProgram>();
   Builder(request, s, *program).generate();
   s.dataflow = std::move(program);
@@ -948,19 +1209,21 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                          model::ScheduleKind kind, const GenerateOptions& options) {
   TpspRequest r;
   r.label = label;
-  if (w.parallel.up != 1)
-    throw InputError(label, "$.parallel.up",
-                     fmt::format("the TPSP generator does not generate Ulysses (up = {}); use up = 1", w.parallel.up));
   if (w.parallel.world() > cluster.num_ranks())
     throw InputError(label, "$.parallel",
                      fmt::format("tp x up x dp = {} ranks, but cluster '{}' has {}", w.parallel.world(), cluster.name,
                                  cluster.num_ranks()));
   const model::Architecture& a = w.arch;
-  r.shape = TpspShape{w.parallel.tp, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden, a.heads, a.kv_heads,
-                      a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype};
-  r.kind = kind;
+  r.shape = TpspShape{w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden,
+                      a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype};
+  // `kind` is the compared parallelism's schedule; the others run the workload file's.
+  const std::string& par = options.parallelism;
+  r.kind = par.empty() || par == "tpsp" ? kind : w.schedule.kind;
+  r.up_kind = par.empty() || par == "up" ? kind : w.schedule.kind;
+  r.dp_kind = par.empty() || par == "dp" ? kind : w.schedule.kind;
   r.schedule = w.schedule;
   r.options = options;
+  r.step = StepOptions{w.grad_accumulation, w.recompute, w.parallel.dp_sharding, a.vocab};
   return r;
 }
 

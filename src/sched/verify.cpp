@@ -375,6 +375,8 @@ void Run::exec_compute(const Task& task, const DataOp& op) {
       if (g->accumulate) c = add(c, read(cref, task));
       write(cref, c, task);
     }
+  } else if (const auto* cp = std::get_if<CopyOp>(&op)) {
+    write(cp->out, read(cp->in, task), task);
   } else if (const auto* a = std::get_if<AddOp>(&op)) {
     write(a->out, add(read(a->a, task), read(a->b, task)), task);
   } else if (const auto* nrm = std::get_if<NormOp>(&op)) {
@@ -402,7 +404,7 @@ void Run::exec_compute(const Task& task, const DataOp& op) {
       const Matrix b = read(Ref{blk.b, Rect{blk.b_row0, w->b_col0, blk.rows, w->b_cols}}, task);
       sum = add(sum, matmul_tn(a, b));
     }
-    const Ref cref{w->c, Rect{0, 0, w->a_cols, w->b_cols}};
+    const Ref cref{w->c, Rect{w->c_row0, 0, w->a_cols, w->b_cols}};
     if (w->accumulate) sum = add(read(cref, task), sum);
     write(cref, sum, task);
   } else if (const auto* nb = std::get_if<NormBwdOp>(&op)) {
@@ -478,23 +480,33 @@ void Run::exec_collective(const std::vector<TaskId>& members) {
   for (std::size_t p = 0; p < t; ++p) {
     const Task& task = g_.task(members[p]);
     switch (first.kind) {
-      case CollectiveKind::all_gather:
-        want(p, 1, t);
-        for (std::size_t q = 0; q < t; ++q) write(ops[p]->out[q], in[q][0], task);
+      // A collective may move G tensors at once (a DP bucket): G parts per member, member-major.
+      case CollectiveKind::all_gather: {
+        const std::size_t G = std::max<std::size_t>(1, ops[0]->in.size());
+        want(p, G, t * G);
+        for (std::size_t q = 0; q < t; ++q)
+          for (std::size_t j = 0; j < G; ++j) write(ops[p]->out[q * G + j], in[q][j], task);
         break;
+      }
       case CollectiveKind::reduce_scatter: {
-        want(p, t, 1);
+        const std::size_t G = std::max<std::size_t>(1, ops[0]->out.size());
+        want(p, t * G, G);
         // Ring order: the reduction of part p starts at member p+1 and ends at p.
-        Matrix sum = in[(p + 1) % t][p];
-        for (std::size_t s = 2; s <= t; ++s) sum = add(sum, in[(p + s) % t][p]);
-        write(ops[p]->out[0], sum, task);
+        for (std::size_t j = 0; j < G; ++j) {
+          Matrix sum = in[(p + 1) % t][p * G + j];
+          for (std::size_t s = 2; s <= t; ++s) sum = add(sum, in[(p + s) % t][p * G + j]);
+          write(ops[p]->out[j], sum, task);
+        }
         break;
       }
       case CollectiveKind::all_reduce: {
-        want(p, 1, 1);
-        Matrix sum = in[0][0];
-        for (std::size_t q = 1; q < t; ++q) sum = add(sum, in[q][0]);
-        write(ops[p]->out[0], sum, task);
+        const std::size_t G = std::max<std::size_t>(1, ops[0]->in.size());
+        want(p, G, G);
+        for (std::size_t j = 0; j < G; ++j) {
+          Matrix sum = in[0][j];
+          for (std::size_t q = 1; q < t; ++q) sum = add(sum, in[q][j]);
+          write(ops[p]->out[j], sum, task);
+        }
         break;
       }
       case CollectiveKind::all_to_all:
@@ -516,10 +528,19 @@ void Run::run(VisitOrder order, std::uint64_t seed) {
   std::map<std::tuple<int, int, int>, TaskId> last_on_stream;
   std::map<std::tuple<int, int, std::int64_t>, TaskId> sends;
   std::map<std::int64_t, std::vector<TaskId>> collectives;
+  std::map<std::pair<std::int64_t, std::vector<int>>, std::int64_t> collective_ids;
   for (TaskId id = 0; id < n; ++id) {
     const Task& t = g_.task(id);
     for (TaskId p : g_.predecessors(id)) edge(p, id);
-    if (const auto* c = std::get_if<CollectiveTask>(&t.kind)) collectives[c->instance].push_back(id);
+    if (const auto* c = std::get_if<CollectiveTask>(&t.kind)) {
+      // A collective is its instance number over its set of ranks (as in sched/dag.hpp's analyze()):
+      // the TP groups of different Ulysses ranks reuse instance numbers.
+      std::vector<int> set = c->group;
+      std::sort(set.begin(), set.end());
+      const auto found = collective_ids.emplace(std::make_pair(c->instance, std::move(set)),
+                                                static_cast<std::int64_t>(collective_ids.size()));
+      collectives[found.first->second].push_back(id);
+    }
     if (const auto* s = std::get_if<SendTask>(&t.kind)) sends[{t.rank, s->peer, s->tag}] = id;
     if (std::holds_alternative<RecvTask>(t.kind)) continue;  // a Recv holds no stream
     const auto key = std::make_tuple(t.rank, static_cast<int>(t.stream.kind), t.stream.index);
@@ -637,6 +658,18 @@ std::map<std::string, Matrix> reference(const DataflowProgram& p, std::map<std::
     t["y"] = matmul(tensor(t, "x"), tensor(t, "w"), false);
     return t;
   }
+  if (p.computation == "dp_grad_sum") {
+    // g{j} = sum over replicas d of dp{d}/a{j}^T dp{d}/b{j} (sched/verify.hpp, generate_dp_piece).
+    for (std::int64_t j = 0; j < attr(p, "gradients"); ++j) {
+      Matrix sum;
+      for (std::int64_t d = 0; d < attr(p, "replicas"); ++d) {
+        const Matrix g = matmul_tn(tensor(t, fmt::format("dp{}/a{}", d, j)), tensor(t, fmt::format("dp{}/b{}", d, j)));
+        sum = d == 0 ? g : add(sum, g);
+      }
+      t[fmt::format("g{}", j)] = std::move(sum);
+    }
+    return t;
+  }
   if (p.computation != "tpsp_forward" && p.computation != "tpsp_train")
     throw ExecError("unknown reference computation '" + p.computation + "'");
   const std::int64_t batch = attr(p, "batch"), heads = attr(p, "heads"), kv_heads = attr(p, "kv_heads");
@@ -748,6 +781,79 @@ TpspShape verify_shape(int t, bool gqa) {
 
 }  // namespace
 
+namespace {
+
+// Ulysses layers: the QKV projection fused with the all-to-all before attention, attention with the
+// all-to-all after it, and their backward, in one layer checked forward (y) and backward (dx; the
+// weight gradients of a UP rank cover its share of the sequence only, see tpsp.cpp). Four positions
+// per rank leave room for 4 slices.
+void verify_ulysses(const VerifyOptions& o, VerifyReport& report) {
+  struct Shape {
+    std::string name;
+    int tp;
+    bool gqa;
+  };
+  for (int u : o.ups) {
+    if (u < 2) continue;
+    std::vector<Shape> shapes{{"up-gqa-swiglu-causal", 1, true}, {"up-mha-gelu-full", 1, false}};
+    if (u == 2 || u == 4) shapes.push_back({"tpxup-gqa-swiglu-causal", 2, true});
+    std::vector<std::pair<std::string, std::pair<model::ScheduleKind, int>>> variants;
+    for (model::ScheduleKind kind : o.kinds) {
+      if (kind == model::ScheduleKind::slice) {
+        for (int k : o.slices) variants.push_back({fmt::format("slice-k{}", k), {kind, k}});
+      } else {
+        variants.push_back({model::to_string(kind), {kind, 1}});
+      }
+    }
+    for (const Shape& sh : shapes)
+      for (const auto& [vname, v] : variants) {
+        TpspRequest req;
+        TpspShape& s = req.shape;
+        s.tp = sh.tp;
+        s.up = u;
+        const int ranks = sh.tp * u;
+        s.seq = 4 * ranks;
+        s.batch = 2;
+        s.hidden = 16;
+        s.heads = 2 * ranks;
+        // gqa: fewer kv heads than ranks, so kv heads are replicated over the UP ranks (and over TP
+        // with tp 2); mha: two kv heads per rank after the all-to-all.
+        s.kv_heads = sh.gqa ? std::max(1, u / 2) : 2 * ranks;
+        s.head_dim = 4;
+        s.ffn = 4 * ranks;
+        s.gated = sh.gqa;
+        s.causal = sh.gqa;
+        s.layers = 1;
+        req.kind = v.first;  // the TP regions (tp 2) run the same schedule
+        req.up_kind = v.first;
+        req.schedule.kind = v.first;
+        req.schedule.slices = v.second;
+        req.options.scope = Scope::layer;
+        req.fault = o.fault;
+        req.label = "<verify>";
+        VerifyCase c;
+        c.name = fmt::format("{}/{}/t{}u{}", sh.name, vname, sh.tp, u);
+        c.piece = sh.name;
+        c.schedule = vname;
+        c.tp = sh.tp;
+        c.up = u;
+        c.slices = v.first == model::ScheduleKind::slice ? v.second : 0;
+        try {
+          const Schedule sched = generate_tpsp(req);
+          validate(sched.graph);
+          c.tasks = sched.graph.size();
+          c.result = execute(sched, o.execute);
+        } catch (const std::exception& e) {
+          c.result.passed = false;
+          c.result.error = e.what();
+        }
+        report.cases.push_back(std::move(c));
+      }
+  }
+}
+
+}  // namespace
+
 VerifyReport verify_tpsp(const VerifyOptions& o) {
   VerifyReport report;
   struct Variant {
@@ -814,6 +920,8 @@ VerifyReport verify_tpsp(const VerifyOptions& o) {
         report.cases.push_back(std::move(c));
       }
   }
+  if (o.up_layers) verify_ulysses(o, report);
+  verify_dp(o, report);
   return report;
 }
 

@@ -2,7 +2,7 @@
 // is shaped as it is.
 //
 // Shape of a run: all per-task, per-rank and per-flow state lives in flat vectors indexed by id;
-// events are 24-byte PODs naming (kind, target, version). Handlers change state at the current
+// events are 24-byte PODs naming (kind, target, handle). Handlers change state at the current
 // instant and mark what they disturbed (flows that joined or left links, ranks whose load or set of
 // running kernels changed). Before time advances, settle() re-solves the disturbed flow components
 // once and re-rates the compute of the disturbed ranks once, however many events the instant had:
@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <string_view>
 #include <limits>
@@ -40,9 +41,9 @@ namespace {
 using sched::TaskId;
 
 enum EventKind : std::uint8_t {
-  kComputeEnd,       // target: compute slot; versioned
+  kComputeEnd,       // target: compute slot; handle compute_handle(slot)
   kFlowLatencyEnd,   // target: flow
-  kFlowEnd,          // target: flow; versioned
+  kFlowEnd,          // target: flow; handle flow_handle(flow)
   kCollectiveSteps,  // target: collective; its base latency has elapsed
   kTaskEnd,          // target: task that takes no time (zero-work kernel, collective of one)
 };
@@ -68,7 +69,7 @@ struct TaskInfo {
 };
 
 // A running kernel. Slots are recycled (at most a few kernels run per rank at once, so the pool
-// stays small and cache-resident); the version survives reuse so that stale end events stay stale.
+// stays small and cache-resident). A slot has at most one end event queued, tracked by its handle.
 struct ComputeRun {
   TaskId task = 0;
   int rank = 0;
@@ -77,15 +78,18 @@ struct ComputeRun {
   double rate = 0.0;          // fraction of the device, after the even split between kernels
   TimePs last_ps = 0;
   TimePs completion_ps = kTimeNever;  // when it ends at the current rate
-  TimePs scheduled_ps = kTimeNever;   // time of its live end event, if any (see reschedule())
-  std::uint32_t version = 0;
+  TimePs scheduled_ps = kTimeNever;   // time of its queued end event, if any (see must_push())
 };
 
-// Moving an end event. Rates go down and up as transfers come and go; a kernel slowed ten times
-// would leave ten stale events in the heap if every change pushed a new one. So an end that moves
-// LATER keeps its live event: it comes up early, sees the true completion is later and is
-// rescheduled in place, once. Only an end that moves EARLIER pushes a new event (the old one goes
-// stale by version). Returns true when a new event must be pushed (the caller bumps the version).
+// Queue handles (EventQueue::push): one per compute slot and one per flow slot; 0 is "untracked".
+inline std::uint32_t compute_handle(std::uint32_t slot) { return 2 * slot + 1; }
+inline std::uint32_t flow_handle(FlowId f) { return 2 * f + 2; }
+
+// Moving an end event. Rates go down and up as transfers come and go. An end that moves LATER keeps
+// its queued event: it comes up early, sees the true completion is later and is rescheduled in
+// place, once. An end that moves EARLIER has its event moved earlier in place
+// (EventQueue::move_earlier: the key a new push would have, without leaving a stale event behind),
+// or pushed if none is queued. Returns true when the end must move earlier or be pushed.
 inline bool must_push(TimePs completion_ps, TimePs scheduled_ps) {
   return completion_ps != kTimeNever && completion_ps < scheduled_ps;
 }
@@ -135,6 +139,12 @@ struct CollectiveRun {
 
 std::uint64_t pair_key(int src, int dst) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) | static_cast<std::uint32_t>(dst);
+}
+
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -334,8 +344,14 @@ class Run final : public sched::TaskVisitor {
   std::vector<CollectiveRun> collectives_;
   std::vector<RankState> ranks_;
   std::vector<FlowOwner> owners_;        // by FlowId
-  std::vector<std::uint32_t> flow_version_;  // by FlowId; survives slot reuse (stale events stay stale)
-  std::vector<TimePs> flow_scheduled_ps_;    // by FlowId: time of the live end event, if any
+  // What settle() needs of each flow whose rate changed, apart from the larger FlowOwner: by FlowId.
+  struct FlowHot {
+    TimePs scheduled_ps = kTimeNever;     // time of its queued end event, if any
+    double payload_bytes_per_s = 0.0;     // rate x engine efficiency, summed into the HBM load
+    int src_rank = 0;
+    int dst_rank = 0;
+  };
+  std::vector<FlowHot> flow_hot_;
   std::unordered_map<std::uint64_t, RouteId> routes_;
   std::vector<TimePs> route_latency_ps_;
   // By 2 * route + (copy engine ? 1 : 0): a transfer's latency phase, and the lane of its end.
@@ -552,6 +568,7 @@ SimResult Run::execute(RunProfile& profile) {
   prepare();
   const auto t2 = std::chrono::steady_clock::now();
   profile.prepare_s = std::chrono::duration<double>(t2 - t1).count();
+  const double cpu2 = thread_cpu_s();
   profile.state_bytes = state_bytes();
   queue_.reserve(1024);
   for (TaskId id = 0; id < graph_.size(); ++id)
@@ -568,21 +585,17 @@ SimResult Run::execute(RunProfile& profile) {
     const Event& top = queue_.take_top();
     struct {
       TimePs time;
-      std::uint32_t target, version;
-    } const e{top.time, top.target, top.version};
+      std::uint32_t target;
+    } const e{top.time, top.target};
     const std::uint8_t kind = top.kind();
     now_ = e.time;
     switch (kind) {
       case kComputeEnd: {
         ComputeRun& run = compute_[e.target];
-        if (e.version != run.version) {  // superseded by an earlier end
-          queue_.drop_top();
-          continue;
-        }
         if (e.time < run.completion_ps) {  // its end moved later: follow it (once)
           run.scheduled_ps = run.completion_ps;
           if (run.completion_ps != kTimeNever)
-            queue_.reschedule_top(run.completion_ps, kComputeEnd, e.target, run.version);
+            queue_.reschedule_top(run.completion_ps, kComputeEnd, e.target, compute_handle(e.target));
           else
             queue_.drop_top();
           continue;
@@ -598,19 +611,17 @@ SimResult Run::execute(RunProfile& profile) {
         const FlowOwner& o = owners_[f];
         ranks_[o.src_rank].flows.push_back(f);
         ranks_[o.dst_rank].flows.push_back(f);
+        flow_hot_[f].src_rank = o.src_rank;  // a flow's rate changes only once it transfers
+        flow_hot_[f].dst_rank = o.dst_rank;
         break;  // its rate, and the HBM load it adds, come from the next settle()
       }
       case kFlowEnd: {
         const FlowId f = e.target;
-        if (e.version != flow_version_[f] || network_.state(f) != FlowState::transferring) {
-          queue_.drop_top();
-          continue;
-        }
         const TimePs completion = network_.completion_ps(f);
         if (e.time < completion) {  // slowed down since: follow it (see must_push())
-          flow_scheduled_ps_[f] = completion;
+          flow_hot_[f].scheduled_ps = completion;
           if (completion != kTimeNever)
-            queue_.reschedule_top(completion, kFlowEnd, f, flow_version_[f]);
+            queue_.reschedule_top(completion, kFlowEnd, f, flow_handle(f));
           else
             queue_.drop_top();
           continue;
@@ -640,6 +651,7 @@ SimResult Run::execute(RunProfile& profile) {
     ++result_.events_processed;
   }
   profile.events_s = seconds_since(t2);
+  profile.events_cpu_s = thread_cpu_s() - cpu2;
   profile.events_scheduled = queue_.scheduled();
   if (ended_ != graph_.size()) deadlock();
   return std::move(result_);
@@ -697,7 +709,6 @@ void Run::start_compute(TaskId id) {
   run.last_ps = now_;
   run.completion_ps = kTimeNever;
   run.scheduled_ps = kTimeNever;
-  ++run.version;  // events of the slot's previous kernel stay stale
   // Its rate (and the even split with kernels already running here) is set by settle().
   ranks_[rank].running.push_back(slot);
   mark_compute(rank);
@@ -709,7 +720,6 @@ void Run::on_compute_end(std::uint32_t slot) {
   const int rank = run.rank;
   auto& running = ranks_[rank].running;
   running.erase(std::find(running.begin(), running.end(), slot));
-  ++run.version;
   free_compute_.push_back(slot);
   mark_compute(rank);
   end_task(id);
@@ -724,8 +734,7 @@ FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngi
   const FlowId f = network_.create(route, payload_bytes / efficiency);
   if (f >= owners_.size()) {
     owners_.resize(f + 1);
-    flow_version_.resize(f + 1, 0);
-    flow_scheduled_ps_.resize(f + 1, kTimeNever);
+    flow_hot_.resize(f + 1);
   }
   FlowOwner& o = owners_[f];
   o.collective = kNone;
@@ -733,8 +742,8 @@ FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngi
   o.engine = engine;
   o.efficiency = efficiency;
   o.start_ps = now_;
-  ++flow_version_[f];
-  flow_scheduled_ps_[f] = kTimeNever;
+  flow_hot_[f].scheduled_ps = kTimeNever;
+  flow_hot_[f].payload_bytes_per_s = 0.0;  // the network's rate is 0 until the flow's first settle()
   const std::size_t phase = 2 * static_cast<std::size_t>(route) + (sm ? 0 : 1);
   push_after(latency_phase_ps_[phase], latency_lane_[phase], kFlowLatencyEnd, f);
   return o;
@@ -871,12 +880,17 @@ void Run::end_task(TaskId id) {
 void Run::settle() {
   for (FlowId f : network_.settle(now_)) {
     const TimePs completion = network_.completion_ps(f);
-    if (must_push(completion, flow_scheduled_ps_[f])) {
-      flow_scheduled_ps_[f] = completion;
-      queue_.push(completion, kFlowEnd, f, ++flow_version_[f]);
+    FlowHot& hot = flow_hot_[f];
+    if (must_push(completion, hot.scheduled_ps)) {
+      if (hot.scheduled_ps != kTimeNever)
+        queue_.move_earlier(flow_handle(f), completion, kFlowEnd);
+      else
+        queue_.push(completion, kFlowEnd, f, flow_handle(f));
+      hot.scheduled_ps = completion;
     }
-    mark_hbm(owners_[f].src_rank);
-    mark_hbm(owners_[f].dst_rank);
+    hot.payload_bytes_per_s = network_.rate(f) * owners_[f].efficiency;
+    mark_hbm(hot.src_rank);
+    mark_hbm(hot.dst_rank);
   }
   // HBM load is summed afresh (not updated incrementally) so that it returns to exactly zero when
   // the last transfer leaves and never carries rounding from earlier flows.
@@ -884,7 +898,7 @@ void Run::settle() {
     RankState& rs = ranks_[r];
     rs.hbm_dirty = false;
     double payload_bytes_per_s = 0.0;
-    for (FlowId f : rs.flows) payload_bytes_per_s += network_.rate(f) * owners_[f].efficiency;
+    for (FlowId f : rs.flows) payload_bytes_per_s += flow_hot_[f].payload_bytes_per_s;
     const double hbm = payload_bytes_per_s * rs.hbm_traffic_factor;
     if (hbm != rs.hbm_bytes_per_s) {
       rs.hbm_bytes_per_s = hbm;
@@ -924,8 +938,11 @@ void Run::rerate(int rank) {
     }
     run.completion_ps = completion;
     if (must_push(completion, run.scheduled_ps)) {
+      if (run.scheduled_ps != kTimeNever)
+        queue_.move_earlier(compute_handle(slot), completion, kComputeEnd);
+      else
+        queue_.push(completion, kComputeEnd, slot, compute_handle(slot));
       run.scheduled_ps = completion;
-      queue_.push(completion, kComputeEnd, slot, ++run.version);
     }
   }
 }

@@ -1,6 +1,7 @@
 // The binary end to end: `list`, and `simulate` with the generators and the simulator behind it.
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <set>
 
 #include <catch2/catch.hpp>
@@ -25,7 +26,8 @@ void check_row(const json& row) {
   }
   const double T = row["step_time_s"].get<double>();
   CHECK(T > 0.0);
-  CHECK(row["parallelism"].get<std::string>() == "tpsp");
+  const std::string par = row["parallelism"].get<std::string>();
+  CHECK((par == "tpsp" || par == "up" || par == "dp"));
   // Per-rank measures live inside [0, T]; overlap is a fraction; tail latency includes the head.
   CHECK(row["compute_s"].get<double>() <= T * (1 + 1e-12));
   CHECK(row["exposed_comm_s"].get<double>() <= row["comm_s"].get<double>() * (1 + 1e-12));
@@ -62,25 +64,37 @@ TEST_CASE("fusesim simulate --format json runs the default job of three schedule
   CHECK(r.out.empty());  // the report went to the file
   CHECK(dir.entries() == std::vector<std::string>{"report.json"});
   const json doc = json::parse(slurp(dir.path() / "report.json"));
-  CHECK(doc["topology"].get<std::string>() == "dgx-h100");
+  // A 70B model's training state does not fit one DGX H100 (16 B/param of Adam state alone is
+  // 1.1 TB), so the default job is four DGX H100 nodes: TP 8 inside a node, ZeRO-2 DP 4 across.
+  CHECK(doc["topology"].get<std::string>() == "dgx-h100-4node");
   CHECK(doc["model"].get<std::string>() == "llama-3-70b");
   CHECK(doc["parallel"]["tp"].get<int>() == 8);
+  CHECK(doc["parallel"]["dp"].get<int>() == 4);
   CHECK(doc["sequence_length"].get<int>() == 8192);
   CHECK(doc["backward"].get<bool>());
-  REQUIRE(doc["results"].size() == 6);
-  std::map<std::pair<std::string, std::string>, json> by;
+  // Both parallelisms the workload uses (tpsp, dp) x two scopes x three schedules.
+  REQUIRE(doc["results"].size() == 12);
+  std::map<std::tuple<std::string, std::string, std::string>, json> by;
   for (const json& row : doc["results"]) {
     check_row(row);
-    by[{row["scope"].get<std::string>(), row["schedule"].get<std::string>()}] = row;
+    by[{row["parallelism"].get<std::string>(), row["scope"].get<std::string>(),
+        row["schedule"].get<std::string>()}] = row;
   }
-  for (const char* scope : {"layer", "stack"})
-    for (const char* schedule : {"baseline", "slice", "commfuse"}) CHECK(by.count({scope, schedule}) == 1);
-  // A stack of 80 layers takes longer than one layer, for every schedule.
-  for (const char* schedule : {"baseline", "slice", "commfuse"})
-    CHECK(by[{"stack", schedule}]["step_time_s"].get<double>() > by[{"layer", schedule}]["step_time_s"].get<double>());
-  // The point of CommFuse (design note §2): less communication left exposed than the baseline.
-  CHECK(by[{"layer", "commfuse"}]["exposed_comm_s"].get<double>() <
-        by[{"layer", "baseline"}]["exposed_comm_s"].get<double>());
+  for (const char* par : {"tpsp", "dp"})
+    for (const char* scope : {"layer", "stack"})
+      for (const char* schedule : {"baseline", "slice", "commfuse"}) CHECK(by.count({par, scope, schedule}) == 1);
+  for (const char* par : {"tpsp", "dp"}) {
+    // A stack of 80 layers takes longer than one layer, for every schedule.
+    for (const char* schedule : {"baseline", "slice", "commfuse"})
+      CHECK(by[{par, "stack", schedule}]["step_time_s"].get<double>() >
+            by[{par, "layer", schedule}]["step_time_s"].get<double>());
+    // Overlap leaves less communication exposed than no overlap, for either parallelism.
+    CHECK(by[{par, "layer", "commfuse"}]["exposed_comm_s"].get<double>() <
+          by[{par, "layer", "baseline"}]["exposed_comm_s"].get<double>());
+  }
+  // The point of CommFuse (design note §2) on TPSP: less exposed than the baseline and than slicing.
+  CHECK(by[{"tpsp", "layer", "commfuse"}]["exposed_comm_s"].get<double>() <
+        by[{"tpsp", "layer", "slice"}]["exposed_comm_s"].get<double>());
 }
 
 TEST_CASE("fusesim simulate is deterministic and prints a table by default", "[cli][simulate]") {

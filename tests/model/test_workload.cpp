@@ -529,3 +529,44 @@ TEST_CASE("Any single mutated value is accepted or refused with an InputError", 
   CHECK(accepted > 0);
   CHECK(refused > accepted);
 }
+
+TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and values", "[model][workload]") {
+  // Defaults (docs/workload.md): plain DDP, nothing recomputed, Adam, PyTorch DDP's 25 MB buckets.
+  const Workload d = parse(valid());
+  CHECK(d.parallel.dp_sharding == DpSharding::ddp);
+  CHECK(d.recompute == Recompute::none);
+  CHECK(d.optimizer == Optimizer::adam);
+  CHECK(d.schedule.dp_bucket_bytes == 25'000'000);
+
+  json j = valid();
+  j["parallel"]["dp_sharding"] = "zero3";
+  j["training"]["recompute"] = "full";
+  j["training"]["optimizer"] = "sgd";
+  j["schedule"]["dp_bucket_bytes"] = 50e6;  // an integral JSON float is an integer
+  const Workload w = parse(j);
+  CHECK(w.parallel.dp_sharding == DpSharding::zero3);
+  CHECK(w.recompute == Recompute::full);
+  CHECK(w.optimizer == Optimizer::sgd);
+  CHECK(w.schedule.dp_bucket_bytes == 50'000'000);
+  for (const char* s : {"ddp", "zero1", "zero2", "zero3"})
+    CHECK(to_string(parse(with([&](json& x) { x["parallel"]["dp_sharding"] = s; })).parallel.dp_sharding) == s);
+  for (const char* s : {"none", "selective", "full"})
+    CHECK(to_string(parse(with([&](json& x) { x["training"]["recompute"] = s; })).recompute) == s);
+  for (const char* s : {"adam", "sgd"})
+    CHECK(to_string(parse(with([&](json& x) { x["training"]["optimizer"] = s; })).optimizer) == s);
+}
+
+TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key", "[model][workload][errors]") {
+  expect_error(with([](json& j) { j["parallel"]["dp_sharding"] = "zero4"; }), "$.parallel.dp_sharding");
+  expect_error(with([](json& j) { j["parallel"]["dp_sharding"] = 3; }), "$.parallel.dp_sharding");
+  expect_error(with([](json& j) { j["parallel"]["dp_sharding"] = "ZeRO3"; }), "$.parallel.dp_sharding");
+  expect_error(with([](json& j) { j["training"]["recompute"] = "partial"; }), "$.training.recompute");
+  expect_error(with([](json& j) { j["training"]["recompute"] = true; }), "$.training.recompute");
+  expect_error(with([](json& j) { j["training"]["optimizer"] = "adamw"; }), "$.training.optimizer");
+  expect_error(with([](json& j) { j["training"]["optimizer"] = ""; }), "$.training.optimizer");
+  expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 0; }), "$.schedule.dp_bucket_bytes");
+  expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = -25000000; }), "$.schedule.dp_bucket_bytes");
+  expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 1.5; }), "$.schedule.dp_bucket_bytes");
+  expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = "25MB"; }), "$.schedule.dp_bucket_bytes");
+  expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 2e12; }), "$.schedule.dp_bucket_bytes");
+}

@@ -167,7 +167,7 @@ TEST_CASE("free communication: a whole layer, forward and backward, takes its co
       for (bool qs : {false, true}) {
         if (qs && kind != ScheduleKind::commfuse) continue;
         TpspRequest r;
-        r.shape = TpspShape{t, 1, 8 * t, 2, 32, 2 * t, t, 8, 16 * t, true, false, 1, topo::Dtype::bf16};
+        r.shape = TpspShape{t, 1, 1, 8 * t, 2, 32, 2 * t, t, 8, 16 * t, true, false, 1, topo::Dtype::bf16};
         r.kind = kind;
         r.schedule.slices = 4;
         r.schedule.query_split_attention = qs;
@@ -327,7 +327,7 @@ TEST_CASE("Llama-3-70B on a DGX H100: exposed communication CommFuse < slice < b
   const model::RooflineCostModel costs;
   std::map<ScheduleKind, TimePs> exposed, step;
   for (auto kind : {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse}) {
-    const Schedule s = generate(w, "llama-3-70b", c, kind, GenerateOptions{Scope::layer, true, true});
+    const Schedule s = generate(w, "llama-3-70b", c, kind, GenerateOptions{Scope::layer, true, true, ""});
     const Timed out = run(s, c, costs);
     exposed[kind] = out.metrics.critical().exposed_comm_ps;
     step[kind] = out.result.makespan_ps;

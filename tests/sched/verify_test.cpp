@@ -10,7 +10,10 @@ using namespace fusesim::sched;
 using model::ScheduleKind;
 
 TEST_CASE("verify_tpsp: every schedule equals the unpartitioned computation", "[sched][verify]") {
-  const VerifyReport report = verify_tpsp(VerifyOptions{});
+  VerifyOptions options;
+  options.up_layers = false;  // TPSP cases only (the Ulysses cases: ulysses_test.cpp)
+  options.dps.clear();  // no DP sync cases (dp_test.cpp)
+  const VerifyReport report = verify_tpsp(options);
   // Per t: AG+GEMM and GEMM+RS in baseline, slice k = 1, 2, 4 and commfuse (5 each); the two layer
   // cases (forward and backward: outputs, input and weight gradients) in those 5 and commfuse with
   // query-split (6 each): 10 + 12 = 22; four values of t: 88.
@@ -30,6 +33,8 @@ TEST_CASE("verify_tpsp fails on a shifted chunk index in every schedule", "[sche
   for (int region : {0, 1, 2, 3})
     for (int step : {0, 1}) {
       VerifyOptions o;
+      o.up_layers = false;
+      o.dps.clear();  // no DP sync cases (dp_test.cpp)
       o.pieces = region == 0;
       o.fault = TpspFault{1, region, step, 1};
       const VerifyReport report = verify_tpsp(o);
@@ -44,6 +49,8 @@ TEST_CASE("verify_tpsp fails on a shifted chunk index in every schedule", "[sche
     }
   // The fault on another rank and a later ring step (t = 8 only has step 5).
   VerifyOptions o;
+  o.up_layers = false;
+  o.dps.clear();  // no DP sync cases (dp_test.cpp)
   o.tps = {8};
   o.fault = TpspFault{6, 0, 5, 3};
   CHECK(verify_tpsp(o).failures() == 22);

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -72,6 +73,90 @@ TEST_CASE("event queue: matches a stable sort of (time, insertion order) on rand
   // (time, insertion index).
   std::stable_sort(reference.begin(), reference.end(), [](auto& a, auto& b) { return a.first < b.first; });
   REQUIRE(got == reference);
+}
+
+// move_earlier() must pop exactly what the lazy scheme it replaces popped: "push a new event with a
+// fresh sequence number and drop the old one, as stale, when it comes up". The reference below is
+// that scheme, in a plain sorted list keyed (time, sequence); both see the same random operations
+// (tracked pushes, moves earlier, moves later by rescheduling at the top, untracked pushes, pops),
+// with few distinct times so that ties are common.
+TEST_CASE("event queue: move_earlier pops what push-and-drop-stale pops", "[sim][queue]") {
+  std::mt19937_64 rng(777);
+  EventQueue q;
+  struct Ref {
+    TimePs time;
+    std::uint64_t seq;
+    std::uint32_t target;
+    std::uint32_t version;  // of the target when pushed; 0: untracked
+  };
+  std::vector<Ref> ref;  // live and stale events of the reference
+  std::uint64_t ref_seq = 0;
+  constexpr std::uint32_t kTargets = 12;
+  std::vector<std::uint32_t> version(kTargets, 0);
+  std::vector<TimePs> queued_at(kTargets, -1);  // -1: the target has no event queued
+  std::vector<std::pair<TimePs, std::uint32_t>> got, want;
+  auto ref_pop = [&] {  // the earliest live reference event, stale ones dropped on the way
+    for (;;) {
+      auto it = std::min_element(ref.begin(), ref.end(), [](const Ref& a, const Ref& b) {
+        return a.time != b.time ? a.time < b.time : a.seq < b.seq;
+      });
+      const Ref r = *it;
+      ref.erase(it);
+      if (r.version == 0 || r.version == version[r.target]) return r;
+    }
+  };
+  for (int round = 0; round < 4000; ++round) {
+    const std::uint32_t x = static_cast<std::uint32_t>(rng() % kTargets);
+    const TimePs t = q.now() + static_cast<TimePs>(rng() % 6);
+    switch (rng() % 4) {
+      case 0:  // an untracked event (target outside the tracked ones)
+        q.push(t, 2, kTargets + x);
+        ref.push_back({t, ref_seq++, kTargets + x, 0});
+        break;
+      case 1:  // the target's end: pushed if none is queued, else moved earlier if earlier
+        if (queued_at[x] < 0) {
+          q.push(t, 1, x, x + 1);
+          ref.push_back({t, ref_seq++, x, ++version[x]});
+          queued_at[x] = t;
+        } else if (t < queued_at[x]) {
+          REQUIRE(q.queued(x + 1));
+          q.move_earlier(x + 1, t, 1);
+          ref.push_back({t, ref_seq++, x, ++version[x]});
+          queued_at[x] = t;
+        }
+        break;
+      default: {  // pop; a tracked event is sometimes moved later in place instead
+        if (q.empty()) break;
+        const Event& top = q.take_top();
+        const std::uint32_t target = top.target, handle = top.handle;
+        const TimePs time = top.time;
+        const Ref r = ref_pop();
+        REQUIRE(r.time == time);
+        REQUIRE(r.target == target);
+        if (handle != 0 && rng() % 3 == 0) {
+          const TimePs later = time + 1 + static_cast<TimePs>(rng() % 4);
+          q.reschedule_top(later, 1, target, handle);
+          ref.push_back({later, ref_seq++, target, ++version[target]});
+          queued_at[target] = later;
+        } else {
+          q.drop_top();
+          got.emplace_back(time, target);
+          want.emplace_back(r.time, r.target);
+          if (handle != 0) {
+            REQUIRE_FALSE(q.queued(handle));
+            queued_at[target] = -1;
+          }
+        }
+      }
+    }
+  }
+  REQUIRE(got.size() > 1000);
+  REQUIRE(got == want);
+  REQUIRE(q.scheduled() == ref_seq);  // the same sequence numbers were handed out
+  q.push(q.now() + 10, 1, 0, 100);
+  REQUIRE_THROWS_AS(q.move_earlier(100, q.now() + 10, 1), std::logic_error);  // not earlier
+  REQUIRE_THROWS_AS(q.move_earlier(101, q.now() + 1, 1), std::logic_error);   // nothing queued
+  REQUIRE_THROWS_AS(q.move_earlier(0, q.now() + 1, 1), std::logic_error);     // untracked
 }
 
 TEST_CASE("event queue: scheduling into the past is refused", "[sim][queue]") {

@@ -35,6 +35,7 @@ const std::vector<Expected> kShipped = {
     {"dgx-a100", 1, 8, "a100-sxm-80gb", 312e12, 108, false},
     {"hgx-h200", 1, 8, "h200-sxm", 989e12, 132, false},
     {"dgx-h100-4node", 4, 8, "h100-sxm", 989e12, 132, false},
+    {"dgx-h100-128node", 128, 8, "h100-sxm", 989e12, 132, false},
     {"ascend-910b-8", 1, 8, "ascend-910b", 320e12, 24, true},
 };
 
@@ -45,7 +46,7 @@ std::string shipped_path(const std::string& name) {
 }  // namespace
 
 TEST_CASE("every shipped topology is embedded and listed by the test") {
-  // Five files; a new one must be added to kShipped so that it is checked too.
+  // Six files; a new one must be added to kShipped so that it is checked too.
   const auto files = embedded_files("topologies");
   std::vector<std::string> expected;
   for (const auto& e : kShipped) expected.push_back(std::string("topologies/") + e.name + ".json");

@@ -2,6 +2,7 @@
 // `fusesim simulate` as a library call: load a cluster and a workload, generate each requested
 // schedule at each scope, simulate it, analyze it. The command (src/cli/simulate_command.cpp) only
 // parses the command line into a SimulateRequest and writes what simulate() returns.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fusesim/analysis/metrics.hpp"
+#include "fusesim/model/memory.hpp"
 #include "fusesim/model/workload.hpp"
 #include "fusesim/sched/generate.hpp"
 #include "fusesim/topo/cluster.hpp"
@@ -18,14 +20,26 @@ namespace fusesim::cli {
 enum class OutputFormat { table, json };
 
 struct SimulateRequest {
-  std::string topology = "dgx-h100";       // path or shipped name
-  std::string workload = "llama-3-70b";    // path or shipped name
+  std::string topology = "dgx-h100-4node";  // path or shipped name
+  std::string workload = "llama-3-70b-4node";  // path or shipped name
   std::vector<model::ScheduleKind> schedules{model::ScheduleKind::baseline, model::ScheduleKind::slice,
                                              model::ScheduleKind::commfuse};
   std::vector<sched::Scope> scopes{sched::Scope::layer, sched::Scope::stack};
   std::optional<int> slices;               // overrides the workload's schedule.slices
   bool forward_only = false;
   bool record_traces = false;
+  // Command-line overrides of the workload (sweeps set them per configuration); checked by
+  // prepare_job() like the file's own values, the command line named as the culprit.
+  std::optional<std::int64_t> sequence_length;
+  std::optional<std::int64_t> micro_batch;
+  std::optional<int> tp, up, dp;
+  // Whose schedules are compared: "tpsp", "up", "dp"; empty: every parallelism the workload uses.
+  // The parallelisms not compared run the workload file's schedule.kind.
+  std::vector<std::string> parallelisms;
+  // A calibration profile (path or shipped name); empty: the roofline of docs/kernel-model.md.
+  std::string profile;
+  // Run a configuration whose memory per rank exceeds the device memory (refused otherwise).
+  bool force_memory = false;
 };
 
 struct SimulateRun {
@@ -39,7 +53,9 @@ struct SimulateReport {
   std::string workload_label;
   std::string cluster_name;
   model::Workload workload;                // after command-line overrides
-  std::vector<SimulateRun> runs;           // scopes outer, schedules inner, in request order
+  std::vector<SimulateRun> runs;           // parallelisms outer, then scopes, schedules inner, in request order
+  model::MemoryReport memory;              // per rank, for the schedules run (docs/memory.md)
+  std::string profile_label;               // the calibration profile's file; empty: the roofline
 };
 
 // The cluster and the workload of a request, loaded, with the command-line overrides applied and
@@ -49,6 +65,7 @@ struct PreparedJob {
   model::Workload workload;
   std::string topology_label;
   std::string workload_label;
+  model::MemoryReport memory;  // checked against the device memory unless request.force_memory
 };
 PreparedJob prepare_job(const SimulateRequest& request);
 
@@ -67,10 +84,18 @@ std::string report_table(const SimulateReport& report, bool regions);
 // out.commfuse.stack.json.
 std::string trace_path(const std::string& base, const SimulateRequest& request, model::ScheduleKind kind,
                        sched::Scope scope);
+// The same with the parallelism inserted first (out.dp.commfuse.json) when it is not empty: used
+// when several parallelisms are compared.
+std::string trace_path(const std::string& base, const SimulateRequest& request, const std::string& parallelism,
+                       model::ScheduleKind kind, sched::Scope scope);
+// The parallelisms whose schedules a request compares: request.parallelisms, or every one the
+// workload uses (tpsp if tp > 1, up if up > 1, dp if dp > 1; tpsp alone if none).
+std::vector<std::string> parallelisms_for(const SimulateRequest& request, const model::Workload& w);
 
 // Command-line values, parsed strictly; InputError("<command line>", option, ...) otherwise.
 std::vector<model::ScheduleKind> parse_schedules(const std::string& value);  // "all" or a comma list
-std::vector<sched::Scope> parse_scopes(const std::string& value);            // layer|stack|both
+std::vector<sched::Scope> parse_scopes(const std::string& value);            // layer|stack|both|step
+std::vector<std::string> parse_parallelisms(const std::string& value);       // tpsp|up|dp|all or a comma list
 OutputFormat parse_format(const std::string& value);                         // table|json
 int parse_positive_int(const std::string& option, const std::string& value, int max);
 

@@ -7,6 +7,7 @@
 
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/json_reader.hpp"
+#include "fusesim/util/units.hpp"
 
 namespace fusesim::model {
 
@@ -44,12 +45,28 @@ struct ScheduleOptions {
   CommEngine p2p_engine = CommEngine::copy_engine;       // CommFuse P2P steps
   std::optional<int> comm_sms;               // SMs an SM-based kernel holds; default from the device model
   bool query_split_attention = false;        // CommFuse: attention + out-projection per query chunk
+  Bytes dp_bucket_bytes = 25 * 1000 * 1000;  // DP bucketed overlap: gradient bucket size ($.schedule.dp_bucket_bytes)
 };
+
+// How data-parallel replicas hold the training state (ZeRO stages; zero3 is FSDP's full sharding).
+enum class DpSharding { ddp, zero1, zero2, zero3 };
+std::string to_string(DpSharding s);
+
+// Activation recomputation in backward: counted in HFU, not in MFU.
+enum class Recompute { none, selective, full };
+std::string to_string(Recompute r);
+
+// The optimizer whose state each rank keeps ($.training.optimizer; memory model: docs/memory.md).
+// adam: Adam with fp32 master weights, momentum and variance; sgd: SGD with momentum (fp32 master
+// weights and momentum).
+enum class Optimizer { adam, sgd };
+std::string to_string(Optimizer o);
 
 struct Parallelism {
   int tp = 1;  // tensor (+ sequence) parallel degree
   int up = 1;  // Ulysses sequence parallel degree
   int dp = 1;  // data parallel degree
+  DpSharding dp_sharding = DpSharding::ddp;  // $.parallel.dp_sharding
   int world() const { return tp * up * dp; }
 };
 
@@ -63,6 +80,8 @@ struct Workload {
   Parallelism parallel;
   ScheduleOptions schedule;
   bool backward = true;               // simulate backward as well as forward
+  Recompute recompute = Recompute::none;  // $.training.recompute
+  Optimizer optimizer = Optimizer::adam;   // $.training.optimizer
 
   std::int64_t tokens_per_microbatch() const { return sequence_length * micro_batch; }
 };

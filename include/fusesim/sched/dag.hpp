@@ -111,6 +111,9 @@ class TaskGraph {
   TaskId add(Task task);
   void depend(TaskId before, TaskId after);  // `after` waits for `before` to end
   int add_region(Region region);
+  // Room for `tasks` tasks in all, so that adding them never moves the tasks already added (a
+  // growing vector briefly holds the old and the new copy: 3x the graph's task storage at peak).
+  void reserve(std::size_t tasks);
 
   int num_ranks() const { return num_ranks_; }
   std::size_t size() const { return boost::num_vertices(graph_); }

@@ -110,6 +110,7 @@ struct WgradOp {
   BufferId c = -1;
   std::int64_t a_col0 = 0, a_cols = 0;
   std::int64_t b_col0 = 0, b_cols = 0;
+  std::int64_t c_row0 = 0;  // C's rows start here (a DP row piece of a gradient); columns at 0
   bool accumulate = false;  // C += (C must be valid) instead of C =
   std::vector<WgradBlock> blocks;
 };
@@ -156,8 +157,14 @@ struct CollectiveOp {
   std::vector<Ref> out;
 };
 
+// out = in (shapes equal): a rank's own part of an exchange that is not sent (Ulysses' Fuse-A2A
+// after the attention backward, whose one op writes every row).
+struct CopyOp {
+  Ref in, out;
+};
+
 using DataOp = std::variant<GemmOp, AddOp, NormOp, ActivationOp, AttentionOp, SendOp, RecvOp, CollectiveOp, WgradOp,
-                            NormBwdOp, ActivationBwdOp, AttentionBwdOp>;
+                            NormBwdOp, ActivationBwdOp, AttentionBwdOp, CopyOp>;
 
 struct TensorDecl {
   std::string name;

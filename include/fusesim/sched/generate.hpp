@@ -13,13 +13,18 @@ namespace fusesim::sched {
 
 struct DataflowProgram;  // sched/dataflow.hpp
 
-enum class Scope { layer, stack };   // one transformer layer, or all `layers` of the model
+// One transformer layer, all `layers` of the model, or a whole training step (embedding, layers, LM
+// head and loss, backward, gradient accumulation, DP sync, optimizer: sched/step.hpp).
+enum class Scope { layer, stack, step };
 std::string to_string(Scope s);
 
 struct GenerateOptions {
   Scope scope = Scope::layer;
   bool forward = true;
   bool backward = true;
+  // Which parallelism's schedule `kind` is ("tpsp", "up", "dp"): the others run the workload's
+  // schedule.kind. Empty: `kind` applies to every parallelism.
+  std::string parallelism;
 };
 
 struct Schedule {

@@ -5,12 +5,14 @@
 //
 // Layout: ranks of TP group d are RankLayout::rank(0..tp-1, 0, d); every DP replica is generated as
 // an independent TP group (the gradient synchronisation across replicas belongs to the DP
-// generator). Ulysses (up > 1) is refused.
+// generator). Ulysses (up > 1): UP index u holds seq/up positions; the all-to-alls around
+// attention are emitted by sched/ulysses.hpp; ranks (ti, u, d) are RankLayout::rank(ti, u, d).
 #include <cstdint>
 #include <string>
 
 #include "fusesim/model/workload.hpp"
 #include "fusesim/sched/generate.hpp"
+#include "fusesim/sched/step.hpp"
 #include "fusesim/topo/cluster.hpp"
 
 namespace fusesim::sched {
@@ -18,6 +20,7 @@ namespace fusesim::sched {
 // The dimensions the generator needs, taken from a workload (or written by hand in tests).
 struct TpspShape {
   int tp = 1;
+  int up = 1;                       // Ulysses degree: each TP group holds seq/up positions (sched/ulysses.hpp)
   int dp = 1;                       // independent TP groups generated side by side
   std::int64_t seq = 0;             // sequence positions per sample (s)
   std::int64_t batch = 1;           // samples per micro-batch (b)
@@ -36,7 +39,11 @@ struct TpspShape {
   std::int64_t q_local() const { return heads / tp * head_dim; }
   std::int64_t kv_heads_local() const;                          // kv_heads/tp, or 1 when replicated (kv_heads < tp)
   std::int64_t kv_local() const { return kv_heads_local() * head_dim; }
-  std::int64_t qkv_local() const { return q_local() + 2 * kv_local(); }  // N of the QKV GEMM
+  // N of the QKV GEMM. With up > 1 the shard is laid out for the Ulysses all-to-all: up blocks of
+  // up_group_cols(), kv heads repeated in every block that uses them (sched/ulysses.hpp).
+  std::int64_t qkv_local() const { return up > 1 ? up * up_group_cols() : q_local() + 2 * kv_local(); }
+  std::int64_t kv_heads_up() const;    // kv heads per rank after the Ulysses all-to-all (1: replicated)
+  std::int64_t up_group_cols() const;  // q, k and v columns per rank after the Ulysses all-to-all
   std::int64_t fc1_local() const { return ffn / tp * (gated ? 2 : 1); }  // N of FC1
   std::int64_t ffn_local() const { return ffn / tp; }                    // K of FC2
   // First kv head held by tp rank r (GQA: query head j uses kv head j / (heads / kv_heads)).
@@ -62,8 +69,11 @@ struct TpspFault {
 
 struct TpspRequest {
   TpspShape shape;
-  model::ScheduleKind kind = model::ScheduleKind::baseline;
+  model::ScheduleKind kind = model::ScheduleKind::baseline;       // the TPSP collectives' schedule
+  model::ScheduleKind up_kind = model::ScheduleKind::baseline;    // the Ulysses all-to-alls' (up > 1)
+  model::ScheduleKind dp_kind = model::ScheduleKind::baseline;    // the DP gradient sync's (dp > 1)
   model::ScheduleOptions schedule;       // slices, engines, comm_sms, query_split_attention
+  StepOptions step;                      // micro-batches, recompute, DP sharding, vocab (sched/step.hpp)
   GenerateOptions options;               // scope, forward, backward
   TpspPiece piece = TpspPiece::layers;
   std::int64_t piece_k = 0, piece_n = 0;
@@ -77,7 +87,7 @@ struct TpspRequest {
 // only (data_op = -1), having nothing to differentiate.
 Schedule generate_tpsp(const TpspRequest& request);
 
-// From a workload: shape from the architecture, batch and parallel degrees; refuses up > 1 and a
+// From a workload: shape from the architecture, batch and parallel degrees; refuses a
 // world larger than the cluster.
 TpspRequest tpsp_request(const model::Workload& workload, const std::string& workload_label,
                          const topo::Cluster& cluster, model::ScheduleKind kind, const GenerateOptions& options);

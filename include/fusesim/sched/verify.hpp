@@ -12,6 +12,7 @@
 
 #include "fusesim/model/workload.hpp"
 #include "fusesim/sched/dataflow.hpp"
+#include "fusesim/sched/dp.hpp"
 #include "fusesim/sched/generate.hpp"
 #include "fusesim/sched/tpsp.hpp"
 
@@ -61,8 +62,15 @@ struct VerifyOptions {
                                          model::ScheduleKind::commfuse};
   bool pieces = true;   // AG+GEMM and GEMM+RS alone
   bool layers = true;   // whole TPSP layers, forward and backward (activation and weight gradients)
+  // Ulysses: whole layers (QKV projection + all-to-all, attention + all-to-all, forward and backward)
+  // with tp 1 x up u for every u, and tp 2 x up u for u in {2, 4}, against the unpartitioned layer.
+  std::vector<int> ups{2, 4, 8};
+  bool up_layers = true;
   ExecuteOptions execute;
   TpspFault fault;      // test hook applied to every generated schedule
+  // DP: the gradient sync of every sharding and schedule for each dp (sched/dp.hpp, verify_dp).
+  std::vector<int> dps{2, 4, 8};
+  DpFault dp_fault;     // test hook applied to every DP case
 };
 
 struct VerifyCase {
@@ -70,6 +78,8 @@ struct VerifyCase {
   std::string piece;
   std::string schedule;
   int tp = 0;
+  int up = 1;           // Ulysses degree (1: TPSP only)
+  int dp = 1;           // DP degree of a DP sync case
   int slices = 0;       // 0 unless slice
   std::size_t tasks = 0;
   ExecuteResult result;
@@ -85,5 +95,19 @@ struct VerifyReport {
 // (kv heads replicated), gated MLP and causal attention, and a layer with kv heads split over the
 // ranks, a plain MLP and full attention; CommFuse with and without query-split attention.
 VerifyReport verify_tpsp(const VerifyOptions& options);
+
+// DP: a piece where each of `dp` replicas (one rank each) computes three weight gradients of its own
+// seeded inputs by wgrad GEMMs accumulated over two steps, then synchronises them (`kind`: baseline
+// after the backward, slice = bucketed, commfuse = fused with the last wgrad step); the outputs are
+// the sum over the replicas (reference computation "dp_grad_sum").
+struct DpPieceRequest {
+  int dp = 2;
+  model::DpSharding sharding = model::DpSharding::ddp;
+  model::ScheduleKind kind = model::ScheduleKind::baseline;
+  DpFault fault;
+};
+Schedule generate_dp_piece(const DpPieceRequest& request);
+// Appends the DP cases (dp in options.dps; ddp, zero1, zero3; options.kinds) to `report`.
+void verify_dp(const VerifyOptions& options, VerifyReport& report);
 
 }  // namespace fusesim::sched

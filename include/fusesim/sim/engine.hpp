@@ -61,7 +61,10 @@ struct RunProfile {
   double validate_s = 0.0;
   double prepare_s = 0.0;   // the rest of the set-up: per-task state, routes
   double events_s = 0.0;    // the event loop
-  std::uint64_t events_scheduled = 0;  // pushes into the queue, including events later found stale
+  // CPU seconds of this thread in the event loop: on a machine shared with other work, wall clock
+  // counts the time the thread waited for a core, CPU time does not.
+  double events_cpu_s = 0.0;
+  std::uint64_t events_scheduled = 0;  // sequence numbers handed out: pushes, moves earlier, reschedules
   // Bytes of per-task and per-edge state the engine holds during the loop (task info, pending
   // counts, successor lists, kernel-cost and send tables) plus the SimResult it fills; the graph
   // itself not included. Sizes, not capacities: reserved but untouched memory costs no pages.

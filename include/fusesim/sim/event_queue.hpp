@@ -11,12 +11,17 @@
 //   Keys are unique, so any exact priority queue pops the same sequence: the heap's arity and the
 //   lanes are matters of speed only.
 // - Time never goes back: scheduling before the time of the last popped event is a logic error.
-// - There is no erase. A handler that wants to cancel or move an event bumps a version counter of
-//   its own (per task, per flow) and schedules a new one; the stale event still pops later and is
-//   recognised because its `version` no longer matches (lazy deletion). Erasing from the middle of a
-//   heap would need a position index kept up to date on every move. An event that finds, when it
-//   comes up, that its target now ends later is turned into that later event in place
-//   (reschedule_top(): one sift instead of a pop and a push).
+// - Moving an event EARLIER is done in place: an event pushed with a non-zero `handle` (the engine
+//   gives one per compute slot and per flow) has its heap position tracked, and move_earlier() gives
+//   it a new time and a fresh sequence number and sifts it up. That is exactly the key a new push
+//   would have had, and the event it replaces never did anything when it popped, so the pop order
+//   of the events that do something is that of "push a new event, drop the stale one when it pops",
+//   without the stale pops (a sixth of all pops on contended pipelines). Keeping the index costs one
+//   store per move of a heap entry, off the chain of dependent loads that bounds a sift.
+// - Moving an event LATER is left lazy: the event comes up at its old time, finds that its target
+//   now ends later and is turned into that later event in place (reschedule_top(): one sift, a fresh
+//   sequence number as a push at that moment would give). Doing it eagerly would change the sequence
+//   number, hence the order among equal times, hence results.
 // - 4-ary: half the depth of a binary heap, and the four children are compared in two independent
 //   pairs, so a pop waits on about half as many dependent loads and compares. (A structure of
 //   arrays, times apart from the rest, measured about 7% slower in the engine than this array of
@@ -39,7 +44,7 @@ struct Event {
   std::uint64_t seq_kind = 0;
   TimePs time = 0;
   std::uint32_t target = 0;   // task, flow or collective the event is about (the engine's choice)
-  std::uint32_t version = 0;  // compared against the target's current version (lazy cancellation)
+  std::uint32_t handle = 0;   // non-zero: the position of this event is tracked (move_earlier())
 
   std::uint64_t seq() const { return seq_kind >> 8; }
   std::uint8_t kind() const { return static_cast<std::uint8_t>(seq_kind & 0xff); }
@@ -60,29 +65,32 @@ class EventQueue {
   // The earliest event (the earliest scheduled among equal times). The queue must not be empty.
   const Event& top() const { return top_is_lane() ? lanes_[best_lane_].head() : heap_.front(); }
   TimePs top_time() const { return top().time; }
-  // Events scheduled so far, stale ones included.
+  // Sequence numbers handed out so far: pushes, moves earlier and reschedules.
   std::uint64_t scheduled() const { return next_seq_; }
   void reserve(std::size_t n) { heap_.reserve(n); }
+
+  // Whether the event pushed with `handle` (non-zero) is still in the heap.
+  bool queued(std::uint32_t handle) const { return handle < pos_.size() && pos_[handle] != kNotQueued; }
+  // Gives the queued event of `handle` the new, earlier time and a fresh sequence number (the key a
+  // push now would give) and restores the heap order. Throws std::logic_error if it is not queued or
+  // would not move earlier.
+  void move_earlier(std::uint32_t handle, TimePs time, std::uint8_t kind) {
+    if (handle == 0 || !queued(handle) || time >= heap_[pos_[handle]].time)
+      throw std::logic_error("move_earlier: no such event, or not earlier");
+    const std::size_t hole = pos_[handle];
+    sift_up(hole, next_seq_kind(time, kind), time, heap_[hole].target, handle);
+  }
 
   // The new event is kept in registers and written once, field by field, into its final slot: an
   // Event built in memory and then copied would be stored as two words and reloaded as one 16-byte
   // word, a store-forwarding stall on every push. (Likewise in sift_down() and the lanes.)
-  void push(TimePs time, std::uint8_t kind, std::uint32_t target, std::uint32_t version = 0) {
+  // A non-zero `handle` (at most one queued event per handle) makes the event's position tracked.
+  void push(TimePs time, std::uint8_t kind, std::uint32_t target, std::uint32_t handle = 0) {
+    if (handle >= pos_.size()) pos_.resize(std::size_t{handle} + 1, kNotQueued);
     const std::uint64_t seq_kind = next_seq_kind(time, kind);
-    const Key k = key(time, seq_kind);
-    std::size_t hole = heap_.size();
+    const std::size_t hole = heap_.size();
     heap_.emplace_back();
-    Event* h = heap_.data();
-    while (hole > 0) {
-      const std::size_t parent = (hole - 1) / kArity;
-      if (!(k < key(h[parent]))) break;
-      h[hole] = h[parent];
-      hole = parent;
-    }
-    h[hole].seq_kind = seq_kind;
-    h[hole].time = time;
-    h[hole].target = target;
-    h[hole].version = version;
+    sift_up(hole, seq_kind, time, target, handle);
   }
 
   // Lanes: FIFO side queues for events that are scheduled in time order, such as those a fixed
@@ -96,11 +104,11 @@ class EventQueue {
   }
   std::size_t num_lanes() const { return lanes_.size(); }
   // Throws std::logic_error if `time` is before the last time pushed to this lane.
-  void push_lane(std::uint32_t lane, TimePs time, std::uint8_t kind, std::uint32_t target, std::uint32_t version = 0) {
+  void push_lane(std::uint32_t lane, TimePs time, std::uint8_t kind, std::uint32_t target) {
     Lane& l = lanes_.at(lane);
     if (l.count > 0 && time < l.last_time) throw std::logic_error("lane events must be scheduled in time order");
     const std::uint64_t seq_kind = next_seq_kind(time, kind);
-    l.push(seq_kind, time, target, version);
+    l.push(seq_kind, time, target);
     if (l.count == 1 && (best_lane_ < 0 || key(time, seq_kind) < key(lanes_[best_lane_].head())))
       best_lane_ = static_cast<int>(lane);
   }
@@ -128,25 +136,29 @@ class EventQueue {
       lanes_[best_lane_].pop();
       pick_best_lane();
     } else {
+      pos_[heap_.front().handle] = kNotQueued;
       const Event& last = heap_.back();
       const std::uint64_t seq_kind = last.seq_kind;
       const TimePs time = last.time;
-      const std::uint32_t target = last.target, version = last.version;
+      const std::uint32_t target = last.target, handle = last.handle;
       heap_.pop_back();
-      if (!heap_.empty()) sift_down(0, seq_kind, time, target, version);
+      if (!heap_.empty()) sift_down(0, seq_kind, time, target, handle);
     }
   }
-  void reschedule_top(TimePs time, std::uint8_t kind, std::uint32_t target, std::uint32_t version = 0) {
+  void reschedule_top(TimePs time, std::uint8_t kind, std::uint32_t target, std::uint32_t handle = 0) {
     if (top_lane_) {
       drop_top();
-      push(time, kind, target, version);
+      push(time, kind, target, handle);
     } else {
-      sift_down(0, next_seq_kind(time, kind), time, target, version);
+      if (handle >= pos_.size()) pos_.resize(std::size_t{handle} + 1, kNotQueued);
+      if (heap_.front().handle != handle) pos_[heap_.front().handle] = kNotQueued;
+      sift_down(0, next_seq_kind(time, kind), time, target, handle);
     }
   }
 
  private:
   static constexpr std::size_t kArity = 4;
+  static constexpr std::uint32_t kNotQueued = ~std::uint32_t{0};
 
   // A ring buffer (power-of-two capacity).
   struct Lane {
@@ -155,13 +167,13 @@ class EventQueue {
     std::size_t count = 0;
     TimePs last_time = 0;
     const Event& head() const { return buf[first]; }
-    void push(std::uint64_t seq_kind, TimePs time, std::uint32_t target, std::uint32_t version) {
+    void push(std::uint64_t seq_kind, TimePs time, std::uint32_t target) {
       if (count == buf.size()) grow();
       Event& e = buf[(first + count) & (buf.size() - 1)];
       e.seq_kind = seq_kind;
       e.time = time;
       e.target = target;
-      e.version = version;
+      e.handle = 0;
       ++count;
       last_time = time;
     }
@@ -209,12 +221,34 @@ class EventQueue {
     throw std::logic_error("event sequence numbers exhausted");
   }
 
+  // Places the event at `hole` or above: the parent moves down while it is later. The event comes in
+  // registers and is written once (see push()). Every entry moved has its position recorded (handle
+  // 0, the untracked events, share a scratch entry).
+  void sift_up(std::size_t hole, std::uint64_t seq_kind, TimePs time, std::uint32_t target, std::uint32_t handle) {
+    const Key k = key(time, seq_kind);
+    Event* h = heap_.data();
+    std::uint32_t* pos = pos_.data();
+    while (hole > 0) {
+      const std::size_t parent = (hole - 1) / kArity;
+      if (!(k < key(h[parent]))) break;
+      h[hole] = h[parent];
+      pos[h[hole].handle] = static_cast<std::uint32_t>(hole);
+      hole = parent;
+    }
+    h[hole].seq_kind = seq_kind;
+    h[hole].time = time;
+    h[hole].target = target;
+    h[hole].handle = handle;
+    pos[handle] = static_cast<std::uint32_t>(hole);
+  }
+
   // Places the event at `hole` or below: the smallest child moves up while it is earlier. The event
   // comes in registers and is written once (see push()).
-  void sift_down(std::size_t hole, std::uint64_t seq_kind, TimePs time, std::uint32_t target, std::uint32_t version) {
+  void sift_down(std::size_t hole, std::uint64_t seq_kind, TimePs time, std::uint32_t target, std::uint32_t handle) {
     const Key k = key(time, seq_kind);
     const std::size_t n = heap_.size();
     Event* h = heap_.data();
+    std::uint32_t* pos = pos_.data();
     for (;;) {
       const std::size_t c = kArity * hole + 1;
       std::size_t best;
@@ -231,15 +265,18 @@ class EventQueue {
       }
       if (!(key(h[best]) < k)) break;
       h[hole] = h[best];
+      pos[h[hole].handle] = static_cast<std::uint32_t>(hole);
       hole = best;
     }
     h[hole].seq_kind = seq_kind;
     h[hole].time = time;
     h[hole].target = target;
-    h[hole].version = version;
+    h[hole].handle = handle;
+    pos[handle] = static_cast<std::uint32_t>(hole);
   }
 
   std::vector<Event> heap_;
+  std::vector<std::uint32_t> pos_ = std::vector<std::uint32_t>(1, kNotQueued);  // by handle: index in heap_
   std::vector<Lane> lanes_;
   int best_lane_ = -1;     // the lane with the earliest head; -1 when every lane is empty
   bool top_lane_ = false;  // whether the event take_top() returned came from a lane

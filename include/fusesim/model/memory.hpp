@@ -1,0 +1,77 @@
+#pragma once
+// Memory per rank of a training workload: parameters, gradients, optimizer state, activations and
+// communication buffers, against the device's HBM capacity. The model and its sources: docs/memory.md.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fusesim/model/workload.hpp"
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/units.hpp"
+
+namespace fusesim::model {
+
+// One line of the explanation: what a term holds and how it was counted.
+struct MemoryItem {
+  std::string what;      // "parameters", "activations", ...
+  Bytes bytes = 0;
+  std::string formula;   // "8,820,367,360 params x 2 B (bf16), no ZeRO-3 sharding"
+};
+
+struct MemoryReport {
+  std::int64_t params_per_rank = 0;  // weights the rank owns before ZeRO-3 sharding (TP shards only)
+  Bytes parameters_bytes = 0;
+  Bytes gradients_bytes = 0;
+  Bytes optimizer_bytes = 0;
+  Bytes activations_bytes = 0;
+  Bytes comm_buffers_bytes = 0;      // the largest over the schedules asked for
+  Bytes total_bytes = 0;
+  Bytes capacity_bytes = 0;          // HBM of the device model (the smallest among the ranks used)
+  std::string device_model;          // whose capacity it is
+  std::string comm_buffers_schedule; // the schedule whose buffers are counted (the largest)
+  std::vector<MemoryItem> breakdown; // parameters, gradients, optimizer, activations, comm buffers
+  bool fits() const { return total_bytes <= capacity_bytes; }
+};
+
+// Parameters one rank holds with tensor parallelism `tp` (GEMM weights column/row sharded, norms
+// replicated, embedding and LM head vocab-parallel). Ulysses and DP replicate them.
+std::int64_t params_per_tp_rank(const Architecture& a, int tp);
+
+// Activation bytes one rank keeps for the backward pass of one micro-batch (no pipeline parallelism:
+// one micro-batch in flight), with the workload's recomputation.
+Bytes activation_bytes_per_rank(const Workload& w);
+
+// The buffers the collective library allocates for one communicator on one rank: NCCL, channels x
+// NCCL_BUFFSIZE (4 MiB), channels = the SMs a collective kernel holds; HCCL (vendor "huawei"),
+// HCCL_BUFFSIZE (200 MiB).
+Bytes communicator_buffer_bytes(const Workload& w, const topo::DeviceModel& device);
+
+// Communication buffers one rank holds for the schedule `kind`: a communicator's buffers per parallel
+// group of degree > 1, the gathered and partial-sum buffers of TPSP, the all-to-all receive buffer of
+// Ulysses, DP buckets or ring chunks, ZeRO-3 parameter gathers.
+Bytes comm_buffer_bytes_per_rank(const Workload& w, ScheduleKind kind, Bytes communicator_bytes);
+
+// The memory per rank of `w` on `device` when running each of `kinds` (communication buffers: the
+// largest of them).
+MemoryReport memory_per_rank(const Workload& w, const topo::DeviceModel& device,
+                             const std::vector<ScheduleKind>& kinds);
+// The same on the ranks the workload uses (0 .. world-1) of `c`: the device model with the smallest
+// HBM among them. The workload must already fit the cluster (check_fits).
+MemoryReport memory_per_rank(const Workload& w, const topo::Cluster& c, const std::vector<ScheduleKind>& kinds);
+
+// InputError (file `workload_file`, path "$.parallel") when the report does not fit, with the
+// breakdown and what to change.
+void check_memory(const MemoryReport& r, const Workload& w, const std::string& workload_file);
+
+// "142.3 GB": decimal gigabytes, as device datasheets give HBM.
+std::string format_gb(Bytes b);
+
+// {"parameters_bytes", ..., "total_bytes", "capacity_bytes", "fits", "device_model",
+//  "comm_buffers_schedule", "params_per_rank", "breakdown": [{"what", "bytes", "formula"}]}
+nlohmann::json to_json(const MemoryReport& r);
+// One line for the table output: "memory per rank: 164.3 GB of 80.0 GB (h100-sxm): parameters ...".
+std::string format_memory_line(const MemoryReport& r);
+
+}  // namespace fusesim::model

@@ -1,0 +1,122 @@
+#pragma once
+// A calibration profile (schema: docs/calibration.md, version 1) and its use: a kernel cost model
+// that interpolates measured GEMM and attention throughput, and the application of fitted link and
+// collective parameters to a cluster. Without a profile, the roofline of docs/kernel-model.md.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fusesim/model/kernel.hpp"
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/json_reader.hpp"
+
+namespace fusesim::model {
+
+// A measured GEMM: achieved dense FLOP/s (2 m n k batch / median time, or the sample's tflops).
+struct ProfileGemm {
+  topo::Dtype dtype = topo::Dtype::bf16;
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  double flops_per_s = 0;
+};
+
+enum class ProfilePass { forward, backward, forward_backward };
+
+// A measured fused attention, FLOP/s counted as FlashAttention's benchmark counts them (forward
+// 4 b h s^2 d, halved when causal; backward 2.5x forward).
+struct ProfileAttention {
+  topo::Dtype dtype = topo::Dtype::bf16;
+  ProfilePass pass = ProfilePass::forward_backward;
+  bool causal = false;
+  std::int64_t batch = 1, heads = 0, kv_heads = 0, seq = 0, head_dim = 0;
+  double flops_per_s = 0;
+};
+
+struct ProfileContention {
+  std::string aggressor;  // sm_kernel, copy_engine
+  int comm_sms = 0;
+  double slowdown = 1;  // beside / alone
+};
+
+struct ProfileCollective {
+  std::string op;
+  int ranks = 0, nodes = 1;
+  double bytes = 0, time_s = 0;  // time_s: median, or derived from busbw_GBps
+};
+
+struct FittedCollective {
+  int ranks = 0, nodes = 1;
+  double latency_s = 0, busbw_bytes_per_s = 0;
+  int samples = 0;
+  double max_rel_error = 0;
+};
+
+struct Profile {
+  std::string label;         // the file (or <embedded:profiles/...>) it came from, for errors
+  std::string device_name;   // "H100 SXM5"
+  std::string device_model;  // optional: the topology's device model name ("h100-sxm")
+  int sm_count = 0;
+  std::string kind;  // measured, published, synthetic
+  std::string machine, date, source;
+  bool estimate = false;               // optional key provenance.estimate
+  std::vector<std::string> fitted_on;  // optional provenance.fitted_on: validation case ids used to build it
+  std::vector<ProfileGemm> gemm;
+  std::vector<ProfileAttention> attention;
+  std::vector<ProfileContention> contention;
+  std::vector<ProfileCollective> collectives;
+  // Fitted parameters: from the file's "fitted", else fitted on load (model/calibration_fit.hpp).
+  std::map<std::string, FittedCollective> fitted_collectives;  // by op
+  std::optional<double> sm_kernel_slowdown_per_sm;
+  std::optional<double> copy_engine_slowdown;
+  std::optional<double> hbm_bytes_per_s;
+  std::optional<double> gemm_peak_fraction;
+};
+
+// Strict reading: every error an InputError naming the file and the JSON path.
+Profile parse_profile(const JsonDocument& doc);
+// A path, or the name of a shipped profile (profiles/<name>.json compiled into the binary).
+Profile load_profile(const std::string& name_or_path);
+
+// InputError (profile file, "$.device") unless the profile was measured on this device model: its
+// device.model equals the model's name, or (without device.model) the names agree once lowercased
+// and stripped of everything but letters and digits, one a prefix of the other; and the SM counts agree.
+void check_profile_device(const Profile& profile, const topo::DeviceModel& device);
+
+// Applies the fitted scale-up collectives (nodes == 1) and copy-engine P2P to the cluster so that the
+// simulator's ring reproduces them (docs/calibration.md, "Links"): sm_kernel_efficiency from the
+// all-gather (else reduce-scatter) busbw over the NVLink/HCCS link bandwidth, sm_step_latency_s from
+// its latency; copy_engine_efficiency and copy_engine_step_latency_s from p2p. Checks the device
+// first (check_profile_device on every device model the ranks use). Returns one line per parameter set.
+std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cluster);
+
+// The calibrated kernel cost model (docs/calibration.md, "Kernels").
+class CalibratedCostModel final : public KernelCostModel {
+ public:
+  explicit CalibratedCostModel(Profile profile);
+  KernelCost cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const override;
+  double rate(const KernelCost& cost, const topo::DeviceModel& device, const DeviceLoad& load) const override;
+
+  // The interpolated GEMM efficiency with wave quantization divided out (achieved / peak x quantization
+  // of the roofline's plan), or nullopt when the shape lies outside the measured table.
+  std::optional<double> gemm_efficiency(const GemmKernel& g, topo::Dtype dtype, const topo::DeviceModel& device) const;
+  // Interpolated attention FLOP/s for the kernel's pass, or nullopt outside the table.
+  std::optional<double> attention_flops_per_s(const AttentionKernel& a, topo::Dtype dtype) const;
+  // Slowdown (>= 1) of a compute-bound kernel while `sms` SMs are held by communication kernels; nullopt
+  // when the profile has no sm_kernel contention.
+  std::optional<double> sm_slowdown(int sms) const;
+
+  const Profile& profile() const { return profile_; }
+
+ private:
+  Profile profile_;
+  RooflineCostModel roofline_;
+};
+
+// The cost model a run uses: the roofline when `profile_name_or_path` is empty; otherwise the profile,
+// loaded, checked against the cluster's devices and applied to its communication parameters
+// (apply_profile), and a CalibratedCostModel over it.
+std::unique_ptr<KernelCostModel> cost_model_for(const std::string& profile_name_or_path, topo::Cluster& cluster);
+
+}  // namespace fusesim::model

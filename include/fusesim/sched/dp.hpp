@@ -1,0 +1,148 @@
+#pragma once
+// Data-parallel gradient synchronisation (docs/schedules.md, "DP"). A DpSync is told, rank by rank,
+// when the backward finishes each weight gradient, and emits the synchronisation across the DP
+// replicas in the requested schedule:
+//   baseline  one collective over the rank's whole gradient after the backward;
+//   slice     buckets of ScheduleOptions::dp_bucket_bytes in the order the backward produces the
+//             gradients, one collective per bucket, issued when the bucket's last gradient is done;
+//   commfuse  the last accumulation step of each weight-gradient GEMM cut into dp row pieces in ring
+//             order, fused with a ring P2P reduce-scatter (Fuse-RS over DP); DDP adds the
+//             all-gather half as ring P2P.
+// Sharding: ddp all-reduces; zero1/zero2 reduce-scatter and all-gather the updated parameters after
+// the optimizer; zero3 also all-gathers each layer's parameters before its forward and backward.
+//
+// Ranks: the members of one DP group hold the same (tp, up) position: rank = replica x members +
+// member (RankLayout with DP outermost), so a DP group spans nodes. Streams: gradient collectives
+// on comm stream 1 and ZeRO-3 parameter gathers on comm stream 2 (their own NCCL communicators, as
+// DDP and FSDP use), DP P2P on copy engine 1 (or comm stream 3 for SM-kernel P2P), so that DP
+// traffic never waits behind TP collectives in stream order; they meet on the links only.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fusesim/model/workload.hpp"
+#include "fusesim/sched/dag.hpp"
+#include "fusesim/sched/dataflow.hpp"
+#include "fusesim/sched/generate.hpp"
+
+namespace fusesim::sched {
+
+// Test hook: on DP index `replica`, in every synchronisation, the part used at ring step / member
+// position `step` is shifted by `shift` (CommFuse: the piece computed; collectives: members `step`
+// and step + shift trade parts; an all-reduce reads the next gradient of its bucket in place of
+// gradient `step`). A correct reference executor must then report a wrong or missing result.
+struct DpFault {
+  int replica = -1;  // -1: no fault
+  int step = 0;
+  int shift = 1;
+};
+
+struct DpConfig {
+  int dp = 1;
+  int members = 1;  // ranks per replica (tp x up): rank = replica x members + member
+  model::DpSharding sharding = model::DpSharding::ddp;
+  model::ScheduleKind kind = model::ScheduleKind::baseline;
+  model::ScheduleOptions schedule;  // dp_bucket_bytes, engines, comm_sms
+  topo::Dtype dtype = topo::Dtype::bf16;  // of gradients and parameters
+  DpFault fault;
+};
+
+// One weight gradient of one rank. `buffer`: the local gradient [rows, cols] in the dataflow program
+// (-1: timing only).
+struct DpGradient {
+  std::string name;  // "L3/bwd/fc2_wgrad"
+  int layer = -1;
+  std::int64_t rows = 0, cols = 0;
+  BufferId buffer = -1;
+  std::int64_t elements() const { return rows * cols; }
+};
+
+// Rows [row0, row0 + rows) of a gradient split into `parts` near-equal row ranges.
+struct RowPart {
+  std::int64_t row0 = 0, rows = 0;
+};
+RowPart row_part(std::int64_t rows, int parts, int p);
+
+// Gradient indices per bucket: gradients in order, a bucket closes once it holds at least
+// `bucket_bytes` (a gradient larger than the cap fills a bucket alone); the last takes the rest.
+std::vector<std::vector<int>> dp_buckets(const std::vector<Bytes>& gradient_bytes, Bytes bucket_bytes);
+
+class DpSync {
+ public:
+  // `program` may be null (timing only).
+  DpSync(TaskGraph& graph, DataflowProgram* program, DpConfig config);
+
+  const DpConfig& config() const { return cfg_; }
+  bool fused() const { return cfg_.kind == model::ScheduleKind::commfuse; }
+
+  // Non-fused schedules: gradient `g` is final on `rank` once `done` has run.
+  void gradient(int rank, const DpGradient& g, TaskId done);
+
+  // CommFuse: emits piece(row0, rows, step, region, deps) for the dp row parts of the gradient's
+  // last accumulation step, in ring order, with the ring reduce-scatter between them (the piece task
+  // belongs to `region`, the sync's). Returns the last task on the compute stream (a piece or a
+  // reduction add). `deps` gate the first piece.
+  using PieceFn = std::function<TaskId(std::int64_t row0, std::int64_t rows, int step, int region,
+                                       const std::vector<TaskId>& deps)>;
+  TaskId fused_gradient(int rank, const DpGradient& g, const PieceFn& piece, const std::vector<TaskId>& deps);
+
+  // After the rank's backward (`after`: its last tasks): baseline issues its one collective, slice
+  // its buckets. Returns every task the optimizer must wait for (ends of all of the rank's syncs).
+  std::vector<TaskId> finish_backward(int rank, const std::vector<TaskId>& after);
+
+  // Elements of the parameters the rank's optimizer updates: all of its gradients (ddp), or its
+  // 1/dp row part of each (ZeRO).
+  std::int64_t optimizer_elements(int rank) const;
+
+  // ZeRO-1/2: all-gathers the updated parameter parts after the optimizer (`after`), bucketed as the
+  // gradients were (one collective in baseline). Nothing for ddp and zero3. Returns the ends.
+  std::vector<TaskId> gather_updated(int rank, const std::vector<TaskId>& after);
+
+  // ZeRO-3: all-gathers the rank's `elements` parameters of `layer` before its forward or backward.
+  TaskId gather_layer(int rank, const std::string& name, int layer, std::int64_t elements,
+                      const std::vector<TaskId>& deps);
+
+  // The buffers holding the synchronised gradient j of `rank` (in the order given): the full
+  // all-reduced gradient (ddp), or the reduced own row part (ZeRO, other rows unwritten) until
+  // gather_updated() fills the full one in gathered(). -1 without dataflow.
+  BufferId synced(int rank, int j) const;
+  BufferId gathered(int rank, int j) const;
+
+ private:
+  struct Grad {
+    DpGradient g;
+    TaskId done = kNoTask;
+    BufferId synced = -1, gathered = -1;
+  };
+  struct RankState {
+    std::vector<Grad> grads;
+    std::vector<TaskId> ends;
+    std::int64_t collectives = 0;
+    std::int64_t fused = 0;
+  };
+
+  int replica(int rank) const { return rank / cfg_.members; }
+  int member(int rank) const { return rank % cfg_.members; }
+  int peer(int rank, int dp_index) const { return dp_index * cfg_.members + member(rank); }
+  std::vector<int> group(int rank) const;
+  int region(const std::string& name);
+  Bytes bytes(std::int64_t elements) const { return elements * topo::bytes_per_element(cfg_.dtype); }
+  BufferId alloc(int rank, const std::string& name, std::int64_t rows, std::int64_t cols);
+  std::int32_t op(DataOp d);
+  int fault_part(int rank, int part) const;  // the fault's member position swap
+  TaskId add(int rank, std::string name, StreamRef stream, TaskKind kind, TaskLabels labels, std::int32_t data_op,
+             const std::vector<TaskId>& deps);
+  TaskId collective(int rank, CollectiveKind kind, const std::vector<int>& grads, const std::string& region_name,
+                    const std::vector<TaskId>& deps, bool params);
+  StreamRef p2p_stream() const;
+
+  TaskGraph& g_;
+  DataflowProgram* prog_;
+  DpConfig cfg_;
+  std::map<int, RankState> ranks_;
+  std::map<std::string, int> regions_;
+};
+
+}  // namespace fusesim::sched

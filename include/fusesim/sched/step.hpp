@@ -1,0 +1,79 @@
+#pragma once
+// A whole training step (Scope::step, docs/schedules.md "Step"): besides the transformer layers, the
+// embedding lookup (vocab-parallel over TP), the final norm, the LM head GEMM (vocab/tp columns) and
+// the loss, their backward, gradient accumulation over micro-batches and the optimizer step. The
+// layers come from the TPSP generator; this file emits the rest for one TP group, timing only.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fusesim/model/workload.hpp"
+#include "fusesim/sched/dag.hpp"
+#include "fusesim/sched/dp.hpp"
+
+namespace fusesim::sched {
+
+// What a step adds to the layers. Recompute and the DP sharding also apply to layer and stack
+// scopes (they change the layers' backward); micro_batches and vocab only to Scope::step.
+struct StepOptions {
+  std::int64_t micro_batches = 1;  // gradient accumulation: micro-batches per step
+  model::Recompute recompute = model::Recompute::none;
+  model::DpSharding dp_sharding = model::DpSharding::ddp;
+  std::int64_t vocab = 0;
+};
+
+// Adam with fp32 master weights and moments: per parameter it reads and writes the master weight and
+// both moments (3 x 4 B each way), reads the gradient and writes the low-precision copy of the
+// weight (2 x element size). Memory-bound.
+std::int64_t adam_bytes_per_param(topo::Dtype dtype);
+inline constexpr double kAdamFlopsPerParam = 12.0;
+
+// The tasks of a step outside the layers, for one TP group (one DP replica, one UP position).
+class StepEmitter {
+ public:
+  using Deps = std::vector<std::vector<TaskId>>;  // per TP index
+  struct Group {
+    std::vector<int> ranks;          // the TP group in ring order
+    std::int64_t rows = 0;           // S: token rows of a micro-batch on this group
+    std::int64_t hidden = 0;
+    std::int64_t vocab = 0;          // the whole vocabulary (each TP rank holds vocab/tp rows)
+    topo::Dtype dtype = topo::Dtype::bf16;
+    model::CommEngine collective_engine = model::CommEngine::sm_kernel;
+    int comm_sms = -1;
+  };
+  // `next_instance`: the generator's collective instance counter (TP collectives of this group).
+  StepEmitter(TaskGraph& graph, std::int64_t& next_instance, Group group);
+
+  int tp() const { return static_cast<int>(grp_.ranks.size()); }
+  std::int64_t vocab_local() const { return grp_.vocab / tp(); }
+
+  // `mb`: "mb1/" or "" (names). `dp`: when not null, the weight gradients are handed to it.
+  Deps embedding_forward(const std::string& mb, int micro_batch, const Deps& ready);
+  Deps head(const std::string& mb, int micro_batch, const Deps& ready, DpSync* dp);
+  Deps embedding_backward(const std::string& mb, int micro_batch, const Deps& ready, DpSync* dp);
+  // One Adam task per rank over `elements[ti]` parameters.
+  Deps optimizer(const std::vector<std::int64_t>& elements, const Deps& ready);
+
+ private:
+  TaskId add(int ti, const std::string& name, StreamRef stream, TaskKind kind, TaskLabels labels,
+             const std::vector<TaskId>& deps);
+  TaskId compute(int ti, const std::string& name, model::Kernel k, const std::string& phase, int micro_batch,
+                 const std::vector<TaskId>& deps, int region = -1);
+  // One collective over the group on comm stream 0; returns the task of each TP index.
+  std::vector<TaskId> collective(const std::string& name, CollectiveKind kind, Bytes bytes, const std::string& phase,
+                                 int micro_batch, const Deps& deps);
+  // Gradient `dg` of every TP index, complete after `emit(ti, row0, rows, region, deps)` has run over
+  // its rows: handed to DP (fused or not) when `dp` is set.
+  using PieceFn = DpSync::PieceFn;
+  Deps gradient(const DpGradient& dg, DpSync* dp, const Deps& ready,
+                const std::function<TaskId(int ti, std::int64_t row0, std::int64_t rows, int region,
+                                           const std::vector<TaskId>& deps)>& emit);
+  Bytes bytes(std::int64_t elements) const { return elements * topo::bytes_per_element(grp_.dtype); }
+
+  TaskGraph& g_;
+  std::int64_t& next_instance_;
+  Group grp_;
+};
+
+}  // namespace fusesim::sched

@@ -1,0 +1,622 @@
+#include "fusesim/cli/sweep.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "fusesim/cli/app.hpp"
+#include "fusesim/util/error.hpp"
+#include "fusesim/util/json_reader.hpp"
+
+namespace fusesim::cli {
+namespace {
+
+constexpr const char* kFormatName = "fusesim-sweep";
+constexpr int kFormatVersion = 1;
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (true) {
+    const auto at = s.find(sep, pos);
+    out.push_back(s.substr(pos, at == std::string::npos ? std::string::npos : at - pos));
+    if (at == std::string::npos) break;
+    pos = at + 1;
+  }
+  return out;
+}
+
+std::int64_t parse_number(const std::string& option, const std::string& item, std::string text) {
+  std::int64_t scale = 1;
+  if (!text.empty() && (text.back() == 'k' || text.back() == 'K')) {
+    scale = 1024;
+    text.pop_back();
+  }
+  std::int64_t v = 0;
+  const char* last = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), last, v);
+  if (text.empty() || ec != std::errc() || ptr != last || v > (std::int64_t{1} << 50))
+    throw InputError(kCommandLine, option,
+                     fmt::format("'{}' is not a number, a list or a range (first:last, first:last:+step, "
+                                 "first:last:xfactor)",
+                                 item));
+  return v * scale;
+}
+
+enum class Kind { text, integer, number };
+struct Column {
+  const char* name;
+  Kind kind;
+};
+
+// The configuration columns, then the metrics (names of analysis::to_json, design note §4 first).
+const std::vector<Column>& columns() {
+  static const std::vector<Column> cols{
+      {"config", Kind::integer},        {"topology", Kind::text},        {"cluster", Kind::text},
+      {"workload", Kind::text},         {"model", Kind::text},           {"dtype", Kind::text},
+      {"sequence_length", Kind::integer}, {"micro_batch", Kind::integer}, {"tp", Kind::integer},
+      {"up", Kind::integer},            {"dp", Kind::integer},           {"slices", Kind::integer},
+      {"passes", Kind::text},           {"parallelism", Kind::text},     {"scope", Kind::text},
+      {"schedule", Kind::text},
+      // metrics
+      {"step_time_s", Kind::number},    {"compute_s", Kind::number},     {"comm_s", Kind::number},
+      {"overlapped_comm_s", Kind::number}, {"exposed_comm_s", Kind::number}, {"overlap_ratio", Kind::number},
+      {"head_latency_s", Kind::number}, {"tail_latency_s", Kind::number}, {"mfu", Kind::number},
+      {"hfu", Kind::number},            {"tokens_per_s", Kind::number},  {"tokens_per_s_per_gpu", Kind::number},
+      {"tokens", Kind::integer},        {"gpus", Kind::integer},         {"critical_rank", Kind::integer},
+      {"model_flops", Kind::number},    {"hardware_flops", Kind::number}, {"peak_flops_per_s", Kind::number},
+  };
+  return cols;
+}
+constexpr std::size_t kConfigColumns = 16;
+
+std::size_t column_index(const std::string& name) {
+  const auto& cols = columns();
+  for (std::size_t i = 0; i < cols.size(); ++i)
+    if (name == cols[i].name) return i;
+  throw std::out_of_range("no sweep column '" + name + "'");
+}
+
+// The text of a number as JSON writes it: shortest form that reads back to the same double.
+std::string number_text(double v) { return nlohmann::json(v).dump(); }
+
+std::string cell_json(const Cell& c) {
+  if (const auto* s = std::get_if<std::string>(&c)) return nlohmann::json(*s).dump();
+  if (const auto* i = std::get_if<std::int64_t>(&c)) return std::to_string(*i);
+  return number_text(std::get<double>(c));
+}
+
+std::string cell_csv(const Cell& c) {
+  if (const auto* s = std::get_if<std::string>(&c)) {
+    if (s->find_first_of(",\"\n\r") == std::string::npos) return *s;
+    std::string q = "\"";
+    for (char ch : *s) {
+      if (ch == '"') q += '"';
+      q += ch;
+    }
+    return q + "\"";
+  }
+  return cell_json(c);
+}
+
+std::string describe(const SimulateRequest& r, const SweepSpec& spec) {
+  std::string s = fmt::format("topology={} workload={}", r.topology, r.workload);
+  if (!r.parallelisms.empty()) s += " parallelism=" + r.parallelisms.front();
+  if (r.sequence_length) s += fmt::format(" seq={}", *r.sequence_length);
+  if (r.tp) s += fmt::format(" tp={}", *r.tp);
+  if (r.up) s += fmt::format(" up={}", *r.up);
+  if (r.dp) s += fmt::format(" dp={}", *r.dp);
+  if (r.micro_batch) s += fmt::format(" micro-batch={}", *r.micro_batch);
+  if (r.slices) s += fmt::format(" slices={}", *r.slices);
+  (void)spec;
+  return s;
+}
+
+nlohmann::json problem_json(const SweepProblem& p) {
+  return {{"config", p.config}, {"configuration", p.configuration}, {"key", p.key}, {"message", p.message}};
+}
+
+std::vector<std::string> kind_names(const std::vector<model::ScheduleKind>& v) {
+  std::vector<std::string> out;
+  for (auto k : v) out.push_back(model::to_string(k));
+  return out;
+}
+std::vector<std::string> scope_names(const std::vector<sched::Scope>& v) {
+  std::vector<std::string> out;
+  for (auto s : v) out.push_back(sched::to_string(s));
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> parse_int_axis(const std::string& option, const std::string& text, std::int64_t min,
+                                         std::int64_t max) {
+  std::vector<std::int64_t> out;
+  auto add = [&](std::int64_t v, const std::string& item) {
+    if (v < min || v > max)
+      throw InputError(kCommandLine, option,
+                       fmt::format("value {} (from '{}') is outside the allowed range [{}, {}]", v, item, min, max));
+    if (std::find(out.begin(), out.end(), v) != out.end())
+      throw InputError(kCommandLine, option, fmt::format("value {} is given twice (from '{}')", v, item));
+    out.push_back(v);
+  };
+  if (text.empty()) throw InputError(kCommandLine, option, "expected a value, a list or a range");
+  for (const std::string& item : split(text, ',')) {
+    const std::vector<std::string> parts = split(item, ':');
+    if (parts.size() == 1) {
+      add(parse_number(option, item, item), item);
+      continue;
+    }
+    if (parts.size() > 3)
+      throw InputError(kCommandLine, option, fmt::format("range '{}' has more than three parts", item));
+    const std::int64_t first = parse_number(option, item, parts[0]);
+    const std::int64_t last = parse_number(option, item, parts[1]);
+    if (first > last)
+      throw InputError(kCommandLine, option, fmt::format("range '{}' ends below its start", item));
+    bool geometric = false;
+    std::int64_t step = 1;
+    if (parts.size() == 3) {
+      const std::string& s = parts[2];
+      if (s.size() < 2 || (s[0] != '+' && s[0] != 'x'))
+        throw InputError(kCommandLine, option,
+                         fmt::format("step '{}' of range '{}' is neither +N (arithmetic) nor xN (geometric)", s, item));
+      geometric = s[0] == 'x';
+      step = parse_number(option, item, s.substr(1));
+      if (geometric ? step < 2 : step < 1)
+        throw InputError(kCommandLine, option,
+                         fmt::format("step '{}' of range '{}' must be {}", s, item, geometric ? "x2 or more" : "+1 or more"));
+      if (geometric && first < 1)
+        throw InputError(kCommandLine, option, fmt::format("geometric range '{}' must start at 1 or more", item));
+    }
+    for (std::int64_t v = first;; v = geometric ? v * step : v + step) {
+      add(v, item);
+      // Stop before the next value passes `last` (and before it could overflow).
+      if (geometric ? v > last / step : v > last - step) break;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> parse_name_axis(const std::string& option, const std::string& text) {
+  std::vector<std::string> out;
+  for (const std::string& item : split(text, ',')) {
+    if (item.empty()) throw InputError(kCommandLine, option, fmt::format("empty item in '{}'", text));
+    if (std::find(out.begin(), out.end(), item) != out.end())
+      throw InputError(kCommandLine, option, fmt::format("'{}' is given twice", item));
+    out.push_back(item);
+  }
+  return out;
+}
+
+Shard parse_shard(const std::string& text) {
+  const auto parts = split(text, '/');
+  auto num = [&](const std::string& s) {
+    int v = 0;
+    const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || ptr != s.data() + s.size())
+      throw InputError(kCommandLine, "--shard", fmt::format("'{}' is not of the form i/n (0 <= i < n)", text));
+    return v;
+  };
+  if (parts.size() != 2) throw InputError(kCommandLine, "--shard", fmt::format("'{}' is not of the form i/n", text));
+  Shard s{num(parts[0]), num(parts[1])};
+  if (s.count < 1 || s.count > 1'000'000 || s.index < 0 || s.index >= s.count)
+    throw InputError(kCommandLine, "--shard", fmt::format("'{}': need 0 <= i < n and n <= 1000000", text));
+  return s;
+}
+
+namespace {
+template <typename T>
+std::size_t axis_size(const std::vector<T>& v) {
+  return v.empty() ? 1 : v.size();
+}
+}  // namespace
+
+std::size_t SweepSpec::size() const {
+  return topologies.size() * workloads.size() * axis_size(parallelisms) * axis_size(sequence_lengths) *
+         axis_size(tps) * axis_size(ups) * axis_size(dps) * axis_size(micro_batches) * axis_size(slices);
+}
+
+SimulateRequest SweepSpec::configuration(std::size_t index) const {
+  SimulateRequest r;
+  // Mixed-radix digits, the last axis fastest.
+  auto take = [&index](std::size_t n) {
+    const std::size_t d = index % n;
+    index /= n;
+    return d;
+  };
+  const std::size_t i_slices = take(axis_size(slices));
+  const std::size_t i_mb = take(axis_size(micro_batches));
+  const std::size_t i_dp = take(axis_size(dps));
+  const std::size_t i_up = take(axis_size(ups));
+  const std::size_t i_tp = take(axis_size(tps));
+  const std::size_t i_seq = take(axis_size(sequence_lengths));
+  const std::size_t i_par = take(axis_size(parallelisms));
+  const std::size_t i_wl = take(workloads.size());
+  const std::size_t i_topo = take(topologies.size());
+  r.topology = topologies.at(i_topo);
+  r.workload = workloads.at(i_wl);
+  if (!parallelisms.empty()) r.parallelisms = {parallelisms[i_par]};
+  if (!sequence_lengths.empty()) r.sequence_length = sequence_lengths[i_seq];
+  if (!tps.empty()) r.tp = static_cast<int>(tps[i_tp]);
+  if (!ups.empty()) r.up = static_cast<int>(ups[i_up]);
+  if (!dps.empty()) r.dp = static_cast<int>(dps[i_dp]);
+  if (!micro_batches.empty()) r.micro_batch = micro_batches[i_mb];
+  if (!slices.empty()) r.slices = static_cast<int>(slices[i_slices]);
+  r.schedules = schedules;
+  r.scopes = scopes;
+  r.forward_only = forward_only;
+  r.profile = profile;
+  r.force_memory = force_memory;
+  return r;
+}
+
+nlohmann::json SweepSpec::to_json() const {
+  return {{"topologies", topologies},
+          {"workloads", workloads},
+          {"parallelisms", parallelisms},
+          {"sequence_lengths", sequence_lengths},
+          {"tp", tps},
+          {"up", ups},
+          {"dp", dps},
+          {"micro_batches", micro_batches},
+          {"slices", slices},
+          {"schedules", kind_names(schedules)},
+          {"scopes", scope_names(scopes)},
+          {"forward_only", forward_only},
+          {"profile", profile},
+          {"force_memory", force_memory}};
+}
+
+const std::vector<std::string>& row_columns() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const Column& c : columns()) n.emplace_back(c.name);
+    return n;
+  }();
+  return names;
+}
+
+std::size_t config_column_count() { return kConfigColumns; }
+
+double row_number(const SweepRow& row, const std::string& column) {
+  const Cell& c = row.cells.at(column_index(column));
+  if (const auto* i = std::get_if<std::int64_t>(&c)) return static_cast<double>(*i);
+  return std::get<double>(c);
+}
+const std::string& row_string(const SweepRow& row, const std::string& column) {
+  return std::get<std::string>(row.cells.at(column_index(column)));
+}
+std::int64_t row_integer(const SweepRow& row, const std::string& column) {
+  return std::get<std::int64_t>(row.cells.at(column_index(column)));
+}
+
+std::vector<Cell> make_row(const SimulateRequest& request, const SimulateReport& report, const SimulateRun& run) {
+  const model::Workload& w = report.workload;
+  const nlohmann::json m = analysis::to_json(run.metrics);
+  std::vector<Cell> cells;
+  cells.reserve(columns().size());
+  cells.emplace_back(std::int64_t{0});  // config, set by the caller
+  cells.emplace_back(request.topology);
+  cells.emplace_back(report.cluster_name);
+  cells.emplace_back(request.workload);
+  cells.emplace_back(w.arch.name);
+  cells.emplace_back(topo::to_string(w.dtype));
+  cells.emplace_back(std::int64_t{w.sequence_length});
+  cells.emplace_back(std::int64_t{w.micro_batch});
+  cells.emplace_back(std::int64_t{w.parallel.tp});
+  cells.emplace_back(std::int64_t{w.parallel.up});
+  cells.emplace_back(std::int64_t{w.parallel.dp});
+  cells.emplace_back(std::int64_t{w.schedule.slices});
+  cells.emplace_back(std::string(w.backward ? "forward+backward" : "forward"));
+  cells.emplace_back(run.metrics.parallelism);
+  cells.emplace_back(run.metrics.scope);
+  cells.emplace_back(run.metrics.schedule);
+  const auto& cols = columns();
+  for (std::size_t i = kConfigColumns; i < cols.size(); ++i) {
+    const nlohmann::json& v = m.at(cols[i].name);
+    if (cols[i].kind == Kind::integer) {
+      cells.emplace_back(v.get<std::int64_t>());
+    } else {
+      cells.emplace_back(v.get<double>());
+    }
+  }
+  return cells;
+}
+
+SweepResult run_sweep(const SweepSpec& spec, const SweepOptions& options) {
+  SweepResult result;
+  result.spec = spec.to_json();
+  result.shard = options.shard;
+  result.configurations = spec.size();
+  std::vector<std::size_t> mine;
+  for (std::size_t i = 0; i < result.configurations; ++i)
+    if (options.shard.covers(i)) mine.push_back(i);
+
+  struct Outcome {
+    std::vector<SweepRow> rows;
+    std::optional<SweepProblem> skipped, failed;
+  };
+  std::vector<Outcome> outcomes(mine.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::size_t> done{0};
+  std::mutex mu;
+  std::condition_variable cv;
+
+  auto work = [&] {
+    for (std::size_t k = next.fetch_add(1); k < mine.size(); k = next.fetch_add(1)) {
+      const std::size_t config = mine[k];
+      const SimulateRequest request = spec.configuration(config);
+      Outcome& out = outcomes[k];
+      try {
+        const SimulateReport report = simulate(request);
+        for (const SimulateRun& run : report.runs) {
+          SweepRow row{config, make_row(request, report, run)};
+          row.cells[0] = static_cast<std::int64_t>(config);
+          out.rows.push_back(std::move(row));
+        }
+      } catch (const InputError& e) {
+        out.skipped = SweepProblem{config, describe(request, spec), e.file() + ": " + e.json_path(),
+                                   one_line(e.message())};
+      } catch (const std::exception& e) {
+        out.failed = SweepProblem{config, describe(request, spec), "internal error", one_line(e.what())};
+      }
+      done.fetch_add(1);
+      std::lock_guard<std::mutex> lock(mu);
+      cv.notify_one();
+    }
+  };
+
+  const int jobs = std::max(1, std::min<int>(options.jobs, static_cast<int>(std::max<std::size_t>(mine.size(), 1))));
+  std::vector<std::thread> threads;
+  threads.reserve(static_cast<std::size_t>(jobs));
+  for (int t = 0; t < jobs; ++t) threads.emplace_back(work);
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    while (done.load() < mine.size()) {
+      cv.wait_for(lock, std::chrono::milliseconds(100));
+      if (options.progress) options.progress(done.load(), mine.size());
+    }
+  }
+  for (auto& t : threads) t.join();
+  if (options.progress) options.progress(mine.size(), mine.size());
+
+  for (Outcome& o : outcomes) {
+    if (o.skipped) result.skipped.push_back(std::move(*o.skipped));
+    if (o.failed) result.failed.push_back(std::move(*o.failed));
+    if (!o.skipped && !o.failed) ++result.run;
+    for (SweepRow& r : o.rows) result.rows.push_back(std::move(r));
+  }
+  return result;
+}
+
+std::string sweep_json(const SweepResult& r) {
+  // One row per line: a large sweep stays readable and a baseline diff shows the rows that changed.
+  const auto& cols = columns();
+  std::string out = "{\n";
+  out += fmt::format("  \"format\": \"{}\",\n  \"version\": {},\n", kFormatName, kFormatVersion);
+  out += "  \"spec\": " + r.spec.dump() + ",\n";
+  out += fmt::format("  \"shard\": {{\"index\": {}, \"count\": {}}},\n", r.shard.index, r.shard.count);
+  out += fmt::format("  \"configurations\": {},\n", r.configurations);
+  out += fmt::format("  \"summary\": {{\"run\": {}, \"rows\": {}, \"skipped\": {}, \"failed\": {}}},\n", r.run,
+                     r.rows.size(), r.skipped.size(), r.failed.size());
+  out += "  \"rows\": [";
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    out += i == 0 ? "\n    {" : ",\n    {";
+    for (std::size_t c = 0; c < cols.size(); ++c) {
+      if (c > 0) out += ", ";
+      out += fmt::format("\"{}\": {}", cols[c].name, cell_json(r.rows[i].cells[c]));
+    }
+    out += "}";
+  }
+  out += r.rows.empty() ? "],\n" : "\n  ],\n";
+  auto problems = [&out](const char* name, const std::vector<SweepProblem>& v, bool last) {
+    out += fmt::format("  \"{}\": [", name);
+    for (std::size_t i = 0; i < v.size(); ++i) out += (i == 0 ? "\n    " : ",\n    ") + problem_json(v[i]).dump();
+    out += v.empty() ? "]" : "\n  ]";
+    out += last ? "\n" : ",\n";
+  };
+  problems("skipped", r.skipped, false);
+  problems("failed", r.failed, true);
+  out += "}\n";
+  return out;
+}
+
+std::string sweep_csv(const SweepResult& r) {
+  const auto& cols = columns();
+  std::string out;
+  for (std::size_t c = 0; c < cols.size(); ++c) out += (c ? "," : "") + std::string(cols[c].name);
+  out += "\n";
+  for (const SweepRow& row : r.rows) {
+    for (std::size_t c = 0; c < cols.size(); ++c) {
+      if (c) out += ',';
+      out += cell_csv(row.cells[c]);
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+namespace {
+
+SweepProblem read_problem(const JsonValue& v) {
+  const JsonObject o = v.as_object();
+  SweepProblem p;
+  p.config = static_cast<std::size_t>(o.integer("config", 0, std::int64_t{1} << 50));
+  p.configuration = o.string("configuration");
+  p.key = o.string("key");
+  p.message = o.string("message");
+  o.finish();
+  return p;
+}
+
+}  // namespace
+
+SweepResult read_sweep_json(const std::string& path) {
+  const JsonDocument doc = JsonDocument::load(path);
+  const JsonObject root = doc.root();
+  if (root.string("format") != kFormatName)
+    root.at("format").fail(fmt::format("not a sweep file (expected \"{}\")", kFormatName));
+  root.integer("version", kFormatVersion, kFormatVersion);
+  SweepResult r;
+  const JsonValue spec = root.at("spec");
+  if (!spec.is_object()) spec.fail("expected an object");
+  r.spec = spec.raw();
+  const JsonObject shard = root.object("shard");
+  r.shard.count = static_cast<int>(shard.integer("count", 1, 1'000'000));
+  r.shard.index = static_cast<int>(shard.integer("index", 0, r.shard.count - 1));
+  shard.finish();
+  r.configurations = static_cast<std::size_t>(root.integer("configurations", 0, std::int64_t{1} << 50));
+  const JsonObject summary = root.object("summary");
+  r.run = static_cast<std::size_t>(summary.integer("run", 0, std::int64_t{1} << 50));
+  summary.integer("rows", 0, std::int64_t{1} << 50);
+  summary.integer("skipped", 0, std::int64_t{1} << 50);
+  summary.integer("failed", 0, std::int64_t{1} << 50);
+  summary.finish();
+
+  const auto& cols = columns();
+  const JsonArray rows = root.array("rows");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const JsonObject o = rows.at(i).as_object();
+    SweepRow row;
+    for (const Column& c : cols) {
+      const JsonValue v = o.at(c.name);
+      switch (c.kind) {
+        case Kind::text:
+          if (!v.is_string()) v.fail("expected a string");
+          row.cells.emplace_back(v.raw().get<std::string>());
+          break;
+        case Kind::integer:
+          if (!v.raw().is_number_integer()) v.fail("expected an integer");
+          row.cells.emplace_back(v.raw().get<std::int64_t>());
+          break;
+        case Kind::number:
+          row.cells.emplace_back(v.as_number());
+          break;
+      }
+    }
+    o.finish();
+    row.config = static_cast<std::size_t>(std::get<std::int64_t>(row.cells[0]));
+    if (row.config >= r.configurations || !r.shard.covers(row.config))
+      o.at("config").fail(fmt::format("configuration {} is not in shard {}/{} of {} configurations", row.config,
+                                      r.shard.index, r.shard.count, r.configurations));
+    if (!r.rows.empty() && row.config < r.rows.back().config)
+      o.at("config").fail("rows are not in configuration order");
+    r.rows.push_back(std::move(row));
+  }
+  for (const char* name : {"skipped", "failed"}) {
+    const JsonArray a = root.array(name);
+    auto& dest = std::string(name) == "skipped" ? r.skipped : r.failed;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      SweepProblem p = read_problem(a.at(i));
+      if (p.config >= r.configurations || !r.shard.covers(p.config))
+        a.at(i).fail(fmt::format("configuration {} is not in shard {}/{}", p.config, r.shard.index, r.shard.count));
+      dest.push_back(std::move(p));
+    }
+  }
+  root.finish();
+  return r;
+}
+
+SweepResult merge_sweeps(const std::vector<std::string>& paths, const std::vector<SweepResult>& parts) {
+  if (parts.empty()) throw InputError(kCommandLine, "PARTS", "no sweep parts given");
+  const SweepResult& first = parts.front();
+  std::vector<int> owner(static_cast<std::size_t>(first.shard.count), -1);
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    const SweepResult& part = parts[p];
+    if (part.spec != first.spec)
+      throw InputError(paths[p], "$.spec", fmt::format("a different sweep than '{}' (the specs differ)", paths[0]));
+    if (part.shard.count != first.shard.count)
+      throw InputError(paths[p], "$.shard.count",
+                       fmt::format("shard count {} but '{}' has {}", part.shard.count, paths[0], first.shard.count));
+    if (part.configurations != first.configurations)
+      throw InputError(paths[p], "$.configurations", fmt::format("differs from '{}'", paths[0]));
+    int& o = owner[static_cast<std::size_t>(part.shard.index)];
+    if (o >= 0)
+      throw InputError(paths[p], "$.shard.index",
+                       fmt::format("shard {}/{} overlaps '{}', which holds the same shard", part.shard.index,
+                                   part.shard.count, paths[static_cast<std::size_t>(o)]));
+    o = static_cast<int>(p);
+  }
+  std::vector<std::string> missing;
+  for (std::size_t i = 0; i < owner.size(); ++i)
+    if (owner[i] < 0) missing.push_back(std::to_string(i));
+  if (!missing.empty())
+    throw InputError(kCommandLine, "PARTS",
+                     fmt::format("incomplete sweep: shard{} {} of {} missing", missing.size() > 1 ? "s" : "",
+                                 fmt::join(missing, ", "), first.shard.count));
+
+  SweepResult all;
+  all.spec = first.spec;
+  all.configurations = first.configurations;
+  for (const SweepResult& part : parts) {
+    all.run += part.run;
+    all.rows.insert(all.rows.end(), part.rows.begin(), part.rows.end());
+    all.skipped.insert(all.skipped.end(), part.skipped.begin(), part.skipped.end());
+    all.failed.insert(all.failed.end(), part.failed.begin(), part.failed.end());
+  }
+  // Rows of one configuration come from one part, already in run order; a stable sort keeps it.
+  auto by_config = [](const auto& a, const auto& b) { return a.config < b.config; };
+  std::stable_sort(all.rows.begin(), all.rows.end(), by_config);
+  std::stable_sort(all.skipped.begin(), all.skipped.end(), by_config);
+  std::stable_sort(all.failed.begin(), all.failed.end(), by_config);
+  return all;
+}
+
+std::string output_format_for(const std::string& path, const std::string& format) {
+  if (!format.empty()) {
+    if (format != "csv" && format != "json")
+      throw InputError(kCommandLine, "--format", fmt::format("'{}' is not one of csv, json", format));
+    return format;
+  }
+  auto ends = [&path](const std::string& ext) {
+    return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+  };
+  if (ends(".csv")) return "csv";
+  if (ends(".json")) return "json";
+  throw InputError(kCommandLine, "--output",
+                   fmt::format("cannot tell the format of '{}': name it .csv or .json, or give --format", path));
+}
+
+std::string sweep_summary(const SweepResult& r) {
+  std::size_t mine = 0;
+  for (std::size_t i = 0; i < r.configurations; ++i)
+    if (r.shard.covers(i)) ++mine;
+  std::string out = fmt::format("sweep: {} configurations", r.configurations);
+  if (r.shard.count > 1) out += fmt::format(", shard {}/{} holds {}", r.shard.index, r.shard.count, mine);
+  out += fmt::format(": {} run ({} rows), {} skipped as invalid, {} failed\n", r.run, r.rows.size(), r.skipped.size(),
+                     r.failed.size());
+  auto grouped = [&out](const char* what, const std::vector<SweepProblem>& v) {
+    // Reasons that differ only in their numbers (sizes, degrees) are one reason.
+    auto shape = [](const SweepProblem& p) {
+      std::string s = p.key + "|";
+      for (std::size_t i = 0; i < p.message.size(); ++i) {
+        const bool digit = std::isdigit(static_cast<unsigned char>(p.message[i])) != 0;
+        if (digit && !s.empty() && s.back() == '#') continue;
+        if (p.message[i] == '.' && !s.empty() && s.back() == '#') continue;
+        s += digit ? '#' : p.message[i];
+      }
+      return s;
+    };
+    std::map<std::string, std::pair<std::size_t, const SweepProblem*>> groups;
+    for (const SweepProblem& p : v) {
+      auto& g = groups[shape(p)];
+      if (g.first++ == 0) g.second = &p;
+    }
+    for (const auto& [shape_key, g] : groups)
+      out += fmt::format("  {} {} at {}, e.g. {}: {}\n", what, g.first, g.second->key, g.second->configuration,
+                         g.second->message);
+  };
+  grouped("skipped", r.skipped);
+  grouped("failed", r.failed);
+  return out;
+}
+
+}  // namespace fusesim::cli

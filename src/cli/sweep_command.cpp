@@ -1,0 +1,185 @@
+// `fusesim sweep`: a grid of configurations, every schedule of each, one result row per run.
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <ostream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "fusesim/cli/commands.hpp"
+#include "fusesim/cli/plot.hpp"
+#include "fusesim/cli/sweep.hpp"
+#include "fusesim/model/workload.hpp"
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/error.hpp"
+#include "fusesim/util/output.hpp"
+
+namespace fusesim::cli {
+namespace {
+
+constexpr std::int64_t kMaxAxisValue = std::int64_t{1} << 40;
+
+// Redraws one line on a terminal; elsewhere (a Slurm log) prints a line per tenth done. Silent for
+// the first second, so that quick sweeps print nothing but the summary.
+class ProgressBar {
+ public:
+  ProgressBar(std::ostream& err, bool terminal) : err_(err), terminal_(terminal) {}
+  void operator()(std::size_t done, std::size_t total) {
+    const auto elapsed = std::chrono::steady_clock::now() - start_;
+    if (elapsed < std::chrono::seconds(1) && !shown_) return;
+    const double secs = std::chrono::duration<double>(elapsed).count();
+    const std::size_t tenth = total == 0 ? 10 : done * 10 / total;
+    if (terminal_) {
+      constexpr int kWidth = 30;
+      const int filled = total == 0 ? kWidth : static_cast<int>(done * kWidth / total);
+      err_ << fmt::format("\r[{}{}] {}/{} configurations, {:.1f} s", std::string(static_cast<std::size_t>(filled), '#'),
+                          std::string(static_cast<std::size_t>(kWidth - filled), '.'), done, total, secs);
+      if (done == total) err_ << "\n";
+      err_ << std::flush;
+    } else if (!shown_ || tenth > last_tenth_) {
+      err_ << fmt::format("sweep: {}/{} configurations, {:.1f} s\n", done, total, secs) << std::flush;
+    }
+    shown_ = true;
+    last_tenth_ = tenth;
+  }
+
+ private:
+  std::ostream& err_;
+  bool terminal_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  bool shown_ = false;
+  std::size_t last_tenth_ = 0;
+};
+
+class SweepCommand final : public Command {
+ public:
+  void configure(CLI::App& sub) override {
+    sub.add_option("--topology", topology_, "clusters: a comma list of topology files or shipped names")
+        ->type_name("LIST")
+        ->capture_default_str();
+    sub.add_option("--workload", workload_, "workloads: a comma list of workload files or shipped names")
+        ->type_name("LIST")
+        ->capture_default_str();
+    sub.add_option("--parallelism", parallelism_, "whose schedules are compared, a comma list of tpsp, up, dp")
+        ->type_name("LIST");
+    const char* axis = "AXIS";
+    sub.add_option("--seq", seq_, "sequence lengths: a list or range (1024:131072:x2, 4k,8k)")->type_name(axis);
+    sub.add_option("--tp", tp_, "tensor-parallel degrees: a list or range (2:8:x2, 2:16:+2)")->type_name(axis);
+    sub.add_option("--up", up_, "Ulysses degrees: a list or range")->type_name(axis);
+    sub.add_option("--dp", dp_, "data-parallel degrees: a list or range")->type_name(axis);
+    sub.add_option("--micro-batch", micro_batch_, "micro-batch sizes: a list or range")->type_name(axis);
+    sub.add_option("--slices", slices_, "slice-overlap k: a list or range")->type_name(axis);
+    sub.add_option("--schedule", schedule_, "baseline, slice, commfuse, all, or a comma list")
+        ->type_name("KIND")
+        ->capture_default_str();
+    sub.add_option("--scope", scope_, "layer, stack or both")->type_name("SCOPE")->capture_default_str();
+    sub.add_flag("--forward-only", forward_only_, "simulate the forward pass only");
+    sub.add_option("--profile", profile_, "calibration profile for every configuration (see simulate)")
+        ->type_name("FILE|NAME");
+    sub.add_flag("--force-memory", force_memory_, "run configurations that exceed the device memory");
+    sub.add_option("--output", output_, "result file, .csv or .json (default: CSV on standard output)")
+        ->type_name("FILE");
+    sub.add_option("--format", format_, "csv or json (default: from the --output extension)")->type_name("FORMAT");
+    sub.add_option("--jobs", jobs_, "threads (default: the hardware's)")->type_name("N");
+    sub.add_option("--shard", shard_, "run only configurations with index % n == i, written as JSON for "
+                                      "`fusesim merge`")
+        ->type_name("i/n");
+    sub.add_option("--plot", plot_dir_, "also write the figures into this folder (see `fusesim plot`)")
+        ->type_name("DIR");
+    sub.add_flag("--quiet", quiet_, "no progress on standard error");
+  }
+
+  int run(Io& io) override {
+    SweepSpec spec;
+    spec.topologies = parse_name_axis("--topology", topology_);
+    spec.workloads = parse_name_axis("--workload", workload_);
+    if (!parallelism_.empty()) spec.parallelisms = parse_name_axis("--parallelism", parallelism_);
+    auto axis = [](const char* option, const std::string& text) {
+      return text.empty() ? std::vector<std::int64_t>{} : parse_int_axis(option, text, 1, kMaxAxisValue);
+    };
+    spec.sequence_lengths = axis("--seq", seq_);
+    spec.tps = axis("--tp", tp_);
+    spec.ups = axis("--up", up_);
+    spec.dps = axis("--dp", dp_);
+    spec.micro_batches = axis("--micro-batch", micro_batch_);
+    spec.slices = axis("--slices", slices_);
+    for (auto* v : {&spec.tps, &spec.ups, &spec.dps, &spec.slices})
+      for (std::int64_t x : *v)
+        if (x > (1 << 20))
+          throw InputError(kCommandLine, v == &spec.slices ? "--slices" : v == &spec.tps ? "--tp" : v == &spec.ups ? "--up" : "--dp",
+                           fmt::format("value {} is outside the allowed range [1, {}]", x, 1 << 20));
+    spec.schedules = parse_schedules(schedule_);
+    spec.scopes = parse_scopes(scope_);
+    spec.forward_only = forward_only_;
+    spec.profile = profile_;
+    spec.force_memory = force_memory_;
+
+    SweepOptions options;
+    options.jobs = jobs_.empty() ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
+                                 : parse_positive_int("--jobs", jobs_, 1024);
+    if (!shard_.empty()) options.shard = parse_shard(shard_);
+    const std::string format = output_.empty() ? (format_.empty() ? "csv" : output_format_for("", format_))
+                                               : output_format_for(output_, format_);
+    if (options.shard.count > 1 && format != "json")
+      throw InputError(kCommandLine, "--shard", "a shard is written as JSON (name the --output file .json), so that "
+                                                "`fusesim merge` can check the parts");
+    if (!output_.empty()) {
+      std::error_code ec;
+      const std::filesystem::path p(output_);
+      const auto parent = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
+      if (std::filesystem::is_directory(p, ec)) throw InputError(output_, "$", "is a folder, not a file");
+      if (!std::filesystem::is_directory(parent, ec))
+        throw InputError(output_, "$", fmt::format("cannot write here: folder '{}' does not exist", parent.string()));
+    }
+    if (spec.size() > (std::size_t{1} << 32))
+      throw InputError(kCommandLine, "$", fmt::format("{} configurations are too many for one sweep", spec.size()));
+
+    // A topology or workload that cannot be read spoils every configuration that uses it: a typo in a
+    // name is bad input (exit 2), not a column of skipped configurations.
+    for (const std::string& t : spec.topologies) topo::load_cluster_by_name_or_path(t);
+    for (const std::string& w : spec.workloads) model::load_workload(w);
+
+    ProgressBar bar(io.err, &io.err == &std::cerr && ::isatty(STDERR_FILENO) == 1);
+    if (!quiet_) options.progress = [&bar](std::size_t done, std::size_t total) { bar(done, total); };
+    const SweepResult result = run_sweep(spec, options);
+
+    const std::string text = format == "json" ? sweep_json(result) : sweep_csv(result);
+    if (output_.empty()) {
+      io.out << text << std::flush;
+    } else {
+      write_file_atomically(output_, text);
+    }
+    io.err << sweep_summary(result);
+    if (!plot_dir_.empty()) {
+      const PlotReport plots = write_plots(result, plot_dir_);
+      io.err << plots.log;
+    }
+    return result.failed.empty() ? 0 : 1;
+  }
+
+ private:
+  std::string topology_ = "dgx-h100-4node";
+  std::string workload_ = "llama-3-70b-4node";
+  std::string parallelism_;
+  std::string seq_, tp_, up_, dp_, micro_batch_, slices_;
+  std::string schedule_ = "all";
+  std::string scope_ = "layer";
+  bool forward_only_ = false;
+  std::string profile_;
+  bool force_memory_ = false;
+  std::string output_;
+  std::string format_;
+  std::string jobs_;
+  std::string shard_;
+  std::string plot_dir_;
+  bool quiet_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_sweep_command() { return std::make_unique<SweepCommand>(); }
+
+}  // namespace fusesim::cli

@@ -1,0 +1,435 @@
+// `fusesim validate`: the model's predictions against published (or the user's own) measurements,
+// case by case, with the error of each and the mean absolute percentage error per category. Each
+// case is predicted by the roofline and, with --profile, by the calibrated model of the profile
+// that matches its device; a profile's own fitting cases are reported apart from the held-out ones.
+// Case file format: docs/calibration.md, "Validation cases".
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <set>
+
+#include "fusesim/analysis/table.hpp"
+#include "fusesim/cli/commands.hpp"
+#include "fusesim/cli/simulate.hpp"
+#include "fusesim/model/calibration_fit.hpp"
+#include "fusesim/model/profile.hpp"
+#include "fusesim/sched/dag.hpp"
+#include "fusesim/sim/engine.hpp"
+#include "fusesim/util/embedded.hpp"
+#include "fusesim/util/error.hpp"
+#include "fusesim/util/output.hpp"
+
+namespace fusesim::cli {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
+
+struct Case {
+  std::string id, category, topology, source, note, unit;
+  double measured = 0;
+  // gemm
+  topo::Dtype dtype = topo::Dtype::bf16;
+  model::GemmKernel gemm;
+  // attention
+  std::string pass;
+  model::AttentionKernel attention;
+  // collective
+  std::string op;
+  int ranks = 0;
+  Bytes bytes = 0;
+  model::CommEngine engine = model::CommEngine::sm_kernel;
+  // end to end
+  std::string workload, metric;
+  model::ScheduleKind schedule = model::ScheduleKind::baseline;
+  sched::Scope scope = sched::Scope::step;
+  std::vector<std::string> needs;
+  std::optional<int> tp;
+  std::optional<std::int64_t> micro_batch, sequence_length;
+};
+
+double positive(const JsonObject& o, std::string_view key) {
+  const JsonValue v = o.at(key);
+  const double x = v.as_number(0.0, kInf);
+  if (!(x > 0.0)) v.fail("must be positive");
+  return x;
+}
+
+std::vector<Case> read_cases(const JsonDocument& doc) {
+  const JsonObject root = doc.root();
+  const JsonValue schema = root.at("schema");
+  if (schema.as_string() != "fusesim.validation")
+    schema.fail(
+        fmt::format("'{}' is not a validation case file (expected \"fusesim.validation\")", schema.as_string()));
+  const JsonValue version = root.at("schema_version");
+  if (version.as_integer(0, 1000000) != 1) version.fail("schema version must be 1");
+  root.string_or("description", "");
+  const JsonArray cases = root.array("cases");
+  cases.require_size(1, 100000);
+  std::vector<Case> out;
+  std::set<std::string> ids;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const JsonObject o = cases.at(i).as_object();
+    Case c;
+    c.id = o.string("id");
+    if (!ids.insert(c.id).second) o.at("id").fail(fmt::format("case id '{}' is used twice", c.id));
+    c.category = o.choice("category", {"gemm", "attention", "collective", "end_to_end"});
+    c.topology = o.string("topology");
+    c.source = o.string("source");
+    c.note = o.string_or("note", "");
+    if (c.category == "gemm") {
+      c.dtype = topo::parse_dtype(o.at("dtype"));
+      c.gemm = {o.integer("m", 1, kMaxDim), o.integer("n", 1, kMaxDim), o.integer("k", 1, kMaxDim),
+                o.integer_or("batch", 1, kMaxDim, 1)};
+      c.measured = positive(o, "measured_tflops");
+      c.unit = "TFLOP/s";
+    } else if (c.category == "attention") {
+      c.dtype = topo::parse_dtype(o.at("dtype"));
+      c.pass = o.choice("pass", {"forward", "backward", "forward_backward"});
+      auto& a = c.attention;
+      a.causal = o.boolean("causal");
+      a.batch = o.integer("batch", 1, kMaxDim);
+      a.heads = o.integer("heads", 1, kMaxDim);
+      a.kv_heads = o.integer_or("kv_heads", 1, kMaxDim, a.heads);
+      a.seq_q = a.seq_kv = o.integer("seq", 1, kMaxDim);
+      a.head_dim = o.integer("head_dim", 1, 100000);
+      c.measured = positive(o, "measured_tflops");
+      c.unit = "TFLOP/s";
+    } else if (c.category == "collective") {
+      c.op = o.choice("op", {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"});
+      c.ranks = static_cast<int>(o.integer("ranks", 2, 1 << 20));
+      if (c.op == "p2p" && c.ranks != 2) o.at("ranks").fail("a p2p case has 2 ranks");
+      c.bytes = o.integer("bytes", 1, kMaxDim);
+      const std::string engine =
+          o.choice_or("engine", {"sm_kernel", "copy_engine"}, c.op == "p2p" ? "copy_engine" : "sm_kernel");
+      if (engine == "copy_engine" && c.op != "p2p") o.at("engine").fail("only p2p cases run on the copy engine");
+      c.engine = engine == "sm_kernel" ? model::CommEngine::sm_kernel : model::CommEngine::copy_engine;
+      c.measured = positive(o, "measured_busbw_GBps");
+      c.unit = "busbw GB/s";
+    } else {
+      c.metric = o.choice("metric", {"tokens_per_s_per_gpu", "mfu"});
+      c.measured = positive(o, "measured");
+      c.unit = c.metric == "mfu" ? "MFU" : "tokens/s/GPU";
+      c.workload = o.string_or("workload", "");
+      const std::string kind = o.choice_or("schedule", {"baseline", "slice", "commfuse"}, "baseline");
+      c.schedule = kind == "baseline" ? model::ScheduleKind::baseline
+                   : kind == "slice"  ? model::ScheduleKind::slice
+                                      : model::ScheduleKind::commfuse;
+      // A whole training step (embedding, layers, head, DP sync, optimizer) by default.
+      c.scope = parse_scopes(o.choice_or("scope", {"layer", "stack", "step"}, "step")).front();
+      if (o.has("tp")) c.tp = static_cast<int>(o.integer("tp", 1, 1 << 20));
+      if (o.has("micro_batch")) c.micro_batch = o.integer("micro_batch", 1, 1 << 30);
+      if (o.has("sequence_length")) c.sequence_length = o.integer("sequence_length", 1, kMaxDim);
+      o.integer_or("gpus", 1, 1 << 24, 1);  // the measured system's size, for the reader
+      if (auto n = o.find("needs")) {
+        const JsonArray a = n->as_array();
+        for (std::size_t j = 0; j < a.size(); ++j) c.needs.push_back(a.at(j).as_string());
+      }
+    }
+    o.finish();
+    out.push_back(std::move(c));
+  }
+  root.finish();
+  return out;
+}
+
+// FLOPs as FlashAttention's benchmark counts them (the published tables use this count): forward
+// 4 b h s^2 d, halved when causal; backward 2.5x; both 3.5x.
+double fa_flops(const Case& c) {
+  const auto& a = c.attention;
+  double f = 4.0 * static_cast<double>(a.batch * a.heads) * static_cast<double>(a.seq_q) *
+             static_cast<double>(a.seq_kv) * static_cast<double>(a.head_dim);
+  if (a.causal) f *= 0.5;
+  if (c.pass == "backward") f *= 2.5;
+  if (c.pass == "forward_backward") f *= 3.5;
+  return f;
+}
+
+sched::TaskGraph collective_graph(const Case& c, int num_ranks) {
+  sched::TaskGraph g(num_ranks);
+  if (c.op == "p2p") {
+    const sched::StreamRef stream{
+        c.engine == model::CommEngine::copy_engine ? sched::StreamKind::copy : sched::StreamKind::comm, 0};
+    g.add({"send", 0, stream, sched::SendTask{1, c.bytes, 0, c.engine, -1}, {}, -1});
+    g.add({"recv", 1, stream, sched::RecvTask{0, c.bytes, 0}, {}, -1});
+    return g;
+  }
+  const sched::CollectiveKind kind = c.op == "all_gather"       ? sched::CollectiveKind::all_gather
+                                     : c.op == "reduce_scatter" ? sched::CollectiveKind::reduce_scatter
+                                     : c.op == "all_reduce"     ? sched::CollectiveKind::all_reduce
+                                                                : sched::CollectiveKind::all_to_all;
+  std::vector<int> group(static_cast<std::size_t>(c.ranks));
+  for (int r = 0; r < c.ranks; ++r) group[static_cast<std::size_t>(r)] = r;
+  for (int r = 0; r < c.ranks; ++r)
+    g.add({fmt::format("r{}/{}", r, c.op),
+           r,
+           {sched::StreamKind::comm, 0},
+           sched::CollectiveTask{kind, group, c.bytes, 0, model::CommEngine::sm_kernel, -1},
+           {},
+           -1});
+  return g;
+}
+
+// The prediction of one case with a cost model (and its cluster, already calibrated when a profile
+// is in use). nullopt: the case names nothing the model can run (end-to-end without a workload).
+std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const model::KernelCostModel& costs,
+                              const std::string& profile) {
+  const topo::DeviceModel& device = cluster.device(0);
+  if (c.category == "gemm") {
+    const model::KernelCost k = costs.cost(c.gemm, c.dtype, device);
+    return k.flops / ps_to_seconds(k.duration_ps) / 1e12;
+  }
+  if (c.category == "attention") {
+    double seconds = 0.0;
+    for (model::Pass pass : {model::Pass::forward, model::Pass::backward}) {
+      if ((c.pass == "forward" && pass == model::Pass::backward) ||
+          (c.pass == "backward" && pass == model::Pass::forward))
+        continue;
+      model::AttentionKernel a = c.attention;
+      a.pass = pass;
+      seconds += ps_to_seconds(costs.cost(a, c.dtype, device).duration_ps);
+    }
+    return fa_flops(c) / seconds / 1e12;
+  }
+  if (c.category == "collective") {
+    if (c.ranks > cluster.num_ranks())
+      throw InputError(c.topology, "$",
+                       fmt::format("case '{}' needs {} ranks; the cluster has {}", c.id, c.ranks, cluster.num_ranks()));
+    sim::Simulator simulator(cluster, costs);
+    const sim::SimResult r = simulator.run(collective_graph(c, cluster.num_ranks()));
+    const double factor = model::bus_factor(c.op, c.ranks);
+    return static_cast<double>(c.bytes) * factor / ps_to_seconds(r.makespan_ps) / 1e9;
+  }
+  if (c.workload.empty()) return std::nullopt;
+  SimulateRequest req;
+  req.topology = c.topology;
+  req.workload = c.workload;
+  req.schedules = {c.schedule};
+  req.scopes = {c.scope};
+  req.profile = profile;
+  req.tp = c.tp;
+  req.micro_batch = c.micro_batch;
+  req.sequence_length = c.sequence_length;
+  const SimulateReport rep = simulate(req);
+  const analysis::StepMetrics& m = rep.runs.front().metrics;
+  return c.metric == "mfu" ? m.mfu : m.tokens_per_s_per_gpu;
+}
+
+struct Row {
+  const Case* c = nullptr;
+  std::optional<double> roofline;
+  std::string profile;  // the profile's label, empty when none matched
+  std::optional<double> calibrated;
+  bool fitted = false;  // the case was one the profile was built from
+  std::string status;   // ok, partial (needs ...), not modelled
+};
+
+double error_pct(double predicted, double measured) { return (predicted - measured) / measured * 100.0; }
+
+class ValidateCommand final : public Command {
+ public:
+  void configure(CLI::App& sub) override {
+    sub.add_option("--cases", cases_, "validation cases: a file or a shipped name (default: published)")
+        ->type_name("FILE|NAME")
+        ->capture_default_str();
+    sub.add_option("--profile", profiles_,
+                   "calibration profile(s) (file or shipped name; repeat or comma-separate); each case uses the "
+                   "one that matches its device, beside the roofline")
+        ->type_name("FILE|NAME")
+        ->delimiter(',');
+    sub.add_option("--category", category_, "only this category: gemm, attention, collective, end_to_end")
+        ->type_name("NAME");
+    sub.add_option("--format", format_, "table or json")->type_name("FORMAT")->capture_default_str();
+    sub.add_option("--output", output_, "write the report to this file instead of standard output")->type_name("FILE");
+  }
+
+  int run(Io& io) override {
+    const OutputFormat format = parse_format(format_);
+    if (!category_.empty() && category_ != "gemm" && category_ != "attention" && category_ != "collective" &&
+        category_ != "end_to_end")
+      throw InputError(kCommandLine, "--category",
+                       fmt::format("'{}' is not one of gemm, attention, collective, end_to_end", category_));
+    const ResolvedInput in = resolve_input(cases_, "validation");
+    const std::vector<Case> cases = read_cases(JsonDocument::parse(in.text, in.label));
+    std::vector<model::Profile> profiles;
+    for (const std::string& p : profiles_) profiles.push_back(model::load_profile(p));
+
+    std::vector<Row> rows;
+    std::map<std::string, topo::Cluster> clusters;
+    const model::RooflineCostModel roofline;
+    for (const Case& c : cases) {
+      if (!category_.empty() && c.category != category_) continue;
+      Row row;
+      row.c = &c;
+      auto it = clusters.find(c.topology);
+      if (it == clusters.end()) it = clusters.emplace(c.topology, topo::load_cluster_by_name_or_path(c.topology)).first;
+      const topo::Cluster& cluster = it->second;
+      row.roofline = predict(c, cluster, roofline, "");
+      for (const model::Profile& p : profiles) {
+        try {
+          model::check_profile_device(p, cluster.device(0));
+        } catch (const InputError&) {
+          continue;  // another device's profile: not this case's
+        }
+        topo::Cluster calibrated = cluster;
+        model::apply_profile(p, calibrated);
+        const model::CalibratedCostModel costs(p);
+        row.profile = p.label;
+        // End-to-end cases load the profile by name inside simulate(); the same file.
+        row.calibrated = predict(c, calibrated, costs, profiles_[static_cast<std::size_t>(&p - profiles.data())]);
+        row.fitted = std::find(p.fitted_on.begin(), p.fitted_on.end(), c.id) != p.fitted_on.end();
+        break;
+      }
+      if (!row.roofline) {
+        row.status = "not modelled";
+      } else if (!c.needs.empty()) {
+        row.status = "partial";
+      } else {
+        row.status = "ok";
+      }
+      rows.push_back(std::move(row));
+    }
+
+    const std::string text =
+        format == OutputFormat::json ? to_json(rows, in.label).dump(2) + "\n" : to_table(rows, in.label);
+    if (output_.empty()) {
+      io.out << text << std::flush;
+    } else {
+      write_file_atomically(output_, text);
+    }
+    return 0;
+  }
+
+ private:
+  static std::string join(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  }
+
+  // MAPE over the rows with status ok, per category and overall; the profile's over the cases it
+  // predicted, all and held out only.
+  struct Mape {
+    double sum = 0;
+    int n = 0;
+    void add(double e) {
+      sum += std::abs(e);
+      ++n;
+    }
+    nlohmann::json json() const { return n ? nlohmann::json(sum / n) : nlohmann::json(nullptr); }
+    std::string text() const { return n ? fmt::format("{:.1f}% ({})", sum / n, n) : "-"; }
+  };
+  struct Summary {
+    Mape roofline, profile, held_out, roofline_on_profile_cases;
+  };
+  static std::map<std::string, Summary> summarize(const std::vector<Row>& rows) {
+    std::map<std::string, Summary> s;
+    for (const Row& r : rows) {
+      if (r.status == "not modelled") continue;
+      // A partial case (it needs features the model lacks) is summarized on its own, out of the overall.
+      std::vector<std::string> keys{r.c->category, "overall"};
+      if (r.status == "partial") keys = {r.c->category + " (partial)"};
+      for (const std::string& key : keys) {
+        Summary& m = s[key];
+        m.roofline.add(error_pct(*r.roofline, r.c->measured));
+        if (r.calibrated) {
+          m.profile.add(error_pct(*r.calibrated, r.c->measured));
+          m.roofline_on_profile_cases.add(error_pct(*r.roofline, r.c->measured));
+          if (!r.fitted) m.held_out.add(error_pct(*r.calibrated, r.c->measured));
+        }
+      }
+    }
+    return s;
+  }
+
+  static nlohmann::json to_json(const std::vector<Row>& rows, const std::string& label) {
+    nlohmann::json doc;
+    doc["cases_file"] = label;
+    nlohmann::json arr = nlohmann::json::array();
+    for (const Row& r : rows) {
+      nlohmann::json j;
+      j["id"] = r.c->id;
+      j["category"] = r.c->category;
+      j["topology"] = r.c->topology;
+      j["unit"] = r.c->unit;
+      j["measured"] = r.c->measured;
+      j["status"] = r.status;
+      j["needs"] = r.c->needs;
+      if (!r.c->note.empty()) j["note"] = r.c->note;
+      j["source"] = r.c->source;
+      j["roofline"] = r.roofline ? nlohmann::json(*r.roofline) : nlohmann::json(nullptr);
+      j["roofline_error_pct"] =
+          r.roofline ? nlohmann::json(error_pct(*r.roofline, r.c->measured)) : nlohmann::json(nullptr);
+      if (!r.profile.empty()) {
+        j["profile"] = r.profile;
+        j["calibrated"] = r.calibrated ? nlohmann::json(*r.calibrated) : nlohmann::json(nullptr);
+        j["calibrated_error_pct"] =
+            r.calibrated ? nlohmann::json(error_pct(*r.calibrated, r.c->measured)) : nlohmann::json(nullptr);
+        j["fitted_on"] = r.fitted;
+      }
+      arr.push_back(std::move(j));
+    }
+    doc["cases"] = std::move(arr);
+    nlohmann::json mape = nlohmann::json::object();
+    for (const auto& [key, s] : summarize(rows))
+      mape[key] = {{"roofline", s.roofline.json()},
+                   {"roofline_on_profile_cases", s.roofline_on_profile_cases.json()},
+                   {"profile", s.profile.json()},
+                   {"profile_held_out", s.held_out.json()},
+                   {"cases", s.roofline.n}};
+    doc["mape_pct"] = std::move(mape);
+    return doc;
+  }
+
+  static std::string to_table(const std::vector<Row>& rows, const std::string& label) {
+    analysis::Table t({{"case", analysis::Align::left},
+                       {"unit", analysis::Align::left},
+                       {"measured", analysis::Align::right},
+                       {"roofline", analysis::Align::right},
+                       {"err %", analysis::Align::right},
+                       {"profile", analysis::Align::right},
+                       {"err %", analysis::Align::right},
+                       {"fit", analysis::Align::left},
+                       {"status", analysis::Align::left}});
+    std::string needs;
+    const auto num = [](double v) { return std::abs(v) < 10 ? fmt::format("{:.3f}", v) : fmt::format("{:.1f}", v); };
+    for (const Row& r : rows) {
+      const double m = r.c->measured;
+      t.add_row({r.c->id, r.c->unit, num(m), r.roofline ? num(*r.roofline) : "-",
+                 r.roofline ? fmt::format("{:+.1f}", error_pct(*r.roofline, m)) : "-",
+                 r.calibrated ? num(*r.calibrated) : "-",
+                 r.calibrated ? fmt::format("{:+.1f}", error_pct(*r.calibrated, m)) : "-",
+                 r.calibrated ? (r.fitted ? "fitted" : "held-out") : "", r.status});
+      if (!r.c->needs.empty()) needs += fmt::format("  {}: needs {}\n", r.c->id, join(r.c->needs));
+    }
+    analysis::Table s({{"category", analysis::Align::left},
+                       {"roofline MAPE", analysis::Align::right},
+                       {"roofline, profile's cases", analysis::Align::right},
+                       {"profile MAPE", analysis::Align::right},
+                       {"profile, held-out", analysis::Align::right}});
+    for (const auto& [key, m] : summarize(rows))
+      s.add_row({key, m.roofline.text(), m.roofline_on_profile_cases.text(), m.profile.text(), m.held_out.text()});
+    return fmt::format("validation cases: {}\n\n", label) + t.render() +
+           (needs.empty() ? ""
+                          : "\nfeatures the model lacks (partial cases are kept out of the overall MAPE):\n" + needs) +
+           "\nmean absolute percentage error (cases):\n" + s.render();
+  }
+
+  std::string cases_ = "published";
+  std::vector<std::string> profiles_;
+  std::string category_;
+  std::string format_ = "table";
+  std::string output_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> make_validate_command() { return std::make_unique<ValidateCommand>(); }
+
+}  // namespace fusesim::cli

@@ -1,0 +1,211 @@
+// The calibrated kernel cost model: measured GEMM and attention throughput interpolated by shape,
+// HBM time from the fitted bandwidth, slowdowns beside communication from the measured contention;
+// the roofline (model/roofline.cpp) wherever the profile has nothing to say. docs/calibration.md.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <variant>
+
+#include "fusesim/model/profile.hpp"
+
+namespace fusesim::model {
+namespace {
+
+// However much HBM traffic communication adds, a kernel keeps this share of the streaming bandwidth
+// (the roofline's kMinHbmShare, for the same reason).
+constexpr double kMinHbmShare = 0.05;
+
+// Where q falls among the sorted axis values: the bracketing pair and the weight of the upper one
+// (linear in log q, so that a doubling counts the same anywhere on the axis). nullopt outside.
+struct Bracket {
+  std::size_t lo, hi;
+  double w;
+};
+std::optional<Bracket> bracket(const std::vector<double>& axis, double q) {
+  if (axis.empty() || q < axis.front() || q > axis.back()) return std::nullopt;
+  const auto it = std::lower_bound(axis.begin(), axis.end(), q);
+  const std::size_t hi = static_cast<std::size_t>(it - axis.begin());
+  if (*it == q) return Bracket{hi, hi, 0.0};
+  const std::size_t lo = hi - 1;
+  return Bracket{lo, hi, (std::log(q) - std::log(axis[lo])) / (std::log(axis[hi]) - std::log(axis[lo]))};
+}
+
+std::vector<double> sorted_unique(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+double device_hbm(const topo::DeviceModel& d) { return d.hbm_bandwidth_bytes_per_s.value * d.efficiency.hbm.value; }
+
+}  // namespace
+
+CalibratedCostModel::CalibratedCostModel(Profile profile) : profile_(std::move(profile)) {}
+
+std::optional<double> CalibratedCostModel::gemm_efficiency(const GemmKernel& g, topo::Dtype dtype,
+                                                           const topo::DeviceModel& device) const {
+  const double peak = device.peak(dtype);
+  // The samples of this dtype on a grid of (m x batch, n, k); several at one point are averaged.
+  std::map<std::array<double, 3>, std::pair<double, int>> points;
+  std::vector<double> ms, ns, ks;
+  for (const ProfileGemm& s : profile_.gemm) {
+    if (s.dtype != dtype) continue;
+    const GemmKernel sk{s.m, s.n, s.k, s.batch};
+    // The measured throughput includes the wave quantization of the sample's own shape; divided out
+    // here (with the roofline's choice of tile), it is applied again for the queried shape.
+    const KernelCost rc = roofline_.cost(sk, dtype, device);
+    const double ideal_s = rc.flops / (peak * device.efficiency.gemm.value);
+    const double quantization = rc.compute_s > 0.0 ? rc.compute_s / ideal_s : 1.0;
+    const double e = s.flops_per_s / peak * quantization;
+    const std::array<double, 3> key{static_cast<double>(s.m * s.batch), static_cast<double>(s.n),
+                                    static_cast<double>(s.k)};
+    auto& [sum, count] = points[key];
+    sum += e;
+    ++count;
+    ms.push_back(key[0]);
+    ns.push_back(key[1]);
+    ks.push_back(key[2]);
+  }
+  if (points.empty()) return std::nullopt;
+  const std::array<std::vector<double>, 3> axes{sorted_unique(ms), sorted_unique(ns), sorted_unique(ks)};
+  const std::array<double, 3> q{static_cast<double>(g.m * g.batch), static_cast<double>(g.n), static_cast<double>(g.k)};
+  std::array<Bracket, 3> b{};
+  for (int i = 0; i < 3; ++i) {
+    const auto bi = bracket(axes[i], q[i]);
+    if (!bi) return std::nullopt;
+    b[i] = *bi;
+  }
+  // Multilinear in the logs: along any one axis the value is linear between two neighbouring
+  // samples, so it is exact at the samples and monotone between them. Every corner must be measured.
+  double value = 0.0;
+  for (int corner = 0; corner < 8; ++corner) {
+    double weight = 1.0;
+    std::array<double, 3> key{};
+    for (int i = 0; i < 3; ++i) {
+      const bool upper = (corner >> i) & 1;
+      if (upper && b[i].lo == b[i].hi) {
+        weight = 0.0;
+        break;
+      }
+      key[i] = axes[i][upper ? b[i].hi : b[i].lo];
+      weight *= upper ? b[i].w : 1.0 - b[i].w;
+    }
+    if (weight == 0.0) continue;
+    const auto it = points.find(key);
+    if (it == points.end()) return std::nullopt;
+    value += weight * it->second.first / it->second.second;
+  }
+  return value;
+}
+
+std::optional<double> CalibratedCostModel::attention_flops_per_s(const AttentionKernel& a, topo::Dtype dtype) const {
+  const ProfilePass want = a.pass == Pass::forward ? ProfilePass::forward : ProfilePass::backward;
+  // Pass-specific samples first; a forward+backward figure serves both passes otherwise.
+  for (ProfilePass pass : {want, ProfilePass::forward_backward}) {
+    std::map<double, std::pair<double, int>> points;
+    for (const ProfileAttention& s : profile_.attention) {
+      if (s.dtype != dtype || s.pass != pass || s.causal != a.causal || s.head_dim != a.head_dim) continue;
+      auto& [sum, count] = points[static_cast<double>(s.seq)];
+      sum += s.flops_per_s;
+      ++count;
+    }
+    if (points.empty()) continue;
+    std::vector<double> axis;
+    for (const auto& [seq, v] : points) axis.push_back(seq);
+    const auto br = bracket(axis, static_cast<double>(a.seq_kv));
+    if (!br) return std::nullopt;
+    const auto at = [&](std::size_t i) { return points[axis[i]].first / points[axis[i]].second; };
+    return (1.0 - br->w) * at(br->lo) + br->w * at(br->hi);
+  }
+  return std::nullopt;
+}
+
+std::optional<double> CalibratedCostModel::sm_slowdown(int sms) const {
+  if (sms <= 0) return 1.0;
+  double sum = 0.0;
+  int count = 0;
+  for (const ProfileContention& c : profile_.contention)
+    if (c.aggressor == "sm_kernel" && c.comm_sms == sms) {
+      sum += c.slowdown;
+      ++count;
+    }
+  // A measurement at exactly this SM count is taken as it is; the fitted line elsewhere.
+  if (count > 0) return sum / count;
+  if (profile_.sm_kernel_slowdown_per_sm) return 1.0 + *profile_.sm_kernel_slowdown_per_sm * sms;
+  return std::nullopt;
+}
+
+KernelCost CalibratedCostModel::cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
+  KernelCost c = roofline_.cost(kernel, dtype, device);
+  const double hbm = profile_.hbm_bytes_per_s ? *profile_.hbm_bytes_per_s : device_hbm(device);
+  c.memory_s = c.hbm_bytes / hbm;
+  if (const auto* g = std::get_if<GemmKernel>(&kernel); g && c.flops > 0.0) {
+    const double peak = device.peak(dtype);
+    const double ideal_s = c.flops / (peak * device.efficiency.gemm.value);
+    const double quantization = c.compute_s / ideal_s;
+    if (const auto e = gemm_efficiency(*g, dtype, device)) {
+      c.compute_s = c.flops / (peak * *e) * quantization;
+    } else {
+      // Outside the table: the roofline, at the profile's best achieved fraction of peak when it has
+      // one (fitted, else its best sample of this dtype), the topology's efficiency otherwise.
+      std::optional<double> fraction = profile_.gemm_peak_fraction;
+      if (!fraction) {
+        double best = 0.0;
+        for (const ProfileGemm& s : profile_.gemm)
+          if (s.dtype == dtype) best = std::max(best, s.flops_per_s / peak);
+        if (best > 0.0) fraction = std::min(1.0, best);
+      }
+      if (fraction) c.compute_s = c.flops / (peak * *fraction) * quantization;
+    }
+  } else if (const auto* a = std::get_if<AttentionKernel>(&kernel); a && c.flops > 0.0) {
+    if (const auto r = attention_flops_per_s(*a, dtype)) c.compute_s = c.flops / *r;
+  }
+  c.duration_ps = seconds_to_ps(std::max(c.compute_s, c.memory_s));
+  return c;
+}
+
+double CalibratedCostModel::rate(const KernelCost& cost, const topo::DeviceModel& device,
+                                 const DeviceLoad& load) const {
+  if (load.sms_held_by_comm <= 0 && load.comm_hbm_bytes_per_s <= 0.0) return 1.0;
+  const double alone_s = std::max(cost.compute_s, cost.memory_s);
+  if (alone_s <= 0.0) return 1.0;
+  if (device.sm_count <= 0) throw std::invalid_argument("CalibratedCostModel: SM count must be positive");
+
+  // Compute: the measured slowdown beside SM-based communication, or beside a copy-engine transfer
+  // when no SMs are held; the roofline's wave model where the profile measured neither.
+  double compute_s = cost.compute_s;
+  if (load.sms_held_by_comm > 0) {
+    if (const auto s = sm_slowdown(load.sms_held_by_comm)) {
+      compute_s *= *s;
+    } else {
+      const int sms_left = std::max(1, device.sm_count - load.sms_held_by_comm);
+      if (cost.tiles > 0) {
+        const auto waves = (cost.tiles + device.sm_count - 1) / device.sm_count;
+        const auto waves_left = (cost.tiles + sms_left - 1) / sms_left;
+        compute_s *= static_cast<double>(waves_left) / static_cast<double>(waves);
+      } else {
+        compute_s *= static_cast<double>(device.sm_count) / static_cast<double>(sms_left);
+      }
+    }
+  } else if (profile_.copy_engine_slowdown) {
+    compute_s *= *profile_.copy_engine_slowdown;
+  }
+  // Memory: the HBM bandwidth left by the transfers' traffic, as in the roofline.
+  const double bandwidth = cost.memory_s > 0.0 ? cost.hbm_bytes / cost.memory_s : device_hbm(device);
+  const double left = std::max(bandwidth - std::max(0.0, load.comm_hbm_bytes_per_s), kMinHbmShare * bandwidth);
+  const double memory_s = cost.memory_s > 0.0 ? cost.hbm_bytes / left : 0.0;
+  return std::min(1.0, alone_s / std::max(compute_s, memory_s));
+}
+
+std::unique_ptr<KernelCostModel> cost_model_for(const std::string& profile_name_or_path, topo::Cluster& cluster) {
+  if (profile_name_or_path.empty()) return std::make_unique<RooflineCostModel>();
+  Profile profile = load_profile(profile_name_or_path);
+  apply_profile(profile, cluster);
+  return std::make_unique<CalibratedCostModel>(std::move(profile));
+}
+
+}  // namespace fusesim::model

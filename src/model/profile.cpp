@@ -1,0 +1,453 @@
+// Reading a calibration profile strictly, fitting what its "fitted" section leaves out, and applying
+// its fitted communication parameters to a cluster. Schema and derivations: docs/calibration.md.
+#include "fusesim/model/profile.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "fusesim/model/calibration_fit.hpp"
+#include "fusesim/util/embedded.hpp"
+#include "fusesim/util/error.hpp"
+
+namespace fusesim::model {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
+
+const std::vector<std::string> kOps{"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// A list of repeated timings: at least one, each positive and finite. Returns the median.
+double read_times(const JsonObject& o, std::string_view key) {
+  const JsonArray a = o.array(key);
+  a.require_size(1, 1000000);
+  std::vector<double> v;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const JsonValue t = a.at(i);
+    const double x = t.as_number(0.0, kInf);
+    if (!(x > 0.0)) t.fail("a time must be positive");
+    v.push_back(x);
+  }
+  return median(v);
+}
+
+// Every sample has its own source or relies on the file's.
+void read_source(const JsonObject& o, bool file_has_source) {
+  if (o.has("source")) {
+    o.string("source");
+  } else if (!file_has_source) {
+    o.fail("no \"source\" here and none in provenance.source: every figure names where it came from");
+  }
+}
+
+// Exactly one of two keys.
+void require_one_of(const JsonObject& o, std::string_view a, std::string_view b) {
+  if (o.has(a) == o.has(b)) o.fail(fmt::format("give exactly one of \"{}\" and \"{}\"", a, b));
+}
+
+double positive(const JsonObject& o, std::string_view key) {
+  const JsonValue v = o.at(key);
+  const double x = v.as_number(0.0, kInf);
+  if (!(x > 0.0)) v.fail("must be positive");
+  return x;
+}
+
+double attention_sample_flops(const ProfileAttention& a) {
+  // FlashAttention's benchmark (benchmarks/benchmark_flash_attention.py, flops()): forward
+  // 4 b h s^2 d, halved when causal; backward 2.5x; forward+backward 3.5x.
+  double f = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) * static_cast<double>(a.seq) *
+             static_cast<double>(a.seq) * static_cast<double>(a.head_dim);
+  if (a.causal) f *= 0.5;
+  if (a.pass == ProfilePass::backward) f *= 2.5;
+  if (a.pass == ProfilePass::forward_backward) f *= 3.5;
+  return f;
+}
+
+std::string normalized(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+void read_fitted(const JsonObject& f, Profile& p) {
+  if (auto c = f.find("collectives")) {
+    const JsonObject cs = c->as_object();
+    for (const std::string& op : cs.keys()) {
+      if (std::find(kOps.begin(), kOps.end(), op) == kOps.end())
+        cs.at(op).fail(
+            fmt::format("unknown collective '{}' (one of all_gather, reduce_scatter, all_reduce, "
+                        "all_to_all, p2p)",
+                        op));
+      const JsonObject o = cs.object(op);
+      FittedCollective fc;
+      fc.ranks = static_cast<int>(o.integer("ranks", 2, 1 << 24));
+      fc.nodes = static_cast<int>(o.integer_or("nodes", 1, 1 << 20, 1));
+      fc.latency_s = o.number("latency_s", 0.0, 1.0);
+      fc.busbw_bytes_per_s = positive(o, "busbw_bytes_per_s");
+      fc.samples = static_cast<int>(o.integer_or("samples", 0, 1 << 30, 0));
+      fc.max_rel_error = o.number_or("max_rel_error", 0.0, kInf, 0.0);
+      o.string_or("source", "");
+      o.finish();
+      p.fitted_collectives[op] = fc;
+    }
+    cs.finish();
+  }
+  if (auto c = f.find("contention")) {
+    const JsonObject o = c->as_object();
+    if (o.has("sm_kernel_slowdown_per_sm"))
+      p.sm_kernel_slowdown_per_sm = o.number("sm_kernel_slowdown_per_sm", 0.0, 1.0);
+    if (o.has("copy_engine_slowdown")) p.copy_engine_slowdown = o.number("copy_engine_slowdown", 1.0, 100.0);
+    o.finish();
+  }
+  if (f.has("hbm_bytes_per_s")) p.hbm_bytes_per_s = positive(f, "hbm_bytes_per_s");
+  if (f.has("gemm_peak_fraction")) {
+    const double x = f.number("gemm_peak_fraction", 0.0, 1.0);
+    if (!(x > 0.0)) f.at("gemm_peak_fraction").fail("must be in (0, 1]");
+    p.gemm_peak_fraction = x;
+  }
+  f.finish();
+}
+
+// Fits what "fitted" did not give, from the samples, with the shared fit library. A fit that fails
+// (too few samples of a group) leaves the parameter out; the samples stay usable on their own.
+void fit_missing(const Profile& in, Profile& p, const JsonObject& root) {
+  // Collectives: per op, the single-node group with the most ranks (what apply_profile uses), else the
+  // group with the most ranks, then nodes.
+  for (const std::string& op : kOps) {
+    if (p.fitted_collectives.count(op)) continue;
+    std::map<std::pair<int, int>, std::vector<CollectiveSample>> groups;
+    for (const ProfileCollective& c : in.collectives)
+      if (c.op == op) groups[{c.nodes, c.ranks}].push_back({c.op, c.ranks, c.nodes, c.bytes, c.time_s});
+    const std::vector<CollectiveSample>* best = nullptr;
+    for (const auto& [key, samples] : groups) {
+      if (samples.size() < 2) continue;
+      const bool single = key.first == 1;
+      if (!best) {
+        best = &samples;
+        continue;
+      }
+      const bool best_single = best->front().nodes == 1;
+      if (single != best_single) {
+        if (single) best = &samples;
+        continue;
+      }
+      if (std::make_pair(samples.front().ranks, samples.front().nodes) >
+          std::make_pair(best->front().ranks, best->front().nodes))
+        best = &samples;
+    }
+    if (!best) {
+      if (groups.empty()) continue;
+      const auto& [key, samples] = *groups.begin();
+      root.at("collectives")
+          .fail(fmt::format(
+              "cannot fit {}: {} sample(s) of {} ranks on {} node(s); at least 2 sizes are needed to fit latency and "
+              "bandwidth (or give fitted.collectives.{})",
+              op, samples.size(), key.second, key.first, op));
+    }
+    try {
+      const CollectiveFit fit = fit_collective(*best);
+      p.fitted_collectives[op] = {best->front().ranks,   best->front().nodes, fit.latency_s,
+                                  fit.busbw_bytes_per_s, fit.samples,         fit.max_rel_error};
+    } catch (const std::invalid_argument& e) {
+      root.at("collectives").fail(fmt::format("cannot fit {}: {}", op, e.what()));
+    }
+  }
+  if (!p.sm_kernel_slowdown_per_sm || !p.copy_engine_slowdown) {
+    std::vector<ContentionSample> samples;
+    for (const ProfileContention& c : in.contention) samples.push_back({c.aggressor, c.comm_sms, c.slowdown});
+    if (!samples.empty()) {
+      try {
+        const ContentionFit fit = fit_contention(samples);
+        if (!p.sm_kernel_slowdown_per_sm) p.sm_kernel_slowdown_per_sm = fit.sm_kernel_slowdown_per_sm;
+        if (!p.copy_engine_slowdown) p.copy_engine_slowdown = fit.copy_engine_slowdown;
+      } catch (const std::invalid_argument& e) {
+        root.at("contention").fail(fmt::format("cannot fit: {}", e.what()));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Profile parse_profile(const JsonDocument& doc) {
+  const JsonObject root = doc.root();
+  Profile p;
+  p.label = doc.file();
+  const JsonValue schema = root.at("schema");
+  if (schema.as_string() != "fusesim.calibration")
+    schema.fail(
+        fmt::format("'{}' is not a calibration profile (expected \"fusesim.calibration\")", schema.as_string()));
+  const JsonValue version = root.at("schema_version");
+  if (version.as_integer(0, 1000000) != 1)
+    version.fail(fmt::format("schema version {} is not supported (this fusesim reads version 1)",
+                             version.as_integer(0, 1000000)));
+
+  const JsonObject device = root.object("device");
+  p.device_name = device.string("name");
+  p.sm_count = static_cast<int>(device.integer("sm_count", 1, 1000000));
+  p.device_model = device.string_or("model", "");
+  device.finish();
+
+  const JsonObject prov = root.object("provenance");
+  p.kind = prov.choice("kind", {"measured", "published", "synthetic"});
+  p.machine = prov.string("machine");
+  p.date = prov.string("date");
+  p.source = prov.string_or("source", "");
+  for (const char* key : {"driver", "cuda", "tool", "notes"}) prov.string_or(key, "");
+  if (auto libs = prov.find("libraries")) {
+    const JsonObject l = libs->as_object();
+    for (const std::string& k : l.keys()) l.string(k);
+    l.finish();
+  }
+  p.estimate = prov.boolean_or("estimate", false);
+  if (auto f = prov.find("fitted_on")) {
+    const JsonArray a = f->as_array();
+    for (std::size_t i = 0; i < a.size(); ++i) p.fitted_on.push_back(a.at(i).as_string());
+  }
+  prov.finish();
+  const bool file_source = !p.source.empty();
+
+  if (auto g = root.find("gemm")) {
+    const JsonArray a = g->as_array();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const JsonObject o = a.at(i).as_object();
+      ProfileGemm s;
+      s.dtype = topo::parse_dtype(o.at("dtype"));
+      s.m = o.integer("m", 1, kMaxDim);
+      s.n = o.integer("n", 1, kMaxDim);
+      s.k = o.integer("k", 1, kMaxDim);
+      s.batch = o.integer_or("batch", 1, kMaxDim, 1);
+      require_one_of(o, "time_s", "tflops");
+      const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) *
+                           static_cast<double>(s.batch);
+      s.flops_per_s = o.has("tflops") ? positive(o, "tflops") * 1e12 : flops / read_times(o, "time_s");
+      read_source(o, file_source);
+      o.finish();
+      p.gemm.push_back(s);
+    }
+  }
+  if (auto g = root.find("attention")) {
+    const JsonArray a = g->as_array();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const JsonObject o = a.at(i).as_object();
+      ProfileAttention s;
+      s.dtype = topo::parse_dtype(o.at("dtype"));
+      const std::string pass = o.choice("pass", {"forward", "backward", "forward_backward"});
+      s.pass = pass == "forward"    ? ProfilePass::forward
+               : pass == "backward" ? ProfilePass::backward
+                                    : ProfilePass::forward_backward;
+      s.causal = o.boolean("causal");
+      s.batch = o.integer("batch", 1, kMaxDim);
+      s.heads = o.integer("heads", 1, kMaxDim);
+      s.kv_heads = o.integer_or("kv_heads", 1, kMaxDim, s.heads);
+      s.seq = o.integer("seq", 1, kMaxDim);
+      s.head_dim = o.integer("head_dim", 1, 100000);
+      require_one_of(o, "time_s", "tflops");
+      s.flops_per_s =
+          o.has("tflops") ? positive(o, "tflops") * 1e12 : attention_sample_flops(s) / read_times(o, "time_s");
+      read_source(o, file_source);
+      o.finish();
+      p.attention.push_back(s);
+    }
+  }
+  std::vector<BandwidthSample> bandwidth;
+  for (const char* section : {"elementwise", "copy"}) {
+    if (auto g = root.find(section)) {
+      const JsonArray a = g->as_array();
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        const JsonObject o = a.at(i).as_object();
+        if (std::string(section) == "elementwise") o.string("op");
+        // A copy reads and writes each byte: its HBM traffic is twice its size.
+        const double factor = std::string(section) == "copy" ? 2.0 : 1.0;
+        bandwidth.push_back({factor * positive(o, "bytes"), read_times(o, "time_s")});
+        read_source(o, file_source);
+        o.finish();
+      }
+    }
+  }
+  if (auto g = root.find("contention")) {
+    const JsonArray a = g->as_array();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const JsonObject o = a.at(i).as_object();
+      ProfileContention s;
+      topo::parse_dtype(o.at("dtype"));
+      // The GEMM's shape describes the measurement; a published figure may not give it.
+      for (const char* d : {"m", "n", "k"}) o.integer_or(d, 1, kMaxDim, 1);
+      s.aggressor = o.choice("aggressor", {"sm_kernel", "copy_engine"});
+      if (s.aggressor == "sm_kernel") {
+        s.comm_sms = static_cast<int>(o.integer("comm_sms", 1, 1000000));
+      } else if (o.has("comm_sms")) {
+        o.at("comm_sms").fail("a copy-engine aggressor holds no SMs");
+      }
+      if (o.has("slowdown")) {
+        if (o.has("alone_s") || o.has("beside_s"))
+          o.fail("give \"slowdown\" or \"alone_s\" and \"beside_s\", not both");
+        s.slowdown = positive(o, "slowdown");
+      } else {
+        s.slowdown = read_times(o, "beside_s") / read_times(o, "alone_s");
+      }
+      read_source(o, file_source);
+      o.finish();
+      p.contention.push_back(s);
+    }
+  }
+  if (auto g = root.find("collectives")) {
+    const JsonArray a = g->as_array();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const JsonObject o = a.at(i).as_object();
+      ProfileCollective s;
+      s.op = o.choice("op", kOps);
+      s.ranks = static_cast<int>(o.integer("ranks", 2, 1 << 24));
+      s.nodes = static_cast<int>(o.integer_or("nodes", 1, 1 << 20, 1));
+      if (s.nodes > s.ranks) o.at("nodes").fail("more nodes than ranks");
+      s.bytes = positive(o, "bytes");
+      require_one_of(o, "time_s", "busbw_GBps");
+      if (o.has("time_s")) {
+        s.time_s = read_times(o, "time_s");
+      } else {
+        // busbw = bytes x factor / time (nccl-tests doc/PERFORMANCE.md), GB = 1e9.
+        s.time_s = s.bytes * bus_factor(s.op, s.ranks) / (positive(o, "busbw_GBps") * 1e9);
+      }
+      read_source(o, file_source);
+      o.finish();
+      p.collectives.push_back(s);
+    }
+  }
+  if (auto f = root.find("fitted")) read_fitted(f->as_object(), p);
+  root.finish();
+
+  fit_missing(p, p, root);
+  if (!p.hbm_bytes_per_s && bandwidth.size() >= 2) {
+    try {
+      p.hbm_bytes_per_s = fit_bandwidth(bandwidth).bytes_per_s;
+    } catch (const std::invalid_argument& e) {
+      root.fail(fmt::format("cannot fit the HBM bandwidth of elementwise and copy: {}", e.what()));
+    }
+  }
+  return p;
+}
+
+Profile load_profile(const std::string& name_or_path) {
+  const ResolvedInput in = resolve_input(name_or_path, "profiles");
+  return parse_profile(JsonDocument::parse(in.text, in.label));
+}
+
+void check_profile_device(const Profile& profile, const topo::DeviceModel& device) {
+  bool same = false;
+  if (!profile.device_model.empty()) {
+    same = profile.device_model == device.name;
+  } else {
+    const std::string a = normalized(profile.device_name), b = normalized(device.name);
+    same = !a.empty() && !b.empty() && (a.rfind(b, 0) == 0 || b.rfind(a, 0) == 0);
+  }
+  if (!same)
+    throw InputError(
+        profile.label, "$.device",
+        fmt::format("the profile was measured on '{}'{}, but the cluster's device model is '{}'", profile.device_name,
+                    profile.device_model.empty() ? "" : " (model " + profile.device_model + ")", device.name));
+  if (profile.sm_count != device.sm_count)
+    throw InputError(
+        profile.label, "$.device.sm_count",
+        fmt::format("{} SMs, but the cluster's '{}' has {}", profile.sm_count, device.name, device.sm_count));
+}
+
+std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cluster) {
+  std::vector<std::string> applied;
+  for (const std::string& m : cluster.rank_model) check_profile_device(profile, cluster.device_models.at(m));
+  if (cluster.num_ranks() < 2 || cluster.node_of(0) != cluster.node_of(1)) return applied;
+  // The simulator's single-node ring sends each step from a rank to the next over their route (ranks
+  // 0 -> 1 stands for every pair: the scale-up fabric is uniform within a node). Its bottleneck and its
+  // latency are what a fitted busbw and latency calibrate.
+  const topo::Route route = cluster.route(0, 1);
+  double link_bw = kInf;
+  for (topo::LinkId id : route.links)
+    link_bw = std::min(link_bw, cluster.links[static_cast<std::size_t>(id)].bandwidth_bytes_per_s);
+  const double route_s = ps_to_seconds(route.latency_ps);
+  const std::string src = fmt::format("fitted in calibration profile {}", profile.label);
+
+  const FittedCollective* ring = nullptr;
+  std::string ring_op;
+  // A ring all-reduce is a reduce-scatter then an all-gather: 2(n-1) steps of the same chunks, so its
+  // busbw is the same link figure; it serves when neither of the others was measured.
+  for (const char* op : {"all_gather", "reduce_scatter", "all_reduce"}) {
+    auto it = profile.fitted_collectives.find(op);
+    if (it != profile.fitted_collectives.end() && it->second.nodes == 1) {
+      ring = &it->second;
+      ring_op = op;
+      break;
+    }
+  }
+  const FittedCollective* p2p = nullptr;
+  if (auto it = profile.fitted_collectives.find("p2p"); it != profile.fitted_collectives.end() && it->second.nodes == 1)
+    p2p = &it->second;
+  if (!ring && !p2p) return applied;
+
+  // Bandwidth. Transfers of an engine move payload / engine efficiency bytes at the link bandwidth, so
+  // its busbw is link bandwidth x engine efficiency. When a fitted busbw exceeds the link bandwidth
+  // (the topology's link efficiency is an estimate below it), the scale-up links' efficiency is raised
+  // to carry it, up to the line rate; an engine without a fit keeps its absolute bandwidth.
+  const double sm_bw = ring ? ring->busbw_bytes_per_s : link_bw * cluster.comm.sm_kernel_efficiency.value;
+  const double ce_bw = p2p ? p2p->busbw_bytes_per_s : link_bw * cluster.comm.copy_engine_efficiency.value;
+  const double needed = std::max(ring ? sm_bw : 0.0, p2p ? ce_bw : 0.0);
+  if (needed > link_bw) {
+    const double scale = needed / link_bw;
+    for (topo::Link& l : cluster.links) {
+      if (l.kind != topo::LinkKind::nvlink && l.kind != topo::LinkKind::hccs) continue;
+      const double e = l.efficiency * scale;
+      if (e > 1.0 + 1e-12)
+        throw InputError(profile.label,
+                         std::string("$.fitted.collectives.") + (needed == sm_bw && ring ? ring_op : "p2p"),
+                         fmt::format("fitted busbw {:.1f} GB/s exceeds the line rate {:.1f} GB/s of link {}",
+                                     needed / 1e9, l.line_rate_bytes_per_s / 1e9, l.name));
+      l.efficiency = std::min(1.0, e);
+      l.bandwidth_bytes_per_s = l.line_rate_bytes_per_s * l.efficiency;
+    }
+    link_bw = needed;
+    applied.push_back(fmt::format("scale-up link efficiency raised x{:.4f} to carry {:.1f} GB/s", scale, needed / 1e9));
+  }
+  cluster.comm.sm_kernel_efficiency = {std::min(1.0, sm_bw / link_bw),
+                                       ring ? src : cluster.comm.sm_kernel_efficiency.source};
+  cluster.comm.copy_engine_efficiency = {std::min(1.0, ce_bw / link_bw),
+                                         p2p ? src : cluster.comm.copy_engine_efficiency.source};
+
+  // Latency: the simulated ring takes base + steps x (route + step latency); the fitted latency is
+  // split so, the step latency first, the base giving way only when the step would go negative.
+  if (ring) {
+    const int steps = (ring_op == "all_reduce" ? 2 : 1) * (ring->ranks - 1);
+    const double base = cluster.comm.collective_base_latency_s.value;
+    double step = (ring->latency_s - base) / steps - route_s;
+    if (step < 0.0) {
+      step = 0.0;
+      cluster.comm.collective_base_latency_s = {std::max(0.0, ring->latency_s - steps * route_s), src};
+    }
+    cluster.comm.sm_step_latency_s = {step, src};
+    applied.push_back(
+        fmt::format("{} ({} ranks): sm_kernel_efficiency {:.4f}, sm_step_latency_s {:.4g}, "
+                    "collective_base_latency_s {:.4g}",
+                    ring_op, ring->ranks, cluster.comm.sm_kernel_efficiency.value, step,
+                    cluster.comm.collective_base_latency_s.value));
+  }
+  // A P2P transfer takes route + copy-engine step latency, then its bytes.
+  if (p2p) {
+    cluster.comm.copy_engine_step_latency_s = {std::max(0.0, p2p->latency_s - route_s), src};
+    applied.push_back(fmt::format("p2p: copy_engine_efficiency {:.4f}, copy_engine_step_latency_s {:.4g}",
+                                  cluster.comm.copy_engine_efficiency.value,
+                                  cluster.comm.copy_engine_step_latency_s.value));
+  }
+  return applied;
+}
+
+}  // namespace fusesim::model

@@ -1,0 +1,345 @@
+// DP gradient synchronisation; the schedules are described in include/fusesim/sched/dp.hpp and
+// docs/schedules.md ("DP").
+#include "fusesim/sched/dp.hpp"
+
+#include <stdexcept>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace fusesim::sched {
+namespace {
+
+// DP collectives and P2P tags live in their own number ranges, so that a generator's own counters
+// (TPSP instances and tags start at 0) never collide with them.
+constexpr std::int64_t kDpInstance0 = std::int64_t{1} << 44;
+constexpr std::int64_t kDpTag0 = std::int64_t{1} << 50;
+
+int mod(int a, int m) { return ((a % m) + m) % m; }
+
+Rect part_rect(const RowPart& p, std::int64_t cols) { return Rect{p.row0, 0, p.rows, cols}; }
+
+}  // namespace
+
+RowPart row_part(std::int64_t rows, int parts, int p) {
+  const std::int64_t r0 = rows * p / parts, r1 = rows * (p + 1) / parts;
+  return RowPart{r0, r1 - r0};
+}
+
+std::vector<std::vector<int>> dp_buckets(const std::vector<Bytes>& gradient_bytes, Bytes bucket_bytes) {
+  std::vector<std::vector<int>> out;
+  Bytes filled = 0;
+  for (std::size_t j = 0; j < gradient_bytes.size(); ++j) {
+    if (out.empty() || filled >= bucket_bytes) {
+      out.emplace_back();
+      filled = 0;
+    }
+    out.back().push_back(static_cast<int>(j));
+    filled += gradient_bytes[j];
+  }
+  return out;
+}
+
+DpSync::DpSync(TaskGraph& graph, DataflowProgram* program, DpConfig config)
+    : g_(graph), prog_(program), cfg_(std::move(config)) {
+  if (cfg_.dp < 1 || cfg_.members < 1) throw std::logic_error("DpSync: dp and members must be >= 1");
+  if (cfg_.schedule.dp_bucket_bytes < 1) throw std::logic_error("DpSync: the bucket size must be positive");
+}
+
+std::vector<int> DpSync::group(int rank) const {
+  std::vector<int> out;
+  for (int d = 0; d < cfg_.dp; ++d) out.push_back(peer(rank, d));
+  return out;
+}
+
+int DpSync::region(const std::string& name) {
+  auto it = regions_.find(name);
+  if (it != regions_.end()) return it->second;
+  const int id = g_.add_region(Region{name, "dp"});
+  regions_.emplace(name, id);
+  return id;
+}
+
+BufferId DpSync::alloc(int rank, const std::string& name, std::int64_t rows, std::int64_t cols) {
+  BufferDecl b;
+  b.name = fmt::format("r{}/{}", rank, name);
+  b.rank = rank;
+  b.rows = rows;
+  b.cols = cols;
+  return prog_->add_buffer(std::move(b));
+}
+
+std::int32_t DpSync::op(DataOp d) { return prog_->add_op(std::move(d)); }
+
+int DpSync::fault_part(int rank, int part) const {
+  const DpFault& f = cfg_.fault;
+  if (f.replica != replica(rank)) return part;
+  const int a = mod(f.step, cfg_.dp), b = mod(f.step + f.shift, cfg_.dp);
+  return part == a ? b : (part == b ? a : part);
+}
+
+StreamRef DpSync::p2p_stream() const {
+  return cfg_.schedule.p2p_engine == model::CommEngine::copy_engine ? StreamRef{StreamKind::copy, 1}
+                                                                      : StreamRef{StreamKind::comm, 3};
+}
+
+TaskId DpSync::add(int rank, std::string name, StreamRef stream, TaskKind kind, TaskLabels labels,
+                   std::int32_t data_op, const std::vector<TaskId>& deps) {
+  Task task;
+  task.name = fmt::format("r{}/{}", rank, name);
+  task.rank = rank;
+  task.stream = stream;
+  task.kind = std::move(kind);
+  task.labels = std::move(labels);
+  task.data_op = data_op;
+  const TaskId id = g_.add(std::move(task));
+  for (TaskId d : deps) g_.depend(d, id);
+  return id;
+}
+
+void DpSync::gradient(int rank, const DpGradient& g, TaskId done) {
+  Grad gr;
+  gr.g = g;
+  gr.done = done;
+  ranks_[rank].grads.push_back(std::move(gr));
+}
+
+TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piece, const std::vector<TaskId>& deps) {
+  RankState& st = ranks_[rank];
+  Grad gr;
+  gr.g = g;
+  const int t = cfg_.dp, r = replica(rank);
+  const bool ddp = cfg_.sharding == model::DpSharding::ddp;
+  const int reg = region(g.name + (ddp ? "+dp_ar" : "+dp_rs"));
+  if (t == 1) {
+    gr.done = piece(0, g.rows, 0, reg, deps);
+    st.grads.push_back(std::move(gr));
+    return st.grads.back().done;
+  }
+  const std::int64_t tag0 = kDpTag0 + st.fused++ * 2 * t * t;
+  const std::int64_t ag_tag0 = tag0 + static_cast<std::int64_t>(t) * t;
+  const bool data = prog_ != nullptr && g.buffer >= 0;
+  BufferId recv_buf = -1, sum_buf = -1;
+  if (data) {
+    recv_buf = alloc(rank, g.name + "/dp_recv", g.rows, g.cols);
+    sum_buf = alloc(rank, g.name + "/dp_sum", g.rows, g.cols);
+    gr.synced = alloc(rank, g.name + "/dp_synced", g.rows, g.cols);
+  }
+  const int next = peer(rank, mod(r + 1, t)), prev = peer(rank, mod(r - 1, t));
+  const int prev_index = mod(r - 1, t);
+  auto labels = [&](const std::string& op_name, int chunk, int step) {
+    TaskLabels l;
+    l.region = reg;
+    l.layer = g.layer;
+    l.chunk = chunk;
+    l.step = step;
+    l.phase = "backward";
+    l.op = op_name;
+    return l;
+  };
+  const int sms = cfg_.schedule.comm_sms.value_or(-1);
+  TaskId last_compute = kNoTask, end = kNoTask;
+  // Fuse-RS over the DP ring: step i computes part (r - 1 - i) mod t of the last accumulation step;
+  // from step 1 on the running sum of that part received from r-1 is added and passed to r+1; the
+  // own part comes last and its add is the reduced part.
+  for (int i = 0; i < t; ++i) {
+    const int c = mod(r - 1 - i, t);
+    const int cc = (cfg_.fault.replica == r && cfg_.fault.step == i) ? mod(c + cfg_.fault.shift, t) : c;
+    const RowPart pcc = row_part(g.rows, t, cc), pc = row_part(g.rows, t, c);
+    TaskId value = piece(pcc.row0, pcc.rows, i, reg, i == 0 ? deps : std::vector<TaskId>{});
+    last_compute = value;
+    BufferId value_buf = g.buffer;
+    if (i > 0) {
+      const TaskId recv =
+          add(rank, fmt::format("{}/dp_recv/c{}", g.name, c), p2p_stream(),
+              RecvTask{prev, bytes(pc.rows * g.cols), tag0 + static_cast<std::int64_t>(i - 1) * t + prev_index},
+              labels("dp_recv", c, i), data ? op(RecvOp{Ref{recv_buf, part_rect(pc, g.cols)}}) : -1, {});
+      const bool last = i == t - 1;
+      const BufferId dst = last ? gr.synced : sum_buf;
+      const std::int64_t n = pc.rows * g.cols;
+      value = add(rank, fmt::format("{}/dp_add/c{}", g.name, c), StreamRef{StreamKind::compute, 0},
+                  ComputeTask{model::ElementwiseKernel{"add", bytes(3 * n), static_cast<Flops>(n)}, cfg_.dtype, false},
+                  labels("dp_add", c, i),
+                  data ? op(AddOp{Ref{g.buffer, part_rect(pc, g.cols)}, Ref{recv_buf, part_rect(pc, g.cols)},
+                                  Ref{dst, part_rect(pc, g.cols)}})
+                       : -1,
+                  {value, recv});
+      last_compute = value;
+      value_buf = sum_buf;
+      if (last) {
+        end = value;
+        break;
+      }
+    }
+    add(rank, fmt::format("{}/dp_send/c{}", g.name, c), p2p_stream(),
+        SendTask{next, bytes(pc.rows * g.cols), tag0 + static_cast<std::int64_t>(i) * t + r, cfg_.schedule.p2p_engine,
+                 sms},
+        labels("dp_send", c, i), data ? op(SendOp{Ref{value_buf, part_rect(pc, g.cols)}}) : -1, {value});
+  }
+  if (ddp) {
+    // The all-gather half as ring P2P: step i passes part (r - i) mod t on and receives part
+    // (r - i - 1) mod t, copy engines only; the compute stream goes on meanwhile.
+    TaskId have = end;
+    for (int i = 0; i + 1 < t; ++i) {
+      const int cs = mod(r - i, t), cr = mod(r - i - 1, t);
+      const RowPart ps = row_part(g.rows, t, cs), pr = row_part(g.rows, t, cr);
+      add(rank, fmt::format("{}/dp_ag_send/c{}", g.name, cs), p2p_stream(),
+          SendTask{next, bytes(ps.rows * g.cols), ag_tag0 + static_cast<std::int64_t>(i) * t + r,
+                   cfg_.schedule.p2p_engine, sms},
+          labels("dp_ag_send", cs, i), data ? op(SendOp{Ref{gr.synced, part_rect(ps, g.cols)}}) : -1, {have});
+      have = add(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, cr), p2p_stream(),
+                 RecvTask{prev, bytes(pr.rows * g.cols), ag_tag0 + static_cast<std::int64_t>(i) * t + prev_index},
+                 labels("dp_ag_recv", cr, i), data ? op(RecvOp{Ref{gr.synced, part_rect(pr, g.cols)}}) : -1, {});
+    }
+    end = have;
+  }
+  gr.done = end;
+  st.ends.push_back(end);
+  st.grads.push_back(std::move(gr));
+  return last_compute;
+}
+
+TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>& idx, const std::string& region_name,
+                          const std::vector<TaskId>& deps, bool params) {
+  RankState& st = ranks_[rank];
+  const int t = cfg_.dp, r = replica(rank);
+  Bytes total = 0;
+  bool data = prog_ != nullptr;
+  for (int j : idx) {
+    total += bytes(st.grads[static_cast<std::size_t>(j)].g.elements());
+    data = data && st.grads[static_cast<std::size_t>(j)].g.buffer >= 0;
+  }
+  const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
+  std::int32_t data_op = -1;
+  if (data) {
+    CollectiveOp cop;
+    const std::size_t G = idx.size();
+    auto grad = [&](std::size_t k) -> Grad& { return st.grads[static_cast<std::size_t>(idx[k])]; };
+    switch (kind) {
+      case CollectiveKind::all_reduce:
+        for (std::size_t k = 0; k < G; ++k) {
+          std::size_t src = k;
+          if (cfg_.fault.replica == r && static_cast<std::size_t>(mod(cfg_.fault.step, static_cast<int>(G))) == k)
+            src = static_cast<std::size_t>(mod(static_cast<int>(k) + cfg_.fault.shift, static_cast<int>(G)));
+          const DpGradient& s = grad(src).g;
+          cop.in.push_back(Ref{s.buffer, Rect{0, 0, s.rows, s.cols}});
+          Grad& d = grad(k);
+          d.synced = alloc(rank, d.g.name + "/dp_synced", d.g.rows, d.g.cols);
+          cop.out.push_back(Ref{d.synced, Rect{0, 0, d.g.rows, d.g.cols}});
+        }
+        break;
+      case CollectiveKind::reduce_scatter:
+        for (int p = 0; p < t; ++p)
+          for (std::size_t k = 0; k < G; ++k)
+            cop.in.push_back(Ref{grad(k).g.buffer, part_rect(row_part(grad(k).g.rows, t, fault_part(rank, p)), grad(k).g.cols)});
+        for (std::size_t k = 0; k < G; ++k) {
+          Grad& d = grad(k);
+          d.synced = alloc(rank, d.g.name + "/dp_synced", d.g.rows, d.g.cols);
+          cop.out.push_back(Ref{d.synced, part_rect(row_part(d.g.rows, t, r), d.g.cols)});
+        }
+        break;
+      case CollectiveKind::all_gather:
+        for (std::size_t k = 0; k < G; ++k) {
+          Grad& d = grad(k);
+          cop.in.push_back(Ref{d.synced, part_rect(row_part(d.g.rows, t, r), d.g.cols)});
+          d.gathered = alloc(rank, d.g.name + "/dp_gathered", d.g.rows, d.g.cols);
+        }
+        for (int p = 0; p < t; ++p)
+          for (std::size_t k = 0; k < G; ++k)
+            cop.out.push_back(
+                Ref{grad(k).gathered, part_rect(row_part(grad(k).g.rows, t, fault_part(rank, p)), grad(k).g.cols)});
+        break;
+      case CollectiveKind::all_to_all:
+        throw std::logic_error("DpSync: no all-to-all in DP");
+    }
+    data_op = op(std::move(cop));
+  }
+  TaskLabels l;
+  l.region = region(region_name);
+  l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
+  l.phase = params ? "optimizer" : "backward";
+  l.op = "dp_" + to_string(kind);
+  return add(rank, fmt::format("{}/{}", region_name, to_string(kind)), StreamRef{StreamKind::comm, 1},
+             CollectiveTask{kind, group(rank), total, instance, cfg_.schedule.collective_engine,
+                            cfg_.schedule.comm_sms.value_or(-1)},
+             std::move(l), data_op, deps);
+}
+
+std::vector<TaskId> DpSync::finish_backward(int rank, const std::vector<TaskId>& after) {
+  RankState& st = ranks_[rank];
+  if (fused() || st.grads.empty() || cfg_.dp == 1) return st.ends;
+  const CollectiveKind kind =
+      cfg_.sharding == model::DpSharding::ddp ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
+  if (cfg_.kind == model::ScheduleKind::baseline) {
+    std::vector<int> all;
+    for (std::size_t j = 0; j < st.grads.size(); ++j) all.push_back(static_cast<int>(j));
+    st.ends.push_back(collective(rank, kind, all, "dp/sync", after, false));
+    return st.ends;
+  }
+  std::vector<Bytes> sizes;
+  for (const Grad& g : st.grads) sizes.push_back(bytes(g.g.elements()));
+  const auto buckets = dp_buckets(sizes, cfg_.schedule.dp_bucket_bytes);
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    std::vector<TaskId> deps;
+    for (int j : buckets[b]) deps.push_back(st.grads[static_cast<std::size_t>(j)].done);
+    st.ends.push_back(collective(rank, kind, buckets[b], fmt::format("dp/bucket{}", b), deps, false));
+  }
+  return st.ends;
+}
+
+std::int64_t DpSync::optimizer_elements(int rank) const {
+  auto it = ranks_.find(rank);
+  if (it == ranks_.end()) return 0;
+  std::int64_t n = 0;
+  for (const Grad& g : it->second.grads)
+    n += cfg_.sharding == model::DpSharding::ddp ? g.g.elements()
+                                                   : row_part(g.g.rows, cfg_.dp, replica(rank)).rows * g.g.cols;
+  return n;
+}
+
+std::vector<TaskId> DpSync::gather_updated(int rank, const std::vector<TaskId>& after) {
+  if (cfg_.sharding != model::DpSharding::zero1 && cfg_.sharding != model::DpSharding::zero2) return after;
+  RankState& st = ranks_[rank];
+  if (st.grads.empty() || cfg_.dp == 1) return after;
+  std::vector<TaskId> ends;
+  if (cfg_.kind == model::ScheduleKind::baseline) {
+    std::vector<int> all;
+    for (std::size_t j = 0; j < st.grads.size(); ++j) all.push_back(static_cast<int>(j));
+    ends.push_back(collective(rank, CollectiveKind::all_gather, all, "dp/param_ag", after, true));
+    return ends;
+  }
+  std::vector<Bytes> sizes;
+  for (const Grad& g : st.grads) sizes.push_back(bytes(g.g.elements()));
+  const auto buckets = dp_buckets(sizes, cfg_.schedule.dp_bucket_bytes);
+  for (std::size_t b = 0; b < buckets.size(); ++b)
+    ends.push_back(
+        collective(rank, CollectiveKind::all_gather, buckets[b], fmt::format("dp/param_ag/bucket{}", b), after, true));
+  return ends;
+}
+
+TaskId DpSync::gather_layer(int rank, const std::string& name, int layer, std::int64_t elements,
+                            const std::vector<TaskId>& deps) {
+  RankState& st = ranks_[rank];
+  const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
+  TaskLabels l;
+  l.region = region(name + "/dp_param_ag");
+  l.layer = layer;
+  l.phase = name.find("/bwd") != std::string::npos ? "backward" : "forward";
+  l.op = "dp_param_all_gather";
+  return add(rank, name + "/dp_param_ag", StreamRef{StreamKind::comm, 2},
+             CollectiveTask{CollectiveKind::all_gather, group(rank), bytes(elements), instance,
+                            cfg_.schedule.collective_engine, cfg_.schedule.comm_sms.value_or(-1)},
+             std::move(l), -1, deps);
+}
+
+BufferId DpSync::synced(int rank, int j) const {
+  auto it = ranks_.find(rank);
+  return it == ranks_.end() ? -1 : it->second.grads.at(static_cast<std::size_t>(j)).synced;
+}
+
+BufferId DpSync::gathered(int rank, int j) const {
+  auto it = ranks_.find(rank);
+  return it == ranks_.end() ? -1 : it->second.grads.at(static_cast<std::size_t>(j)).gathered;
+}
+
+}  // namespace fusesim::sched

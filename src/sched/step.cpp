@@ -1,0 +1,184 @@
+// The parts of a training step outside the transformer layers (include/fusesim/sched/step.hpp).
+// Megatron with sequence parallelism: the vocab-parallel embedding's partial output [S, h] is
+// reduce-scattered to the sequence shard; the LM head gathers the final norm's shard, multiplies by
+// its vocab/tp columns and computes a vocab-parallel cross-entropy (two all-reduces of one value per
+// row: the max and the sum of exponentials); the backward reduce-scatters the head's dgrad and
+// all-gathers the embedding output's gradient for the scatter-add into the embedding table.
+#include "fusesim/sched/step.hpp"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace fusesim::sched {
+
+std::int64_t adam_bytes_per_param(topo::Dtype dtype) {
+  return 2 * 3 * 4 + 2 * static_cast<std::int64_t>(topo::bytes_per_element(dtype));
+}
+
+StepEmitter::StepEmitter(TaskGraph& graph, std::int64_t& next_instance, Group group)
+    : g_(graph), next_instance_(next_instance), grp_(std::move(group)) {}
+
+TaskId StepEmitter::add(int ti, const std::string& name, StreamRef stream, TaskKind kind, TaskLabels labels,
+                        const std::vector<TaskId>& deps) {
+  Task task;
+  const int rank = grp_.ranks[static_cast<std::size_t>(ti)];
+  task.name = fmt::format("r{}/{}", rank, name);
+  task.rank = rank;
+  task.stream = stream;
+  task.kind = std::move(kind);
+  task.labels = std::move(labels);
+  const TaskId id = g_.add(std::move(task));
+  for (TaskId d : deps) g_.depend(d, id);
+  return id;
+}
+
+TaskId StepEmitter::compute(int ti, const std::string& name, model::Kernel k, const std::string& phase,
+                            int micro_batch, const std::vector<TaskId>& deps, int region) {
+  TaskLabels l;
+  l.region = region;
+  l.micro_batch = micro_batch;
+  l.phase = phase;
+  l.op = name.substr(name.rfind('/') + 1);
+  return add(ti, name, StreamRef{StreamKind::compute, 0}, ComputeTask{std::move(k), grp_.dtype, false}, std::move(l),
+             deps);
+}
+
+std::vector<TaskId> StepEmitter::collective(const std::string& name, CollectiveKind kind, Bytes bytes,
+                                            const std::string& phase, int micro_batch, const Deps& deps) {
+  const std::int64_t instance = next_instance_++;
+  std::vector<TaskId> out;
+  for (int ti = 0; ti < tp(); ++ti) {
+    TaskLabels l;
+    l.micro_batch = micro_batch;
+    l.phase = phase;
+    l.op = to_string(kind);
+    out.push_back(add(ti, name, StreamRef{StreamKind::comm, 0},
+                      CollectiveTask{kind, grp_.ranks, bytes, instance, grp_.collective_engine, grp_.comm_sms},
+                      std::move(l), deps[static_cast<std::size_t>(ti)]));
+  }
+  return out;
+}
+
+StepEmitter::Deps StepEmitter::gradient(
+    const DpGradient& dg, DpSync* dp, const Deps& ready,
+    const std::function<TaskId(int, std::int64_t, std::int64_t, int, const std::vector<TaskId>&)>& emit) {
+  Deps done(static_cast<std::size_t>(tp()));
+  for (int ti = 0; ti < tp(); ++ti) {
+    const int rank = grp_.ranks[static_cast<std::size_t>(ti)];
+    const auto& deps = ready[static_cast<std::size_t>(ti)];
+    if (dp != nullptr && dp->fused()) {
+      done[ti] = {dp->fused_gradient(rank, dg, [&](std::int64_t row0, std::int64_t rows, int, int region,
+                                                   const std::vector<TaskId>& d) {
+        return emit(ti, row0, rows, region, d);
+      }, deps)};
+    } else {
+      done[ti] = {emit(ti, 0, dg.rows, -1, deps)};
+      if (dp != nullptr) dp->gradient(rank, dg, done[ti][0]);
+    }
+  }
+  return done;
+}
+
+StepEmitter::Deps StepEmitter::embedding_forward(const std::string& mb, int micro_batch, const Deps& ready) {
+  const std::int64_t S = grp_.rows, h = grp_.hidden;
+  Deps d(static_cast<std::size_t>(tp()));
+  // Each rank reads the rows of its vocab shard that the tokens hit (S/tp rows on average) and
+  // writes the partial [S, h] (zeros for tokens outside its shard).
+  for (int ti = 0; ti < tp(); ++ti)
+    d[ti] = {compute(ti, mb + "embedding/fwd/lookup",
+                     model::ElementwiseKernel{"embedding", bytes(S * h / tp() + S * h), 0.0}, "forward", micro_batch,
+                     ready[static_cast<std::size_t>(ti)])};
+  if (tp() == 1) return d;
+  const auto rs = collective(mb + "embedding/fwd/rs", CollectiveKind::reduce_scatter, bytes(S * h), "forward",
+                             micro_batch, d);
+  for (int ti = 0; ti < tp(); ++ti) d[ti] = {rs[static_cast<std::size_t>(ti)]};
+  return d;
+}
+
+StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, const Deps& ready, DpSync* dp) {
+  const std::int64_t S = grp_.rows, h = grp_.hidden, n = S / tp(), V = vocab_local();
+  Deps d(static_cast<std::size_t>(tp()));
+  for (int ti = 0; ti < tp(); ++ti)
+    d[ti] = {compute(ti, mb + "head/fwd/final_norm", model::ElementwiseKernel{"layernorm", bytes(2 * n * h), 8.0 * n * h},
+                     "forward", micro_batch, ready[static_cast<std::size_t>(ti)])};
+  if (tp() > 1) {
+    const auto ag = collective(mb + "head/fwd/ag", CollectiveKind::all_gather, bytes(S * h), "forward", micro_batch, d);
+    for (int ti = 0; ti < tp(); ++ti) d[ti] = {ag[static_cast<std::size_t>(ti)]};
+  }
+  for (int ti = 0; ti < tp(); ++ti) {
+    const TaskId logits = compute(ti, mb + "head/fwd/lm_head", model::GemmKernel{S, V, h, 1}, "forward", micro_batch, d[ti]);
+    // Softmax cross-entropy over the local logits: read them, write the probabilities' gradient.
+    d[ti] = {compute(ti, mb + "head/fwd/cross_entropy",
+                     model::ElementwiseKernel{"cross_entropy", bytes(2 * S * V), 5.0 * static_cast<double>(S * V)},
+                     "forward", micro_batch, {logits})};
+  }
+  if (tp() > 1) {
+    // The row max and the row sum of exponentials over the vocab shards: one fp32 value per row each.
+    const auto ar = collective(mb + "head/fwd/loss_ar", CollectiveKind::all_reduce, 2 * 4 * S, "forward", micro_batch, d);
+    for (int ti = 0; ti < tp(); ++ti) d[ti] = {ar[static_cast<std::size_t>(ti)]};
+  }
+  // Backward: the logits' gradient, the dgrad (partial over the vocab shards, reduce-scattered to
+  // the sequence shard), the weight gradient over the gathered input, the final norm's backward.
+  Deps dlog(static_cast<std::size_t>(tp()));
+  for (int ti = 0; ti < tp(); ++ti)
+    dlog[ti] = {compute(ti, mb + "head/bwd/cross_entropy_bwd",
+                        model::ElementwiseKernel{"cross_entropy_bwd", bytes(2 * S * V), 2.0 * static_cast<double>(S * V)},
+                        "backward", micro_batch, d[ti])};
+  Deps dgrad(static_cast<std::size_t>(tp()));
+  for (int ti = 0; ti < tp(); ++ti)
+    dgrad[ti] = {compute(ti, mb + "head/bwd/lm_head_dgrad", model::GemmKernel{S, h, V, 1}, "backward", micro_batch, dlog[ti])};
+  Deps after = dgrad;
+  if (tp() > 1) {
+    const auto rs = collective(mb + "head/bwd/rs", CollectiveKind::reduce_scatter, bytes(S * h), "backward",
+                               micro_batch, dgrad);
+    for (int ti = 0; ti < tp(); ++ti) after[ti] = {rs[static_cast<std::size_t>(ti)]};
+  }
+  const DpGradient dg{mb + "head/bwd/lm_head_wgrad", -1, h, V, -1};
+  gradient(dg, dp, dgrad, [&](int ti, std::int64_t row0, std::int64_t rows, int region, const std::vector<TaskId>& deps) {
+    const std::string suffix = rows == h ? "" : fmt::format("/r{}", row0);
+    return compute(ti, mb + "head/bwd/lm_head_wgrad" + suffix, model::GemmKernel{rows, V, S, 1}, "backward",
+                   micro_batch, deps, region);
+  });
+  Deps out(static_cast<std::size_t>(tp()));
+  for (int ti = 0; ti < tp(); ++ti)
+    out[ti] = {compute(ti, mb + "head/bwd/final_norm_bwd",
+                       model::ElementwiseKernel{"layernorm_bwd", bytes(3 * n * h), 10.0 * n * h}, "backward",
+                       micro_batch, after[ti])};
+  return out;
+}
+
+StepEmitter::Deps StepEmitter::embedding_backward(const std::string& mb, int micro_batch, const Deps& ready,
+                                                  DpSync* dp) {
+  const std::int64_t S = grp_.rows, h = grp_.hidden, V = vocab_local();
+  Deps d = ready;
+  if (tp() > 1) {
+    const auto ag = collective(mb + "embedding/bwd/ag", CollectiveKind::all_gather, bytes(S * h), "backward",
+                               micro_batch, ready);
+    for (int ti = 0; ti < tp(); ++ti) d[ti] = {ag[static_cast<std::size_t>(ti)]};
+  }
+  // Scatter-add of the gathered gradient rows into the table rows of this rank's vocab shard.
+  const DpGradient dg{mb + "embedding/bwd/embedding_grad", -1, V, h, -1};
+  return gradient(dg, dp, d, [&](int ti, std::int64_t row0, std::int64_t rows, int region, const std::vector<TaskId>& deps) {
+    const std::string suffix = rows == V ? "" : fmt::format("/r{}", row0);
+    const std::int64_t tokens = S * rows / V;  // the tokens that hit these rows, on average
+    return compute(ti, mb + "embedding/bwd/scatter_add" + suffix,
+                   model::ElementwiseKernel{"embedding_bwd", bytes(3 * tokens * h / tp()),
+                                            static_cast<Flops>(tokens * h / tp())},
+                   "backward", micro_batch, deps, region);
+  });
+}
+
+StepEmitter::Deps StepEmitter::optimizer(const std::vector<std::int64_t>& elements, const Deps& ready) {
+  Deps d(static_cast<std::size_t>(tp()));
+  for (int ti = 0; ti < tp(); ++ti) {
+    const std::int64_t n = elements[static_cast<std::size_t>(ti)];
+    d[ti] = {compute(ti, "optimizer/adam",
+                     model::ElementwiseKernel{"adam", n * adam_bytes_per_param(grp_.dtype),
+                                              kAdamFlopsPerParam * static_cast<double>(n)},
+                     "optimizer", -1, ready[static_cast<std::size_t>(ti)])};
+  }
+  return d;
+}
+
+}  // namespace fusesim::sched

@@ -1,0 +1,613 @@
+// Ulysses all-to-alls around attention, in three schedules (docs/schedules.md, "Ulysses"):
+//   baseline  one pairwise all-to-all after the QKV projection and one after attention (backward:
+//             after the out-projection dgrad and after the attention backward);
+//   slice     the producer (QKV projection, attention, out-projection dgrad) cut along the sequence
+//             into k slices, each slice's all-to-all issued as soon as its slice is computed;
+//   commfuse  Fuse-A2A: the producer computed per destination in ring order u+1, ..., u-1, each
+//             piece sent by P2P while the next is computed, the own piece last (it needs no transfer,
+//             so the last thing on the critical path is a compute, not a transfer).
+// Data layout (per TP index ti, UP index u; qg = heads/(tp*up) x head_dim, kvg likewise for the kv
+// heads after the exchange, W = qg + 2 kvg):
+//   qkv   [S/up, up*W]  member-major blocks [q_p | k_p | v_p] (the weight shard is laid out so);
+//   hs    [S, W]        head-sharded q | k | v of every position (rows of member p at p*S/up);
+//   hs_o  [S, qg]       attention output before the exchange back; attn [S/up, qg*up] after it.
+#include "fusesim/sched/ulysses.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace fusesim::sched {
+
+std::int64_t TpspShape::kv_heads_up() const {
+  const std::int64_t kt = kv_heads_local();
+  return kt >= up ? kt / up : 1;  // fewer kv heads than UP ranks: each keeps the one its queries use
+}
+
+std::int64_t TpspShape::up_group_cols() const { return (heads / tp / up + 2 * kv_heads_up()) * head_dim; }
+
+namespace {
+
+std::int64_t mod(std::int64_t a, std::int64_t m) { return ((a % m) + m) % m; }
+
+// Adjacent spans merged: one transfer per contiguous run of rows.
+std::vector<UpSpan> runs_of(const std::vector<UpSpan>& rows) {
+  std::vector<UpSpan> out;
+  for (const UpSpan& s : rows) {
+    if (s.rows == 0) continue;
+    if (!out.empty() && out.back().row0 + out.back().rows == s.row0)
+      out.back().rows += s.rows;
+    else
+      out.push_back(s);
+  }
+  return out;
+}
+
+}  // namespace
+
+UlyssesEmitter::UlyssesEmitter(const TpspRequest& req, TaskGraph& graph, DataflowProgram& program,
+                               std::int64_t& next_tag, std::int64_t& next_instance)
+    : req_(req), sh_(req.shape), g_(graph), prog_(program), next_tag_(next_tag), next_instance_(next_instance),
+      tp_(req.shape.tp), up_(req.shape.up), k_(req.up_kind == model::ScheduleKind::slice ? req.schedule.slices : 1),
+      full_rows_(req.shape.rows()), elem_(topo::bytes_per_element(req.shape.dtype)) {}
+
+void UlyssesEmitter::set_position(int dp_index, int up_index) {
+  d_ = dp_index;
+  u_ = up_index;
+  region_count_ = 0;
+}
+
+void UlyssesEmitter::set_naming(std::string micro_batch_prefix, bool recompute, int micro_batch) {
+  mb_prefix_ = std::move(micro_batch_prefix);
+  recompute_ = recompute;
+  micro_batch_ = micro_batch;
+}
+
+int UlyssesEmitter::rank(int ti, int u) const { return RankLayout{tp_, up_, sh_.dp}.rank(ti, u, d_); }
+
+std::int64_t UlyssesEmitter::qg() const { return sh_.heads / tp_ / up_ * sh_.head_dim; }
+std::int64_t UlyssesEmitter::kvg() const { return sh_.kv_heads_up() * sh_.head_dim; }
+
+std::vector<Piece> UlyssesEmitter::qkv_weight_pieces(int layer, int ti) const {
+  const std::string w = fmt::format("L{}/w_qkv", layer);
+  const std::int64_t h = sh_.hidden, hd = sh_.head_dim;
+  const std::int64_t Q = sh_.heads * hd, KV = sh_.kv_heads * hd;
+  const std::int64_t qh_t = sh_.heads / tp_, qh_u = qh_t / up_, kvh_t = sh_.kv_heads_local();
+  std::vector<Piece> out;
+  for (int p = 0; p < up_; ++p) {
+    const std::int64_t c0 = p * W();
+    out.push_back(Piece{w, Rect{0, (ti * qh_t + p * qh_u) * hd, h, qg()}, 0, c0});
+    // Member p's first query head (TP-local p*qh_u) uses TP-local kv head (p*qh_u) / (qh_t/kvh_t).
+    const std::int64_t kv = sh_.kv_head0(ti) + (p * qh_u) / (qh_t / kvh_t);
+    out.push_back(Piece{w, Rect{0, Q + kv * hd, h, kvg()}, 0, c0 + qg()});
+    out.push_back(Piece{w, Rect{0, Q + KV + kv * hd, h, kvg()}, 0, c0 + qg() + kvg()});
+  }
+  return out;
+}
+
+int UlyssesEmitter::open_region(const std::string& name, Pending& p) {
+  auto it = regions_.find(name);
+  p.region = it != regions_.end() ? it->second : g_.add_region(Region{name, "up"});
+  regions_.emplace(name, p.region);
+  p.region_index = region_count_++;
+  p.tag0 = next_tag_;
+  next_tag_ += local_rows() * up_ * up_;
+  p.transfers.assign(static_cast<std::size_t>(tp_), {});
+  p.runs.assign(static_cast<std::size_t>(tp_), {});
+  p.dst.clear();
+  return p.region;
+}
+
+// The test hook (TpspFault, read for UP index fault.tp_index of the first DP replica): a collective's
+// members `step` and step + shift trade places; a Fuse-A2A send at ring distance `step` carries the
+// piece of the member `shift` further on.
+int UlyssesEmitter::fault_swap(int region_index, int p) const {
+  const TpspFault& f = req_.fault;
+  if (f.tp_index != u_ || d_ != 0 || f.region != region_index) return p;
+  const int a = static_cast<int>(mod(f.step, up_)), b = static_cast<int>(mod(f.step + f.shift, up_));
+  return p == a ? b : (p == b ? a : p);
+}
+int UlyssesEmitter::fault_shift(int region_index, int step, int p) const {
+  const TpspFault& f = req_.fault;
+  if (f.tp_index != u_ || d_ != 0 || f.region != region_index || f.step != step) return p;
+  return static_cast<int>(mod(p + f.shift, up_));
+}
+
+std::string UlyssesEmitter::prefix(int layer, bool forward) const {
+  return fmt::format("{}L{}/{}", mb_prefix_, layer, forward ? (recompute_ ? "rcp" : "fwd") : "bwd");
+}
+
+TaskLabels UlyssesEmitter::labels(int layer, bool forward, int region, std::string op) const {
+  TaskLabels l;
+  l.region = region;
+  l.layer = layer;
+  l.micro_batch = micro_batch_;
+  l.phase = forward ? "forward" : "backward";
+  l.op = std::move(op);
+  return l;
+}
+
+TaskId UlyssesEmitter::add(int ti, std::string name, StreamRef stream, TaskKind kind, TaskLabels lab,
+                           std::int32_t data_op, const std::vector<TaskId>& deps) {
+  Task task;
+  task.rank = rank(ti, u_);
+  task.name = fmt::format("r{}/{}", task.rank, name);
+  task.stream = stream;
+  task.kind = std::move(kind);
+  task.labels = std::move(lab);
+  task.data_op = data_op;
+  const TaskId id = g_.add(std::move(task));
+  for (TaskId d : deps) g_.depend(d, id);
+  return id;
+}
+
+UpPerRank UlyssesEmitter::alloc(bool data, const std::string& name, std::int64_t rows, std::int64_t cols,
+                                const std::function<std::vector<Piece>(int ti)>& init) {
+  UpPerRank out;
+  if (!data) return out;
+  for (int ti = 0; ti < tp_; ++ti) {
+    BufferDecl b;
+    b.rank = rank(ti, u_);
+    b.name = fmt::format("r{}/{}", b.rank, name);
+    b.rows = rows;
+    b.cols = cols;
+    if (init) b.init = init(ti);
+    out.push_back(prog_.add_buffer(std::move(b)));
+  }
+  return out;
+}
+
+// Stream index 1 (a second copy engine, a second communicator's stream): the UP transfers must not
+// queue behind the TP ring's P2P steps and collectives on stream 0, which run at the same time.
+StreamRef UlyssesEmitter::p2p_stream() const {
+  return req_.schedule.p2p_engine == model::CommEngine::copy_engine ? StreamRef{StreamKind::copy, 1}
+                                                                      : StreamRef{StreamKind::comm, 1};
+}
+
+std::vector<int> UlyssesEmitter::group(int ti) const {
+  std::vector<int> gr;
+  for (int u = 0; u < up_; ++u) gr.push_back(rank(ti, u));
+  return gr;
+}
+
+std::int64_t UlyssesEmitter::tag(const Pending& p, std::int64_t row0, int src, int dst) const {
+  return p.tag0 + (row0 * up_ + src) * up_ + dst;
+}
+
+// Slice s of k of every span, cut at position boundaries (the samples of a position stay together).
+std::vector<UpSpan> UlyssesEmitter::sub_slices(const std::vector<UpSpan>& rows, int s) const {
+  std::vector<UpSpan> out;
+  const std::int64_t b = sh_.batch;
+  for (const UpSpan& span : rows) {
+    const std::int64_t positions = span.rows / b;
+    const std::int64_t p0 = s * positions / k_, p1 = (s + 1) * positions / k_;
+    if (p1 > p0) out.push_back(UpSpan{span.row0 + p0 * b, (p1 - p0) * b});
+  }
+  return out;
+}
+
+UpWorkFn UlyssesEmitter::producer(int layer, bool forward, bool data, UpLocate a, const UpPerRank& b_whole,
+                                  std::int64_t k, bool transpose_b,
+                                  const std::function<std::vector<Piece>(int ti, int p)>& b_group, std::int64_t b_rows,
+                                  std::int64_t b_cols, const UpPerRank& c, std::int64_t gc, const std::string& name,
+                                  Pending& pending) {
+  const std::string pre = prefix(layer, forward);
+  const int region = open_region(pre + "/" + name + "+a2a", pending);
+  pending.dst = alloc(data, fmt::format("{}/up/{}_heads", pre, name), full_rows_, gc);
+  if (kind() == model::ScheduleKind::baseline) return {};
+  const UpPerRank dst = pending.dst;
+  Pending* pend = &pending;
+  const std::int64_t S_loc = local_rows();
+  // One GEMM over `rows`: C[rows (+ c_row_offset), c_col0 .. + n) = A[rows] x op(B).
+  auto gemm = [this, a, k, transpose_b, data](int ti, const std::vector<UpSpan>& rows, BufferId b, BufferId cbuf,
+                                              std::int64_t c_row_offset, std::int64_t c_col0, std::int64_t n,
+                                              std::string opname) {
+    GemmOp g;
+    std::int64_t m = 0;
+    for (const UpSpan& s : rows) {
+      m += s.rows;
+      if (!data) continue;
+      const auto [buf, row0] = a(ti, s);
+      if (!g.blocks.empty() && buf != g.a)
+        throw std::logic_error("Ulysses generator: one GEMM reads rows from two buffers of A");
+      g.a = buf;
+      g.blocks.push_back(RowBlock{row0, s.row0 + c_row_offset, s.rows});
+    }
+    g.b = b;
+    g.c = cbuf;
+    g.a_cols = k;
+    g.c_col0 = c_col0;
+    g.c_cols = n;
+    g.transpose_b = transpose_b;
+    return UpWork{std::move(opname), model::GemmKernel{m, n, k, 1}, op(data, std::move(g)), {}};
+  };
+  auto at = [data](const UpPerRank& v, int ti) { return data ? v[static_cast<std::size_t>(ti)] : BufferId{-1}; };
+
+  if (kind() == model::ScheduleKind::slice) {
+    return [=, this](int ti, const std::vector<UpSpan>& rows, bool) {
+      std::vector<UpWork> works;
+      for (int s = 0; s < k_; ++s) {
+        const std::vector<UpSpan> sub = sub_slices(rows, s);
+        if (sub.empty()) continue;
+        UpWork w = gemm(ti, sub, at(b_whole, ti), at(c, ti), 0, 0, gc * up_, fmt::format("{}/s{}", name, s));
+        w.after = [=, this](TaskId id) {
+          if (tp_ == 1) g_.task(id).labels.region = region;
+          for (const UpSpan& run : runs_of(sub)) {
+            CollectiveOp cop;
+            if (data)
+              for (int p = 0; p < up_; ++p) {
+                cop.in.push_back(Ref{at(c, ti), Rect{run.row0, p * gc, run.rows, gc}});
+                cop.out.push_back(Ref{at(dst, ti), Rect{fault_swap(pend->region_index, p) * S_loc + run.row0, 0,
+                                                        run.rows, gc}});
+              }
+            TaskLabels lab = labels(layer, forward, region, "all_to_all");
+            lab.slice = s;
+            const TaskId x = add(ti, fmt::format("{}/{}+a2a/a2a/r{}", pre, name, run.row0),
+                                 StreamRef{StreamKind::comm, 1},
+                                 CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(run.rows * gc * up_),
+                                                next_instance_++, req_.schedule.collective_engine,
+                                                req_.schedule.comm_sms.value_or(-1)},
+                                 std::move(lab), op(data, std::move(cop)), {id});
+            pend->transfers[static_cast<std::size_t>(ti)].push_back(x);
+          }
+        };
+        works.push_back(std::move(w));
+      }
+      return works;
+    };
+  }
+  // Fuse-A2A: one weight block per destination, computed in ring order, the own one last.
+  std::vector<std::vector<BufferId>> wg(static_cast<std::size_t>(tp_));
+  if (data)
+    for (int ti = 0; ti < tp_; ++ti)
+      for (int p = 0; p < up_; ++p) {
+        BufferDecl bd;
+        bd.rank = rank(ti, u_);
+        bd.name = fmt::format("r{}/{}/up/{}_w/g{}", bd.rank, pre, name, p);
+        bd.rows = b_rows;
+        bd.cols = b_cols;
+        bd.init = b_group(ti, p);
+        wg[static_cast<std::size_t>(ti)].push_back(prog_.add_buffer(std::move(bd)));
+      }
+  return [=, this](int ti, const std::vector<UpSpan>& rows, bool) {
+    const std::vector<UpSpan> runs = runs_of(rows);
+    auto& rec = pend->runs[static_cast<std::size_t>(ti)];
+    rec.insert(rec.end(), runs.begin(), runs.end());
+    std::vector<UpWork> works;
+    for (int i = 1; i <= up_; ++i) {
+      const int step = i % up_;  // ring distance; the own piece (distance 0) comes last
+      const int p = static_cast<int>(mod(u_ + step, up_));
+      const BufferId b = data ? wg[static_cast<std::size_t>(ti)][static_cast<std::size_t>(p)] : -1;
+      const std::string rows_tag = runs.empty() ? "" : fmt::format("/r{}", runs.front().row0);
+      if (step == 0) {
+        // The own head group goes straight to its place among the head-sharded rows.
+        UpWork w = gemm(ti, rows, b, at(dst, ti), u_ * S_loc, 0, gc, fmt::format("{}/g{}{}", name, p, rows_tag));
+        w.after = [=, this](TaskId id) {
+          if (tp_ == 1) g_.task(id).labels.region = region;
+        };
+        works.push_back(std::move(w));
+        continue;
+      }
+      UpWork w = gemm(ti, rows, b, at(c, ti), 0, p * gc, gc, fmt::format("{}/g{}{}", name, p, rows_tag));
+      w.after = [=, this](TaskId id) {
+        if (tp_ == 1) g_.task(id).labels.region = region;
+        const int src_block = fault_shift(pend->region_index, step, p);
+        for (const UpSpan& run : runs) {
+          TaskLabels lab = labels(layer, forward, region, "send");
+          lab.step = step;
+          lab.chunk = p;
+          add(ti, fmt::format("{}/{}+a2a/send/g{}/r{}", pre, name, p, run.row0), p2p_stream(),
+              SendTask{rank(ti, p), bytes(run.rows * gc), tag(*pend, run.row0, u_, p), req_.schedule.p2p_engine,
+                       req_.schedule.comm_sms.value_or(-1)},
+              std::move(lab),
+              op(data, SendOp{Ref{at(c, ti), Rect{run.row0, src_block * gc, run.rows, gc}}}), {id});
+        }
+      };
+      works.push_back(std::move(w));
+    }
+    return works;
+  };
+}
+
+void UlyssesEmitter::finish_pre(int layer, bool forward, bool data, const UpPerRank& src, std::int64_t gc,
+                                const UpDeps& ready, Pending& pending, std::vector<std::vector<TaskId>>& wait) {
+  const std::string pre = prefix(layer, forward);
+  const std::int64_t S_loc = local_rows();
+  wait.assign(static_cast<std::size_t>(tp_), {});
+  const std::string region_name = g_.regions()[static_cast<std::size_t>(pending.region)].name;
+  for (int ti = 0; ti < tp_; ++ti) {
+    const auto i = static_cast<std::size_t>(ti);
+    auto& w = wait[i];
+    w = ready[i];
+    if (kind() == model::ScheduleKind::baseline) {
+      CollectiveOp cop;
+      if (data)
+        for (int p = 0; p < up_; ++p) {
+          cop.in.push_back(Ref{src[i], Rect{0, p * gc, S_loc, gc}});
+          cop.out.push_back(Ref{pending.dst[i], Rect{fault_swap(pending.region_index, p) * S_loc, 0, S_loc, gc}});
+        }
+      w = {add(ti, region_name + "/a2a", StreamRef{StreamKind::comm, 1},
+               CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(S_loc * gc * up_), next_instance_++,
+                              req_.schedule.collective_engine, req_.schedule.comm_sms.value_or(-1)},
+               labels(layer, forward, pending.region, "all_to_all"), op(data, std::move(cop)), ready[i])};
+      continue;
+    }
+    if (kind() == model::ScheduleKind::slice) {
+      w.insert(w.end(), pending.transfers[i].begin(), pending.transfers[i].end());
+      continue;
+    }
+    for (const UpSpan& run : pending.runs[i])
+      for (int step = 1; step < up_; ++step) {
+        const int from = static_cast<int>(mod(u_ - step, up_));
+        TaskLabels lab = labels(layer, forward, pending.region, "recv");
+        lab.step = step;
+        lab.chunk = u_;
+        w.push_back(add(ti, fmt::format("{}/recv/u{}/r{}", region_name, from, run.row0), p2p_stream(),
+                        RecvTask{rank(ti, from), bytes(run.rows * gc), tag(pending, run.row0, from, u_)},
+                        std::move(lab),
+                        op(data, RecvOp{Ref{data ? pending.dst[i] : -1, Rect{from * S_loc + run.row0, 0, run.rows, gc}}}),
+                        {}));
+      }
+  }
+  (void)pre;
+}
+
+UpWorkFn UlyssesEmitter::qkv_work(int layer, bool data, UpLocate ln, const UpPerRank& w_qkv, const UpPerRank& qkv) {
+  const std::int64_t Wc = W();
+  auto group_pieces = [this, layer, Wc](int ti, int p) {
+    std::vector<Piece> out;
+    for (Piece piece : qkv_weight_pieces(layer, ti))
+      if (piece.to_col >= p * Wc && piece.to_col < (p + 1) * Wc) {
+        piece.to_col -= p * Wc;
+        out.push_back(std::move(piece));
+      }
+    return out;
+  };
+  return producer(layer, true, data, std::move(ln), w_qkv, sh_.hidden, false, group_pieces, sh_.hidden, Wc, qkv, Wc,
+                  "qkv", pre_);
+}
+
+UpDeps UlyssesEmitter::attention_forward(int layer, bool data, const UpPerRank& qkv, const UpPerRank& attn,
+                                         const UpDeps& ready) {
+  if (pre_.region < 0) throw std::logic_error("Ulysses generator: attention before the QKV projection");
+  const std::string pre = prefix(layer, true);
+  const std::int64_t S_loc = local_rows(), b = sh_.batch, P = sh_.seq / up_;
+  std::vector<std::vector<TaskId>> wait;
+  finish_pre(layer, true, data, qkv, W(), ready, pre_, wait);
+  Saved& sv = saved_[{d_, u_, layer}];
+  sv.hs = pre_.dst;
+  sv.hs_o = alloc(data, pre + "/up/attn_heads", full_rows_, qg());
+  pre_.region = -1;
+  Pending post;
+  const int region = open_region(pre + "/attn+a2a", post);
+  const std::int64_t qh = sh_.heads / tp_ / up_, kvh = sh_.kv_heads_up();
+  // Attention of query rows [row0, row0 + rows) of the full sequence on this rank's heads.
+  auto attention = [&](int ti, std::int64_t row0, std::int64_t rows, Ref out, std::vector<TaskId> deps,
+                       const std::string& name) {
+    const std::int64_t q_pos0 = row0 / b, q_len = rows / b;
+    const std::int64_t kv_len = sh_.causal ? q_pos0 + q_len : sh_.seq;
+    AttentionOp a;
+    if (data) {
+      const BufferId hs = sv.hs[static_cast<std::size_t>(ti)];
+      a.q = Ref{hs, Rect{row0, 0, rows, qg()}};
+      a.k = a.v = hs;
+      a.k_col0 = qg();
+      a.v_col0 = qg() + kvg();
+      a.kv_positions = kv_len;
+      a.out = out;
+      a.batch = b;
+      a.heads = qh;
+      a.kv_heads = kvh;
+      a.head_dim = sh_.head_dim;
+      a.q_position0 = q_pos0;
+      a.causal = sh_.causal;
+    }
+    model::AttentionKernel k{b, qh, kvh, q_len, kv_len, sh_.head_dim, sh_.causal, q_pos0, model::Pass::forward};
+    return add(ti, pre + "/" + name, StreamRef{StreamKind::compute, 0}, ComputeTask{k, sh_.dtype, false},
+               labels(layer, true, region, "attention"), op(data, std::move(a)), deps);
+  };
+  auto hs_o = [&](int ti, std::int64_t row0, std::int64_t rows) {
+    return data ? Ref{sv.hs_o[static_cast<std::size_t>(ti)], Rect{row0, 0, rows, qg()}} : Ref{};
+  };
+  auto attn_at = [&](int ti, std::int64_t row0, std::int64_t rows, int member) {
+    return data ? Ref{attn[static_cast<std::size_t>(ti)], Rect{row0, member * qg(), rows, qg()}} : Ref{};
+  };
+  auto a2a = [&](int ti, std::int64_t local0, std::int64_t rows, const std::vector<TaskId>& deps, const std::string& name,
+                 int slice) {
+    CollectiveOp cop;
+    if (data)
+      for (int p = 0; p < up_; ++p) {
+        cop.in.push_back(hs_o(ti, p * S_loc + local0, rows));
+        cop.out.push_back(attn_at(ti, local0, rows, fault_swap(post.region_index, p)));
+      }
+    TaskLabels lab = labels(layer, true, region, "all_to_all");
+    lab.slice = slice;
+    return add(ti, pre + "/attn+a2a/" + name, StreamRef{StreamKind::comm, 1},
+               CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(rows * qg() * up_), next_instance_++,
+                              req_.schedule.collective_engine, req_.schedule.comm_sms.value_or(-1)},
+               std::move(lab), op(data, std::move(cop)), deps);
+  };
+  UpDeps done(static_cast<std::size_t>(tp_));
+  for (int ti = 0; ti < tp_; ++ti) {
+    const auto i = static_cast<std::size_t>(ti);
+    if (kind() == model::ScheduleKind::baseline) {
+      const TaskId at = attention(ti, 0, full_rows_, hs_o(ti, 0, full_rows_), wait[i], "attention");
+      done[i] = {a2a(ti, 0, S_loc, {at}, "a2a", -1)};
+    } else if (kind() == model::ScheduleKind::slice) {
+      // Slice s: positions [s P/k, (s+1) P/k) of every member's shard; its all-to-all overlaps slice s+1.
+      for (int s = 0; s < k_; ++s) {
+        const std::int64_t p0 = s * P / k_, p1 = (s + 1) * P / k_;
+        if (p1 == p0) continue;
+        std::vector<TaskId> deps = wait[i];
+        TaskId last = 0;
+        for (int p = 0; p < up_; ++p) {
+          const std::int64_t row0 = p * S_loc + p0 * b;
+          last = attention(ti, row0, (p1 - p0) * b, hs_o(ti, row0, (p1 - p0) * b), deps,
+                           fmt::format("attention/s{}/q{}", s, p));
+          deps = {last};
+        }
+        done[i].push_back(a2a(ti, p0 * b, (p1 - p0) * b, {last}, fmt::format("a2a/s{}", s), s));
+      }
+    } else {
+      // Fuse-A2A after attention: the query chunk of member u+1, u+2, ... is computed and sent to its
+      // owner while the next one is computed; the own chunk comes last, written in place.
+      std::vector<TaskId> deps = wait[i];
+      for (int step = 1; step <= up_; ++step) {
+        const int d = step % up_;
+        const int p = static_cast<int>(mod(u_ + d, up_));
+        if (d == 0) {
+          // Straight into its place; a copy keeps the head-sharded output whole for the backward.
+          const TaskId own =
+              attention(ti, p * S_loc, S_loc, attn_at(ti, 0, S_loc, u_), deps, fmt::format("attention/q{}", p));
+          done[i].push_back(own);
+          TaskLabels cl = labels(layer, true, region, "copy");
+          cl.chunk = u_;
+          add(ti, pre + "/attn+a2a/copy", StreamRef{StreamKind::compute, 0},
+              ComputeTask{model::ElementwiseKernel{"copy", bytes(2 * S_loc * qg()), 0.0}, sh_.dtype, false},
+              std::move(cl), op(data, CopyOp{attn_at(ti, 0, S_loc, u_), hs_o(ti, u_ * S_loc, S_loc)}), {own});
+          break;
+        }
+        const TaskId at = attention(ti, p * S_loc, S_loc, hs_o(ti, p * S_loc, S_loc), deps, fmt::format("attention/q{}", p));
+        deps = {at};
+        TaskLabels lab = labels(layer, true, region, "send");
+        lab.step = d;
+        lab.chunk = p;
+        const int src_chunk = fault_shift(post.region_index, d, p);
+        add(ti, fmt::format("{}/attn+a2a/send/q{}", pre, p), p2p_stream(),
+            SendTask{rank(ti, p), bytes(S_loc * qg()), tag(post, 0, u_, p), req_.schedule.p2p_engine,
+                     req_.schedule.comm_sms.value_or(-1)},
+            std::move(lab), op(data, SendOp{hs_o(ti, src_chunk * S_loc, S_loc)}), {at});
+      }
+      for (int step = 1; step < up_; ++step) {
+        const int from = static_cast<int>(mod(u_ - step, up_));
+        TaskLabels lab = labels(layer, true, region, "recv");
+        lab.step = step;
+        lab.chunk = u_;
+        done[i].push_back(add(ti, fmt::format("{}/attn+a2a/recv/u{}", pre, from), p2p_stream(),
+                              RecvTask{rank(ti, from), bytes(S_loc * qg()), tag(post, 0, from, u_)}, std::move(lab),
+                              op(data, RecvOp{attn_at(ti, 0, S_loc, from)}), {}));
+      }
+    }
+  }
+  return done;
+}
+
+UpWorkFn UlyssesEmitter::out_proj_dgrad_work(int layer, bool data, UpLocate dh, const UpPerRank& w_o,
+                                             const UpPerRank& d_attn) {
+  const std::int64_t qn = sh_.q_local(), h = sh_.hidden, q = qg();
+  auto group_pieces = [layer, qn, h, q](int ti, int p) {
+    return std::vector<Piece>{Piece{fmt::format("L{}/w_o", layer), Rect{ti * qn + p * q, 0, q, h}, 0, 0}};
+  };
+  return producer(layer, false, data, std::move(dh), w_o, h, true, group_pieces, q, h, d_attn, q, "out_proj_dgrad",
+                  dout_);
+}
+
+UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank& d_attn, const UpPerRank& d_qkv,
+                                          const UpDeps& ready) {
+  if (dout_.region < 0) throw std::logic_error("Ulysses generator: attention backward before the out-projection dgrad");
+  const std::string pre = prefix(layer, false);
+  const std::int64_t S_loc = local_rows(), b = sh_.batch, P = sh_.seq / up_, Wc = W();
+  std::vector<std::vector<TaskId>> wait;
+  finish_pre(layer, false, data, d_attn, qg(), ready, dout_, wait);
+  const UpPerRank d_o = dout_.dst;
+  dout_.region = -1;
+  const auto it = saved_.find({d_, u_, layer});
+  data = data && it != saved_.end() && !it->second.hs.empty();
+  const UpPerRank d_hs = alloc(data, pre + "/up/qkv_grad_heads", full_rows_, Wc);
+  Pending post;
+  const int region = open_region(pre + "/attn_bwd+a2a", post);
+  const std::int64_t qh = sh_.heads / tp_ / up_, kvh = sh_.kv_heads_up();
+  auto dhs = [&](int ti, std::int64_t row0, std::int64_t rows) {
+    return data ? Ref{d_hs[static_cast<std::size_t>(ti)], Rect{row0, 0, rows, Wc}} : Ref{};
+  };
+  auto dq_at = [&](int ti, std::int64_t row0, std::int64_t rows, int member) {
+    return data ? Ref{d_qkv[static_cast<std::size_t>(ti)], Rect{row0, member * Wc, rows, Wc}} : Ref{};
+  };
+  auto a2a = [&](int ti, std::int64_t local0, std::int64_t rows, const std::vector<TaskId>& deps, const std::string& name,
+                 int slice) {
+    CollectiveOp cop;
+    if (data)
+      for (int p = 0; p < up_; ++p) {
+        cop.in.push_back(dhs(ti, p * S_loc + local0, rows));
+        cop.out.push_back(dq_at(ti, local0, rows, fault_swap(post.region_index, p)));
+      }
+    TaskLabels lab = labels(layer, false, region, "all_to_all");
+    lab.slice = slice;
+    return add(ti, pre + "/attn_bwd+a2a/" + name, StreamRef{StreamKind::comm, 1},
+               CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(rows * Wc * up_), next_instance_++,
+                              req_.schedule.collective_engine, req_.schedule.comm_sms.value_or(-1)},
+               std::move(lab), op(data, std::move(cop)), deps);
+  };
+  UpDeps done(static_cast<std::size_t>(tp_));
+  for (int ti = 0; ti < tp_; ++ti) {
+    const auto i = static_cast<std::size_t>(ti);
+    AttentionBwdOp ab;
+    if (data) {
+      const Saved& sv = it->second;
+      AttentionOp& a = ab.fwd;
+      const BufferId hs = sv.hs[i];
+      a.q = Ref{hs, Rect{0, 0, full_rows_, qg()}};
+      a.k = a.v = hs;
+      a.k_col0 = qg();
+      a.v_col0 = qg() + kvg();
+      a.kv_positions = sh_.seq;
+      a.out = Ref{sv.hs_o[i], Rect{0, 0, full_rows_, qg()}};
+      a.batch = b;
+      a.heads = qh;
+      a.kv_heads = kvh;
+      a.head_dim = sh_.head_dim;
+      a.q_position0 = 0;
+      a.causal = sh_.causal;
+      ab.dout = Ref{d_o[i], Rect{0, 0, full_rows_, qg()}};
+      ab.dq = Ref{d_hs[i], Rect{0, 0, full_rows_, qg()}};
+      ab.dk = Ref{d_hs[i], Rect{0, qg(), full_rows_, kvg()}};
+      ab.dv = Ref{d_hs[i], Rect{0, qg() + kvg(), full_rows_, kvg()}};
+    }
+    model::AttentionKernel k{b, qh, kvh, sh_.seq, sh_.seq, sh_.head_dim, sh_.causal, 0, model::Pass::backward};
+    const TaskId ab_id = add(ti, pre + "/attention_bwd", StreamRef{StreamKind::compute, 0},
+                             ComputeTask{k, sh_.dtype, false}, labels(layer, false, region, "attention_bwd"),
+                             op(data, std::move(ab)), wait[i]);
+    if (kind() == model::ScheduleKind::baseline) {
+      done[i] = {a2a(ti, 0, S_loc, {ab_id}, "a2a", -1)};
+    } else if (kind() == model::ScheduleKind::slice) {
+      // dK and dV are complete only once every query is done: the slices' all-to-alls pipeline with
+      // each other, not with the attention backward.
+      for (int s = 0; s < k_; ++s) {
+        const std::int64_t p0 = s * P / k_, p1 = (s + 1) * P / k_;
+        if (p1 > p0) done[i].push_back(a2a(ti, p0 * b, (p1 - p0) * b, {ab_id}, fmt::format("a2a/s{}", s), s));
+      }
+    } else {
+      for (int d = 1; d < up_; ++d) {
+        const int p = static_cast<int>(mod(u_ + d, up_));
+        TaskLabels lab = labels(layer, false, region, "send");
+        lab.step = d;
+        lab.chunk = p;
+        const int src_chunk = fault_shift(post.region_index, d, p);
+        add(ti, fmt::format("{}/attn_bwd+a2a/send/q{}", pre, p), p2p_stream(),
+            SendTask{rank(ti, p), bytes(S_loc * Wc), tag(post, 0, u_, p), req_.schedule.p2p_engine,
+                     req_.schedule.comm_sms.value_or(-1)},
+            std::move(lab), op(data, SendOp{dhs(ti, src_chunk * S_loc, S_loc)}), {ab_id});
+      }
+      // The own rows' gradient stays here: a local copy into its block, beside the sends.
+      TaskLabels cl = labels(layer, false, region, "copy");
+      cl.chunk = u_;
+      done[i].push_back(add(ti, pre + "/attn_bwd+a2a/copy", StreamRef{StreamKind::compute, 0},
+                            ComputeTask{model::ElementwiseKernel{"copy", bytes(2 * S_loc * Wc), 0.0}, sh_.dtype, false},
+                            std::move(cl), op(data, CopyOp{dhs(ti, u_ * S_loc, S_loc), dq_at(ti, 0, S_loc, u_)}),
+                            {ab_id}));
+      for (int d = 1; d < up_; ++d) {
+        const int from = static_cast<int>(mod(u_ - d, up_));
+        TaskLabels lab = labels(layer, false, region, "recv");
+        lab.step = d;
+        lab.chunk = u_;
+        done[i].push_back(add(ti, fmt::format("{}/attn_bwd+a2a/recv/u{}", pre, from), p2p_stream(),
+                              RecvTask{rank(ti, from), bytes(S_loc * Wc), tag(post, 0, from, u_)}, std::move(lab),
+                              op(data, RecvOp{dq_at(ti, 0, S_loc, from)}), {}));
+      }
+    }
+  }
+  return done;
+}
+
+}  // namespace fusesim::sched

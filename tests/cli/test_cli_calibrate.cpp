@@ -1,0 +1,298 @@
+// `fusesim calibrate` end to end: tools/microbench/microbench.py --dry-run (the synthetic device), then
+// `calibrate fit`, whose fitted section must recover the script's synthetic constants; nccl-tests
+// import; the plan of a small workload; and bad inputs (exit 2, one line naming the file).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fusesim/model/profile.hpp"
+#include "process.hpp"
+
+using namespace fusesim::testing;
+using nlohmann::json;
+
+namespace {
+
+const std::string kMicrobench = source_path("tools/microbench/microbench.py");
+const std::string kLogs = source_path("tests/data/calibrate/");
+
+// The dry run needs only python3 (Debian package python3, tools/install-deps.sh).
+ProcessResult run_microbench(const std::vector<std::string>& args, const ScratchDir& dir) {
+  std::string cmd = "cd " + shell_quote(dir.path().string()) + " && python3 " + shell_quote(kMicrobench);
+  for (const auto& a : args) cmd.append(" ").append(shell_quote(a));
+  cmd.append(" >.stdout 2>.stderr");
+  const int status = std::system(cmd.c_str());
+  ProcessResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(dir.path() / ".stdout");
+  r.err = slurp(dir.path() / ".stderr");
+  return r;
+}
+
+json read_json(const std::string& path) { return json::parse(slurp(path)); }
+
+// The synthetic device of microbench.py (its SYNTHETIC table), restated here so that a change there
+// that the fit no longer recovers fails this test.
+struct Synthetic {
+  const char* op;
+  double latency_s;
+  double busbw;
+};
+const Synthetic kCollectives[] = {{"all_gather", 12e-6, 360e9},
+                                  {"reduce_scatter", 14e-6, 350e9},
+                                  {"all_reduce", 20e-6, 370e9},
+                                  {"all_to_all", 16e-6, 320e9},
+                                  {"p2p", 8e-6, 380e9}};
+
+void check_synthetic_fit(const json& fitted, double tolerance, double sm_tolerance) {
+  for (const Synthetic& s : kCollectives) {
+    INFO(s.op);
+    REQUIRE(fitted["collectives"].contains(s.op));
+    const json& c = fitted["collectives"][s.op];
+    CHECK(c["ranks"] == 8);
+    CHECK(c["nodes"] == 1);
+    CHECK(c["latency_s"].get<double>() == Approx(s.latency_s).epsilon(tolerance));
+    CHECK(c["busbw_bytes_per_s"].get<double>() == Approx(s.busbw).epsilon(tolerance));
+  }
+  CHECK(fitted["contention"]["sm_kernel_slowdown_per_sm"].get<double>() == Approx(0.008).epsilon(sm_tolerance));
+  CHECK(fitted["contention"]["copy_engine_slowdown"].get<double>() == Approx(1.04).epsilon(tolerance));
+  CHECK(fitted["hbm_bytes_per_s"].get<double>() == Approx(3.0e12).epsilon(tolerance));
+}
+
+void check_one_error_line(const ProcessResult& r, const std::string& file, const std::string& path_part) {
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code == 2);
+  const auto lines = r.err_lines();
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].rfind("error: " + file + ": ", 0) == 0);
+  CHECK(lines[0].find(path_part) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("calibrate fit recovers the synthetic constants of the microbench dry run", "[cli][calibrate]") {
+  ScratchDir dir;
+  const ProcessResult mb = run_microbench({"--dry-run", "-o", "raw.json"}, dir);
+  INFO("microbench stderr: " << mb.err);
+  REQUIRE(mb.exit_code == 0);
+  const json raw = read_json(dir.file("raw.json"));
+  CHECK(raw["schema"] == "fusesim.calibration");
+  CHECK(raw["schema_version"] == 1);
+  CHECK(raw["provenance"]["kind"] == "synthetic");
+  CHECK_FALSE(raw.contains("fitted"));
+  for (const char* section : {"gemm", "attention", "elementwise", "copy", "contention", "collectives"}) {
+    INFO(section);
+    CHECK(raw[section].size() > 0);
+  }
+
+  const ProcessResult fit = run_fusesim({"calibrate", "fit", "raw.json", "-o", "fitted.json", "--peak-tflops", "989"}, dir);
+  INFO("fit stderr: " << fit.err);
+  REQUIRE(fit.exit_code == 0);
+  const json out = read_json(dir.file("fitted.json"));
+  // The samples are untouched, the fitted section added.
+  CHECK(out["gemm"] == raw["gemm"]);
+  CHECK(out["collectives"] == raw["collectives"]);
+  const json& f = out["fitted"];
+  // Noiseless synthetic samples follow the fitted models exactly.
+  check_synthetic_fit(f, 1e-9, 1e-9);
+  for (const Synthetic& s : kCollectives) CHECK(f["collectives"][s.op]["max_rel_error"].get<double>() < 1e-9);
+  // The best GEMM is the largest, 16384^3: 2 x 16384^3 = 8.796e12 FLOP at 989e12 x 0.75 takes 11.859 ms,
+  // plus the 5 us launch: 0.75 x 11.859 / 11.864 = 0.74968 of the peak.
+  const double flops = 2.0 * std::pow(16384.0, 3);
+  const double t = 5e-6 + flops / (989e12 * 0.75);
+  CHECK(f["gemm_peak_fraction"].get<double>() == Approx(flops / t / 989e12).epsilon(1e-9));
+  CHECK(f["gemm_peak_fraction"].get<double>() < 0.75);
+
+  // The profile loader reads the result and takes the fitted values as they are.
+  const fusesim::model::Profile p = fusesim::model::load_profile(dir.file("fitted.json"));
+  CHECK(p.kind == "synthetic");
+  CHECK(p.sm_count == 132);
+  REQUIRE(p.fitted_collectives.count("all_gather") == 1);
+  CHECK(p.fitted_collectives.at("all_gather").busbw_bytes_per_s == Approx(360e9));
+  REQUIRE(p.hbm_bytes_per_s);
+  CHECK(*p.hbm_bytes_per_s == Approx(3.0e12));
+}
+
+TEST_CASE("microbench --fusesim writes one fitted calibration file; noisy samples fit within the noise",
+          "[cli][calibrate]") {
+  ScratchDir dir;
+  const ProcessResult mb = run_microbench(
+      {"--dry-run", "--noise", "0.02", "--seed", "7", "--quick", "-o", "h.json", "--fusesim", FUSESIM_BINARY}, dir);
+  INFO("stderr: " << mb.err);
+  REQUIRE(mb.exit_code == 0);
+  const json out = read_json(dir.file("h.json"));
+  REQUIRE(out.contains("fitted"));
+  // 2% multiplicative noise on each repeat, medians of 20 repeats (about 0.6% off each): the fitted
+  // values stay within 3%. The slowdown per SM is fitted from slowdown - 1 (0.064 at 8 SMs), a small
+  // difference of two noisy medians, so its error is about ten times larger: 15%.
+  check_synthetic_fit(out["fitted"], 0.03, 0.15);
+  // The dry run passes its own peak (989 TFLOP/s) to the fit.
+  CHECK(out["fitted"].contains("gemm_peak_fraction"));
+}
+
+TEST_CASE("microbench --plan measures the shapes of `fusesim calibrate plan`", "[cli][calibrate]") {
+  ScratchDir dir;
+  const ProcessResult plan = run_fusesim(
+      {"calibrate", "plan", "--workload", "commfuse-tpsp-block", "--topology", "dgx-h100", "-o", "plan.json"}, dir);
+  INFO("plan stderr: " << plan.err);
+  REQUIRE(plan.exit_code == 0);
+  const ProcessResult mb =
+      run_microbench({"--dry-run", "--plan", "plan.json", "--dtypes", "bf16", "-o", "raw.json"}, dir);
+  INFO("microbench stderr: " << mb.err);
+  REQUIRE(mb.exit_code == 0);
+  const json p = read_json(dir.file("plan.json"));
+  const json raw = read_json(dir.file("raw.json"));
+  // Every planned GEMM is measured once per dtype asked for.
+  CHECK(raw["gemm"].size() == p["gemm"].size());
+  for (const json& g : p["gemm"]) {
+    bool found = false;
+    for (const json& s : raw["gemm"]) {
+      found = found || (s["m"] == g["m"] && s["n"] == g["n"] && s["k"] == g["k"] && s["batch"] == g["batch"]);
+    }
+    CHECK(found);
+  }
+}
+
+TEST_CASE("calibrate plan lists the GEMM shapes of every schedule", "[cli][calibrate]") {
+  ScratchDir dir;
+  const ProcessResult r = run_fusesim({"calibrate", "plan", "--workload", "commfuse-tpsp-block", "--topology",
+                                       "dgx-h100", "--tp", "4", "--slices", "2,4"},
+                                      dir);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  const json p = json::parse(r.out);
+  CHECK(p["schema"] == "fusesim.microbench-plan");
+  CHECK(p["tp"] == 4);
+  CHECK(p["slices"] == json::array({2, 4}));
+  // commfuse-tpsp-block: hidden h = 4096, 32 heads of 128, MLP 4h = 16384, sequence 8192, micro-batch 1,
+  // TP 4. Forward GEMMs of the baseline on the gathered 8192 tokens: QKV n = 3h/4 = 3072, k = h;
+  // out-projection n = h, k = h/4 = 1024; FC1 n = 4h/4 = 4096, k = h; FC2 n = h, k = 4h/4 = 4096.
+  // Slice-overlap with k slices runs them on 8192/k tokens; CommFuse on chunks of 8192/4 = 2048 tokens.
+  const auto has = [&](std::int64_t m, std::int64_t n, std::int64_t k, const std::string& schedule) {
+    for (const json& g : p["gemm"]) {
+      if (g["m"] == m && g["n"] == n && g["k"] == k && g["dtype"] == "bf16") {
+        for (const json& s : g["schedules"])
+          if (s == schedule) return true;
+      }
+    }
+    return false;
+  };
+  CHECK(has(8192, 3072, 4096, "baseline"));
+  CHECK(has(8192, 4096, 1024, "baseline"));
+  CHECK(has(8192, 4096, 4096, "baseline"));
+  CHECK(has(4096, 3072, 4096, "slice-2"));
+  CHECK(has(2048, 3072, 4096, "slice-4"));
+  CHECK(has(2048, 3072, 4096, "commfuse"));
+  // Shapes are listed once each.
+  for (std::size_t i = 0; i < p["gemm"].size(); ++i)
+    for (std::size_t j = i + 1; j < p["gemm"].size(); ++j) CHECK(p["gemm"][i] != p["gemm"][j]);
+  // Attention: 32 / 4 = 8 local heads of 128, causal, forward and backward.
+  bool fwd = false, bwd = false;
+  for (const json& a : p["attention"]) {
+    CHECK(a["heads"] == 8);
+    CHECK(a["head_dim"] == 128);
+    fwd = fwd || a["pass"] == "forward";
+    bwd = bwd || a["pass"] == "backward";
+  }
+  CHECK(fwd);
+  CHECK(bwd);
+}
+
+TEST_CASE("calibrate import-nccl-tests: samples, fit and provenance from the logs", "[cli][calibrate]") {
+  ScratchDir dir;
+  const ProcessResult r = run_fusesim({"calibrate", "import-nccl-tests", kLogs + "all_gather_h100x8_v2.17.log",
+                                       kLogs + "all_reduce_h100x16_2node_mpi_v2.13.log", "--sm-count", "132",
+                                       "--date", "2026-01-02", "-o", "nccl.json"},
+                                      dir);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  const json out = read_json(dir.file("nccl.json"));
+  CHECK(out["device"]["name"] == "NVIDIA H100 80GB HBM3");
+  CHECK(out["device"]["sm_count"] == 132);
+  CHECK(out["provenance"]["kind"] == "measured");
+  CHECK(out["provenance"]["date"] == "2026-01-02");
+  CHECK(out["provenance"]["machine"] == "dgx-a, dgx-b, dgx-h100-07");
+  CHECK(out["provenance"]["libraries"]["nccl"] == "2.18.5, 2.27.3");
+  CHECK(out["provenance"]["libraries"]["nccl-tests"] == "2.17.6");
+  CHECK(out["collectives"].size() == 22);  // 11 rows in each log
+  const json& first = out["collectives"][0];
+  CHECK(first["op"] == "all_gather");
+  CHECK(first["bytes"] == 1024);
+  CHECK(first["time_s"][0].get<double>() == Approx(12.00e-6));
+  CHECK(first["time_s"][1].get<double>() == Approx(11.76e-6));
+  // Constructed with all_gather 12 us / 360 GB/s (in-place 0.98x: the median of the two is 0.99x) and
+  // all_reduce on 16 ranks of 2 nodes 45 us / 180 GB/s (tests/data/calibrate/make_logs.py).
+  const json& c = out["fitted"]["collectives"];
+  CHECK(c["all_gather"]["ranks"] == 8);
+  CHECK(c["all_gather"]["busbw_bytes_per_s"].get<double>() == Approx(360e9 / 0.99).epsilon(1e-3));
+  CHECK(c["all_reduce"]["ranks"] == 16);
+  CHECK(c["all_reduce"]["nodes"] == 2);
+  CHECK(c["all_reduce"]["latency_s"].get<double>() == Approx(45e-6).epsilon(1e-3));
+  CHECK(c["all_reduce"]["busbw_bytes_per_s"].get<double>() == Approx(180e9).epsilon(1e-3));
+  // The profile loader accepts it.
+  CHECK_NOTHROW(fusesim::model::load_profile(dir.file("nccl.json")));
+
+  // --into adds the samples to a microbench document and refits.
+  REQUIRE(run_microbench({"--dry-run", "--quick", "--sections", "gemm,copy,elementwise", "-o", "raw.json"}, dir).exit_code == 0);
+  // Samples of another device are refused: the dry run's device is not the log's A100.
+  const std::string old_log = kLogs + "reduce_scatter_a100x8_old.log";
+  check_one_error_line(
+      run_fusesim({"calibrate", "import-nccl-tests", old_log, "--op", "reduce_scatter", "--into", "raw.json", "-o", "m.json"}, dir),
+      old_log, "A100-SXM4-40GB");
+  {
+    json raw = read_json(dir.file("raw.json"));
+    raw["device"]["name"] = "A100-SXM4-40GB";
+    std::ofstream(dir.file("raw.json")) << raw.dump();
+  }
+  const ProcessResult into = run_fusesim(
+      {"calibrate", "import-nccl-tests", old_log, "--op", "reduce_scatter", "--into", "raw.json", "-o", "merged.json"}, dir);
+  INFO("stderr: " << into.err);
+  REQUIRE(into.exit_code == 0);
+  const json merged = read_json(dir.file("merged.json"));
+  CHECK(merged["collectives"].size() == 8);
+  CHECK(merged["fitted"]["collectives"]["reduce_scatter"]["busbw_bytes_per_s"].get<double>() == Approx(230e9).epsilon(1e-3));
+  CHECK(merged["fitted"]["hbm_bytes_per_s"].get<double>() == Approx(3.0e12));
+}
+
+TEST_CASE("calibrate refuses bad input with exit 2 and the file", "[cli][calibrate]") {
+  ScratchDir dir;
+  // A raw file that does not exist.
+  check_one_error_line(run_fusesim({"calibrate", "fit", "missing.json", "-o", "out.json"}, dir), "missing.json", "$");
+  // A log without its program and no --op: the file and the line.
+  const std::string old_log = kLogs + "reduce_scatter_a100x8_old.log";
+  check_one_error_line(run_fusesim({"calibrate", "import-nccl-tests", old_log, "--sm-count", "108", "-o", "o.json"}, dir),
+                       old_log, "line 2");
+  // A log of all_gather imported as all_reduce.
+  const std::string ag_log = kLogs + "all_gather_h100x8_v2.17.log";
+  check_one_error_line(
+      run_fusesim({"calibrate", "import-nccl-tests", ag_log, "--op", "all_reduce", "--sm-count", "132", "-o", "o.json"}, dir),
+      ag_log, "line 2");
+  // No SM count.
+  check_one_error_line(run_fusesim({"calibrate", "import-nccl-tests", ag_log, "-o", "o.json"}, dir), "<command line>",
+                       "--sm-count");
+  // A raw document with a typo: the profile loader's path.
+  ScratchDir d2;
+  {
+    std::ofstream(d2.file("raw.json")) << R"({"schema": "fusesim.calibration", "schema_version": 1,
+      "device": {"name": "x", "sm_count": 132},
+      "provenance": {"kind": "measured", "machine": "m", "date": "d", "source": "s"},
+      "copy": [{"bytes": 1000000, "time_s": [1e-6], "bandwith": 1}]})";
+  }
+  check_one_error_line(run_fusesim({"calibrate", "fit", "raw.json", "-o", "out.json"}, d2), "raw.json", "$.copy[0]");
+  CHECK_FALSE(std::filesystem::exists(d2.file("out.json")));
+  // A GEMM faster than the peak given.
+  ScratchDir d3;
+  REQUIRE(run_microbench({"--dry-run", "--quick", "--sections", "gemm", "-o", "raw.json"}, d3).exit_code == 0);
+  check_one_error_line(run_fusesim({"calibrate", "fit", "raw.json", "-o", "out.json", "--peak-tflops", "100"}, d3),
+                       "<command line>", "--peak-tflops");
+  // The slice count must divide the sequence: 8192 % 3 != 0.
+  const ProcessResult plan = run_fusesim(
+      {"calibrate", "plan", "--workload", "commfuse-tpsp-block", "--topology", "dgx-h100", "--slices", "3"}, dir);
+  CHECK(plan.exit_code == 2);
+}

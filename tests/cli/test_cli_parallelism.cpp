@@ -1,0 +1,79 @@
+// `fusesim simulate --parallelism` and `--scope step` (docs/cli.md): which parallelisms' schedules are
+// compared, the rows' shape, and refusals.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "process.hpp"
+
+using namespace fusesim::testing;
+using nlohmann::json;
+
+namespace {
+
+// llama-3-8b with tp 2 x dp 2 on one DGX H100, a short sequence so that the runs are quick.
+void write_workload(const ScratchDir& dir, int dp) {
+  json w = json::parse(slurp(source_path("workloads/llama-3-8b.json")));
+  w["name"] = "tp2-dp";
+  w["training"]["sequence_length"] = 1024;
+  w["parallel"] = {{"tp", 2}, {"up", 1}, {"dp", dp}};
+  std::ofstream(dir.path() / "w.json") << w.dump();
+}
+
+}  // namespace
+
+TEST_CASE("simulate compares every parallelism the workload uses, one row per parallelism and schedule",
+          "[cli][simulate][dp]") {
+  ScratchDir dir;
+  write_workload(dir, 2);
+  const auto r = run_fusesim({"simulate", "--workload", "w.json", "--scope", "layer", "--format", "json"}, dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  // tp 2 and dp 2: tpsp and dp, three schedules each.
+  REQUIRE(doc["results"].size() == 6);
+  std::map<std::string, int> per;
+  for (const json& row : doc["results"]) {
+    ++per[row["parallelism"].get<std::string>()];
+    CHECK(row.contains("schedule"));
+  }
+  CHECK(per["tpsp"] == 3);
+  CHECK(per["dp"] == 3);
+  // The DP rows have DP regions (one dp/sync or buckets or fused syncs per rank).
+  bool dp_region = false;
+  for (const json& row : doc["results"])
+    if (row["parallelism"] == "dp")
+      for (const json& reg : row["regions"]) dp_region |= reg["parallelism"] == "dp";
+  CHECK(dp_region);
+}
+
+TEST_CASE("simulate --parallelism dp --scope step gives one step row per schedule", "[cli][simulate][dp][step]") {
+  ScratchDir dir;
+  write_workload(dir, 2);
+  const auto r = run_fusesim({"simulate", "--workload", "w.json", "--scope", "step", "--parallelism", "dp",
+                              "--schedule", "baseline,commfuse", "--format", "json"},
+                             dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  REQUIRE(doc["results"].size() == 2);
+  CHECK(doc["results"][0]["parallelism"] == "dp");
+  CHECK(doc["results"][0]["schedule"] == "baseline");
+  CHECK(doc["results"][1]["schedule"] == "commfuse");
+  CHECK(doc["results"][0]["scope"] == "step");
+}
+
+TEST_CASE("simulate --parallelism and --scope refuse unknown values", "[cli][simulate]") {
+  ScratchDir dir;
+  const auto a = run_fusesim({"simulate", "--parallelism", "pp"}, dir);
+  CHECK(a.exit_code == 2);
+  CHECK(a.err.find("--parallelism") != std::string::npos);
+  const auto b = run_fusesim({"simulate", "--parallelism", "dp,dp"}, dir);
+  CHECK(b.exit_code == 2);
+  const auto c = run_fusesim({"simulate", "--scope", "steps"}, dir);
+  CHECK(c.exit_code == 2);
+  CHECK(c.err.find("--scope") != std::string::npos);
+}

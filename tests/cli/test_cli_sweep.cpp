@@ -1,0 +1,267 @@
+// `fusesim sweep` and `fusesim merge`: axis syntax, grid order, invalid combinations, thread-count
+// independence, shards, and agreement with simulate().
+#include <algorithm>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include "fusesim/cli/simulate.hpp"
+#include "fusesim/cli/sweep.hpp"
+#include "fusesim/util/error.hpp"
+#include "process.hpp"
+
+using namespace fusesim;
+using namespace fusesim::cli;
+using namespace fusesim::testing;
+using V = std::vector<std::int64_t>;
+
+namespace {
+
+std::string error_path(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.file() + " " + e.json_path();
+  }
+  return "no error";
+}
+
+std::size_t count_lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+}  // namespace
+
+TEST_CASE("sweep axes: lists, arithmetic and geometric ranges", "[cli][sweep]") {
+  // 2^10 .. 2^17 doubling: 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072.
+  CHECK(parse_int_axis("--seq", "1024:131072:x2", 1, 1 << 30) == V{1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072});
+  // k = 1024: 1k = 1024, 128k = 131072, so the same range written short.
+  CHECK(parse_int_axis("--seq", "1k:128k:x2", 1, 1 << 30) == parse_int_axis("--seq", "1024:131072:x2", 1, 1 << 30));
+  CHECK(parse_int_axis("--tp", "2:16:+2", 1, 64) == V{2, 4, 6, 8, 10, 12, 14, 16});
+  // +3 from 2: 2, 5, 8, 11, 14; 17 would pass 16, so the range stops at 14.
+  CHECK(parse_int_axis("--tp", "2:16:+3", 1, 64) == V{2, 5, 8, 11, 14});
+  // x3 from 1: 1, 3, 9; 27 > 10.
+  CHECK(parse_int_axis("--tp", "1:10:x3", 1, 64) == V{1, 3, 9});
+  CHECK(parse_int_axis("--tp", "4:6", 1, 64) == V{4, 5, 6});
+  CHECK(parse_int_axis("--seq", "8k,4k,2048", 1, 1 << 30) == V{8192, 4096, 2048});  // order as given
+  CHECK(parse_int_axis("--tp", "1,4:6,16", 1, 64) == V{1, 4, 5, 6, 16});
+  CHECK(parse_int_axis("--tp", "8:8:x2", 1, 64) == V{8});
+
+  for (const char* bad : {"", "a", "1,,2", "2:1", "1:8:x1", "1:8:+0", "1:8:*2", "1:8:2", "1:2:3:4", "0", "65",
+                          "2,2", "2:8:x2,4", "1.5", " 3", "-2"})
+    CHECK(error_path([&] { parse_int_axis("--tp", bad, 1, 64); }) == "<command line> --tp");
+  CHECK(parse_name_axis("--topology", "dgx-h100,dgx-h100-4node") ==
+        std::vector<std::string>{"dgx-h100", "dgx-h100-4node"});
+  CHECK(error_path([] { parse_name_axis("--workload", "a,,b"); }) == "<command line> --workload");
+  CHECK(error_path([] { parse_name_axis("--workload", "a,a"); }) == "<command line> --workload");
+}
+
+TEST_CASE("sweep grid: size and configuration order, slices fastest and topology slowest", "[cli][sweep]") {
+  SweepSpec spec;
+  spec.topologies = {"A", "B"};
+  spec.workloads = {"W"};
+  spec.sequence_lengths = {1024, 2048};
+  spec.tps = {2, 4, 8};
+  // 2 topologies x 1 workload x 2 sequences x 3 TP = 12; empty axes count once.
+  REQUIRE(spec.size() == 12);
+  // index = ((topology * 2) + seq) * 3 + tp
+  auto at = [&](std::size_t i) {
+    const SimulateRequest r = spec.configuration(i);
+    return std::make_tuple(r.topology, *r.sequence_length, *r.tp);
+  };
+  CHECK(at(0) == std::make_tuple(std::string("A"), std::int64_t{1024}, 2));
+  CHECK(at(1) == std::make_tuple(std::string("A"), std::int64_t{1024}, 4));
+  CHECK(at(3) == std::make_tuple(std::string("A"), std::int64_t{2048}, 2));
+  CHECK(at(5) == std::make_tuple(std::string("A"), std::int64_t{2048}, 8));
+  CHECK(at(6) == std::make_tuple(std::string("B"), std::int64_t{1024}, 2));
+  CHECK(at(11) == std::make_tuple(std::string("B"), std::int64_t{2048}, 8));
+  const SimulateRequest r = spec.configuration(0);
+  CHECK_FALSE(r.up.has_value());   // axes left empty keep the workload's values
+  CHECK_FALSE(r.slices.has_value());
+  CHECK(r.parallelisms.empty());
+
+  CHECK(parse_shard("2/4").index == 2);
+  CHECK(parse_shard("2/4").count == 4);
+  for (const char* bad : {"4/4", "1/0", "-1/2", "a/2", "1", "1/2/3"})
+    CHECK(error_path([&] { parse_shard(bad); }) == "<command line> --shard");
+  const Shard s{1, 3};
+  CHECK((!s.covers(0) && s.covers(1) && !s.covers(2) && s.covers(4)));
+}
+
+TEST_CASE("command-line overrides reach the workload and are blamed by option", "[cli][sweep]") {
+  SimulateRequest r;
+  r.workload = "llama-3-8b";
+  r.scopes = {sched::Scope::layer};
+  r.schedules = {model::ScheduleKind::baseline};
+  r.tp = 3;  // 32 heads are not divisible by 3
+  CHECK(error_path([&] { prepare_job(r); }) == "<command line> --tp");
+  r.tp = 16;  // divides the heads, but not the 8 GPUs of a DGX H100 node
+  CHECK(error_path([&] { prepare_job(r); }) == "<command line> --tp");
+  r.tp = 8;
+  r.sequence_length = 1004;  // not divisible by tp 8 (1004 = 8 x 125 + 4)
+  CHECK(error_path([&] { prepare_job(r); }) == "<command line> --seq");
+  r.sequence_length = 4096;
+  r.micro_batch = 2;
+  const PreparedJob job = prepare_job(r);
+  CHECK(job.workload.sequence_length == 4096);
+  CHECK(job.workload.micro_batch == 2);
+  CHECK(job.workload.parallel.tp == 8);
+}
+
+TEST_CASE("sweep rows equal simulate() of the same configuration", "[cli][sweep]") {
+  SweepSpec spec;
+  spec.topologies = {"dgx-h100"};
+  spec.workloads = {"llama-3-8b"};
+  spec.sequence_lengths = {2048, 4096};
+  spec.tps = {4};
+  SweepOptions opt;
+  opt.jobs = 2;
+  const SweepResult res = run_sweep(spec, opt);
+  REQUIRE(res.rows.size() == 6);  // 2 configurations x 3 schedules
+  for (std::size_t c = 0; c < 2; ++c) {
+    SimulateRequest r = spec.configuration(c);
+    const SimulateReport rep = simulate(r);
+    REQUIRE(rep.runs.size() == 3);
+    for (std::size_t k = 0; k < 3; ++k) {
+      const SweepRow& row = res.rows[c * 3 + k];
+      const auto& m = rep.runs[k].metrics;
+      CHECK(row.config == c);
+      CHECK(row_string(row, "schedule") == m.schedule);
+      CHECK(row_integer(row, "sequence_length") == (c == 0 ? 2048 : 4096));
+      CHECK(row_integer(row, "tp") == 4);
+      CHECK(row_number(row, "step_time_s") == ps_to_seconds(m.step_time_ps));
+      CHECK(row_number(row, "exposed_comm_s") == ps_to_seconds(m.critical().exposed_comm_ps));
+      CHECK(row_number(row, "mfu") == m.mfu);
+      CHECK(row_number(row, "tokens_per_s") == m.tokens_per_s);
+    }
+  }
+}
+
+TEST_CASE("sweep skips and counts invalid combinations", "[cli][sweep]") {
+  ScratchDir dir;
+  // llama-3-8b (32 heads) on one DGX H100 (8 GPUs): tp 2 runs; tp 3 does not divide the heads; tp 16
+  // needs more ranks than the node has. 2 sequences x 3 TP = 6 configurations: 2 run (x 3 schedules =
+  // 6 rows), 4 skipped, every one blamed on --tp, counted as two reasons of two each.
+  const auto r = run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "1024,4096", "--tp", "2,3,16",
+                              "--output", "r.json", "--jobs", "2"},
+                             dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("sweep: 6 configurations: 2 run (6 rows), 4 skipped as invalid, 0 failed") != std::string::npos);
+  CHECK(r.err.find("skipped 2 at <command line>: --tp, e.g. topology=dgx-h100 workload=llama-3-8b seq=1024 tp=3: "
+                   "model.heads 32 is not divisible by tp 3") != std::string::npos);
+  CHECK(r.err.find("skipped 2 at <command line>: --tp, e.g. topology=dgx-h100 workload=llama-3-8b seq=1024 tp=16: "
+                   "tp x up x dp = 16 x 1 x 1 = 16 ranks, but cluster 'dgx-h100' has 8") != std::string::npos);
+  const SweepResult res = read_sweep_json(dir.file("r.json"));
+  CHECK(res.configurations == 6);
+  CHECK(res.run == 2);
+  REQUIRE(res.rows.size() == 6);
+  REQUIRE(res.skipped.size() == 4);
+  // Configuration order: seq outer, tp inner: 0 = (1024, 2), 1 = (1024, 3), 2 = (1024, 16), 3 = (4096, 2)...
+  CHECK(res.rows[0].config == 0);
+  CHECK(res.rows[3].config == 3);
+  CHECK(res.skipped[0].config == 1);
+  CHECK(res.skipped[1].config == 2);
+  CHECK(res.skipped[1].configuration == "topology=dgx-h100 workload=llama-3-8b seq=1024 tp=16");
+  CHECK(res.skipped[1].key == "<command line>: --tp");
+  CHECK(res.skipped[1].message.find("ranks, but cluster 'dgx-h100' has 8") != std::string::npos);
+  CHECK(res.failed.empty());
+
+  // The CSV holds the same rows: a header and one line per row, the same number text.
+  const auto c = run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "1024,4096", "--tp", "2,3,16", "--quiet"}, dir);
+  REQUIRE(c.exit_code == 0);
+  CHECK(count_lines(c.out) == 7);
+  CHECK(c.out.substr(0, c.out.find('\n')) == fmt::format("{}", fmt::join(row_columns(), ",")));
+  CHECK(c.out == sweep_csv(res));
+}
+
+TEST_CASE("sweep output is byte-identical at 1 and 4 threads", "[cli][sweep]") {
+  ScratchDir dir;
+  const std::vector<std::string> common{"sweep", "--topology", "dgx-h100,dgx-h100-4node", "--workload",
+                                        "llama-3-8b,commfuse-tpsp-block", "--seq", "1k:8k:x2", "--tp", "2:8:x2",
+                                        "--slices", "2,4"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = common;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_fusesim(a, dir);
+  };
+  const auto j1 = with({"--jobs", "1", "--output", "one.json"});
+  const auto j4 = with({"--jobs", "4", "--output", "four.json"});
+  REQUIRE(j1.exit_code == 0);
+  REQUIRE(j4.exit_code == 0);
+  const std::string one = slurp(dir.file("one.json")), four = slurp(dir.file("four.json"));
+  CHECK(one == four);
+  // 2 x 2 x 4 x 3 x 2 = 96 configurations.
+  CHECK(one.find("\"configurations\": 96") != std::string::npos);
+  const auto c1 = with({"--jobs", "1", "--output", "one.csv"});
+  const auto c4 = with({"--jobs", "4", "--output", "four.csv"});
+  REQUIRE(c1.exit_code == 0);
+  CHECK(slurp(dir.file("one.csv")) == slurp(dir.file("four.csv")));
+  // A JSON file read back and written again is the same bytes (what merge relies on).
+  CHECK(sweep_json(read_sweep_json(dir.file("one.json"))) == one);
+}
+
+TEST_CASE("sweep shards merge into the whole sweep; merge refuses parts that do not fit", "[cli][sweep][merge]") {
+  ScratchDir dir;
+  const std::vector<std::string> common{"sweep", "--workload", "llama-3-8b", "--seq", "1k:16k:x2", "--tp", "1,2,4,8,16",
+                                        "--quiet"};
+  auto sweep = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = common;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_fusesim(a, dir);
+  };
+  REQUIRE(sweep({"--output", "whole.json"}).exit_code == 0);
+  REQUIRE(sweep({"--output", "whole.csv"}).exit_code == 0);
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(sweep({"--shard", fmt::format("{}/3", i), "--output", fmt::format("part{}.json", i)}).exit_code == 0);
+  // Parts in any order.
+  auto m = run_fusesim({"merge", "part2.json", "part0.json", "part1.json", "-o", "merged.json"}, dir);
+  INFO(m.err);
+  REQUIRE(m.exit_code == 0);
+  CHECK(slurp(dir.file("merged.json")) == slurp(dir.file("whole.json")));
+  m = run_fusesim({"merge", "part0.json", "part1.json", "part2.json", "-o", "merged.csv"}, dir);
+  REQUIRE(m.exit_code == 0);
+  CHECK(slurp(dir.file("merged.csv")) == slurp(dir.file("whole.csv")));
+  // Each part holds configurations i, i+3, ... of the 5 x 5 = 25.
+  const SweepResult p1 = read_sweep_json(dir.file("part1.json"));
+  CHECK(p1.configurations == 25);
+  CHECK(p1.run + p1.skipped.size() == 8);  // 1, 4, ..., 22
+
+  const auto missing = run_fusesim({"merge", "part0.json", "part2.json", "-o", "bad.json"}, dir);
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.err.find("shard 1 of 3 missing") != std::string::npos);
+  const auto twice = run_fusesim({"merge", "part0.json", "part1.json", "part1.json", "part2.json", "-o", "bad.json"}, dir);
+  CHECK(twice.exit_code == 2);
+  CHECK(twice.err.find("$.shard.index") != std::string::npos);
+  REQUIRE(run_fusesim({"sweep", "--workload", "llama-3-8b", "--seq", "1k:8k:x2", "--tp", "1,2,4,8,16", "--quiet",
+                       "--shard", "1/3", "--output", "other1.json"},
+                      dir)
+              .exit_code == 0);
+  const auto other = run_fusesim({"merge", "part0.json", "other1.json", "part2.json", "-o", "bad.json"}, dir);
+  CHECK(other.exit_code == 2);
+  CHECK(other.err.find("other1.json: $.spec") != std::string::npos);
+  REQUIRE(sweep({"--shard", "1/4", "--output", "four1.json"}).exit_code == 0);
+  const auto count = run_fusesim({"merge", "part0.json", "four1.json", "part2.json", "-o", "bad.json"}, dir);
+  CHECK(count.exit_code == 2);
+  CHECK(count.err.find("$.shard.count") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.file("bad.json")));
+
+  // A shard is JSON only; CSV could not be checked by merge.
+  const auto csv = sweep({"--shard", "0/2", "--output", "p.csv"});
+  CHECK(csv.exit_code == 2);
+  CHECK(csv.err.find("--shard") != std::string::npos);
+}
+
+TEST_CASE("sweep command-line errors name the option and write nothing", "[cli][sweep]") {
+  ScratchDir dir;
+  const auto r = run_fusesim({"sweep", "--seq", "1024:512", "--output", "x.json"}, dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("<command line>: --seq") != std::string::npos);
+  const auto f = run_fusesim({"sweep", "--output", "x.txt"}, dir);
+  CHECK(f.exit_code == 2);
+  CHECK(f.err.find("--output") != std::string::npos);
+  const auto t = run_fusesim({"sweep", "--topology", "no-such-cluster", "--output", "x.json"}, dir);
+  // A cluster that cannot be read is bad input, not a skipped configuration.
+  CHECK(t.exit_code == 2);
+  CHECK(t.err.find("no-such-cluster") != std::string::npos);
+  CHECK(dir.entries().empty());
+}

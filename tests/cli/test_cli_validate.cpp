@@ -1,0 +1,147 @@
+// `fusesim validate` end to end on a tiny case file with hand-derived errors, its refusal of a bad
+// case file, `simulate --profile`, and the application of fitted link parameters to a cluster checked
+// against the simulator.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "fusesim/model/profile.hpp"
+#include "fusesim/sched/dag.hpp"
+#include "fusesim/sim/engine.hpp"
+#include "fusesim/topo/cluster.hpp"
+#include "process.hpp"
+
+using namespace fusesim::testing;
+using nlohmann::json;
+
+namespace {
+
+const std::string kTiny = source_path("tests/data/validation/tiny.json");
+const std::string kProfile = source_path("tests/data/validation/h100-attention-profile.json");
+
+}  // namespace
+
+TEST_CASE("fusesim validate: per-case errors and MAPE of the roofline and a profile, derived by hand",
+          "[cli][validate]") {
+  ScratchDir dir;
+  const auto r = run_fusesim({"validate", "--cases", kTiny, "--profile", kProfile, "--format", "json"}, dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  REQUIRE(doc["cases"].size() == 2u);
+  // Roofline on dgx-h100: FlashAttention at 989e12 x 0.3418 = 338.0402 TFLOP/s (compute-bound: the
+  // forward pass moves 4 x 4 x 4096 x 16 x 128 x 2 B = 268 MB, 0.09 ms at 3.35 TB/s x 0.85, against
+  // 16 ms of compute). FLOPs as FlashAttention counts them (3.5 x 4 b h s^2 d) equal the model's for a
+  // non-causal kernel, so the predicted throughput is the effective peak.
+  const double roof = 989.0 * 0.3418;
+  const json& a = doc["cases"][0];
+  const json& b = doc["cases"][1];
+  CHECK(a["roofline"].get<double>() == Approx(roof).epsilon(1e-6));
+  // (338.0402 - 300) / 300 = +12.680%; (338.0402 - 400) / 400 = -15.490%.
+  CHECK(a["roofline_error_pct"].get<double>() == Approx((roof - 300) / 300 * 100).epsilon(1e-6));
+  CHECK(b["roofline_error_pct"].get<double>() == Approx((roof - 400) / 400 * 100).epsilon(1e-6));
+  // The profile measured 320 TFLOP/s at exactly this shape: +6.667% and -20%.
+  CHECK(a["calibrated"].get<double>() == Approx(320).epsilon(1e-6));
+  CHECK(a["calibrated_error_pct"].get<double>() == Approx(20.0 / 3).epsilon(1e-6));
+  CHECK(b["calibrated_error_pct"].get<double>() == Approx(-20).epsilon(1e-6));
+  CHECK(a["fitted_on"].get<bool>());
+  CHECK_FALSE(b["fitted_on"].get<bool>());
+  // MAPE: roofline (12.680 + 15.490) / 2 = 14.085; profile (6.667 + 20) / 2 = 13.333; held out (b only) 20.
+  const json& m = doc["mape_pct"]["attention"];
+  CHECK(m["roofline"].get<double>() == Approx(((roof - 300) / 300 + (400 - roof) / 400) * 50).epsilon(1e-6));
+  CHECK(m["profile"].get<double>() == Approx((20.0 / 3 + 20) / 2).epsilon(1e-6));
+  CHECK(m["profile_held_out"].get<double>() == Approx(20).epsilon(1e-6));
+  CHECK(doc["mape_pct"]["overall"]["profile"].get<double>() == Approx((20.0 / 3 + 20) / 2).epsilon(1e-6));
+
+  // The table names each case and the MAPE line.
+  const auto t = run_fusesim({"validate", "--cases", kTiny}, dir);
+  REQUIRE(t.exit_code == 0);
+  CHECK(t.out.find("attention") != std::string::npos);
+  CHECK(t.out.find("14.1% (2)") != std::string::npos);
+}
+
+TEST_CASE("fusesim validate: a bad case file is exit 2 naming the file and the JSON path", "[cli][validate]") {
+  ScratchDir dir;
+  const std::string bad = source_path("tests/data/validation/bad-key.json");
+  const auto r = run_fusesim({"validate", "--cases", bad}, dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("error: " + bad + ": $.cases[0]") == 0);
+  CHECK(r.err.find("head_dims") != std::string::npos);
+  const auto missing = run_fusesim({"validate", "--cases", "no-such-cases"}, dir);
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.err.find("no-such-cases") != std::string::npos);
+}
+
+TEST_CASE("fusesim validate runs the shipped published cases with every shipped profile", "[cli][validate]") {
+  ScratchDir dir;
+  const auto r = run_fusesim(
+      {"validate", "--profile", "h100-sxm,h200-sxm,a100-sxm", "--category", "collective", "--format", "json"}, dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  REQUIRE(doc["cases"].size() > 5u);
+  for (const json& c : doc["cases"]) {
+    INFO(c["id"]);
+    CHECK(c["roofline"].get<double>() > 0);
+  }
+}
+
+TEST_CASE("simulate --profile: a profile of another device is refused naming the profile", "[cli][validate]") {
+  ScratchDir dir;
+  const auto r = run_fusesim(
+      {"simulate", "--topology", "dgx-a100", "--workload", "llama-3-8b", "--profile", kProfile, "--scope", "layer"},
+      dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("error: " + kProfile + ": $.device:") == 0);
+  const auto ok = run_fusesim({"simulate", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--profile",
+                               "h100-sxm", "--scope", "layer", "--format", "json"},
+                              dir);
+  INFO(ok.err);
+  REQUIRE(ok.exit_code == 0);
+  CHECK(json::parse(ok.out)["profile"].get<std::string>() == "<embedded:profiles/h100-sxm.json>");
+}
+
+TEST_CASE("apply_profile: a simulated ring all-gather and a copy-engine P2P take the fitted times", "[cli][validate]") {
+  using namespace fusesim;
+  topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100");
+  const json doc = {
+      {"schema", "fusesim.calibration"},
+      {"schema_version", 1},
+      {"device", {{"name", "H100 SXM5"}, {"sm_count", 132}}},
+      {"provenance", {{"kind", "synthetic"}, {"machine", "test"}, {"date", "2026-11-22"}, {"source", "test"}}},
+      {"fitted",
+       {{"collectives",
+         {{"all_gather", {{"ranks", 8}, {"latency_s", 30e-6}, {"busbw_bytes_per_s", 300e9}}},
+          {"p2p", {{"ranks", 2}, {"latency_s", 3e-6}, {"busbw_bytes_per_s", 350e9}}}}}}}};
+  const model::Profile p = model::parse_profile(JsonDocument::from_json(doc, "<test>"));
+  const auto applied = model::apply_profile(p, cluster);
+  CHECK(applied.size() == 2);
+  // dgx-h100: NVLink 450e9 x 0.8444 = 379.98e9 B/s per direction, 0.3 us per link, a GPU -> NVSwitch ->
+  // GPU route of two links (0.6 us); base latency 8.4 us.
+  //   sm_kernel_efficiency = 300e9 / 379.98e9
+  //   sm_step_latency_s    = (30 us - 8.4 us) / 7 - 0.6 us = 2.4857 us
+  CHECK(cluster.comm.sm_kernel_efficiency.value == Approx(300e9 / (450e9 * 0.8444)).epsilon(1e-12));
+  CHECK(cluster.comm.sm_step_latency_s.value == Approx((30e-6 - 8.4e-6) / 7 - 0.6e-6).epsilon(1e-9));
+  // The simulator's ring all-gather of n bytes on 8 ranks: base + 7 steps of (route latency + step
+  // latency + (n/8) / sm_efficiency / link bandwidth), each link carrying one flow:
+  //   8.4 + 7 x (0.6 + 2.4857) us + 7/8 n / 300e9 = 30 us + 7/8 n / 300e9 = the fitted time.
+  const Bytes n = Bytes{1} << 30;
+  const model::RooflineCostModel costs;
+  sim::Simulator simulator(cluster, costs);
+  sched::TaskGraph ag(cluster.num_ranks());
+  std::vector<int> group{0, 1, 2, 3, 4, 5, 6, 7};
+  for (int r = 0; r < 8; ++r)
+    ag.add({"ag" + std::to_string(r),
+            r,
+            {sched::StreamKind::comm, 0},
+            sched::CollectiveTask{sched::CollectiveKind::all_gather, group, n, 0, model::CommEngine::sm_kernel, -1},
+            {},
+            -1});
+  const double fitted_ag = 30e-6 + static_cast<double>(n) * 7 / 8 / 300e9;
+  CHECK(ps_to_seconds(simulator.run(ag).makespan_ps) == Approx(fitted_ag).epsilon(1e-8));
+  // P2P on the copy engine: route 0.6 us + step (3 - 0.6) us + n / (379.98e9 x 350/379.98) = 3 us + n / 350e9.
+  sched::TaskGraph p2p(cluster.num_ranks());
+  p2p.add(
+      {"send", 0, {sched::StreamKind::copy, 0}, sched::SendTask{1, n, 0, model::CommEngine::copy_engine, -1}, {}, -1});
+  p2p.add({"recv", 1, {sched::StreamKind::copy, 0}, sched::RecvTask{0, n, 0}, {}, -1});
+  CHECK(ps_to_seconds(simulator.run(p2p).makespan_ps) == Approx(3e-6 + static_cast<double>(n) / 350e9).epsilon(1e-8));
+}

@@ -1,0 +1,235 @@
+// The calibration fits (model/calibration_fit.hpp): bus factors, the alpha-beta collective fit on
+// noiseless and on seeded noisy data, the intercept constraint, contention, HBM bandwidth, GEMM peak
+// fraction, and the "fitted" section of a whole document with its errors.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fusesim/model/calibration_fit.hpp"
+#include "fusesim/util/error.hpp"
+#include "fusesim/util/json_reader.hpp"
+
+using namespace fusesim;
+using namespace fusesim::model;
+using nlohmann::json;
+
+namespace {
+
+// time = latency + bytes x factor / busbw at 1 KiB, 4 KiB, ..., 1 GiB (11 sizes, as nccl-tests -f 4).
+std::vector<CollectiveSample> synthetic(const std::string& op, int ranks, double latency_s, double busbw,
+                                        double noise = 0.0, std::uint32_t seed = 0) {
+  std::mt19937 gen(seed);  // mt19937's sequence is fixed by the standard: the noise is the same everywhere
+  std::vector<CollectiveSample> out;
+  for (int i = 0; i < 11; ++i) {
+    const double bytes = 1024.0 * std::pow(4.0, i);
+    double t = latency_s + bytes * bus_factor(op, ranks) / busbw;
+    if (noise > 0) t *= 1.0 + noise * (2.0 * (gen() / 4294967296.0) - 1.0);  // uniform in [-noise, noise)
+    out.push_back({op, ranks, 1, bytes, t});
+  }
+  return out;
+}
+
+json parse_fit(const json& doc, const FitOptions& options = {}) {
+  return fit_document(JsonDocument::from_json(doc, "raw.json").root(), options);
+}
+
+}  // namespace
+
+TEST_CASE("bus factors follow nccl-tests PERFORMANCE.md", "[calibration]") {
+  // all-gather / reduce-scatter / all-to-all: each rank receives (n-1)/n of the buffer.
+  CHECK(bus_factor("all_gather", 8) == 7.0 / 8.0);
+  CHECK(bus_factor("reduce_scatter", 4) == 3.0 / 4.0);
+  CHECK(bus_factor("all_to_all", 2) == 1.0 / 2.0);
+  // all-reduce = reduce-scatter + all-gather: twice.
+  CHECK(bus_factor("all_reduce", 8) == 2.0 * 7.0 / 8.0);
+  CHECK(bus_factor("all_reduce", 16) == 2.0 * 15.0 / 16.0);
+  // One message between two ranks: busbw = algbw whatever the ranks.
+  CHECK(bus_factor("p2p", 2) == 1.0);
+  CHECK(bus_factor("p2p", 8) == 1.0);
+  CHECK_THROWS_AS(bus_factor("broadcast", 8), std::invalid_argument);
+  CHECK_THROWS_AS(bus_factor("all_gather", 1), std::invalid_argument);
+}
+
+TEST_CASE("collective fit recovers latency and bus bandwidth exactly on noiseless data", "[calibration]") {
+  for (const auto& [op, ranks, lat, bw] : std::vector<std::tuple<std::string, int, double, double>>{
+           {"all_gather", 8, 12e-6, 360e9}, {"all_reduce", 16, 45e-6, 180e9}, {"p2p", 2, 8e-6, 380e9},
+           {"all_to_all", 4, 0.0, 320e9}}) {
+    INFO(op);
+    const CollectiveFit f = fit_collective(synthetic(op, ranks, lat, bw));
+    CHECK(f.latency_s == Approx(lat).margin(1e-15));
+    CHECK(f.busbw_bytes_per_s == Approx(bw).epsilon(1e-9));
+    CHECK(f.samples == 11);
+    CHECK(f.max_rel_error < 1e-9);
+  }
+}
+
+TEST_CASE("collective fit stays within the noise on seeded noisy data", "[calibration]") {
+  const double noise = 0.02;
+  const auto samples = synthetic("all_gather", 8, 12e-6, 360e9, noise, 42);
+  const CollectiveFit f = fit_collective(samples);
+  // The true parameters leave every relative residual within noise / (1 - noise) = 0.0204, so their
+  // sum of squares is at most 11 x 0.0204^2; the least-squares optimum has no larger a sum, so no single
+  // residual of the fit exceeds sqrt(11) x 0.0204 = 0.0677.
+  CHECK(f.max_rel_error <= std::sqrt(11.0) * noise / (1.0 - noise));
+  // The largest messages fix the bandwidth and the smallest the latency, each within a few noise widths.
+  CHECK(f.busbw_bytes_per_s == Approx(360e9).epsilon(0.03));
+  CHECK(f.latency_s == Approx(12e-6).epsilon(0.05));
+}
+
+TEST_CASE("a negative intercept is constrained to zero latency", "[calibration]") {
+  // Points (x, t): (1e6, 0.5e-6), (2e6, 2e-6), (4e6, 4e-6): the unconstrained line through them has a
+  // negative intercept. Through the origin with weights 1/t^2 the slope is
+  // sum(x/t) / sum(x^2/t^2) = (2e12 + 1e12 + 1e12) / (4e24 + 1e24 + 1e24) = 4e12 / 6e24, so the
+  // bandwidth is 1.5e12 B/s.
+  const std::vector<CollectiveSample> s{{"p2p", 2, 1, 1e6, 0.5e-6}, {"p2p", 2, 1, 2e6, 2e-6}, {"p2p", 2, 1, 4e6, 4e-6}};
+  const CollectiveFit f = fit_collective(s);
+  CHECK(f.latency_s == 0.0);
+  CHECK(f.busbw_bytes_per_s == Approx(1.5e12).epsilon(1e-12));
+  // Residuals: 1e6/1.5e12 = 0.667e-6 vs 0.5e-6 -> +33.3%; 1.333e-6 vs 2e-6 -> -33.3%; 2.667e-6 vs 4e-6 -> -33.3%.
+  CHECK(f.max_rel_error == Approx(1.0 / 3.0).epsilon(1e-9));
+}
+
+TEST_CASE("collective fit refuses what it cannot fit", "[calibration]") {
+  const auto good = synthetic("all_gather", 8, 12e-6, 360e9);
+  CHECK_THROWS_AS(fit_collective({}), std::invalid_argument);
+  CHECK_THROWS_AS(fit_collective({good[0]}), std::invalid_argument);
+  auto mixed = good;
+  mixed[3].ranks = 4;
+  CHECK_THROWS_WITH(fit_collective(mixed), Catch::Contains("mix"));
+  std::vector<CollectiveSample> same_size{good[2], good[2]};
+  CHECK_THROWS_WITH(fit_collective(same_size), Catch::Contains("two distinct sizes"));
+  std::vector<CollectiveSample> shrinking{{"all_gather", 8, 1, 1e6, 2e-5}, {"all_gather", 8, 1, 2e6, 1e-5}};
+  CHECK_THROWS_WITH(fit_collective(shrinking), Catch::Contains("does not grow"));
+  auto zero_time = good;
+  zero_time[0].time_s = 0;
+  CHECK_THROWS_AS(fit_collective(zero_time), std::invalid_argument);
+}
+
+TEST_CASE("contention fit recovers the slowdown per SM and the copy-engine slowdown", "[calibration]") {
+  // slowdown = 1 + 0.008 x SMs at 8, 16, 24 SMs: 1.064, 1.128, 1.192; copy engine 1.03 and 1.05.
+  const ContentionFit f = fit_contention({{"sm_kernel", 8, 1.064},
+                                          {"sm_kernel", 16, 1.128},
+                                          {"sm_kernel", 24, 1.192},
+                                          {"copy_engine", 0, 1.03},
+                                          {"copy_engine", 0, 1.05}});
+  REQUIRE(f.sm_kernel_slowdown_per_sm);
+  CHECK(*f.sm_kernel_slowdown_per_sm == Approx(0.008).epsilon(1e-12));
+  CHECK(f.sm_kernel_samples == 3);
+  CHECK(f.sm_kernel_max_rel_error < 1e-12);
+  REQUIRE(f.copy_engine_slowdown);
+  CHECK(*f.copy_engine_slowdown == Approx(1.04).epsilon(1e-12));
+  CHECK(f.copy_engine_samples == 2);
+
+  // Through the origin: points (10, +0.1) and (20, +0.3): c = (10 x 0.1 + 20 x 0.3) / (100 + 400) = 0.014.
+  const ContentionFit g = fit_contention({{"sm_kernel", 10, 1.1}, {"sm_kernel", 20, 1.3}});
+  CHECK(*g.sm_kernel_slowdown_per_sm == Approx(0.014).epsilon(1e-12));
+  CHECK_FALSE(g.copy_engine_slowdown);
+  // 1.14 vs 1.1: 3.64%; 1.28 vs 1.3: 1.54%.
+  CHECK(g.sm_kernel_max_rel_error == Approx(0.04 / 1.1).epsilon(1e-9));
+
+  CHECK_THROWS_AS(fit_contention({{"sm_kernel", 0, 1.0}}), std::invalid_argument);
+  CHECK_THROWS_AS(fit_contention({{"nvlink", 4, 1.1}}), std::invalid_argument);
+  CHECK_THROWS_AS(fit_contention({{"copy_engine", 0, -1.0}}), std::invalid_argument);
+}
+
+TEST_CASE("bandwidth fit recovers HBM bandwidth and launch overhead", "[calibration]") {
+  std::vector<BandwidthSample> s;
+  for (double bytes = 1 << 20; bytes <= (1 << 30); bytes *= 4) s.push_back({bytes, 4e-6 + bytes / 3.0e12});
+  const BandwidthFit f = fit_bandwidth(s);
+  CHECK(f.bytes_per_s == Approx(3.0e12).epsilon(1e-9));
+  CHECK(f.latency_s == Approx(4e-6).epsilon(1e-9));
+  CHECK(f.samples == 6);
+  CHECK_THROWS_AS(fit_bandwidth({s[0]}), std::invalid_argument);
+}
+
+TEST_CASE("GEMM peak fraction is the best achieved over the datasheet peak", "[calibration]") {
+  const std::vector<GemmSample> g{{"bf16", 4096, 4096, 4096, 1, 700e12},
+                                  {"bf16", 8192, 8192, 8192, 1, 742e12},
+                                  {"fp16", 8192, 8192, 8192, 1, 800e12}};
+  CHECK(*gemm_peak_fraction(g, "bf16", 989e12) == Approx(742.0 / 989.0));
+  CHECK(*gemm_peak_fraction(g, "fp16", 1000e12) == Approx(0.8));
+  CHECK_FALSE(gemm_peak_fraction(g, "fp8", 1979e12));
+}
+
+TEST_CASE("fit_document computes the fitted section from raw samples", "[calibration]") {
+  json doc = {{"schema", "fusesim.calibration"}, {"schema_version", 1}};
+  // all_gather: a single-node group of 8 (2 samples) and a 2-node group of 16 (2 samples); the
+  // single-node one is chosen. Samples of 8 ranks: t = 10 us + bytes x 7/8 / 350e9.
+  const auto ag = [](double bytes, int ranks, int nodes, double bw) {
+    return json{{"op", "all_gather"}, {"ranks", ranks}, {"nodes", nodes}, {"bytes", bytes},
+                {"time_s", {10e-6 + bytes * (ranks - 1.0) / ranks / bw}}};
+  };
+  doc["collectives"] = {ag(1e6, 8, 1, 350e9), ag(1e9, 8, 1, 350e9), ag(1e6, 16, 2, 50e9), ag(1e9, 16, 2, 50e9),
+                        // all_reduce on 4 ranks from busbw: time = bytes x 2 x 3/4 / busbw, i.e. zero latency.
+                        {{"op", "all_reduce"}, {"ranks", 4}, {"bytes", 1e9}, {"busbw_GBps", 100}, {"source", "s"}},
+                        {{"op", "all_reduce"}, {"ranks", 4}, {"bytes", 4e9}, {"busbw_GBps", 100}, {"source", "s"}},
+                        // one reduce_scatter sample: too few to fit, left out
+                        {{"op", "reduce_scatter"}, {"ranks", 8}, {"bytes", 1e9}, {"time_s", {1e-3}}}};
+  // Slowdown from medians: alone median 1.0 ms, beside median 1.25 ms at 25 SMs -> c = 0.25 / 25 = 0.01.
+  doc["contention"] = {{{"dtype", "bf16"}, {"m", 8192}, {"n", 8192}, {"k", 8192}, {"aggressor", "sm_kernel"},
+                        {"comm_sms", 25}, {"alone_s", {1.1e-3, 1.0e-3, 0.9e-3}}, {"beside_s", {1.2e-3, 1.3e-3, 1.25e-3}}},
+                       {{"dtype", "bf16"}, {"m", 8192}, {"n", 8192}, {"k", 8192}, {"aggressor", "copy_engine"},
+                        {"slowdown", 1.05}, {"source", "s"}}};
+  // A copy of b bytes moves 2b through HBM: 1 GB copy = 2 GB of traffic, same line as elementwise.
+  doc["elementwise"] = {{{"op", "add"}, {"bytes", 3e8}, {"time_s", {4e-6 + 3e8 / 2e12}}}};
+  doc["copy"] = {{{"bytes", 1e9}, {"time_s", {4e-6 + 2e9 / 2e12}}}};
+  // 2 x 8192^3 = 1.0995e12 FLOP in 1.5 ms = 733.0 TFLOP/s; over 989 TFLOP/s: 0.7412.
+  doc["gemm"] = {{{"dtype", "bf16"}, {"m", 8192}, {"n", 8192}, {"k", 8192}, {"time_s", {1.5e-3, 1.4e-3, 1.6e-3}}}};
+
+  FitOptions options;
+  options.peak_bf16_flops_per_s = 989e12;
+  const json f = parse_fit(doc, options);
+  REQUIRE(f.contains("collectives"));
+  const json& c = f["collectives"];
+  CHECK(c["all_gather"]["ranks"] == 8);
+  CHECK(c["all_gather"]["nodes"] == 1);
+  CHECK(c["all_gather"]["latency_s"].get<double>() == Approx(10e-6).epsilon(1e-9));
+  CHECK(c["all_gather"]["busbw_bytes_per_s"].get<double>() == Approx(350e9).epsilon(1e-9));
+  CHECK(c["all_reduce"]["latency_s"].get<double>() == Approx(0.0).margin(1e-15));
+  CHECK(c["all_reduce"]["busbw_bytes_per_s"].get<double>() == Approx(100e9).epsilon(1e-9));
+  CHECK_FALSE(c.contains("reduce_scatter"));
+  CHECK(f["contention"]["sm_kernel_slowdown_per_sm"].get<double>() == Approx(0.01).epsilon(1e-9));
+  CHECK(f["contention"]["copy_engine_slowdown"].get<double>() == Approx(1.05));
+  CHECK(f["hbm_bytes_per_s"].get<double>() == Approx(2e12).epsilon(1e-9));
+  CHECK(f["gemm_peak_fraction"].get<double>() == Approx(2.0 * 8192.0 * 8192.0 * 8192.0 / 1.5e-3 / 989e12));
+
+  // Without a peak, no fraction.
+  CHECK_FALSE(parse_fit(doc).contains("gemm_peak_fraction"));
+}
+
+TEST_CASE("fit_document names the file and the JSON path of bad samples", "[calibration]") {
+  const auto expect = [](const json& doc, const std::string& path_part) {
+    try {
+      parse_fit(doc);
+      FAIL("no error");
+    } catch (const InputError& e) {
+      CHECK(e.file() == "raw.json");
+      CHECK_THAT(e.json_path(), Catch::Contains(path_part));
+    }
+  };
+  json base = {{"schema", "fusesim.calibration"}};
+  json d = base;
+  d["collectives"] = {{{"op", "all_gather"}, {"ranks", 8}, {"bytes", 1e6}, {"time_s", {1e-5}}, {"bandwith", 1}}};
+  expect(d, "$.collectives[0]");
+  d = base;
+  d["collectives"] = {{{"op", "all_gather"}, {"ranks", 8}, {"bytes", 1e6}, {"time_s", json::array()}}};
+  expect(d, "$.collectives[0].time_s");
+  d = base;
+  d["collectives"] = {{{"op", "all_gather"}, {"ranks", 8}, {"bytes", 1e6}, {"time_s", {1e-5}}},
+                      {{"op", "all_gather"}, {"ranks", 8}, {"bytes", 1e6}, {"time_s", {2e-5}}}};
+  expect(d, "$.collectives");  // two samples of one size: no bandwidth to fit
+  d = base;
+  d["contention"] = {{{"dtype", "bf16"}, {"m", 1}, {"n", 1}, {"k", 1}, {"aggressor", "copy_engine"}, {"comm_sms", 4},
+                      {"slowdown", 1.1}}};
+  expect(d, "$.contention[0].comm_sms");
+  d = base;
+  d["gemm"] = {{{"dtype", "bf16"}, {"m", 1}, {"n", 1}, {"k", 1}, {"time_s", {1e-3}}, {"tflops", 1}}};
+  expect(d, "$.gemm[0]");
+}

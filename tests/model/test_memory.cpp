@@ -1,0 +1,246 @@
+// Memory per rank (docs/memory.md): every figure below is derived by hand in the comment beside it.
+#include <catch2/catch.hpp>
+
+#include <limits>
+#include <string>
+
+#include "fusesim/model/memory.hpp"
+#include "fusesim/model/workload.hpp"
+#include "fusesim/util/error.hpp"
+
+using namespace fusesim;
+using namespace fusesim::model;
+
+namespace {
+
+topo::DeviceModel h100() {
+  topo::DeviceModel d;
+  d.name = "h100-test";
+  d.vendor = "nvidia";
+  d.hbm_bytes = {80e9, "test"};
+  d.contention.default_comm_sms = {16, "test"};
+  return d;
+}
+
+Workload llama(const std::string& name, int tp, int dp, DpSharding sharding = DpSharding::ddp,
+               Recompute recompute = Recompute::none) {
+  Workload w = load_workload(name);
+  w.parallel.tp = tp;
+  w.parallel.dp = dp;
+  w.parallel.dp_sharding = sharding;
+  w.recompute = recompute;
+  return w;
+}
+
+const std::vector<ScheduleKind> kCommFuse{ScheduleKind::commfuse};
+
+}  // namespace
+
+TEST_CASE("Parameters per TP rank: TP 1 is the whole model, TP adds only the replicated norms",
+          "[model][memory]") {
+  for (const char* name : {"llama-3-8b", "llama-3-70b", "gpt-3-175b"}) {
+    const Architecture a = load_workload(name).arch;
+    INFO(name);
+    CHECK(params_per_tp_rank(a, 1) == a.params_total());
+    // With every dimension divisible by 8, the 8 shards add up to the model plus 7 extra copies of the
+    // replicated norms (two per layer and the final one).
+    const std::int64_t norms = a.layers * 2 * a.hidden + a.hidden;
+    // GPT-3's vocabulary 50,257 does not divide by 8: each rank holds ceil(50257 / 8) = 6,283 rows, so
+    // the 8 shards hold 7 padding rows more, in the embedding and in the LM head: 2 x 7 x 12,288.
+    const std::int64_t padding = a.vocab % 8 == 0 ? 0 : 2 * (8 - a.vocab % 8) * a.hidden;
+    CHECK(8 * params_per_tp_rank(a, 8) == a.params_total() + 7 * norms + padding);
+  }
+  CHECK(load_workload("gpt-3-175b").arch.vocab % 8 == 1);  // the padding case above is exercised
+}
+
+TEST_CASE("Llama-3-8B, TP 8, DP 1: parameters, training state and activations", "[model][memory]") {
+  const Workload w = llama("llama-3-8b", 8, 1);
+  // One layer on one of 8 ranks (h 4096, 32 heads / 8 KV heads of 128, ffn 14336 SwiGLU):
+  //   QKV 4096 x (4 x 128 + 2 x 1 x 128) = 3,145,728; O 512 x 4096 = 2,097,152;
+  //   MLP 4096 x 1792 x 2 + 1792 x 4096 = 22,020,096; norms 2 x 4096 = 8,192 -> 27,271,168.
+  // 32 layers = 872,677,376; embedding + LM head 2 x 16,032 x 4096 = 131,334,144; final norm 4096.
+  // Total 1,004,015,616.
+  const MemoryReport r = memory_per_rank(w, h100(), kCommFuse);
+  CHECK(r.params_per_rank == 1'004'015'616);
+  // ZeRO paper recipe: 2 B bf16 weights, 2 B gradients, 12 B Adam state (fp32 master, m, v).
+  CHECK(r.parameters_bytes == 2'008'031'232);
+  CHECK(r.gradients_bytes == 2'008'031'232);
+  CHECK(r.optimizer_bytes == 12'048'187'392);
+  // Activations of one layer, s = 8192 tokens, bf16:
+  //   norm and GEMM inputs 4 x (8192 / 8) x 4096 x 2 B = 33,554,432
+  //   Q, K, V, O of 4 query heads and 1 KV head: 8192 x (2 x 4 + 2 x 1) x 128 x 2 B = 20,971,520
+  //   FlashAttention log-sum-exp 8192 x 4 heads x 4 B = 131,072
+  //   FC1 output (2 x 1792) and SwiGLU output (1792): 8192 x 1792 x 3 x 2 B = 88,080,384
+  //   -> 142,737,408 per layer, x 32 = 4,567,597,056.
+  // Outside the layers: final norm input and output 2 x 1024 x 4096 x 2 B = 16,777,216, fp32 logits
+  // 8192 x 16,032 x 4 B = 525,336,576 -> 542,113,792. Total 5,109,710,848.
+  CHECK(r.activations_bytes == 5'109'710'848);
+  // Communication, CommFuse: NCCL 16 channels x 4 MiB = 67,108,864; gathered [8192, 4096] bf16 =
+  // 67,108,864; Fuse-RS 2 x [1024, 4096] bf16 = 16,777,216 -> 150,994,944.
+  CHECK(r.comm_buffers_bytes == 150'994'944);
+  CHECK(r.comm_buffers_schedule == "commfuse");
+  CHECK(r.total_bytes == Bytes{2'008'031'232} * 2 + 12'048'187'392 + 5'109'710'848 + 150'994'944);
+  CHECK(r.capacity_bytes == 80'000'000'000);
+  CHECK(r.fits());
+  CHECK(r.breakdown.size() == 5);
+}
+
+TEST_CASE("Recomputation: selective saves nothing under FlashAttention, full keeps layer inputs", "[model][memory]") {
+  const Bytes none = activation_bytes_per_rank(llama("llama-3-8b", 8, 1));
+  const Bytes selective = activation_bytes_per_rank(llama("llama-3-8b", 8, 1, DpSharding::ddp, Recompute::selective));
+  const Bytes full = activation_bytes_per_rank(llama("llama-3-8b", 8, 1, DpSharding::ddp, Recompute::full));
+  // Korthikanti et al.'s selective recomputation drops the 5as/h score term, which FlashAttention never
+  // stores: the same bytes.
+  CHECK(selective == none);
+  // Full: 32 layer inputs of [1024, 4096] bf16 = 32 x 8,388,608 = 268,435,456, plus one layer rebuilt
+  // in the backward (142,737,408) and the head (542,113,792) -> 953,286,656.
+  CHECK(full == 953'286'656);
+}
+
+TEST_CASE("Activations match Korthikanti et al. for a GPT-style layer without dropout", "[model][memory]") {
+  // Korthikanti et al. 2022, eq. (2) with TP + SP: sbh(34/t + 5as/(ht)) bytes per layer. Without dropout
+  // (two 1-byte masks of sbh each) and with FlashAttention (no 5as/h term) it is 32 sbh / t, plus the
+  // 4-byte log-sum-exp per query row and local head.
+  Workload w = load_workload("llama-3-8b");
+  w.arch.layers = 2;
+  w.arch.hidden = 1024;
+  w.arch.heads = 16;
+  w.arch.kv_heads = 16;
+  w.arch.head_dim = 64;
+  w.arch.ffn_hidden = 4096;
+  w.arch.gated_mlp = false;
+  w.arch.vocab = 0;
+  w.sequence_length = 2048;
+  w.micro_batch = 2;
+  w.parallel.tp = 4;
+  // s b h = 4096 x 1024 = 4,194,304; 32 sbh / 4 = 33,554,432; LSE 4096 x 4 heads x 4 B = 65,536.
+  // Two layers: 2 x 33,619,968 = 67,239,936 (no head without a vocabulary).
+  CHECK(activation_bytes_per_rank(w) == 67'239'936);
+  // Ulysses divides the same by up: tp 2 x up 2 shards the sequence 4 ways, the heads 4 ways in attention.
+  w.parallel.tp = 2;
+  w.parallel.up = 2;
+  CHECK(activation_bytes_per_rank(w) == 67'239'936);
+}
+
+TEST_CASE("Llama-3-70B, TP 8: ZeRO stages shard optimizer, gradients, parameters over DP", "[model][memory]") {
+  // One layer on one of 8 ranks (h 8192, 64 heads / 8 KV of 128, ffn 28672 SwiGLU):
+  //   QKV 8192 x (1024 + 256) = 10,485,760; O 1024 x 8192 = 8,388,608;
+  //   MLP 8192 x 3584 x 3 = 88,080,384; norms 16,384 -> 106,971,136; x 80 = 8,557,690,880;
+  //   embedding + LM head 2 x 16,032 x 8192 = 262,668,288; final norm 8192 -> 8,820,367,360.
+  const std::int64_t p = 8'820'367'360;
+  const std::int64_t quarter = p / 4;  // 2,205,091,840 exactly
+  struct Case {
+    DpSharding s;
+    Bytes params, grads, optimizer;
+  };
+  for (const Case& c : {Case{DpSharding::ddp, 2 * p, 2 * p, 12 * p}, Case{DpSharding::zero1, 2 * p, 2 * p, 12 * quarter},
+                        Case{DpSharding::zero2, 2 * p, 2 * quarter, 12 * quarter},
+                        Case{DpSharding::zero3, 2 * quarter, 2 * quarter, 12 * quarter}}) {
+    const MemoryReport r = memory_per_rank(llama("llama-3-70b", 8, 4, c.s), h100(), kCommFuse);
+    INFO(to_string(c.s));
+    CHECK(r.params_per_rank == p);
+    CHECK(r.parameters_bytes == c.params);
+    CHECK(r.gradients_bytes == c.grads);
+    CHECK(r.optimizer_bytes == c.optimizer);
+  }
+  // The default job: DP 1, 16 B x 8,820,367,360 = 141,125,877,760 B of training state alone: more than
+  // an 80 GB H100 holds, whatever the schedule.
+  const MemoryReport d = memory_per_rank(llama("llama-3-70b", 8, 1), h100(), kCommFuse);
+  CHECK(d.parameters_bytes + d.gradients_bytes + d.optimizer_bytes == 141'125'877'760);
+  CHECK(!d.fits());
+}
+
+TEST_CASE("Communication buffers per schedule", "[model][memory]") {
+  const Bytes nccl = 16 * 4 * 1024 * 1024;  // 67,108,864
+  const Workload tp8 = llama("llama-3-70b", 8, 1);
+  // TPSP: gathered [8192, 8192] bf16 = 134,217,728 in every schedule; the row-parallel partial sums
+  // [8192, 8192] (baseline, slice) or 2 x [1024, 8192] = 33,554,432 (CommFuse).
+  CHECK(comm_buffer_bytes_per_rank(tp8, ScheduleKind::baseline, nccl) == nccl + 2 * 134'217'728);
+  CHECK(comm_buffer_bytes_per_rank(tp8, ScheduleKind::slice, nccl) == nccl + 2 * 134'217'728);
+  CHECK(comm_buffer_bytes_per_rank(tp8, ScheduleKind::commfuse, nccl) == nccl + 134'217'728 + 33'554'432);
+  // The report counts the largest of the schedules run.
+  const MemoryReport all =
+      memory_per_rank(tp8, h100(), {ScheduleKind::commfuse, ScheduleKind::baseline, ScheduleKind::slice});
+  CHECK(all.comm_buffers_bytes == nccl + 2 * 134'217'728);
+  CHECK(all.comm_buffers_schedule == "baseline");
+
+  // DP 4 on top: one more communicator; slice (bucketed) 2 x 25 MB buckets; CommFuse 2 chunks of one
+  // layer's gradient / 4: 2 x 26,742,784 x 2 B = 106,971,136; ZeRO-3 adds 2 gathered layers
+  // 2 x 106,971,136 x 2 B = 427,884,544.
+  const Workload dp4 = llama("llama-3-70b", 8, 4);
+  const Bytes tp_part = nccl + 134'217'728;
+  CHECK(comm_buffer_bytes_per_rank(dp4, ScheduleKind::baseline, nccl) == tp_part + 134'217'728 + nccl);
+  CHECK(comm_buffer_bytes_per_rank(dp4, ScheduleKind::slice, nccl) == tp_part + 134'217'728 + nccl + 50'000'000);
+  CHECK(comm_buffer_bytes_per_rank(dp4, ScheduleKind::commfuse, nccl) ==
+        tp_part + 33'554'432 + nccl + 106'971'136);
+  const Workload z3 = llama("llama-3-70b", 8, 4, DpSharding::zero3);
+  CHECK(comm_buffer_bytes_per_rank(z3, ScheduleKind::baseline, nccl) ==
+        tp_part + 134'217'728 + nccl + 427'884'544);
+
+  // Ulysses (tp 8, up 2 on Llama-3-70B): each TP group holds s/up = 4096 tokens: gathered [4096, 8192]
+  // bf16 = 67,108,864, Fuse-RS 2 x [512, 8192] bf16 = 16,777,216; the Q, K, V all-to-all receive buffer
+  // [4096, (8 + 2) x 128] bf16 = 10,485,760, and the Ulysses communicator.
+  Workload up2 = llama("llama-3-70b", 8, 1);
+  up2.parallel.up = 2;
+  CHECK(comm_buffer_bytes_per_rank(up2, ScheduleKind::commfuse, nccl) ==
+        nccl + 67'108'864 + 16'777'216 + nccl + 10'485'760);
+
+  // HCCL: one 200 MiB buffer per communicator; NCCL with comm_sms given: that many channels.
+  topo::DeviceModel ascend = h100();
+  ascend.vendor = "huawei";
+  CHECK(communicator_buffer_bytes(tp8, ascend) == 200 * 1024 * 1024);
+  Workload sms = tp8;
+  sms.schedule.comm_sms = 8;
+  CHECK(communicator_buffer_bytes(sms, h100()) == 8 * 4 * 1024 * 1024);
+}
+
+TEST_CASE("Optimizer and data type change the bytes per parameter", "[model][memory]") {
+  Workload w = llama("llama-3-8b", 8, 1);
+  const std::int64_t p = 1'004'015'616;
+  w.optimizer = Optimizer::sgd;  // fp32 master + momentum: 8 B
+  CHECK(memory_per_rank(w, h100(), kCommFuse).optimizer_bytes == 8 * p);
+  w.dtype = topo::Dtype::fp32;  // the weights are the master copy: momentum only, 4 B; weights 4 B
+  const MemoryReport sgd32 = memory_per_rank(w, h100(), kCommFuse);
+  CHECK(sgd32.optimizer_bytes == 4 * p);
+  CHECK(sgd32.parameters_bytes == 4 * p);
+  w.optimizer = Optimizer::adam;  // m and v: 8 B
+  CHECK(memory_per_rank(w, h100(), kCommFuse).optimizer_bytes == 8 * p);
+  w.dtype = topo::Dtype::fp8;  // weights kept in 16-bit: as bf16
+  const MemoryReport fp8 = memory_per_rank(w, h100(), kCommFuse);
+  CHECK(fp8.parameters_bytes == 2 * p);
+  CHECK(fp8.optimizer_bytes == 12 * p);
+}
+
+TEST_CASE("check_memory refuses with the breakdown, the file and $.parallel", "[model][memory][errors]") {
+  const Workload w = llama("llama-3-70b", 8, 1);
+  const MemoryReport r = memory_per_rank(w, h100(), kCommFuse);
+  try {
+    check_memory(r, w, "my.json");
+    FAIL("accepted a workload that needs more than 80 GB per rank");
+  } catch (const InputError& e) {
+    CHECK(e.file() == "my.json");
+    CHECK(e.json_path() == "$.parallel");
+    const std::string m = e.message();
+    INFO(m);
+    CHECK(m.find("per rank (parameters 17.6, gradients 17.6, optimizer state 105.8") != std::string::npos);
+    CHECK(m.find("device 'h100-test' has 80.0 GB") != std::string::npos);
+    CHECK(m.find("--force-memory") != std::string::npos);
+  }
+  // A fitting one passes.
+  const Workload small = llama("llama-3-8b", 8, 1);
+  CHECK_NOTHROW(check_memory(memory_per_rank(small, h100(), kCommFuse), small, "s.json"));
+}
+
+TEST_CASE("Extreme shapes saturate instead of wrapping", "[model][memory]") {
+  // 1000 layers of 2^24 x 2^16 = 2^40 tokens: one layer's FC1 output alone is 2^40 x 14336 x 3 x 2 B,
+  // about 9.5e16, x 1000 layers beyond int64: the sum saturates at its maximum, never wraps to a
+  // small or negative size.
+  Workload w = llama("llama-3-8b", 1, 1);
+  w.arch.layers = 1000;
+  w.sequence_length = 16 * 1024 * 1024;
+  w.micro_batch = 65536;
+  const MemoryReport r = memory_per_rank(w, h100(), kCommFuse);
+  CHECK(r.activations_bytes == std::numeric_limits<Bytes>::max());
+  CHECK(r.total_bytes == std::numeric_limits<Bytes>::max());
+  CHECK(!r.fits());
+}

@@ -1,0 +1,318 @@
+// Calibration profiles: the strict loader's errors, and the calibrated cost model's interpolation,
+// wave quantization, roofline fallback and contention against hand-derived values.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "fusesim/model/profile.hpp"
+#include "fusesim/util/embedded.hpp"
+#include "fusesim/util/error.hpp"
+
+using namespace fusesim;
+using namespace fusesim::model;
+using nlohmann::json;
+
+namespace {
+
+const std::string kData = std::string(FUSESIM_SOURCE_DIR) + "/tests/data/profile/";
+
+// The file and JSON path of the InputError that loading `file` raises.
+std::pair<std::string, std::string> load_error(const std::string& file) {
+  try {
+    load_profile(kData + file);
+  } catch (const InputError& e) {
+    return {e.file(), e.json_path()};
+  }
+  FAIL("no InputError for " << file);
+  return {};
+}
+
+// A device that makes hand derivation easy: peak 1e15 FLOP/s, HBM fast enough that every GEMM here is
+// compute-bound, one tile shape and no split-K, so that the roofline's plan is always the main tile.
+topo::DeviceModel synthetic_device(int sm_count) {
+  topo::DeviceModel d;
+  d.name = "synthetic";
+  d.peak_flops_per_s[topo::Dtype::bf16] = {1e15, "test"};
+  d.hbm_bandwidth_bytes_per_s = {1e18, "test"};
+  d.sm_count = sm_count;
+  d.gemm_tile_m = 128;
+  d.gemm_tile_n = 256;
+  d.gemm_max_split_k = 1;
+  d.efficiency.gemm = {0.5, "test"};
+  d.efficiency.attention = {0.25, "test"};
+  d.efficiency.hbm = {1.0, "test"};
+  return d;
+}
+
+json profile_doc() {
+  return json{{"schema", "fusesim.calibration"},
+              {"schema_version", 1},
+              {"device", {{"name", "synthetic"}, {"sm_count", 1}}},
+              {"provenance", {{"kind", "synthetic"}, {"machine", "test"}, {"date", "2026-11-22"}, {"source", "test"}}}};
+}
+
+Profile parse(const json& doc) { return parse_profile(JsonDocument::from_json(doc, "<test>")); }
+
+// A surface linear in log2 m, log2 n, log2 k: multilinear interpolation in the logs reproduces it
+// everywhere inside the grid, not only at the samples.
+double surface(double m, double n, double k) {
+  return 0.3 + 0.05 * std::log2(m / 256) + 0.04 * std::log2(n / 256) + 0.03 * std::log2(k / 256);
+}
+
+}  // namespace
+
+TEST_CASE("profile loader: every kind of bad profile is an InputError naming the file and the JSON path",
+          "[model][profile]") {
+  using P = std::pair<std::string, std::string>;
+  CHECK(load_error("wrong-schema.json") == P{kData + "wrong-schema.json", "$.schema"});
+  CHECK(load_error("future-version.json") == P{kData + "future-version.json", "$.schema_version"});
+  CHECK(load_error("negative-time.json") == P{kData + "negative-time.json", "$.gemm[0].time_s[1]"});
+  CHECK(load_error("empty-times.json") == P{kData + "empty-times.json", "$.gemm[0].time_s"});
+  CHECK(load_error("time-and-tflops.json") == P{kData + "time-and-tflops.json", "$.gemm[0]"});
+  CHECK(load_error("unknown-key.json") == P{kData + "unknown-key.json", "$.gemm[0].mm"});
+  CHECK(load_error("no-source.json") == P{kData + "no-source.json", "$.gemm[0]"});
+  CHECK(load_error("one-collective-sample.json") == P{kData + "one-collective-sample.json", "$.collectives"});
+  CHECK(load_error("unknown-op.json") == P{kData + "unknown-op.json", "$.collectives[1].op"});
+  CHECK(load_error("zero-busbw.json") ==
+        P{kData + "zero-busbw.json", "$.fitted.collectives.all_gather.busbw_bytes_per_s"});
+  CHECK(load_error("copy-engine-sms.json") == P{kData + "copy-engine-sms.json", "$.contention[0].comm_sms"});
+  CHECK(load_error("zero-sms.json") == P{kData + "zero-sms.json", "$.device.sm_count"});
+  CHECK(load_error("syntax-error.json").second == "$");
+  // A shipped name that does not exist names what was asked for.
+  CHECK(load_error("no-such-profile").first == kData + "no-such-profile");
+}
+
+TEST_CASE("profile loader: a good profile is read, its repeated times reduced to the median, its collectives fitted",
+          "[model][profile]") {
+  const Profile p = load_profile(kData + "good.json");
+  REQUIRE(p.gemm.size() == 1);
+  // Median of two timings is their mean: 1.05e-5 s; 2 x 1024^3 / 1.05e-5 FLOP/s.
+  CHECK(p.gemm[0].flops_per_s == Approx(2.0 * 1024 * 1024 * 1024 / 1.05e-5).epsilon(1e-12));
+  // Two all-gather samples fitted exactly by time = L + bytes x 7/8 / B:
+  //   4e-5 = L + 1048576 x 0.875 / B,  3.1e-3 = L + 1073741824 x 0.875 / B
+  //   => B = (1073741824 - 1048576) x 0.875 / (3.1e-3 - 4e-5) = 3.0673e11, L = 4e-5 - 917504 / B = 3.7009e-5.
+  REQUIRE(p.fitted_collectives.count("all_gather") == 1);
+  const FittedCollective& ag = p.fitted_collectives.at("all_gather");
+  const double b = (1073741824.0 - 1048576.0) * 0.875 / (3.1e-3 - 4e-5);
+  CHECK(ag.busbw_bytes_per_s == Approx(b).epsilon(1e-6));
+  CHECK(ag.latency_s == Approx(4e-5 - 1048576.0 * 0.875 / b).epsilon(1e-6));
+  CHECK(ag.ranks == 8);
+}
+
+TEST_CASE("every shipped profile loads and names its device", "[model][profile]") {
+  const auto files = embedded_files("profiles");
+  REQUIRE(files.size() >= 4);
+  for (const std::string& f : files) {
+    INFO(f);
+    const Profile p = load_profile(f.substr(9, f.size() - 9 - 5));
+    CHECK(p.kind == "published");
+    CHECK_FALSE(p.device_model.empty());
+  }
+  CHECK(load_profile("ascend-910b").estimate);
+  CHECK_FALSE(load_profile("h100-sxm").estimate);
+}
+
+TEST_CASE("profile device check: another device is refused naming the profile", "[model][profile]") {
+  const Profile p = load_profile(kData + "good.json");
+  topo::DeviceModel a100 = synthetic_device(108);
+  a100.name = "a100-sxm-80gb";
+  try {
+    check_profile_device(p, a100);
+    FAIL("accepted a profile of another device");
+  } catch (const InputError& e) {
+    CHECK(e.file() == kData + "good.json");
+    CHECK(e.json_path() == "$.device");
+  }
+  topo::DeviceModel h100 = synthetic_device(132);
+  h100.name = "h100-sxm";
+  CHECK_NOTHROW(check_profile_device(p, h100));
+  h100.sm_count = 114;  // a PCIe H100: same name stem, other SM count
+  try {
+    check_profile_device(p, h100);
+    FAIL("accepted a profile with another SM count");
+  } catch (const InputError& e) {
+    CHECK(e.json_path() == "$.device.sm_count");
+  }
+}
+
+TEST_CASE("GEMM interpolation recovers a synthetic surface exactly at the samples and monotone between",
+          "[model][profile]") {
+  json doc = profile_doc();
+  const std::vector<double> axis{256, 1024, 4096};
+  for (double m : axis)
+    for (double n : axis)
+      for (double k : axis)
+        // tflops = efficiency x peak (1e15) / 1e12
+        doc["gemm"].push_back({{"dtype", "bf16"}, {"m", m}, {"n", n}, {"k", k}, {"tflops", surface(m, n, k) * 1000}});
+  const CalibratedCostModel model(parse(doc));
+  // One SM: every shape runs in tiles waves of one tile, so the quantization factor is 1 and the
+  // efficiency is the sample's achieved / peak.
+  const topo::DeviceModel d = synthetic_device(1);
+  for (double m : axis)
+    for (double n : axis)
+      for (double k : axis) {
+        const GemmKernel g{static_cast<std::int64_t>(m), static_cast<std::int64_t>(n), static_cast<std::int64_t>(k), 1};
+        const auto e = model.gemm_efficiency(g, topo::Dtype::bf16, d);
+        REQUIRE(e);
+        CHECK(*e == Approx(surface(m, n, k)).epsilon(1e-12));
+        const KernelCost c = model.cost(g, topo::Dtype::bf16, d);
+        CHECK(c.duration_ps == seconds_to_ps(2 * m * n * k / (1e15 * surface(m, n, k))));
+      }
+  // Between samples: exact for this log-linear surface, and monotone along m (the surface rises in m).
+  double previous = 0;
+  for (std::int64_t m = 256; m <= 4096; m += 128) {
+    const auto e = model.gemm_efficiency(GemmKernel{m, 3000, 700, 1}, topo::Dtype::bf16, d);
+    REQUIRE(e);
+    CHECK(*e == Approx(surface(static_cast<double>(m), 3000, 700)).epsilon(1e-12));
+    CHECK(*e > previous);
+    previous = *e;
+  }
+}
+
+TEST_CASE("GEMM interpolation is monotone between samples of a non-linear surface", "[model][profile]") {
+  // Efficiency saturating in m: 0.2, 0.6, 0.7, 0.72 at m = 256, 512, 2048, 8192 (n = k = 1024).
+  json doc = profile_doc();
+  const std::vector<std::pair<int, double>> pts{{256, 0.2}, {512, 0.6}, {2048, 0.7}, {8192, 0.72}};
+  for (auto [m, e] : pts)
+    doc["gemm"].push_back({{"dtype", "bf16"}, {"m", m}, {"n", 1024}, {"k", 1024}, {"tflops", e * 1000}});
+  const CalibratedCostModel model(parse(doc));
+  const topo::DeviceModel d = synthetic_device(1);
+  double previous = 0;
+  for (std::int64_t m = 256; m <= 8192; m += 64) {
+    const auto e = model.gemm_efficiency(GemmKernel{m, 1024, 1024, 1}, topo::Dtype::bf16, d);
+    REQUIRE(e);
+    CHECK(*e >= previous);
+    CHECK(*e >= 0.2);
+    CHECK(*e <= 0.72);
+    previous = *e;
+  }
+  // Midway in log2 between 512 and 2048 (m = 1024): (0.6 + 0.7) / 2.
+  CHECK(*model.gemm_efficiency(GemmKernel{1024, 1024, 1024, 1}, topo::Dtype::bf16, d) == Approx(0.65).epsilon(1e-12));
+}
+
+TEST_CASE("GEMM wave quantization on the SM count, and the roofline outside the table", "[model][profile]") {
+  // 132 SMs, tile 128 x 256. m = 1536 = 12 tiles, n = 2816 = 11 tiles: 132 tiles, one full wave.
+  // m = 3072: 264 tiles, two full waves. Both measured at 80% of peak, so the efficiency with the
+  // quantization divided out is 0.8 along the whole segment.
+  json doc = profile_doc();
+  doc["device"]["sm_count"] = 132;
+  for (int m : {1536, 3072})
+    doc["gemm"].push_back({{"dtype", "bf16"}, {"m", m}, {"n", 2816}, {"k", 4096}, {"tflops", 800}});
+  const CalibratedCostModel model(parse(doc));
+  const topo::DeviceModel d = synthetic_device(132);
+
+  // At a sample, the measured throughput itself: 2 x 1536 x 2816 x 4096 / 0.8e15.
+  const KernelCost at = model.cost(GemmKernel{1536, 2816, 4096, 1}, topo::Dtype::bf16, d);
+  CHECK(at.duration_ps == seconds_to_ps(2.0 * 1536 * 2816 * 4096 / 0.8e15));
+
+  // m = 1664 = 13 tiles: 143 tiles need 2 waves of 132, so the SM time is stretched by 264/143.
+  const KernelCost q = model.cost(GemmKernel{1664, 2816, 4096, 1}, topo::Dtype::bf16, d);
+  CHECK(q.tiles == 143);
+  CHECK(q.compute_s == Approx(2.0 * 1664 * 2816 * 4096 / 0.8e15 * 264.0 / 143.0).epsilon(1e-12));
+
+  // 24 SMs held by communication and no contention measured: the wave model of the roofline.
+  // 143 tiles on 108 SMs still take 2 waves: no slowdown. 132 tiles on 108: 2 waves instead of 1.
+  const DeviceLoad load{24, 0.0};
+  CHECK(model.rate(q, d, load) == 1.0);
+  CHECK(model.rate(at, d, load) == Approx(0.5).epsilon(1e-12));
+
+  // Outside the table (m = 6144): the roofline at the best measured fraction of peak, 0.8, with the
+  // shape's own quantization (48 x 11 = 528 tiles = 4 full waves: none).
+  const KernelCost out = model.cost(GemmKernel{6144, 2816, 4096, 1}, topo::Dtype::bf16, d);
+  CHECK_FALSE(model.gemm_efficiency(GemmKernel{6144, 2816, 4096, 1}, topo::Dtype::bf16, d));
+  CHECK(out.compute_s == Approx(2.0 * 6144 * 2816 * 4096 / 0.8e15).epsilon(1e-12));
+  // With a fitted gemm_peak_fraction, that fraction instead.
+  doc["fitted"] = {{"gemm_peak_fraction", 0.7}};
+  const CalibratedCostModel fitted(parse(doc));
+  CHECK(fitted.cost(GemmKernel{6144, 2816, 4096, 1}, topo::Dtype::bf16, d).compute_s ==
+        Approx(2.0 * 6144 * 2816 * 4096 / 0.7e15).epsilon(1e-12));
+  // Another dtype with no samples and no fitted fraction: the plain roofline (efficiency 0.5).
+  topo::DeviceModel d16 = d;
+  d16.peak_flops_per_s[topo::Dtype::fp16] = {1e15, "test"};
+  const RooflineCostModel roofline;
+  CHECK(model.cost(GemmKernel{1536, 2816, 4096, 1}, topo::Dtype::fp16, d16).duration_ps ==
+        roofline.cost(GemmKernel{1536, 2816, 4096, 1}, topo::Dtype::fp16, d16).duration_ps);
+}
+
+TEST_CASE("attention throughput is interpolated in log seq, per head_dim and causality", "[model][profile]") {
+  json doc = profile_doc();
+  for (auto [seq, tflops] : std::vector<std::pair<int, double>>{{1024, 200}, {4096, 300}})
+    doc["attention"].push_back({{"dtype", "bf16"},
+                                {"pass", "forward_backward"},
+                                {"causal", false},
+                                {"batch", 16},
+                                {"heads", 16},
+                                {"seq", seq},
+                                {"head_dim", 128},
+                                {"tflops", tflops}});
+  const CalibratedCostModel model(parse(doc));
+  AttentionKernel a;
+  a.batch = 2;
+  a.heads = 8;
+  a.kv_heads = 8;
+  a.seq_q = a.seq_kv = 2048;
+  a.head_dim = 128;
+  a.causal = false;
+  // log2 2048 is midway between log2 1024 and log2 4096: 250 TFLOP/s, for either pass.
+  CHECK(*model.attention_flops_per_s(a, topo::Dtype::bf16) == Approx(250e12).epsilon(1e-12));
+  const topo::DeviceModel d = synthetic_device(1);
+  const KernelCost c = model.cost(a, topo::Dtype::bf16, d);
+  // Forward FLOPs 4 b h s^2 d = 4 x 2 x 8 x 2048^2 x 128.
+  CHECK(c.compute_s == Approx(4.0 * 2 * 8 * 2048.0 * 2048 * 128 / 250e12).epsilon(1e-12));
+  // Outside the measured sequences, or another head_dim or causality: the roofline (25% of peak).
+  a.seq_q = a.seq_kv = 8192;
+  CHECK_FALSE(model.attention_flops_per_s(a, topo::Dtype::bf16));
+  a.seq_q = a.seq_kv = 2048;
+  a.causal = true;
+  CHECK_FALSE(model.attention_flops_per_s(a, topo::Dtype::bf16));
+  const RooflineCostModel roofline;
+  CHECK(model.cost(a, topo::Dtype::bf16, d).duration_ps == roofline.cost(a, topo::Dtype::bf16, d).duration_ps);
+}
+
+TEST_CASE("contention: the rate reproduces a measured slowdown exactly", "[model][profile]") {
+  json doc = profile_doc();
+  doc["device"]["sm_count"] = 132;
+  doc["contention"] = {{{"dtype", "bf16"},
+                        {"m", 8192},
+                        {"n", 8192},
+                        {"k", 8192},
+                        {"aggressor", "sm_kernel"},
+                        {"comm_sms", 24},
+                        {"alone_s", {1.0e-3, 1.0e-3, 1.2e-3}},
+                        {"beside_s", {1.9e-3, 1.8e-3, 2.0e-3}}},
+                       {{"dtype", "bf16"}, {"aggressor", "copy_engine"}, {"slowdown", 1.05}}};
+  const Profile p = parse(doc);
+  // Medians 1.9e-3 / 1.0e-3: slowdown 1.9; the line through (0, 1) and (24, 1.9): 0.9 / 24 per SM.
+  REQUIRE(p.sm_kernel_slowdown_per_sm);
+  CHECK(*p.sm_kernel_slowdown_per_sm == Approx(0.9 / 24).epsilon(1e-12));
+  REQUIRE(p.copy_engine_slowdown);
+  CHECK(*p.copy_engine_slowdown == 1.05);
+  const CalibratedCostModel model(p);
+  const topo::DeviceModel d = synthetic_device(132);
+  const KernelCost gemm = model.cost(GemmKernel{8192, 8192, 8192, 1}, topo::Dtype::bf16, d);
+  REQUIRE(gemm.compute_s > gemm.memory_s);
+  // 24 SMs (measured): 1 / 1.9 exactly. 16 SMs (fitted line): 1 / (1 + 16 x 0.9/24) = 1 / 1.6.
+  CHECK(model.rate(gemm, d, DeviceLoad{24, 1e9}) == Approx(1.0 / 1.9).epsilon(1e-12));
+  CHECK(model.rate(gemm, d, DeviceLoad{16, 1e9}) == Approx(1.0 / 1.6).epsilon(1e-12));
+  // A copy-engine transfer (HBM traffic, no SMs): 1 / 1.05.
+  CHECK(model.rate(gemm, d, DeviceLoad{0, 1e11}) == Approx(1.0 / 1.05).epsilon(1e-12));
+  CHECK(model.rate(gemm, d, DeviceLoad{0, 0.0}) == 1.0);
+  // A memory-bound kernel is slowed by the HBM bandwidth the transfers take: 1e18 B/s of which 0.75e18
+  // are taken leaves a quarter, and a rate of 0.25 (below the 1/1.05 of the compute side).
+  const KernelCost copy = model.cost(ElementwiseKernel{"add", 1 << 30, 0.0}, topo::Dtype::bf16, d);
+  CHECK(model.rate(copy, d, DeviceLoad{0, 0.75e18}) == Approx(0.25).epsilon(1e-12));
+}
+
+TEST_CASE("fitted HBM bandwidth times the element-wise kernels", "[model][profile]") {
+  json doc = profile_doc();
+  // time = 1e-6 + bytes / 2e12 at 1 MB and 1 GB: the fit's slope is 2e12 B/s.
+  doc["elementwise"] = {{{"op", "add"}, {"bytes", 1e6}, {"time_s", {1e-6 + 1e6 / 2e12}}},
+                        {{"op", "add"}, {"bytes", 1e9}, {"time_s", {1e-6 + 1e9 / 2e12}}}};
+  const Profile p = parse(doc);
+  REQUIRE(p.hbm_bytes_per_s);
+  CHECK(*p.hbm_bytes_per_s == Approx(2e12).epsilon(1e-9));
+  const CalibratedCostModel model(p);
+  const KernelCost c = model.cost(ElementwiseKernel{"add", 4'000'000'000, 0.0}, topo::Dtype::bf16, synthetic_device(1));
+  CHECK(c.duration_ps == seconds_to_ps(4e9 / *p.hbm_bytes_per_s));
+}

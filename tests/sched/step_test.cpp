@@ -1,0 +1,111 @@
+// Scope::step (sched/step.hpp): task counts per micro-batch and layer derived by hand, gradient
+// accumulation and DP sync placement, and recomputation counted in HFU but not in MFU.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "../sim/sim_test_util.hpp"
+#include "fusesim/analysis/metrics.hpp"
+#include "fusesim/sched/tpsp.hpp"
+#include "fusesim/sim/engine.hpp"
+#include "fusesim/util/error.hpp"
+
+using namespace fusesim;
+using namespace fusesim::sched;
+using model::ScheduleKind;
+
+namespace {
+
+TpspRequest request(int tp, int dp, Scope scope, std::int64_t micro_batches = 1,
+                    model::Recompute rc = model::Recompute::none) {
+  TpspRequest r;
+  r.shape.tp = tp;
+  r.shape.dp = dp;
+  r.shape.seq = 8 * tp;
+  r.shape.batch = 1;
+  r.shape.hidden = 32;
+  r.shape.heads = 2 * tp;
+  r.shape.kv_heads = tp;
+  r.shape.head_dim = 8;
+  r.shape.ffn = 16 * tp;
+  r.shape.gated = true;
+  r.shape.layers = 3;
+  r.kind = r.dp_kind = ScheduleKind::baseline;
+  r.schedule.kind = ScheduleKind::baseline;
+  r.options.scope = scope;
+  r.step = StepOptions{micro_batches, rc, model::DpSharding::ddp, 64 * tp};
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("A step's tasks: per micro-batch the layers plus 15 per rank, then one optimizer task", "[step]") {
+  // Per micro-batch and TP rank (tp > 1): embedding lookup + its reduce-scatter (2); head forward:
+  // final norm, all-gather, LM head GEMM, cross-entropy, the loss all-reduce (5); head backward:
+  // cross-entropy backward, dgrad GEMM, its reduce-scatter, wgrad GEMM, final norm backward (5);
+  // embedding backward: all-gather + scatter-add (2). 14 per rank... plus nothing else: the layers'
+  // tasks are those of the stack scope. After the last micro-batch: one Adam task per rank.
+  for (int tp : {2, 4}) {
+    const std::size_t stack = generate_tpsp(request(tp, 1, Scope::stack)).graph.size();
+    for (std::int64_t mbs : {1, 2, 3}) {
+      const Schedule s = generate_tpsp(request(tp, 1, Scope::step, mbs));
+      validate(s.graph);
+      CHECK(s.graph.size() == static_cast<std::size_t>(mbs) * (stack + 14 * tp) + tp);
+      CHECK(s.tokens == 8 * tp * mbs);
+    }
+  }
+}
+
+TEST_CASE("Gradient accumulation: DP syncs only during the last micro-batch", "[step][dp]") {
+  // tp 2 x dp 2, bucketed ddp: every gradient handed to DP belongs to the last micro-batch (names
+  // without "mb" prefix are micro-batch 0, so use two micro-batches and check the bucket deps).
+  TpspRequest r = request(2, 2, Scope::step, 2);
+  r.dp_kind = ScheduleKind::commfuse;
+  const Schedule s = generate_tpsp(r);
+  validate(s.graph);
+  int fused_pieces = 0;
+  for (TaskId id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    if (t.name.find("/dp0") == std::string::npos) continue;
+    ++fused_pieces;
+    // Only micro-batch 1 ("mb1/") carries the fused DP pieces.
+    CHECK(t.name.find("mb1/") != std::string::npos);
+  }
+  // Per rank: 3 layers x 4 weights, one step-0 piece "/dp0" each (the LM head's and the embedding's
+  // pieces are named by their first row); 4 ranks.
+  CHECK(fused_pieces == 3 * 4 * 4);
+}
+
+TEST_CASE("Recomputation counts in HFU, not in MFU", "[step][metrics]") {
+  // Full recompute repeats each layer's forward before its backward, so the hardware FLOPs exceed the
+  // model FLOPs by exactly the layers' forward FLOPs: HFU / MFU = (F + F_fwd) / F, with F the model
+  // FLOPs of the step and F_fwd those of a forward-only stack of the same layers.
+  // The roofline on a shipped cluster: FLOPs follow from the kernels' shapes (the test cost model has
+  // no attention).
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100");
+  const model::RooflineCostModel costs;
+  auto metrics = [&](const TpspRequest& r) {
+    const Schedule s = generate_tpsp(r);
+    sim::Simulator sim(c, costs);
+    return analysis::analyze(s, sim.run(s.graph), c, costs, topo::Dtype::bf16);
+  };
+  TpspRequest fwd = request(2, 1, Scope::stack);
+  fwd.options.backward = false;
+  const double f_fwd = metrics(fwd).model_flops;
+  const auto none = metrics(request(2, 1, Scope::step));
+  const auto full = metrics(request(2, 1, Scope::step, 1, model::Recompute::full));
+  CHECK(full.model_flops == Approx(none.model_flops).epsilon(1e-12));
+  CHECK(full.hardware_flops == Approx(none.model_flops + f_fwd).epsilon(1e-12));
+  CHECK(full.hfu / full.mfu == Approx((none.model_flops + f_fwd) / none.model_flops).epsilon(1e-12));
+  CHECK(none.hfu == none.mfu);
+  // Selective: the attention forward of each layer again, counted in HFU only.
+  const auto sel = metrics(request(2, 1, Scope::step, 1, model::Recompute::selective));
+  CHECK(sel.hardware_flops > sel.model_flops);
+  CHECK(sel.model_flops == Approx(none.model_flops).epsilon(1e-12));
+}
+
+TEST_CASE("A step refuses a vocabulary that does not split over tp", "[step]") {
+  TpspRequest r = request(4, 1, Scope::step);
+  r.step.vocab = 30;
+  CHECK_THROWS_AS(generate_tpsp(r), fusesim::InputError);
+}

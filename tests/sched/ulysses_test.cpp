@@ -1,0 +1,235 @@
+// Ulysses (UP) inside the TPSP generator: rank layout and groups of TP x UP, matched transfers,
+// region labels, the Fuse-A2A order, the weight layout, refusals, exactness of small layers.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "fusesim/model/workload.hpp"
+#include "fusesim/sched/tpsp.hpp"
+#include "fusesim/sched/verify.hpp"
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/error.hpp"
+
+using namespace fusesim;
+using namespace fusesim::sched;
+using model::ScheduleKind;
+
+namespace {
+
+TpspRequest up_request(int tp, int up, int dp, ScheduleKind kind, bool gqa = false) {
+  TpspRequest r;
+  TpspShape& s = r.shape;
+  s.tp = tp;
+  s.up = up;
+  s.dp = dp;
+  s.seq = 4 * tp * up;
+  s.batch = 2;
+  s.hidden = 16;
+  s.heads = 2 * tp * up;
+  s.kv_heads = gqa ? 1 : 2 * tp * up;
+  s.head_dim = 4;
+  s.ffn = 4 * tp;
+  s.gated = gqa;
+  s.causal = gqa;
+  r.kind = kind;
+  r.up_kind = kind;
+  r.schedule.kind = kind;
+  r.schedule.slices = 2;
+  return r;
+}
+
+const Region& region_of(const Schedule& s, const Task& t) {
+  REQUIRE(t.labels.region >= 0);
+  return s.graph.regions()[static_cast<std::size_t>(t.labels.region)];
+}
+
+}  // namespace
+
+TEST_CASE("TP x UP: rank layout and the groups of every collective", "[sched][ulysses]") {
+  // rank = (d up + u) tp + ti. TP collectives run over {(ti', u, d) : ti'} (tp consecutive ranks),
+  // UP all-to-alls over {(ti, u', d) : u'} (stride tp): tp 2, up 2, dp 2 gives TP groups {0,1},
+  // {2,3}, {4,5}, {6,7} and UP groups {0,2}, {1,3}, {4,6}, {5,7}.
+  // Forward only: the DP gradient sync (groups {(ti, u, d') : d'}) belongs to the DP generator.
+  TpspRequest r = up_request(2, 2, 2, ScheduleKind::baseline);
+  r.options.backward = false;
+  const Schedule s = generate_tpsp(r);
+  validate(s.graph);
+  REQUIRE(s.graph.num_ranks() == 8);
+  CHECK(s.gpus == 8);
+  std::set<std::vector<int>> tp_groups, up_groups;
+  for (TaskId id = 0; id < s.graph.size(); ++id) {
+    const auto* c = std::get_if<CollectiveTask>(&s.graph.task(id).kind);
+    if (c == nullptr) continue;
+    std::vector<int> g = c->group;
+    std::sort(g.begin(), g.end());
+    (c->kind == CollectiveKind::all_to_all ? up_groups : tp_groups).insert(g);
+    CHECK(std::find(g.begin(), g.end(), s.graph.task(id).rank) != g.end());
+  }
+  CHECK(tp_groups == std::set<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
+  CHECK(up_groups == std::set<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}});
+}
+
+TEST_CASE("UP: every transfer matched, every UP task in a region of parallelism up", "[sched][ulysses]") {
+  for (auto kind : {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse})
+    for (int up : {2, 4, 8}) {
+      INFO(model::to_string(kind) << " up=" << up);
+      const Schedule s = generate_tpsp(up_request(1, up, 1, kind));
+      validate(s.graph);  // every Send has its Recv (rank, peer, tag, bytes), every collective its members
+      std::map<int, int> a2a_per_rank, sends_per_rank, recvs_per_rank;
+      std::set<std::string> up_regions;
+      for (TaskId id = 0; id < s.graph.size(); ++id) {
+        const Task& t = s.graph.task(id);
+        const auto* c = std::get_if<CollectiveTask>(&t.kind);
+        const bool a2a = c != nullptr && c->kind == CollectiveKind::all_to_all;
+        const bool p2p = std::holds_alternative<SendTask>(t.kind) || std::holds_alternative<RecvTask>(t.kind);
+        if (!a2a && !p2p) continue;  // tp = 1: no TP communication at all
+        CHECK(region_of(s, t).parallelism == "up");
+        up_regions.insert(region_of(s, t).name);
+        if (a2a) ++a2a_per_rank[t.rank];
+        if (std::holds_alternative<SendTask>(t.kind)) ++sends_per_rank[t.rank];
+        if (std::holds_alternative<RecvTask>(t.kind)) ++recvs_per_rank[t.rank];
+      }
+      CHECK(up_regions == std::set<std::string>{"L0/fwd/qkv+a2a", "L0/fwd/attn+a2a", "L0/bwd/out_proj_dgrad+a2a",
+                                                "L0/bwd/attn_bwd+a2a"});
+      for (int r = 0; r < up; ++r) {
+        if (kind == ScheduleKind::baseline) {
+          CHECK(a2a_per_rank[r] == 4);  // one per exchange: before/after attention, forward and backward
+          CHECK(sends_per_rank[r] == 0);
+        } else if (kind == ScheduleKind::slice) {
+          CHECK(a2a_per_rank[r] == 4 * 2);  // k = 2 slices each (4 positions per rank)
+        } else {
+          // Fuse-A2A: up - 1 Sends and Recvs per exchange (tp = 1: one call of the projection).
+          CHECK(a2a_per_rank[r] == 0);
+          CHECK(sends_per_rank[r] == 4 * (up - 1));
+          CHECK(recvs_per_rank[r] == 4 * (up - 1));
+        }
+      }
+    }
+}
+
+TEST_CASE("Fuse-A2A: head groups in ring order, the own one last and never sent", "[sched][ulysses]") {
+  const int up = 4;
+  const Schedule s = generate_tpsp(up_request(1, up, 1, ScheduleKind::commfuse));
+  for (int u = 0; u < up; ++u) {
+    std::vector<std::string> order;
+    std::vector<int> peers;
+    for (TaskId id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      if (t.rank != u || t.labels.phase != "forward") continue;
+      if (std::holds_alternative<ComputeTask>(t.kind) && t.labels.op.rfind("qkv/g", 0) == 0) order.push_back(t.labels.op);
+      if (const auto* send = std::get_if<SendTask>(&t.kind); send && region_of(s, t).name == "L0/fwd/qkv+a2a")
+        peers.push_back(send->peer);
+    }
+    INFO("u=" << u);
+    // Rank u computes the groups of u+1, u+2, u+3 (mod 4), then its own, and sends the first three
+    // to their owners in that order.
+    std::vector<std::string> want;
+    for (int i = 1; i <= up; ++i) want.push_back(fmt::format("qkv/g{}/r0", (u + i) % up));
+    CHECK(order == want);
+    CHECK(peers == std::vector<int>{(u + 1) % up, (u + 2) % up, (u + 3) % up});
+  }
+}
+
+TEST_CASE("UP weight layout: member-major blocks, replicated kv heads repeated", "[sched][ulysses]") {
+  // 8 query heads, 2 kv heads, tp 1, up 4: each UP rank gets 2 query heads and, since 2 kv heads <
+  // 4 ranks, a copy of the kv head its queries use (query heads 0-3 use kv head 0, 4-7 kv head 1).
+  // W = (2 + 2 x 1) x 4 = 16 columns per block; the QKV GEMM has 4 x 16 = 64 columns.
+  TpspShape s;
+  s.tp = 1;
+  s.up = 4;
+  s.heads = 8;
+  s.kv_heads = 2;
+  s.head_dim = 4;
+  CHECK(s.kv_heads_up() == 1);
+  CHECK(s.up_group_cols() == 16);
+  CHECK(s.qkv_local() == 64);
+  s.kv_heads = 8;  // two kv heads per UP rank: W = (2 + 2 x 2) x 4 = 24
+  CHECK(s.kv_heads_up() == 2);
+  CHECK(s.qkv_local() == 96);
+  s.up = 1;  // without UP the usual q | k | v shard: 32 + 2 x 32
+  CHECK(s.qkv_local() == 96);
+}
+
+TEST_CASE("UP refusals name the JSON path", "[sched][ulysses]") {
+  auto path_of = [](const TpspRequest& r) {
+    try {
+      generate_tpsp(r);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  TpspRequest r = up_request(1, 2, 1, ScheduleKind::baseline);
+  r.shape.kv_heads = 3;  // 3 kv heads over up 2: neither split nor replicated evenly
+  r.shape.heads = 6;
+  CHECK_THAT(path_of(r), Catch::Contains("$.parallel.up"));
+  r = up_request(1, 4, 1, ScheduleKind::baseline);
+  r.shape.seq = 6;  // not a multiple of tp x up = 4
+  CHECK_THAT(path_of(r), Catch::Contains("$.training.sequence_length"));
+  r = up_request(2, 2, 1, ScheduleKind::baseline);
+  r.shape.heads = 6;  // 3 heads per TP rank over up 2
+  r.shape.kv_heads = 6;
+  CHECK_THAT(path_of(r), Catch::Contains("$.parallel.up"));
+}
+
+TEST_CASE("UP layers equal the unpartitioned layer (reference executor)", "[sched][ulysses][verify]") {
+  VerifyOptions o;
+  o.tps = {};
+  o.dps = {};  // the DP cases: dp's tests
+  o.ups = {2, 4};
+  o.slices = {1, 2};
+  const VerifyReport report = verify_tpsp(o);
+  // Per u: 3 shapes (up-gqa, up-mha, tp 2 x up) x (baseline, slice k1, slice k2, commfuse).
+  CHECK(report.cases.size() == 2 * 3 * 4);
+  for (const VerifyCase& c : report.cases) {
+    INFO(c.name << ": " << c.result.error);
+    CHECK(c.result.passed);
+    CHECK(c.result.orders_run == 3);
+  }
+  // The fault hook reaches the UP exchanges: with tp 1 there is no TP region to corrupt, yet every
+  // case fails.
+  o.fault = TpspFault{1, 0, 1, 1};
+  const VerifyReport bad = verify_tpsp(o);
+  for (const VerifyCase& c : bad.cases) {
+    INFO(c.name);
+    CHECK_FALSE(c.result.passed);
+  }
+}
+
+TEST_CASE("the shipped Ulysses workload: tp 8 x up 4 on 32 ranks", "[sched][ulysses]") {
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  const model::Workload w = model::load_workload("llama-3-8b-ulysses");
+  GenerateOptions opt;
+  opt.backward = false;
+  const TpspRequest r = tpsp_request(w, "llama-3-8b-ulysses", c, ScheduleKind::commfuse, opt);
+  CHECK(r.shape.tp == 8);
+  CHECK(r.shape.up == 4);
+  CHECK(r.up_kind == ScheduleKind::commfuse);
+  // Llama-3-8B: 32 heads / 32 ranks = 1 query head each; 8 kv heads / tp 8 = 1 per TP rank, copied
+  // to each of the 4 UP ranks: W = (1 + 2) x 128 = 384 columns, the QKV shard 4 x 384 = 1536.
+  CHECK(r.shape.up_group_cols() == 384);
+  CHECK(r.shape.qkv_local() == 1536);
+  const Schedule s = generate_tpsp(r);
+  validate(s.graph);
+  CHECK(s.graph.num_ranks() == 32);
+  CHECK(s.tokens == 131072);
+}
+
+TEST_CASE("TP x UP with different TP and UP schedules is exact", "[sched][ulysses][verify]") {
+  // The UP exchange follows the calls the TP region makes to the projection (one over all rows,
+  // one per TP slice, one per Fuse-AG step): every pairing must still compute the layer.
+  for (auto tp_kind : {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse})
+    for (auto up_kind : {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse}) {
+      TpspRequest r = up_request(2, 2, 1, up_kind, true);
+      r.kind = tp_kind;
+      const Schedule s = generate_tpsp(r);
+      validate(s.graph);
+      const ExecuteResult e = execute(s, ExecuteOptions{});
+      INFO("tp " << model::to_string(tp_kind) << " up " << model::to_string(up_kind) << ": " << e.error);
+      CHECK(e.passed);
+    }
+}
