@@ -29,6 +29,13 @@ void check_rank(const sched::TaskGraph& graph, int rank, const char* what) {
 
 double safe_ratio(double num, double den) { return den > 0.0 ? num / den : 0.0; }
 
+// The rank a task or transfer end counts for: a proxy of a mirrored schedule counts for the rank it
+// stands in for (TaskGraph::load_alias), which is the rank the mirrored transfer really ends on.
+std::size_t owner(const sched::TaskGraph& graph, int rank) {
+  const auto& alias = graph.load_alias();
+  return static_cast<std::size_t>(alias.empty() ? rank : alias[static_cast<std::size_t>(rank)]);
+}
+
 }  // namespace
 
 std::vector<RankIntervals> rank_intervals(const sched::TaskGraph& graph, const sim::SimResult& result) {
@@ -49,8 +56,8 @@ std::vector<RankIntervals> rank_intervals(const sched::TaskGraph& graph, const s
     if (!std::holds_alternative<sched::SendTask>(graph.task(tr.task).kind)) continue;  // a collective step
     check_rank(graph, tr.src_rank, "transfer source");
     check_rank(graph, tr.dst_rank, "transfer destination");
-    comm[static_cast<std::size_t>(tr.src_rank)].push_back({tr.start_ps, tr.end_ps});
-    comm[static_cast<std::size_t>(tr.dst_rank)].push_back({tr.start_ps, tr.end_ps});
+    comm[owner(graph, tr.src_rank)].push_back({tr.start_ps, tr.end_ps});
+    comm[owner(graph, tr.dst_rank)].push_back({tr.start_ps, tr.end_ps});
     covered[tr.task] = true;
     covered[tr.peer_task] = true;
   }
@@ -60,7 +67,7 @@ std::vector<RankIntervals> rank_intervals(const sched::TaskGraph& graph, const s
     check_rank(graph, task.rank, "task");
     const sim::TaskTiming& t = timing_of(result, id, task);
     const Interval span{t.start_ps, t.end_ps};
-    const auto r = static_cast<std::size_t>(task.rank);
+    const std::size_t r = owner(graph, task.rank);
     std::visit(
         [&](const auto& kind) {
           using K = std::decay_t<decltype(kind)>;
@@ -97,7 +104,9 @@ StepMetrics analyze(const AnalysisInput& in) {
                                        in.cluster.num_ranks()));
 
   const std::vector<RankIntervals> sets = rank_intervals(graph, result);
-  const auto ranks = static_cast<std::size_t>(graph.num_ranks());
+  // A mirrored schedule: the simulated ranks' metrics, and their FLOPs as many times as the job runs them.
+  const auto ranks = static_cast<std::size_t>(in.simulated_ranks > 0 ? in.simulated_ranks : graph.num_ranks());
+  const double replicas = in.replicas > 1 ? static_cast<double>(in.replicas) : 1.0;
 
   TimePs max_end = 0;
   for (const sim::TaskTiming& t : result.tasks) max_end = std::max(max_end, t.end_ps);
@@ -120,7 +129,8 @@ StepMetrics analyze(const AnalysisInput& in) {
   for (sched::TaskId id = 0; id < graph.size(); ++id) {
     const sched::Task& task = graph.task(id);
     const sim::TaskTiming& t = result.tasks[id];
-    const auto r = static_cast<std::size_t>(task.rank);
+    const std::size_t r = owner(graph, task.rank);
+    if (r >= ranks) throw std::logic_error(fmt::format("analysis: task '{}' counts for rank {} of {}", task.name, r, ranks));
     last_end[r] = std::max(last_end[r], t.end_ps);
     const bool is_compute = std::holds_alternative<sched::ComputeTask>(task.kind);
 
@@ -195,6 +205,8 @@ StepMetrics analyze(const AnalysisInput& in) {
                                          topo::to_string(in.dtype)));
     m.peak_flops_per_s += it->second.value;
   }
+  m.model_flops *= replicas;
+  m.hardware_flops *= replicas;
   const double seconds = ps_to_seconds(T);
   m.mfu = safe_ratio(m.model_flops, seconds * m.peak_flops_per_s);
   m.hfu = safe_ratio(m.hardware_flops, seconds * m.peak_flops_per_s);
@@ -206,7 +218,8 @@ StepMetrics analyze(const AnalysisInput& in) {
 StepMetrics analyze(const sched::Schedule& schedule, const sim::SimResult& result, const topo::Cluster& cluster,
                     const model::KernelCostModel& costs, topo::Dtype dtype) {
   AnalysisInput in{schedule.graph, result, cluster, costs, dtype, schedule.tokens, schedule.gpus,
-                   model::to_string(schedule.kind), schedule.parallelism, sched::to_string(schedule.scope)};
+                   model::to_string(schedule.kind), schedule.parallelism, sched::to_string(schedule.scope),
+                   schedule.simulated_ranks, schedule.replicas};
   return analyze(in);
 }
 

@@ -200,6 +200,8 @@ SimulateReport simulate(const SimulateRequest& request) {
       options.scope = scope;
       options.forward = true;
       options.backward = w.backward;
+      options.dp_as_p2p = request.dp_as_p2p;
+      options.mirror_dp = request.mirror_dp;
       const sched::Schedule schedule = sched::generate(w, wl, cluster, kind, options);
       std::optional<analysis::ChromeTraceRecorder> recorder;
       if (request.record_traces) recorder.emplace(cluster, &costs, schedule.graph.regions());

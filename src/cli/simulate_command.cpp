@@ -67,6 +67,11 @@ class SimulateCommand final : public Command {
     sub.add_option("--output", output_, "write the report to this file instead of standard output")
         ->type_name("FILE");
     sub.add_flag("--regions", regions_, "table format: also print the per-region head/tail table of each run");
+    sub.add_option("--symmetry", symmetry_,
+                   "none, p2p (DP sync as ring P2P steps on every rank) or mirror (the same, simulating DP replica "
+                   "0 only: docs/schedules.md, Symmetry)")
+        ->type_name("MODE")
+        ->capture_default_str();
   }
 
   int run(Io& io) override {
@@ -86,6 +91,12 @@ class SimulateCommand final : public Command {
     if (!parallelism_.empty()) request.parallelisms = parse_parallelisms(parallelism_);
     request.profile = profile_;
     request.force_memory = force_memory_;
+    if (symmetry_ == "p2p" || symmetry_ == "mirror") {
+      request.dp_as_p2p = true;
+      request.mirror_dp = symmetry_ == "mirror";
+    } else if (symmetry_ != "none") {
+      throw InputError(kCommandLine, "--symmetry", fmt::format("'{}' is not none, p2p or mirror", symmetry_));
+    }
     request.record_traces = !trace_.empty();
     const OutputFormat format = parse_format(format_);
 
@@ -133,6 +144,7 @@ class SimulateCommand final : public Command {
   std::string slices_;
   bool forward_only_ = false;
   std::string parallelism_;
+  std::string symmetry_ = "none";
   bool force_memory_ = false;
   std::string trace_;
   std::string format_ = "table";

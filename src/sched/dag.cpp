@@ -43,6 +43,15 @@ int TaskGraph::add_region(Region region) {
   return static_cast<int>(regions_.size()) - 1;
 }
 
+void TaskGraph::set_load_alias(std::vector<int> alias) {
+  if (!alias.empty() && alias.size() != static_cast<std::size_t>(num_ranks_))
+    throw GraphError(fmt::format("load alias table has {} entries for {} ranks", alias.size(), num_ranks_));
+  for (std::size_t r = 0; r < alias.size(); ++r)
+    if (alias[r] < 0 || alias[r] >= num_ranks_)
+      throw GraphError(fmt::format("load alias of rank {} is rank {}, outside [0, {})", r, alias[r], num_ranks_));
+  load_alias_ = std::move(alias);
+}
+
 std::vector<TaskId> TaskGraph::successors(TaskId id) const {
   std::vector<TaskId> out;
   for (auto [it, end] = boost::adjacent_vertices(id, graph_); it != end; ++it) out.push_back(static_cast<TaskId>(*it));

@@ -14,6 +14,8 @@ namespace {
 // (TPSP instances and tags start at 0) never collide with them.
 constexpr std::int64_t kDpInstance0 = std::int64_t{1} << 44;
 constexpr std::int64_t kDpTag0 = std::int64_t{1} << 50;
+// Collectives as ring P2P (as_p2p) draw their tags above the CommFuse ones.
+constexpr std::int64_t kDpCollectiveTag0 = kDpTag0 + (std::int64_t{1} << 48);
 
 int mod(int a, int m) { return ((a % m) + m) % m; }
 
@@ -44,6 +46,53 @@ DpSync::DpSync(TaskGraph& graph, DataflowProgram* program, DpConfig config)
     : g_(graph), prog_(program), cfg_(std::move(config)) {
   if (cfg_.dp < 1 || cfg_.members < 1) throw std::logic_error("DpSync: dp and members must be >= 1");
   if (cfg_.schedule.dp_bucket_bytes < 1) throw std::logic_error("DpSync: the bucket size must be positive");
+  if (cfg_.mirror) cfg_.as_p2p = true;
+  if (cfg_.as_p2p) prog_ = nullptr;  // the P2P form of the sync carries timing only
+}
+
+TaskId DpSync::ring_recv(int rank, const std::string& name, StreamRef stream, Bytes bytes_, Bytes proxy_bytes,
+                         std::int64_t tag_base, const TaskLabels& labels, std::int32_t data_op,
+                         const std::vector<TaskId>& deps) {
+  const int t = cfg_.dp, r = replica(rank);
+  if (!cfg_.mirror)
+    return add(rank, name, stream, RecvTask{peer(rank, mod(r - 1, t)), bytes_, tag_base + mod(r - 1, t)}, labels,
+               data_op, deps);
+  // By symmetry the successor receives the rank's Send exactly when the rank receives its
+  // predecessor's: the proxy's deps are the rank's own tasks, which its mirror images would wait for.
+  Task task;
+  task.name = fmt::format("r{}/{}", rank, name);
+  task.rank = peer(rank, mod(r + 1, t));
+  task.stream = stream;
+  task.kind = RecvTask{rank, proxy_bytes, tag_base + r};
+  task.labels = labels;
+  const TaskId id = g_.add(std::move(task));
+  for (TaskId d : deps) g_.depend(d, id);
+  return id;
+}
+
+TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const std::string& name, StreamRef stream,
+                              const TaskLabels& labels, const std::vector<TaskId>& deps) {
+  const int t = cfg_.dp, r = replica(rank);
+  if (kind == CollectiveKind::all_to_all) throw std::logic_error("DpSync: no all-to-all in DP");
+  const int steps = kind == CollectiveKind::all_reduce ? 2 * (t - 1) : t - 1;
+  const Bytes chunk = total / t;
+  const std::int64_t k = ranks_[rank].collectives++;
+  const std::int64_t tag0 = kDpCollectiveTag0 + k * 2 * static_cast<std::int64_t>(t) * t;
+  const int next = peer(rank, mod(r + 1, t));
+  const int sms = cfg_.schedule.comm_sms.value_or(-1);
+  // Ring step s sends what step s-1 received (reduced, or as gathered); every receive is posted when
+  // the collective would start, as NCCL's kernel posts its buffers.
+  TaskId prev_recv = kNoTask;
+  for (int s = 0; s < steps; ++s) {
+    TaskLabels l = labels;
+    l.step = s;
+    const std::int64_t base = tag0 + static_cast<std::int64_t>(s) * t;
+    add(rank, fmt::format("{}/send{}", name, s), stream,
+        SendTask{next, chunk, base + r, cfg_.schedule.collective_engine, sms}, l, -1,
+        s == 0 ? deps : std::vector<TaskId>{prev_recv});
+    prev_recv = ring_recv(rank, fmt::format("{}/recv{}", name, s), stream, chunk, chunk, base, l, -1, deps);
+  }
+  return prev_recv;
 }
 
 std::vector<int> DpSync::group(int rank) const {
@@ -125,8 +174,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     sum_buf = alloc(rank, g.name + "/dp_sum", g.rows, g.cols);
     gr.synced = alloc(rank, g.name + "/dp_synced", g.rows, g.cols);
   }
-  const int next = peer(rank, mod(r + 1, t)), prev = peer(rank, mod(r - 1, t));
-  const int prev_index = mod(r - 1, t);
+  const int next = peer(rank, mod(r + 1, t));
   auto labels = [&](const std::string& op_name, int chunk, int step) {
     TaskLabels l;
     l.region = reg;
@@ -150,10 +198,12 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     last_compute = value;
     BufferId value_buf = g.buffer;
     if (i > 0) {
+      // The Send this step's receive stands in for in mirror mode: the rank's own of step i - 1.
+      const RowPart sent = row_part(g.rows, t, mod(r - i, t));
       const TaskId recv =
-          add(rank, fmt::format("{}/dp_recv/c{}", g.name, c), p2p_stream(),
-              RecvTask{prev, bytes(pc.rows * g.cols), tag0 + static_cast<std::int64_t>(i - 1) * t + prev_index},
-              labels("dp_recv", c, i), data ? op(RecvOp{Ref{recv_buf, part_rect(pc, g.cols)}}) : -1, {});
+          ring_recv(rank, fmt::format("{}/dp_recv/c{}", g.name, c), p2p_stream(), bytes(pc.rows * g.cols),
+                    bytes(sent.rows * g.cols), tag0 + static_cast<std::int64_t>(i - 1) * t, labels("dp_recv", c, i),
+                    data ? op(RecvOp{Ref{recv_buf, part_rect(pc, g.cols)}}) : -1, {});
       const bool last = i == t - 1;
       const BufferId dst = last ? gr.synced : sum_buf;
       const std::int64_t n = pc.rows * g.cols;
@@ -187,9 +237,9 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
           SendTask{next, bytes(ps.rows * g.cols), ag_tag0 + static_cast<std::int64_t>(i) * t + r,
                    cfg_.schedule.p2p_engine, sms},
           labels("dp_ag_send", cs, i), data ? op(SendOp{Ref{gr.synced, part_rect(ps, g.cols)}}) : -1, {have});
-      have = add(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, cr), p2p_stream(),
-                 RecvTask{prev, bytes(pr.rows * g.cols), ag_tag0 + static_cast<std::int64_t>(i) * t + prev_index},
-                 labels("dp_ag_recv", cr, i), data ? op(RecvOp{Ref{gr.synced, part_rect(pr, g.cols)}}) : -1, {});
+      have = ring_recv(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, cr), p2p_stream(), bytes(pr.rows * g.cols),
+                       bytes(ps.rows * g.cols), ag_tag0 + static_cast<std::int64_t>(i) * t, labels("dp_ag_recv", cr, i),
+                       data ? op(RecvOp{Ref{gr.synced, part_rect(pr, g.cols)}}) : -1, {});
     }
     end = have;
   }
@@ -208,6 +258,15 @@ TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>&
   for (int j : idx) {
     total += bytes(st.grads[static_cast<std::size_t>(j)].g.elements());
     data = data && st.grads[static_cast<std::size_t>(j)].g.buffer >= 0;
+  }
+  if (cfg_.as_p2p) {
+    TaskLabels l;
+    l.region = region(region_name);
+    l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
+    l.phase = params ? "optimizer" : "backward";
+    l.op = "dp_" + to_string(kind);
+    return p2p_collective(rank, kind, total, fmt::format("{}/{}", region_name, to_string(kind)),
+                          StreamRef{StreamKind::comm, 1}, l, deps);
   }
   const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
   std::int32_t data_op = -1;
@@ -320,12 +379,15 @@ std::vector<TaskId> DpSync::gather_updated(int rank, const std::vector<TaskId>& 
 TaskId DpSync::gather_layer(int rank, const std::string& name, int layer, std::int64_t elements,
                             const std::vector<TaskId>& deps) {
   RankState& st = ranks_[rank];
-  const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
   TaskLabels l;
   l.region = region(name + "/dp_param_ag");
   l.layer = layer;
   l.phase = name.find("/bwd") != std::string::npos ? "backward" : "forward";
   l.op = "dp_param_all_gather";
+  if (cfg_.as_p2p)
+    return p2p_collective(rank, CollectiveKind::all_gather, bytes(elements), name + "/dp_param_ag",
+                          StreamRef{StreamKind::comm, 2}, l, deps);
+  const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
   return add(rank, name + "/dp_param_ag", StreamRef{StreamKind::comm, 2},
              CollectiveTask{CollectiveKind::all_gather, group(rank), bytes(elements), instance,
                             cfg_.schedule.collective_engine, cfg_.schedule.comm_sms.value_or(-1)},

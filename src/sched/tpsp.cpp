@@ -1091,6 +1091,8 @@ void Builder::generate() {
     cfg.kind = req_.dp_kind;
     cfg.schedule = req_.schedule;
     cfg.dtype = sh_.dtype;
+    cfg.as_p2p = req_.options.dp_as_p2p || req_.options.mirror_dp;
+    cfg.mirror = req_.options.mirror_dp;
     dp_ = std::make_unique<DpSync>(g_, &prog_, cfg);
   }
   if (req_.options.forward) {
@@ -1109,7 +1111,9 @@ void Builder::generate() {
     }
     if (train) prog_.inputs.push_back(TensorDecl{"dy", sh_.rows(), h});  // dL/d(last layer's output)
   }
-  for (int d = 0; d < sh_.dp; ++d) {
+  // Mirror mode: replica 0 alone; the others are its images (docs/schedules.md, "Symmetry").
+  const int replicas = req_.options.mirror_dp ? 1 : sh_.dp;  // (the single-GEMM pieces above: every replica)
+  for (int d = 0; d < replicas; ++d) {
     set_replica(d);
     // Every UP index of the replica draws the same tags and collective instances, so that the
     // Ulysses transfers of one pass match those of the others (TP transfers and collectives of
@@ -1201,7 +1205,19 @@ Schedule generate_tpsp(const TpspRequest& request) {
   s.gpus = request.shape.tp * request.shape.up * request.shape.dp;
   auto program = std::make_shared<DataflowProgram>();
   Builder(request, s, *program).generate();
-  s.dataflow = std::move(program);
+  // The P2P form of the DP sync carries no data: without it the program would not compute a step.
+  const bool dp_p2p = request.shape.dp > 1 && (request.options.dp_as_p2p || request.options.mirror_dp);
+  if (!dp_p2p) s.dataflow = std::move(program);
+  if (request.options.mirror_dp && request.shape.dp > 1 && request.piece == TpspPiece::layers) {
+    // Replica 0's ranks do the work; a transfer end on a proxy rank loads the replica-0 rank in the
+    // same (tp, up) position, as the mirrored transfer into that rank would.
+    const int members = request.shape.tp * request.shape.up;
+    s.simulated_ranks = members;
+    s.replicas = request.shape.dp;
+    std::vector<int> alias(static_cast<std::size_t>(s.graph.num_ranks()));
+    for (std::size_t r = 0; r < alias.size(); ++r) alias[r] = static_cast<int>(r) % members;
+    s.graph.set_load_alias(std::move(alias));
+  }
   return s;
 }
 

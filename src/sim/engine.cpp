@@ -290,8 +290,11 @@ class Run final : public sched::TaskVisitor {
   void on_flow_end(FlowId f);
   void settle();
   void rerate(int rank);
+  // The rank whose device a transfer end on `rank` loads (TaskGraph::load_alias).
+  int load_rank(int rank) const { return load_alias_.empty() ? rank : load_alias_[static_cast<std::size_t>(rank)]; }
   void hold_sms(int rank, int sms) {
     if (sms == 0) return;
+    rank = load_rank(rank);
     ranks_[rank].sms_held += sms;
     mark_compute(rank);
   }
@@ -343,6 +346,7 @@ class Run final : public sched::TaskVisitor {
   std::vector<std::uint32_t> free_compute_;
   std::vector<CollectiveRun> collectives_;
   std::vector<RankState> ranks_;
+  std::vector<int> load_alias_;  // TaskGraph::load_alias(), checked in prepare_ranks()
   std::vector<FlowOwner> owners_;        // by FlowId
   // What settle() needs of each flow whose rate changed, apart from the larger FlowOwner: by FlowId.
   struct FlowHot {
@@ -374,6 +378,7 @@ void Run::prepare_ranks() {
   // A graph of no ranks is refused by the analysis that follows.
   ranks_.resize(static_cast<std::size_t>(std::max(0, graph_.num_ranks())));
   last_peer_.assign(ranks_.size(), -1);
+  load_alias_ = graph_.load_alias();
   for (int r = 0; r < graph_.num_ranks(); ++r) {
     RankState& rs = ranks_[r];
     rs.device = &cluster_.device(r);
@@ -609,10 +614,10 @@ SimResult Run::execute(RunProfile& profile) {
         const FlowId f = e.target;
         network_.start_transfer(f, now_);
         const FlowOwner& o = owners_[f];
-        ranks_[o.src_rank].flows.push_back(f);
-        ranks_[o.dst_rank].flows.push_back(f);
-        flow_hot_[f].src_rank = o.src_rank;  // a flow's rate changes only once it transfers
-        flow_hot_[f].dst_rank = o.dst_rank;
+        ranks_[load_rank(o.src_rank)].flows.push_back(f);
+        ranks_[load_rank(o.dst_rank)].flows.push_back(f);
+        flow_hot_[f].src_rank = load_rank(o.src_rank);  // a flow's rate changes only once it transfers
+        flow_hot_[f].dst_rank = load_rank(o.dst_rank);
         break;  // its rate, and the HBM load it adds, come from the next settle()
       }
       case kFlowEnd: {
@@ -842,7 +847,7 @@ void Run::on_flow_end(FlowId f) {
   rec.engine = engine;
   rec.start_ps = owner.start_ps;
   rec.end_ps = now_;
-  for (int r : {src_rank, dst_rank}) {
+  for (int r : {load_rank(src_rank), load_rank(dst_rank)}) {
     auto& flows = ranks_[r].flows;
     flows.erase(std::find(flows.begin(), flows.end(), f));
     mark_hbm(r);

@@ -34,7 +34,7 @@ std::vector<std::string> lines_of(const std::string& s) {
 TEST_CASE("plot writes data and scripts of every figure; images when gnuplot is present", "[cli][plot]") {
   ScratchDir dir;
   // 3 sequences x 2 TP degrees x 3 schedules (the memory check is not the point here).
-  REQUIRE(run_fusesim({"sweep", "--workload", "llama-3-8b", "--seq", "2k:8k:x2", "--tp", "2,4", "--output", "r.json",
+  REQUIRE(run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "2k:8k:x2", "--tp", "2,4", "--output", "r.json",
                        "--quiet", "--force-memory"},
                       dir)
               .exit_code == 0);
@@ -111,7 +111,7 @@ TEST_CASE("plot without gnuplot writes data and scripts and says so", "[cli][plo
 
 TEST_CASE("sweep --plot draws beside the sweep, and a bad folder is exit 2", "[cli][plot]") {
   ScratchDir dir;
-  const auto r = run_fusesim({"sweep", "--workload", "llama-3-8b", "--seq", "4096", "--tp", "2,4,8", "--output",
+  const auto r = run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "4096", "--tp", "2,4,8", "--output",
                               "r.csv", "--plot", "figs", "--quiet"},
                              dir);
   INFO(r.err);
@@ -125,7 +125,7 @@ TEST_CASE("sweep --plot draws beside the sweep, and a bad folder is exit 2", "[c
   {
     std::ofstream(dir.file("afile")) << "x";
   }
-  REQUIRE(run_fusesim({"sweep", "--workload", "llama-3-8b", "--tp", "2,4", "--output", "r.json", "--quiet"}, dir)
+  REQUIRE(run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--tp", "2,4", "--output", "r.json", "--quiet"}, dir)
               .exit_code == 0);
   const auto bad = run_fusesim({"plot", "r.json", "--out-dir", "afile"}, dir);
   CHECK(bad.exit_code == 2);

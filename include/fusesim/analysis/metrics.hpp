@@ -77,6 +77,8 @@ struct AnalysisInput {
   std::string schedule;
   std::string parallelism;
   std::string scope;
+  int simulated_ranks = 0;  // Schedule::simulated_ranks: metrics of ranks 0..n-1 only (0: all)
+  int replicas = 1;         // Schedule::replicas: the FLOPs count this many times
 };
 
 // Throws std::logic_error when the result does not belong to the graph (sizes differ, a task never

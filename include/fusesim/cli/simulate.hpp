@@ -40,6 +40,10 @@ struct SimulateRequest {
   std::string profile;
   // Run a configuration whose memory per rank exceeds the device memory (refused otherwise).
   bool force_memory = false;
+  // --symmetry: p2p (DP sync as ring P2P steps, every rank) or mirror (the same, replica 0 only:
+  // docs/schedules.md, "Symmetry"); both false: none.
+  bool dp_as_p2p = false;
+  bool mirror_dp = false;
 };
 
 struct SimulateRun {

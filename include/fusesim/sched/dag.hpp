@@ -124,10 +124,17 @@ class TaskGraph {
   std::vector<TaskId> successors(TaskId id) const;
   std::vector<TaskId> predecessors(TaskId id) const;
 
+  // Symmetric (mirrored) graphs, docs/schedules.md "Symmetry": a transfer end on rank r loads the
+  // HBM and SMs of rank alias[r] in the simulator (a proxy rank standing in for the mirrored rank
+  // whose device the real transfer loads). Empty (the default): every rank loads itself.
+  void set_load_alias(std::vector<int> alias);
+  const std::vector<int>& load_alias() const { return load_alias_; }
+
  private:
   int num_ranks_;
   Graph graph_;
   std::vector<Region> regions_;
+  std::vector<int> load_alias_;
 };
 
 // True for the tasks that occupy their (rank, stream) while they run: every kind but Recv.

@@ -47,6 +47,11 @@ struct DpConfig {
   model::ScheduleOptions schedule;  // dp_bucket_bytes, engines, comm_sms
   topo::Dtype dtype = topo::Dtype::bf16;  // of gradients and parameters
   DpFault fault;
+  // GenerateOptions::dp_as_p2p / mirror_dp (docs/schedules.md, "Symmetry"): collectives as ring P2P
+  // steps; with `mirror` only replica 0's ranks call in, and the receive of each ring step is a
+  // proxy Recv on the next replica's rank (named as replica 0's own receive, which it stands in for).
+  bool as_p2p = false;
+  bool mirror = false;
 };
 
 // One weight gradient of one rank. `buffer`: the local gradient [rows, cols] in the dataflow program
@@ -137,6 +142,15 @@ class DpSync {
   TaskId collective(int rank, CollectiveKind kind, const std::vector<int>& grads, const std::string& region_name,
                     const std::vector<TaskId>& deps, bool params);
   StreamRef p2p_stream() const;
+  // The receive of one DP ring step on `rank` (from its ring predecessor, the Send tagged
+  // `tag_base` + the sender's replica). Mirror mode: a proxy on the ring successor receiving the
+  // rank's own Send (`proxy_bytes`), with the same name and deps. Returns the task consumers wait for.
+  TaskId ring_recv(int rank, const std::string& name, StreamRef stream, Bytes bytes, Bytes proxy_bytes,
+                   std::int64_t tag_base, const TaskLabels& labels, std::int32_t data_op,
+                   const std::vector<TaskId>& deps);
+  // A collective as ring P2P steps (as_p2p): returns the last receive.
+  TaskId p2p_collective(int rank, CollectiveKind kind, Bytes total, const std::string& name, StreamRef stream,
+                        const TaskLabels& labels, const std::vector<TaskId>& deps);
 
   TaskGraph& g_;
   DataflowProgram* prog_;

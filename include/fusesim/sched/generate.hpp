@@ -25,6 +25,13 @@ struct GenerateOptions {
   // Which parallelism's schedule `kind` is ("tpsp", "up", "dp"): the others run the workload's
   // schedule.kind. Empty: `kind` applies to every parallelism.
   std::string parallelism;
+  // DP synchronisation as explicit ring P2P steps (docs/schedules.md, "Symmetry"): baseline and
+  // bucketed collectives become t-1 (reduce-scatter, all-gather) or 2(t-1) (all-reduce) send/recv
+  // steps on the stream the collective would use. Timing only (no dataflow for the DP sync).
+  bool dp_as_p2p = false;
+  // Symmetric mode (implies dp_as_p2p): only DP replica 0's ranks are generated; each DP ring step's
+  // receive on the next replica is a proxy Recv that stands in for replica 0's own receive.
+  bool mirror_dp = false;
 };
 
 struct Schedule {
@@ -34,6 +41,11 @@ struct Schedule {
   Scope scope = Scope::layer;
   std::int64_t tokens = 0;           // tokens processed by the simulated interval (all DP replicas)
   int gpus = 0;                      // ranks the schedule occupies
+  // Ranks 0..simulated_ranks-1 carry the work (metrics look at those only); the others hold proxies
+  // of a mirrored schedule. 0: every rank. `replicas`: identical copies of the simulated ranks that
+  // the job runs (FLOPs of the simulated ranks times replicas are the job's).
+  int simulated_ranks = 0;
+  int replicas = 1;
   // What the tasks compute (Task::data_op indexes its ops), for the reference executor behind
   // `fusesim verify`; null when the generator provides none.
   std::shared_ptr<const DataflowProgram> dataflow;

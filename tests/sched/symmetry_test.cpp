@@ -1,0 +1,170 @@
+// Symmetric (mirrored) simulation of identical DP replicas (docs/schedules.md, "Symmetry"): replica
+// 0 alone, with proxy receives standing in for its incoming DP transfers, must give exactly the
+// timeline that simulating every rank gives, when both graphs use the same ring P2P form of the DP
+// sync (GenerateOptions::dp_as_p2p). Exactness reference: the full-rank simulation, compared task by
+// task to the picosecond.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "fusesim/analysis/metrics.hpp"
+#include "fusesim/model/kernel.hpp"
+#include "fusesim/model/workload.hpp"
+#include "fusesim/sched/generate.hpp"
+#include "fusesim/sim/engine.hpp"
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/error.hpp"
+
+using namespace fusesim;
+using namespace fusesim::sched;
+
+namespace {
+
+// Llama-3-70B's layer shapes, 2 layers, sequence 1024, TP 8 x DP 4 on the four DGX H100 nodes (one
+// replica per node, DP rings over the rails). Every gradient's rows split evenly into 4 ring parts
+// (8192, 1024, 7168, 3584 / 4 and 128256 / 8 / 4), so every replica moves the same bytes per step.
+model::Workload small_llama(model::DpSharding sharding, std::int64_t micro_batches) {
+  model::Workload w = model::load_workload("llama-3-70b-4node");
+  w.arch.layers = 2;
+  w.sequence_length = 1024;
+  w.grad_accumulation = micro_batches;
+  w.parallel.dp_sharding = sharding;
+  return w;
+}
+
+struct Outcome {
+  Schedule schedule;
+  sim::SimResult result;
+  analysis::StepMetrics metrics;
+};
+
+Outcome simulate(const model::Workload& w, const topo::Cluster& c, model::ScheduleKind kind, bool mirror) {
+  GenerateOptions o;
+  o.scope = Scope::step;
+  o.parallelism = "dp";
+  o.dp_as_p2p = true;
+  o.mirror_dp = mirror;
+  Outcome out{generate(w, "small-llama", c, kind, o), {}, {}};
+  const model::RooflineCostModel costs;
+  sim::Simulator sim(c, costs);
+  out.result = sim.run(out.schedule.graph);
+  out.metrics = analysis::analyze(out.schedule, out.result, c, costs, w.dtype);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Mirrored DP replicas reproduce the full-rank simulation exactly", "[symmetry][dp]") {
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  constexpr int kMembers = 8;  // tp 8 x up 1: replica 0 is ranks 0..7
+  for (auto sharding : {model::DpSharding::ddp, model::DpSharding::zero1, model::DpSharding::zero3})
+    for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::slice, model::ScheduleKind::commfuse}) {
+      const std::int64_t mbs = sharding == model::DpSharding::zero1 ? 2 : 1;  // accumulation once too
+      const model::Workload w = small_llama(sharding, mbs);
+      INFO(fmt::format("{} {}", model::to_string(sharding), model::to_string(kind)));
+      const Outcome full = simulate(w, c, kind, false);
+      const Outcome mirror = simulate(w, c, kind, true);
+      // Replica 0 only: its own tasks plus one proxy per DP ring receive, fewer than a third of the
+      // full graph's 4 replicas.
+      CHECK(mirror.schedule.graph.size() * 3 < full.schedule.graph.size());
+      CHECK(mirror.schedule.simulated_ranks == kMembers);
+      CHECK(full.schedule.simulated_ranks == 0);
+
+      std::map<std::string, TaskId> by_name;
+      for (TaskId id = 0; id < full.schedule.graph.size(); ++id) {
+        const Task& t = full.schedule.graph.task(id);
+        if (t.rank < kMembers) REQUIRE(by_name.emplace(t.name, id).second);
+      }
+      std::size_t compared = 0, proxies = 0;
+      for (TaskId id = 0; id < mirror.schedule.graph.size(); ++id) {
+        const Task& t = mirror.schedule.graph.task(id);
+        // A proxy lives on replica 1 and carries the name of replica 0's receive it stands in for.
+        if (t.rank >= kMembers) {
+          REQUIRE(std::holds_alternative<RecvTask>(t.kind));
+          ++proxies;
+        }
+        const auto it = by_name.find(t.name);
+        REQUIRE(it != by_name.end());
+        const sim::TaskTiming& a = mirror.result.tasks[id];
+        const sim::TaskTiming& b = full.result.tasks[it->second];
+        INFO(t.name);
+        REQUIRE(a.ready_ps == b.ready_ps);
+        REQUIRE(a.start_ps == b.start_ps);
+        REQUIRE(a.end_ps == b.end_ps);
+        ++compared;
+      }
+      // Every replica-0 task of the full graph has its counterpart (own task or proxy).
+      CHECK(compared == by_name.size());
+      CHECK(proxies > 0);
+      CHECK(mirror.result.makespan_ps == full.result.makespan_ps);
+      // Metrics: the same per-rank picture, and the whole job's tokens, GPUs and FLOPs.
+      CHECK(mirror.metrics.step_time_ps == full.metrics.step_time_ps);
+      CHECK(mirror.metrics.gpus == full.metrics.gpus);
+      CHECK(mirror.metrics.tokens == full.metrics.tokens);
+      CHECK(mirror.metrics.model_flops == Approx(full.metrics.model_flops).epsilon(1e-12));
+      CHECK(mirror.metrics.mfu == Approx(full.metrics.mfu).epsilon(1e-12));
+      REQUIRE(mirror.metrics.ranks.size() == kMembers);
+      for (int r = 0; r < kMembers; ++r) {
+        CHECK(mirror.metrics.ranks[r].compute_ps == full.metrics.ranks[r].compute_ps);
+        CHECK(mirror.metrics.ranks[r].comm_ps == full.metrics.ranks[r].comm_ps);
+        CHECK(mirror.metrics.ranks[r].exposed_comm_ps == full.metrics.ranks[r].exposed_comm_ps);
+      }
+      CHECK(mirror.metrics.critical_rank == full.metrics.critical_rank);
+    }
+}
+
+TEST_CASE("The P2P form of the DP sync needs its load alias to match", "[symmetry][dp]") {
+  // Without the alias the receive ends of replica 0's incoming transfers would load replica 1's
+  // devices, leaving replica 0's HBM and SMs less busy than in the full simulation: the alias table
+  // must map every rank to the replica-0 rank in its (tp, up) position.
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  const model::Workload w = small_llama(model::DpSharding::ddp, 1);
+  GenerateOptions o;
+  o.scope = Scope::step;
+  o.parallelism = "dp";
+  o.mirror_dp = true;
+  const Schedule s = generate(w, "small-llama", c, model::ScheduleKind::commfuse, o);
+  REQUIRE(s.graph.load_alias().size() == 32);
+  for (int r = 0; r < 32; ++r) CHECK(s.graph.load_alias()[static_cast<std::size_t>(r)] == r % 8);
+  CHECK(s.replicas == 4);
+  CHECK(s.gpus == 32);
+  CHECK(s.dataflow == nullptr);  // the P2P sync carries timing only
+  // The alias matters: without it the receive ends of replica 0's incoming transfers hold SMs (SM
+  // kernel P2P here) on replica 1's idle devices instead of on replica 0's, whose kernels then run
+  // at other rates: the timelines differ, and only the aliased one is the full-rank simulation's.
+  model::Workload sm = w;
+  sm.schedule.p2p_engine = model::CommEngine::sm_kernel;
+  const Schedule s_sm = generate(sm, "small-llama", c, model::ScheduleKind::commfuse, o);
+  const model::RooflineCostModel costs;
+  sim::Simulator sim(c, costs);
+  const sim::SimResult aliased = sim.run(s_sm.graph);
+  TaskGraph unaliased_graph = s_sm.graph;
+  unaliased_graph.set_load_alias({});
+  const sim::SimResult unaliased = sim.run(unaliased_graph);
+  std::size_t differ = 0;
+  for (TaskId id = 0; id < s_sm.graph.size(); ++id)
+    if (aliased.tasks[id].end_ps != unaliased.tasks[id].end_ps) ++differ;
+  CHECK(differ > 0);
+  GenerateOptions full = o;
+  full.mirror_dp = false;
+  full.dp_as_p2p = true;
+  const Schedule s_full = generate(sm, "small-llama", c, model::ScheduleKind::commfuse, full);
+  const sim::SimResult reference = sim.run(s_full.graph);
+  CHECK(aliased.makespan_ps == reference.makespan_ps);
+  std::map<std::string, TimePs> end_by_name;
+  for (TaskId id = 0; id < s_full.graph.size(); ++id) end_by_name[s_full.graph.task(id).name] = reference.tasks[id].end_ps;
+  std::size_t aliased_equal = 0, unaliased_equal = 0;
+  for (TaskId id = 0; id < s_sm.graph.size(); ++id) {
+    const TimePs ref = end_by_name.at(s_sm.graph.task(id).name);
+    aliased_equal += aliased.tasks[id].end_ps == ref ? 1 : 0;
+    unaliased_equal += unaliased.tasks[id].end_ps == ref ? 1 : 0;
+  }
+  CHECK(aliased_equal == s_sm.graph.size());
+  CHECK(unaliased_equal < s_sm.graph.size());
+  TaskGraph g(4);
+  CHECK_THROWS_AS(g.set_load_alias({0, 1, 2}), fusesim::GraphError);
+  CHECK_THROWS_AS(g.set_load_alias({0, 1, 2, 4}), fusesim::GraphError);
+}
