@@ -248,7 +248,7 @@ std::string report_table(const SimulateReport& report, bool regions) {
   std::vector<analysis::StepMetrics> rows;
   for (const SimulateRun& run : report.runs) rows.push_back(run.metrics);
   out += analysis::format_table(rows);
-  out += "\n" + model::format_memory_line(report.memory);
+  out += "\n" + model::format_memory_line(report.memory) + "\n";
   if (regions) {
     for (const SimulateRun& run : report.runs) {
       out += fmt::format("\nregions of {} ({}), critical rank {}:\n", run.metrics.schedule, run.metrics.scope,
