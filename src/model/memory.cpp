@@ -119,7 +119,9 @@ std::string with_commas(std::int64_t v) {
 }
 
 std::int64_t sharded_over_dp(std::int64_t params, const Parallelism& p, DpSharding from) {
-  return p.dp_sharding >= from ? ceil_div(params, p.dp) : params;
+  // The gradient sync runs over the up x dp ranks holding the same weight shard (sched/tpsp.cpp),
+  // so ZeRO shards the training state over all of them.
+  return p.dp_sharding >= from ? ceil_div(params, static_cast<std::int64_t>(p.dp) * p.up) : params;
 }
 
 }  // namespace
@@ -182,7 +184,8 @@ Bytes comm_buffer_bytes_per_rank(const Workload& w, ScheduleKind kind, Bytes com
     const std::int64_t width = (ceil_div(a.heads, p.tp) + 2 * kv_heads_local(a, p.tp)) * a.head_dim;
     total = add(total, communicator_bytes, mul(ceil_div(tokens, p.up), width, e));
   }
-  if (p.dp > 1) {
+  const std::int64_t sync_ranks = static_cast<std::int64_t>(p.dp) * p.up;  // the gradient sync's group
+  if (sync_ranks > 1) {
     total = add(total, communicator_bytes);
     const std::int64_t layer_params = layer_params_per_tp_rank(a, p.tp);
     if (kind == ScheduleKind::slice) {
@@ -190,7 +193,7 @@ Bytes comm_buffer_bytes_per_rank(const Workload& w, ScheduleKind kind, Bytes com
       total = add(total, mul(2, w.schedule.dp_bucket_bytes));
     } else if (kind == ScheduleKind::commfuse) {
       // Ring P2P of one layer's gradient in dp chunks: the chunk sent and the chunk received.
-      total = add(total, mul(2, ceil_div(layer_params, p.dp), e));
+      total = add(total, mul(2, ceil_div(layer_params, sync_ranks), e));
     }
     // The baseline reduces the gradient buffer in place once the backward is over: nothing more.
     if (p.dp_sharding == DpSharding::zero3) {
@@ -229,7 +232,8 @@ MemoryReport memory_per_rank(const Workload& w, const topo::DeviceModel& device,
   r.device_model = device.name;
 
   const std::string dtype = topo::to_string(w.dtype);
-  const std::string dp_note = fmt::format("{} over dp {}", to_string(p.dp_sharding), p.dp);
+  const std::string dp_note = p.up > 1 ? fmt::format("{} over up x dp = {}", to_string(p.dp_sharding), p.up * p.dp)
+                                       : fmt::format("{} over dp {}", to_string(p.dp_sharding), p.dp);
   r.breakdown.push_back({"parameters", r.parameters_bytes,
                          fmt::format("{} params (tp {}){} x {} B", with_commas(r.params_per_rank), p.tp,
                                      held_params != r.params_per_rank ? ", " + dp_note : "", e)});

@@ -1083,10 +1083,14 @@ void Builder::generate() {
   const bool train = req_.options.forward && req_.options.backward;
   // A step carries timing only (its micro-batches would repeat the same data); DP syncs the gradients.
   data_ = req_.options.scope != Scope::step;
-  if (sh_.dp > 1 && req_.options.backward) {
+  // Every rank of a TP position holds the same weight shard, whichever UP index and DP replica it
+  // is in; each computed its gradient over its own tokens, so the gradients are summed over the
+  // up x dp ranks of that position (DeepSpeed-Ulysses syncs over the sequence-parallel ranks too).
+  // rank = (d * up + u) * tp + ti: the sync's "replicas" are the up x dp pairs (u, d), tp members each.
+  if (sh_.dp * sh_.up > 1 && req_.options.backward) {
     DpConfig cfg;
-    cfg.dp = sh_.dp;
-    cfg.members = g_.num_ranks() / sh_.dp;
+    cfg.dp = sh_.dp * sh_.up;
+    cfg.members = sh_.tp;
     cfg.sharding = req_.step.dp_sharding;
     cfg.kind = req_.dp_kind;
     cfg.schedule = req_.schedule;
@@ -1153,6 +1157,10 @@ void check(const TpspRequest& r) {
              fmt::format("{} slices do not fit in a sequence chunk of {} positions (sequence {} / (tp {} x up {}))",
                          r.schedule.slices, s.seq / (s.tp * s.up), s.seq, s.tp, s.up));
   }
+  if (r.options.mirror_dp && s.up > 1 && s.dp > 1)
+    refuse(r, "$.parallel.up",
+           "symmetric simulation (--symmetry mirror) needs up = 1: the gradient sync's ring also runs "
+           "through the Ulysses ranks inside a replica; use --symmetry none or p2p");
   if (r.piece != TpspPiece::layers) {
     if (s.up != 1) refuse(r, "$.parallel.up", "the single-GEMM pieces are TPSP only (up = 1)");
     if (r.piece_k < 1 || r.piece_n < 1) refuse(r, "$", "GEMM dimensions must be positive");
@@ -1206,7 +1214,8 @@ Schedule generate_tpsp(const TpspRequest& request) {
   auto program = std::make_shared<DataflowProgram>();
   Builder(request, s, *program).generate();
   // The P2P form of the DP sync carries no data: without it the program would not compute a step.
-  const bool dp_p2p = request.shape.dp > 1 && (request.options.dp_as_p2p || request.options.mirror_dp);
+  const bool dp_p2p =
+      request.shape.dp * request.shape.up > 1 && (request.options.dp_as_p2p || request.options.mirror_dp);
   if (!dp_p2p) s.dataflow = std::move(program);
   if (request.options.mirror_dp && request.shape.dp > 1 && request.piece == TpspPiece::layers) {
     // Replica 0's ranks do the work; a transfer end on a proxy rank loads the replica-0 rank in the

@@ -179,11 +179,14 @@ TEST_CASE("Communication buffers per schedule", "[model][memory]") {
 
   // Ulysses (tp 8, up 2 on Llama-3-70B): each TP group holds s/up = 4096 tokens: gathered [4096, 8192]
   // bf16 = 67,108,864, Fuse-RS 2 x [512, 8192] bf16 = 16,777,216; the Q, K, V all-to-all receive buffer
-  // [4096, (8 + 2) x 128] bf16 = 10,485,760, and the Ulysses communicator.
+  // [4096, (8 + 2) x 128] bf16 = 10,485,760, and the Ulysses communicator. The two UP ranks of a
+  // TP position hold the same weights, so their gradients are synced (sched/tpsp.cpp) as DP 2 would
+  // be: one more communicator, and CommFuse's 2 chunks of one layer's gradient / 2:
+  // 2 x 53,485,568 x 2 B = 213,942,272.
   Workload up2 = llama("llama-3-70b", 8, 1);
   up2.parallel.up = 2;
   CHECK(comm_buffer_bytes_per_rank(up2, ScheduleKind::commfuse, nccl) ==
-        nccl + 67'108'864 + 16'777'216 + nccl + 10'485'760);
+        nccl + 67'108'864 + 16'777'216 + nccl + 10'485'760 + nccl + 213'942'272);
 
   // HCCL: one 200 MiB buffer per communicator; NCCL with comm_sms given: that many channels.
   topo::DeviceModel ascend = h100();

@@ -233,3 +233,41 @@ TEST_CASE("TP x UP with different TP and UP schedules is exact", "[sched][ulysse
       CHECK(e.passed);
     }
 }
+
+TEST_CASE("UP ranks of one TP position sum their weight gradients together with the DP replicas", "[sched][ulysses][dp]") {
+  // rank = (d * up + u) * tp + ti. Each UP rank computes its weight gradients over its own s/up
+  // tokens, so the gradients of a TP position must be summed over all up x dp ranks holding it.
+  // tp 2 x up 2 x dp 2, baseline: each rank's gradient sync is one all-reduce (ddp) whose group is
+  // the 4 ranks of its TP position, in (d, u) order: {ti, 2 + ti, 4 + ti, 6 + ti}.
+  TpspRequest r = up_request(2, 2, 2, ScheduleKind::baseline);
+  r.dp_kind = ScheduleKind::baseline;
+  const Schedule s = generate_tpsp(r);
+  std::map<int, std::set<std::vector<int>>> groups;  // rank -> groups of its DP-region collectives
+  for (TaskId id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    const auto* c = std::get_if<CollectiveTask>(&t.kind);
+    if (c == nullptr || t.labels.region < 0 || region_of(s, t).parallelism != "dp") continue;
+    CHECK(c->kind == CollectiveKind::all_reduce);
+    groups[t.rank].insert(c->group);
+  }
+  REQUIRE(groups.size() == 8);
+  for (const auto& [rank, gs] : groups) {
+    const int ti = rank % 2;
+    CHECK(gs == std::set<std::vector<int>>{{ti, 2 + ti, 4 + ti, 6 + ti}});
+  }
+  // With dp = 1 the two UP ranks still sync: tp 2 x up 2 x dp 1 has groups {ti, 2 + ti}.
+  TpspRequest r1 = up_request(2, 2, 1, ScheduleKind::baseline);
+  const Schedule s1 = generate_tpsp(r1);
+  int synced = 0;
+  for (TaskId id = 0; id < s1.graph.size(); ++id) {
+    const Task& t = s1.graph.task(id);
+    const auto* c = std::get_if<CollectiveTask>(&t.kind);
+    if (c == nullptr || t.labels.region < 0 || region_of(s1, t).parallelism != "dp") continue;
+    CHECK(c->group == std::vector<int>{t.rank % 2, 2 + t.rank % 2});
+    ++synced;
+  }
+  CHECK(synced == 4);  // one all-reduce per rank
+  // Mirrored simulation of DP replicas assumes the ring leaves the replica at every step: refused.
+  r.options.mirror_dp = true;
+  CHECK_THROWS_WITH(generate_tpsp(r), Catch::Contains("$.parallel.up"));
+}
