@@ -73,17 +73,6 @@ double median(std::vector<double> v) {
 
 // --- reading the raw sections ----------------------------------------------------------------------
 
-// time_s: a non-empty array of positive seconds; returns the median.
-double read_times(const JsonObject& o, std::string_view key) {
-  const JsonArray a = o.array(key);
-  a.require_size(1, 1000000);
-  std::vector<double> v;
-  v.reserve(a.size());
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    v.push_back(a.at(i).as_number(std::numeric_limits<double>::min(), 1e6));
-  }
-  return median(std::move(v));
-}
 
 const std::vector<std::string> kDtypes{"fp32", "tf32", "bf16", "fp16", "fp8"};
 
@@ -103,7 +92,7 @@ void read_gemm(const JsonObject& root, RawSamples& raw) {
     const bool has_time = s.has("time_s");
     const bool has_tflops = s.has("tflops");
     if (has_time == has_tflops) s.fail("a GEMM sample gives exactly one of time_s and tflops");
-    g.flops_per_s = has_time ? flops / read_times(s, "time_s") : s.number("tflops", 1e-9, 1e9) * 1e12;
+    g.flops_per_s = has_time ? flops / median_time_s(s, "time_s") : s.number("tflops", 1e-9, 1e9) * 1e12;
     (void)s.string_or("source", "");
     s.finish();
     raw.gemm.push_back(g);
@@ -119,7 +108,7 @@ void read_bandwidth(const JsonObject& root, std::string_view key, double traffic
     BandwidthSample b;
     if (key == "elementwise") (void)s.string("op");
     b.bytes = s.number("bytes", 1, 1e15) * traffic_per_byte;
-    b.time_s = read_times(s, "time_s");
+    b.time_s = median_time_s(s, "time_s");
     (void)s.string_or("source", "");
     s.finish();
     raw.bandwidth.push_back(b);
@@ -147,7 +136,7 @@ void read_contention(const JsonObject& root, RawSamples& raw) {
       if (s.has("alone_s") || s.has("beside_s")) s.fail("give \"slowdown\" or \"alone_s\" and \"beside_s\", not both");
       c.slowdown = s.number("slowdown", 1e-3, 1e3);
     } else {
-      c.slowdown = read_times(s, "beside_s") / read_times(s, "alone_s");
+      c.slowdown = median_time_s(s, "beside_s") / median_time_s(s, "alone_s");
     }
     (void)s.string_or("source", "");
     s.finish();
@@ -173,7 +162,7 @@ void read_collectives(const JsonObject& root, RawSamples& raw) {
       // busbw = bytes * factor / time (nccl-tests PERFORMANCE.md), so time = bytes * factor / busbw.
       c.time_s = c.bytes * bus_factor(c.op, c.ranks) / busbw;
     } else {
-      c.time_s = read_times(s, "time_s");
+      c.time_s = median_time_s(s, "time_s");
     }
     (void)s.string_or("source", "");
     s.finish();
@@ -186,6 +175,20 @@ void read_collectives(const JsonObject& root, RawSamples& raw) {
 const std::vector<std::string>& collective_ops() {
   static const std::vector<std::string> ops{"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"};
   return ops;
+}
+
+double median_time_s(const JsonObject& o, std::string_view key) {
+  const JsonArray a = o.array(key);
+  a.require_size(1, 1000000);
+  std::vector<double> v;
+  v.reserve(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const JsonValue t = a.at(i);
+    const double x = t.as_number(0.0, 1e6);
+    if (!(x > 0.0)) t.fail("a time must be positive");
+    v.push_back(x);
+  }
+  return median(std::move(v));
 }
 
 double bus_factor(const std::string& op, int ranks) {

@@ -22,26 +22,6 @@ constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
 
 const std::vector<std::string> kOps{"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"};
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-// A list of repeated timings: at least one, each positive and finite. Returns the median.
-double read_times(const JsonObject& o, std::string_view key) {
-  const JsonArray a = o.array(key);
-  a.require_size(1, 1000000);
-  std::vector<double> v;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const JsonValue t = a.at(i);
-    const double x = t.as_number(0.0, kInf);
-    if (!(x > 0.0)) t.fail("a time must be positive");
-    v.push_back(x);
-  }
-  return median(v);
-}
-
 // Every sample has its own source or relies on the file's.
 void read_source(const JsonObject& o, bool file_has_source) {
   if (o.has("source")) {
@@ -233,7 +213,7 @@ Profile parse_profile(const JsonDocument& doc) {
       require_one_of(o, "time_s", "tflops");
       const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) *
                            static_cast<double>(s.batch);
-      s.flops_per_s = o.has("tflops") ? positive(o, "tflops") * 1e12 : flops / read_times(o, "time_s");
+      s.flops_per_s = o.has("tflops") ? positive(o, "tflops") * 1e12 : flops / median_time_s(o, "time_s");
       read_source(o, file_source);
       o.finish();
       p.gemm.push_back(s);
@@ -257,7 +237,7 @@ Profile parse_profile(const JsonDocument& doc) {
       s.head_dim = o.integer("head_dim", 1, 100000);
       require_one_of(o, "time_s", "tflops");
       s.flops_per_s =
-          o.has("tflops") ? positive(o, "tflops") * 1e12 : attention_sample_flops(s) / read_times(o, "time_s");
+          o.has("tflops") ? positive(o, "tflops") * 1e12 : attention_sample_flops(s) / median_time_s(o, "time_s");
       read_source(o, file_source);
       o.finish();
       p.attention.push_back(s);
@@ -272,7 +252,7 @@ Profile parse_profile(const JsonDocument& doc) {
         if (std::string(section) == "elementwise") o.string("op");
         // A copy reads and writes each byte: its HBM traffic is twice its size.
         const double factor = std::string(section) == "copy" ? 2.0 : 1.0;
-        bandwidth.push_back({factor * positive(o, "bytes"), read_times(o, "time_s")});
+        bandwidth.push_back({factor * positive(o, "bytes"), median_time_s(o, "time_s")});
         read_source(o, file_source);
         o.finish();
       }
@@ -297,7 +277,7 @@ Profile parse_profile(const JsonDocument& doc) {
           o.fail("give \"slowdown\" or \"alone_s\" and \"beside_s\", not both");
         s.slowdown = positive(o, "slowdown");
       } else {
-        s.slowdown = read_times(o, "beside_s") / read_times(o, "alone_s");
+        s.slowdown = median_time_s(o, "beside_s") / median_time_s(o, "alone_s");
       }
       read_source(o, file_source);
       o.finish();
@@ -316,7 +296,7 @@ Profile parse_profile(const JsonDocument& doc) {
       s.bytes = positive(o, "bytes");
       require_one_of(o, "time_s", "busbw_GBps");
       if (o.has("time_s")) {
-        s.time_s = read_times(o, "time_s");
+        s.time_s = median_time_s(o, "time_s");
       } else {
         // busbw = bytes x factor / time (nccl-tests doc/PERFORMANCE.md), GB = 1e9.
         s.time_s = s.bytes * bus_factor(s.op, s.ranks) / (positive(o, "busbw_GBps") * 1e9);

@@ -9,6 +9,7 @@
 // same (an absolute fit would be decided by the largest messages alone and leave latency to noise).
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,11 @@ struct CollectiveFit {
 // Throws std::invalid_argument for an unknown op, or ranks < 2 for a collective (one rank moves
 // nothing: nccl-tests reports busbw 0). p2p ignores ranks.
 double bus_factor(const std::string& op, int ranks);
+
+// A list of repeated timings in seconds (`key` of `o`: "time_s", "alone_s", "beside_s"): at least one,
+// each positive and at most 1e6 s; returns their median. Shared by the profile loader and the fitter,
+// so that both read a raw document alike. InputError at the element at fault.
+double median_time_s(const JsonObject& o, std::string_view key);
 
 // Fits one (op, ranks, nodes) group. Throws std::invalid_argument when < 2 samples, when the samples
 // mix ops/ranks/nodes, or when a time or size is not positive. The fitted latency is clamped at 0 and
