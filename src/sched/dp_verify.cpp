@@ -143,15 +143,7 @@ void verify_dp(const VerifyOptions& o, VerifyReport& report) {
         c.name = fmt::format("{}/{}/dp{}", c.piece, c.schedule, t);
         c.tp = 1;
         c.dp = t;
-        try {
-          const Schedule s = generate_dp_piece(req);
-          validate(s.graph);
-          c.tasks = s.graph.size();
-          c.result = execute(s, o.execute);
-        } catch (const std::exception& e) {
-          c.result.passed = false;
-          c.result.error = e.what();
-        }
+        run_verify_case(c, [&] { return generate_dp_piece(req); }, o.execute);
         report.cases.push_back(std::move(c));
       }
 }

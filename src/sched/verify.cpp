@@ -761,6 +761,18 @@ ExecuteResult execute(const Schedule& schedule, const ExecuteOptions& options) {
   return r;
 }
 
+void run_verify_case(VerifyCase& c, const std::function<Schedule()>& make, const ExecuteOptions& options) {
+  try {
+    const Schedule s = make();
+    validate(s.graph);
+    c.tasks = s.graph.size();
+    c.result = execute(s, options);
+  } catch (const std::exception& e) {
+    c.result.passed = false;
+    c.result.error = e.what();
+  }
+}
+
 namespace {
 
 TpspShape verify_shape(int t, bool gqa) {
@@ -838,15 +850,7 @@ void verify_ulysses(const VerifyOptions& o, VerifyReport& report) {
         c.tp = sh.tp;
         c.up = u;
         c.slices = v.first == model::ScheduleKind::slice ? v.second : 0;
-        try {
-          const Schedule sched = generate_tpsp(req);
-          validate(sched.graph);
-          c.tasks = sched.graph.size();
-          c.result = execute(sched, o.execute);
-        } catch (const std::exception& e) {
-          c.result.passed = false;
-          c.result.error = e.what();
-        }
+        run_verify_case(c, [&] { return generate_tpsp(req); }, o.execute);
         report.cases.push_back(std::move(c));
       }
   }
@@ -908,15 +912,7 @@ VerifyReport verify_tpsp(const VerifyOptions& o) {
         c.schedule = v.schedule;
         c.tp = t;
         c.slices = v.kind == model::ScheduleKind::slice ? v.k : 0;
-        try {
-          const Schedule s = generate_tpsp(req);
-          validate(s.graph);
-          c.tasks = s.graph.size();
-          c.result = execute(s, o.execute);
-        } catch (const std::exception& e) {
-          c.result.passed = false;
-          c.result.error = e.what();
-        }
+        run_verify_case(c, [&] { return generate_tpsp(req); }, o.execute);
         report.cases.push_back(std::move(c));
       }
   }

@@ -6,6 +6,7 @@
 // collective together), so that a missing dependency shows up as a read of data that has not
 // arrived or as a different result in one of the orders.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -84,6 +85,10 @@ struct VerifyCase {
   std::size_t tasks = 0;
   ExecuteResult result;
 };
+
+// One case of a verify run: generates the schedule with `make`, validates it and executes it into
+// `c.tasks` and `c.result`. A generator or validation error is the case's failure, not an exception.
+void run_verify_case(VerifyCase& c, const std::function<Schedule()>& make, const ExecuteOptions& options);
 
 struct VerifyReport {
   std::vector<VerifyCase> cases;
