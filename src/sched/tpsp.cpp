@@ -1157,7 +1157,7 @@ void check(const TpspRequest& r) {
              fmt::format("{} slices do not fit in a sequence chunk of {} positions (sequence {} / (tp {} x up {}))",
                          r.schedule.slices, s.seq / (s.tp * s.up), s.seq, s.tp, s.up));
   }
-  if (r.options.mirror_dp && s.up > 1 && s.dp > 1)
+  if (r.options.mirror_dp && s.up > 1)
     refuse(r, "$.parallel.up",
            "symmetric simulation (--symmetry mirror) needs up = 1: the gradient sync's ring also runs "
            "through the Ulysses ranks inside a replica; use --symmetry none or p2p");
