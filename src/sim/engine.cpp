@@ -32,6 +32,7 @@
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/sim/event_queue.hpp"
 #include "fusesim/sim/flow_network.hpp"
+#include "fusesim/sim/rings.hpp"
 #include "fusesim/util/error.hpp"
 
 namespace fusesim::sim {
@@ -127,14 +128,19 @@ struct CollectiveRun {
   std::vector<TaskId> members;  // in group (ring) order
   std::vector<int> ranks;
   std::vector<int> sms;         // SMs held on each member's rank while it runs
-  std::vector<RouteId> ring_route;  // ring kinds: each member's route to its successor
+  // Ring kinds: `rings` rings (sim/rings.hpp), each moving an equal share of every step's chunk;
+  // entry r * t + m is member m's successor in ring r and its route there. A member sends a step on
+  // every ring at once, and the next step once all of them have been sent and received.
+  int rings = 1;
+  std::vector<int> ring_next;
+  std::vector<RouteId> ring_route;
   const sched::CollectiveTask* spec = nullptr;
   int steps = 0;
   int ready = 0;
-  std::vector<int> sends_done;           // per member
-  std::vector<int> recvs_done;           // per member
+  std::vector<int> sends_done;           // per member: flows sent (steps x rings when done)
+  std::vector<int> recvs_done;           // per member: flows received
   std::vector<int> next_step;            // per member: the next step it will send
-  std::vector<std::uint8_t> arrived;     // member * steps + step: that step's receive has landed
+  std::vector<std::uint16_t> arrived;    // member * steps + step: that step's receives landed so far
 };
 
 std::uint64_t pair_key(int src, int dst) {
@@ -272,6 +278,7 @@ class Run final : public sched::TaskVisitor {
   void start_p2p(TaskId send, TaskId recv);
   void start_collective(std::uint32_t c);
   void start_step(std::uint32_t c, int member, int step);
+  void launch_step_flow(std::uint32_t c, int member, int to, int step, RouteId route, double bytes, Bytes record_bytes);
   void advance_member(std::uint32_t c, int member);
   void end_task(TaskId id);
   FlowOwner& launch_flow(RouteId route, double payload_bytes, model::CommEngine engine);
@@ -478,7 +485,17 @@ void Run::prepare() {
     c.ranks = c.spec->group;
     const int t = static_cast<int>(c.ranks.size());
     c.steps = t <= 1 ? 0 : c.spec->kind == sched::CollectiveKind::all_reduce ? 2 * (t - 1) : t - 1;
-    transfers += static_cast<std::size_t>(t) * static_cast<std::size_t>(c.steps);
+    if (t >= 2 && c.spec->kind != sched::CollectiveKind::all_to_all) {
+      const std::vector<std::vector<int>> rings = collective_rings(c.ranks, cluster_);
+      c.rings = static_cast<int>(rings.size());
+      c.ring_next.assign(static_cast<std::size_t>(c.rings) * t, 0);
+      for (int r = 0; r < c.rings; ++r) {
+        const std::vector<int>& ring = rings[static_cast<std::size_t>(r)];
+        for (int i = 0; i < t; ++i)
+          c.ring_next[static_cast<std::size_t>(r) * t + ring[i]] = ring[(i + 1) % t];
+      }
+    }
+    transfers += static_cast<std::size_t>(t) * static_cast<std::size_t>(c.steps) * static_cast<std::size_t>(c.rings);
     for (int r : c.ranks) c.sms.push_back(sms_for(r, c.spec->engine, c.spec->sms));
   }
   result_.transfers.reserve(transfers);
@@ -499,7 +516,8 @@ void Run::prepare() {
   for (CollectiveRun& c : collectives_) {
     const int t = static_cast<int>(c.ranks.size());
     if (t < 2 || c.spec->kind == sched::CollectiveKind::all_to_all) continue;
-    for (int m = 0; m < t; ++m) c.ring_route.push_back(route_of(c.ranks[m], c.ranks[(m + 1) % t]));
+    for (std::size_t e = 0; e < c.ring_next.size(); ++e)
+      c.ring_route.push_back(route_of(c.ranks[e % t], c.ranks[c.ring_next[e]]));
   }
   now_lane_ = lane_for(0);
   base_latency_lane_ = lane_for(base_latency_ps_);
@@ -531,7 +549,8 @@ void Run::prepare_routes() {
         for (int j = 0; j < t; ++j)
           if (i != j) pairs.push_back(pair_key(c.ranks[i], c.ranks[j]));
     } else {
-      for (int i = 0; i < t; ++i) pairs.push_back(pair_key(c.ranks[i], c.ranks[(i + 1) % t]));
+      for (std::size_t e = 0; e < c.ring_next.size(); ++e)
+        pairs.push_back(pair_key(c.ranks[e % t], c.ranks[c.ring_next[e]]));
     }
   }
   std::sort(pairs.begin(), pairs.end());
@@ -791,16 +810,31 @@ void Run::start_collective(std::uint32_t ci) {
   push_after(base_latency_ps_, base_latency_lane_, kCollectiveSteps, ci);
 }
 
-// Member `member` sends its step `step` chunk: to its ring successor, or for the pairwise all-to-all
-// to the member `step + 1` places ahead.
+// Member `member` sends its step `step` chunk: on each ring to its successor there, or for the
+// pairwise all-to-all to the member `step + 1` places ahead.
 void Run::start_step(std::uint32_t ci, int member, int step) {
   CollectiveRun& c = collectives_[ci];
   const int t = static_cast<int>(c.ranks.size());
-  const bool a2a = c.spec->kind == sched::CollectiveKind::all_to_all;
-  const int to = a2a ? (member + step + 1) % t : (member + 1) % t;
   c.next_step[member] = step + 1;
-  const RouteId route = a2a ? route_of(c.ranks[member], c.ranks[to]) : c.ring_route[member];
-  FlowOwner& o = launch_flow(route, static_cast<double>(c.spec->bytes) / t, c.spec->engine);
+  if (c.spec->kind == sched::CollectiveKind::all_to_all) {
+    launch_step_flow(ci, member, (member + step + 1) % t, step, route_of(c.ranks[member], c.ranks[(member + step + 1) % t]),
+                     static_cast<double>(c.spec->bytes) / t, c.spec->bytes / t);
+    return;
+  }
+  const Bytes share = c.spec->bytes / t;
+  for (int r = 0; r < c.rings; ++r) {
+    const std::size_t e = static_cast<std::size_t>(r) * t + member;
+    // Bytes recorded per ring add up to the step's chunk; the flow itself moves the exact fraction.
+    const Bytes record = share / c.rings + (r < share % c.rings ? 1 : 0);
+    launch_step_flow(ci, member, c.ring_next[e], step, c.ring_route[e],
+                     static_cast<double>(c.spec->bytes) / t / c.rings, record);
+  }
+}
+
+void Run::launch_step_flow(std::uint32_t ci, int member, int to, int step, RouteId route, double bytes,
+                           Bytes record_bytes) {
+  CollectiveRun& c = collectives_[ci];
+  FlowOwner& o = launch_flow(route, bytes, c.spec->engine);
   o.collective = ci;
   o.task = c.members[member];
   o.peer_task = c.members[to];
@@ -809,18 +843,20 @@ void Run::start_step(std::uint32_t ci, int member, int step) {
   o.sender = member;
   o.receiver = to;
   o.step = step;
-  o.record_bytes = c.spec->bytes / t;
+  o.record_bytes = record_bytes;
 }
 
-// A member sends step s+1 once its own step-s send has finished and its step-s receive has landed;
-// it ends once every send and receive of its own is done.
+// A member sends step s+1 once its own step-s sends have finished and its step-s receives have
+// landed (on every ring); it ends once every send and receive of its own is done.
 void Run::advance_member(std::uint32_t ci, int m) {
   CollectiveRun& c = collectives_[ci];
   const int next = c.next_step[m];
-  if (next < c.steps && c.sends_done[m] == next && c.arrived[static_cast<std::size_t>(m) * c.steps + next - 1])
+  const int flows = c.steps * c.rings;
+  if (next < c.steps && c.sends_done[m] == next * c.rings &&
+      c.arrived[static_cast<std::size_t>(m) * c.steps + next - 1] == c.rings)
     start_step(ci, m, next);
-  if (c.sends_done[m] == c.steps && c.recvs_done[m] == c.steps) {
-    c.recvs_done[m] = c.steps + 1;  // ended: never again
+  if (c.sends_done[m] == flows && c.recvs_done[m] == flows) {
+    c.recvs_done[m] = flows + 1;  // ended: never again
     hold_sms(c.ranks[m], -c.sms[m]);
     end_task(c.members[m]);
   }
@@ -864,7 +900,7 @@ void Run::on_flow_end(FlowId f) {
   CollectiveRun& c = collectives_[collective];
   ++c.sends_done[sender];
   ++c.recvs_done[receiver];
-  c.arrived[static_cast<std::size_t>(receiver) * c.steps + step] = 1;
+  ++c.arrived[static_cast<std::size_t>(receiver) * c.steps + step];
   advance_member(collective, sender);
   advance_member(collective, receiver);
 }

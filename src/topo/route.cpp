@@ -1,9 +1,15 @@
 // Routing over the link graph. The search key of a path is (sum of link latencies, number of links),
 // compared lexicographically: latency decides, and among equally fast paths the one with fewer hops
 // wins, so a zero-latency link still costs something and no path loops. Boost.Graph's Dijkstra
-// computes the keys; the predecessor of each vertex is then chosen explicitly as the lowest-id
-// in-neighbour that lies on a shortest path (lowest link id for parallel links), which makes the
+// computes the keys; the predecessor of each vertex is then chosen explicitly among the in-neighbours
+// that lie on a shortest path, ordered by vertex id (then link id for parallel links), which makes the
 // tie-break a property of the graph and not of the order in which the heap happened to pop vertices.
+// Inside a node the first of them is taken. At a fabric switch (a leaf reached from several spines)
+// the choice spreads destinations over the equal paths as InfiniBand fat-tree routing does: D-mod-K
+// (Zahavi et al., "Optimized InfiniBand fat-tree routing for shift all-to-all communication
+// patterns", 2010; OpenSM's ftree engine), the candidate at position (destination node mod number
+// of candidates). Taking the first everywhere sent every cross-rail flow of a rail-optimized fabric
+// through spine 0 and made four 400 Gb/s spines one.
 #include <algorithm>
 #include <limits>
 #include <memory>
@@ -72,6 +78,8 @@ struct StopAtTarget : boost::default_dijkstra_visitor {
 struct Cluster::Graph {
   BaseGraph g;
   std::vector<char> is_accelerator;    // by vertex
+  std::vector<char> is_fabric;         // by vertex: a switch outside every node (leaf, spine)
+  std::vector<int> vertex_node;        // by vertex: its node, -1 outside every node
   std::vector<TimePs> link_latency_ps;  // by link
   std::vector<VertexId> link_from;      // by link
   std::vector<VertexId> rank_vertex;
@@ -116,41 +124,50 @@ struct Cluster::Graph {
     return dist;
   }
 
-  // The link by which a shortest path from `source` enters `v`: lowest predecessor id, then lowest
-  // link id. -1 when no path reaches v.
-  LinkId predecessor_link(VertexDesc source, VertexDesc v, const std::vector<Distance>& dist) const {
-    if (dist[v] == kUnreached) return -1;
-    VertexDesc best_u = 0;
-    LinkId best_link = -1;
+  // The links by which shortest paths from `source` enter `v`, ordered by predecessor id, then link
+  // id. Empty when no path reaches v.
+  std::vector<LinkId> predecessor_links(VertexDesc source, VertexDesc v, const std::vector<Distance>& dist) const {
+    std::vector<std::pair<VertexDesc, LinkId>> found;
+    if (dist[v] == kUnreached) return {};
     const DistanceCombine combine;
     for (auto [it, end] = boost::in_edges(v, g); it != end; ++it) {
       const VertexDesc u = boost::source(*it, g);
       if (u != source && is_accelerator[u]) continue;
       if (dist[u] == kUnreached || !(combine(dist[u], weight(*it)) == dist[v])) continue;
-      const LinkId link = g[*it].link;
-      if (best_link < 0 || u < best_u || (u == best_u && link < best_link)) {
-        best_u = u;
-        best_link = link;
-      }
+      found.emplace_back(u, g[*it].link);
     }
-    return best_link;
+    std::sort(found.begin(), found.end());
+    std::vector<LinkId> links;
+    links.reserve(found.size());
+    for (const auto& [u, link] : found) links.push_back(link);
+    return links;
+  }
+
+  // The one of `candidates` a route towards a destination on node `dest_node` takes into `v`.
+  LinkId choose(VertexDesc v, const std::vector<LinkId>& candidates, int dest_node) const {
+    if (candidates.empty()) return -1;
+    if (candidates.size() == 1 || !is_fabric[v] || dest_node < 0) return candidates.front();
+    return candidates[static_cast<std::size_t>(dest_node) % candidates.size()];
   }
 
   Route build(VertexDesc source, VertexDesc dest, const std::vector<Distance>& dist,
-              std::vector<LinkId>* pred_cache) const {
+              std::vector<std::vector<LinkId>>* pred_cache, std::vector<char>* cached) const {
     Route r;
     if (dist[dest] == kUnreached)
       throw std::runtime_error("no route between vertices " + std::to_string(source) + " and " +
                                std::to_string(dest) + " (disconnected topology)");
+    const int dest_node = vertex_node[dest];
     VertexDesc v = dest;
     while (v != source) {
       LinkId l = -1;
       if (pred_cache) {
-        LinkId& cached = (*pred_cache)[v];
-        if (cached == -2) cached = predecessor_link(source, v, dist);
-        l = cached;
+        if (!(*cached)[v]) {
+          (*pred_cache)[v] = predecessor_links(source, v, dist);
+          (*cached)[v] = 1;
+        }
+        l = choose(v, (*pred_cache)[v], dest_node);
       } else {
-        l = predecessor_link(source, v, dist);
+        l = choose(v, predecessor_links(source, v, dist), dest_node);
       }
       if (l < 0) throw std::logic_error("route reconstruction lost its way");
       r.links.push_back(l);
@@ -167,8 +184,13 @@ void Cluster::finalize() {
   const std::size_t nv = vertices.size();
   graph->g = BaseGraph(nv);
   graph->is_accelerator.resize(nv, 0);
-  for (std::size_t v = 0; v < nv; ++v)
+  graph->is_fabric.resize(nv, 0);
+  graph->vertex_node.resize(nv, -1);
+  for (std::size_t v = 0; v < nv; ++v) {
     graph->is_accelerator[v] = vertices[v].kind == VertexKind::accelerator ? 1 : 0;
+    graph->is_fabric[v] = vertices[v].kind == VertexKind::switch_ && vertices[v].node < 0 ? 1 : 0;
+    graph->vertex_node[v] = vertices[v].node;
+  }
   graph->link_latency_ps.reserve(links.size());
   for (std::size_t i = 0; i < links.size(); ++i) {
     const Link& l = links[i];
@@ -193,19 +215,20 @@ Route Cluster::route(int src_rank, int dst_rank) const {
   const auto s = static_cast<VertexDesc>(graph_->rank_vertex.at(static_cast<std::size_t>(src_rank)));
   const auto d = static_cast<VertexDesc>(graph_->rank_vertex.at(static_cast<std::size_t>(dst_rank)));
   const auto dist = graph_->search(s, d);
-  return graph_->build(s, d, dist, nullptr);
+  return graph_->build(s, d, dist, nullptr, nullptr);
 }
 
 std::vector<Route> Cluster::routes_from(int src_rank) const {
   if (!graph_) throw std::logic_error("Cluster::routes_from called before finalize()");
   const auto s = static_cast<VertexDesc>(graph_->rank_vertex.at(static_cast<std::size_t>(src_rank)));
   const auto dist = graph_->search(s, std::nullopt);
-  // Routes to many ranks share their first hops; each vertex's predecessor is worked out once.
-  std::vector<LinkId> pred(boost::num_vertices(graph_->g), -2);
+  // Routes to many ranks share their first hops; each vertex's predecessors are worked out once.
+  std::vector<std::vector<LinkId>> pred(boost::num_vertices(graph_->g));
+  std::vector<char> cached(boost::num_vertices(graph_->g), 0);
   std::vector<Route> out(graph_->rank_vertex.size());
   for (std::size_t r = 0; r < out.size(); ++r) {
     if (static_cast<int>(r) == src_rank) continue;
-    out[r] = graph_->build(s, static_cast<VertexDesc>(graph_->rank_vertex[r]), dist, &pred);
+    out[r] = graph_->build(s, static_cast<VertexDesc>(graph_->rank_vertex[r]), dist, &pred, &cached);
   }
   return out;
 }

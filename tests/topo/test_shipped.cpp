@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/embedded.hpp"
@@ -155,19 +156,25 @@ TEST_CASE("dgx-h100-4node: cross-node routes go GPU -> PCIe switch -> NIC -> lea
     CHECK(c.links.at(static_cast<std::size_t>(r.links[2])).kind == LinkKind::network);
     CHECK(c.links.at(static_cast<std::size_t>(r.links[0])).kind == LinkKind::pcie);
   }
-  SECTION("cross rail: rank 0 to rank 27 (node3/gpu3) climbs to the lowest-id spine") {
+  SECTION("cross rail: rank 0 to rank 27 (node3/gpu3) climbs to the spine D-mod-K picks") {
     const Route r = c.route(0, 27);
-    // 8 links: the 6 above plus leaf0->spine0 and spine0->leaf3; all 4 spines tie (same latency and
-    // hops), spine0 has the lowest vertex id.
+    // 8 links: the 6 above plus leaf0->spine and spine->leaf3. All 4 spines tie (same latency and
+    // hops); D-mod-K takes spine (destination node mod 4) = 3 mod 4 = spine3.
     CHECK(link_names(c, r) == std::vector<std::string>{
                                   "node0/gpu0->node0/pcie0", "node0/pcie0->node0/nic0", "node0/nic0->leaf0",
-                                  "leaf0->spine0", "spine0->leaf3", "leaf3->node3/nic3", "node3/nic3->node3/pcie3",
+                                  "leaf0->spine3", "spine3->leaf3", "leaf3->node3/nic3", "node3/nic3->node3/pcie3",
                                   "node3/pcie3->node3/gpu3"});
     // 2.7 us + 2 x 0.25 us spine links = 3.2 us.
     CHECK(r.latency_ps == 3200000);
     const Route back = c.route(27, 0);
     CHECK(back.links.size() == 8);
-    CHECK(link_names(c, back)[3] == "leaf3->spine0");
+    CHECK(link_names(c, back)[3] == "leaf3->spine0");  // destination node 0: spine 0
+  }
+  SECTION("cross-rail routes from one leaf spread over the spines by destination node") {
+    // node0/gpu7 to gpu0 of nodes 1, 2, 3 (the hops of a flat 32-rank ring): spines 1, 2, 3, so the
+    // three flows climb leaf7's three different uplinks instead of sharing one.
+    for (int node = 1; node < 4; ++node)
+      CHECK(link_names(c, c.route(7, node * 8))[3] == fmt::format("leaf7->spine{}", node));
   }
   SECTION("intra-node routes still use the NVSwitch") {
     CHECK(link_names(c, c.route(9, 14)) ==

@@ -1,0 +1,30 @@
+#pragma once
+// Ring orders for the ring collectives (all-gather, reduce-scatter, all-reduce) of one group.
+//
+// A group inside one node runs one ring in group order: every hop is on the node's scale-up fabric.
+// A group spanning several nodes runs one ring per member a node holds, each carrying an equal share
+// of the buffer, and each ring enters and leaves every node through the same local index on both
+// sides of a node boundary. On a rail-optimized fabric that keeps every inter-node hop on one rail
+// (NIC k of one node to NIC k of the next, through leaf k alone) and puts each NIC under exactly one
+// ring per direction, which is how NCCL builds rings across DGX nodes: several channels, one or two
+// per NIC, with NCCL_CROSS_NIC=0/2 keeping a ring on the same NIC index across nodes (NCCL
+// environment-variable documentation, NCCL_CROSS_NIC; NCCL src/graph/search.cc). One flat ring in
+// group order instead pushes the whole buffer through the one NIC per node it crosses on.
+#include <vector>
+
+#include "fusesim/topo/cluster.hpp"
+
+namespace fusesim::sim {
+
+// Each ring as the order of member positions (indices into `group`); every ring is a permutation of
+// 0 .. group.size()-1 and visits its successor in that order, the last member sending to the first.
+// One ring (the group order) unless the group spans two or more nodes with the same number g >= 2 of
+// members on each node, listed node by node; then g rings. Ring r visits, in the j-th node of the
+// group, the node's members at local positions r, r+1, ..., r+g-1 (mod g) when j is even and
+// r-1, r-2, ..., r (mod g) when j is odd: it leaves an even node by local position r-1 and enters the
+// next (odd) one there, leaves an odd node by r and enters the next (even) one there. With an odd
+// number of nodes the hop from the last node back to the first changes local position (one hop per
+// ring leaves its rail).
+std::vector<std::vector<int>> collective_rings(const std::vector<int>& group, const topo::Cluster& cluster);
+
+}  // namespace fusesim::sim

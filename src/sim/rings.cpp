@@ -1,0 +1,49 @@
+#include "fusesim/sim/rings.hpp"
+
+#include <cstddef>
+#include <numeric>
+
+namespace fusesim::sim {
+
+std::vector<std::vector<int>> collective_rings(const std::vector<int>& group, const topo::Cluster& cluster) {
+  const int t = static_cast<int>(group.size());
+  std::vector<int> flat(static_cast<std::size_t>(t));
+  std::iota(flat.begin(), flat.end(), 0);
+  if (t < 4) return {flat};
+  // Nodes in group order, each with the positions of its members; the group must list them node by
+  // node (a node that comes back later breaks the pattern) with the same count on every node.
+  std::vector<std::vector<int>> nodes;
+  int last_node = -2;
+  for (int m = 0; m < t; ++m) {
+    const int node = cluster.node_of(group[static_cast<std::size_t>(m)]);
+    if (node != last_node) {
+      for (const auto& seen : nodes)
+        if (cluster.node_of(group[static_cast<std::size_t>(seen.front())]) == node) return {flat};
+      nodes.emplace_back();
+      last_node = node;
+    }
+    nodes.back().push_back(m);
+  }
+  const int n = static_cast<int>(nodes.size());
+  const int g = static_cast<int>(nodes.front().size());
+  if (n < 2 || g < 2) return {flat};
+  for (const auto& members : nodes)
+    if (static_cast<int>(members.size()) != g) return {flat};
+
+  const auto mod = [g](int x) { return ((x % g) + g) % g; };
+  std::vector<std::vector<int>> rings(static_cast<std::size_t>(g));
+  for (int r = 0; r < g; ++r) {
+    auto& ring = rings[static_cast<std::size_t>(r)];
+    ring.reserve(static_cast<std::size_t>(t));
+    for (int j = 0; j < n; ++j) {
+      const auto& members = nodes[static_cast<std::size_t>(j)];
+      for (int i = 0; i < g; ++i) {
+        const int local = j % 2 == 0 ? mod(r + i) : mod(r - 1 - i);
+        ring.push_back(members[static_cast<std::size_t>(local)]);
+      }
+    }
+  }
+  return rings;
+}
+
+}  // namespace fusesim::sim

@@ -1,0 +1,168 @@
+// Ring orders of collectives across nodes (sim/rings.hpp) and their timing: one ring per member a
+// node holds, each inter-node hop on one rail, each NIC direction under one ring.
+//
+// Test cluster (rail(nodes) below): 4 devices per node on a switch (400 GB/s, 1 us per link), one
+// NIC per device behind its own PCIe switch (PCIe 100 GB/s, 0.5 us; NIC link 50 GB/s, 1 us), a
+// rail-optimized fabric with 2 spines (50 GB/s, 1 us). Every efficiency is 1; collective base
+// latency 8 us, SM step latency 3 us.
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "fusesim/sim/rings.hpp"
+#include "fusesim/util/json_reader.hpp"
+#include "sim_test_util.hpp"
+
+using namespace sim_test;
+using fusesim::sim::collective_rings;
+
+namespace {
+
+topo::Cluster rail(int nodes) {
+  auto sourced = [](double v) { return nlohmann::json{{"value", v}, {"source", "test"}}; };
+  auto sourced_int = [](int v) { return nlohmann::json{{"value", v}, {"source", "test"}}; };
+  auto make_link = [&](double rate, double latency) {
+    return nlohmann::json{{"line_rate_bytes_per_s", sourced(rate)}, {"efficiency", sourced(1.0)}, {"latency_s", sourced(latency)}};
+  };
+  nlohmann::json j = {
+      {"schema_version", 1},
+      {"name", "rings-test"},
+      {"description", "4 devices per node, one NIC each, rail-optimized"},
+      {"device_models",
+       {{"g",
+         {{"vendor", "nvidia"},
+          {"peak_flops_per_s", {{"bf16", sourced(1e15)}}},
+          {"hbm_bytes", sourced(8e10)},
+          {"hbm_bandwidth_bytes_per_s", sourced(3e12)},
+          {"sm_count", sourced_int(100)},
+          {"copy_engines", sourced_int(2)},
+          {"gemm_tile", {{"m", 64}, {"n", 128}}},
+          {"efficiency", {{"gemm", sourced(0.8)}, {"attention", sourced(0.5)}, {"hbm", sourced(0.9)}}},
+          {"contention", {{"default_comm_sms", sourced_int(16)}, {"comm_hbm_traffic_factor", sourced(1.0)}}}}}}},
+      {"node",
+       {{"device_model", "g"},
+        {"devices_per_node", 4},
+        {"scale_up", {{"kind", "switch"}, {"link", make_link(4e11, 1e-6)}}},
+        {"nics", {{"count", 4}, {"pcie_link", make_link(1e11, 0.5e-6)}, {"nic_link", make_link(5e10, 1e-6)}}}}},
+      {"nodes", nodes},
+      {"scale_out", {{"kind", "rail_optimized"}, {"fabric", "infiniband"}, {"spines", 2}, {"spine_link", make_link(5e10, 1e-6)}}},
+      {"communication",
+       {{"collective_base_latency_s", sourced(8e-6)},
+        {"sm_step_latency_s", sourced(3e-6)},
+        {"copy_engine_step_latency_s", sourced(2e-6)},
+        {"sm_kernel_efficiency", sourced(1.0)},
+        {"copy_engine_efficiency", sourced(1.0)}}}};
+  return topo::parse_cluster(JsonDocument::from_json(j, "rings-test.json"));
+}
+
+std::vector<int> ranks(int from, int to) {
+  std::vector<int> r;
+  for (int i = from; i < to; ++i) r.push_back(i);
+  return r;
+}
+
+void require_permutation(const std::vector<int>& ring, int t) {
+  std::vector<int> sorted = ring;
+  std::sort(sorted.begin(), sorted.end());
+  REQUIRE(sorted == ranks(0, t));
+}
+
+}  // namespace
+
+TEST_CASE("a group inside one node, one member per node or interleaved nodes: one ring in group order",
+          "[sim][rings]") {
+  const topo::Cluster c = rail(4);
+  CHECK(collective_rings({0, 1, 2, 3}, c) == std::vector<std::vector<int>>{{0, 1, 2, 3}});
+  CHECK(collective_rings({3, 1, 0, 2}, c) == std::vector<std::vector<int>>{{0, 1, 2, 3}});
+  CHECK(collective_rings({0, 4, 8, 12}, c) == std::vector<std::vector<int>>{{0, 1, 2, 3}});
+  // Node 0, node 1, node 0 again: not listed node by node.
+  CHECK(collective_rings({0, 1, 4, 5, 2, 3}, c).size() == 1);
+  // Unequal counts per node (3 on node 0, 1 on node 1).
+  CHECK(collective_rings({0, 1, 2, 4}, c).size() == 1);
+}
+
+TEST_CASE("16 ranks on 4 nodes: 4 rings, every inter-node hop on one rail, one ring per NIC direction",
+          "[sim][rings]") {
+  const topo::Cluster c = rail(4);
+  const std::vector<int> group = ranks(0, 16);
+  const auto rings = collective_rings(group, c);
+  REQUIRE(rings.size() == 4);
+  // Ring 1: node 0 ascending from local 1 (1 2 3 0), node 1 descending from local 0 (4+0 4+3 4+2 4+1),
+  // node 2 as node 0, node 3 as node 1.
+  CHECK(rings[1] == std::vector<int>{1, 2, 3, 0, 4, 7, 6, 5, 9, 10, 11, 8, 12, 15, 14, 13});
+  std::set<std::pair<int, int>> out_nic, in_nic;  // (node, local) of inter-node sends and receives
+  for (const auto& ring : rings) {
+    require_permutation(ring, 16);
+    int crossings = 0;
+    for (std::size_t i = 0; i < ring.size(); ++i) {
+      const int from = group[static_cast<std::size_t>(ring[i])];
+      const int to = group[static_cast<std::size_t>(ring[(i + 1) % ring.size()])];
+      if (c.node_of(from) == c.node_of(to)) continue;
+      ++crossings;
+      CHECK(from % 4 == to % 4);  // same local index: same NIC, same leaf (rail)
+      CHECK(out_nic.insert({c.node_of(from), from % 4}).second);
+      CHECK(in_nic.insert({c.node_of(to), to % 4}).second);
+    }
+    CHECK(crossings == 4);
+  }
+  // 4 rings x 4 crossings: 16 NIC directions out and 16 in, each used once.
+  CHECK(out_nic.size() == 16);
+  CHECK(in_nic.size() == 16);
+}
+
+TEST_CASE("an odd number of nodes: only the hop back to the first node changes rail", "[sim][rings]") {
+  const topo::Cluster c = rail(3);
+  const auto rings = collective_rings(ranks(0, 12), c);
+  REQUIRE(rings.size() == 4);
+  for (const auto& ring : rings) {
+    require_permutation(ring, 12);
+    int cross_rail = 0;
+    for (std::size_t i = 0; i < ring.size(); ++i) {
+      const int from = ring[i], to = ring[(i + 1) % ring.size()];
+      if (from / 4 != to / 4 && from % 4 != to % 4) {
+        ++cross_rail;
+        CHECK(from / 4 == 2);  // last node back to node 0
+        CHECK(to / 4 == 0);
+      }
+    }
+    CHECK(cross_rail == 1);
+  }
+}
+
+TEST_CASE("all-reduce over 2 nodes x 4: each step waits for its inter-node hop, n/(t x 4) at NIC speed",
+          "[sim][rings]") {
+  // t = 8 ranks, 4 rings, 2(t-1) = 14 steps; n = 32e6 B, so every flow moves n / t / 4 = 1e6 B.
+  // A step of a member: 4 flows. The one that leaves the node (member at local r-1 on ring r; every
+  // member is that on exactly one ring) goes GPU -> PCIe -> NIC -> leaf -> NIC -> PCIe -> GPU:
+  //   route latency 4 x 0.5 + 2 x 1 = 4 us, + SM step latency 3 us; 1e6 B at min(100, 50) GB/s = 20 us
+  //   -> 27 us. Alone on its links (one ring per NIC direction).
+  // The other 3 share the member's 400 GB/s switch uplink: 133 GB/s each, 7.5 us + 2 + 3 us < 27 us.
+  // Makespan = base 8 us + 14 x 27 us = 386 us. (A flat ring in rank order would move n/t = 4e6 B
+  // per step through one NIC, across the rails by a spine: 8 + 14 x (6 + 3 + 80) = 1254 us.)
+  const topo::Cluster c = rail(2);
+  TestCostModel costs;
+  sched::TaskGraph g(8);
+  const auto ids = collective(g, "ar", sched::CollectiveKind::all_reduce, ranks(0, 8), 32'000'000, 1);
+  const sim::SimResult r = sim::Simulator(c, costs).run(g);
+  for (auto id : ids) CHECK(r.tasks[id].end_ps == 386'000'000);
+  CHECK(r.makespan_ps == 386'000'000);
+  // 8 members x 14 steps x 4 rings flows, each recorded as a quarter of the 4e6 B chunk.
+  REQUIRE(r.transfers.size() == 8 * 14 * 4);
+  for (const auto& x : r.transfers) CHECK(x.bytes == 1'000'000);
+}
+
+TEST_CASE("all-gather inside one node keeps the single ring (unchanged timing)", "[sim][rings]") {
+  // 4 ranks of node 0, n = 4e6 B: 3 steps of 1e6 B at 400 GB/s = 2.5 us, alpha = 2 x 1 us + 3 us.
+  // base 8 + 3 x 7.5 = 30.5 us.
+  const topo::Cluster c = rail(2);
+  TestCostModel costs;
+  sched::TaskGraph g(8);
+  collective(g, "ag", sched::CollectiveKind::all_gather, ranks(0, 4), 4'000'000, 1);
+  const sim::SimResult r = sim::Simulator(c, costs).run(g);
+  CHECK(r.makespan_ps == 30'500'000);
+  CHECK(r.transfers.size() == 4 * 3);
+}
