@@ -247,6 +247,14 @@ std::string report_table(const SimulateReport& report, bool regions) {
   if (!report.profile_label.empty()) out.insert(out.size() - 1, "calibration profile: " + report.profile_label + "\n");
   std::vector<analysis::StepMetrics> rows;
   for (const SimulateRun& run : report.runs) rows.push_back(run.metrics);
+  // A row compares one parallelism's schedules; without this line a reader cannot tell what the
+  // other parallelisms of the same step ran (the same row appears under two parallelisms when both
+  // run the workload's schedule).
+  const int parallelisms = (w.parallel.tp > 1) + (w.parallel.up > 1) + (w.parallel.dp > 1);
+  if (parallelisms > 1)
+    out.insert(out.size() - 1, fmt::format("each row varies the schedule of its parallelism (par); the others run the "
+                                           "workload's schedule.kind, {}\n",
+                                           model::to_string(w.schedule.kind)));
   out += analysis::format_table(rows);
   out += "\n" + model::format_memory_line(report.memory) + "\n";
   if (regions) {
