@@ -97,7 +97,7 @@ std::vector<sched::Scope> parse_scopes(const std::string& value) {
 
 std::vector<std::string> parse_parallelisms(const std::string& value) {
   const std::vector<std::string> known{"tpsp", "up", "dp"};
-  if (value == "all") return known;
+  if (value == "all") return {};  // every parallelism the workload uses: parallelisms_for decides
   std::vector<std::string> out;
   for (const std::string& name : split_commas(value)) {
     if (std::find(known.begin(), known.end(), name) == known.end())
@@ -111,7 +111,21 @@ std::vector<std::string> parse_parallelisms(const std::string& value) {
 }
 
 std::vector<std::string> parallelisms_for(const SimulateRequest& request, const model::Workload& w) {
-  if (!request.parallelisms.empty()) return request.parallelisms;
+  if (!request.parallelisms.empty()) {
+    // A parallelism the workload does not use has no communication to schedule: its three rows would
+    // be the same run three times, under a name that suggests a comparison.
+    for (const std::string& p : request.parallelisms) {
+      const bool used = p == "tpsp" ? w.parallel.tp > 1 : p == "up" ? w.parallel.up > 1 : w.parallel.up * w.parallel.dp > 1;
+      if (!used)
+        throw InputError(kCommandLine, "--parallelism",
+                         fmt::format("'{}' has nothing to schedule: workload '{}' runs tp {} up {} dp {} ({})", p, w.name,
+                                     w.parallel.tp, w.parallel.up, w.parallel.dp,
+                                     p == "tpsp" ? "tpsp needs tp > 1"
+                                     : p == "up" ? "up needs up > 1"
+                                                 : "dp needs a gradient sync: dp > 1, or up > 1"));
+    }
+    return request.parallelisms;
+  }
   std::vector<std::string> out;
   if (w.parallel.tp > 1) out.push_back("tpsp");
   if (w.parallel.up > 1) out.push_back("up");

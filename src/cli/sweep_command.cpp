@@ -96,7 +96,8 @@ class SweepCommand final : public Command {
     SweepSpec spec;
     spec.topologies = parse_name_axis("--topology", topology_);
     spec.workloads = parse_name_axis("--workload", workload_);
-    if (!parallelism_.empty()) spec.parallelisms = parse_name_axis("--parallelism", parallelism_);
+    // Checked names; "all" is the default (every parallelism each configuration uses), not a value.
+    if (!parallelism_.empty()) spec.parallelisms = parse_parallelisms(parallelism_);
     auto axis = [](const char* option, const std::string& text) {
       return text.empty() ? std::vector<std::int64_t>{} : parse_int_axis(option, text, 1, kMaxAxisValue);
     };

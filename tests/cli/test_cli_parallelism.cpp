@@ -2,6 +2,7 @@
 // compared, the rows' shape, and refusals.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 
@@ -76,4 +77,47 @@ TEST_CASE("simulate --parallelism and --scope refuse unknown values", "[cli][sim
   const auto c = run_fusesim({"simulate", "--scope", "steps"}, dir);
   CHECK(c.exit_code == 2);
   CHECK(c.err.find("--scope") != std::string::npos);
+}
+
+TEST_CASE("simulate --parallelism all is every parallelism the workload uses; an unused one is refused",
+          "[cli][simulate]") {
+  ScratchDir dir;
+  write_workload(dir, 1);  // tp 2, up 1, dp 1: only tpsp has communication to schedule
+  const auto all = run_fusesim({"simulate", "--workload", "w.json", "--scope", "layer", "--parallelism", "all",
+                                "--format", "json"},
+                               dir);
+  INFO(all.err);
+  REQUIRE(all.exit_code == 0);
+  const json doc = json::parse(all.out);
+  REQUIRE(doc["results"].size() == 3);
+  for (const json& row : doc["results"]) CHECK(row["parallelism"] == "tpsp");
+  // up at up 1 and dp at dp 1 (no Ulysses ranks either) would be one run printed three times.
+  for (const char* p : {"up", "dp", "tpsp,up"}) {
+    const auto r = run_fusesim({"simulate", "--workload", "w.json", "--scope", "layer", "--parallelism", p}, dir);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--parallelism") != std::string::npos);
+    CHECK(r.err.find("nothing to schedule") != std::string::npos);
+  }
+}
+
+TEST_CASE("sweep --parallelism checks its names and takes all as every parallelism each configuration uses",
+          "[cli][sweep]") {
+  ScratchDir dir;
+  write_workload(dir, 1);
+  const auto bad = run_fusesim({"sweep", "--workload", "w.json", "--parallelism", "foo", "--output", "o.csv"}, dir);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--parallelism") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.path() / "o.csv"));
+  // dp 1 and dp 2: the first uses tpsp only (3 rows), the second tpsp and dp (6 rows).
+  const auto r = run_fusesim({"sweep", "--workload", "w.json", "--dp", "1,2", "--scope", "layer", "--parallelism",
+                              "all", "--output", "o.json", "--quiet"},
+                             dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(slurp(dir.path() / "o.json"));
+  std::map<std::string, int> per;
+  for (const json& row : doc["rows"]) ++per[row["parallelism"].get<std::string>()];
+  CHECK(per["tpsp"] == 6);
+  CHECK(per["dp"] == 3);
+  CHECK(per.count("all") == 0);
 }
