@@ -1,11 +1,17 @@
 // The clusters shipped in topologies/: they load by name (embedded copy) and by path, have the
 // expected shape, and their routes follow the documented construction.
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/embedded.hpp"
@@ -38,6 +44,9 @@ const std::vector<Expected> kShipped = {
     {"dgx-h100-4node", 4, 8, "h100-sxm", 989e12, 132, false},
     {"dgx-h100-128node", 128, 8, "h100-sxm", 989e12, 132, false},
     {"ascend-910b-8", 1, 8, "ascend-910b", 320e12, 24, true},
+    // Not in measurements.md: 148 SMs (Chips and Cheese, 2 dies x 74); the rest is.
+    {"dgx-b200", 1, 8, "b200-sxm", 2250e12, 148, false},
+    {"dgx-b200-4node", 4, 8, "b200-sxm", 2250e12, 148, false},
 };
 
 std::string shipped_path(const std::string& name) {
@@ -47,7 +56,7 @@ std::string shipped_path(const std::string& name) {
 }  // namespace
 
 TEST_CASE("every shipped topology is embedded and listed by the test") {
-  // Six files; a new one must be added to kShipped so that it is checked too.
+  // Eight files; a new one must be added to kShipped so that it is checked too.
   const auto files = embedded_files("topologies");
   std::vector<std::string> expected;
   for (const auto& e : kShipped) expected.push_back(std::string("topologies/") + e.name + ".json");
@@ -185,6 +194,75 @@ TEST_CASE("dgx-h100-4node: cross-node routes go GPU -> PCIe switch -> NIC -> lea
     for (int d = 0; d < 32; ++d)
       if (d != 5) CHECK(all[static_cast<std::size_t>(d)].links == c.route(5, d).links);
   }
+}
+
+TEST_CASE("dgx-b200: one node of 8 B200 on NVLink5 built as dgx-h100") {
+  const Cluster c = load_cluster_by_name_or_path("dgx-b200");
+  // Same construction as dgx-h100: 8 GPUs + 1 NVSwitch (the two chips as one) + 8 PCIe + 8 NICs.
+  CHECK(c.vertices.size() == 25);
+  CHECK(c.links.size() == 48);
+  const Route r = c.route(0, 5);
+  CHECK(link_names(c, r) == std::vector<std::string>{"node0/gpu0->node0/nvswitch", "node0/nvswitch->node0/gpu5"});
+  CHECK(r.latency_ps == 600000);  // 2 x 0.3 us, assumed as H100
+  const Link& l = c.links.at(static_cast<std::size_t>(r.links[0]));
+  CHECK(l.line_rate_bytes_per_s == 900e9);
+  // 900e9 x 0.8444 (the H100 copy-engine fraction) = 759.96e9 B/s, twice dgx-h100's 379.98e9.
+  CHECK(l.bandwidth_bytes_per_s == Approx(759.96e9).epsilon(1e-12));
+  const auto& d = c.device(0);
+  CHECK(d.hbm_bytes.value == 180e9);
+  CHECK(d.hbm_bandwidth_bytes_per_s.value == 8.0e12);
+  CHECK(d.peak(Dtype::fp8) == 4500e12);
+  // 1745 / 2250 = 0.77556, rounded to four places.
+  CHECK(d.efficiency.gemm.value == 0.7756);
+  CHECK(d.efficiency.attention.source.rfind("estimate", 0) == 0);
+}
+
+TEST_CASE("dgx-b200-4node: the dgx-h100-4node fabric under DGX B200 nodes") {
+  const Cluster c = load_cluster_by_name_or_path("dgx-b200-4node");
+  REQUIRE(c.num_ranks() == 32);
+  // 32 GPUs + 4 x (1 NVSwitch + 8 PCIe + 8 NICs) + 8 leaves + 4 spines = 32 + 68 + 12 = 112.
+  CHECK(c.vertices.size() == 112);
+  // Pairs: per node 24 -> 96; NIC<->leaf 4 x 8 = 32; leaf<->spine 8 x 4 = 32. 160 pairs, 320 links.
+  CHECK(c.links.size() == 320);
+  // Same rail: 4 PCIe links x 0.25 us + 2 NIC links x 0.85 us = 2.7 us.
+  const Route same = c.route(0, 8);
+  CHECK(link_names(c, same)[2] == "node0/nic0->leaf0");
+  CHECK(link_names(c, same)[3] == "leaf0->node1/nic0");
+  CHECK(same.latency_ps == 2700000);
+  // Cross rail: + 2 spine links x 0.25 us = 3.2 us, through spine (3 mod 4) = spine3.
+  const Route cross = c.route(0, 27);
+  REQUIRE(cross.links.size() == 8);
+  CHECK(link_names(c, cross)[3] == "leaf0->spine3");
+  CHECK(cross.latency_ps == 3200000);
+  // The generator gives a spine link the NIC's figures: 50e9 x 0.9922 = 49.61e9 B/s.
+  const Link& up = c.links.at(static_cast<std::size_t>(cross.links[3]));
+  CHECK(up.line_rate_bytes_per_s == 50e9);
+  CHECK(up.bandwidth_bytes_per_s == Approx(49.61e9).epsilon(1e-12));
+  CHECK(link_names(c, c.route(9, 14)) ==
+        std::vector<std::string>{"node1/gpu1->node1/nvswitch", "node1/nvswitch->node1/gpu6"});
+}
+
+TEST_CASE("the generated rail topologies are what tools/make_rail_topology.py writes") {
+  // A change to dgx-b200.json (or dgx-h100-4node.json) must be carried to the files made from it.
+  if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) {
+    WARN("python3 is not available: skipped");
+    return;
+  }
+  const std::string src = FUSESIM_SOURCE_DIR;
+  const auto out = std::filesystem::temp_directory_path() / ("fusesim-rail-" + std::to_string(::getpid()) + ".json");
+  struct Case {
+    const char* args;
+    const char* file;
+  };
+  for (const Case& k : {Case{"--node dgx-b200 --nodes 4 --spines 4", "dgx-b200-4node"},
+                        Case{"--nodes 128 --spines 16", "dgx-h100-128node"}}) {
+    INFO(k.file);
+    const std::string cmd = fmt::format("python3 {}/tools/make_rail_topology.py {} > {}", src, k.args, out.string());
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    std::ifstream generated(out), shipped(src + "/topologies/" + k.file + ".json");
+    CHECK(nlohmann::json::parse(generated) == nlohmann::json::parse(shipped));
+  }
+  std::filesystem::remove(out);
 }
 
 TEST_CASE("ascend-910b-8: full HCCS mesh, one direct link per pair") {
