@@ -817,8 +817,9 @@ void Run::start_step(std::uint32_t ci, int member, int step) {
   const int t = static_cast<int>(c.ranks.size());
   c.next_step[member] = step + 1;
   if (c.spec->kind == sched::CollectiveKind::all_to_all) {
-    launch_step_flow(ci, member, (member + step + 1) % t, step, route_of(c.ranks[member], c.ranks[(member + step + 1) % t]),
-                     static_cast<double>(c.spec->bytes) / t, c.spec->bytes / t);
+    const int to = (member + step + 1) % t;
+    launch_step_flow(ci, member, to, step, route_of(c.ranks[member], c.ranks[to]), static_cast<double>(c.spec->bytes) / t,
+                     c.spec->bytes / t);
     return;
   }
   const Bytes share = c.spec->bytes / t;
