@@ -79,6 +79,8 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
   e.config["workload"] = r.workload;
   if (auto p = o.find("parallelism")) {
     e.parallelism = p->as_string();
+    if (e.parallelism != "tpsp" && e.parallelism != "up" && e.parallelism != "dp")
+      p->fail(fmt::format("'{}' is not one of tpsp, up, dp", e.parallelism));
     r.parallelisms = {e.parallelism};
     e.config["parallelism"] = e.parallelism;
   }

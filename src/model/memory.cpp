@@ -103,7 +103,7 @@ Bytes head_activation_bytes(const Workload& w) {
   const std::int64_t tp = w.parallel.tp, up = w.parallel.up;
   const std::int64_t tokens = w.tokens_per_microbatch();
   const Bytes norms = mul(2, ceil_div(tokens, tp * up), a.hidden, storage_bytes(w.dtype));
-  const Bytes logits = mul(ceil_div(tokens, up), ceil_div(a.vocab, tp), 4);
+  const Bytes logits = mul(ceil_div(tokens, up), a.padded_vocab(tp) / tp, 4);
   return add(norms, logits);
 }
 
@@ -129,8 +129,9 @@ std::int64_t sharded_over_dp(std::int64_t params, const Parallelism& p, DpShardi
 std::string format_gb(Bytes b) { return fmt::format("{:.1f} GB", static_cast<double>(b) / 1e9); }
 
 std::int64_t params_per_tp_rank(const Architecture& a, int tp) {
-  // Embedding and LM head: vocab-parallel (each TP rank holds vocab / tp rows); final norm replicated.
-  return a.layers * layer_params_per_tp_rank(a, tp) + 2 * ceil_div(a.vocab, tp) * a.hidden + a.hidden;
+  // Embedding and LM head: vocab-parallel, each TP rank holding padded_vocab / tp rows (Megatron's
+  // padding to a multiple of vocab_divisible_by x tp); final norm replicated.
+  return a.layers * layer_params_per_tp_rank(a, tp) + 2 * (a.padded_vocab(tp) / tp) * a.hidden + a.hidden;
 }
 
 Bytes activation_bytes_per_rank(const Workload& w) {

@@ -23,6 +23,10 @@ constexpr std::int64_t kMaxHeads = 16384;
 constexpr std::int64_t kMaxHeadDim = 4096;
 constexpr std::int64_t kMaxFfn = 10'000'000;
 constexpr std::int64_t kMaxVocab = 10'000'000;
+// Megatron-LM's --make-vocab-size-divisible-by default is 128 (megatron/training/arguments.py); the
+// bound keeps vocab_divisible_by x tp x kMaxDegree far from int64 overflow.
+constexpr std::int64_t kDefaultVocabDivisibleBy = 128;
+constexpr std::int64_t kMaxVocabDivisibleBy = 1'000'000;
 constexpr std::int64_t kMaxSequence = 16 * 1024 * 1024;
 constexpr std::int64_t kMaxMicroBatch = 65536;
 constexpr std::int64_t kMaxGradAccumulation = 1'000'000;
@@ -100,6 +104,7 @@ Architecture parse_model(const JsonObject& m) {
   a.ffn_hidden = m.integer("ffn_hidden", 1, kMaxFfn);
   a.gated_mlp = m.boolean("gated_mlp");
   a.vocab = m.integer("vocab", 0, kMaxVocab);
+  a.vocab_divisible_by = m.integer_or("vocab_divisible_by", 1, kMaxVocabDivisibleBy, kDefaultVocabDivisibleBy);
   a.causal = m.boolean_or("causal", true);
   a.source = m.string("source");
   m.finish();
@@ -129,6 +134,11 @@ std::int64_t Architecture::params_per_layer() const {
 std::int64_t Architecture::params_total() const {
   // Token embedding and an untied LM head, both vocab x hidden, and the final norm.
   return layers * params_per_layer() + 2 * vocab * hidden + hidden;
+}
+
+std::int64_t Architecture::padded_vocab(std::int64_t tp) const {
+  const std::int64_t multiple = vocab_divisible_by * tp;
+  return (vocab + multiple - 1) / multiple * multiple;
 }
 
 void validate_workload(const Workload& w, const std::string& file) {
@@ -175,9 +185,9 @@ void validate_workload(const Workload& w, const std::string& file) {
                           "{}; {} is not",
                           tp, up, w.schedule.slices, parts, w.sequence_length));
   }
-  // The widest row of one micro-batch: hidden, fused QKV, FC1 output (x2 gated) or logits.
+  // The widest row of one micro-batch: hidden, fused QKV, FC1 output (x2 gated) or the (padded) logits.
   const std::int64_t widest = std::max({a.hidden, a.q_width() + 2 * a.kv_width(),
-                                        a.ffn_hidden * (a.gated_mlp ? 2 : 1), a.vocab});
+                                        a.ffn_hidden * (a.gated_mlp ? 2 : 1), a.padded_vocab(tp)});
   const std::int64_t tokens = w.tokens_per_microbatch();
   if (tokens > kMaxActivationElements / widest)
     fail_at(file, w.micro_batch > 1 ? "$.training.micro_batch" : "$.training.sequence_length",
@@ -222,6 +232,9 @@ Workload parse_workload(const JsonDocument& doc) {
   if (auto sms = s.find("comm_sms")) w.schedule.comm_sms = static_cast<int>(sms->as_integer(1, kMaxCommSms));
   w.schedule.query_split_attention = s.boolean_or("query_split_attention", false);
   w.schedule.dp_bucket_bytes = s.integer_or("dp_bucket_bytes", 1, kMaxBucketBytes, kDefaultBucketBytes);
+  // 128: the M of the GEMM tiles the shipped device models use first (gemm_tile.m): a piece of
+  // fewer rows leaves part of every tile idle (docs/schedules.md "DP").
+  w.schedule.dp_fuse_min_rows = s.integer_or("dp_fuse_min_rows", 1, kMaxFfn, 128);
   s.finish();
 
   w.backward = root.boolean_or("backward", true);

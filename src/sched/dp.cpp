@@ -2,6 +2,7 @@
 // docs/schedules.md ("DP").
 #include "fusesim/sched/dp.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -16,6 +17,13 @@ constexpr std::int64_t kDpInstance0 = std::int64_t{1} << 44;
 constexpr std::int64_t kDpTag0 = std::int64_t{1} << 50;
 // Collectives as ring P2P (as_p2p) draw their tags above the CommFuse ones.
 constexpr std::int64_t kDpCollectiveTag0 = kDpTag0 + (std::int64_t{1} << 48);
+
+// The running-sum adds of CommFuse over DP run on a second compute stream. On the backward's own
+// stream each add, which must wait for its DP hop, would hold back every later kernel of the
+// backward: a NIC hop of a dp-th of a gradient takes longer than a dp-th of its last wgrad step, so
+// the whole backward would slow to the DP ring's pace (docs/schedules.md "DP"). Here the backward
+// goes on while the ring advances, and the adds share the device with it when they run.
+constexpr StreamRef kDpAddStream{StreamKind::compute, 1};
 
 int mod(int a, int m) { return ((a % m) + m) % m; }
 
@@ -47,7 +55,8 @@ DpSync::DpSync(TaskGraph& graph, DataflowProgram* program, DpConfig config)
   if (cfg_.dp < 1 || cfg_.members < 1) throw std::logic_error("DpSync: dp and members must be >= 1");
   if (cfg_.schedule.dp_bucket_bytes < 1) throw std::logic_error("DpSync: the bucket size must be positive");
   if (cfg_.mirror) cfg_.as_p2p = true;
-  if (cfg_.as_p2p) prog_ = nullptr;  // the P2P form of the sync carries timing only
+  // Mirror mode emits replica 0 alone: the other replicas' data never exists.
+  if (cfg_.mirror) prog_ = nullptr;
 }
 
 TaskId DpSync::ring_recv(int rank, const std::string& name, StreamRef stream, Bytes bytes_, Bytes proxy_bytes,
@@ -71,15 +80,49 @@ TaskId DpSync::ring_recv(int rank, const std::string& name, StreamRef stream, By
 }
 
 TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const std::string& name, StreamRef stream,
-                              const TaskLabels& labels, const std::vector<TaskId>& deps) {
+                              const TaskLabels& labels, const std::vector<TaskId>& deps, const std::vector<int>& grads) {
   const int t = cfg_.dp, r = replica(rank);
   if (kind == CollectiveKind::all_to_all) throw std::logic_error("DpSync: no all-to-all in DP");
-  const int steps = kind == CollectiveKind::all_reduce ? 2 * (t - 1) : t - 1;
+  const int rs_steps = kind == CollectiveKind::all_gather ? 0 : t - 1;
+  const int steps = rs_steps + (kind == CollectiveKind::reduce_scatter ? 0 : t - 1);
   const Bytes chunk = total / t;
-  const std::int64_t k = ranks_[rank].collectives++;
+  RankState& st = ranks_[rank];
+  const std::int64_t k = st.collectives++;
   const std::int64_t tag0 = kDpCollectiveTag0 + k * 2 * static_cast<std::int64_t>(t) * t;
   const int next = peer(rank, mod(r + 1, t));
   const int sms = cfg_.schedule.comm_sms.value_or(-1);
+  // Dataflow: ring chunk c is row part c of every gradient of the collective (the bytes stay
+  // total / t per step, NCCL's even split of the flat buffer). Reduce-scatter step s sends chunk
+  // (r - 1 - s) mod t (the rank's own gradient at step 0, else the partial sum received at s - 1)
+  // and receives chunk (r - 2 - s) mod t, reduced with its own gradient into the partial sums (the
+  // last step, chunk r, into `synced`); the all-gather half sends chunk (r - s) mod t of `synced`
+  // and receives chunk (r - s - 1) mod t into it, in place. The fault hook swaps the chunk index of
+  // the faulted replica's own gradient (or own reduced part) reads.
+  bool data = prog_ != nullptr && !grads.empty();
+  for (int j : grads) data = data && st.grads[static_cast<std::size_t>(j)].g.buffer >= 0;
+  std::vector<BufferId> partial;
+  if (data)
+    for (int j : grads) {
+      Grad& gr = st.grads[static_cast<std::size_t>(j)];
+      if (kind == CollectiveKind::all_gather) {
+        if (gr.synced < 0) throw std::logic_error("DpSync: a P2P all-gather of a gradient never reduced");
+        gr.gathered = gr.synced;
+        continue;
+      }
+      partial.push_back(alloc(rank, gr.g.name + "/dp_partial", gr.g.rows, gr.g.cols));
+      gr.synced = alloc(rank, gr.g.name + "/dp_synced", gr.g.rows, gr.g.cols);
+    }
+  // One rectangle per gradient: chunk c of buffer `which` (0: the gradient, 1: partial sums, 2: synced).
+  auto parts = [&](int which, int c, bool faulted) {
+    std::vector<Ref> out;
+    const int cc = faulted ? fault_part(rank, c) : c;
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const Grad& gr = st.grads[static_cast<std::size_t>(grads[i])];
+      const BufferId b = which == 0 ? gr.g.buffer : (which == 1 ? partial[i] : gr.synced);
+      out.push_back(Ref{b, part_rect(row_part(gr.g.rows, t, cc), gr.g.cols)});
+    }
+    return out;
+  };
   // Ring step s sends what step s-1 received (reduced, or as gathered); every receive is posted when
   // the collective would start, as NCCL's kernel posts its buffers.
   TaskId prev_recv = kNoTask;
@@ -87,10 +130,20 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
     TaskLabels l = labels;
     l.step = s;
     const std::int64_t base = tag0 + static_cast<std::int64_t>(s) * t;
+    std::int32_t send_op = -1, recv_op = -1;
+    if (data && s < rs_steps) {
+      const int cs = mod(r - 1 - s, t), cr = mod(r - 2 - s, t);
+      send_op = op(SendPartsOp{s == 0 ? parts(0, cs, true) : parts(1, cs, false)});
+      recv_op = op(RecvPartsOp{parts(s == rs_steps - 1 ? 2 : 1, cr, false), parts(0, cr, true)});
+    } else if (data) {
+      const int a = s - rs_steps, cs = mod(r - a, t), cr = mod(r - a - 1, t);
+      send_op = op(SendPartsOp{parts(2, cs, a == 0)});
+      recv_op = op(RecvPartsOp{parts(2, cr, false), {}});
+    }
     add(rank, fmt::format("{}/send{}", name, s), stream,
-        SendTask{next, chunk, base + r, cfg_.schedule.collective_engine, sms}, l, -1,
+        SendTask{next, chunk, base + r, cfg_.schedule.collective_engine, sms}, l, send_op,
         s == 0 ? deps : std::vector<TaskId>{prev_recv});
-    prev_recv = ring_recv(rank, fmt::format("{}/recv{}", name, s), stream, chunk, chunk, base, l, -1, deps);
+    prev_recv = ring_recv(rank, fmt::format("{}/recv{}", name, s), stream, chunk, chunk, base, l, recv_op, deps);
   }
   return prev_recv;
 }
@@ -190,12 +243,44 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   // Fuse-RS over the DP ring: step i computes part (r - 1 - i) mod t of the last accumulation step;
   // from step 1 on the running sum of that part received from r-1 is added and passed to r+1; the
   // own part comes last and its add is the reduced part.
+  // Parts of fewer than dp_fuse_min_rows rows (a large dp cuts a gradient into thin slivers: at dp
+  // 128 an 8192-row gradient gives 64-row parts, half of every 128-row GEMM tile idle) are computed
+  // `group` ring steps at a time: the parts of consecutive steps are adjacent rows (descending), so
+  // one GEMM computes them all (two when they wrap past row 0), and their sends follow it.
+  const std::int64_t part_rows = std::max<std::int64_t>(1, g.rows / t);
+  const int group = static_cast<int>(
+      std::clamp<std::int64_t>((cfg_.schedule.dp_fuse_min_rows + part_rows - 1) / part_rows, 1, t));
+  std::vector<std::pair<RowPart, TaskId>> pieces;  // the current group's GEMMs and the rows they computed
   for (int i = 0; i < t; ++i) {
     const int c = mod(r - 1 - i, t);
-    const int cc = (cfg_.fault.replica == r && cfg_.fault.step == i) ? mod(c + cfg_.fault.shift, t) : c;
-    const RowPart pcc = row_part(g.rows, t, cc), pc = row_part(g.rows, t, c);
-    TaskId value = piece(pcc.row0, pcc.rows, i, reg, i == 0 ? deps : std::vector<TaskId>{});
-    last_compute = value;
+    const auto computed = [&](int step) {
+      const int part = mod(r - 1 - step, t);
+      return (cfg_.fault.replica == r && cfg_.fault.step == step) ? mod(part + cfg_.fault.shift, t) : part;
+    };
+    if (i % group == 0) {
+      // The group's parts as maximal runs of adjacent rows, each one GEMM, in ascending row order.
+      std::vector<RowPart> parts;
+      for (int j = i; j < std::min(t, i + group); ++j) parts.push_back(row_part(g.rows, t, computed(j)));
+      std::sort(parts.begin(), parts.end(), [](const RowPart& a, const RowPart& b) { return a.row0 < b.row0; });
+      std::vector<RowPart> runs;
+      for (const RowPart& p : parts) {
+        if (!runs.empty() && runs.back().row0 + runs.back().rows == p.row0)
+          runs.back().rows += p.rows;
+        else if (runs.empty() || runs.back().row0 + runs.back().rows < p.row0)
+          runs.push_back(p);
+      }
+      pieces.clear();
+      // Run k is labelled step i + k (< i + group: a run holds at least one part), so names stay unique.
+      for (std::size_t k = 0; k < runs.size(); ++k) {
+        pieces.emplace_back(runs[k], piece(runs[k].row0, runs[k].rows, i + static_cast<int>(k), reg,
+                                           i == 0 ? deps : std::vector<TaskId>{}));
+        last_compute = pieces.back().second;
+      }
+    }
+    const RowPart pc = row_part(g.rows, t, c), pcc = row_part(g.rows, t, computed(i));
+    TaskId value = kNoTask;
+    for (const auto& [run, task] : pieces)
+      if (run.row0 <= pcc.row0 && pcc.row0 < run.row0 + run.rows) value = task;
     BufferId value_buf = g.buffer;
     if (i > 0) {
       // The Send this step's receive stands in for in mirror mode: the rank's own of step i - 1.
@@ -207,14 +292,13 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
       const bool last = i == t - 1;
       const BufferId dst = last ? gr.synced : sum_buf;
       const std::int64_t n = pc.rows * g.cols;
-      value = add(rank, fmt::format("{}/dp_add/c{}", g.name, c), StreamRef{StreamKind::compute, 0},
+      value = add(rank, fmt::format("{}/dp_add/c{}", g.name, c), kDpAddStream,
                   ComputeTask{model::ElementwiseKernel{"add", bytes(3 * n), static_cast<Flops>(n)}, cfg_.dtype, false},
                   labels("dp_add", c, i),
                   data ? op(AddOp{Ref{g.buffer, part_rect(pc, g.cols)}, Ref{recv_buf, part_rect(pc, g.cols)},
                                   Ref{dst, part_rect(pc, g.cols)}})
                        : -1,
                   {value, recv});
-      last_compute = value;
       value_buf = sum_buf;
       if (last) {
         end = value;
@@ -266,7 +350,7 @@ TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>&
     l.phase = params ? "optimizer" : "backward";
     l.op = "dp_" + to_string(kind);
     return p2p_collective(rank, kind, total, fmt::format("{}/{}", region_name, to_string(kind)),
-                          StreamRef{StreamKind::comm, 1}, l, deps);
+                          StreamRef{StreamKind::comm, 1}, l, deps, idx);
   }
   const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
   std::int32_t data_op = -1;
@@ -386,7 +470,7 @@ TaskId DpSync::gather_layer(int rank, const std::string& name, int layer, std::i
   l.op = "dp_param_all_gather";
   if (cfg_.as_p2p)
     return p2p_collective(rank, CollectiveKind::all_gather, bytes(elements), name + "/dp_param_ag",
-                          StreamRef{StreamKind::comm, 2}, l, deps);
+                          StreamRef{StreamKind::comm, 2}, l, deps, {});
   const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
   return add(rank, name + "/dp_param_ag", StreamRef{StreamKind::comm, 2},
              CollectiveTask{CollectiveKind::all_gather, group(rank), bytes(elements), instance,

@@ -3,7 +3,8 @@
 // over two steps (as the TPSP backward accumulates over its ring steps), then synchronises them;
 // every rank must end with the sum over the replicas (ddp: the all-reduced gradients; zero1/zero2:
 // reduce-scattered, then all-gathered as the updated parameters would be; zero3: the reduced own
-// row part, which is all a ZeRO-3 rank keeps).
+// row part, which is all a ZeRO-3 rank keeps). Every schedule is checked twice: with its collectives,
+// and in the ring P2P form (DpConfig::as_p2p) that `--symmetry p2p` and `mirror` simulate.
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -23,6 +24,9 @@ constexpr Shape kGrads[] = {{16, 6}, {9, 4}, {24, 3}};
 constexpr std::int64_t kTokens = 6;          // token rows of each replica's micro-batch
 constexpr std::int64_t kFirstStep = 3;       // rows of the first accumulation step
 constexpr Bytes kBucketBytes = 200;          // buckets {g0, g1} (192 < 200, then 264), {g2}
+// CommFuse pieces of at least 5 rows: ring steps computed 1 (dp 2 and 4: 8- and 12-, 6-row parts),
+// 2 or 3 (dp 4 and 8) or all at a time (dp 8, the 9-row gradient), with groups that wrap past row 0.
+constexpr std::int64_t kFuseMinRows = 5;
 
 }  // namespace
 
@@ -48,9 +52,11 @@ Schedule generate_dp_piece(const DpPieceRequest& req) {
   cfg.sharding = req.sharding;
   cfg.kind = req.kind;
   cfg.schedule.dp_bucket_bytes = kBucketBytes;
+  cfg.schedule.dp_fuse_min_rows = kFuseMinRows;
   cfg.schedule.p2p_engine = model::CommEngine::copy_engine;
   cfg.dtype = topo::Dtype::bf16;
   cfg.fault = req.fault;
+  cfg.as_p2p = req.as_p2p;
   DpSync dp(s.graph, prog.get(), cfg);
   auto task = [&](int rank, std::string name, model::Kernel k, std::int32_t data_op, const std::vector<TaskId>& deps,
                   int region = -1) {
@@ -133,19 +139,20 @@ Schedule generate_dp_piece(const DpPieceRequest& req) {
 }
 
 void verify_dp(const VerifyOptions& o, VerifyReport& report) {
-  for (int t : o.dps)
-    for (model::DpSharding sharding : {model::DpSharding::ddp, model::DpSharding::zero1, model::DpSharding::zero3})
-      for (model::ScheduleKind kind : o.kinds) {
-        DpPieceRequest req{t, sharding, kind, o.dp_fault};
-        VerifyCase c;
-        c.piece = "dp_grad/" + model::to_string(sharding);
-        c.schedule = kind == model::ScheduleKind::slice ? "bucketed" : model::to_string(kind);
-        c.name = fmt::format("{}/{}/dp{}", c.piece, c.schedule, t);
-        c.tp = 1;
-        c.dp = t;
-        run_verify_case(c, [&] { return generate_dp_piece(req); }, o.execute);
-        report.cases.push_back(std::move(c));
-      }
+  for (bool as_p2p : {false, true})
+    for (int t : o.dps)
+      for (model::DpSharding sharding : {model::DpSharding::ddp, model::DpSharding::zero1, model::DpSharding::zero3})
+        for (model::ScheduleKind kind : o.kinds) {
+          DpPieceRequest req{t, sharding, kind, o.dp_fault, as_p2p};
+          VerifyCase c;
+          c.piece = "dp_grad/" + model::to_string(sharding);
+          c.schedule = (kind == model::ScheduleKind::slice ? "bucketed" : model::to_string(kind)) + (as_p2p ? "-p2p" : "");
+          c.name = fmt::format("{}/{}/dp{}", c.piece, c.schedule, t);
+          c.tp = 1;
+          c.dp = t;
+          run_verify_case(c, [&] { return generate_dp_piece(req); }, o.execute);
+          report.cases.push_back(std::move(c));
+        }
 }
 
 }  // namespace fusesim::sched

@@ -53,6 +53,7 @@ struct Work {
   // last one on the compute stream; emit_work passes the name, labels and dependencies it would use.
   std::function<TaskId(std::string name, TaskLabels labels, const std::vector<TaskId>& deps)> emit = {};
   std::function<void(TaskId)> after = {};  // called with the task's id (Ulysses: issue its all-to-all or Send)
+  std::vector<TaskId> wait = {};  // further dependencies (Ulysses Fuse-A2A backward: the Recvs of its block)
 };
 // Emits the compute for TP index `ti` on the given rows of the full sequence (chunk: the ring
 // chunk, -1 when the rows span several chunks). `first`: the rank's first call in the region (a
@@ -279,6 +280,7 @@ class Builder {
                                 bool first, std::vector<TaskId> deps) {
     std::vector<TaskId> ids;
     for (Work& w : work(ti, chunk, rows, first)) {
+      deps.insert(deps.end(), w.wait.begin(), w.wait.end());
       TaskLabels lab = labels(ctx, region, w.op);
       lab.chunk = chunk;
       lab.step = step;
@@ -320,7 +322,23 @@ class Builder {
   }
   void up_naming() { up_.set_naming(mb_prefix_, recompute_, micro_batch_); }
 
-  Deps ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work);
+  // One call an AG region makes to its work, recorded instead of emitted (ag_region's `plan`).
+  struct AgCall {
+    // Emits the step's Send and Recv, the Send waiting for `at_step`; returns the Recv.
+    using Transfer = std::function<TaskId(const std::vector<TaskId>& at_step)>;
+    int region = -1;
+    int chunk = -1;
+    std::vector<Span> rows;
+    std::string suffix;
+    int step = -1;
+    std::vector<TaskId> deps;  // step 0: the region's `ready`; a later step waits for the previous one's Recv
+    Transfer transfer;         // empty at the last step (and t = 1)
+  };
+  // `plan` (Fuse-AG and t = 1 only): nothing is emitted; each rank's calls go into (*plan)[ti] in step
+  // order, with their transfers, for the caller to emit where it wants them: step i's transfer before
+  // the call of step i + 1, which waits for its Recv.
+  Deps ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work,
+                 std::vector<std::vector<AgCall>>* plan = nullptr);
   Deps rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std::int64_t width, const Deps& ready,
                  const WorkFn& work);
 
@@ -387,8 +405,10 @@ class Builder {
       return std::vector<Work>{Work{name, model::GemmKernel{a_cols, b_cols, k, 1}, op(ctx, std::move(w)), {}}};
     };
   }
+  // `gemm_cols`: the GEMM's width when it computes only a column block of the gradient (0: all).
   Work dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank& c, int ti, std::int64_t a_cols,
-                std::int64_t b_cols, std::int64_t k, WgradOp w);
+                std::int64_t b_cols, std::int64_t k, WgradOp w, std::int64_t gemm_cols = 0);
+  void up_gradient_checks(std::int64_t layers);
   std::int64_t layer_params() const;  // weights of one layer on one TP rank
   void replica_step(std::int64_t layers, bool train);
 };
@@ -396,14 +416,23 @@ class Builder {
 // AG -> GEMM. Every rank's shard `g.shard` [n, width] holds its own chunk once `ready` is done; the
 // region gathers the chunks into `g.full` [S, width] (see Rows for the own chunk) and runs `work` on
 // them.
-Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work) {
+Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work,
+                        std::vector<std::vector<AgCall>>* plan) {
   const int region = region_id(ctx);
   const int region_index = region_count_++;
   Deps done(static_cast<std::size_t>(t_));
   const auto kind = t_ == 1 ? ScheduleKind::baseline : req_.kind;
+  if (plan != nullptr) {
+    if (t_ > 1 && kind != ScheduleKind::commfuse)
+      throw std::logic_error("TPSP generator: an AG region's calls recorded outside Fuse-AG");
+    plan->assign(static_cast<std::size_t>(t_), {});
+  }
   if (t_ == 1) {
     // One rank: nothing to gather.
-    done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, true, ready[0]);
+    if (plan != nullptr)
+      (*plan)[0].push_back(AgCall{region, -1, {Span{0, S()}}, "", -1, ready[0], {}});
+    else
+      done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, true, ready[0]);
     return done;
   }
   const StreamRef comm{StreamKind::comm, 0};
@@ -449,26 +478,38 @@ Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, con
     for (int i = 0; i < t_; ++i) {
       const std::int64_t c = mod(ti - i, t_);
       const std::int64_t cc = chunk_at(ti, region_index, i, c);
+      // Step i's transfers: chunk c on to r+1 once it is here, chunk (r - i - 1) mod t from r-1.
+      AgCall::Transfer transfer;
+      if (i < t_ - 1)
+        transfer = [this, ctx, g, width, region, tag0, chunk_bytes, ti, next, prev, i,
+                    c](const std::vector<TaskId>& at_step) {
+          TaskLabels sl = labels(ctx, region, "send");
+          sl.chunk = static_cast<int>(c);
+          sl.step = i;
+          const Loc src = at(g, ti, chunk_span(c));
+          add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, c), p2p_stream(),
+              SendTask{rank(next), chunk_bytes, tag0 + static_cast<std::int64_t>(i) * t_ + ti, req_.schedule.p2p_engine,
+                       comm_sms()},
+              std::move(sl), op(ctx, SendOp{Ref{src.buffer, rows_rect(src.row0, n(), width)}}), at_step);
+          const std::int64_t rc = mod(ti - i - 1, t_);
+          TaskLabels rl = labels(ctx, region, "recv");
+          rl.chunk = static_cast<int>(rc);
+          rl.step = i;
+          return add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, rc), p2p_stream(),
+                     RecvTask{rank(prev), chunk_bytes, tag0 + static_cast<std::int64_t>(i) * t_ + prev}, std::move(rl),
+                     op(ctx, RecvOp{ref(g.full, ti, chunk_span(rc), width)}), {});
+        };
+      if (plan != nullptr) {
+        (*plan)[static_cast<std::size_t>(ti)].push_back(AgCall{region, static_cast<int>(cc), {chunk_span(cc)},
+                                                               fmt::format("/c{}", cc), i,
+                                                               i == 0 ? have : std::vector<TaskId>{}, transfer});
+        continue;
+      }
       auto ids = emit_work(ctx, ti, region, work, static_cast<int>(cc), {chunk_span(cc)}, fmt::format("/c{}", cc), i,
                            -1, i == 0, have);
       d.insert(d.end(), ids.begin(), ids.end());
       if (i == t_ - 1) break;
-      TaskLabels sl = labels(ctx, region, "send");
-      sl.chunk = static_cast<int>(c);
-      sl.step = i;
-      const Loc src = at(g, ti, chunk_span(c));
-      add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, c), p2p_stream(),
-          SendTask{rank(next), chunk_bytes, tag0 + static_cast<std::int64_t>(i) * t_ + ti, req_.schedule.p2p_engine,
-                   comm_sms()},
-          std::move(sl), op(ctx, SendOp{Ref{src.buffer, rows_rect(src.row0, n(), width)}}), have);
-      const std::int64_t rc = mod(ti - i - 1, t_);
-      TaskLabels rl = labels(ctx, region, "recv");
-      rl.chunk = static_cast<int>(rc);
-      rl.step = i;
-      const TaskId recv = add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, rc), p2p_stream(),
-                              RecvTask{rank(prev), chunk_bytes, tag0 + static_cast<std::int64_t>(i) * t_ + prev},
-                              std::move(rl), op(ctx, RecvOp{ref(g.full, ti, chunk_span(rc), width)}), {});
-      have = {recv};
+      have = {transfer(have)};
     }
   }
   return done;
@@ -835,8 +876,165 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
                                        op(ctx, std::move(ab)), d_o[ti])};
   });
   if (sh_.up > 1) d_att = up_.attention_backward(l, ctx.data, d_attn, d_qkv_out, d_o);
+  // Ulysses Fuse-A2A: the QKV dgrad and wgrad consume dQKV one head group block at a time, the own
+  // group first, then each block as the exchange delivers it (UlyssesEmitter::qkv_grad_blocks):
+  // dX += dQKV[:, p] W_qkv[:, p]^T and dW[:, p] (+)= X^T dQKV[:, p], the mirror image of the forward's
+  // per-destination projection. The TP regions around them are column_parallel_backward's.
+  auto up_qkv_backward = [&] {
+    ColumnGrad g;
+    const std::int64_t Wc = up_.group_cols();
+    auto blocks_of = [this](int ti, const std::vector<Span>& rows) {
+      std::vector<UpSpan> r;
+      for (const Span& sp : rows) r.push_back(UpSpan{sp.row0, sp.rows});
+      return up_.qkv_grad_blocks(ti, r);
+    };
+    auto in_region = [this](int region) -> std::function<void(TaskId)> {
+      if (region < 0) return {};
+      return [this, region](TaskId id) { g_.task(id).labels.region = region; };
+    };
+    PerRank partial = alloc(ctx, "qkv_dgrad_partial", S_, h);
+    const PerRank w_qkv = fw.w_qkv;
+    const WorkFn dgrad = [this, ctx, blocks_of, in_region, partial, w_qkv, Wc, h](int ti, int, const std::vector<Span>& rows,
+                                                                               bool) {
+      std::int64_t m = 0;
+      for (const Span& sp : rows) m += sp.rows;
+      std::vector<Work> out;
+      for (const UlyssesEmitter::GradBlock& b : blocks_of(ti, rows)) {
+        GemmOp gop;
+        if (ctx.data) {
+          const auto i = static_cast<std::size_t>(ti);
+          gop.a = b.buffer;
+          gop.a_col0 = b.col0;
+          gop.a_cols = Wc;
+          gop.b = w_qkv[i];
+          gop.b_col0 = b.member * Wc;
+          gop.b_cols = Wc;
+          gop.c = partial[i];
+          gop.c_cols = h;
+          gop.transpose_b = true;
+          gop.accumulate = !out.empty();
+          for (const Span& sp : rows) gop.blocks.push_back(RowBlock{sp.row0 + b.row_offset, sp.row0, sp.rows});
+        }
+        Work w{fmt::format("qkv_dgrad/g{}", b.member), model::GemmKernel{m, h, Wc, 1}, op(ctx, std::move(gop))};
+        w.after = in_region(b.region);
+        w.wait = b.deps;
+        out.push_back(std::move(w));
+      }
+      return out;
+    };
+    g.dw = alloc(ctx, "dw_qkv", h, qkvn);
+    const Rows gathered{alloc(ctx, "ag+qkv_wgrad/gather", S_, h), fw.ln1};
+    auto seen = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
+    const int calls = ag_calls();
+    const WorkFn wgrad = [this, ctx, blocks_of, in_region, gathered, dw = g.dw, Wc, h, qkvn, seen, calls](
+                             int ti, int, const std::vector<Span>& rows, bool first) {
+      std::int64_t k = 0;
+      for (const Span& sp : rows) k += sp.rows;
+      // The rank's last call completes the gradient: its last block goes to the DP sync.
+      const bool hand_off = dp_active_ && ++(*seen)[static_cast<std::size_t>(ti)] == calls;
+      const std::vector<UlyssesEmitter::GradBlock> blocks = blocks_of(ti, rows);
+      std::vector<Work> out;
+      for (std::size_t j = 0; j < blocks.size(); ++j) {
+        const UlyssesEmitter::GradBlock& b = blocks[j];
+        WgradOp w;
+        if (ctx.data) {
+          w.c = dw[static_cast<std::size_t>(ti)];
+          w.a_cols = h;
+          w.b_col0 = b.col0;
+          w.b_cols = Wc;
+          w.c_col0 = b.member * Wc;
+          w.accumulate = !first;
+          // Cut at chunk boundaries: the own chunk of the gathered input lives in the shard.
+          for (const Span& sp : rows)
+            for (std::int64_t r = sp.row0; r < sp.row0 + sp.rows;) {
+              const std::int64_t end = std::min(sp.row0 + sp.rows, (r / n() + 1) * n());
+              const Loc la = at(gathered, ti, Span{r, end - r});
+              w.blocks.push_back(WgradBlock{la.buffer, la.row0, b.buffer, r + b.row_offset, end - r});
+              r = end;
+            }
+        }
+        const std::string name = fmt::format("qkv_wgrad/g{}", b.member);
+        const bool last = hand_off && j + 1 == blocks.size();
+        Work wk = last ? dp_wgrad(ctx, "qkv_wgrad", dw, ti, h, qkvn, k, std::move(w), Wc)
+                       : Work{name, model::GemmKernel{h, Wc, k, 1}, op(ctx, std::move(w))};
+        wk.op = name;
+        if (!last || !dp_->fused()) wk.after = in_region(b.region);  // (fused: the DP sync's pieces)
+        wk.wait = b.deps;
+        out.push_back(std::move(wk));
+      }
+      return out;
+    };
+    // The dgrad waits for each block's arrival; the wgrad of a block already here fills that wait,
+    // but a stream runs its tasks in the order added, so the two regions' GEMMs go onto the compute
+    // stream interleaved: at Fuse-RS step i (chunk c = (ti - 1 - i) mod t), for each block in ring
+    // order, dgrad(c, p) then wgrad(c, p), the latter from the Fuse-AG step that holds chunk c
+    // ((i + 1) mod t: the own chunk, AG step 0, comes with the last RS step, as the exchange delivers
+    // it last). The two rings share the copy engine, whose stream is in order too: the re-gather's
+    // Send of AG step i + 1 goes before the RS Send of step i (AG steps 0 and 1 before RS step 0),
+    // so that chunk c's X is there when RS step i starts and the running sum does not queue behind
+    // the whole re-gather. Baseline TP (the wgrad after the dgrad's RS) and slice (one collective per
+    // slice) keep the regions one after the other.
+    if (serial || (t_ > 1 && req_.kind != ScheduleKind::commfuse)) {
+      g.dgrad_done = rs_region(with("qkv_dgrad+rs"), partial, g.d_in, h, d_att, dgrad);
+      ag_region(with("ag+qkv_wgrad"), gathered, h, serial ? g.dgrad_done : d_att, wgrad);
+      return g;
+    }
+    region_id(with("qkv_dgrad+rs"));  // the regions keep their order in the graph
+    const OpCtx wctx = with("ag+qkv_wgrad");
+    auto plan = std::make_shared<std::vector<std::vector<AgCall>>>();
+    ag_region(wctx, gathered, h, d_att, wgrad, plan.get());
+    auto rs_step = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
+    const WorkFn both = [this, dgrad, wgrad, wctx, plan, rs_step](int ti, int chunk, const std::vector<Span>& rows,
+                                                                   bool first) {
+      const auto i = static_cast<std::size_t>(ti);
+      const int step = (*rs_step)[i]++;
+      std::vector<AgCall>& calls = (*plan)[i];
+      // AG transfers up to step + 1 (each once; the last AG step has none): AG step s + 1 waits for
+      // the Recv of step s.
+      for (int s = 0; s <= std::min(step + 1, t_ - 2); ++s) {
+        AgCall& c = calls.at(static_cast<std::size_t>(s));
+        if (!c.transfer) continue;
+        calls.at(static_cast<std::size_t>(s + 1)).deps = {c.transfer(c.deps)};
+        c.transfer = {};
+      }
+      const AgCall& call = calls.at(static_cast<std::size_t>(t_ == 1 ? 0 : (step + 1) % t_));
+      std::vector<Work> d = dgrad(ti, chunk, rows, first);
+      // The first call emitted writes dW, the later ones add to it (AG step 0 now comes last).
+      std::vector<Work> w = wgrad(ti, call.chunk, call.rows, step == 0);
+      if (d.size() != w.size()) throw std::logic_error("TPSP generator: QKV dgrad and wgrad blocks differ");
+      std::vector<Work> out;
+      for (std::size_t j = 0; j < d.size(); ++j) {
+        out.push_back(std::move(d[j]));
+        // Emitted under the wgrad region's name and labels, waiting for its chunk of X as well.
+        auto wk = std::make_shared<Work>(std::move(w[j]));
+        Work e{wk->op, wk->kernel, -1};
+        e.emit = [this, ti, wctx, call, wk](std::string, TaskLabels, const std::vector<TaskId>& chain) {
+          std::vector<TaskId> deps = chain;
+          deps.insert(deps.end(), call.deps.begin(), call.deps.end());
+          deps.insert(deps.end(), wk->wait.begin(), wk->wait.end());
+          TaskLabels lab = labels(wctx, call.region, wk->op);
+          lab.chunk = call.chunk;
+          lab.step = call.step;
+          std::string name = fmt::format("{}/{}{}", prefix(wctx), wk->op, call.suffix);
+          const TaskId id = wk->emit ? wk->emit(std::move(name), std::move(lab), deps)
+                                     : compute(ti, std::move(name), wk->kernel, std::move(lab), wk->data_op, deps);
+          if (wk->after) wk->after(id);
+          return id;
+        };
+        out.push_back(std::move(e));
+      }
+      return out;
+    };
+    g.dgrad_done = rs_region(with("qkv_dgrad+rs"), partial, g.d_in, h, d_att, both);
+    for (int ti = 0; ti < t_; ++ti)
+      if ((*rs_step)[static_cast<std::size_t>(ti)] != std::max(1, t_))
+        throw std::logic_error("TPSP generator: a QKV wgrad step was not emitted");
+    return g;
+  };
   // QKV (column-parallel).
-  const ColumnGrad qkv_grad = column_parallel_backward("qkv", "dw_qkv", d_qkv_out, fw.w_qkv, fw.ln1, qkvn, d_att);
+  const ColumnGrad qkv_grad = up_.fused_backward()
+                                  ? up_qkv_backward()
+                                  : column_parallel_backward("qkv", "dw_qkv", d_qkv_out, fw.w_qkv, fw.ln1, qkvn, d_att);
   const PerRank& d_ln1_out = qkv_grad.d_in;
   const Deps& d_qkv = qkv_grad.dgrad_done;
   const PerRank& dw_qkv = qkv_grad.dw;
@@ -863,7 +1061,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
       const auto i = static_cast<std::size_t>(ti);
       prog_.outputs.push_back(OutputCheck{out.dx[i], {Piece{wp + "dx", Rect{global_row(ti), 0, n_, h}, 0, 0}}});
       // Ulysses: a rank's weight gradients cover its seq/up positions only; their sum over the UP
-      // group (the gradient sync) is not generated here, so they are not compared.
+      // group is the gradient sync's result, compared in up_gradient_checks().
       if (sh_.up > 1) continue;
       std::vector<Piece> qkv{Piece{wp + "dw_qkv", Rect{0, ti * qn, h, qn}, 0, 0}};
       if (sh_.kv_heads >= t_) {
@@ -908,14 +1106,15 @@ void Builder::piece_gemm_rs() {
 }
 
 Work Builder::dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank& c, int ti, std::int64_t a_cols,
-                       std::int64_t b_cols, std::int64_t k, WgradOp w) {
+                       std::int64_t b_cols, std::int64_t k, WgradOp w, std::int64_t gemm_cols) {
   const DpGradient dg{fmt::format("{}/{}", prefix(ctx), name), ctx.layer, a_cols, b_cols,
                       ctx.data ? c[static_cast<std::size_t>(ti)] : -1};
-  Work out{name, model::GemmKernel{a_cols, b_cols, k, 1}, -1, {}};
-  out.emit = [this, ctx, ti, k, w = std::move(w), dg](std::string task_name, TaskLabels lab,
-                                                      const std::vector<TaskId>& deps) mutable {
+  const std::int64_t n_cols = gemm_cols > 0 ? gemm_cols : b_cols;
+  Work out{name, model::GemmKernel{a_cols, n_cols, k, 1}, -1, {}};
+  out.emit = [this, ctx, ti, k, n_cols, w = std::move(w), dg](std::string task_name, TaskLabels lab,
+                                                              const std::vector<TaskId>& deps) mutable {
     if (!dp_->fused()) {
-      const TaskId id = compute(ti, std::move(task_name), model::GemmKernel{dg.rows, dg.cols, k, 1}, std::move(lab),
+      const TaskId id = compute(ti, std::move(task_name), model::GemmKernel{dg.rows, n_cols, k, 1}, std::move(lab),
                                 op(ctx, w), deps);
       dp_->gradient(rank(ti), dg, id);
       return id;
@@ -933,12 +1132,44 @@ Work Builder::dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank&
           TaskLabels pl = lab;
           pl.region = region;
           pl.step = step;
-          return compute(ti, fmt::format("{}/dp{}", task_name, step), model::GemmKernel{rows, dg.cols, k, 1}, pl,
+          return compute(ti, fmt::format("{}/dp{}", task_name, step), model::GemmKernel{rows, n_cols, k, 1}, pl,
                          op(ctx, std::move(piece)), d);
         },
         deps);
   };
   return out;
+}
+
+// Ulysses: the weight gradients after the sync over the UP group (all-reduced, ddp) are the
+// unpartitioned ones: rank (ti, u) computed X_u^T dY_u over its seq/up positions and the sync adds
+// the UP members' sums. Compared at dp 1 only (every DP replica here computes the same data, so the
+// sum over replicas would be dp times the reference). Gradients reach the sync per layer, last
+// layer first, in the order FC2, FC1, out-projection, QKV. Kv columns of dw_qkv replicated over TP
+// or UP ranks hold one sharer's part (see backward_layer) and are not compared.
+void Builder::up_gradient_checks(std::int64_t layers) {
+  if (sh_.up < 2 || sh_.dp != 1 || req_.step.dp_sharding != model::DpSharding::ddp) return;
+  const std::int64_t h = sh_.hidden, qn = sh_.q_local(), fl = sh_.ffn_local();
+  const bool kv_split = sh_.kv_heads >= t_ * sh_.up;
+  for (std::int64_t l = 0; l < layers; ++l) {
+    const std::string wp = fmt::format("L{}/", l);
+    const int j0 = static_cast<int>(4 * (layers - 1 - l));
+    for (int ti = 0; ti < t_; ++ti) {
+      auto check = [&](int j, std::vector<Piece> expect) {
+        const BufferId b = dp_->synced(rank(ti), j0 + j);
+        if (b >= 0) prog_.outputs.push_back(OutputCheck{b, std::move(expect)});
+      };
+      check(0, {Piece{wp + "dw2", Rect{ti * fl, 0, fl, h}, 0, 0}});
+      std::vector<Piece> w1{Piece{wp + "dw1", Rect{0, ti * fl, h, fl}, 0, 0}};
+      if (sh_.gated) w1.push_back(Piece{wp + "dw1", Rect{0, sh_.ffn + ti * fl, h, fl}, 0, fl});
+      check(1, std::move(w1));
+      check(2, {Piece{wp + "dw_o", Rect{ti * qn, 0, qn, h}, 0, 0}});
+      std::vector<Piece> qkv;
+      const std::vector<Piece> w = up_.qkv_weight_pieces(static_cast<int>(l), ti);  // q, k, v per member
+      for (std::size_t i = 0; i < w.size(); ++i)
+        if (i % 3 == 0 || kv_split) qkv.push_back(Piece{wp + "dw_qkv", w[i].from, w[i].to_row, w[i].to_col});
+      check(3, std::move(qkv));
+    }
+  }
 }
 
 std::int64_t Builder::layer_params() const {
@@ -1030,12 +1261,14 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           recompute_ = false;
           data_ = data;
         } else if (req_.step.recompute == model::Recompute::selective) {
-          // The attention core's forward (its [S, S] scores are not saved).
+          // The attention core's forward (its [S, S] scores are not saved), as the rank ran it: the
+          // whole sequence on its heads/(tp up) query heads (Ulysses: after the all-to-all; with up 1
+          // the TP rank's heads) and the kv heads those use.
           recompute_ = true;
           OpCtx rc{static_cast<int>(l), true, "", false};
           for (int ti = 0; ti < t_; ++ti) {
-            model::AttentionKernel k{sh_.batch, sh_.heads / t_, sh_.kv_heads_local(), sh_.seq, sh_.seq, sh_.head_dim,
-                                     sh_.causal, 0, model::Pass::forward};
+            model::AttentionKernel k{sh_.batch, sh_.heads / t_ / sh_.up, sh_.kv_heads_up(), sh_.seq, sh_.seq,
+                                     sh_.head_dim, sh_.causal, 0, model::Pass::forward};
             lr[ti] = {compute(ti, prefix(rc) + "/attention", k, labels(rc, -1, "attention"), -1, lr[ti])};
           }
           recompute_ = false;
@@ -1057,6 +1290,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
       const auto ends = dp_->finish_backward(rank(ti), ready[ti]);
       synced[ti].insert(synced[ti].end(), ends.begin(), ends.end());
     }
+  if (dp_ && train && data_) up_gradient_checks(layers);
   if (!step) return;
   std::vector<std::int64_t> elements(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti)

@@ -5,7 +5,9 @@
 //             into k slices, each slice's all-to-all issued as soon as its slice is computed;
 //   commfuse  Fuse-A2A: the producer computed per destination in ring order u+1, ..., u-1, each
 //             piece sent by P2P while the next is computed, the own piece last (it needs no transfer,
-//             so the last thing on the critical path is a compute, not a transfer).
+//             so the last thing on the critical path is a compute, not a transfer). After the
+//             attention backward the consumer is fused instead: the QKV dgrad/wgrad take dQKV one
+//             head group block at a time, own block first, each received one as it lands.
 // Data layout (per TP index ti, UP index u; qg = heads/(tp*up) x head_dim, kvg likewise for the kv
 // heads after the exchange, W = qg + 2 kvg):
 //   qkv   [S/up, up*W]  member-major blocks [q_p | k_p | v_p] (the weight shard is laid out so);
@@ -578,36 +580,70 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
         if (p1 > p0) done[i].push_back(a2a(ti, p0 * b, (p1 - p0) * b, {ab_id}, fmt::format("a2a/s{}", s), s));
       }
     } else {
-      for (int d = 1; d < up_; ++d) {
-        const int p = static_cast<int>(mod(u_ + d, up_));
-        TaskLabels lab = labels(layer, false, region, "send");
-        lab.step = d;
-        lab.chunk = p;
-        const int src_chunk = fault_shift(post.region_index, d, p);
-        add(ti, fmt::format("{}/attn_bwd+a2a/send/q{}", pre, p), p2p_stream(),
-            SendTask{rank(ti, p), bytes(S_loc * Wc), tag(post, 0, u_, p), req_.schedule.p2p_engine,
-                     req_.schedule.comm_sms.value_or(-1)},
-            std::move(lab), op(data, SendOp{dhs(ti, src_chunk * S_loc, S_loc)}), {ab_id});
+      // Fuse-A2A backward: one Send per (TP chunk, destination), chunks in the order the QKV dgrad's
+      // TP region consumes them (Fuse-RS: (ti - 1 - i) mod tp at step i), destinations in ring order;
+      // the own group's rows never move (qkv_grad_blocks reads them from the head-sharded gradient).
+      const std::int64_t n = S_loc / tp_;
+      const bool fuse_rs = req_.kind == model::ScheduleKind::commfuse && tp_ > 1;
+      for (int i = 0; i < tp_; ++i) {
+        const std::int64_t c = fuse_rs ? mod(ti - 1 - i, tp_) : i;
+        for (int d = 1; d < up_; ++d) {
+          const int p = static_cast<int>(mod(u_ + d, up_));
+          TaskLabels lab = labels(layer, false, region, "send");
+          lab.step = d;
+          lab.chunk = p;
+          const int src_chunk = fault_shift(post.region_index, d, p);
+          add(ti, fmt::format("{}/attn_bwd+a2a/send/q{}/r{}", pre, p, c * n), p2p_stream(),
+              SendTask{rank(ti, p), bytes(n * Wc), tag(post, c * n, u_, p), req_.schedule.p2p_engine,
+                       req_.schedule.comm_sms.value_or(-1)},
+              std::move(lab), op(data, SendOp{dhs(ti, src_chunk * S_loc + c * n, n)}), {ab_id});
+        }
+        for (int d = 1; d < up_; ++d) {
+          const int from = static_cast<int>(mod(u_ - d, up_));
+          TaskLabels lab = labels(layer, false, region, "recv");
+          lab.step = d;
+          lab.chunk = u_;
+          bwd_recv_[{ti, c, from}] =
+              add(ti, fmt::format("{}/attn_bwd+a2a/recv/u{}/r{}", pre, from, c * n), p2p_stream(),
+                  RecvTask{rank(ti, from), bytes(n * Wc), tag(post, c * n, from, u_)}, std::move(lab),
+                  op(data, RecvOp{dq_at(ti, c * n, n, from)}), {});
+        }
       }
-      // The own rows' gradient stays here: a local copy into its block, beside the sends.
-      TaskLabels cl = labels(layer, false, region, "copy");
-      cl.chunk = u_;
-      done[i].push_back(add(ti, pre + "/attn_bwd+a2a/copy", StreamRef{StreamKind::compute, 0},
-                            ComputeTask{model::ElementwiseKernel{"copy", bytes(2 * S_loc * Wc), 0.0}, sh_.dtype, false},
-                            std::move(cl), op(data, CopyOp{dhs(ti, u_ * S_loc, S_loc), dq_at(ti, 0, S_loc, u_)}),
-                            {ab_id}));
-      for (int d = 1; d < up_; ++d) {
-        const int from = static_cast<int>(mod(u_ - d, up_));
-        TaskLabels lab = labels(layer, false, region, "recv");
-        lab.step = d;
-        lab.chunk = u_;
-        done[i].push_back(add(ti, fmt::format("{}/attn_bwd+a2a/recv/u{}", pre, from), p2p_stream(),
-                              RecvTask{rank(ti, from), bytes(S_loc * Wc), tag(post, 0, from, u_)}, std::move(lab),
-                              op(data, RecvOp{dq_at(ti, 0, S_loc, from)}), {}));
-      }
+      done[i] = {ab_id};
     }
   }
+  if (kind() == model::ScheduleKind::commfuse) {
+    bwd_hs_ = d_hs;
+    bwd_dqkv_ = data ? d_qkv : UpPerRank{};
+    bwd_region_ = region;
+  }
   return done;
+}
+
+std::vector<UlyssesEmitter::GradBlock> UlyssesEmitter::qkv_grad_blocks(int ti, const std::vector<UpSpan>& rows) const {
+  if (!fused_backward()) throw std::logic_error("Ulysses generator: dQKV blocks outside the Fuse-A2A backward");
+  const auto i = static_cast<std::size_t>(ti);
+  const std::int64_t n = local_rows() / tp_;
+  std::vector<GradBlock> out;
+  for (int d = 0; d < up_; ++d) {
+    GradBlock b;
+    b.member = static_cast<int>(mod(u_ - d, up_));
+    b.region = tp_ == 1 ? bwd_region_ : -1;
+    if (d == 0) {
+      b.buffer = bwd_hs_.empty() ? -1 : bwd_hs_[i];
+      b.row_offset = u_ * local_rows();
+    } else {
+      b.buffer = bwd_dqkv_.empty() ? -1 : bwd_dqkv_[i];
+      b.col0 = b.member * W();
+      for (const UpSpan& s : rows)
+        for (std::int64_t c = s.row0 / n; s.rows > 0 && c <= (s.row0 + s.rows - 1) / n; ++c) {
+          const TaskId r = bwd_recv_.at({ti, c, b.member});
+          if (std::find(b.deps.begin(), b.deps.end(), r) == b.deps.end()) b.deps.push_back(r);
+        }
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
 }
 
 }  // namespace fusesim::sched

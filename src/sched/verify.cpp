@@ -307,7 +307,8 @@ class Run {
   const DataflowProgram& p_;
   const std::map<std::string, Matrix>& tensors_;
   std::vector<Buf> bufs_;
-  std::map<std::tuple<int, int, std::int64_t>, Matrix> mailbox_;  // (sender, receiver, tag)
+  // (sender, receiver, tag): the parts of the message (one for SendOp, any number for SendPartsOp).
+  std::map<std::tuple<int, int, std::int64_t>, std::vector<Matrix>> mailbox_;
 
   static void check_rect(const Rect& r, std::int64_t rows, std::int64_t cols, const std::string& what) {
     if (r.row0 < 0 || r.col0 < 0 || r.rows < 0 || r.cols < 0 || r.row0 + r.rows > rows || r.col0 + r.cols > cols)
@@ -367,7 +368,8 @@ class Run {
 
 void Run::exec_compute(const Task& task, const DataOp& op) {
   if (const auto* g = std::get_if<GemmOp>(&op)) {
-    const Matrix b = read_whole(g->b, task);
+    const Matrix b = g->b_cols > 0 ? read(Ref{g->b, Rect{0, g->b_col0, buffer(g->b, task).m.rows, g->b_cols}}, task)
+                                   : read_whole(g->b, task);
     for (const RowBlock& blk : g->blocks) {
       const Matrix a = read(Ref{g->a, Rect{blk.a_row0, g->a_col0, blk.rows, g->a_cols}}, task);
       Matrix c = matmul(a, b, g->transpose_b);
@@ -404,7 +406,7 @@ void Run::exec_compute(const Task& task, const DataOp& op) {
       const Matrix b = read(Ref{blk.b, Rect{blk.b_row0, w->b_col0, blk.rows, w->b_cols}}, task);
       sum = add(sum, matmul_tn(a, b));
     }
-    const Ref cref{w->c, Rect{w->c_row0, 0, w->a_cols, w->b_cols}};
+    const Ref cref{w->c, Rect{w->c_row0, w->c_col0, w->a_cols, w->b_cols}};
     if (w->accumulate) sum = add(read(cref, task), sum);
     write(cref, sum, task);
   } else if (const auto* nb = std::get_if<NormBwdOp>(&op)) {
@@ -436,16 +438,35 @@ void Run::exec_task(TaskId id) {
   if (std::holds_alternative<ComputeTask>(task.kind)) {
     exec_compute(task, *op);
   } else if (const auto* send = std::get_if<SendTask>(&task.kind)) {
-    const auto* d = std::get_if<SendOp>(op);
-    if (d == nullptr) throw ExecError(fmt::format("send task {} carries no send data op", task.name));
-    mailbox_[{task.rank, send->peer, send->tag}] = read(d->data, task);
+    std::vector<Matrix> parts;
+    if (const auto* d = std::get_if<SendOp>(op)) {
+      parts.push_back(read(d->data, task));
+    } else if (const auto* dp = std::get_if<SendPartsOp>(op)) {
+      for (const Ref& r : dp->data) parts.push_back(read(r, task));
+    } else {
+      throw ExecError(fmt::format("send task {} carries no send data op", task.name));
+    }
+    mailbox_[{task.rank, send->peer, send->tag}] = std::move(parts);
   } else if (const auto* recv = std::get_if<RecvTask>(&task.kind)) {
-    const auto* d = std::get_if<RecvOp>(op);
-    if (d == nullptr) throw ExecError(fmt::format("recv task {} carries no recv data op", task.name));
+    std::vector<Ref> dst, reduce;
+    if (const auto* d = std::get_if<RecvOp>(op)) {
+      dst = {d->data};
+    } else if (const auto* dp = std::get_if<RecvPartsOp>(op)) {
+      dst = dp->data;
+      reduce = dp->add;
+      if (!reduce.empty() && reduce.size() != dst.size())
+        throw ExecError(fmt::format("recv task {} reduces {} parts into {}", task.name, reduce.size(), dst.size()));
+    } else {
+      throw ExecError(fmt::format("recv task {} carries no recv data op", task.name));
+    }
     auto it = mailbox_.find({recv->peer, task.rank, recv->tag});
     if (it == mailbox_.end())
       throw ExecError(fmt::format("recv task {} completes but its send carried no data", task.name));
-    write(d->data, it->second, task);
+    if (it->second.size() != dst.size())
+      throw ExecError(fmt::format("recv task {} expects {} parts, its send carried {}", task.name, dst.size(),
+                                  it->second.size()));
+    for (std::size_t k = 0; k < dst.size(); ++k)
+      write(dst[k], reduce.empty() ? it->second[k] : add(it->second[k], read(reduce[k], task)), task);
     mailbox_.erase(it);
   } else {
     throw ExecError(fmt::format("collective task {} executed alone", task.name));

@@ -67,20 +67,20 @@ TEST_CASE("simulate reports the memory of a fitting job in JSON and in the table
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   const json m = json::parse(r.out)["memory"];
-  // Llama-3-8B at TP 8 (tests/model/test_memory.cpp derives each term): 1,004,015,616 params per rank;
-  // 2 + 2 + 12 B each = 16,064,249,856; activations 5,109,710,848; CommFuse buffers 150,994,944
+  // Llama-3-8B at TP 8 (tests/model/test_memory.cpp derives each term): 1,004,802,048 params per rank
+  // (padded vocabulary); 2 + 2 + 12 B each = 16,076,832,768; activations 5,112,856,576; CommFuse buffers 150,994,944
   // (16 NCCL channels on the H100 model x 4 MiB, gathered [8192, 4096] and 2 Fuse-RS chunks, bf16).
-  CHECK(m["params_per_rank"].get<std::int64_t>() == 1'004'015'616);
-  CHECK(m["activations_bytes"].get<std::int64_t>() == 5'109'710'848);
+  CHECK(m["params_per_rank"].get<std::int64_t>() == 1'004'802'048);
+  CHECK(m["activations_bytes"].get<std::int64_t>() == 5'112'856'576);
   CHECK(m["comm_buffers_bytes"].get<std::int64_t>() == 150'994'944);
-  CHECK(m["total_bytes"].get<std::int64_t>() == 16'064'249'856 + 5'109'710'848 + 150'994'944);
+  CHECK(m["total_bytes"].get<std::int64_t>() == 16'076'832'768 + 5'112'856'576 + 150'994'944);
   CHECK(m["fits"].get<bool>());
 
   const auto t = run_fusesim(base, dir);
   REQUIRE(t.exit_code == 0);
-  // 21,324,955,648 B = 21.3 GB.
+  // 21,340,684,288 B = 21.3 GB; optimizer 12,057,624,576 B = 12.1 GB.
   CHECK(t.out.find("memory per rank: 21.3 GB of 80.0 GB (h100-sxm): parameters 2.0, gradients 2.0, optimizer "
-                   "12.0, activations 5.1, comm buffers 0.2 GB") != std::string::npos);
+                   "12.1, activations 5.1, comm buffers 0.2 GB") != std::string::npos);
 }
 
 TEST_CASE("generate writes an over-memory job's graph and warns", "[cli][memory]") {

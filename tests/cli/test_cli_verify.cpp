@@ -21,6 +21,18 @@ TEST_CASE("fusesim verify passes every schedule for t in 2 3 4 8 and k in 1 2 4"
   std::size_t up_cases = 0;
   for (const json& c : report["cases"]) up_cases += c.value("up", 1) > 1 ? 1 : 0;
   CHECK(up_cases == 40u);
+  // DP (dp_test.cpp): dp 2, 4, 8 x ddp, zero1, zero3 x baseline, bucketed, commfuse = 27 with
+  // collectives, and the same 27 in the ring P2P form ("-p2p"). 88 + 40 + 54 = 182 in all.
+  std::size_t dp_cases = 0, p2p_cases = 0;
+  for (const json& c : report["cases"]) {
+    if (c.value("dp", 1) < 2) continue;
+    ++dp_cases;
+    const std::string s = c["schedule"].get<std::string>();
+    p2p_cases += s.size() > 4 && s.compare(s.size() - 4, 4, "-p2p") == 0 ? 1 : 0;
+  }
+  CHECK(dp_cases == 54u);
+  CHECK(p2p_cases == 27u);
+  CHECK(report["cases"].size() == 182u);
   bool saw_commfuse = false, saw_slice = false, saw_baseline = false;
   for (const json& c : report["cases"]) {
     CHECK(c["passed"].get<bool>());

@@ -36,21 +36,35 @@ const std::vector<ScheduleKind> kCommFuse{ScheduleKind::commfuse};
 
 }  // namespace
 
-TEST_CASE("Parameters per TP rank: TP 1 is the whole model, TP adds only the replicated norms",
+TEST_CASE("Parameters per TP rank: TP shards the layers, replicates the norms, pads the vocabulary",
           "[model][memory]") {
-  for (const char* name : {"llama-3-8b", "llama-3-70b", "gpt-3-175b"}) {
-    const Architecture a = load_workload(name).arch;
-    INFO(name);
-    CHECK(params_per_tp_rank(a, 1) == a.params_total());
-    // With every dimension divisible by 8, the 8 shards add up to the model plus 7 extra copies of the
-    // replicated norms (two per layer and the final one).
+  // Megatron pads the vocabulary to a multiple of 128 x tp (arguments.py --make-vocab-size-divisible-by):
+  //   Llama-3 128,256 = 1002 x 128: unpadded at tp 1; at tp 8 ceil(128256 / 1024) = 126 -> 129,024.
+  //   GPT-3 50,257: at tp 1 ceil(50257 / 128) = 393 -> 50,304; at tp 8 ceil(50257 / 1024) = 50 -> 51,200.
+  struct Case {
+    const char* name;
+    std::int64_t padded1, padded8;
+  };
+  for (const Case& c : {Case{"llama-3-8b", 128'256, 129'024}, Case{"llama-3-70b", 128'256, 129'024},
+                        Case{"gpt-3-175b", 50'304, 51'200}}) {
+    const Architecture a = load_workload(c.name).arch;
+    INFO(c.name);
+    CHECK(a.vocab_divisible_by == 128);
+    CHECK(a.padded_vocab(1) == c.padded1);
+    CHECK(a.padded_vocab(8) == c.padded8);
+    // TP 1 is the whole model plus the padding rows of the embedding and the LM head.
+    CHECK(params_per_tp_rank(a, 1) == a.params_total() + 2 * (c.padded1 - a.vocab) * a.hidden);
+    // The 8 shards add up to the model plus 7 extra copies of the replicated norms (two per layer and
+    // the final one) and the padding rows at tp 8.
     const std::int64_t norms = a.layers * 2 * a.hidden + a.hidden;
-    // GPT-3's vocabulary 50,257 does not divide by 8: each rank holds ceil(50257 / 8) = 6,283 rows, so
-    // the 8 shards hold 7 padding rows more, in the embedding and in the LM head: 2 x 7 x 12,288.
-    const std::int64_t padding = a.vocab % 8 == 0 ? 0 : 2 * (8 - a.vocab % 8) * a.hidden;
-    CHECK(8 * params_per_tp_rank(a, 8) == a.params_total() + 7 * norms + padding);
+    CHECK(8 * params_per_tp_rank(a, 8) == a.params_total() + 7 * norms + 2 * (c.padded8 - a.vocab) * a.hidden);
   }
-  CHECK(load_workload("gpt-3-175b").arch.vocab % 8 == 1);  // the padding case above is exercised
+  // Without padding (vocab_divisible_by 1) the vocabulary only rounds up to a multiple of tp: GPT-3's
+  // 50,257 = 8 x 6,282 + 1 -> 8 x 6,283 = 50,264.
+  Architecture g = load_workload("gpt-3-175b").arch;
+  g.vocab_divisible_by = 1;
+  CHECK(g.padded_vocab(8) == 50'264);
+  CHECK(g.padded_vocab(1) == 50'257);
 }
 
 TEST_CASE("Llama-3-8B, TP 8, DP 1: parameters, training state and activations", "[model][memory]") {
@@ -58,14 +72,14 @@ TEST_CASE("Llama-3-8B, TP 8, DP 1: parameters, training state and activations", 
   // One layer on one of 8 ranks (h 4096, 32 heads / 8 KV heads of 128, ffn 14336 SwiGLU):
   //   QKV 4096 x (4 x 128 + 2 x 1 x 128) = 3,145,728; O 512 x 4096 = 2,097,152;
   //   MLP 4096 x 1792 x 2 + 1792 x 4096 = 22,020,096; norms 2 x 4096 = 8,192 -> 27,271,168.
-  // 32 layers = 872,677,376; embedding + LM head 2 x 16,032 x 4096 = 131,334,144; final norm 4096.
-  // Total 1,004,015,616.
+  // 32 layers = 872,677,376; embedding + LM head over the padded vocabulary 129,024 / 8 = 16,128 rows:
+  // 2 x 16,128 x 4096 = 132,120,576; final norm 4096. Total 1,004,802,048.
   const MemoryReport r = memory_per_rank(w, h100(), kCommFuse);
-  CHECK(r.params_per_rank == 1'004'015'616);
+  CHECK(r.params_per_rank == 1'004'802'048);
   // ZeRO paper recipe: 2 B bf16 weights, 2 B gradients, 12 B Adam state (fp32 master, m, v).
-  CHECK(r.parameters_bytes == 2'008'031'232);
-  CHECK(r.gradients_bytes == 2'008'031'232);
-  CHECK(r.optimizer_bytes == 12'048'187'392);
+  CHECK(r.parameters_bytes == 2'009'604'096);
+  CHECK(r.gradients_bytes == 2'009'604'096);
+  CHECK(r.optimizer_bytes == 12'057'624'576);
   // Activations of one layer, s = 8192 tokens, bf16:
   //   norm and GEMM inputs 4 x (8192 / 8) x 4096 x 2 B = 33,554,432
   //   Q, K, V, O of 4 query heads and 1 KV head: 8192 x (2 x 4 + 2 x 1) x 128 x 2 B = 20,971,520
@@ -73,13 +87,13 @@ TEST_CASE("Llama-3-8B, TP 8, DP 1: parameters, training state and activations", 
   //   FC1 output (2 x 1792) and SwiGLU output (1792): 8192 x 1792 x 3 x 2 B = 88,080,384
   //   -> 142,737,408 per layer, x 32 = 4,567,597,056.
   // Outside the layers: final norm input and output 2 x 1024 x 4096 x 2 B = 16,777,216, fp32 logits
-  // 8192 x 16,032 x 4 B = 525,336,576 -> 542,113,792. Total 5,109,710,848.
-  CHECK(r.activations_bytes == 5'109'710'848);
+  // 8192 x 16,128 x 4 B = 528,482,304 (padded vocabulary) -> 545,259,520. Total 5,112,856,576.
+  CHECK(r.activations_bytes == 5'112'856'576);
   // Communication, CommFuse: NCCL 16 channels x 4 MiB = 67,108,864; gathered [8192, 4096] bf16 =
   // 67,108,864; Fuse-RS 2 x [1024, 4096] bf16 = 16,777,216 -> 150,994,944.
   CHECK(r.comm_buffers_bytes == 150'994'944);
   CHECK(r.comm_buffers_schedule == "commfuse");
-  CHECK(r.total_bytes == Bytes{2'008'031'232} * 2 + 12'048'187'392 + 5'109'710'848 + 150'994'944);
+  CHECK(r.total_bytes == Bytes{2'009'604'096} * 2 + 12'057'624'576 + 5'112'856'576 + 150'994'944);
   CHECK(r.capacity_bytes == 80'000'000'000);
   CHECK(r.fits());
   CHECK(r.breakdown.size() == 5);
@@ -93,8 +107,8 @@ TEST_CASE("Recomputation: selective saves nothing under FlashAttention, full kee
   // stores: the same bytes.
   CHECK(selective == none);
   // Full: 32 layer inputs of [1024, 4096] bf16 = 32 x 8,388,608 = 268,435,456, plus one layer rebuilt
-  // in the backward (142,737,408) and the head (542,113,792) -> 953,286,656.
-  CHECK(full == 953'286'656);
+  // in the backward (142,737,408) and the head (545,259,520) -> 956,432,384.
+  CHECK(full == 956'432'384);
 }
 
 TEST_CASE("Activations match Korthikanti et al. for a GPT-style layer without dropout", "[model][memory]") {
@@ -126,9 +140,10 @@ TEST_CASE("Llama-3-70B, TP 8: ZeRO stages shard optimizer, gradients, parameters
   // One layer on one of 8 ranks (h 8192, 64 heads / 8 KV of 128, ffn 28672 SwiGLU):
   //   QKV 8192 x (1024 + 256) = 10,485,760; O 1024 x 8192 = 8,388,608;
   //   MLP 8192 x 3584 x 3 = 88,080,384; norms 16,384 -> 106,971,136; x 80 = 8,557,690,880;
-  //   embedding + LM head 2 x 16,032 x 8192 = 262,668,288; final norm 8192 -> 8,820,367,360.
-  const std::int64_t p = 8'820'367'360;
-  const std::int64_t quarter = p / 4;  // 2,205,091,840 exactly
+  //   embedding + LM head (padded vocabulary 129,024 / 8) 2 x 16,128 x 8192 = 264,241,152; final norm
+  //   8192 -> 8,821,940,224.
+  const std::int64_t p = 8'821'940'224;
+  const std::int64_t quarter = p / 4;  // 2,205,485,056 exactly
   struct Case {
     DpSharding s;
     Bytes params, grads, optimizer;
@@ -143,10 +158,10 @@ TEST_CASE("Llama-3-70B, TP 8: ZeRO stages shard optimizer, gradients, parameters
     CHECK(r.gradients_bytes == c.grads);
     CHECK(r.optimizer_bytes == c.optimizer);
   }
-  // The default job: DP 1, 16 B x 8,820,367,360 = 141,125,877,760 B of training state alone: more than
+  // The default job: DP 1, 16 B x 8,821,940,224 = 141,151,043,584 B of training state alone: more than
   // an 80 GB H100 holds, whatever the schedule.
   const MemoryReport d = memory_per_rank(llama("llama-3-70b", 8, 1), h100(), kCommFuse);
-  CHECK(d.parameters_bytes + d.gradients_bytes + d.optimizer_bytes == 141'125'877'760);
+  CHECK(d.parameters_bytes + d.gradients_bytes + d.optimizer_bytes == 141'151'043'584);
   CHECK(!d.fits());
 }
 
@@ -199,7 +214,7 @@ TEST_CASE("Communication buffers per schedule", "[model][memory]") {
 
 TEST_CASE("Optimizer and data type change the bytes per parameter", "[model][memory]") {
   Workload w = llama("llama-3-8b", 8, 1);
-  const std::int64_t p = 1'004'015'616;
+  const std::int64_t p = 1'004'802'048;
   w.optimizer = Optimizer::sgd;  // fp32 master + momentum: 8 B
   CHECK(memory_per_rank(w, h100(), kCommFuse).optimizer_bytes == 8 * p);
   w.dtype = topo::Dtype::fp32;  // the weights are the master copy: momentum only, 4 B; weights 4 B
@@ -225,7 +240,8 @@ TEST_CASE("check_memory refuses with the breakdown, the file and $.parallel", "[
     CHECK(e.json_path() == "$.parallel");
     const std::string m = e.message();
     INFO(m);
-    CHECK(m.find("per rank (parameters 17.6, gradients 17.6, optimizer state 105.8") != std::string::npos);
+    // 8,821,940,224 parameters per rank (padded vocabulary): x 2 B = 17.6 GB, x 12 B = 105.9 GB.
+    CHECK(m.find("per rank (parameters 17.6, gradients 17.6, optimizer state 105.9") != std::string::npos);
     CHECK(m.find("device 'h100-test' has 80.0 GB") != std::string::npos);
     CHECK(m.find("--force-memory") != std::string::npos);
   }

@@ -188,6 +188,7 @@ TEST_CASE("Optional keys take their documented defaults", "[model][workload]") {
   CHECK(w.name == "minimal");
   CHECK(w.arch.head_dim == 64);  // 256 / 4
   CHECK(w.arch.causal);
+  CHECK(w.arch.vocab_divisible_by == 128);  // Megatron-LM's --make-vocab-size-divisible-by default
   CHECK(w.grad_accumulation == 1);
   CHECK(w.micro_batch == 2);
   CHECK(w.tokens_per_microbatch() == 1024);
@@ -206,6 +207,7 @@ TEST_CASE("Every optional key can be set", "[model][workload]") {
   json j = valid();
   j["model"]["head_dim"] = 96;  // q_width 32 x 96 = 3072 != hidden: allowed when given explicitly
   j["model"]["causal"] = false;
+  j["model"]["vocab_divisible_by"] = 64;
   j["training"]["grad_accumulation"] = 16;
   j["training"]["dtype"] = "fp8";
   j["schedule"] = {{"kind", "slice"},           {"slices", 8},     {"collective_engine", "copy_engine"},
@@ -215,6 +217,11 @@ TEST_CASE("Every optional key can be set", "[model][workload]") {
   CHECK(w.arch.head_dim == 96);
   CHECK(w.arch.q_width() == 3072);
   CHECK(!w.arch.causal);
+  CHECK(w.arch.vocab_divisible_by == 64);
+  // 128256 to a multiple of 64 x tp 2 = 128: 1002 x 128, no padding; of 64 x 5 = 320:
+  // ceil(400.8) = 401 -> 128,320.
+  CHECK(w.arch.padded_vocab(2) == 128'256);
+  CHECK(w.arch.padded_vocab(5) == 128'320);
   CHECK(w.grad_accumulation == 16);
   CHECK(w.dtype == topo::Dtype::fp8);
   CHECK(w.schedule.kind == ScheduleKind::slice);
@@ -342,6 +349,10 @@ TEST_CASE("Loader errors name the file and the JSON path", "[model][workload][er
     expect_error(with([](json& j) { j["schedule"]["comm_sms"] = 0; }), "$.schedule.comm_sms");
     expect_error(with([](json& j) { j["training"]["grad_accumulation"] = 0; }), "$.training.grad_accumulation");
     expect_error(with([](json& j) { j["model"]["head_dim"] = 0; }), "$.model.head_dim");
+    expect_error(with([](json& j) { j["model"]["vocab_divisible_by"] = 0; }), "$.model.vocab_divisible_by");
+    expect_error(with([](json& j) { j["model"]["vocab_divisible_by"] = -128; }), "$.model.vocab_divisible_by");
+    expect_error(with([](json& j) { j["model"]["vocab_divisible_by"] = 1'000'001; }), "$.model.vocab_divisible_by");
+    expect_error(with([](json& j) { j["model"]["vocab_divisible_by"] = "128"; }), "$.model.vocab_divisible_by");
   }
   SECTION("absurd values") {
     expect_error(with([](json& j) { j["model"]["layers"] = 1001; }), "$.model.layers");
@@ -537,13 +548,16 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
   CHECK(d.recompute == Recompute::none);
   CHECK(d.optimizer == Optimizer::adam);
   CHECK(d.schedule.dp_bucket_bytes == 25'000'000);
+  CHECK(d.schedule.dp_fuse_min_rows == 128);  // one 128-row GEMM tile
 
   json j = valid();
   j["parallel"]["dp_sharding"] = "zero3";
   j["training"]["recompute"] = "full";
   j["training"]["optimizer"] = "sgd";
   j["schedule"]["dp_bucket_bytes"] = 50e6;  // an integral JSON float is an integer
+  j["schedule"]["dp_fuse_min_rows"] = 1;
   const Workload w = parse(j);
+  CHECK(w.schedule.dp_fuse_min_rows == 1);
   CHECK(w.parallel.dp_sharding == DpSharding::zero3);
   CHECK(w.recompute == Recompute::full);
   CHECK(w.optimizer == Optimizer::sgd);
@@ -569,4 +583,7 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 1.5; }), "$.schedule.dp_bucket_bytes");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = "25MB"; }), "$.schedule.dp_bucket_bytes");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 2e12; }), "$.schedule.dp_bucket_bytes");
+  expect_error(with([](json& j) { j["schedule"]["dp_fuse_min_rows"] = 0; }), "$.schedule.dp_fuse_min_rows");
+  expect_error(with([](json& j) { j["schedule"]["dp_fuse_min_rows"] = -128; }), "$.schedule.dp_fuse_min_rows");
+  expect_error(with([](json& j) { j["schedule"]["dp_fuse_min_rows"] = "128"; }), "$.schedule.dp_fuse_min_rows");
 }

@@ -28,12 +28,24 @@ TEST_CASE("DP row parts cover the rows once, near-equal", "[dp]") {
   CHECK(row_part(9, 4, 3).rows == 3);
 }
 
+// CommFuse piece GEMMs over all replicas and the three gradients (16, 9 and 24 rows) with pieces of at
+// least 5 rows (dp_verify.cpp): a gradient's part has rows/dp rows, so ceil(5 / (rows/dp)) ring steps
+// share a GEMM; rank r's step i computes part (r-1-i) mod dp, so a group is a run of consecutive
+// parts mod dp, one GEMM, or two when it holds part dp-1 and part 0 without being every part.
+//   dp 2: parts of 8, 4, 12 rows -> groups of 1, 2 (both parts: one GEMM), 1: (2 + 1 + 2) x 2 = 10.
+//   dp 4: 4, 2, 6 rows -> groups of 2, 3, 1. g0 sets {r-2, r-1}, {r, r+1}: the wrap {3, 0} on r = 1
+//     and r = 3 -> 4 x 2 + 2 = 10; g1 {r-3..r-1}, {r}: wraps on r = 1, 2 -> 4 x 2 + 2 = 10; g2 16. 36.
+//   dp 8: 2, 1, 3 rows -> groups of 3, 5, 2. g0 {r-3..r-1}, {r-6..r-4}, {r, r+1}: wraps on r = 1, 2;
+//     4, 5; 7 -> 8 x 3 + 5 = 29; g1 {r-5..r-1}, {r..r+2}: wraps on r = 1..4; 6, 7 -> 8 x 2 + 6 = 22;
+//     g2 {r-2, r-1}, {r-4, r-3}, {r-6, r-5}, {r, r+1}: one wrap on each odd r -> 8 x 4 + 4 = 36. 87.
+int commfuse_pieces(int dp) { return dp == 2 ? 10 : dp == 4 ? 36 : 87; }
+
 TEST_CASE("DP piece task counts per gradient and replica", "[dp]") {
   // Per replica and gradient: the first wgrad step (1 task). Then
   //   baseline/bucketed: the last step (1) and the collectives: baseline 1 per replica (all three
   //     gradients), bucketed 2 (buckets {g0, g1}, {g2}); ZeRO-1 adds the parameter all-gathers (1 or 2);
-  //   commfuse: dp pieces, (dp-1) recv + (dp-1) add + (dp-1) send of the Fuse-RS ring, and for ddp
-  //     (dp-1) send + (dp-1) recv of the all-gather ring.
+  //   commfuse: the piece GEMMs (commfuse_pieces), (dp-1) recv + (dp-1) add + (dp-1) send of the
+  //     Fuse-RS ring, and for ddp (dp-1) send + (dp-1) recv of the all-gather ring.
   for (int dp : {2, 4, 8}) {
     const auto tasks = [&](DpSharding s, ScheduleKind k) {
       return static_cast<int>(generate_dp_piece(DpPieceRequest{dp, s, k, {}}).graph.size());
@@ -42,8 +54,40 @@ TEST_CASE("DP piece task counts per gradient and replica", "[dp]") {
     CHECK(tasks(DpSharding::ddp, ScheduleKind::slice) == dp * (3 * 2 + 2));
     CHECK(tasks(DpSharding::zero1, ScheduleKind::baseline) == dp * (3 * 2 + 2));
     CHECK(tasks(DpSharding::zero1, ScheduleKind::slice) == dp * (3 * 2 + 4));
-    CHECK(tasks(DpSharding::ddp, ScheduleKind::commfuse) == dp * 3 * (1 + dp + 5 * (dp - 1)));
-    CHECK(tasks(DpSharding::zero1, ScheduleKind::commfuse) == dp * 3 * (1 + dp + 3 * (dp - 1)) + dp * 2);
+    CHECK(tasks(DpSharding::ddp, ScheduleKind::commfuse) == dp * 3 * (1 + 5 * (dp - 1)) + commfuse_pieces(dp));
+    CHECK(tasks(DpSharding::zero1, ScheduleKind::commfuse) ==
+          dp * 3 * (1 + 3 * (dp - 1)) + commfuse_pieces(dp) + dp * 2);
+  }
+}
+
+TEST_CASE("DP piece in the ring P2P form: task counts, and every transfer carries data", "[dp]") {
+  // Per replica: the two wgrad steps of each of the 3 gradients (6), then each collective as ring
+  // steps of one Send and one Recv: all-reduce 2(dp-1) steps, reduce-scatter and all-gather dp-1
+  // each. Baseline: one sync (ZeRO-1: and one parameter gather); bucketed: two buckets of each.
+  // CommFuse is P2P already: its counts stay those of the collective form, but the ZeRO-1 parameter
+  // gathers (2 buckets) become 2(dp-1) tasks each.
+  for (int dp : {2, 4, 8}) {
+    const auto tasks = [&](DpSharding s, ScheduleKind k) {
+      const Schedule sch = generate_dp_piece(DpPieceRequest{dp, s, k, {}, true});
+      int untagged = 0;
+      for (TaskId id = 0; id < sch.graph.size(); ++id) {
+        const Task& t = sch.graph.task(id);
+        REQUIRE_FALSE(std::holds_alternative<CollectiveTask>(t.kind));
+        untagged += t.data_op < 0 ? 1 : 0;
+      }
+      CHECK(untagged == 0);  // every task, transfers included, has a data op for the executor
+      return static_cast<int>(sch.graph.size());
+    };
+    const int ring = 2 * (dp - 1);  // tasks of one reduce-scatter or all-gather
+    CHECK(tasks(DpSharding::ddp, ScheduleKind::baseline) == dp * (6 + 2 * ring));
+    CHECK(tasks(DpSharding::ddp, ScheduleKind::slice) == dp * (6 + 2 * 2 * ring));
+    CHECK(tasks(DpSharding::zero1, ScheduleKind::baseline) == dp * (6 + 2 * ring));
+    CHECK(tasks(DpSharding::zero1, ScheduleKind::slice) == dp * (6 + 2 * 2 * ring));
+    CHECK(tasks(DpSharding::zero3, ScheduleKind::baseline) == dp * (6 + ring));
+    CHECK(tasks(DpSharding::zero3, ScheduleKind::slice) == dp * (6 + 2 * ring));
+    CHECK(tasks(DpSharding::ddp, ScheduleKind::commfuse) == dp * 3 * (1 + 5 * (dp - 1)) + commfuse_pieces(dp));
+    CHECK(tasks(DpSharding::zero1, ScheduleKind::commfuse) ==
+          dp * 3 * (1 + 3 * (dp - 1)) + commfuse_pieces(dp) + dp * 2 * ring);
   }
 }
 
@@ -52,12 +96,16 @@ TEST_CASE("DP syncs equal the sum over replicas; an injected fault fails every c
   o.dps = {2, 4, 8};
   VerifyReport ok;
   verify_dp(o, ok);
-  REQUIRE(ok.cases.size() == 3 * 3 * 3);  // dp x sharding x schedule
+  REQUIRE(ok.cases.size() == 2 * 3 * 3 * 3);  // (collectives, ring P2P) x dp x sharding x schedule
+  int p2p = 0;
+  for (const VerifyCase& c : ok.cases) p2p += c.schedule.size() > 4 && c.schedule.substr(c.schedule.size() - 4) == "-p2p";
+  CHECK(p2p == 27);
   for (const VerifyCase& c : ok.cases) {
     INFO(c.name << ": " << c.result.error);
     CHECK(c.result.passed);
   }
   o.dp_fault = DpFault{1, 0, 1};  // DP index 1 swaps parts 0 and 1 (or reads the next gradient)
+  // ... in the P2P form too (ring chunks 0 and 1 of its own gradient and own reduced part).
   VerifyReport bad;
   verify_dp(o, bad);
   for (const VerifyCase& c : bad.cases) {

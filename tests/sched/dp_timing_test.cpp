@@ -5,6 +5,7 @@
 // The test cost model (tests/sim/sim_test_util.hpp): a GEMM lasts 2 m n k ps, an element-wise kernel
 // its flops in ps; base latency 5 us, SM step 1 us, copy-engine step 2 us; no HBM contention.
 #include <catch2/catch.hpp>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -129,6 +130,71 @@ TEST_CASE("CommFuse DP hides the reduce-scatter when the wgrad piece outlasts a 
   // DDP adds the all-gather ring: one more copy-engine hop of the reduced part after the add.
   const Run ddp = run(ScheduleKind::commfuse, DpSharding::ddp);
   CHECK(ddp.makespan == end + 2'000'000 + kRoutePs + 10'000'000);
+}
+
+TEST_CASE("CommFuse DP: the backward goes on while a slow hop holds back a running-sum add", "[dp][timing]") {
+  // The gradient's last step is now a GEMM of 1000 x 500 x 8 (8e6 ps: pieces of 4e6), and the
+  // backward has one more GEMM after it, 1000 x 500 x 40 = 4e7 ps, following the last piece.
+  // Rank r: piece 0 [0, 4e6], its send lands 4e6 + 12,002,200 = 16,002,200; piece 1 [4e6, 8e6]; the
+  // next GEMM starts at 8e6 on the compute stream. The add (250,000 ps alone) waits for the receive
+  // on compute stream 1, from 16,002,200, beside the GEMM: the two split the device, so the add
+  // takes 500,000 ps (ends 16,502,200) and the GEMM loses 250,000 ps: it ends 8e6 + 4e7 + 250,000 =
+  // 48,250,000. With the add on the backward's own stream the GEMM would wait for it: 56,252,200.
+  TaskGraph graph(2);
+  const topo::Cluster c = two_nodes();
+  DpSync dp(graph, nullptr, config(ScheduleKind::commfuse, DpSharding::zero1));
+  TaskId next_gemm[2] = {0, 0};
+  TaskId add[2] = {0, 0};
+  for (int rank = 0; rank < 2; ++rank) {
+    const DpGradient g{"L0/bwd/w", 0, kRows, kCols, -1};
+    const TaskId last_piece = dp.fused_gradient(
+        rank, g,
+        [&](std::int64_t row0, std::int64_t rows, int step, int region, const std::vector<TaskId>& deps) {
+          return gemm(graph, rank, fmt::format("w/p{}/{}", step, row0), rows, kCols, 8, deps, region);
+        },
+        {});
+    next_gemm[rank] = gemm(graph, rank, "next", kRows, kCols, 40, {last_piece});
+    dp.finish_backward(rank, {next_gemm[rank]});
+    for (TaskId id = 0; id < graph.size(); ++id)
+      if (graph.task(id).rank == rank && graph.task(id).labels.op == "dp_add") add[rank] = id;
+  }
+  validate(graph);
+  const sim_test::TestCostModel costs;
+  const sim::SimResult res = sim::Simulator(c, costs).run(graph);
+  for (int rank = 0; rank < 2; ++rank) {
+    CHECK(graph.task(add[rank]).stream == StreamRef{StreamKind::compute, 1});
+    CHECK(res.tasks[next_gemm[rank]].start_ps == 8'000'000);
+    CHECK(res.tasks[add[rank]].start_ps == 16'002'200);
+    CHECK(res.tasks[add[rank]].end_ps == 16'502'200);
+    CHECK(res.tasks[next_gemm[rank]].end_ps == 48'250'000);
+  }
+}
+
+TEST_CASE("CommFuse DP computes thin ring parts several steps per GEMM", "[dp]") {
+  // 1000 rows over dp 4: parts of 250 rows; dp_fuse_min_rows 500 puts 2 ring steps in one GEMM.
+  // Rank r computes parts {r-1, r-2} then {r-3, r}: rank 0 {3, 2} = rows [500, 1000), {1, 0} =
+  // [0, 500); rank 1 {0, 3} = [0, 250) and [750, 1000) (two GEMMs, the set wraps past row 0), {2, 1} =
+  // [250, 750). The GEMMs are 1000 x 500 x 80 in rows: 500-row pieces last 4e7 ps, 250-row 2e7.
+  TaskGraph graph(4);
+  DpConfig cfg = config(ScheduleKind::commfuse, DpSharding::zero1);
+  cfg.dp = 4;
+  cfg.schedule.dp_fuse_min_rows = 500;
+  DpSync dp(graph, nullptr, cfg);
+  std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> pieces;  // rank -> (row0, rows)
+  for (int rank = 0; rank < 4; ++rank)
+    dp.fused_gradient(
+        rank, DpGradient{"L0/bwd/w", 0, kRows, kCols, -1},
+        [&](std::int64_t row0, std::int64_t rows, int step, int region, const std::vector<TaskId>& deps) {
+          pieces[rank].emplace_back(row0, rows);
+          return gemm(graph, rank, fmt::format("w/p{}", step), rows, kCols, kK, deps, region);
+        },
+        {});
+  using P = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  CHECK(pieces[0] == P{{500, 500}, {0, 500}});
+  CHECK(pieces[1] == P{{0, 250}, {750, 250}, {250, 500}});
+  CHECK(pieces[2] == P{{0, 500}, {500, 500}});
+  CHECK(pieces[3] == P{{250, 500}, {0, 250}, {750, 250}});
+  validate(graph);
 }
 
 TEST_CASE("DP traffic on a shared link slows a TP transfer by the max-min share", "[dp][timing][contention]") {

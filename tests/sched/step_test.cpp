@@ -3,9 +3,12 @@
 #include <catch2/catch.hpp>
 
 #include <set>
+#include <utility>
 
 #include "../sim/sim_test_util.hpp"
 #include "fusesim/analysis/metrics.hpp"
+#include "fusesim/model/workload.hpp"
+#include "fusesim/sched/generate.hpp"
 #include "fusesim/sched/tpsp.hpp"
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/util/error.hpp"
@@ -108,4 +111,40 @@ TEST_CASE("A step refuses a vocabulary that does not split over tp", "[step]") {
   TpspRequest r = request(4, 1, Scope::step);
   r.step.vocab = 30;
   CHECK_THROWS_AS(generate_tpsp(r), fusesim::InputError);
+}
+
+TEST_CASE("A step generated from a workload uses Megatron's padded vocabulary", "[step]") {
+  // Llama-3-8B at TP 8: the vocabulary 128,256 padded to a multiple of 128 x 8 = 1024 is 129,024
+  // (ceil(125.25) = 126 x 1024), 16,128 rows per TP rank; with vocab_divisible_by 1 only to a
+  // multiple of 8: 128,256 = 8 x 16,032 as it is. Tokens per TP group S = 8192.
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100");
+  model::Workload w = model::load_workload("llama-3-8b");
+  w.arch.layers = 1;
+  REQUIRE(w.parallel.tp == 8);
+  GenerateOptions o;
+  o.scope = Scope::step;
+  for (const auto& [divisible_by, rows] : {std::pair<std::int64_t, std::int64_t>{128, 16'128}, {1, 16'032}}) {
+    w.arch.vocab_divisible_by = divisible_by;
+    const Schedule s = generate(w, "llama-3-8b", c, ScheduleKind::commfuse, o);
+    int heads = 0, wgrads = 0;
+    for (TaskId id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      const auto* ct = std::get_if<ComputeTask>(&t.kind);
+      if (ct == nullptr) continue;
+      if (t.labels.op == "lm_head") {
+        const auto& k = std::get<model::GemmKernel>(ct->kernel);
+        CHECK(k.m == 8192);
+        CHECK(k.n == rows);
+        CHECK(k.k == 4096);
+        ++heads;
+      }
+      if (t.labels.op == "lm_head_wgrad") {
+        const auto& k = std::get<model::GemmKernel>(ct->kernel);
+        CHECK(k.n == rows);  // the LM head's weight gradient [h, V_t/tp]
+        ++wgrads;
+      }
+    }
+    CHECK(heads == 8);
+    CHECK(wgrads == 8);
+  }
 }

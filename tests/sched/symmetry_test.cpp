@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <set>
 #include <string>
 
 #include <fmt/format.h>
@@ -25,7 +26,8 @@ namespace {
 
 // Llama-3-70B's layer shapes, 2 layers, sequence 1024, TP 8 x DP 4 on the four DGX H100 nodes (one
 // replica per node, DP rings over the rails). Every gradient's rows split evenly into 4 ring parts
-// (8192, 1024, 7168, 3584 / 4 and 128256 / 8 / 4), so every replica moves the same bytes per step.
+// (8192, 1024, 7168, 3584 / 4 and the padded vocabulary 129024 / 8 / 4), so every replica moves the
+// same bytes per step.
 model::Workload small_llama(model::DpSharding sharding, std::int64_t micro_batches) {
   model::Workload w = model::load_workload("llama-3-70b-4node");
   w.arch.layers = 2;
@@ -167,4 +169,62 @@ TEST_CASE("The P2P form of the DP sync needs its load alias to match", "[symmetr
   TaskGraph g(4);
   CHECK_THROWS_AS(g.set_load_alias({0, 1, 2}), fusesim::GraphError);
   CHECK_THROWS_AS(g.set_load_alias({0, 1, 2, 4}), fusesim::GraphError);
+}
+
+TEST_CASE("With Megatron's padded vocabulary every Llama-3-70B gradient splits into 128 ring parts", "[symmetry][dp]") {
+  // Llama-3-70B at TP 8 x DP 128 (the shipped 1024-GPU job; 2 layers suffice, every layer has the same
+  // gradients). Megatron pads the vocabulary 128,256 to a multiple of 128 x 8 = 1024: ceil(125.25) =
+  // 126 -> 129,024, i.e. 16,128 = 126 x 128 rows per TP rank (unpadded: 16,032 = 125.25 x 128, ring
+  // parts of 125 or 126 rows, and mirror mode would be replica 0's timeline only). Gradients and
+  // their rows per rank: FC2 ffn/tp = 3584 = 28 x 128, FC1 and QKV h = 8192 = 64 x 128, out-projection
+  // q/tp = 1024 = 8 x 128, LM head h = 8192, embedding 16,128 = 126 x 128: every CommFuse ring part
+  // of a gradient has the same rows, so every step's Send and the proxy Recv standing in for the
+  // receive move the same bytes on every replica.
+  model::Workload w = model::load_workload("llama-3-70b-1024gpu");
+  w.arch.layers = 2;
+  REQUIRE(w.parallel.tp == 8);
+  REQUIRE(w.parallel.dp == 128);
+  REQUIRE(w.arch.padded_vocab(8) == 129'024);
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  GenerateOptions o;
+  o.scope = Scope::step;
+  o.parallelism = "dp";
+  o.mirror_dp = true;
+  const Schedule s = generate(w, "llama-3-70b-1024gpu", c, model::ScheduleKind::commfuse, o);
+  std::map<std::string, std::set<Bytes>> send_bytes;  // per rank and gradient: the bytes of its ring Sends
+  std::size_t lm_head_gemms = 0, embedding_sends = 0;
+  for (TaskId id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    if (t.labels.op == "lm_head") {
+      // The LM head GEMM over the padded vocabulary: [8192 tokens, 16,128 vocab rows of this rank].
+      const auto& k = std::get<model::GemmKernel>(std::get<ComputeTask>(t.kind).kernel);
+      CHECK(k.n == 16'128);
+      ++lm_head_gemms;
+    }
+    if (t.labels.op != "dp_send") continue;
+    const auto* send = std::get_if<SendTask>(&t.kind);
+    REQUIRE(send != nullptr);
+    send_bytes[t.name.substr(0, t.name.find("/dp_send/"))].insert(send->bytes);
+    if (t.name.find("embedding_grad/dp_send/") != std::string::npos) {
+      // 16,128 / 128 = 126 rows of h = 8192 bf16 values.
+      CHECK(send->bytes == 126 * 8192 * 2);
+      ++embedding_sends;
+    }
+  }
+  CHECK(lm_head_gemms == 8);         // one per TP rank of replica 0
+  CHECK(embedding_sends == 8 * 127);  // 127 ring steps send per rank (the own part is kept)
+  REQUIRE(!send_bytes.empty());
+  for (const auto& [grad, sizes] : send_bytes) {
+    INFO(grad);
+    CHECK(sizes.size() == 1);  // every ring part of the gradient has the same rows
+  }
+  // The proxies: every Recv on a replica-1 rank moves as many bytes as a replica-0 Send of its step.
+  for (TaskId id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    const auto* recv = std::get_if<RecvTask>(&t.kind);
+    if (recv == nullptr || t.labels.op != "dp_recv") continue;
+    const std::string grad = t.name.substr(0, t.name.find("/dp_recv/"));
+    REQUIRE(send_bytes.count(grad) == 1);
+    CHECK(recv->bytes == *send_bytes[grad].begin());
+  }
 }

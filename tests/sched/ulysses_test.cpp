@@ -8,8 +8,11 @@
 
 #include <fmt/format.h>
 
+#include "fusesim/analysis/metrics.hpp"
+#include "fusesim/model/kernel.hpp"
 #include "fusesim/model/workload.hpp"
 #include "fusesim/sched/tpsp.hpp"
+#include "fusesim/sim/engine.hpp"
 #include "fusesim/sched/verify.hpp"
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/error.hpp"
@@ -131,6 +134,89 @@ TEST_CASE("Fuse-A2A: head groups in ring order, the own one last and never sent"
     for (int i = 1; i <= up; ++i) want.push_back(fmt::format("qkv/g{}/r0", (u + i) % up));
     CHECK(order == want);
     CHECK(peers == std::vector<int>{(u + 1) % up, (u + 2) % up, (u + 3) % up});
+  }
+}
+
+TEST_CASE("Fuse-A2A backward: per TP chunk, the own dQKV block first, then each as it is received",
+          "[sched][ulysses]") {
+  // TP and UP in commfuse. Rank (ti, u) runs the QKV dgrad's Fuse-RS step i on chunk
+  // c = (ti - 1 - i) mod tp as up GEMMs, one per head group in ring order u, u-1, ..., each followed
+  // on the compute stream by the wgrad GEMM of the same (chunk, group) (the Fuse-AG step that holds
+  // chunk c), so that the wgrad of a block already received fills the wait for the next one. The
+  // dgrad and wgrad of group p != u wait for the Recv of chunk c's rows from p (and no other UP
+  // Recv), the own group's for no UP Recv at all; the wgrad also for chunk c of X (the AG ring's
+  // Recv of c, none for the own chunk). The Sends go out chunk by chunk in that order, destinations
+  // u+1, u+2, ... On the copy engine the AG ring's Send of step i + 1 goes before the RS ring's Send
+  // of step i: AG 0, AG 1, RS 0, AG 2, RS 1, ..., AG tp-2, RS tp-3, RS tp-2.
+  for (auto [tp, up] : {std::pair{2, 4}, std::pair{4, 2}}) {
+    INFO("tp " << tp << " up " << up);
+    TpspRequest r = up_request(tp, up, 1, ScheduleKind::commfuse);
+    const Schedule s = generate_tpsp(r);
+    validate(s.graph);
+    const std::int64_t n = r.shape.rows() / up / tp;  // rows of a TP chunk
+    std::map<std::string, TaskId> by_name;
+    for (TaskId id = 0; id < s.graph.size(); ++id) by_name[s.graph.task(id).name] = id;
+    auto recvs_of = [&](const std::string& name, const std::string& region) {
+      std::vector<std::string> recvs;
+      for (TaskId pre : s.graph.predecessors(by_name.at(name))) {
+        const Task& t = s.graph.task(pre);
+        if (std::holds_alternative<RecvTask>(t.kind) && t.name.find(region) != std::string::npos)
+          recvs.push_back(t.name);
+      }
+      return recvs;
+    };
+    for (int u = 0; u < up; ++u)
+      for (int ti = 0; ti < tp; ++ti) {
+        const int rank = u * tp + ti;
+        INFO("rank " << rank);
+        std::vector<std::string> order, sends, ring_sends;
+        for (TaskId id = 0; id < s.graph.size(); ++id) {
+          const Task& t = s.graph.task(id);
+          if (t.rank != rank) continue;
+          if (std::holds_alternative<ComputeTask>(t.kind) &&
+              (t.labels.op.rfind("qkv_dgrad/g", 0) == 0 || t.labels.op.rfind("qkv_wgrad/g", 0) == 0))
+            order.push_back(t.name);
+          if (std::holds_alternative<SendTask>(t.kind) && t.name.find("/attn_bwd+a2a/send/") != std::string::npos)
+            sends.push_back(t.name);
+          const bool ring = t.name.find("L0/bwd/ag+qkv_wgrad/send/") != std::string::npos ||
+                            t.name.find("L0/bwd/qkv_dgrad+rs/send/") != std::string::npos;
+          if (std::holds_alternative<SendTask>(t.kind) && ring) ring_sends.push_back(t.name);
+        }
+        std::vector<std::string> want_order, want_sends, want_ring;
+        for (int i = 0; i < tp; ++i) {
+          const int c = ((ti - 1 - i) % tp + tp) % tp;
+          for (int d = 0; d < up; ++d) {
+            const int p = ((u - d) % up + up) % up;
+            const std::string dgrad = fmt::format("r{}/L0/bwd/qkv_dgrad/g{}/c{}", rank, p, c);
+            const std::string wgrad = fmt::format("r{}/L0/bwd/qkv_wgrad/g{}/c{}", rank, p, c);
+            want_order.push_back(dgrad);
+            want_order.push_back(wgrad);
+            const std::vector<std::string> up_recv =
+                d == 0 ? std::vector<std::string>{}
+                       : std::vector<std::string>{fmt::format("r{}/L0/bwd/attn_bwd+a2a/recv/u{}/r{}", rank, p, c * n)};
+            CHECK(recvs_of(dgrad, "/attn_bwd+a2a/") == up_recv);
+            CHECK(recvs_of(wgrad, "/attn_bwd+a2a/") == up_recv);
+            CHECK(recvs_of(wgrad, "/ag+qkv_wgrad/") ==
+                  (c == ti ? std::vector<std::string>{}
+                           : std::vector<std::string>{fmt::format("r{}/L0/bwd/ag+qkv_wgrad/recv/c{}", rank, c)}));
+          }
+          for (int d = 1; d < up; ++d)
+            want_sends.push_back(fmt::format("r{}/L0/bwd/attn_bwd+a2a/send/q{}/r{}", rank, (u + d) % up, c * n));
+        }
+        // AG step j sends chunk (ti - j) mod tp, RS step i the running sum of (ti - 1 - i) mod tp.
+        auto ag = [&](int j) { return fmt::format("r{}/L0/bwd/ag+qkv_wgrad/send/c{}", rank, ((ti - j) % tp + tp) % tp); };
+        auto rs = [&](int i) {
+          return fmt::format("r{}/L0/bwd/qkv_dgrad+rs/send/c{}", rank, ((ti - 1 - i) % tp + tp) % tp);
+        };
+        want_ring.push_back(ag(0));
+        for (int i = 0; i < tp - 1; ++i) {
+          if (i + 1 <= tp - 2) want_ring.push_back(ag(i + 1));
+          want_ring.push_back(rs(i));
+        }
+        CHECK(order == want_order);
+        CHECK(sends == want_sends);
+        CHECK(ring_sends == want_ring);
+      }
   }
 }
 
@@ -270,4 +356,42 @@ TEST_CASE("UP ranks of one TP position sum their weight gradients together with 
   // Mirrored simulation of DP replicas assumes the ring leaves the replica at every step: refused.
   r.options.mirror_dp = true;
   CHECK_THROWS_WITH(generate_tpsp(r), Catch::Contains("$.parallel.up"));
+}
+
+TEST_CASE("UP selective recompute: each rank recomputes attention on its heads/(tp up) heads only",
+          "[sched][ulysses][step][metrics]") {
+  // After the Ulysses all-to-all a rank runs attention on heads/(tp up) query heads over the whole
+  // sequence, so that is what selective recomputation repeats, once per layer and rank. Shape
+  // (up_request): tp 2, up 2 (4 ranks), seq 16, batch 2, 8 heads of 4, full (non-causal) mask:
+  //   per rank 8/(2 x 2) = 2 heads: 4 b heads s^2 d = 4 x 2 x 2 x 16^2 x 4 = 16384 FLOPs, so the
+  //   hardware FLOPs exceed the model FLOPs by 4 ranks x 16384 = 65536 (one layer), and
+  //   HFU / MFU = (F + 65536) / F. Counting heads/tp (the TP rank's heads before the exchange) would
+  //   give 2x that. The same holds at tp 1, up 4 (2 heads per rank, seq 16, 8 heads): 65536.
+  // Invariant: the recomputed FLOPs equal those of the forward's attention tasks.
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100");
+  const model::RooflineCostModel costs;
+  for (auto [tp, up] : {std::pair{2, 2}, std::pair{1, 4}})
+    for (auto kind : {ScheduleKind::baseline, ScheduleKind::commfuse}) {
+      INFO("tp=" << tp << " up=" << up << " " << model::to_string(kind));
+      TpspRequest r = up_request(tp, up, 1, kind);
+      r.options.scope = Scope::layer;
+      r.step.recompute = model::Recompute::selective;
+      const Schedule s = generate_tpsp(r);
+      validate(s.graph);
+      REQUIRE(r.shape.seq == 16);
+      REQUIRE(r.shape.heads == 8);
+      sim::Simulator sim(c, costs);
+      const analysis::StepMetrics m = analysis::analyze(s, sim.run(s.graph), c, costs, topo::Dtype::bf16);
+      CHECK(m.hardware_flops - m.model_flops == Approx(65536.0).epsilon(1e-12));
+      CHECK(m.hfu / m.mfu == Approx((m.model_flops + 65536.0) / m.model_flops).epsilon(1e-12));
+      double forward_attention = 0.0, recomputed = 0.0;
+      for (TaskId id = 0; id < s.graph.size(); ++id) {
+        const Task& t = s.graph.task(id);
+        const auto* ct = std::get_if<ComputeTask>(&t.kind);
+        const auto* a = ct != nullptr ? std::get_if<model::AttentionKernel>(&ct->kernel) : nullptr;
+        if (a == nullptr || a->pass != model::Pass::forward) continue;
+        (ct->recompute ? recomputed : forward_attention) += costs.cost(ct->kernel, ct->dtype, c.device(t.rank)).flops;
+      }
+      CHECK(recomputed == Approx(forward_attention).epsilon(1e-12));
+    }
 }

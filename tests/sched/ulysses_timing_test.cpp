@@ -220,3 +220,48 @@ TEST_CASE("TP x UP with free links: a whole layer takes its compute time", "[sch
       CHECK(out.metrics.critical().exposed_comm_ps == 0);
     }
 }
+
+TEST_CASE("Fuse-A2A backward: the QKV dgrad and wgrad consume dQKV block by block as it lands",
+          "[sched][ulysses][timing]") {
+  // tp 1, up t, with the backward. After the attention backward (ends at A), rank r sends its dQKV
+  // rows of member r+d at ring step d = 1..t-1 (16 rows x W 48 x 2 bytes = kGroupBytes: one hop),
+  // the Sends queued on one copy engine, so the block from r-d lands at R_d = A + d hop (R_0 = A: the
+  // own group, no transfer). The compute stream runs, per block in ring order (own group, then r-1,
+  // r-2, ...), its dgrad (2 x 16 x hidden 32 x W 48 = T_g, adding into dX) and then its weight
+  // gradient's column block (hidden 32 x W 48 over 16 rows: T_g), which needs nothing but that block,
+  // so it fills the time until the next block lands. The dgrad of block d starts at
+  //   s_0 = A, s_d = max(s_{d-1} + 2 T_g, A + d hop), its wgrad at s_d + T_g, ending at s_d + 2 T_g:
+  //   hop <= 2 T_g: s_d = A + 2d T_g, all 2t GEMMs back to back, the last ends at A + 2t T_g;
+  //   hop >  2 T_g: s_d = A + d hop (each dgrad follows its block's arrival), the last ends at
+  //                 A + (t-1) hop + 2 T_g.
+  // (Before: the t dgrad GEMMs, then the t wgrad GEMMs, ending at max(t T_g, (t-1) hop + T_g) + t T_g:
+  // with kCommBound and t = 8, 875948 ps instead of 16 T_g = 786432 ps.) kComputeBound (hop 15860)
+  // and kCommBound (61940) are both below 2 T_g = 98304; kSlow's hop is 500 + 1536 x 80 = 123380.
+  // With tp 1 the GEMMs belong to the exchange's region: its compute is the attention backward and
+  // 2t block GEMMs, and nothing of the exchange is left after them (tail 0).
+  constexpr Net kSlow{1.25e10, 100, 300, 1000};
+  const LayerCostModel costs;
+  for (const Net& net : {kComputeBound, kCommBound, kSlow})
+    for (int t : {2, 4, 8}) {
+      const topo::Cluster c = cluster(t, net);
+      const Timed out = run(request(1, t, ScheduleKind::commfuse, true), c, costs);
+      const TimePs hop = net.hop(kGroupBytes);
+      auto s = [&](int d) { return hop <= 2 * kTg ? 2 * d * kTg : d * hop; };  // s_d - A
+      INFO("t=" << t << " hop=" << hop << " T_g=" << kTg);
+      for (int r = 0; r < t; ++r) {
+        const std::string p = fmt::format("r{}/L0/bwd/", r);
+        const TimePs a = timing(out, p + "attention_bwd").end_ps;
+        for (int d = 0; d < t; ++d) {
+          const int member = (r - d + t) % t;
+          INFO("block " << d << " (member " << member << ")");
+          CHECK(timing(out, fmt::format("{}qkv_dgrad/g{}", p, member)).start_ps - a == s(d));
+          CHECK(timing(out, fmt::format("{}qkv_wgrad/g{}", p, member)).start_ps - a == s(d) + kTg);
+        }
+        const TimePs end = hop <= 2 * kTg ? 2 * t * kTg : (t - 1) * hop + 2 * kTg;
+        CHECK(timing(out, fmt::format("{}qkv_wgrad/g{}", p, (r + 1) % t)).end_ps - a == end);
+        const auto& reg = region(out, r, "L0/bwd/attn_bwd+a2a");
+        CHECK(reg.compute_tasks == 1 + 2 * t);
+        CHECK(reg.tail_ps == 0);
+      }
+    }
+}

@@ -21,6 +21,11 @@ struct Architecture {
   std::int64_t ffn_hidden = 0;   // MLP inner width
   bool gated_mlp = false;        // SwiGLU-style: FC1 produces 2 x ffn_hidden
   std::int64_t vocab = 0;
+  // Megatron-LM pads the vocabulary to a multiple of vocab_divisible_by x tp
+  // (--make-vocab-size-divisible-by, default 128; megatron/training/arguments.py and
+  // _vocab_size_with_padding in megatron/training/tokenizer/tokenizer.py), so that every TP rank
+  // holds an equal vocab shard. $.model.vocab_divisible_by.
+  std::int64_t vocab_divisible_by = 128;
   bool causal = true;
   std::string source;            // where the configuration comes from
 
@@ -28,7 +33,11 @@ struct Architecture {
   std::int64_t kv_width() const { return kv_heads * head_dim; }
   // Parameters of one transformer layer (weights only, norms included) and of the whole model.
   std::int64_t params_per_layer() const;
-  std::int64_t params_total() const;  // layers + embedding + LM head (untied)
+  std::int64_t params_total() const;  // layers + embedding + LM head (untied), unpadded vocab
+  // The vocabulary the embedding and the LM head are built with at tensor-parallel degree `tp`:
+  // `vocab` rounded up to a multiple of vocab_divisible_by x tp (0 stays 0). Llama-3's 128256 at
+  // tp 8: 129024 = 126 x 1024, 16128 rows per TP rank.
+  std::int64_t padded_vocab(std::int64_t tp) const;
 };
 
 enum class ScheduleKind { baseline, slice, commfuse };
@@ -46,6 +55,9 @@ struct ScheduleOptions {
   std::optional<int> comm_sms;               // SMs an SM-based kernel holds; default from the device model
   bool query_split_attention = false;        // CommFuse: attention + out-projection per query chunk
   Bytes dp_bucket_bytes = 25 * 1000 * 1000;  // DP bucketed overlap: gradient bucket size ($.schedule.dp_bucket_bytes)
+  // CommFuse over DP: fewest gradient rows one wgrad piece GEMM computes ($.schedule.dp_fuse_min_rows);
+  // consecutive ring steps share one GEMM until it has that many.
+  std::int64_t dp_fuse_min_rows = 128;
 };
 
 // How data-parallel replicas hold the training state (ZeRO stages; zero3 is FSDP's full sharding).

@@ -58,6 +58,9 @@ struct GemmOp {
   BufferId a = -1, b = -1, c = -1;
   std::int64_t a_col0 = 0, a_cols = 0;  // columns of A read: the contraction dimension
   std::int64_t c_col0 = 0, c_cols = 0;  // columns of C written
+  // Columns of B read (b_cols 0: all of B): a column block of a weight, e.g. one Ulysses head group's
+  // block of the QKV weight in a dgrad (transpose_b) that consumes dQKV one block at a time.
+  std::int64_t b_col0 = 0, b_cols = 0;
   bool transpose_b = false;
   bool accumulate = false;              // C += (C must be valid) instead of C =
   std::vector<RowBlock> blocks;
@@ -110,7 +113,8 @@ struct WgradOp {
   BufferId c = -1;
   std::int64_t a_col0 = 0, a_cols = 0;
   std::int64_t b_col0 = 0, b_cols = 0;
-  std::int64_t c_row0 = 0;  // C's rows start here (a DP row piece of a gradient); columns at 0
+  std::int64_t c_row0 = 0;  // C's rows start here (a DP row piece of a gradient)
+  std::int64_t c_col0 = 0;  // C's columns start here (a Ulysses head group's column block)
   bool accumulate = false;  // C += (C must be valid) instead of C =
   std::vector<WgradBlock> blocks;
 };
@@ -163,8 +167,20 @@ struct CopyOp {
   Ref in, out;
 };
 
+// One P2P message of several rectangles (a ring step of a DP collective over a bucket of gradients,
+// one row part of each): the Send reads `data` in order; the matching Recv writes received part k to
+// its data[k], reduced with its add[k] first (data[k] = received + add[k], on the receiver) when `add`
+// is not empty, as the receive of a ring reduce-scatter step reduces into the local partial sum.
+struct SendPartsOp {
+  std::vector<Ref> data;
+};
+struct RecvPartsOp {
+  std::vector<Ref> data;
+  std::vector<Ref> add;  // empty, or one per data part with its shape
+};
+
 using DataOp = std::variant<GemmOp, AddOp, NormOp, ActivationOp, AttentionOp, SendOp, RecvOp, CollectiveOp, WgradOp,
-                            NormBwdOp, ActivationBwdOp, AttentionBwdOp, CopyOp>;
+                            NormBwdOp, ActivationBwdOp, AttentionBwdOp, CopyOp, SendPartsOp, RecvPartsOp>;
 
 struct TensorDecl {
   std::string name;

@@ -32,7 +32,9 @@ namespace fusesim::sched {
 // Test hook: on DP index `replica`, in every synchronisation, the part used at ring step / member
 // position `step` is shifted by `shift` (CommFuse: the piece computed; collectives: members `step`
 // and step + shift trade parts; an all-reduce reads the next gradient of its bucket in place of
-// gradient `step`). A correct reference executor must then report a wrong or missing result.
+// gradient `step`; collectives as ring P2P: ring chunks `step` and step + shift trade places in the
+// replica's reads of its own gradient and own reduced part). A correct reference executor must then
+// report a wrong or missing result.
 struct DpFault {
   int replica = -1;  // -1: no fault
   int step = 0;
@@ -48,8 +50,9 @@ struct DpConfig {
   topo::Dtype dtype = topo::Dtype::bf16;  // of gradients and parameters
   DpFault fault;
   // GenerateOptions::dp_as_p2p / mirror_dp (docs/schedules.md, "Symmetry"): collectives as ring P2P
-  // steps; with `mirror` only replica 0's ranks call in, and the receive of each ring step is a
-  // proxy Recv on the next replica's rank (named as replica 0's own receive, which it stands in for).
+  // steps (with dataflow when the program is given: `fusesim verify` checks it); with `mirror` only
+  // replica 0's ranks call in, and the receive of each ring step is a proxy Recv on the next
+  // replica's rank (named as replica 0's own receive, which it stands in for), timing only.
   bool as_p2p = false;
   bool mirror = false;
 };
@@ -87,8 +90,9 @@ class DpSync {
 
   // CommFuse: emits piece(row0, rows, step, region, deps) for the dp row parts of the gradient's
   // last accumulation step, in ring order, with the ring reduce-scatter between them (the piece task
-  // belongs to `region`, the sync's). Returns the last task on the compute stream (a piece or a
-  // reduction add). `deps` gate the first piece.
+  // belongs to `region`, the sync's). The running-sum adds run on compute stream 1, beside the
+  // backward. Returns the last piece (what the backward's next kernels follow); the reduced gradient
+  // is ready when finish_backward()'s tasks are. `deps` gate the first piece.
   using PieceFn = std::function<TaskId(std::int64_t row0, std::int64_t rows, int step, int region,
                                        const std::vector<TaskId>& deps)>;
   TaskId fused_gradient(int rank, const DpGradient& g, const PieceFn& piece, const std::vector<TaskId>& deps);
@@ -148,9 +152,11 @@ class DpSync {
   TaskId ring_recv(int rank, const std::string& name, StreamRef stream, Bytes bytes, Bytes proxy_bytes,
                    std::int64_t tag_base, const TaskLabels& labels, std::int32_t data_op,
                    const std::vector<TaskId>& deps);
-  // A collective as ring P2P steps (as_p2p): returns the last receive.
+  // A collective as ring P2P steps (as_p2p): returns the last receive. `grads`: the rank's gradients
+  // (indices into its list) the collective moves, with dataflow when they carry buffers; empty:
+  // timing only (ZeRO-3 layer gathers).
   TaskId p2p_collective(int rank, CollectiveKind kind, Bytes total, const std::string& name, StreamRef stream,
-                        const TaskLabels& labels, const std::vector<TaskId>& deps);
+                        const TaskLabels& labels, const std::vector<TaskId>& deps, const std::vector<int>& grads);
 
   TaskGraph& g_;
   DataflowProgram* prog_;

@@ -20,6 +20,8 @@ struct StepOptions {
   std::int64_t micro_batches = 1;  // gradient accumulation: micro-batches per step
   model::Recompute recompute = model::Recompute::none;
   model::DpSharding dp_sharding = model::DpSharding::ddp;
+  // The vocabulary as the embedding and the LM head hold it: sched::generate() passes Megatron's
+  // padded one (Architecture::padded_vocab(tp)), so that it splits over tp.
   std::int64_t vocab = 0;
 };
 
@@ -37,7 +39,7 @@ class StepEmitter {
     std::vector<int> ranks;          // the TP group in ring order
     std::int64_t rows = 0;           // S: token rows of a micro-batch on this group
     std::int64_t hidden = 0;
-    std::int64_t vocab = 0;          // the whole vocabulary (each TP rank holds vocab/tp rows)
+    std::int64_t vocab = 0;          // the whole (padded) vocabulary (each TP rank holds vocab/tp rows)
     topo::Dtype dtype = topo::Dtype::bf16;
     model::CommEngine collective_engine = model::CommEngine::sm_kernel;
     int comm_sms = -1;

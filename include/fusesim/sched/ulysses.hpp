@@ -68,10 +68,31 @@ class UlyssesEmitter {
   UpDeps attention_forward(int layer, bool data, const UpPerRank& qkv, const UpPerRank& attn, const UpDeps& ready);
 
   // Backward. The out-projection dgrad (producer of dO) like qkv_work; then the dO all-to-all
-  // (baseline), attention backward and the dQ/dK/dV all-to-all into `d_qkv` [S/up, qkv_local].
+  // (baseline), attention backward and the dQ/dK/dV exchange into `d_qkv` [S/up, qkv_local] (commfuse:
+  // the other members' blocks only; the own one stays in the head-sharded gradient).
   UpWorkFn out_proj_dgrad_work(int layer, bool data, UpLocate dh, const UpPerRank& w_o, const UpPerRank& d_attn);
+  // commfuse: the dQ/dK/dV exchange is consumed block by block (qkv_grad_blocks), so the returned
+  // dependencies are the attention backward only; baseline and slice: the whole exchange.
   UpDeps attention_backward(int layer, bool data, const UpPerRank& d_attn, const UpPerRank& d_qkv,
                             const UpDeps& ready);
+
+  // commfuse (Fuse-A2A backward): where the QKV backward finds head group `member`'s block of dQKV
+  // [rows, W] for rows of the local sequence, and what it waits for. The mirror image of the forward's
+  // per-destination projection: the own group (no transfer: the head-sharded gradient, ready when the
+  // attention backward is) first, then the block received at ring step 1, 2, ... (from u-1, u-2, ...).
+  // Rows are those of the last attention_backward() of the current position; each TP chunk of rows
+  // travels in its own Send, in the order the QKV dgrad's TP region consumes the chunks.
+  struct GradBlock {
+    int member = 0;
+    BufferId buffer = -1;           // -1 without dataflow
+    std::int64_t row_offset = 0;    // buffer row = local row + row_offset
+    std::int64_t col0 = 0;          // its W columns start here
+    std::vector<TaskId> deps;       // the Recvs of the rows asked for (empty for the own group)
+    int region = -1;                // tp 1: the exchange's region (the GEMMs are its compute), else -1
+  };
+  bool fused_backward() const { return up_ > 1 && kind() == model::ScheduleKind::commfuse; }
+  std::int64_t group_cols() const { return W(); }
+  std::vector<GradBlock> qkv_grad_blocks(int ti, const std::vector<UpSpan>& rows) const;
 
  private:
   struct Saved {
@@ -103,6 +124,11 @@ class UlyssesEmitter {
   std::map<std::string, int> regions_;
   std::map<std::tuple<int, int, int>, Saved> saved_;  // (dp, up, layer)
   Pending pre_, dout_;
+  // The last commfuse attention backward: head-sharded dQKV, exchanged dQKV, its Recvs per
+  // (TP index, TP chunk, source member), its region.
+  UpPerRank bwd_hs_, bwd_dqkv_;
+  std::map<std::tuple<int, std::int64_t, int>, TaskId> bwd_recv_;
+  int bwd_region_ = -1;
 
   std::int64_t qg() const;  // query columns per rank after the all-to-all
   std::int64_t kvg() const;

@@ -105,14 +105,18 @@ VerifyReport verify_tpsp(const VerifyOptions& options);
 // seeded inputs by wgrad GEMMs accumulated over two steps, then synchronises them (`kind`: baseline
 // after the backward, slice = bucketed, commfuse = fused with the last wgrad step); the outputs are
 // the sum over the replicas (reference computation "dp_grad_sum").
+// `as_p2p`: the sync's collectives as ring P2P steps (DpConfig::as_p2p, the form `--symmetry p2p`
+// and `mirror` simulate).
 struct DpPieceRequest {
   int dp = 2;
   model::DpSharding sharding = model::DpSharding::ddp;
   model::ScheduleKind kind = model::ScheduleKind::baseline;
   DpFault fault;
+  bool as_p2p = false;
 };
 Schedule generate_dp_piece(const DpPieceRequest& request);
-// Appends the DP cases (dp in options.dps; ddp, zero1, zero3; options.kinds) to `report`.
+// Appends the DP cases (dp in options.dps; ddp, zero1, zero3; options.kinds; collectives and their
+// ring P2P form) to `report`.
 void verify_dp(const VerifyOptions& options, VerifyReport& report);
 
 }  // namespace fusesim::sched
