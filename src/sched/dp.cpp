@@ -25,6 +25,15 @@ constexpr std::int64_t kDpCollectiveTag0 = kDpTag0 + (std::int64_t{1} << 48);
 // goes on while the ring advances, and the adds share the device with it when they run.
 constexpr StreamRef kDpAddStream{StreamKind::compute, 1};
 
+// DP's own streams, as its own NCCL communicators would have: gradient collectives, ZeRO-3 parameter
+// gathers, and ring P2P (copy engine, or an SM-kernel stream). Index 1 of comm and copy belongs to
+// the Ulysses exchanges (sched/ulysses.cpp), which a DP transfer must not queue behind in stream
+// order, nor they behind it: with tp x up x dp both run in the same backward.
+constexpr StreamRef kDpCollectiveStream{StreamKind::comm, 3};
+constexpr StreamRef kDpGatherStream{StreamKind::comm, 2};
+constexpr StreamRef kDpCopyStream{StreamKind::copy, 2};
+constexpr StreamRef kDpSmP2pStream{StreamKind::comm, 4};
+
 int mod(int a, int m) { return ((a % m) + m) % m; }
 
 Rect part_rect(const RowPart& p, std::int64_t cols) { return Rect{p.row0, 0, p.rows, cols}; }
@@ -181,8 +190,7 @@ int DpSync::fault_part(int rank, int part) const {
 }
 
 StreamRef DpSync::p2p_stream() const {
-  return cfg_.schedule.p2p_engine == model::CommEngine::copy_engine ? StreamRef{StreamKind::copy, 1}
-                                                                      : StreamRef{StreamKind::comm, 3};
+  return cfg_.schedule.p2p_engine == model::CommEngine::copy_engine ? kDpCopyStream : kDpSmP2pStream;
 }
 
 TaskId DpSync::add(int rank, std::string name, StreamRef stream, TaskKind kind, TaskLabels labels,
@@ -350,7 +358,7 @@ TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>&
     l.phase = params ? "optimizer" : "backward";
     l.op = "dp_" + to_string(kind);
     return p2p_collective(rank, kind, total, fmt::format("{}/{}", region_name, to_string(kind)),
-                          StreamRef{StreamKind::comm, 1}, l, deps, idx);
+                          kDpCollectiveStream, l, deps, idx);
   }
   const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
   std::int32_t data_op = -1;
@@ -402,7 +410,7 @@ TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>&
   l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
   l.phase = params ? "optimizer" : "backward";
   l.op = "dp_" + to_string(kind);
-  return add(rank, fmt::format("{}/{}", region_name, to_string(kind)), StreamRef{StreamKind::comm, 1},
+  return add(rank, fmt::format("{}/{}", region_name, to_string(kind)), kDpCollectiveStream,
              CollectiveTask{kind, group(rank), total, instance, cfg_.schedule.collective_engine,
                             cfg_.schedule.comm_sms.value_or(-1)},
              std::move(l), data_op, deps);
@@ -470,9 +478,9 @@ TaskId DpSync::gather_layer(int rank, const std::string& name, int layer, std::i
   l.op = "dp_param_all_gather";
   if (cfg_.as_p2p)
     return p2p_collective(rank, CollectiveKind::all_gather, bytes(elements), name + "/dp_param_ag",
-                          StreamRef{StreamKind::comm, 2}, l, deps, {});
+                          kDpGatherStream, l, deps, {});
   const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
-  return add(rank, name + "/dp_param_ag", StreamRef{StreamKind::comm, 2},
+  return add(rank, name + "/dp_param_ag", kDpGatherStream,
              CollectiveTask{CollectiveKind::all_gather, group(rank), bytes(elements), instance,
                             cfg_.schedule.collective_engine, cfg_.schedule.comm_sms.value_or(-1)},
              std::move(l), -1, deps);
