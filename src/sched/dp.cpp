@@ -68,20 +68,24 @@ DpSync::DpSync(TaskGraph& graph, DataflowProgram* program, DpConfig config)
   if (cfg_.mirror) prog_ = nullptr;
 }
 
-TaskId DpSync::ring_recv(int rank, const std::string& name, StreamRef stream, Bytes bytes_, Bytes proxy_bytes,
-                         std::int64_t tag_base, const TaskLabels& labels, std::int32_t data_op,
-                         const std::vector<TaskId>& deps) {
-  const int t = cfg_.dp, r = replica(rank);
-  if (!cfg_.mirror)
+TaskId DpSync::ring_recv(int rank, const std::string& name, StreamRef stream, Bytes bytes_,
+                         const std::function<Bytes(int sender)>& sent_bytes, std::int64_t tag_base,
+                         const TaskLabels& labels, std::int32_t data_op, const std::vector<TaskId>& deps) {
+  const int t = cfg_.dp, r = replica(rank), simulated = std::min(cfg_.mirror ? cfg_.simulated : t, t);
+  // A predecessor that is simulated sends for real (mirror mode: the replicas of the simulated DP
+  // replica, e.g. its Ulysses ranks, which come first in the ring).
+  if (r != 0 || simulated == t)
     return add(rank, name, stream, RecvTask{peer(rank, mod(r - 1, t)), bytes_, tag_base + mod(r - 1, t)}, labels,
                data_op, deps);
-  // By symmetry the successor receives the rank's Send exactly when the rank receives its
-  // predecessor's: the proxy's deps are the rank's own tasks, which its mirror images would wait for.
+  // Replica 0's predecessor is a mirror image. Shifting the ring by `simulated` replicas (one DP
+  // replica) maps that predecessor onto the last simulated replica and replica 0 onto the first one
+  // beyond: that one receives the last simulated replica's Send exactly when replica 0 receives its
+  // predecessor's, so a proxy Recv there, gated by replica 0's own deps, stands in for it.
   Task task;
   task.name = fmt::format("r{}/{}", rank, name);
-  task.rank = peer(rank, mod(r + 1, t));
+  task.rank = peer(rank, simulated);
   task.stream = stream;
-  task.kind = RecvTask{rank, proxy_bytes, tag_base + r};
+  task.kind = RecvTask{peer(rank, simulated - 1), sent_bytes(simulated - 1), tag_base + simulated - 1};
   task.labels = labels;
   const TaskId id = g_.add(std::move(task));
   for (TaskId d : deps) g_.depend(d, id);
@@ -152,7 +156,8 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
     add(rank, fmt::format("{}/send{}", name, s), stream,
         SendTask{next, chunk, base + r, cfg_.schedule.collective_engine, sms}, l, send_op,
         s == 0 ? deps : std::vector<TaskId>{prev_recv});
-    prev_recv = ring_recv(rank, fmt::format("{}/recv{}", name, s), stream, chunk, chunk, base, l, recv_op, deps);
+    prev_recv = ring_recv(rank, fmt::format("{}/recv{}", name, s), stream, chunk, [&](int) { return chunk; }, base, l,
+                          recv_op, deps);
   }
   return prev_recv;
 }
@@ -252,12 +257,13 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   // from step 1 on the running sum of that part received from r-1 is added and passed to r+1; the
   // own part comes last and its add is the reduced part.
   // Parts of fewer than dp_fuse_min_rows rows (a large dp cuts a gradient into thin slivers: at dp
-  // 128 an 8192-row gradient gives 64-row parts, half of every 128-row GEMM tile idle) are computed
-  // `group` ring steps at a time: the parts of consecutive steps are adjacent rows (descending), so
-  // one GEMM computes them all (two when they wrap past row 0), and their sends follow it.
-  const std::int64_t part_rows = std::max<std::int64_t>(1, g.rows / t);
-  const int group = static_cast<int>(
-      std::clamp<std::int64_t>((cfg_.schedule.dp_fuse_min_rows + part_rows - 1) / part_rows, 1, t));
+  // 128 an 8192-row gradient gives 64-row parts, half of every 128-row GEMM tile idle) are not
+  // computed part by part: one GEMM computes the whole last step first (`group` = t ring steps),
+  // and the ring then runs beside the backward. Not a few steps per GEMM: a group of consecutive
+  // parts wraps past row 0 on some replicas and not on others (two GEMMs against one), which would
+  // make the replicas differ and the mirrored simulation (docs/schedules.md "Symmetry") inexact.
+  const std::int64_t part_rows = g.rows / t;
+  const int group = part_rows < cfg_.schedule.dp_fuse_min_rows ? t : 1;
   std::vector<std::pair<RowPart, TaskId>> pieces;  // the current group's GEMMs and the rows they computed
   for (int i = 0; i < t; ++i) {
     const int c = mod(r - 1 - i, t);
@@ -291,11 +297,11 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
       if (run.row0 <= pcc.row0 && pcc.row0 < run.row0 + run.rows) value = task;
     BufferId value_buf = g.buffer;
     if (i > 0) {
-      // The Send this step's receive stands in for in mirror mode: the rank's own of step i - 1.
-      const RowPart sent = row_part(g.rows, t, mod(r - i, t));
+      // A sender's Send of step i - 1 carries its part (sender - i) mod t.
+      const auto sent = [&](int sender) { return bytes(row_part(g.rows, t, mod(sender - i, t)).rows * g.cols); };
       const TaskId recv =
-          ring_recv(rank, fmt::format("{}/dp_recv/c{}", g.name, c), p2p_stream(), bytes(pc.rows * g.cols),
-                    bytes(sent.rows * g.cols), tag0 + static_cast<std::int64_t>(i - 1) * t, labels("dp_recv", c, i),
+          ring_recv(rank, fmt::format("{}/dp_recv/c{}", g.name, c), p2p_stream(), bytes(pc.rows * g.cols), sent,
+                    tag0 + static_cast<std::int64_t>(i - 1) * t, labels("dp_recv", c, i),
                     data ? op(RecvOp{Ref{recv_buf, part_rect(pc, g.cols)}}) : -1, {});
       const bool last = i == t - 1;
       const BufferId dst = last ? gr.synced : sum_buf;
@@ -329,8 +335,9 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
           SendTask{next, bytes(ps.rows * g.cols), ag_tag0 + static_cast<std::int64_t>(i) * t + r,
                    cfg_.schedule.p2p_engine, sms},
           labels("dp_ag_send", cs, i), data ? op(SendOp{Ref{gr.synced, part_rect(ps, g.cols)}}) : -1, {have});
-      have = ring_recv(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, cr), p2p_stream(), bytes(pr.rows * g.cols),
-                       bytes(ps.rows * g.cols), ag_tag0 + static_cast<std::int64_t>(i) * t, labels("dp_ag_recv", cr, i),
+      const auto sent = [&](int sender) { return bytes(row_part(g.rows, t, mod(sender - i, t)).rows * g.cols); };
+      have = ring_recv(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, cr), p2p_stream(), bytes(pr.rows * g.cols), sent,
+                       ag_tag0 + static_cast<std::int64_t>(i) * t, labels("dp_ag_recv", cr, i),
                        data ? op(RecvOp{Ref{gr.synced, part_rect(pr, g.cols)}}) : -1, {});
     }
     end = have;

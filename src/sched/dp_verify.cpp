@@ -24,8 +24,8 @@ constexpr Shape kGrads[] = {{16, 6}, {9, 4}, {24, 3}};
 constexpr std::int64_t kTokens = 6;          // token rows of each replica's micro-batch
 constexpr std::int64_t kFirstStep = 3;       // rows of the first accumulation step
 constexpr Bytes kBucketBytes = 200;          // buckets {g0, g1} (192 < 200, then 264), {g2}
-// CommFuse pieces of at least 5 rows: ring steps computed 1 (dp 2 and 4: 8- and 12-, 6-row parts),
-// 2 or 3 (dp 4 and 8) or all at a time (dp 8, the 9-row gradient), with groups that wrap past row 0.
+// CommFuse pieces of at least 5 rows: gradients cut part by part (dp 2: 8- and 12-row parts; dp 4:
+// 6-row parts) and gradients computed in one GEMM before their ring (the thinner parts).
 constexpr std::int64_t kFuseMinRows = 5;
 
 }  // namespace

@@ -1331,6 +1331,7 @@ void Builder::generate() {
     cfg.dtype = sh_.dtype;
     cfg.as_p2p = req_.options.dp_as_p2p || req_.options.mirror_dp;
     cfg.mirror = req_.options.mirror_dp;
+    cfg.simulated = sh_.up;  // mirror mode: DP replica 0, i.e. sync replicas (u, 0) for every u
     dp_ = std::make_unique<DpSync>(g_, &prog_, cfg);
   }
   if (req_.options.forward) {
@@ -1391,10 +1392,6 @@ void check(const TpspRequest& r) {
              fmt::format("{} slices do not fit in a sequence chunk of {} positions (sequence {} / (tp {} x up {}))",
                          r.schedule.slices, s.seq / (s.tp * s.up), s.seq, s.tp, s.up));
   }
-  if (r.options.mirror_dp && s.up > 1)
-    refuse(r, "$.parallel.up",
-           "symmetric simulation (--symmetry mirror) needs up = 1: the gradient sync's ring also runs "
-           "through the Ulysses ranks inside a replica; use --symmetry none or p2p");
   if (r.piece != TpspPiece::layers) {
     if (s.up != 1) refuse(r, "$.parallel.up", "the single-GEMM pieces are TPSP only (up = 1)");
     if (r.piece_k < 1 || r.piece_n < 1) refuse(r, "$", "GEMM dimensions must be positive");

@@ -299,6 +299,7 @@ class Run final : public sched::TaskVisitor {
   void rerate(int rank);
   // The rank whose device a transfer end on `rank` loads (TaskGraph::load_alias).
   int load_rank(int rank) const { return load_alias_.empty() ? rank : load_alias_[static_cast<std::size_t>(rank)]; }
+  topo::Route proxy_route(int src, int dst, const topo::Route& real) const;
   void hold_sms(int rank, int sms) {
     if (sms == 0) return;
     rank = load_rank(rank);
@@ -539,6 +540,35 @@ std::uint32_t Run::lane_for(TimePs delay_ps) {
 
 // Every (source, destination) pair the graph can use, resolved before the run with one
 // routes_from() per source: the topology's graph search is far slower than a table lookup.
+// A transfer into a proxy rank (load alias) stands in for the mirrored transfer into the alias. It
+// leaves by the real sender's links, but must arrive by the alias's: those carry the alias's other
+// incoming traffic (a Ulysses exchange through the same NIC), which the proxy rank's links do not.
+// The mirrored sender is the sender shifted as the receiver is (src - (dst - alias), modulo the
+// graph's ranks). The route is the real one up to the last vertex before its destination that the
+// mirrored sender's route to the alias also visits (the leaf or switch where the two join), then the
+// mirrored route from there. With up = 1 the sender is the alias's own mirror and the route turns
+// at the leaf: out by the alias's NIC, back in by it. Empty when the routes share no vertex (the
+// real route is then kept).
+topo::Route Run::proxy_route(int src, int dst, const topo::Route& real) const {
+  const int alias = load_rank(dst), n = graph_.num_ranks();
+  const int mirrored_src = ((src - (dst - alias)) % n + n) % n;
+  if (mirrored_src == alias || mirrored_src >= cluster_.num_ranks()) return {};
+  const topo::Route other = cluster_.route(mirrored_src, alias);
+  const auto to = [&](topo::LinkId l) { return cluster_.links[static_cast<std::size_t>(l)].to; };
+  for (std::size_t i = real.links.size() - 1; i-- > 0;) {  // the vertices before the destination, last first
+    const topo::VertexId v = to(real.links[i]);
+    for (std::size_t j = 0; j + 1 < other.links.size(); ++j) {
+      if (to(other.links[j]) != v) continue;
+      topo::Route out;
+      out.links.assign(real.links.begin(), real.links.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      out.links.insert(out.links.end(), other.links.begin() + static_cast<std::ptrdiff_t>(j) + 1, other.links.end());
+      for (topo::LinkId l : out.links) out.latency_ps += cluster_.links[static_cast<std::size_t>(l)].latency_ps;
+      return out;
+    }
+  }
+  return {};
+}
+
 void Run::prepare_routes() {
   std::vector<std::uint64_t> pairs = std::move(send_pairs_);
   for (const CollectiveRun& c : collectives_) {
@@ -576,6 +606,8 @@ void Run::prepare_routes() {
       const topo::Route* route = few ? &alone : static_cast<std::size_t>(dst) < from.size() ? &from[dst] : nullptr;
       if (!route || route->links.empty())
         throw GraphError(fmt::format("cluster '{}' has no route from rank {} to rank {}", cluster_.name, src, dst));
+      const topo::Route mirrored = load_rank(dst) != dst ? proxy_route(src, dst, *route) : topo::Route{};
+      if (!mirrored.links.empty()) route = &mirrored;
       const RouteId id = network_.add_route(route->links);
       route_latency_ps_.push_back(route->latency_ps);
       routes_.emplace(pairs[i], id);

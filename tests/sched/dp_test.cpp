@@ -29,16 +29,12 @@ TEST_CASE("DP row parts cover the rows once, near-equal", "[dp]") {
 }
 
 // CommFuse piece GEMMs over all replicas and the three gradients (16, 9 and 24 rows) with pieces of at
-// least 5 rows (dp_verify.cpp): a gradient's part has rows/dp rows, so ceil(5 / (rows/dp)) ring steps
-// share a GEMM; rank r's step i computes part (r-1-i) mod dp, so a group is a run of consecutive
-// parts mod dp, one GEMM, or two when it holds part dp-1 and part 0 without being every part.
-//   dp 2: parts of 8, 4, 12 rows -> groups of 1, 2 (both parts: one GEMM), 1: (2 + 1 + 2) x 2 = 10.
-//   dp 4: 4, 2, 6 rows -> groups of 2, 3, 1. g0 sets {r-2, r-1}, {r, r+1}: the wrap {3, 0} on r = 1
-//     and r = 3 -> 4 x 2 + 2 = 10; g1 {r-3..r-1}, {r}: wraps on r = 1, 2 -> 4 x 2 + 2 = 10; g2 16. 36.
-//   dp 8: 2, 1, 3 rows -> groups of 3, 5, 2. g0 {r-3..r-1}, {r-6..r-4}, {r, r+1}: wraps on r = 1, 2;
-//     4, 5; 7 -> 8 x 3 + 5 = 29; g1 {r-5..r-1}, {r..r+2}: wraps on r = 1..4; 6, 7 -> 8 x 2 + 6 = 22;
-//     g2 {r-2, r-1}, {r-4, r-3}, {r-6, r-5}, {r, r+1}: one wrap on each odd r -> 8 x 4 + 4 = 36. 87.
-int commfuse_pieces(int dp) { return dp == 2 ? 10 : dp == 4 ? 36 : 87; }
+// least 5 rows (dp_verify.cpp): a gradient whose parts have rows/dp >= 5 rows is computed part by
+// part (dp GEMMs per replica), a thinner one in one GEMM.
+//   dp 2: parts of 8, 4, 12 rows -> 2 + 1 + 2 = 5 per replica, 10 in all.
+//   dp 4: 4, 2, 6 rows -> 1 + 1 + 4 = 6 per replica, 24.
+//   dp 8: 2, 1, 3 rows -> 1 + 1 + 1 = 3 per replica, 24.
+int commfuse_pieces(int dp) { return dp == 2 ? 10 : 24; }
 
 TEST_CASE("DP piece task counts per gradient and replica", "[dp]") {
   // Per replica and gradient: the first wgrad step (1 task). Then

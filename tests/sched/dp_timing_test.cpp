@@ -6,6 +6,7 @@
 // its flops in ps; base latency 5 us, SM step 1 us, copy-engine step 2 us; no HBM contention.
 #include <catch2/catch.hpp>
 #include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -170,31 +171,36 @@ TEST_CASE("CommFuse DP: the backward goes on while a slow hop holds back a runni
   }
 }
 
-TEST_CASE("CommFuse DP computes thin ring parts several steps per GEMM", "[dp]") {
-  // 1000 rows over dp 4: parts of 250 rows; dp_fuse_min_rows 500 puts 2 ring steps in one GEMM.
-  // Rank r computes parts {r-1, r-2} then {r-3, r}: rank 0 {3, 2} = rows [500, 1000), {1, 0} =
-  // [0, 500); rank 1 {0, 3} = [0, 250) and [750, 1000) (two GEMMs, the set wraps past row 0), {2, 1} =
-  // [250, 750). The GEMMs are 1000 x 500 x 80 in rows: 500-row pieces last 4e7 ps, 250-row 2e7.
-  TaskGraph graph(4);
-  DpConfig cfg = config(ScheduleKind::commfuse, DpSharding::zero1);
-  cfg.dp = 4;
-  cfg.schedule.dp_fuse_min_rows = 500;
-  DpSync dp(graph, nullptr, cfg);
-  std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> pieces;  // rank -> (row0, rows)
-  for (int rank = 0; rank < 4; ++rank)
-    dp.fused_gradient(
-        rank, DpGradient{"L0/bwd/w", 0, kRows, kCols, -1},
-        [&](std::int64_t row0, std::int64_t rows, int step, int region, const std::vector<TaskId>& deps) {
-          pieces[rank].emplace_back(row0, rows);
-          return gemm(graph, rank, fmt::format("w/p{}", step), rows, kCols, kK, deps, region);
-        },
-        {});
-  using P = std::vector<std::pair<std::int64_t, std::int64_t>>;
-  CHECK(pieces[0] == P{{500, 500}, {0, 500}});
-  CHECK(pieces[1] == P{{0, 250}, {750, 250}, {250, 500}});
-  CHECK(pieces[2] == P{{0, 500}, {500, 500}});
-  CHECK(pieces[3] == P{{250, 500}, {0, 250}, {750, 250}});
-  validate(graph);
+TEST_CASE("CommFuse DP computes thin ring parts in one GEMM before the ring", "[dp][timing]") {
+  // 1000 rows over dp 2: parts of 500 rows. With dp_fuse_min_rows 501 they are too thin: each rank
+  // computes its whole last step (8e7 ps) first, then sends part (r - 1) mod 2 (lands at 8e7 +
+  // 12,002,200 = 92,002,200) and adds the received running sum to its own part: 250,000 ps, ends
+  // 92,252,200. With 500 (parts not thinner than the minimum) the parts are fused as in the test
+  // above: 80,250,000.
+  for (const auto& [min_rows, pieces_per_rank, end] :
+       {std::tuple{std::int64_t{501}, 1, TimePs{92'252'200}}, std::tuple{std::int64_t{500}, 2, TimePs{80'250'000}}}) {
+    TaskGraph graph(2);
+    DpConfig cfg = config(ScheduleKind::commfuse, DpSharding::zero1);
+    cfg.schedule.dp_fuse_min_rows = min_rows;
+    DpSync dp(graph, nullptr, cfg);
+    std::map<int, std::vector<std::pair<std::int64_t, std::int64_t>>> pieces;  // rank -> (row0, rows)
+    for (int rank = 0; rank < 2; ++rank) {
+      const TaskId last = dp.fused_gradient(
+          rank, DpGradient{"L0/bwd/w", 0, kRows, kCols, -1},
+          [&](std::int64_t row0, std::int64_t rows, int step, int region, const std::vector<TaskId>& deps) {
+            pieces[rank].emplace_back(row0, rows);
+            return gemm(graph, rank, fmt::format("w/p{}", step), rows, kCols, kK, deps, region);
+          },
+          {});
+      dp.finish_backward(rank, {last});
+    }
+    for (int rank = 0; rank < 2; ++rank) CHECK(static_cast<int>(pieces[rank].size()) == pieces_per_rank);
+    if (pieces_per_rank == 1) CHECK(pieces[0] == std::vector<std::pair<std::int64_t, std::int64_t>>{{0, kRows}});
+    validate(graph);
+    const sim_test::TestCostModel costs;
+    const sim::SimResult res = sim::Simulator(two_nodes(), costs).run(graph);
+    CHECK(res.makespan_ps == end);
+  }
 }
 
 TEST_CASE("DP traffic on a shared link slows a TP transfer by the max-min share", "[dp][timing][contention]") {

@@ -118,6 +118,58 @@ TEST_CASE("Mirrored DP replicas reproduce the full-rank simulation exactly", "[s
     }
 }
 
+TEST_CASE("Mirrored DP replicas with Ulysses ranks reproduce the full-rank simulation exactly", "[symmetry][dp][up]") {
+  // Llama-3-8B layer shapes, 2 layers, sequence 4096, tp 4 x up 2 x dp 4 on the four DGX H100 nodes:
+  // DP replica d is node d (ranks (2d + u) x 4 + ti). The gradient ring of TP position ti visits
+  // (u, d) = (0, 0), (1, 0), (0, 1), (1, 1), ...: the hop (1, d) -> (0, d + 1) leaves the node
+  // (local 4 + ti to local ti, across rails through spine (d + 1) mod 4), the hop (0, d) -> (1, d)
+  // stays on the NVSwitch. Every gradient splits evenly into 8 parts (4096, 1536, 3584 and 7168
+  // rows at tp 4; vocabulary 128256 padded to 128512, 32128 rows). Mirror: DP replica 0's 8 ranks;
+  // of each ring step, one proxy receive (on rank 8 + ti) per TP position.
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  model::Workload w = model::load_workload("llama-3-8b-ulysses");
+  w.arch.layers = 2;
+  w.sequence_length = 4096;
+  w.parallel.tp = 4;
+  w.parallel.up = 2;
+  w.parallel.dp = 4;
+  constexpr int kMembers = 8;
+  for (auto sharding : {model::DpSharding::ddp, model::DpSharding::zero1})
+    for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse}) {
+      w.parallel.dp_sharding = sharding;
+      INFO(fmt::format("{} {}", model::to_string(sharding), model::to_string(kind)));
+      const Outcome full = simulate(w, c, kind, false);
+      const Outcome mirror = simulate(w, c, kind, true);
+      CHECK(mirror.schedule.simulated_ranks == kMembers);
+      std::map<std::string, TaskId> by_name;
+      for (TaskId id = 0; id < full.schedule.graph.size(); ++id) {
+        const Task& t = full.schedule.graph.task(id);
+        if (t.rank < kMembers) REQUIRE(by_name.emplace(t.name, id).second);
+      }
+      std::size_t compared = 0;
+      std::set<int> proxy_ranks;
+      for (TaskId id = 0; id < mirror.schedule.graph.size(); ++id) {
+        const Task& t = mirror.schedule.graph.task(id);
+        if (t.rank >= kMembers) {
+          REQUIRE(std::holds_alternative<RecvTask>(t.kind));
+          proxy_ranks.insert(t.rank);
+        }
+        const auto it = by_name.find(t.name);
+        REQUIRE(it != by_name.end());
+        INFO(t.name);
+        REQUIRE(mirror.result.tasks[id].ready_ps == full.result.tasks[it->second].ready_ps);
+        REQUIRE(mirror.result.tasks[id].start_ps == full.result.tasks[it->second].start_ps);
+        REQUIRE(mirror.result.tasks[id].end_ps == full.result.tasks[it->second].end_ps);
+        ++compared;
+      }
+      CHECK(compared == by_name.size());
+      // Proxies sit on DP replica 1's first UP index only: ranks 8..11.
+      CHECK(proxy_ranks == std::set<int>{8, 9, 10, 11});
+      CHECK(mirror.metrics.step_time_ps == full.metrics.step_time_ps);
+      CHECK(mirror.metrics.mfu == Approx(full.metrics.mfu).epsilon(1e-12));
+    }
+}
+
 TEST_CASE("The P2P form of the DP sync needs its load alias to match", "[symmetry][dp]") {
   // Without the alias the receive ends of replica 0's incoming transfers would load replica 1's
   // devices, leaving replica 0's HBM and SMs less busy than in the full simulation: the alias table

@@ -353,9 +353,23 @@ TEST_CASE("UP ranks of one TP position sum their weight gradients together with 
     ++synced;
   }
   CHECK(synced == 4);  // one all-reduce per rank
-  // Mirrored simulation of DP replicas assumes the ring leaves the replica at every step: refused.
+  // Mirrored: DP replica 0 (ranks 0..3) with its ring hop (u 0 -> u 1) real, and one proxy receive
+  // per TP position on DP replica 1's first UP rank (4 + ti), of the Send of replica 0's last UP rank
+  // (2 + ti) (tests/sched/symmetry_test.cpp checks the timing against every rank).
   r.options.mirror_dp = true;
-  CHECK_THROWS_WITH(generate_tpsp(r), Catch::Contains("$.parallel.up"));
+  const Schedule m = generate_tpsp(r);
+  CHECK(m.simulated_ranks == 4);
+  std::set<int> proxy_ranks, proxy_peers;
+  for (TaskId id = 0; id < m.graph.size(); ++id) {
+    const Task& t = m.graph.task(id);
+    if (t.rank < 4) continue;
+    const auto* recv = std::get_if<RecvTask>(&t.kind);
+    REQUIRE(recv != nullptr);
+    proxy_ranks.insert(t.rank);
+    proxy_peers.insert(recv->peer);
+  }
+  CHECK(proxy_ranks == std::set<int>{4, 5});
+  CHECK(proxy_peers == std::set<int>{2, 3});
 }
 
 TEST_CASE("UP selective recompute: each rank recomputes attention on its heads/(tp up) heads only",

@@ -55,8 +55,8 @@ struct ScheduleOptions {
   std::optional<int> comm_sms;               // SMs an SM-based kernel holds; default from the device model
   bool query_split_attention = false;        // CommFuse: attention + out-projection per query chunk
   Bytes dp_bucket_bytes = 25 * 1000 * 1000;  // DP bucketed overlap: gradient bucket size ($.schedule.dp_bucket_bytes)
-  // CommFuse over DP: fewest gradient rows one wgrad piece GEMM computes ($.schedule.dp_fuse_min_rows);
-  // consecutive ring steps share one GEMM until it has that many.
+  // CommFuse over DP: fewest rows a ring part may have to be its own wgrad piece GEMM
+  // ($.schedule.dp_fuse_min_rows); a gradient with thinner parts is computed whole before its ring.
   std::int64_t dp_fuse_min_rows = 128;
 };
 

@@ -52,10 +52,12 @@ struct DpConfig {
   DpFault fault;
   // GenerateOptions::dp_as_p2p / mirror_dp (docs/schedules.md, "Symmetry"): collectives as ring P2P
   // steps (with dataflow when the program is given: `fusesim verify` checks it); with `mirror` only
-  // replica 0's ranks call in, and the receive of each ring step is a proxy Recv on the next
-  // replica's rank (named as replica 0's own receive, which it stands in for), timing only.
+  // the ranks of the first `simulated` replicas call in (one DP replica: its `up` Ulysses indices,
+  // which come first in the ring), and replica 0's receive from the last replica is a proxy Recv on
+  // replica `simulated` (named as replica 0's own receive, which it stands in for), timing only.
   bool as_p2p = false;
   bool mirror = false;
+  int simulated = 1;
 };
 
 // One weight gradient of one rank. `buffer`: the local gradient [rows, cols] in the dataflow program
@@ -148,11 +150,12 @@ class DpSync {
                     const std::vector<TaskId>& deps, bool params);
   StreamRef p2p_stream() const;
   // The receive of one DP ring step on `rank` (from its ring predecessor, the Send tagged
-  // `tag_base` + the sender's replica). Mirror mode: a proxy on the ring successor receiving the
-  // rank's own Send (`proxy_bytes`), with the same name and deps. Returns the task consumers wait for.
-  TaskId ring_recv(int rank, const std::string& name, StreamRef stream, Bytes bytes, Bytes proxy_bytes,
-                   std::int64_t tag_base, const TaskLabels& labels, std::int32_t data_op,
-                   const std::vector<TaskId>& deps);
+  // `tag_base` + the sender's replica; `sent_bytes(sender)`: what that replica's Send carries).
+  // Mirror mode, on replica 0: a proxy on replica `simulated` receiving the Send of replica
+  // `simulated` - 1, with the same name and deps. Returns the task consumers wait for.
+  TaskId ring_recv(int rank, const std::string& name, StreamRef stream, Bytes bytes,
+                   const std::function<Bytes(int sender)>& sent_bytes, std::int64_t tag_base,
+                   const TaskLabels& labels, std::int32_t data_op, const std::vector<TaskId>& deps);
   // A collective as ring P2P steps (as_p2p): returns the last receive. `grads`: the rank's gradients
   // (indices into its list) the collective moves, with dataflow when they carry buffers; empty:
   // timing only (ZeRO-3 layer gathers).
