@@ -262,6 +262,11 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   // and the ring then runs beside the backward. Not a few steps per GEMM: a group of consecutive
   // parts wraps past row 0 on some replicas and not on others (two GEMMs against one), which would
   // make the replicas differ and the mirrored simulation (docs/schedules.md "Symmetry") inexact.
+  // The bytes of the Send a receive takes at reduce-scatter step i (the sender's Send of step i - 1)
+  // or at all-gather step i (its Send of step i): the sender's part (sender - i) mod t in both.
+  const auto sent_at = [&](int i) {
+    return [&, i](int sender) { return bytes(row_part(g.rows, t, mod(sender - i, t)).rows * g.cols); };
+  };
   const std::int64_t part_rows = g.rows / t;
   const int group = part_rows < cfg_.schedule.dp_fuse_min_rows ? t : 1;
   std::vector<std::pair<RowPart, TaskId>> pieces;  // the current group's GEMMs and the rows they computed
@@ -297,10 +302,8 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
       if (run.row0 <= pcc.row0 && pcc.row0 < run.row0 + run.rows) value = task;
     BufferId value_buf = g.buffer;
     if (i > 0) {
-      // A sender's Send of step i - 1 carries its part (sender - i) mod t.
-      const auto sent = [&](int sender) { return bytes(row_part(g.rows, t, mod(sender - i, t)).rows * g.cols); };
       const TaskId recv =
-          ring_recv(rank, fmt::format("{}/dp_recv/c{}", g.name, c), p2p_stream(), bytes(pc.rows * g.cols), sent,
+          ring_recv(rank, fmt::format("{}/dp_recv/c{}", g.name, c), p2p_stream(), bytes(pc.rows * g.cols), sent_at(i),
                     tag0 + static_cast<std::int64_t>(i - 1) * t, labels("dp_recv", c, i),
                     data ? op(RecvOp{Ref{recv_buf, part_rect(pc, g.cols)}}) : -1, {});
       const bool last = i == t - 1;
@@ -335,8 +338,8 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
           SendTask{next, bytes(ps.rows * g.cols), ag_tag0 + static_cast<std::int64_t>(i) * t + r,
                    cfg_.schedule.p2p_engine, sms},
           labels("dp_ag_send", cs, i), data ? op(SendOp{Ref{gr.synced, part_rect(ps, g.cols)}}) : -1, {have});
-      const auto sent = [&](int sender) { return bytes(row_part(g.rows, t, mod(sender - i, t)).rows * g.cols); };
-      have = ring_recv(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, cr), p2p_stream(), bytes(pr.rows * g.cols), sent,
+      have = ring_recv(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, cr), p2p_stream(), bytes(pr.rows * g.cols),
+                       sent_at(i),
                        ag_tag0 + static_cast<std::int64_t>(i) * t, labels("dp_ag_recv", cr, i),
                        data ? op(RecvOp{Ref{gr.synced, part_rect(pr, g.cols)}}) : -1, {});
     }
