@@ -2,7 +2,9 @@
 // metric got worse than recorded by more than the tolerance. File format: docs/cli.md.
 #include <charconv>
 #include <cmath>
+#include <memory>
 #include <ostream>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -122,9 +124,20 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
     r.force_memory = f->as_bool();
     e.config["force_memory"] = r.force_memory;
   }
+  std::string profile;
+  bool roofline = false;
   if (auto p = o.find("profile")) {
-    r.profile = p->as_string();
-    e.config["profile"] = r.profile;
+    profile = p->as_string();
+    e.config["profile"] = profile;
+  }
+  if (auto f = o.find("roofline")) {
+    roofline = f->as_bool();
+    e.config["roofline"] = roofline;
+  }
+  try {
+    r.pricing = model::pricing_choice(profile, roofline);
+  } catch (const InputError& err) {
+    o.at("roofline").fail(err.message());
   }
   if (auto m = o.find("metrics")) {
     const JsonObject mo = m->as_object();
@@ -143,10 +156,15 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
   return e;
 }
 
-// Runs an entry; its metrics as analysis::to_json names them.
-nlohmann::json rerun(const Entry& e, const std::string& baseline_file) {
+// Runs an entry; its metrics as analysis::to_json names them. What priced its kernels goes into
+// `pricing` (a report names it).
+nlohmann::json rerun(const Entry& e, const std::string& baseline_file,
+                     const std::shared_ptr<model::ProfileCache>& profiles, std::set<std::string>& pricing) {
   try {
-    const SimulateReport report = simulate(e.request);
+    SimulateRequest request = e.request;
+    request.profiles = profiles;
+    const SimulateReport report = simulate(request);
+    pricing.insert(report.pricing);
     const SimulateRun* found = nullptr;
     for (const SimulateRun& run : report.runs) {
       if (run.metrics.schedule != e.schedule || run.metrics.scope != e.scope) continue;
@@ -187,7 +205,7 @@ std::string write_baseline(const std::string& description, const std::vector<Ent
     };
     for (const char* k : {"topology", "workload", "parallelism"}) add(k);
     for (const std::string& k : kIntKeys) add(k);
-    for (const char* k : {"scope", "schedule", "forward_only", "force_memory", "profile"}) add(k);
+    for (const char* k : {"scope", "schedule", "forward_only", "force_memory", "profile", "roofline"}) add(k);
     std::vector<std::string> metrics;
     for (const Guarded& g : kGuarded)
       metrics.push_back(fmt::format("\"{}\": {}", g.name, nlohmann::json(now[i].at(g.name).get<double>()).dump()));
@@ -224,7 +242,9 @@ class CheckCommand final : public Command {
     root.finish();
 
     std::vector<nlohmann::json> now;
-    for (const Entry& e : entries) now.push_back(rerun(e, baseline_));
+    const auto profiles = std::make_shared<model::ProfileCache>();
+    std::set<std::string> pricing;
+    for (const Entry& e : entries) now.push_back(rerun(e, baseline_, profiles, pricing));
 
     struct Line {
       std::string status, label, schedule, metric, before, after, change;
@@ -263,6 +283,7 @@ class CheckCommand final : public Command {
     const std::string tol_text = fmt::format("{:g}%", tol * 100.0);
     io.out << fmt::format("fusesim check: {}: {} runs re-simulated, tolerance {}\n", baseline_, entries.size(),
                           tol_text);
+    for (const std::string& p : pricing) io.out << "kernels priced by " << p << "\n";
     if (!lines.empty()) {
       Line head{"status", "configuration", "schedule", "metric", "baseline", "now", "change"};
       std::size_t w[7] = {};

@@ -76,13 +76,19 @@ class SimulateDagCommand final : public Command {
     sub.add_option("--trace", trace_, "write a Chrome trace (Perfetto, chrome://tracing)");
     sub.add_option("--format", format_, "table or json")->capture_default_str();
     sub.add_option("--output", output_, "write the report to this file instead of standard output");
+    sub.add_option("--profile", profile_,
+                   "calibration profile (default: the shipped profile of the cluster's device model)")
+        ->type_name("FILE|NAME");
+    sub.add_flag("--roofline", roofline_, "price kernels with the roofline, no profile");
   }
 
   int run(Io& io) override {
     const OutputFormat format = parse_format(format_);
-    const topo::Cluster cluster = topo::load_cluster_by_name_or_path(topology_);
+    const model::PricingChoice choice = model::pricing_choice(profile_, roofline_);
+    topo::Cluster cluster = topo::load_cluster_by_name_or_path(topology_);
     const sched::DagFile dag = sched::parse_dag(JsonDocument::load(dag_), cluster.num_ranks());
-    const model::RooflineCostModel costs;
+    const model::Pricing pricing = model::pricing_for(choice, cluster);
+    const model::KernelCostModel& costs = *pricing.costs;
     sim::Simulator simulator(cluster, costs);
     std::optional<analysis::ChromeTraceRecorder> recorder;
     if (!trace_.empty()) recorder.emplace(cluster, &costs, dag.graph.regions());
@@ -98,9 +104,12 @@ class SimulateDagCommand final : public Command {
                                         .parallelism = dag.parallelism,
                                         .scope = ""};
     const analysis::StepMetrics metrics = analysis::analyze(input);
-    const std::string text = format == OutputFormat::json
-                                 ? analysis::to_json(metrics).dump(2) + "\n"
-                                 : analysis::format_table({metrics}) + "\n" + analysis::format_region_table(metrics);
+    nlohmann::json doc = analysis::to_json(metrics);
+    doc["pricing"] = pricing.to_json();
+    const std::string text = format == OutputFormat::json ? doc.dump(2) + "\n"
+                                                          : "kernels priced by " + pricing.describe() + "\n\n" +
+                                                                analysis::format_table({metrics}) + "\n" +
+                                                                analysis::format_region_table(metrics);
     // Both outputs are complete in memory before either file is written.
     if (recorder) write_file_atomically(trace_, recorder->to_json().dump() + "\n");
     if (output_.empty()) {
@@ -117,6 +126,8 @@ class SimulateDagCommand final : public Command {
   std::string trace_;
   std::string format_ = "table";
   std::string output_;
+  std::string profile_;
+  bool roofline_ = false;
 };
 
 }  // namespace

@@ -79,7 +79,8 @@ struct KeyColumn {
   const char* label;  // "{}" replaced by the value
 };
 const std::vector<KeyColumn> kKeyColumns{
-    {"topology", "{}"},          {"workload", "{}"},  {"parallelism", "{}"},      {"scope", "{} scope"},
+    {"topology", "{}"},          {"workload", "{}"},  {"parallelism", "{}"},      {"engine", "engines {}"},
+    {"scope", "{} scope"},
     {"passes", "{}"},            {"sequence_length", "seq {}"}, {"tp", "TP {}"}, {"up", "UP {}"},
     {"dp", "DP {}"},             {"micro_batch", "micro-batch {}"}, {"slices", "k = {}"},
 };

@@ -56,6 +56,7 @@ void apply_overrides(const SimulateRequest& r, model::Workload& w, const std::st
   if (r.tp) positive("--tp", *r.tp), w.parallel.tp = *r.tp;
   if (r.up) positive("--up", *r.up), w.parallel.up = *r.up;
   if (r.dp) positive("--dp", *r.dp), w.parallel.dp = *r.dp;
+  if (r.engine) model::set_engine_mode(w.schedule, parse_engine_mode("--engine", *r.engine));
   if (!(r.sequence_length || r.micro_batch || r.tp || r.up || r.dp)) return;
   try {
     model::validate_workload(w, wl);
@@ -134,6 +135,15 @@ std::vector<std::string> parallelisms_for(const SimulateRequest& request, const 
   return out;
 }
 
+std::string parse_engine_mode(const std::string& option, const std::string& value) {
+  if (std::find(model::kEngineModes.begin(), model::kEngineModes.end(), value) == model::kEngineModes.end())
+    throw InputError(kCommandLine, option,
+                     fmt::format("'{}' is not sm (collectives and P2P on SM kernels), copy (both on copy engines) or "
+                                 "auto (collectives on SM kernels, P2P on copy engines)",
+                                 value));
+  return value;
+}
+
 OutputFormat parse_format(const std::string& value) {
   if (value == "table") return OutputFormat::table;
   if (value == "json") return OutputFormat::json;
@@ -201,10 +211,11 @@ SimulateReport simulate(const SimulateRequest& request) {
   report.cluster_name = cluster.name;
   report.memory = job.memory;
 
-  // --profile: calibrated kernel costs, and the profile's fitted links applied to the cluster.
-  const std::unique_ptr<model::KernelCostModel> cost_model = model::cost_model_for(request.profile, job.cluster);
-  if (!request.profile.empty()) report.profile_label = resolve_input(request.profile, "profiles").label;
-  const model::KernelCostModel& costs = *cost_model;
+  const model::Pricing pricing = model::pricing_for(request.pricing, job.cluster, request.profiles.get());
+  if (pricing.profile) report.profile_label = pricing.profile->label;
+  report.pricing = pricing.describe();
+  report.pricing_json = pricing.to_json();
+  const model::KernelCostModel& costs = *pricing.costs;
   sim::Simulator simulator(cluster, costs);
   for (const std::string& parallelism : parallelisms_for(request, w))
   for (sched::Scope scope : request.scopes) {
@@ -238,12 +249,14 @@ nlohmann::json report_json(const SimulateReport& report) {
   doc["workload"] = w.name;
   doc["workload_file"] = report.workload_label;
   doc["profile"] = report.profile_label.empty() ? nlohmann::json(nullptr) : nlohmann::json(report.profile_label);
+  doc["pricing"] = report.pricing_json;
   doc["model"] = w.arch.name;
   doc["dtype"] = topo::to_string(w.dtype);
   doc["sequence_length"] = w.sequence_length;
   doc["micro_batch"] = w.micro_batch;
   doc["parallel"] = {{"tp", w.parallel.tp}, {"up", w.parallel.up}, {"dp", w.parallel.dp}};
   doc["backward"] = w.backward;
+  doc["engine"] = model::engine_name(w.schedule);
   doc["slices"] = w.schedule.slices;
   nlohmann::json results = nlohmann::json::array();
   for (const SimulateRun& run : report.runs) results.push_back(analysis::to_json(run.metrics));
@@ -255,10 +268,11 @@ nlohmann::json report_json(const SimulateReport& report) {
 std::string report_table(const SimulateReport& report, bool regions) {
   const model::Workload& w = report.workload;
   std::string out = fmt::format(
-      "{} ({}) on {}: tp {} up {} dp {}, sequence {} x micro-batch {}, {}, {}, slice-overlap k = {}\n\n", w.name,
-      w.arch.name, report.cluster_name, w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length,
-      w.micro_batch, topo::to_string(w.dtype), w.backward ? "forward+backward" : "forward only", w.schedule.slices);
-  if (!report.profile_label.empty()) out.insert(out.size() - 1, "calibration profile: " + report.profile_label + "\n");
+      "{} ({}) on {}: tp {} up {} dp {}, sequence {} x micro-batch {}, {}, {}, slice-overlap k = {}, engines {}\n\n",
+      w.name, w.arch.name, report.cluster_name, w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length,
+      w.micro_batch, topo::to_string(w.dtype), w.backward ? "forward+backward" : "forward only", w.schedule.slices,
+      model::engine_name(w.schedule));
+  out.insert(out.size() - 1, "kernels priced by " + report.pricing + "\n");
   std::vector<analysis::StepMetrics> rows;
   for (const SimulateRun& run : report.runs) rows.push_back(run.metrics);
   // A row compares one parallelism's schedules; without this line a reader cannot tell what the

@@ -61,8 +61,15 @@ class SimulateCommand final : public Command {
                    "named FILE.<schedule>[.<scope>].json")
         ->type_name("FILE");
     sub.add_option("--profile", profile_,
-                   "calibration profile: a file or a shipped name (fusesim list); default: the roofline")
+                   "calibration profile: a file or a shipped name (fusesim list); default: the shipped profile of "
+                   "the cluster's device model")
         ->type_name("FILE|NAME");
+    sub.add_option("--engine", engine_,
+                   "what carries communication: sm (collectives and P2P on SM kernels, like for like), copy (both on "
+                   "copy engines) or auto (collectives on SM kernels, P2P on copy engines); default: the workload's "
+                   "schedule.engine")
+        ->type_name("MODE");
+    sub.add_flag("--roofline", roofline_, "price kernels with the roofline of docs/kernel-model.md, no profile");
     sub.add_option("--format", format_, "table or json")->type_name("FORMAT")->capture_default_str();
     sub.add_option("--output", output_, "write the report to this file instead of standard output")
         ->type_name("FILE");
@@ -89,7 +96,8 @@ class SimulateCommand final : public Command {
     if (!up_.empty()) request.up = parse_positive_int("--up", up_, 1 << 16);
     if (!dp_.empty()) request.dp = parse_positive_int("--dp", dp_, 1 << 20);
     if (!parallelism_.empty()) request.parallelisms = parse_parallelisms(parallelism_);
-    request.profile = profile_;
+    request.pricing = model::pricing_choice(profile_, roofline_);
+    if (!engine_.empty()) request.engine = parse_engine_mode("--engine", engine_);
     request.force_memory = force_memory_;
     if (symmetry_ == "p2p" || symmetry_ == "mirror") {
       request.dp_as_p2p = true;
@@ -150,6 +158,8 @@ class SimulateCommand final : public Command {
   std::string format_ = "table";
   std::string output_;
   std::string profile_;
+  bool roofline_ = false;
+  std::string engine_;
   bool regions_ = false;
 };
 

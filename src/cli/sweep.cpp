@@ -65,7 +65,7 @@ const std::vector<Column>& columns() {
       {"sequence_length", Kind::integer}, {"micro_batch", Kind::integer}, {"tp", Kind::integer},
       {"up", Kind::integer},            {"dp", Kind::integer},           {"slices", Kind::integer},
       {"passes", Kind::text},           {"parallelism", Kind::text},     {"scope", Kind::text},
-      {"schedule", Kind::text},
+      {"schedule", Kind::text},         {"engine", Kind::text},          {"pricing", Kind::text},
       // metrics
       {"step_time_s", Kind::number},    {"compute_s", Kind::number},     {"comm_s", Kind::number},
       {"overlapped_comm_s", Kind::number}, {"exposed_comm_s", Kind::number}, {"overlap_ratio", Kind::number},
@@ -76,7 +76,7 @@ const std::vector<Column>& columns() {
   };
   return cols;
 }
-constexpr std::size_t kConfigColumns = 16;
+constexpr std::size_t kConfigColumns = 18;
 
 std::size_t column_index(const std::string& name) {
   const auto& cols = columns();
@@ -110,6 +110,7 @@ std::string cell_csv(const Cell& c) {
 std::string describe(const SimulateRequest& r, const SweepSpec& spec) {
   std::string s = fmt::format("topology={} workload={}", r.topology, r.workload);
   if (!r.parallelisms.empty()) s += " parallelism=" + r.parallelisms.front();
+  if (r.engine) s += " engine=" + *r.engine;
   if (r.sequence_length) s += fmt::format(" seq={}", *r.sequence_length);
   if (r.tp) s += fmt::format(" tp={}", *r.tp);
   if (r.up) s += fmt::format(" up={}", *r.up);
@@ -220,7 +221,7 @@ std::size_t axis_size(const std::vector<T>& v) {
 }  // namespace
 
 std::size_t SweepSpec::size() const {
-  return topologies.size() * workloads.size() * axis_size(parallelisms) * axis_size(sequence_lengths) *
+  return topologies.size() * workloads.size() * axis_size(parallelisms) * axis_size(engines) * axis_size(sequence_lengths) *
          axis_size(tps) * axis_size(ups) * axis_size(dps) * axis_size(micro_batches) * axis_size(slices);
 }
 
@@ -238,12 +239,14 @@ SimulateRequest SweepSpec::configuration(std::size_t index) const {
   const std::size_t i_up = take(axis_size(ups));
   const std::size_t i_tp = take(axis_size(tps));
   const std::size_t i_seq = take(axis_size(sequence_lengths));
+  const std::size_t i_engine = take(axis_size(engines));
   const std::size_t i_par = take(axis_size(parallelisms));
   const std::size_t i_wl = take(workloads.size());
   const std::size_t i_topo = take(topologies.size());
   r.topology = topologies.at(i_topo);
   r.workload = workloads.at(i_wl);
   if (!parallelisms.empty()) r.parallelisms = {parallelisms[i_par]};
+  if (!engines.empty()) r.engine = engines[i_engine];
   if (!sequence_lengths.empty()) r.sequence_length = sequence_lengths[i_seq];
   if (!tps.empty()) r.tp = static_cast<int>(tps[i_tp]);
   if (!ups.empty()) r.up = static_cast<int>(ups[i_up]);
@@ -253,7 +256,7 @@ SimulateRequest SweepSpec::configuration(std::size_t index) const {
   r.schedules = schedules;
   r.scopes = scopes;
   r.forward_only = forward_only;
-  r.profile = profile;
+  r.pricing = model::pricing_choice(profile, roofline);
   r.force_memory = force_memory;
   return r;
 }
@@ -262,6 +265,7 @@ nlohmann::json SweepSpec::to_json() const {
   return {{"topologies", topologies},
           {"workloads", workloads},
           {"parallelisms", parallelisms},
+          {"engines", engines},
           {"sequence_lengths", sequence_lengths},
           {"tp", tps},
           {"up", ups},
@@ -272,6 +276,7 @@ nlohmann::json SweepSpec::to_json() const {
           {"scopes", scope_names(scopes)},
           {"forward_only", forward_only},
           {"profile", profile},
+          {"roofline", roofline},
           {"force_memory", force_memory}};
 }
 
@@ -319,6 +324,8 @@ std::vector<Cell> make_row(const SimulateRequest& request, const SimulateReport&
   cells.emplace_back(run.metrics.parallelism);
   cells.emplace_back(run.metrics.scope);
   cells.emplace_back(run.metrics.schedule);
+  cells.emplace_back(model::engine_name(w.schedule));
+  cells.emplace_back(report.pricing);
   const auto& cols = columns();
   for (std::size_t i = kConfigColumns; i < cols.size(); ++i) {
     const nlohmann::json& v = m.at(cols[i].name);
@@ -345,6 +352,8 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepOptions& options) {
     std::optional<SweepProblem> skipped, failed;
   };
   std::vector<Outcome> outcomes(mine.size());
+  // One load (and fit) of each profile for the whole sweep, shared by the worker threads.
+  const auto profiles = std::make_shared<model::ProfileCache>();
   std::atomic<std::size_t> next{0};
   std::atomic<std::size_t> done{0};
   std::mutex mu;
@@ -353,7 +362,8 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepOptions& options) {
   auto work = [&] {
     for (std::size_t k = next.fetch_add(1); k < mine.size(); k = next.fetch_add(1)) {
       const std::size_t config = mine[k];
-      const SimulateRequest request = spec.configuration(config);
+      SimulateRequest request = spec.configuration(config);
+      request.profiles = profiles;
       Outcome& out = outcomes[k];
       try {
         const SimulateReport report = simulate(request);

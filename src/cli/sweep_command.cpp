@@ -63,6 +63,8 @@ class SweepCommand final : public Command {
     sub.add_option("--workload", workload_, "workloads: a comma list of workload files or shipped names")
         ->type_name("LIST")
         ->capture_default_str();
+    sub.add_option("--engine", engine_, "what carries communication, a comma list of sm, copy, auto (see simulate)")
+        ->type_name("MODES");
     sub.add_option("--parallelism", parallelism_, "whose schedules are compared, a comma list of tpsp, up, dp")
         ->type_name("LIST");
     const char* axis = "AXIS";
@@ -77,8 +79,11 @@ class SweepCommand final : public Command {
         ->capture_default_str();
     sub.add_option("--scope", scope_, "layer, stack or both")->type_name("SCOPE")->capture_default_str();
     sub.add_flag("--forward-only", forward_only_, "simulate the forward pass only");
-    sub.add_option("--profile", profile_, "calibration profile for every configuration (see simulate)")
+    sub.add_option("--profile", profile_,
+                   "calibration profile for every configuration (default: the shipped profile of each cluster's "
+                   "device model; see simulate)")
         ->type_name("FILE|NAME");
+    sub.add_flag("--roofline", roofline_, "price kernels with the roofline, no profile");
     sub.add_flag("--force-memory", force_memory_, "run configurations that exceed the device memory");
     sub.add_option("--output", output_, "result file, .csv or .json (default: CSV on standard output)")
         ->type_name("FILE");
@@ -98,6 +103,9 @@ class SweepCommand final : public Command {
     spec.workloads = parse_name_axis("--workload", workload_);
     // Checked names; "all" is the default (every parallelism each configuration uses), not a value.
     if (!parallelism_.empty()) spec.parallelisms = parse_parallelisms(parallelism_);
+    if (!engine_.empty())
+      for (const std::string& e : parse_name_axis("--engine", engine_))
+        spec.engines.push_back(parse_engine_mode("--engine", e));
     auto axis = [](const char* option, const std::string& text) {
       return text.empty() ? std::vector<std::int64_t>{} : parse_int_axis(option, text, 1, kMaxAxisValue);
     };
@@ -116,6 +124,8 @@ class SweepCommand final : public Command {
     spec.scopes = parse_scopes(scope_);
     spec.forward_only = forward_only_;
     spec.profile = profile_;
+    spec.roofline = roofline_;
+    (void)model::pricing_choice(profile_, roofline_);  // both given: refused before the sweep starts
     spec.force_memory = force_memory_;
 
     SweepOptions options;
@@ -165,11 +175,13 @@ class SweepCommand final : public Command {
   std::string topology_ = "dgx-h100-4node";
   std::string workload_ = "llama-3-70b-4node";
   std::string parallelism_;
+  std::string engine_;
   std::string seq_, tp_, up_, dp_, micro_batch_, slices_;
   std::string schedule_ = "all";
   std::string scope_ = "layer";
   bool forward_only_ = false;
   std::string profile_;
+  bool roofline_ = false;
   bool force_memory_ = false;
   std::string output_;
   std::string format_;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -179,7 +180,7 @@ sched::TaskGraph collective_graph(const Case& c, int num_ranks) {
 // The prediction of one case with a cost model (and its cluster, already calibrated when a profile
 // is in use). nullopt: the case names nothing the model can run (end-to-end without a workload).
 std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const model::KernelCostModel& costs,
-                              const std::string& profile) {
+                              const model::PricingChoice& pricing) {
   const topo::DeviceModel& device = cluster.device(0);
   if (c.category == "gemm") {
     const model::KernelCost k = costs.cost(c.gemm, c.dtype, device);
@@ -212,7 +213,7 @@ std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const
   req.workload = c.workload;
   req.schedules = {c.schedule};
   req.scopes = {c.scope};
-  req.profile = profile;
+  req.pricing = pricing;
   req.tp = c.tp;
   req.micro_batch = c.micro_batch;
   req.sequence_length = c.sequence_length;
@@ -243,6 +244,8 @@ class ValidateCommand final : public Command {
                    "one that matches its device, beside the roofline")
         ->type_name("FILE|NAME")
         ->delimiter(',');
+    sub.add_flag("--roofline", roofline_,
+                 "the roofline alone: no profile, not even the shipped one of each case's device");
     sub.add_option("--category", category_, "only this category: gemm, attention, collective, end_to_end")
         ->type_name("NAME");
     sub.add_option("--format", format_, "table or json")->type_name("FORMAT")->capture_default_str();
@@ -257,8 +260,16 @@ class ValidateCommand final : public Command {
                        fmt::format("'{}' is not one of gemm, attention, collective, end_to_end", category_));
     const ResolvedInput in = resolve_input(cases_, "validation");
     const std::vector<Case> cases = read_cases(JsonDocument::parse(in.text, in.label));
+    if (roofline_ && !profiles_.empty())
+      throw InputError(kCommandLine, "--roofline", "--roofline and --profile exclude each other");
+    // Without --profile, each case's calibrated prediction uses the shipped profile of its device,
+    // as simulate does by default (docs/calibration.md, "Which model prices a run").
+    model::ProfileCache cache;
+    std::vector<std::string> names = profiles_;
+    if (names.empty() && !roofline_)
+      for (const std::string& f : embedded_files("profiles")) names.push_back(std::filesystem::path(f).stem().string());
     std::vector<model::Profile> profiles;
-    for (const std::string& p : profiles_) profiles.push_back(model::load_profile(p));
+    for (const std::string& p : names) profiles.push_back(cache.load(p)->profile);
 
     std::vector<Row> rows;
     std::map<std::string, topo::Cluster> clusters;
@@ -270,7 +281,7 @@ class ValidateCommand final : public Command {
       auto it = clusters.find(c.topology);
       if (it == clusters.end()) it = clusters.emplace(c.topology, topo::load_cluster_by_name_or_path(c.topology)).first;
       const topo::Cluster& cluster = it->second;
-      row.roofline = predict(c, cluster, roofline, "");
+      row.roofline = predict(c, cluster, roofline, model::PricingChoice{model::PricingMode::roofline, ""});
       for (const model::Profile& p : profiles) {
         try {
           model::check_profile_device(p, cluster.device(0));
@@ -282,7 +293,9 @@ class ValidateCommand final : public Command {
         const model::CalibratedCostModel costs(p);
         row.profile = p.label;
         // End-to-end cases load the profile by name inside simulate(); the same file.
-        row.calibrated = predict(c, calibrated, costs, profiles_[static_cast<std::size_t>(&p - profiles.data())]);
+        row.calibrated = predict(
+            c, calibrated, costs,
+            model::PricingChoice{model::PricingMode::profile, names[static_cast<std::size_t>(&p - profiles.data())]});
         row.fitted = std::find(p.fitted_on.begin(), p.fitted_on.end(), c.id) != p.fitted_on.end();
         break;
       }
@@ -426,6 +439,7 @@ class ValidateCommand final : public Command {
   std::string category_;
   std::string format_ = "table";
   std::string output_;
+  bool roofline_ = false;
 };
 
 }  // namespace

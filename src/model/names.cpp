@@ -1,3 +1,5 @@
+#include <stdexcept>
+
 #include "fusesim/model/kernel.hpp"
 #include "fusesim/model/workload.hpp"
 
@@ -18,6 +20,28 @@ std::string to_string(CommEngine e) {
     case CommEngine::copy_engine: return "copy_engine";
   }
   return "?";
+}
+
+std::string engine_name(const ScheduleOptions& s) {
+  using enum CommEngine;
+  if (s.collective_engine == sm_kernel && s.p2p_engine == sm_kernel) return "sm";
+  if (s.collective_engine == copy_engine && s.p2p_engine == copy_engine) return "copy";
+  if (s.collective_engine == sm_kernel && s.p2p_engine == copy_engine) return "auto";
+  return "collectives " + to_string(s.collective_engine) + ", p2p " + to_string(s.p2p_engine);
+}
+
+void set_engine_mode(ScheduleOptions& s, const std::string& mode) {
+  using enum CommEngine;
+  if (mode == "sm") {
+    s.collective_engine = s.p2p_engine = sm_kernel;
+  } else if (mode == "copy") {
+    s.collective_engine = s.p2p_engine = copy_engine;
+  } else if (mode == "auto") {
+    s.collective_engine = sm_kernel;
+    s.p2p_engine = copy_engine;
+  } else {
+    throw std::invalid_argument("set_engine_mode: '" + mode + "' is not sm, copy or auto");
+  }
 }
 
 std::string to_string(DpSharding s) {

@@ -75,6 +75,7 @@ CommEngine parse_engine(const std::string& s) {
   return s == "sm_kernel" ? CommEngine::sm_kernel : CommEngine::copy_engine;
 }
 
+
 [[noreturn]] void fail_at(const std::string& file, const std::string& path, const std::string& message) {
   throw InputError(file, path, message);
 }
@@ -227,8 +228,17 @@ Workload parse_workload(const JsonDocument& doc) {
   const JsonObject s = root.object("schedule");
   w.schedule.kind = parse_kind(s.choice("kind", kScheduleKinds));
   w.schedule.slices = static_cast<int>(s.integer_or("slices", 1, kMaxSlices, 4));
-  w.schedule.collective_engine = parse_engine(s.choice_or("collective_engine", kEngines, "sm_kernel"));
-  w.schedule.p2p_engine = parse_engine(s.choice_or("p2p_engine", kEngines, "copy_engine"));
+  if (auto mode = s.find("engine")) {
+    const std::string m = s.choice("engine", kEngineModes);
+    if (s.has("collective_engine") || s.has("p2p_engine"))
+      mode->fail("engine sets both collective_engine and p2p_engine; give engine or those two, not both");
+    set_engine_mode(w.schedule, m);
+  } else {
+    // Like for like unless the file says otherwise: the CommFuse paper's P2P is NCCL's, an SM
+    // kernel, as are the collectives it is compared with.
+    w.schedule.collective_engine = parse_engine(s.choice_or("collective_engine", kEngines, "sm_kernel"));
+    w.schedule.p2p_engine = parse_engine(s.choice_or("p2p_engine", kEngines, "sm_kernel"));
+  }
   if (auto sms = s.find("comm_sms")) w.schedule.comm_sms = static_cast<int>(sms->as_integer(1, kMaxCommSms));
   w.schedule.query_split_attention = s.boolean_or("query_split_attention", false);
   w.schedule.dp_bucket_bytes = s.integer_or("dp_bucket_bytes", 1, kMaxBucketBytes, kDefaultBucketBytes);

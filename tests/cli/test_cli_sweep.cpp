@@ -265,3 +265,28 @@ TEST_CASE("sweep command-line errors name the option and write nothing", "[cli][
   CHECK(t.err.find("no-such-cluster") != std::string::npos);
   CHECK(dir.entries().empty());
 }
+
+TEST_CASE("sweep --engine is an axis; each row names its engine and what priced it", "[cli][sweep][engine]") {
+  SweepSpec spec;
+  spec.topologies = {"dgx-h100"};
+  spec.workloads = {"llama-3-8b"};
+  spec.engines = {"sm", "copy"};
+  spec.sequence_lengths = {2048, 4096};
+  spec.schedules = {model::ScheduleKind::commfuse};
+  // topology x workload x engine x seq = 1 x 1 x 2 x 2; the engine varies slower than the sequence.
+  REQUIRE(spec.size() == 4);
+  CHECK(spec.configuration(0).engine == std::optional<std::string>("sm"));
+  CHECK(spec.configuration(1).engine == std::optional<std::string>("sm"));
+  CHECK(spec.configuration(1).sequence_length == std::optional<std::int64_t>(4096));
+  CHECK(spec.configuration(2).engine == std::optional<std::string>("copy"));
+  CHECK(spec.to_json().at("engines") == nlohmann::json({"sm", "copy"}));
+
+  const SweepResult result = run_sweep(spec, SweepOptions{});
+  REQUIRE(result.rows.size() == 4);
+  for (std::size_t i = 0; i < result.rows.size(); ++i) {
+    CHECK(row_string(result.rows[i], "engine") == (i < 2 ? "sm" : "copy"));
+    CHECK(row_string(result.rows[i], "pricing").rfind("profile h100-sxm", 0) == 0);
+  }
+
+  CHECK(error_path([] { (void)parse_engine_mode("--engine", "nvlink"); }) == "<command line> --engine");
+}

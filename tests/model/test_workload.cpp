@@ -197,7 +197,7 @@ TEST_CASE("Optional keys take their documented defaults", "[model][workload]") {
   CHECK(w.schedule.kind == ScheduleKind::baseline);
   CHECK(w.schedule.slices == 4);
   CHECK(w.schedule.collective_engine == CommEngine::sm_kernel);
-  CHECK(w.schedule.p2p_engine == CommEngine::copy_engine);
+  CHECK(w.schedule.p2p_engine == CommEngine::sm_kernel);  // like for like with the collectives
   CHECK(!w.schedule.comm_sms.has_value());
   CHECK(!w.schedule.query_split_attention);
   CHECK(w.backward);
@@ -586,4 +586,45 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
   expect_error(with([](json& j) { j["schedule"]["dp_fuse_min_rows"] = 0; }), "$.schedule.dp_fuse_min_rows");
   expect_error(with([](json& j) { j["schedule"]["dp_fuse_min_rows"] = -128; }), "$.schedule.dp_fuse_min_rows");
   expect_error(with([](json& j) { j["schedule"]["dp_fuse_min_rows"] = "128"; }), "$.schedule.dp_fuse_min_rows");
+}
+
+TEST_CASE("schedule.engine: like for like by default, one name for both engines", "[model][workload][engine]") {
+  // No engine key: collectives and P2P both on SM kernels, so that CommFuse's P2P pays for the SMs it
+  // holds as the collectives of baseline and slice do.
+  const Workload plain = parse(valid());
+  CHECK(plain.schedule.collective_engine == CommEngine::sm_kernel);
+  CHECK(plain.schedule.p2p_engine == CommEngine::sm_kernel);
+  CHECK(engine_name(plain.schedule) == "sm");
+
+  const Workload copy = parse(with([](json& j) { j["schedule"]["engine"] = "copy"; }));
+  CHECK(copy.schedule.collective_engine == CommEngine::copy_engine);
+  CHECK(copy.schedule.p2p_engine == CommEngine::copy_engine);
+  CHECK(engine_name(copy.schedule) == "copy");
+
+  const Workload mixed = parse(with([](json& j) { j["schedule"]["engine"] = "auto"; }));
+  CHECK(mixed.schedule.collective_engine == CommEngine::sm_kernel);
+  CHECK(mixed.schedule.p2p_engine == CommEngine::copy_engine);
+  CHECK(engine_name(mixed.schedule) == "auto");
+
+  // The two fine-grained keys still work; a mix no mode names is named by its parts.
+  const Workload custom = parse(with([](json& j) {
+    j["schedule"]["collective_engine"] = "copy_engine";
+    j["schedule"]["p2p_engine"] = "sm_kernel";
+  }));
+  CHECK(engine_name(custom.schedule) == "collectives copy_engine, p2p sm_kernel");
+
+  expect_error(with([](json& j) { j["schedule"]["engine"] = "gpu"; }), "$.schedule.engine");
+  expect_error(with([](json& j) {
+                 j["schedule"]["engine"] = "sm";
+                 j["schedule"]["p2p_engine"] = "copy_engine";
+               }),
+               "$.schedule.engine");
+}
+
+TEST_CASE("every shipped workload compares schedules like for like", "[model][workload][engine]") {
+  for (const std::string& file : embedded_files("workloads")) {
+    INFO(file);
+    const Workload w = load_workload(file.substr(file.find('/') + 1, file.rfind('.') - file.find('/') - 1));
+    CHECK(engine_name(w.schedule) == "sm");
+  }
 }

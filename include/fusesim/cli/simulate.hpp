@@ -3,6 +3,7 @@
 // schedule at each scope, simulate it, analyze it. The command (src/cli/simulate_command.cpp) only
 // parses the command line into a SimulateRequest and writes what simulate() returns.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 
 #include "fusesim/analysis/metrics.hpp"
 #include "fusesim/model/memory.hpp"
+#include "fusesim/model/pricing.hpp"
 #include "fusesim/model/workload.hpp"
 #include "fusesim/sched/generate.hpp"
 #include "fusesim/topo/cluster.hpp"
@@ -33,11 +35,15 @@ struct SimulateRequest {
   std::optional<std::int64_t> sequence_length;
   std::optional<std::int64_t> micro_batch;
   std::optional<int> tp, up, dp;
+  std::optional<std::string> engine;  // --engine: one of model::kEngineModes, for every parallelism
   // Whose schedules are compared: "tpsp", "up", "dp"; empty: every parallelism the workload uses.
   // The parallelisms not compared run the workload file's schedule.kind.
   std::vector<std::string> parallelisms;
-  // A calibration profile (path or shipped name); empty: the roofline of docs/kernel-model.md.
-  std::string profile;
+  // What prices the kernels: by default the shipped profile of the cluster's device model
+  // (docs/calibration.md, "Which model prices a run").
+  model::PricingChoice pricing;
+  // Shared by the runs of a sweep so that each profile is loaded and fitted once; null: per run.
+  std::shared_ptr<model::ProfileCache> profiles;
   // Run a configuration whose memory per rank exceeds the device memory (refused otherwise).
   bool force_memory = false;
   // --symmetry: p2p (DP sync as ring P2P steps, every rank) or mirror (the same, replica 0 only:
@@ -60,6 +66,8 @@ struct SimulateReport {
   std::vector<SimulateRun> runs;           // parallelisms outer, then scopes, schedules inner, in request order
   model::MemoryReport memory;              // per rank, for the schedules run (docs/memory.md)
   std::string profile_label;               // the calibration profile's file; empty: the roofline
+  std::string pricing;                     // what priced the kernels, one line (model::Pricing::describe)
+  nlohmann::json pricing_json;             // the same as model::Pricing::to_json
 };
 
 // The cluster and the workload of a request, loaded, with the command-line overrides applied and
@@ -72,6 +80,9 @@ struct PreparedJob {
   model::MemoryReport memory;  // checked against the device memory unless request.force_memory
 };
 PreparedJob prepare_job(const SimulateRequest& request);
+
+// --engine's value checked against model::kEngineModes (InputError naming `option` otherwise).
+std::string parse_engine_mode(const std::string& option, const std::string& value);
 
 // Throws InputError on bad input (files, or values out of range for this workload with file
 // "<command line>"); GraphError or std::logic_error when a generator or the simulator is at fault.

@@ -30,6 +30,7 @@ struct SweepSpec {
   std::vector<std::string> topologies{"dgx-h100-4node"};
   std::vector<std::string> workloads{"llama-3-70b-4node"};
   std::vector<std::string> parallelisms;  // each value one configuration; empty: simulate()'s default
+  std::vector<std::string> engines;       // model::kEngineModes; empty: the workload's schedule.engine
   std::vector<std::int64_t> sequence_lengths;
   std::vector<std::int64_t> tps, ups, dps;
   std::vector<std::int64_t> micro_batches;
@@ -38,12 +39,13 @@ struct SweepSpec {
                                              model::ScheduleKind::commfuse};
   std::vector<sched::Scope> scopes{sched::Scope::layer};
   bool forward_only = false;
-  std::string profile;
+  std::string profile;     // --profile (see SimulateRequest::pricing)
+  bool roofline = false;   // --roofline
   bool force_memory = false;
 
   std::size_t size() const;  // configurations in the grid (product of the axis sizes)
   // Configuration `index` (0 <= index < size()), the last axis (slices) varying fastest, in the order
-  // topology, workload, parallelism, sequence, tp, up, dp, micro-batch, slices.
+  // topology, workload, parallelism, engine, sequence, tp, up, dp, micro-batch, slices.
   SimulateRequest configuration(std::size_t index) const;
   // Canonical form, stored in sweep files so that merge can tell parts of the same sweep apart.
   nlohmann::json to_json() const;

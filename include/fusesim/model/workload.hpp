@@ -50,6 +50,8 @@ std::string to_string(CommEngine e);
 struct ScheduleOptions {
   ScheduleKind kind = ScheduleKind::commfuse;
   int slices = 4;                            // k, for slice-overlap
+  // A workload file without engine keys gets sm_kernel for both (schedule.engine "sm", like for
+  // like); these struct defaults are the library's for workloads built in code.
   CommEngine collective_engine = CommEngine::sm_kernel;  // baseline and slice collectives
   CommEngine p2p_engine = CommEngine::copy_engine;       // CommFuse P2P steps
   std::optional<int> comm_sms;               // SMs an SM-based kernel holds; default from the device model
@@ -59,6 +61,16 @@ struct ScheduleOptions {
   // ($.schedule.dp_fuse_min_rows); a gradient with thinner parts is computed whole before its ring.
   std::int64_t dp_fuse_min_rows = 128;
 };
+
+// The engines of a run as one name ($.schedule.engine, --engine; docs/workload.md): "sm" (collectives
+// and P2P on SM kernels, as NCCL runs both), "copy" (both on copy engines), "auto" (collectives on SM
+// kernels, P2P on copy engines). Another mix, set with collective_engine / p2p_engine, is named
+// "collectives <engine>, p2p <engine>".
+inline const std::vector<std::string> kEngineModes = {"sm", "copy", "auto"};
+std::string engine_name(const ScheduleOptions& s);
+// Sets both engines from one of kEngineModes; std::invalid_argument for any other name (callers
+// check the name against kEngineModes first and report it with its place).
+void set_engine_mode(ScheduleOptions& s, const std::string& mode);
 
 // How data-parallel replicas hold the training state (ZeRO stages; zero3 is FSDP's full sharding).
 enum class DpSharding { ddp, zero1, zero2, zero3 };

@@ -1,0 +1,92 @@
+// Which model prices a run: the shipped profile of the cluster's device by default, the roofline on
+// request, a named profile otherwise; and the version mark every report carries.
+#include <catch2/catch.hpp>
+#include <set>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "fusesim/model/pricing.hpp"
+#include "fusesim/util/embedded.hpp"
+#include "fusesim/util/error.hpp"
+
+using namespace fusesim;
+using namespace fusesim::model;
+
+TEST_CASE("FNV-1a 64 matches the published test vectors", "[model][pricing]") {
+  // Offset basis for the empty string; "a" and "foobar" from the FNV reference test suite
+  // (Landon Curt Noll's fnv test vectors, FNV-1a 64-bit).
+  CHECK(fnv1a64_hex("") == "cbf29ce484222325");
+  CHECK(fnv1a64_hex("a") == "af63dc4c8601ec8c");
+  CHECK(fnv1a64_hex("foobar") == "85944171f73967e8");
+}
+
+TEST_CASE("pricing: the --profile and --roofline options exclude each other and neither is the automatic choice", "[model][pricing]") {
+  CHECK(pricing_choice("", false).mode == PricingMode::automatic);
+  CHECK(pricing_choice("", true).mode == PricingMode::roofline);
+  const PricingChoice p = pricing_choice("h100-sxm", false);
+  CHECK(p.mode == PricingMode::profile);
+  CHECK(p.profile == "h100-sxm");
+  try {
+    pricing_choice("h100-sxm", true);
+    FAIL("both accepted");
+  } catch (const InputError& e) {
+    CHECK(e.file() == "<command line>");
+    CHECK(e.json_path() == "--roofline");
+  }
+}
+
+TEST_CASE("a cluster whose device has a shipped profile is priced by it unless --roofline", "[model][pricing]") {
+  topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100");
+  const topo::CommParams before = cluster.comm;
+  ProfileCache cache;
+  const Pricing automatic = pricing_for(PricingChoice{}, cluster, &cache);
+  REQUIRE(automatic.profile != nullptr);
+  CHECK(automatic.profile->profile.device_model == "h100-sxm");
+  CHECK(automatic.profile->label == "<embedded:profiles/h100-sxm.json>");
+  CHECK(dynamic_cast<const CalibratedCostModel*>(automatic.costs.get()) != nullptr);
+  // The version mark is the digest of the shipped text.
+  CHECK(automatic.profile->digest == fnv1a64_hex(*embedded_file("profiles/h100-sxm.json")));
+  CHECK(automatic.describe().find("profile h100-sxm (<embedded:profiles/h100-sxm.json>") == 0);
+  CHECK(automatic.to_json().at("model").get<std::string>() == "profile");
+  // Chosen automatically, a shipped profile prices kernels only: the cluster keeps its links.
+  CHECK(cluster.comm.sm_kernel_efficiency.value == before.sm_kernel_efficiency.value);
+  CHECK(cluster.comm.sm_step_latency_s.value == before.sm_step_latency_s.value);
+  // The cache hands the same loaded profile to the next run.
+  CHECK(pricing_for(PricingChoice{}, cluster, &cache).profile == automatic.profile);
+
+  const Pricing roofline = pricing_for(PricingChoice{PricingMode::roofline, ""}, cluster, &cache);
+  CHECK(roofline.profile == nullptr);
+  CHECK(dynamic_cast<const RooflineCostModel*>(roofline.costs.get()) != nullptr);
+  CHECK(roofline.describe() == "roofline (--roofline)");
+  CHECK(roofline.to_json().at("profile").is_null());
+}
+
+TEST_CASE("a device without a shipped profile falls back to the roofline and says why", "[model][pricing]") {
+  topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-b200");
+  const Pricing p = pricing_for(PricingChoice{}, cluster);
+  CHECK(p.profile == nullptr);
+  CHECK(p.describe() == "roofline (no shipped profile for device model 'b200-sxm')");
+}
+
+TEST_CASE("a named profile of another device is refused naming the profile", "[model][pricing]") {
+  topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-b200");
+  try {
+    pricing_for(PricingChoice{PricingMode::profile, "h100-sxm"}, cluster);
+    FAIL("accepted");
+  } catch (const InputError& e) {
+    CHECK(e.file() == "<embedded:profiles/h100-sxm.json>");
+    CHECK(e.json_path() == "$.device");
+  }
+}
+
+TEST_CASE("no two shipped profiles claim one device model (the automatic choice is unambiguous)",
+          "[model][pricing]") {
+  std::set<std::string> models;
+  for (const std::string& file : embedded_files("profiles")) {
+    const nlohmann::json doc = nlohmann::json::parse(*embedded_file(file));
+    const std::string model = doc.at("device").at("model").get<std::string>();
+    CHECK(models.insert(model).second);
+  }
+  CHECK(!models.empty());
+}
