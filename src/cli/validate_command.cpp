@@ -309,8 +309,22 @@ class ValidateCommand final : public Command {
       rows.push_back(std::move(row));
     }
 
-    const std::string text =
-        format == OutputFormat::json ? to_json(rows, in.label).dump(2) + "\n" : to_table(rows, in.label);
+    // The kernel models' errors on the profiles' own samples, fitted on all of them and leave one
+    // model out (fit without model X, predict X).
+    std::vector<KernelModelReport> kernel_models;
+    if (category_.empty() || category_ == "gemm")
+      for (const model::Profile& p : profiles) kernel_models.push_back(kernel_model_report(p));
+    std::string text;
+    if (format == OutputFormat::json) {
+      nlohmann::json doc = to_json(rows, in.label);
+      nlohmann::json km = nlohmann::json::array();
+      for (const KernelModelReport& r : kernel_models) km.push_back(r.json());
+      doc["kernel_models"] = std::move(km);
+      text = doc.dump(2) + "\n";
+    } else {
+      text = to_table(rows, in.label);
+      for (const KernelModelReport& r : kernel_models) text += r.table();
+    }
     if (output_.empty()) {
       io.out << text << std::flush;
     } else {
@@ -320,6 +334,77 @@ class ValidateCommand final : public Command {
   }
 
  private:
+  struct KernelModelReport {
+    std::string profile;
+    struct Part {
+      std::string kind;
+      int samples = 0;
+      std::optional<double> in_sample_pct;
+      std::vector<model::HeldOutError> held_out;
+    };
+    std::vector<Part> parts;
+    nlohmann::json json() const {
+      nlohmann::json j{{"profile", profile}};
+      for (const Part& p : parts) {
+        nlohmann::json lomo = nlohmann::json::array();
+        double sum = 0;
+        int n = 0;
+        for (const auto& e : p.held_out) {
+          lomo.push_back({{"held_out", e.group}, {"samples", e.samples}, {"mape_pct", e.mape_pct},
+                          {"max_abs_pct", e.max_abs_pct}});
+          sum += e.mape_pct * e.samples;
+          n += e.samples;
+        }
+        j[p.kind] = {{"samples", p.samples},
+                     {"in_sample_mape_pct", p.in_sample_pct ? nlohmann::json(*p.in_sample_pct) : nlohmann::json(nullptr)},
+                     {"leave_one_model_out", lomo},
+                     {"leave_one_model_out_mape_pct", n ? nlohmann::json(sum / n) : nlohmann::json(nullptr)}};
+      }
+      return j;
+    }
+    std::string table() const {
+      analysis::Table t({{"kernels", analysis::Align::left},
+                         {"held out", analysis::Align::left},
+                         {"samples", analysis::Align::right},
+                         {"MAPE", analysis::Align::right},
+                         {"max |err|", analysis::Align::right}});
+      for (const Part& p : parts) {
+        if (p.in_sample_pct)
+          t.add_row({p.kind, "none (fitted on all)", std::to_string(p.samples), fmt::format("{:.1f}%", *p.in_sample_pct), ""});
+        double sum = 0;
+        int n = 0;
+        for (const auto& e : p.held_out) {
+          t.add_row({p.kind, e.group, std::to_string(e.samples), fmt::format("{:.1f}%", e.mape_pct),
+                     fmt::format("{:.1f}%", e.max_abs_pct)});
+          sum += e.mape_pct * e.samples;
+          n += e.samples;
+        }
+        if (n) t.add_row({p.kind, "leave-one-model-out, all", std::to_string(n), fmt::format("{:.1f}%", sum / n), ""});
+      }
+      if (parts.empty()) return "";
+      return fmt::format("\nkernel models of profile {} on its samples (time error):\n", profile) + t.render();
+    }
+  };
+
+  static KernelModelReport kernel_model_report(const model::Profile& p) {
+    KernelModelReport r;
+    r.profile = p.label;
+    const auto gemm = model::gemm_timings(p);
+    if (p.gemm_model) {
+      r.parts.push_back({"gemm", p.gemm_model->samples, p.gemm_model->in_sample_mape_pct,
+                         model::leave_one_group_out_gemm(gemm, p.sm_count, p.gemm_model->element_bytes)});
+    }
+    const auto small = model::small_kernel_timings(p);
+    if (!p.elementwise_models.empty()) {
+      double sum = 0;
+      int n = 0;
+      for (const auto& [op, m] : p.elementwise_models) sum += m.in_sample_mape_pct * m.samples, n += m.samples;
+      r.parts.push_back({"small kernels", n, n ? std::optional<double>(sum / n) : std::nullopt,
+                         model::leave_one_group_out_small(small)});
+    }
+    return r;
+  }
+
   static std::string join(const std::vector<std::string>& v) {
     std::string s;
     for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 #include <variant>
 
 #include "fusesim/model/profile.hpp"
@@ -139,16 +140,65 @@ std::optional<double> CalibratedCostModel::sm_slowdown(int sms) const {
   return std::nullopt;
 }
 
+namespace {
+
+// The small-kernel model that prices `op`: its own, else the forward op's for a backward kernel
+// (layernorm_bwd reads what layernorm reads, plus the gradient, and its bytes say so), else the
+// residual add's (a plain stream with the launch floor) for the streaming kernels no profile measures
+// (cross-entropy, Adam, copies). nullptr when the profile has none of these.
+const SmallKernelModel* small_kernel_model(const Profile& p, const std::string& op) {
+  const auto find = [&](const std::string& name) -> const SmallKernelModel* {
+    const auto it = p.elementwise_models.find(name);
+    return it == p.elementwise_models.end() ? nullptr : &it->second;
+  };
+  if (const auto* m = find(op)) return m;
+  constexpr std::string_view kBwd = "_bwd";
+  if (op.size() > kBwd.size() && op.compare(op.size() - kBwd.size(), kBwd.size(), kBwd) == 0)
+    if (const auto* m = find(op.substr(0, op.size() - kBwd.size()))) return m;
+  return find("add");
+}
+
+}  // namespace
+
 KernelCost CalibratedCostModel::cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
+  if (const auto* g = std::get_if<GemmKernel>(&kernel)) {
+    const auto key = std::make_tuple(g->m, g->n, g->k, g->batch, static_cast<int>(dtype),
+                                     device.name);
+    {
+      std::lock_guard<std::mutex> lock(gemm_cache_mu_);
+      if (const auto it = gemm_cache_.find(key); it != gemm_cache_.end()) return it->second;
+    }
+    const KernelCost c = uncached_cost(kernel, dtype, device);
+    std::lock_guard<std::mutex> lock(gemm_cache_mu_);
+    gemm_cache_.emplace(key, c);
+    return c;
+  }
+  return uncached_cost(kernel, dtype, device);
+}
+
+KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype dtype,
+                                              const topo::DeviceModel& device) const {
   KernelCost c = roofline_.cost(kernel, dtype, device);
   const double hbm = profile_.hbm_bytes_per_s ? *profile_.hbm_bytes_per_s : device_hbm(device);
   c.memory_s = c.hbm_bytes / hbm;
+  const bool sixteen_bit = dtype == topo::Dtype::bf16 || dtype == topo::Dtype::fp16;
   if (const auto* g = std::get_if<GemmKernel>(&kernel); g && c.flops > 0.0) {
     const double peak = device.peak(dtype);
     const double ideal_s = c.flops / (peak * device.efficiency.gemm.value);
     const double quantization = c.compute_s / ideal_s;
+    // A shape inside a fully measured cell of the table is interpolated between its samples (exact at
+    // them); elsewhere the learned model, fitted on every sample, predicts it from its neighbours.
     if (const auto e = gemm_efficiency(*g, dtype, device)) {
       c.compute_s = c.flops / (peak * *e) * quantization;
+    } else if (sixteen_bit && profile_.gemm_model) {
+      // The model's time holds the operand stream and the math blended, and the launch: it is the
+      // compute time; memory_s is its operand stream alone (what contention for HBM stretches).
+      const GemmModel& gm = *profile_.gemm_model;
+      const double m = static_cast<double>(g->m), n = static_cast<double>(g->n), k = static_cast<double>(g->k),
+                   b = static_cast<double>(g->batch);
+      c.compute_s = gm.time_s(m, n, k, b);
+      c.memory_s = std::min(c.compute_s, (m * k + k * n + m * n) * b * gm.element_bytes / gm.operand_bytes_per_s);
+      c.tiles = gm.tiles_of_best_plan(m, n, b);
     } else {
       // Outside the table: the roofline, at the profile's best achieved fraction of peak when it has
       // one (fitted, else its best sample of this dtype), the topology's efficiency otherwise.
@@ -163,6 +213,11 @@ KernelCost CalibratedCostModel::cost(const Kernel& kernel, topo::Dtype dtype, co
     }
   } else if (const auto* a = std::get_if<AttentionKernel>(&kernel); a && c.flops > 0.0) {
     if (const auto r = attention_flops_per_s(*a, dtype)) c.compute_s = c.flops / *r;
+  } else if (const auto* e = std::get_if<ElementwiseKernel>(&kernel); e && e->bytes > 0) {
+    if (const SmallKernelModel* sk = small_kernel_model(profile_, e->op)) {
+      // All of it is memory time: HBM contention stretches it, held SMs do not.
+      c.memory_s = sk->time_s(static_cast<double>(e->bytes), static_cast<double>(e->rows));
+    }
   }
   c.duration_ps = seconds_to_ps(std::max(c.compute_s, c.memory_s));
   return c;
@@ -178,7 +233,19 @@ double CalibratedCostModel::rate(const KernelCost& cost, const topo::DeviceModel
   // Compute: the measured slowdown beside SM-based communication, or beside a copy-engine transfer
   // when no SMs are held; the roofline's wave model where the profile measured neither.
   double compute_s = cost.compute_s;
-  if (load.sms_held_by_comm > 0) {
+  if (load.sms_held_by_comm > 0 && profile_.sm_wave_share) {
+    // By shape: a GEMM's tiles run in waves on the SMs left, so a one-wave GEMM needs a second wave
+    // and a many-wave one a few percent more; other kernels spread over the SMs left. The share says
+    // how much of the extra waves the measurement showed (communication does not hold its SMs all along).
+    const int sms_left = std::max(1, device.sm_count - load.sms_held_by_comm);
+    double ratio = static_cast<double>(device.sm_count) / sms_left;
+    if (cost.tiles > 0) {
+      const auto waves = (cost.tiles + device.sm_count - 1) / device.sm_count;
+      const auto waves_left = (cost.tiles + sms_left - 1) / sms_left;
+      ratio = static_cast<double>(waves_left) / static_cast<double>(waves);
+    }
+    compute_s *= 1.0 + *profile_.sm_wave_share * (ratio - 1.0);
+  } else if (load.sms_held_by_comm > 0) {
     if (const auto s = sm_slowdown(load.sms_held_by_comm)) {
       compute_s *= *s;
     } else {

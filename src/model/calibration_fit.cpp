@@ -94,6 +94,7 @@ void read_gemm(const JsonObject& root, RawSamples& raw) {
     if (has_time == has_tflops) s.fail("a GEMM sample gives exactly one of time_s and tflops");
     g.flops_per_s = has_time ? flops / median_time_s(s, "time_s") : s.number("tflops", 1e-9, 1e9) * 1e12;
     (void)s.string_or("source", "");
+    (void)s.string_or("group", "");
     s.finish();
     raw.gemm.push_back(g);
   }
@@ -106,12 +107,18 @@ void read_bandwidth(const JsonObject& root, std::string_view key, double traffic
   for (std::size_t i = 0; i < a.size(); ++i) {
     const JsonObject s = a.at(i).as_object();
     BandwidthSample b;
-    if (key == "elementwise") (void)s.string("op");
+    const bool elementwise = key == "elementwise";
+    if (elementwise) {
+      (void)s.string("op");
+      (void)s.integer_or("rows", 1, std::int64_t{1} << 40, 1);
+      (void)s.string_or("group", "");
+    }
     b.bytes = s.number("bytes", 1, 1e15) * traffic_per_byte;
     b.time_s = median_time_s(s, "time_s");
     (void)s.string_or("source", "");
     s.finish();
-    raw.bandwidth.push_back(b);
+    // Small kernels have their own models (launch floor, rows); the streaming bandwidth is the copies'.
+    if (!elementwise) raw.bandwidth.push_back(b);
   }
 }
 
@@ -126,6 +133,7 @@ void read_contention(const JsonObject& root, RawSamples& raw) {
     (void)s.integer("m", 1, std::int64_t{1} << 40);
     (void)s.integer("n", 1, std::int64_t{1} << 40);
     (void)s.integer("k", 1, std::int64_t{1} << 40);
+    (void)s.integer_or("ctas", 1, 1 << 30, 1);
     c.aggressor = s.choice("aggressor", {"sm_kernel", "copy_engine"});
     if (c.aggressor == "sm_kernel") {
       c.comm_sms = static_cast<int>(s.integer("comm_sms", 1, 1000000));

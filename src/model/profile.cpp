@@ -20,6 +20,12 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
 
+// The small kernels a schedule emits (ElementwiseKernel::op) and their backward kernels.
+const std::vector<std::string> kSmallOps{"layernorm",     "layernorm_bwd", "rope",          "rope_bwd",
+                                         "swiglu",        "swiglu_bwd",    "gelu",          "gelu_bwd",
+                                         "add",           "embedding",     "embedding_bwd", "cross_entropy",
+                                         "cross_entropy_bwd", "softmax",   "adam",          "copy"};
+
 const std::vector<std::string> kOps{"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"};
 
 // Every sample has its own source or relies on the file's.
@@ -90,6 +96,7 @@ void read_fitted(const JsonObject& f, Profile& p) {
     if (o.has("sm_kernel_slowdown_per_sm"))
       p.sm_kernel_slowdown_per_sm = o.number("sm_kernel_slowdown_per_sm", 0.0, 1.0);
     if (o.has("copy_engine_slowdown")) p.copy_engine_slowdown = o.number("copy_engine_slowdown", 1.0, 100.0);
+    if (o.has("sm_wave_share")) p.sm_wave_share = o.number("sm_wave_share", 0.0, 2.0);
     o.finish();
   }
   if (f.has("hbm_bytes_per_s")) p.hbm_bytes_per_s = positive(f, "hbm_bytes_per_s");
@@ -162,6 +169,68 @@ void fit_missing(const Profile& in, Profile& p, const JsonObject& root) {
 
 }  // namespace
 
+std::vector<GemmTiming> gemm_timings(const Profile& profile) {
+  std::vector<GemmTiming> out;
+  for (const ProfileGemm& g : profile.gemm) {
+    if (g.dtype != topo::Dtype::bf16 && g.dtype != topo::Dtype::fp16) continue;
+    const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
+                         static_cast<double>(g.batch);
+    out.push_back({static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k),
+                   static_cast<double>(g.batch), flops / g.flops_per_s, g.group});
+  }
+  return out;
+}
+
+std::vector<SmallKernelTiming> small_kernel_timings(const Profile& profile) {
+  std::vector<SmallKernelTiming> out;
+  for (const ProfileElementwise& e : profile.elementwise) out.push_back({e.op, e.bytes, e.rows, e.time_s, e.group});
+  return out;
+}
+
+namespace {
+
+// The kernel models of docs/calibration.md, "Kernel models": fitted once when the profile is read
+// (a sweep reads each profile once). Too few samples: no model, and the roofline prices that kernel.
+void fit_kernel_models(Profile& p, const JsonObject& root) {
+  const std::vector<GemmTiming> gemm = gemm_timings(p);
+  if (gemm.size() >= 8) {
+    try {
+      p.gemm_model = fit_gemm_model(gemm, p.sm_count, 2.0);
+    } catch (const std::invalid_argument& e) {
+      root.at("gemm").fail(fmt::format("cannot fit the GEMM model: {}", e.what()));
+    }
+  }
+  std::map<std::string, std::vector<SmallKernelTiming>> by_op;
+  for (const SmallKernelTiming& s : small_kernel_timings(p)) by_op[s.op].push_back(s);
+  for (const auto& [op, samples] : by_op) {
+    if (samples.size() < 3) continue;
+    try {
+      p.elementwise_models[op] = fit_small_kernel_model(samples);
+    } catch (const std::invalid_argument& e) {
+      root.fail(fmt::format("cannot fit the small-kernel model of '{}': {}", op, e.what()));
+    }
+  }
+}
+
+// slowdown - 1 = share x (wave ratio - 1) through the origin, least squares over the sm_kernel
+// samples that give the GEMM's CTA count: the waves it needs on the SMs communication leaves, over the
+// waves it needs alone. nullopt when no sample gives ctas.
+std::optional<double> fit_sm_wave_share(const Profile& p) {
+  double xy = 0.0, xx = 0.0;
+  for (const ProfileContention& c : p.contention) {
+    if (c.aggressor != "sm_kernel" || c.ctas <= 0 || c.comm_sms >= p.sm_count) continue;
+    const double alone = std::ceil(static_cast<double>(c.ctas) / p.sm_count);
+    const double beside = std::ceil(static_cast<double>(c.ctas) / (p.sm_count - c.comm_sms));
+    const double x = beside / alone - 1.0;
+    xy += x * (c.slowdown - 1.0);
+    xx += x * x;
+  }
+  if (xx <= 0.0) return std::nullopt;
+  return std::clamp(xy / xx, 0.0, 2.0);
+}
+
+}  // namespace
+
 Profile parse_profile(const JsonDocument& doc) {
   const JsonObject root = doc.root();
   Profile p;
@@ -214,6 +283,7 @@ Profile parse_profile(const JsonDocument& doc) {
       const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) *
                            static_cast<double>(s.batch);
       s.flops_per_s = o.has("tflops") ? positive(o, "tflops") * 1e12 : flops / median_time_s(o, "time_s");
+      if (o.has("group")) s.group = o.string("group");
       read_source(o, file_source);
       o.finish();
       p.gemm.push_back(s);
@@ -243,18 +313,24 @@ Profile parse_profile(const JsonDocument& doc) {
       p.attention.push_back(s);
     }
   }
-  std::vector<BandwidthSample> bandwidth;
+  std::vector<BandwidthSample> bandwidth;  // copies: what fits the streaming HBM bandwidth
   for (const char* section : {"elementwise", "copy"}) {
     if (auto g = root.find(section)) {
       const JsonArray a = g->as_array();
+      const bool copy = std::string(section) == "copy";
       for (std::size_t i = 0; i < a.size(); ++i) {
         const JsonObject o = a.at(i).as_object();
-        if (std::string(section) == "elementwise") o.string("op");
+        ProfileElementwise s;
+        s.op = copy ? "copy" : o.choice("op", kSmallOps);
         // A copy reads and writes each byte: its HBM traffic is twice its size.
-        const double factor = std::string(section) == "copy" ? 2.0 : 1.0;
-        bandwidth.push_back({factor * positive(o, "bytes"), median_time_s(o, "time_s")});
+        s.bytes = (copy ? 2.0 : 1.0) * positive(o, "bytes");
+        if (o.has("rows")) s.rows = static_cast<double>(o.integer("rows", 1, kMaxDim));
+        s.time_s = median_time_s(o, "time_s");
+        if (o.has("group")) s.group = o.string("group");
+        if (copy) bandwidth.push_back({s.bytes, s.time_s});
         read_source(o, file_source);
         o.finish();
+        p.elementwise.push_back(s);
       }
     }
   }
@@ -266,6 +342,7 @@ Profile parse_profile(const JsonDocument& doc) {
       topo::parse_dtype(o.at("dtype"));
       // The GEMM's shape describes the measurement; a published figure may not give it.
       for (const char* d : {"m", "n", "k"}) o.integer_or(d, 1, kMaxDim, 1);
+      s.ctas = static_cast<int>(o.integer_or("ctas", 1, 1 << 30, 0));
       s.aggressor = o.choice("aggressor", {"sm_kernel", "copy_engine"});
       if (s.aggressor == "sm_kernel") {
         s.comm_sms = static_cast<int>(o.integer("comm_sms", 1, 1000000));
@@ -314,9 +391,11 @@ Profile parse_profile(const JsonDocument& doc) {
     try {
       p.hbm_bytes_per_s = fit_bandwidth(bandwidth).bytes_per_s;
     } catch (const std::invalid_argument& e) {
-      root.fail(fmt::format("cannot fit the HBM bandwidth of elementwise and copy: {}", e.what()));
+      root.fail(fmt::format("cannot fit the HBM bandwidth of copy: {}", e.what()));
     }
   }
+  fit_kernel_models(p, root);
+  if (!p.sm_wave_share) p.sm_wave_share = fit_sm_wave_share(p);
   return p;
 }
 

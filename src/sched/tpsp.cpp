@@ -295,10 +295,11 @@ class Builder {
     return ids;
   }
 
+  // `rows`: the token rows the kernel runs over (a row-wise kernel gives each to one block).
   TaskId elementwise(const OpCtx& ctx, int ti, const std::string& name, std::string kind, std::int64_t traffic_elems,
-                     Flops flops, std::int32_t data_op, const std::vector<TaskId>& deps) {
+                     std::int64_t rows, Flops flops, std::int32_t data_op, const std::vector<TaskId>& deps) {
     return compute(ti, fmt::format("{}/{}", prefix(ctx), name),
-                   model::ElementwiseKernel{std::move(kind), bytes(traffic_elems), flops}, labels(ctx, -1, name),
+                   model::ElementwiseKernel{std::move(kind), bytes(traffic_elems), flops, rows}, labels(ctx, -1, name),
                    data_op, deps);
   }
 
@@ -646,7 +647,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   const Rows g1{alloc(ctx, "ag+qkv/gather", S_, h), alloc(ctx, "ln1_out", n_, h)};
   Deps d_ln1(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti)
-    d_ln1[ti] = {elementwise(ctx, ti, "ln1", "layernorm", 2 * n_ * h, 8.0 * n_ * h,
+    d_ln1[ti] = {elementwise(ctx, ti, "ln1", "layernorm", 2 * n_ * h, n_, 8.0 * n_ * h,
                              op(ctx, NormOp{ref(x, ti, Span{0, n_}, h), ref(g1.shard, ti, Span{0, n_}, h)}), ready[ti])};
 
   PerRank qkv = alloc(ctx, "qkv", S_, qkvn);
@@ -711,11 +712,11 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   const Rows g2{alloc(ctx, "ag+fc1/gather", S_, h), alloc(ctx, "ln2_out", n_, h)};
   Deps d_ln2(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti) {
-    const TaskId a = elementwise(ctx, ti, "residual1", "add", 3 * n_ * h, 1.0 * n_ * h,
+    const TaskId a = elementwise(ctx, ti, "residual1", "add", 3 * n_ * h, n_, 1.0 * n_ * h,
                                  op(ctx, AddOp{ref(x, ti, Span{0, n_}, h), ref(attn_out, ti, Span{0, n_}, h),
                                                ref(h1, ti, Span{0, n_}, h)}),
                                  d_attn_rs[ti]);
-    d_ln2[ti] = {elementwise(ctx, ti, "ln2", "layernorm", 2 * n_ * h, 8.0 * n_ * h,
+    d_ln2[ti] = {elementwise(ctx, ti, "ln2", "layernorm", 2 * n_ * h, n_, 8.0 * n_ * h,
                              op(ctx, NormOp{ref(h1, ti, Span{0, n_}, h), ref(g2.shard, ti, Span{0, n_}, h)}), {a})};
   }
 
@@ -727,7 +728,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   for (int ti = 0; ti < t_; ++ti) {
     // SwiGLU reads gate and up, writes one; GELU reads and writes one. FLOPs: a handful per element.
     const std::string kind = sh_.gated ? "swiglu" : "gelu";
-    d_act[ti] = {elementwise(ctx, ti, "act", kind, S_ * (f1 + fl), (sh_.gated ? 6.0 : 8.0) * S_ * fl,
+    d_act[ti] = {elementwise(ctx, ti, "act", kind, S_ * (f1 + fl), S_, (sh_.gated ? 6.0 : 8.0) * S_ * fl,
                              op(ctx, ActivationOp{kind, ref(f, ti, Span{0, S_}, f1), ref(act, ti, Span{0, S_}, fl)}),
                              d_fc1[ti])};
   }
@@ -740,7 +741,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   out.y = alloc(ctx, "y", n_, h);
   out.done.resize(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti)
-    out.done[ti] = {elementwise(ctx, ti, "residual2", "add", 3 * n_ * h, 1.0 * n_ * h,
+    out.done[ti] = {elementwise(ctx, ti, "residual2", "add", 3 * n_ * h, n_, 1.0 * n_ * h,
                                 op(ctx, AddOp{ref(h1, ti, Span{0, n_}, h), ref(mlp_out, ti, Span{0, n_}, h),
                                               ref(out.y, ti, Span{0, n_}, h)}),
                                 d_fc2[ti])};
@@ -811,7 +812,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   PerRank d_fc1_out = alloc(ctx, "fc1_out_grad", S_, f1);
   Deps d_act = each([&](int ti) {
     return std::vector<TaskId>{elementwise(
-        ctx, ti, "act_bwd", act_kind + "_bwd", S_ * (2 * f1 + fl), 12.0 * S_ * fl,
+        ctx, ti, "act_bwd", act_kind + "_bwd", S_ * (2 * f1 + fl), S_, 12.0 * S_ * fl,
         op(ctx, ActivationBwdOp{act_kind, ref(fw.fc1, ti, all, f1), ref(d_act_out, ti, all, fl),
                                 ref(d_fc1_out, ti, all, f1)}),
         d_fc2[ti])};
@@ -825,11 +826,11 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   PerRank dh1 = alloc(ctx, "h1_grad", n_, h);
   Deps d_h1 = each([&](int ti) {
     const TaskId ln = elementwise(
-        ctx, ti, "ln2_bwd", "layernorm_bwd", 3 * n_ * h, 10.0 * n_ * h,
+        ctx, ti, "ln2_bwd", "layernorm_bwd", 3 * n_ * h, n_, 10.0 * n_ * h,
         op(ctx, NormBwdOp{ref(fw.h1, ti, own, h), ref(d_ln2_out, ti, own, h), ref(d_ln2_in, ti, own, h)}), d_fc1[ti]);
     // The residual: the layer output's gradient flows to h1 unchanged, plus the MLP branch's.
     return std::vector<TaskId>{elementwise(
-        ctx, ti, "residual2_bwd", "add", 3 * n_ * h, 1.0 * n_ * h,
+        ctx, ti, "residual2_bwd", "add", 3 * n_ * h, n_, 1.0 * n_ * h,
         op(ctx, AddOp{ref(dy, ti, own, h), ref(d_ln2_in, ti, own, h), ref(dh1, ti, own, h)}), {ln})};
   });
   // Out-projection (row-parallel) and attention.
@@ -1043,10 +1044,10 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   out.dx = alloc(ctx, "x_grad", n_, h);
   out.done = each([&](int ti) {
     const TaskId ln = elementwise(
-        ctx, ti, "ln1_bwd", "layernorm_bwd", 3 * n_ * h, 10.0 * n_ * h,
+        ctx, ti, "ln1_bwd", "layernorm_bwd", 3 * n_ * h, n_, 10.0 * n_ * h,
         op(ctx, NormBwdOp{ref(fw.x, ti, own, h), ref(d_ln1_out, ti, own, h), ref(d_ln1_in, ti, own, h)}), d_qkv[ti]);
     return std::vector<TaskId>{elementwise(
-        ctx, ti, "residual1_bwd", "add", 3 * n_ * h, 1.0 * n_ * h,
+        ctx, ti, "residual1_bwd", "add", 3 * n_ * h, n_, 1.0 * n_ * h,
         op(ctx, AddOp{ref(dh1, ti, own, h), ref(d_ln1_in, ti, own, h), ref(out.dx, ti, own, h)}), {ln})};
   });
 

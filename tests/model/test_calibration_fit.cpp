@@ -177,9 +177,10 @@ TEST_CASE("fit_document computes the fitted section from raw samples", "[calibra
                         {"comm_sms", 25}, {"alone_s", {1.1e-3, 1.0e-3, 0.9e-3}}, {"beside_s", {1.2e-3, 1.3e-3, 1.25e-3}}},
                        {{"dtype", "bf16"}, {"m", 8192}, {"n", 8192}, {"k", 8192}, {"aggressor", "copy_engine"},
                         {"slowdown", 1.05}, {"source", "s"}}};
-  // A copy of b bytes moves 2b through HBM: 1 GB copy = 2 GB of traffic, same line as elementwise.
-  doc["elementwise"] = {{{"op", "add"}, {"bytes", 3e8}, {"time_s", {4e-6 + 3e8 / 2e12}}}};
-  doc["copy"] = {{{"bytes", 1e9}, {"time_s", {4e-6 + 2e9 / 2e12}}}};
+  // A copy of b bytes moves 2b through HBM: 1 GB copy = 2 GB of traffic. The elementwise sample
+  // (a small kernel with its own model) is off the streaming line and must not move it.
+  doc["elementwise"] = {{{"op", "add"}, {"bytes", 3e8}, {"rows", 4096}, {"group", "g"}, {"time_s", {9e-4}}}};
+  doc["copy"] = {{{"bytes", 1.5e8}, {"time_s", {4e-6 + 3e8 / 2e12}}}, {{"bytes", 1e9}, {"time_s", {4e-6 + 2e9 / 2e12}}}};
   // 2 x 8192^3 = 1.0995e12 FLOP in 1.5 ms = 733.0 TFLOP/s; over 989 TFLOP/s: 0.7412.
   doc["gemm"] = {{{"dtype", "bf16"}, {"m", 8192}, {"n", 8192}, {"k", 8192}, {"time_s", {1.5e-3, 1.4e-3, 1.6e-3}}}};
 

@@ -304,11 +304,12 @@ TEST_CASE("contention: the rate reproduces a measured slowdown exactly", "[model
   CHECK(model.rate(copy, d, DeviceLoad{0, 0.75e18}) == Approx(0.25).epsilon(1e-12));
 }
 
-TEST_CASE("fitted HBM bandwidth times the element-wise kernels", "[model][profile]") {
+TEST_CASE("fitted HBM bandwidth times the element-wise kernels that have no model of their own", "[model][profile]") {
   json doc = profile_doc();
-  // time = 1e-6 + bytes / 2e12 at 1 MB and 1 GB: the fit's slope is 2e12 B/s.
-  doc["elementwise"] = {{{"op", "add"}, {"bytes", 1e6}, {"time_s", {1e-6 + 1e6 / 2e12}}},
-                        {{"op", "add"}, {"bytes", 1e9}, {"time_s", {1e-6 + 1e9 / 2e12}}}};
+  // Copies of 0.5 MB and 0.5 GB move 1 MB and 1 GB through HBM: time = 1e-6 + traffic / 2e12, the
+  // fit's slope is 2e12 B/s. No elementwise sample: no small-kernel model, the bandwidth prices "add".
+  doc["copy"] = {{{"bytes", 0.5e6}, {"time_s", {1e-6 + 1e6 / 2e12}}},
+                 {{"bytes", 0.5e9}, {"time_s", {1e-6 + 1e9 / 2e12}}}};
   const Profile p = parse(doc);
   REQUIRE(p.hbm_bytes_per_s);
   CHECK(*p.hbm_bytes_per_s == Approx(2e12).epsilon(1e-9));

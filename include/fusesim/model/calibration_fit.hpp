@@ -112,7 +112,7 @@ std::optional<double> gemm_peak_fraction(const std::vector<GemmSample>& samples,
 struct RawSamples {
   std::vector<CollectiveSample> collectives;
   std::vector<ContentionSample> contention;
-  std::vector<BandwidthSample> bandwidth;  // elementwise + copy
+  std::vector<BandwidthSample> bandwidth;  // copy (small kernels have models of their own)
   std::vector<GemmSample> gemm;
 };
 // Reads "gemm", "elementwise", "copy", "contention", "collectives" of `root` (each optional). A

@@ -40,6 +40,7 @@ struct ElementwiseKernel {
   std::string op;               // "layernorm", "swiglu", "add", "adam", ...
   Bytes bytes = 0;
   Flops flops = 0.0;
+  std::int64_t rows = 0;        // token rows it runs over (a row-wise kernel gives each to one block); 0: not said
 };
 
 using Kernel = std::variant<GemmKernel, AttentionKernel, ElementwiseKernel>;

@@ -5,11 +5,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <tuple>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "fusesim/model/kernel.hpp"
+#include "fusesim/model/kernel_fit.hpp"
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/json_reader.hpp"
 
@@ -20,6 +23,15 @@ struct ProfileGemm {
   topo::Dtype dtype = topo::Dtype::bf16;
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
   double flops_per_s = 0;
+  std::string group;  // optional "group": the model the shape came from (leave-one-group-out)
+};
+
+// A measured small kernel (norm, activation, rotary, residual add, embedding, copy ...): HBM traffic
+// over `rows` rows (tokens; 0 when the sample does not say).
+struct ProfileElementwise {
+  std::string op;
+  double bytes = 0, rows = 0, time_s = 0;
+  std::string group;
 };
 
 enum class ProfilePass { forward, backward, forward_backward };
@@ -37,6 +49,7 @@ struct ProfileAttention {
 struct ProfileContention {
   std::string aggressor;  // sm_kernel, copy_engine
   int comm_sms = 0;
+  int ctas = 0;         // optional "ctas": the GEMM's thread blocks (its tiles); 0 when not given
   double slowdown = 1;  // beside / alone
 };
 
@@ -64,15 +77,28 @@ struct Profile {
   std::vector<std::string> fitted_on;  // optional provenance.fitted_on: validation case ids used to build it
   std::vector<ProfileGemm> gemm;
   std::vector<ProfileAttention> attention;
+  std::vector<ProfileElementwise> elementwise;
   std::vector<ProfileContention> contention;
   std::vector<ProfileCollective> collectives;
   // Fitted parameters: from the file's "fitted", else fitted on load (model/calibration_fit.hpp).
   std::map<std::string, FittedCollective> fitted_collectives;  // by op
   std::optional<double> sm_kernel_slowdown_per_sm;
+  // Contention by shape (docs/calibration.md, "Contention"): a kernel beside communication holding
+  // SMs slows by 1 + sm_wave_share x (waves on the SMs left / waves alone - 1). From
+  // fitted.contention.sm_wave_share, else fitted on load from sm_kernel samples that give "ctas".
+  std::optional<double> sm_wave_share;
   std::optional<double> copy_engine_slowdown;
   std::optional<double> hbm_bytes_per_s;
   std::optional<double> gemm_peak_fraction;
+  // Kernel models fitted on load from the samples (docs/calibration.md, "Kernel models"): the GEMM
+  // model of the 16-bit samples (bf16 and fp16 run the same tensor-core rate), one model per small op.
+  std::optional<GemmModel> gemm_model;
+  std::map<std::string, SmallKernelModel> elementwise_models;
 };
+
+// The 16-bit GEMM samples and the small-kernel samples of a profile as the fitters take them.
+std::vector<GemmTiming> gemm_timings(const Profile& profile);
+std::vector<SmallKernelTiming> small_kernel_timings(const Profile& profile);
 
 // Strict reading: every error an InputError naming the file and the JSON path.
 Profile parse_profile(const JsonDocument& doc);
@@ -110,8 +136,14 @@ class CalibratedCostModel final : public KernelCostModel {
   const Profile& profile() const { return profile_; }
 
  private:
+  KernelCost uncached_cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const;
   Profile profile_;
   RooflineCostModel roofline_;
+  // GEMM costs by (m, n, k, batch, dtype, device model name): the table look-up and the model's residual
+  // correction each scan every sample, and a run prices the same few shapes thousands of times.
+  mutable std::mutex gemm_cache_mu_;
+  mutable std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, std::string>, KernelCost>
+      gemm_cache_;
 };
 
 // The cost model a run uses: the roofline when `profile_name_or_path` is empty; otherwise the profile,

@@ -1,0 +1,104 @@
+#pragma once
+// Kernel time models learned from measured samples (docs/calibration.md, "Kernel models"): a GEMM
+// model with wave and tile quantization on the device's SMs, and a small-kernel model with the
+// per-launch floor measurements show. Both are fitted by least squares on log time (a 5 us kernel and
+// a 5 ms one weigh the same), so one parameter set covers every shape of a profile.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fusesim::model {
+
+// One timed GEMM, C[m, n] = A[m, k] B[k, n] `batch` times, elements of `element_bytes`.
+struct GemmTiming {
+  double m = 0, n = 0, k = 0, batch = 1;
+  double time_s = 0;
+  std::string group;  // the model or source the shape came from (leave-one-group-out)
+};
+
+// time = launch_s + (memory^p + compute^p)^(1/p), with
+//   memory  = (m k + k n + m n) batch x element_bytes / operand_bytes_per_s
+//   compute = min over tiles (tm, tn) of waves x tm tn 2 k / (sm_flops_per_s x k / (k + k_half) x h(tm, tn))
+//   waves   = ceil(ceil(m / tm) ceil(n / tn) batch / sm_count)
+//   h       = (1 + tile_overhead (1/128 + 1/256)) / (1 + tile_overhead (1/tm + 1/tn))
+// h is 1 for the 128 x 256 tile and lower for smaller ones (each k step loads tm + tn operands for
+// tm tn multiply-adds); k / (k + k_half) is the prologue and epilogue of each tile amortized over its
+// k loop; p blends the operand stream with the math instead of taking the max (both overlap, neither
+// perfectly). Every term grows with m, n and k, so the model is monotone in each.
+struct GemmModel {
+  int sm_count = 0;
+  double element_bytes = 2;
+  std::vector<std::pair<int, int>> tiles;
+  double launch_s = 0;
+  double operand_bytes_per_s = 0;
+  double sm_flops_per_s = 0;
+  double k_half = 0;
+  double tile_overhead = 0;
+  double blend = 1;
+  // Residual correction: the fit's log residuals of the samples, smoothed by a Gaussian kernel in
+  // (log2 m, log2 n, log2 k) with these widths and shrunk towards 0 by `prior_weight`, so that a shape
+  // near measured ones takes their deviation from the smooth model and a far one the model alone.
+  double width_log2_m = 0.3, width_log2_n = 0.5, width_log2_k = 0.5, prior_weight = 0.1;
+  struct Residual {
+    double log2_m, log2_n, log2_k, log_ratio;
+  };
+  std::vector<Residual> residuals;
+  int samples = 0;
+  double in_sample_mape_pct = 0;
+
+  double smooth_time_s(double m, double n, double k, double batch) const;  // without the correction
+  double time_s(double m, double n, double k, double batch) const;         // with it
+  // Output tiles of the plan the smooth model picks (for contention's wave model).
+  std::int64_t tiles_of_best_plan(double m, double n, double batch) const;
+};
+
+// The CTA tile shapes the fit chooses among unless told otherwise: CUTLASS 3's SM90 GEMM collective
+// tile shapes (M, N from 64 to 256; NVIDIA/cutlass include/cutlass/gemm/collective/builders).
+const std::vector<std::pair<int, int>>& default_gemm_tiles();
+
+// Fits a GemmModel on `samples` (>= 8, every time positive) for a device of `sm_count` SMs.
+// Throws std::invalid_argument otherwise.
+GemmModel fit_gemm_model(const std::vector<GemmTiming>& samples, int sm_count, double element_bytes,
+                         const std::vector<std::pair<int, int>>& tiles = default_gemm_tiles());
+
+// One timed small kernel: `bytes` of HBM traffic over `rows` rows (tokens); rows 0 when unknown.
+struct SmallKernelTiming {
+  std::string op;
+  double bytes = 0, rows = 0;
+  double time_s = 0;
+  std::string group;
+};
+
+// time = launch_s + max(row_bytes / row_bytes_per_s, bytes / bytes_per_s), row_bytes = bytes / rows.
+// Row-wise kernels (norms, activations, rotary) give each row to one block: below a full device of
+// rows the time is one row's, above it the HBM stream's; `launch_s` is the floor every measurement shows.
+struct SmallKernelModel {
+  double launch_s = 0;
+  double row_bytes_per_s = 0;  // 0: no per-row term (rows unknown in the samples)
+  double bytes_per_s = 0;
+  int samples = 0;
+  double in_sample_mape_pct = 0;
+  double time_s(double bytes, double rows) const;
+};
+
+// Fits one op's samples (>= 3). Throws std::invalid_argument otherwise.
+SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& samples);
+
+nlohmann::json to_json(const GemmModel& m);       // without residuals: they are rebuilt from the samples
+nlohmann::json to_json(const SmallKernelModel& m);
+
+// Leave-one-group-out: for each group, fit on the others and predict it. {group, samples, mape_pct, max_pct}.
+struct HeldOutError {
+  std::string group;
+  int samples = 0;
+  double mape_pct = 0, max_abs_pct = 0;
+};
+std::vector<HeldOutError> leave_one_group_out_gemm(const std::vector<GemmTiming>& samples, int sm_count,
+                                                   double element_bytes);
+std::vector<HeldOutError> leave_one_group_out_small(const std::vector<SmallKernelTiming>& samples);
+
+}  // namespace fusesim::model

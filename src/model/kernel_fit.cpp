@@ -1,0 +1,324 @@
+// Fitting and evaluating the GEMM and small-kernel models of include/fusesim/model/kernel_fit.hpp.
+#include "fusesim/model/kernel_fit.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <stdexcept>
+
+namespace fusesim::model {
+namespace {
+
+constexpr double kBig = 1e30;
+
+// Nelder-Mead on an unconstrained vector (the models' parameters are fitted as logs, so every value
+// the search tries is a valid model). Deterministic: fixed start, fixed steps, fixed iteration cap.
+std::vector<double> nelder_mead(const std::function<double(const std::vector<double>&)>& f, std::vector<double> x0,
+                                const std::vector<double>& steps, int iterations) {
+  const std::size_t n = x0.size();
+  std::vector<std::vector<double>> pts{x0};
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<double> p = x0;
+    p[i] += steps[i];
+    pts.push_back(p);
+  }
+  std::vector<double> vals;
+  for (const auto& p : pts) vals.push_back(f(p));
+  for (int it = 0; it < iterations; ++it) {
+    std::vector<std::size_t> order(n + 1);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return vals[a] < vals[b]; });
+    std::vector<std::vector<double>> p2;
+    std::vector<double> v2;
+    for (std::size_t i : order) p2.push_back(pts[i]), v2.push_back(vals[i]);
+    pts = std::move(p2);
+    vals = std::move(v2);
+    if (vals[n] - vals[0] < 1e-12) break;
+    std::vector<double> c(n, 0.0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j) c[j] += pts[i][j] / static_cast<double>(n);
+    auto along = [&](double t) {
+      std::vector<double> x(n);
+      for (std::size_t j = 0; j < n; ++j) x[j] = c[j] + t * (pts[n][j] - c[j]);
+      return x;
+    };
+    const std::vector<double> xr = along(-1.0);
+    const double fr = f(xr);
+    if (fr < vals[0]) {
+      const std::vector<double> xe = along(-2.0);
+      const double fe = f(xe);
+      if (fe < fr) pts[n] = xe, vals[n] = fe;
+      else pts[n] = xr, vals[n] = fr;
+    } else if (fr < vals[n - 1]) {
+      pts[n] = xr, vals[n] = fr;
+    } else {
+      const std::vector<double> xc = along(0.5);
+      const double fc = f(xc);
+      if (fc < vals[n]) {
+        pts[n] = xc, vals[n] = fc;
+      } else {
+        for (std::size_t i = 1; i <= n; ++i) {
+          for (std::size_t j = 0; j < n; ++j) pts[i][j] = pts[0][j] + 0.5 * (pts[i][j] - pts[0][j]);
+          vals[i] = f(pts[i]);
+        }
+      }
+    }
+  }
+  return pts[static_cast<std::size_t>(std::min_element(vals.begin(), vals.end()) - vals.begin())];
+}
+
+double ceil_div(double a, double b) { return std::ceil(a / b); }
+
+GemmModel gemm_from(const std::vector<double>& x, int sm_count, double element_bytes,
+                    const std::vector<std::pair<int, int>>& tiles) {
+  GemmModel g;
+  g.sm_count = sm_count;
+  g.element_bytes = element_bytes;
+  g.tiles = tiles;
+  g.launch_s = std::exp(x[0]);
+  g.operand_bytes_per_s = std::exp(x[1]);
+  g.sm_flops_per_s = std::exp(x[2]);
+  g.k_half = std::exp(x[3]);
+  g.tile_overhead = std::exp(x[4]);
+  g.blend = 1.0 + std::exp(x[5]);
+  return g;
+}
+
+double mape_pct(const std::vector<double>& predicted, const std::vector<double>& measured) {
+  double sum = 0.0;
+  for (std::size_t i = 0; i < measured.size(); ++i) sum += std::abs(predicted[i] / measured[i] - 1.0);
+  return measured.empty() ? 0.0 : 100.0 * sum / static_cast<double>(measured.size());
+}
+
+}  // namespace
+
+const std::vector<std::pair<int, int>>& default_gemm_tiles() {
+  static const std::vector<std::pair<int, int>> tiles{{64, 64},   {64, 128},  {128, 64}, {128, 128},
+                                                      {128, 256}, {256, 128}, {64, 256}};
+  return tiles;
+}
+
+double GemmModel::smooth_time_s(double m, double n, double k, double batch) const {
+  if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0.0;
+  const double memory = (m * k + k * n + m * n) * batch * element_bytes / operand_bytes_per_s;
+  double compute = std::numeric_limits<double>::infinity();
+  const double per_sm = sm_flops_per_s * k / (k + k_half);
+  const double h_ref = 1.0 + tile_overhead * (1.0 / 128 + 1.0 / 256);
+  for (const auto& [tm, tn] : tiles) {
+    const double waves = ceil_div(ceil_div(m, tm) * ceil_div(n, tn) * batch, sm_count);
+    const double h = h_ref / (1.0 + tile_overhead * (1.0 / tm + 1.0 / tn));
+    compute = std::min(compute, waves * tm * tn * 2.0 * k / (per_sm * h));
+  }
+  // (a^p + b^p)^(1/p) computed on the larger term's scale (no overflow for large p).
+  const double big = std::max(memory, compute), small = std::min(memory, compute);
+  return launch_s + big * std::pow(1.0 + std::pow(small / big, blend), 1.0 / blend);
+}
+
+std::int64_t GemmModel::tiles_of_best_plan(double m, double n, double batch) const {
+  // The plan smooth_time_s picks for large k (where the choice matters).
+  double best = std::numeric_limits<double>::infinity();
+  std::int64_t best_tiles = 0;
+  const double h_ref = 1.0 + tile_overhead * (1.0 / 128 + 1.0 / 256);
+  for (const auto& [tm, tn] : tiles) {
+    const double t = ceil_div(m, tm) * ceil_div(n, tn) * batch;
+    const double waves = ceil_div(t, sm_count);
+    const double h = h_ref / (1.0 + tile_overhead * (1.0 / tm + 1.0 / tn));
+    const double c = waves * tm * tn / h;
+    if (c < best) best = c, best_tiles = static_cast<std::int64_t>(t);
+  }
+  return best_tiles;
+}
+
+double GemmModel::time_s(double m, double n, double k, double batch) const {
+  const double base = smooth_time_s(m, n, k, batch);
+  if (residuals.empty() || base <= 0.0) return base;
+  const double lm = std::log2(m * batch), ln = std::log2(n), lk = std::log2(k);
+  double weight = prior_weight, sum = 0.0;
+  for (const Residual& r : residuals) {
+    const double dm = (r.log2_m - lm) / width_log2_m, dn = (r.log2_n - ln) / width_log2_n,
+                 dk = (r.log2_k - lk) / width_log2_k;
+    const double d2 = dm * dm + dn * dn + dk * dk;
+    if (d2 > 50.0) continue;  // weight below 1e-11
+    const double w = std::exp(-0.5 * d2);
+    weight += w;
+    sum += w * r.log_ratio;
+  }
+  return base * std::exp(sum / weight);
+}
+
+GemmModel fit_gemm_model(const std::vector<GemmTiming>& samples, int sm_count, double element_bytes,
+                         const std::vector<std::pair<int, int>>& tiles) {
+  if (samples.size() < 8) throw std::invalid_argument("a GEMM model needs at least 8 timed shapes");
+  if (sm_count <= 0 || element_bytes <= 0 || tiles.empty())
+    throw std::invalid_argument("a GEMM model needs the SM count, the element size and tile shapes");
+  double min_t = kBig, best_bw = 0.0, best_flops = 0.0;
+  for (const GemmTiming& s : samples) {
+    if (!(s.time_s > 0) || !(s.m > 0) || !(s.n > 0) || !(s.k > 0) || !(s.batch > 0))
+      throw std::invalid_argument("a GEMM sample needs positive sizes and time");
+    min_t = std::min(min_t, s.time_s);
+    best_bw = std::max(best_bw, (s.m * s.k + s.k * s.n + s.m * s.n) * s.batch * element_bytes / s.time_s);
+    best_flops = std::max(best_flops, 2.0 * s.m * s.n * s.k * s.batch / s.time_s);
+  }
+  const auto loss = [&](const std::vector<double>& x) {
+    const GemmModel g = gemm_from(x, sm_count, element_bytes, tiles);
+    double e = 0.0;
+    for (const GemmTiming& s : samples) {
+      const double r = std::log(g.smooth_time_s(s.m, s.n, s.k, s.batch) / s.time_s);
+      e += r * r;
+    }
+    return std::isfinite(e) ? e / static_cast<double>(samples.size()) : kBig;
+  };
+  std::vector<double> x{std::log(0.5 * min_t), std::log(best_bw),  std::log(1.2 * best_flops / sm_count),
+                        std::log(200.0),       std::log(64.0),     std::log(2.0)};
+  const std::vector<double> steps{0.5, 0.2, 0.2, 0.5, 0.5, 0.3};
+  x = nelder_mead(loss, x, steps, 3000);
+  std::vector<double> fine(steps.size());
+  std::transform(steps.begin(), steps.end(), fine.begin(), [](double s) { return s / 3.0; });
+  x = nelder_mead(loss, x, fine, 3000);
+  GemmModel g = gemm_from(x, sm_count, element_bytes, tiles);
+  std::vector<double> predicted, measured;
+  for (const GemmTiming& s : samples) {
+    const double base = g.smooth_time_s(s.m, s.n, s.k, s.batch);
+    g.residuals.push_back({std::log2(s.m * s.batch), std::log2(s.n), std::log2(s.k), std::log(s.time_s / base)});
+  }
+  for (const GemmTiming& s : samples) predicted.push_back(g.time_s(s.m, s.n, s.k, s.batch)), measured.push_back(s.time_s);
+  g.samples = static_cast<int>(samples.size());
+  g.in_sample_mape_pct = mape_pct(predicted, measured);
+  return g;
+}
+
+double SmallKernelModel::time_s(double bytes, double rows) const {
+  double t = bytes / bytes_per_s;
+  if (rows > 0 && row_bytes_per_s > 0) t = std::max(t, bytes / rows / row_bytes_per_s);
+  return launch_s + t;
+}
+
+SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& samples) {
+  if (samples.size() < 3) throw std::invalid_argument("a small-kernel model needs at least 3 timed sizes");
+  double min_t = kBig, best_bw = 0.0, best_row = 0.0;
+  bool rows = true;
+  for (const SmallKernelTiming& s : samples) {
+    if (!(s.time_s > 0) || !(s.bytes > 0) || s.rows < 0)
+      throw std::invalid_argument("a small-kernel sample needs positive bytes and time");
+    min_t = std::min(min_t, s.time_s);
+    best_bw = std::max(best_bw, s.bytes / s.time_s);
+    if (s.rows > 0) best_row = std::max(best_row, s.bytes / s.rows / s.time_s);
+    rows = rows && s.rows > 0;
+  }
+  const auto model = [&](const std::vector<double>& x) {
+    SmallKernelModel m;
+    m.launch_s = std::exp(x[0]);
+    m.bytes_per_s = std::exp(x[1]);
+    m.row_bytes_per_s = rows ? std::exp(x[2]) : 0.0;
+    return m;
+  };
+  const auto loss = [&](const std::vector<double>& x) {
+    const SmallKernelModel m = model(x);
+    double e = 0.0;
+    for (const SmallKernelTiming& s : samples) {
+      const double r = std::log(m.time_s(s.bytes, s.rows) / s.time_s);
+      e += r * r;
+    }
+    return std::isfinite(e) ? e / static_cast<double>(samples.size()) : kBig;
+  };
+  std::vector<double> x{std::log(0.5 * min_t), std::log(best_bw), std::log(rows ? best_row : 1.0)};
+  x = nelder_mead(loss, x, {0.5, 0.3, 0.5}, 2000);
+  x = nelder_mead(loss, x, {0.1, 0.1, 0.1}, 2000);
+  SmallKernelModel m = model(x);
+  std::vector<double> predicted, measured;
+  for (const SmallKernelTiming& s : samples) predicted.push_back(m.time_s(s.bytes, s.rows)), measured.push_back(s.time_s);
+  m.samples = static_cast<int>(samples.size());
+  m.in_sample_mape_pct = mape_pct(predicted, measured);
+  return m;
+}
+
+nlohmann::json to_json(const GemmModel& m) {
+  nlohmann::json tiles = nlohmann::json::array();
+  for (const auto& [tm, tn] : m.tiles) tiles.push_back({tm, tn});
+  return {{"sm_count", m.sm_count},
+          {"element_bytes", m.element_bytes},
+          {"tiles", tiles},
+          {"launch_s", m.launch_s},
+          {"operand_bytes_per_s", m.operand_bytes_per_s},
+          {"sm_flops_per_s", m.sm_flops_per_s},
+          {"k_half", m.k_half},
+          {"tile_overhead", m.tile_overhead},
+          {"blend", m.blend},
+          {"samples", m.samples},
+          {"in_sample_mape_pct", m.in_sample_mape_pct}};
+}
+
+nlohmann::json to_json(const SmallKernelModel& m) {
+  return {{"launch_s", m.launch_s},
+          {"row_bytes_per_s", m.row_bytes_per_s},
+          {"bytes_per_s", m.bytes_per_s},
+          {"samples", m.samples},
+          {"in_sample_mape_pct", m.in_sample_mape_pct}};
+}
+
+namespace {
+
+template <class Sample, class Fit, class Predict>
+std::vector<HeldOutError> leave_one_group_out(const std::vector<Sample>& samples, Fit fit, Predict predict) {
+  std::map<std::string, int> groups;
+  for (const Sample& s : samples) ++groups[s.group];
+  std::vector<HeldOutError> out;
+  if (groups.size() < 2) return out;
+  for (const auto& [group, count] : groups) {
+    if (group.empty()) continue;  // samples that name no model are always fitted on
+    std::vector<Sample> train;
+    for (const Sample& s : samples)
+      if (s.group != group) train.push_back(s);
+    HeldOutError e{group, count, 0.0, 0.0};
+    try {
+      const auto model = fit(train);
+      double sum = 0.0;
+      for (const Sample& s : samples) {
+        if (s.group != group) continue;
+        const double err = std::abs(predict(model, s) / s.time_s - 1.0);
+        sum += err;
+        e.max_abs_pct = std::max(e.max_abs_pct, 100.0 * err);
+      }
+      e.mape_pct = 100.0 * sum / count;
+    } catch (const std::invalid_argument&) {
+      continue;  // too few samples without this group
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<HeldOutError> leave_one_group_out_gemm(const std::vector<GemmTiming>& samples, int sm_count,
+                                                   double element_bytes) {
+  return leave_one_group_out(
+      samples, [&](const std::vector<GemmTiming>& t) { return fit_gemm_model(t, sm_count, element_bytes); },
+      [](const GemmModel& g, const GemmTiming& s) { return g.time_s(s.m, s.n, s.k, s.batch); });
+}
+
+std::vector<HeldOutError> leave_one_group_out_small(const std::vector<SmallKernelTiming>& samples) {
+  // Per op: each op has its own model; a group's error pools its ops' samples.
+  std::map<std::string, std::vector<SmallKernelTiming>> by_op;
+  for (const SmallKernelTiming& s : samples) by_op[s.op].push_back(s);
+  std::map<std::string, std::pair<int, std::pair<double, double>>> acc;  // group -> count, (sum, max)
+  for (const auto& [op, ops] : by_op) {
+    for (const HeldOutError& e : leave_one_group_out(ops, fit_small_kernel_model,
+                                                     [](const SmallKernelModel& m, const SmallKernelTiming& s) {
+                                                       return m.time_s(s.bytes, s.rows);
+                                                     })) {
+      auto& [count, sm] = acc[e.group];
+      count += e.samples;
+      sm.first += e.mape_pct * e.samples;
+      sm.second = std::max(sm.second, e.max_abs_pct);
+    }
+  }
+  std::vector<HeldOutError> out;
+  for (const auto& [group, v] : acc) out.push_back({group, v.first, v.second.first / v.first, v.second.second});
+  return out;
+}
+
+}  // namespace fusesim::model

@@ -1,0 +1,163 @@
+// The learned kernel models (include/fusesim/model/kernel_fit.hpp): fits recover the parameters that
+// generated synthetic samples, predictions between measured shapes fall between them, and
+// leave-one-group-out predicts each group from the others.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <vector>
+
+#include "fusesim/model/kernel_fit.hpp"
+
+using namespace fusesim::model;
+
+namespace {
+
+// Synthetic H100-like parameters: 3 us launch, 3 TB/s operand stream, 7 TFLOP/s per SM (924 on 132),
+// tiles amortized over k with k_half 160, tile overhead 10, blend exponent 2.5.
+GemmModel truth() {
+  GemmModel g;
+  g.sm_count = 132;
+  g.element_bytes = 2;
+  g.tiles = default_gemm_tiles();
+  g.launch_s = 3e-6;
+  g.operand_bytes_per_s = 3e12;
+  g.sm_flops_per_s = 7e12;
+  g.k_half = 160;
+  g.tile_overhead = 10;
+  g.blend = 2.5;
+  return g;
+}
+
+std::vector<GemmTiming> synthetic(const GemmModel& g, const char* group, double n, double k) {
+  std::vector<GemmTiming> out;
+  for (double m : {1.0, 16.0, 64.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0})
+    out.push_back({m, n, k, 1.0, g.smooth_time_s(m, n, k, 1.0), group});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("kernel fit: the GEMM model recovers the parameters that generated its samples", "[model][kernel_fit]") {
+  const GemmModel t = truth();
+  std::vector<GemmTiming> samples;
+  for (double n : {1024.0, 4096.0, 12288.0})
+    for (double k : {512.0, 4096.0, 14336.0}) {
+      const auto s = synthetic(t, "synthetic", n, k);
+      samples.insert(samples.end(), s.begin(), s.end());
+    }
+  const GemmModel f = fit_gemm_model(samples, 132, 2.0);
+  // Noise-free samples: every time within 0.5%, and the parameters the times depend on most closely.
+  CHECK(f.in_sample_mape_pct < 0.5);
+  CHECK(f.launch_s == Approx(t.launch_s).epsilon(0.1));
+  CHECK(f.operand_bytes_per_s == Approx(t.operand_bytes_per_s).epsilon(0.05));
+  CHECK(f.sm_flops_per_s == Approx(t.sm_flops_per_s).epsilon(0.05));
+  CHECK(f.k_half == Approx(t.k_half).epsilon(0.15));
+}
+
+TEST_CASE("kernel fit: the smooth GEMM model is monotone in m, n and k", "[model][kernel_fit]") {
+  const GemmModel g = truth();
+  // Each term (operand bytes, waves of tiles, k + k_half per tile) grows with every size.
+  for (double m = 1; m <= 16384; m *= 1.37) {
+    CHECK(g.smooth_time_s(m * 1.37, 4096, 4096, 1) >= g.smooth_time_s(m, 4096, 4096, 1));
+    CHECK(g.smooth_time_s(4096, m * 1.37, 4096, 1) >= g.smooth_time_s(4096, m, 4096, 1));
+    CHECK(g.smooth_time_s(4096, 4096, m * 1.37, 1) >= g.smooth_time_s(4096, 4096, m, 1));
+  }
+}
+
+TEST_CASE("kernel fit: a shape between two measured shapes is predicted between them", "[model][kernel_fit]") {
+  // Measured: m = 1024 and m = 2048 (and the rest of a grid) with 5% noise of alternating sign, so
+  // that the residual correction has something to carry to the neighbours.
+  const GemmModel t = truth();
+  std::vector<GemmTiming> samples;
+  int i = 0;
+  for (double n : {4096.0, 8192.0})
+    for (double k : {4096.0, 8192.0})
+      for (auto s : synthetic(t, "a", n, k)) {
+        s.time_s *= (i++ % 2) ? 1.05 : 0.95;
+        samples.push_back(s);
+      }
+  const GemmModel f = fit_gemm_model(samples, 132, 2.0);
+  const double lo = f.time_s(1024, 4096, 4096, 1), hi = f.time_s(2048, 4096, 4096, 1);
+  for (double m : {1100.0, 1300.0, 1536.0, 1800.0, 2000.0}) {
+    const double mid = f.time_s(m, 4096, 4096, 1);
+    CHECK(mid >= lo);
+    CHECK(mid <= hi);
+  }
+}
+
+TEST_CASE("kernel fit: leave one group out predicts a held-out model's shapes", "[model][kernel_fit]") {
+  const GemmModel t = truth();
+  std::vector<GemmTiming> samples;
+  for (const auto& [group, n, k] : {std::tuple{"a", 4096.0, 4096.0}, std::tuple{"b", 5120.0, 5120.0},
+                                    std::tuple{"c", 8192.0, 8192.0}, std::tuple{"d", 6144.0, 4096.0}}) {
+    const auto s = synthetic(t, group, n, k);
+    samples.insert(samples.end(), s.begin(), s.end());
+  }
+  const auto errors = leave_one_group_out_gemm(samples, 132, 2.0);
+  REQUIRE(errors.size() == 4);
+  for (const HeldOutError& e : errors) {
+    CHECK(e.samples == 9);
+    // Noise-free samples of one model form: the others pin it down.
+    CHECK(e.mape_pct < 2.0);
+  }
+}
+
+TEST_CASE("kernel fit: the small-kernel model recovers launch floor, per-row and stream bandwidths",
+          "[model][kernel_fit]") {
+  // time = 2 us + max(row_bytes / 10 GB/s, bytes / 2 TB/s): rows of 32 KiB take 3.3 us one at a time,
+  // so up to 2 TB/s x 3.3 us / 32 KiB = 200 rows the per-row term rules, the stream beyond.
+  SmallKernelModel t;
+  t.launch_s = 2e-6;
+  t.row_bytes_per_s = 10e9;
+  t.bytes_per_s = 2e12;
+  std::vector<SmallKernelTiming> samples;
+  for (double row_bytes : {16384.0, 32768.0, 131072.0})
+    for (double rows : {1.0, 16.0, 64.0, 256.0, 1024.0, 4096.0})
+      samples.push_back({"layernorm", rows * row_bytes, rows, t.time_s(rows * row_bytes, rows), "x"});
+  // Hand-derived point: 4096 rows of 32 KiB = 134,217,728 bytes, 67.1 us of stream + 2 us.
+  CHECK(t.time_s(4096 * 32768.0, 4096) == Approx(2e-6 + 134217728.0 / 2e12));
+  const SmallKernelModel f = fit_small_kernel_model(samples);
+  CHECK(f.in_sample_mape_pct < 0.5);
+  CHECK(f.launch_s == Approx(t.launch_s).epsilon(0.05));
+  CHECK(f.row_bytes_per_s == Approx(t.row_bytes_per_s).epsilon(0.05));
+  CHECK(f.bytes_per_s == Approx(t.bytes_per_s).epsilon(0.05));
+}
+
+TEST_CASE("kernel fit: too few samples or a non-positive time are refused", "[model][kernel_fit]") {
+  const GemmModel t = truth();
+  auto few = synthetic(t, "a", 4096, 4096);
+  few.resize(5);
+  CHECK_THROWS_AS(fit_gemm_model(few, 132, 2.0), std::invalid_argument);
+  auto bad = synthetic(t, "a", 4096, 4096);
+  bad[3].time_s = -1e-6;
+  CHECK_THROWS_AS(fit_gemm_model(bad, 132, 2.0), std::invalid_argument);
+  CHECK_THROWS_AS(fit_small_kernel_model({{"add", 1e6, 0, 1e-5, ""}, {"add", 2e6, 0, 0.0, ""}, {"add", 3e6, 0, 2e-5, ""}}),
+                  std::invalid_argument);
+}
+
+#include "fusesim/model/profile.hpp"
+#include "fusesim/topo/cluster.hpp"
+
+TEST_CASE("contention by shape: a one-wave GEMM loses a wave, a many-wave one a fifth", "[model][kernel_fit]") {
+  const fusesim::topo::Cluster cluster = fusesim::topo::load_cluster_by_name_or_path("dgx-h100");
+  const fusesim::topo::DeviceModel& h100 = cluster.device(0);  // 132 SMs
+  Profile p;
+  p.sm_count = 132;
+  p.sm_wave_share = 0.9;
+  const CalibratedCostModel model(p);
+  const DeviceLoad beside{24, 0.0};
+  KernelCost one_wave;
+  one_wave.compute_s = 1e-3;
+  one_wave.tiles = 132;
+  // 132 tiles on 108 SMs: 2 waves instead of 1, slowdown 1 + 0.9 x (2 - 1) = 1.9.
+  CHECK(model.rate(one_wave, h100, beside) == Approx(1.0 / 1.9));
+  KernelCost many = one_wave;
+  many.tiles = 1056;
+  // ceil(1056 / 132) = 8 waves alone, ceil(1056 / 108) = 10 beside: 1 + 0.9 x (10/8 - 1) = 1.225.
+  CHECK(model.rate(many, h100, beside) == Approx(1.0 / 1.225));
+  KernelCost attention = one_wave;
+  attention.tiles = 0;
+  // Spread over the SMs left: 1 + 0.9 x (132/108 - 1) = 1.2.
+  CHECK(model.rate(attention, h100, beside) == Approx(1.0 / 1.2));
+  CHECK(model.rate(attention, h100, DeviceLoad{}) == 1.0);
+}
