@@ -317,3 +317,50 @@ TEST_CASE("fitted HBM bandwidth times the element-wise kernels that have no mode
   const KernelCost c = model.cost(ElementwiseKernel{"add", 4'000'000'000, 0.0}, topo::Dtype::bf16, synthetic_device(1));
   CHECK(c.duration_ps == seconds_to_ps(4e9 / *p.hbm_bytes_per_s));
 }
+
+TEST_CASE("a kernel sample with a negative time, an unknown op or a time in other units is refused at its path",
+          "[model][profile]") {
+  const auto refused_at = [](const json& doc, const std::string& path) {
+    try {
+      parse(doc);
+      FAIL("accepted");
+    } catch (const InputError& e) {
+      CHECK(e.file() == "<test>");
+      CHECK(e.json_path() == path);
+    }
+  };
+  json negative = profile_doc();
+  negative["gemm"] = {{{"dtype", "fp16"}, {"m", 1024}, {"n", 4096}, {"k", 4096}, {"time_s", {1e-4, -1e-4}}}};
+  refused_at(negative, "$.gemm[0].time_s[1]");
+  json unknown_op = profile_doc();
+  unknown_op["elementwise"] = {{{"op", "rmsnorm_fused_magic"}, {"bytes", 1e6}, {"rows", 16}, {"time_s", {4e-6}}}};
+  refused_at(unknown_op, "$.elementwise[0].op");
+  // Milliseconds under another key: refused (time_s missing there), never read as seconds.
+  json units = profile_doc();
+  units["elementwise"] = {{{"op", "add"}, {"bytes", 1e6}, {"time_ms", {0.004}}}};
+  refused_at(units, "$.elementwise[0].time_s");
+}
+
+TEST_CASE("a profile with enough samples gets its GEMM and small-kernel models on load", "[model][profile]") {
+  json doc = profile_doc();
+  // A synthetic GEMM family: time = 5 us + 2 m n k / 500 TFLOP/s, the kind of data a profile holds.
+  for (double m : {64.0, 256.0, 1024.0, 4096.0})
+    for (double n : {1024.0, 4096.0, 8192.0})
+      doc["gemm"].push_back({{"dtype", "fp16"}, {"m", m}, {"n", n}, {"k", 4096}, {"group", m < 1000 ? "a" : "b"},
+                             {"time_s", {5e-6 + 2 * m * n * 4096 / 500e12}}});
+  for (double rows : {1.0, 64.0, 1024.0, 4096.0})
+    doc["elementwise"].push_back({{"op", "layernorm"}, {"bytes", rows * 16384}, {"rows", rows},
+                                  {"time_s", {3e-6 + rows * 16384 / 1.5e12}}});
+  const Profile p = parse(doc);
+  REQUIRE(p.gemm_model);
+  CHECK(p.gemm_model->samples == 12);
+  REQUIRE(p.elementwise_models.count("layernorm"));
+  // The small-kernel model prices layernorm_bwd too (its forward op's model, its own bytes), and an
+  // op without samples (adam) falls back to add's model: none here, so the HBM stream prices it.
+  const CalibratedCostModel model(p);
+  const topo::DeviceModel d = synthetic_device(132);
+  const double fwd = ps_to_seconds(model.cost(ElementwiseKernel{"layernorm", 4096 * 16384, 0.0, 4096}, topo::Dtype::bf16, d).duration_ps);
+  const double bwd = ps_to_seconds(model.cost(ElementwiseKernel{"layernorm_bwd", 4096 * 16384, 0.0, 4096}, topo::Dtype::bf16, d).duration_ps);
+  CHECK(fwd == Approx(3e-6 + 4096 * 16384 / 1.5e12).epsilon(0.02));
+  CHECK(bwd == Approx(fwd).epsilon(1e-6));
+}

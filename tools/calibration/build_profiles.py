@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Writes the kernel samples of the shipped profiles from the raw data under tools/calibration/raw/.
+
+  tools/calibration/build_profiles.py           rewrite profiles/h100-sxm.json and profiles/a100-sxm.json
+  tools/calibration/build_profiles.py --check   exit 1 if a shipped profile differs from what it would write
+
+Only the "gemm" samples that came from vidur and the "elementwise" samples are rewritten; every other
+key, and GEMM samples entered by hand from other sources, stay as they are. fusesim fits its kernel
+models on these samples when it loads the profile (docs/calibration.md, "Kernel models").
+"""
+import csv
+import glob
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RAW = os.path.join(ROOT, "tools", "calibration", "raw", "vidur")
+PROFILES = {"h100": "profiles/h100-sxm.json", "a100": "profiles/a100-sxm.json"}
+VIDUR = "microsoft/vidur (MIT)"
+ORG = {"Llama-2-7b-hf": "meta-llama", "Llama-2-70b-hf": "meta-llama", "Meta-Llama-3-8B": "meta-llama",
+       "Meta-Llama-3-70B": "meta-llama", "internlm-20b": "internlm", "phi-2": "microsoft"}
+GEMMS = ["attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"]
+
+
+def seconds(ms_text):
+    return float(f"{float(ms_text) * 1e-3:.6g}")
+
+
+def samples(device):
+    commit = open(os.path.join(RAW, "COMMIT")).read().strip()[:12]
+    gemm, small = [], []
+    for path in sorted(glob.glob(os.path.join(RAW, device, "*.csv"))):
+        model = os.path.basename(path)[:-4]
+        original = f"data/profiling/compute/{device}/{ORG[model]}/{model}/mlp.csv"
+        groups = {}
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                groups.setdefault((int(r["tp"]), int(r["num_tokens"])), []).append(r)
+        for (tp, T), rows in sorted(groups.items()):
+            r0 = rows[0]
+            H, nq, nkv, F = (int(r0[k]) for k in ("n_embd", "n_head", "n_kv_head", "n_expanded_embd"))
+            gated = r0["use_gated_mlp"] == "True"
+            post_norm = "post_attention_layernorm_median_ms" in r0
+            hd = H // nq
+            where = f"vidur@{commit} {original} rows {','.join(r['vidur_row'] for r in rows)}"
+
+            def times(col):
+                return sorted(seconds(r[f"{col}_median_ms"]) for r in rows)
+
+            shapes = {"attn_pre_proj": ((nq + 2 * nkv) * hd // tp, H), "attn_post_proj": (H, nq * hd // tp),
+                      "mlp_up_proj": ((2 if gated else 1) * F // tp, H), "mlp_down_proj": (H, F // tp)}
+            for op in GEMMS:
+                n, k = shapes[op]
+                gemm.append({"dtype": "fp16", "m": T, "n": n, "k": k, "batch": 1, "time_s": times(op), "group": model,
+                             "source": f"{where}: {op}, tp {tp}"})
+            # HBM traffic in fp16 (2 bytes): norms read and write T x H; rotary reads and writes q and k;
+            # SwiGLU reads gate and up and writes one, GeLU reads and writes one; the residual add reads two
+            # and writes one (phi-2, without a second norm, adds three tensors); the embedding gathers T rows.
+            elems = [("emb", "embedding", 2 * T * H), ("input_layernorm", "layernorm", 2 * T * H),
+                     ("attn_rope", "rope", 2 * T * (nq + nkv) // tp * hd),
+                     ("mlp_act", "swiglu" if gated else "gelu", (3 if gated else 2) * T * F // tp),
+                     ("add", "add", (3 if post_norm else 4) * T * H)]
+            if post_norm:
+                elems.insert(2, ("post_attention_layernorm", "layernorm", 2 * T * H))
+            for col, op, n_elems in elems:
+                small.append({"op": op, "bytes": 2 * n_elems, "rows": T, "time_s": times(col), "group": model,
+                              "source": f"{where}: {col}, tp {tp}"})
+    return gemm, small
+
+
+def render(doc):
+    lines = ["{"]
+    keys = list(doc)
+    for i, key in enumerate(keys):
+        value = doc[key]
+        comma = "," if i + 1 < len(keys) else ""
+        if isinstance(value, list) and value:
+            lines.append(f"  {json.dumps(key)}: [")
+            lines += [f"    {json.dumps(v)}{',' if j + 1 < len(value) else ''}" for j, v in enumerate(value)]
+            lines.append(f"  ]{comma}")
+        else:
+            body = json.dumps(value, indent=2).replace("\n", "\n  ")
+            lines.append(f"  {json.dumps(key)}: {body}{comma}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def build(device, current):
+    doc = json.loads(current)
+    gemm, small = samples(device)
+    kept = [g for g in doc.get("gemm", []) if not g.get("source", "").startswith("vidur@")]
+    out = {}
+    for key in doc:
+        out[key] = doc[key]
+        if key == "provenance" and VIDUR not in doc["provenance"].get("source", ""):
+            out[key] = dict(doc[key])
+            out[key]["source"] = (doc[key].get("source", "") + "; kernel samples: " + VIDUR +
+                                  " data/profiling, converted by tools/calibration/build_profiles.py")
+    out["gemm"] = kept + gemm
+    out["elementwise"] = small
+    # Keep the schema's order: samples before "fitted".
+    order = ["schema", "schema_version", "device", "provenance", "gemm", "attention", "elementwise", "copy",
+             "contention", "collectives", "fitted"]
+    return render({k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order})
+
+
+def main():
+    check = "--check" in sys.argv[1:]
+    differs = []
+    for device, rel in PROFILES.items():
+        path = os.path.join(ROOT, rel)
+        current = open(path).read()
+        text = build(device, current)
+        if check:
+            if text != current:
+                differs.append(rel)
+        elif text != current:
+            with open(path, "w") as f:
+                f.write(text)
+    if differs:
+        print("profiles differ from tools/calibration/build_profiles.py's output: " + ", ".join(differs) +
+              " (run tools/calibration/build_profiles.py and commit)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
