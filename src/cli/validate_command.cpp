@@ -46,6 +46,7 @@ struct Case {
   int ranks = 0;
   Bytes bytes = 0;
   model::CommEngine engine = model::CommEngine::sm_kernel;
+  bool ring_only = false;  // "algorithm": "ring": the measurement disabled NVLS (NCCL_ALGO=Ring)
   // end to end
   std::string workload, metric;
   model::ScheduleKind schedule = model::ScheduleKind::baseline;
@@ -111,6 +112,7 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
           o.choice_or("engine", {"sm_kernel", "copy_engine"}, c.op == "p2p" ? "copy_engine" : "sm_kernel");
       if (engine == "copy_engine" && c.op != "p2p") o.at("engine").fail("only p2p cases run on the copy engine");
       c.engine = engine == "sm_kernel" ? model::CommEngine::sm_kernel : model::CommEngine::copy_engine;
+      c.ring_only = o.choice_or("algorithm", {"auto", "ring"}, "auto") == "ring";
       c.measured = positive(o, "measured_busbw_GBps");
       c.unit = "busbw GB/s";
     } else {
@@ -202,7 +204,9 @@ std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const
     if (c.ranks > cluster.num_ranks())
       throw InputError(c.topology, "$",
                        fmt::format("case '{}' needs {} ranks; the cluster has {}", c.id, c.ranks, cluster.num_ranks()));
-    sim::Simulator simulator(cluster, costs);
+    topo::Cluster ring = cluster;
+    if (c.ring_only) ring.comm.nvls.reset();
+    sim::Simulator simulator(c.ring_only ? ring : cluster, costs);
     const sim::SimResult r = simulator.run(collective_graph(c, cluster.num_ranks()));
     const double factor = model::bus_factor(c.op, c.ranks);
     return static_cast<double>(c.bytes) * factor / ps_to_seconds(r.makespan_ps) / 1e9;

@@ -493,6 +493,10 @@ std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cl
       cluster.comm.collective_base_latency_s = {std::max(0.0, ring->latency_s - steps * route_s), src};
     }
     cluster.comm.sm_step_latency_s = {step, src};
+    // The fitted ring is what the profile measured, whatever protocol NCCL ran: it replaces the
+    // topology's protocol choice (LL, LL128 set from other measurements). NVLS stays: a ring fit says
+    // nothing of the switch's all-reduce.
+    cluster.comm.protocols.clear();
     applied.push_back(
         fmt::format("{} ({} ranks): sm_kernel_efficiency {:.4f}, sm_step_latency_s {:.4g}, "
                     "collective_base_latency_s {:.4g}",

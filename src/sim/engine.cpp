@@ -132,6 +132,7 @@ struct CollectiveRun {
   // entry r * t + m is member m's successor in ring r and its route there. A member sends a step on
   // every ring at once, and the next step once all of them have been sent and received.
   int rings = 1;
+  std::uint8_t protocol = 0;  // Run::protocols_ index (SM-kernel collectives)
   std::vector<int> ring_next;
   std::vector<RouteId> ring_route;
   const sched::CollectiveTask* spec = nullptr;
@@ -281,7 +282,8 @@ class Run final : public sched::TaskVisitor {
   void launch_step_flow(std::uint32_t c, int member, int to, int step, RouteId route, double bytes, Bytes record_bytes);
   void advance_member(std::uint32_t c, int member);
   void end_task(TaskId id);
-  FlowOwner& launch_flow(RouteId route, double payload_bytes, model::CommEngine engine);
+  FlowOwner& launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol = 0);
+  void choose_protocols();
   // Events a fixed delay after now go to a lane of the queue (event_queue.hpp), one lane per
   // distinct delay, up to kMaxLanes; beyond that to the heap.
   static constexpr std::size_t kMaxLanes = 16;
@@ -366,19 +368,27 @@ class Run final : public sched::TaskVisitor {
   std::vector<FlowHot> flow_hot_;
   std::unordered_map<std::uint64_t, RouteId> routes_;
   std::vector<TimePs> route_latency_ps_;
-  // By 2 * route + (copy engine ? 1 : 0): a transfer's latency phase, and the lane of its end.
+  // By route x phases_ + (copy engine ? protocols : protocol): a transfer's latency phase, and the lane of its end.
   std::vector<TimePs> latency_phase_ps_;
   std::vector<std::uint32_t> latency_lane_;
   std::vector<std::pair<TimePs, std::uint32_t>> lanes_;  // delay -> lane
   std::uint32_t now_lane_ = kNone;
-  std::uint32_t base_latency_lane_ = kNone;
   std::vector<int> dirty_compute_, dirty_hbm_;
   std::size_t ended_ = 0;
 
-  TimePs base_latency_ps_ = 0;
-  TimePs sm_step_latency_ps_ = 0;
+  // SM-kernel protocols: 0 is Simple (the cluster's base keys), then the cluster's others (LL,
+  // LL128), then NVLS when it has one. A latency phase is route x (protocols + 1), the last being the
+  // copy engine's.
+  struct Protocol {
+    TimePs base_ps = 0;
+    TimePs step_ps = 0;
+    double efficiency = 1.0;
+    std::uint32_t base_lane = kNone;
+    bool nvls = false;
+  };
+  std::vector<Protocol> protocols_;
+  std::size_t phases_ = 2;
   TimePs ce_step_latency_ps_ = 0;
-  double sm_efficiency_ = 1.0;
   double ce_efficiency_ = 1.0;
 };
 
@@ -442,15 +452,26 @@ void Run::visit(TaskId id, const sched::Task& t) {
 void Run::prepare() {
   const std::size_t n = graph_.size();
   const auto& comm = cluster_.comm;
-  base_latency_ps_ = seconds_to_ps(comm.collective_base_latency_s.value);
-  sm_step_latency_ps_ = seconds_to_ps(comm.sm_step_latency_s.value);
+  protocols_.clear();
+  protocols_.push_back({seconds_to_ps(comm.collective_base_latency_s.value), seconds_to_ps(comm.sm_step_latency_s.value),
+                        comm.sm_kernel_efficiency.value});
+  for (const topo::CommProtocol& p : comm.protocols)
+    protocols_.push_back({seconds_to_ps(p.base_latency_s.value), seconds_to_ps(p.step_latency_s.value), p.efficiency.value});
+  if (comm.nvls)
+    protocols_.push_back({seconds_to_ps(comm.nvls->base_latency_s.value), seconds_to_ps(comm.nvls->step_latency_s.value),
+                          comm.nvls->efficiency.value, kNone, true});
+  phases_ = protocols_.size() + 1;
   ce_step_latency_ps_ = seconds_to_ps(comm.copy_engine_step_latency_s.value);
-  sm_efficiency_ = comm.sm_kernel_efficiency.value;
   ce_efficiency_ = comm.copy_engine_efficiency.value;
-  if (!(sm_efficiency_ > 0.0 && sm_efficiency_ <= 1.0) || !(ce_efficiency_ > 0.0 && ce_efficiency_ <= 1.0))
-    throw GraphError(fmt::format("cluster '{}': communication efficiencies must be in (0, 1] (sm_kernel {}, copy_engine {})",
-                                 cluster_.name, sm_efficiency_, ce_efficiency_));
-  if (base_latency_ps_ < 0 || sm_step_latency_ps_ < 0 || ce_step_latency_ps_ < 0)
+  for (const Protocol& p : protocols_) {
+    if (!(p.efficiency > 0.0 && p.efficiency <= (p.nvls ? 2.0 : 1.0)))
+      throw GraphError(fmt::format("cluster '{}': communication efficiency {} out of range", cluster_.name, p.efficiency));
+    if (p.base_ps < 0 || p.step_ps < 0)
+      throw GraphError(fmt::format("cluster '{}': communication latencies must not be negative", cluster_.name));
+  }
+  if (!(ce_efficiency_ > 0.0 && ce_efficiency_ <= 1.0))
+    throw GraphError(fmt::format("cluster '{}': copy-engine efficiency must be in (0, 1] ({})", cluster_.name, ce_efficiency_));
+  if (ce_step_latency_ps_ < 0)
     throw GraphError(fmt::format("cluster '{}': communication latencies must not be negative", cluster_.name));
   if (cost_failure_) std::rethrow_exception(cost_failure_);
 
@@ -521,11 +542,45 @@ void Run::prepare() {
       c.ring_route.push_back(route_of(c.ranks[e % t], c.ranks[c.ring_next[e]]));
   }
   now_lane_ = lane_for(0);
-  base_latency_lane_ = lane_for(base_latency_ps_);
+  for (Protocol& p : protocols_) p.base_lane = lane_for(p.base_ps);
   for (std::size_t r = 0; r < route_latency_ps_.size(); ++r) {
-    for (TimePs step : {sm_step_latency_ps_, ce_step_latency_ps_}) {
+    for (std::size_t k = 0; k < phases_; ++k) {
+      const TimePs step = k < protocols_.size() ? protocols_[k].step_ps : ce_step_latency_ps_;
       latency_phase_ps_.push_back(route_latency_ps_[r] + step);
       latency_lane_.push_back(lane_for(route_latency_ps_[r] + step));
+    }
+  }
+  choose_protocols();
+}
+
+// Each ring collective of SM kernels takes the protocol whose time alone is least for its size, with
+// the latency and bandwidth of its first ring's first hop (NCCL's tuning model: one latency and one
+// bandwidth per algorithm and protocol, precomputed, then one formula per query). NVLS only for an
+// all-reduce inside one node (the NVSwitch of that node reduces).
+void Run::choose_protocols() {
+  if (protocols_.size() < 2) return;
+  for (CollectiveRun& c : collectives_) {
+    const int t = static_cast<int>(c.ranks.size());
+    if (t < 2 || c.spec->kind == sched::CollectiveKind::all_to_all || c.spec->engine != model::CommEngine::sm_kernel ||
+        c.ring_route.empty())
+      continue;
+    const RouteId route = c.ring_route.front();
+    double bandwidth = std::numeric_limits<double>::infinity();
+    for (topo::LinkId l : network_.route_links(route))
+      bandwidth = std::min(bandwidth, cluster_.links[l].bandwidth_bytes_per_s);
+    if (!std::isfinite(bandwidth) || bandwidth <= 0.0) continue;
+    bool one_node = true;
+    for (int r : c.ranks) one_node = one_node && cluster_.node_of(r) == cluster_.node_of(c.ranks.front());
+    const double step_bytes = static_cast<double>(c.spec->bytes) / t / c.rings;
+    double best = std::numeric_limits<double>::infinity();
+    for (std::size_t k = 0; k < protocols_.size(); ++k) {
+      const Protocol& p = protocols_[k];
+      if (p.nvls && !(one_node && c.spec->kind == sched::CollectiveKind::all_reduce)) continue;
+      const double time = ps_to_seconds(p.base_ps) +
+                          c.steps * (ps_to_seconds(route_latency_ps_[route] + p.step_ps) +
+                                     step_bytes / (bandwidth * p.efficiency));
+      // Strictly less: on a tie the earlier protocol (Simple first) keeps it, deterministically.
+      if (time < best) best = time, c.protocol = static_cast<std::uint8_t>(k);
     }
   }
 }
@@ -784,9 +839,9 @@ void Run::on_compute_end(std::uint32_t slot) {
 // Creates the flow and its latency-end event; the caller fills in the returned owner in place (a
 // FlowOwner built on the stack and copied would be written field by field and read back in wide
 // words: a store-forwarding stall per transfer).
-FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngine engine) {
+FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol) {
   const bool sm = engine == model::CommEngine::sm_kernel;
-  const double efficiency = sm ? sm_efficiency_ : ce_efficiency_;
+  const double efficiency = sm ? protocols_[protocol].efficiency : ce_efficiency_;
   const FlowId f = network_.create(route, payload_bytes / efficiency);
   if (f >= owners_.size()) {
     owners_.resize(f + 1);
@@ -800,7 +855,7 @@ FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngi
   o.start_ps = now_;
   flow_hot_[f].scheduled_ps = kTimeNever;
   flow_hot_[f].payload_bytes_per_s = 0.0;  // the network's rate is 0 until the flow's first settle()
-  const std::size_t phase = 2 * static_cast<std::size_t>(route) + (sm ? 0 : 1);
+  const std::size_t phase = phases_ * static_cast<std::size_t>(route) + (sm ? protocol : protocols_.size());
   push_after(latency_phase_ps_[phase], latency_lane_[phase], kFlowLatencyEnd, f);
   return o;
 }
@@ -839,7 +894,8 @@ void Run::start_collective(std::uint32_t ci) {
     return;
   }
   for (std::size_t m = 0; m < c.members.size(); ++m) hold_sms(c.ranks[m], c.sms[m]);
-  push_after(base_latency_ps_, base_latency_lane_, kCollectiveSteps, ci);
+  const Protocol& p = protocols_[c.spec->engine == model::CommEngine::sm_kernel ? c.protocol : 0];
+  push_after(p.base_ps, p.base_lane, kCollectiveSteps, ci);
 }
 
 // Member `member` sends its step `step` chunk: on each ring to its successor there, or for the
@@ -867,7 +923,7 @@ void Run::start_step(std::uint32_t ci, int member, int step) {
 void Run::launch_step_flow(std::uint32_t ci, int member, int to, int step, RouteId route, double bytes,
                            Bytes record_bytes) {
   CollectiveRun& c = collectives_[ci];
-  FlowOwner& o = launch_flow(route, bytes, c.spec->engine);
+  FlowOwner& o = launch_flow(route, bytes, c.spec->engine, c.protocol);
   o.collective = ci;
   o.task = c.members[member];
   o.peer_task = c.members[to];

@@ -132,6 +132,23 @@ CommParams read_communication(const JsonObject& o) {
   c.copy_engine_step_latency_s = o.sourced("copy_engine_step_latency_s", 0.0, kMaxLatencyS);
   c.sm_kernel_efficiency = positive_sourced(o, "sm_kernel_efficiency", 1.0);
   c.copy_engine_efficiency = positive_sourced(o, "copy_engine_efficiency", 1.0);
+  const auto protocol = [](const JsonObject& p, const std::string& name, double max_efficiency) {
+    CommProtocol out;
+    out.name = name;
+    out.base_latency_s = p.sourced("base_latency_s", 0.0, kMaxLatencyS);
+    out.step_latency_s = p.sourced("step_latency_s", 0.0, kMaxLatencyS);
+    out.efficiency = positive_sourced(p, "efficiency", max_efficiency);
+    p.finish();
+    return out;
+  };
+  if (auto ps = o.find("protocols")) {
+    const JsonObject po = ps->as_object();
+    for (const char* name : {"ll", "ll128"})
+      if (po.has(name)) c.protocols.push_back(protocol(po.object(name), name, 1.0));
+    po.finish();
+  }
+  // NVLS reduces in the switch: its bus bandwidth may exceed a ring's on the same links, never twice.
+  if (auto nv = o.find("nvls")) c.nvls = protocol(nv->as_object(), "nvls", 2.0);
   o.finish();
   return c;
 }

@@ -199,3 +199,29 @@ TEST_CASE("a copy-engine collective uses the copy-engine step latency", "[sim][c
   const auto res = Simulator(cluster, costs).run(g);
   check_all_end_at(res, ids, 74'000'000);
 }
+
+TEST_CASE("a ring collective takes the protocol whose time alone is least for its size", "[sim][collective]") {
+  // The star of 8 ranks: Simple is base 5 us, per step route 1 us + SM step 1 us, chunks at 1e11 B/s.
+  // Add an LL-like protocol: base 1 us, no step latency, half the payload per wire byte, and NVLS:
+  // base 2 us, no step latency, twice the payload per wire byte (the switch reduces).
+  auto cluster = star(8);
+  cluster.comm.protocols.push_back({"ll", {1e-6, "test"}, {0.0, "test"}, {0.5, "test"}});
+  TestCostModel costs;
+  const auto run = [&](const topo::Cluster& c, CollectiveKind kind, Bytes n) {
+    TaskGraph g(8);
+    const auto ids = collective(g, "c", kind, iota_ranks(8), n, 1);
+    const SimResult res = Simulator(c, costs).run(g);
+    return res.tasks[ids.front()].end_ps;
+  };
+  // All-reduce of 8,000 B: 14 steps of 1,000 B chunks (10,000 ps at 1e11 B/s, 20,000 ps at half).
+  //   Simple: 5e6 + 14 x (2e6 + 10,000) = 33,140,000;  LL: 1e6 + 14 x (1e6 + 20,000) = 15,280,000.
+  CHECK(run(cluster, CollectiveKind::all_reduce, 8'000) == 15'280'000);
+  // All-reduce of 8e6 B: 1e6 B chunks (10e6 ps, 20e6 ps at half).
+  //   Simple: 5e6 + 14 x (2e6 + 10e6) = 173e6;  LL: 1e6 + 14 x (1e6 + 20e6) = 295e6.
+  CHECK(run(cluster, CollectiveKind::all_reduce, kN) == 173'000'000);
+  cluster.comm.nvls = topo::CommProtocol{"nvls", {2e-6, "test"}, {0.0, "test"}, {2.0, "test"}};
+  // NVLS: 2e6 + 14 x (1e6 + 5e6) = 86e6, the least; every rank of the star is on node 0.
+  CHECK(run(cluster, CollectiveKind::all_reduce, kN) == 86'000'000);
+  // Not for an all-gather: Simple, 5e6 + 7 x (2e6 + 10e6) = 89e6.
+  CHECK(run(cluster, CollectiveKind::all_gather, kN) == 89'000'000);
+}

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -95,12 +96,27 @@ struct Route {
 // Fixed costs of communication, NCCL-tuning style: computed once per cluster, then each transfer
 // takes latency + wire_bytes / rate, where latency = route latency + the step latency of its engine
 // (+ the base latency once per collective) and wire_bytes = payload / engine efficiency.
+// Another protocol (NCCL's LL, LL128) or algorithm (NVLS) of SM-kernel collectives, beside the Simple
+// ring protocol that the keys of CommParams describe. A collective takes the one whose time alone,
+//   base_latency + steps x (route latency + step_latency) + bytes x bus factor / (link bandwidth x efficiency),
+// is least for its size, as NCCL's tuning model picks (src/graph/tuning.cc).
+struct CommProtocol {
+  std::string name;              // "ll", "ll128", "nvls"
+  SourcedValue base_latency_s;
+  SourcedValue step_latency_s;
+  SourcedValue efficiency;       // payload / wire bytes; NVLS may exceed 1 (the switch reduces)
+};
+
 struct CommParams {
   SourcedValue collective_base_latency_s;   // once per collective (kernel launch, setup)
   SourcedValue sm_step_latency_s;           // per step of an SM-kernel collective or P2P
   SourcedValue copy_engine_step_latency_s;  // per copy-engine transfer (launch and completion signal)
   SourcedValue sm_kernel_efficiency;        // payload / wire bytes of SM-kernel protocols, on top of link efficiency
   SourcedValue copy_engine_efficiency;      // same for copy-engine transfers
+  // Optional ("protocols": {"ll": ..., "ll128": ...}, "nvls": ...): ring collectives of SM kernels
+  // choose among Simple and these by size; NVLS serves all-reduces inside one NVSwitch node.
+  std::vector<CommProtocol> protocols;
+  std::optional<CommProtocol> nvls;
 };
 
 class Cluster {
