@@ -292,14 +292,18 @@ class ValidateCommand final : public Command {
         } catch (const InputError&) {
           continue;  // another device's profile: not this case's
         }
+        // A profile named with --profile also calibrates the links (as simulate --profile does); the
+        // shipped profiles a default run picks price kernels only and leave the topology's links.
         topo::Cluster calibrated = cluster;
-        model::apply_profile(p, calibrated);
+        if (!profiles_.empty()) model::apply_profile(p, calibrated);
         const model::CalibratedCostModel costs(p);
         row.profile = p.label;
         // End-to-end cases load the profile by name inside simulate(); the same file.
         row.calibrated = predict(
             c, calibrated, costs,
-            model::PricingChoice{model::PricingMode::profile, names[static_cast<std::size_t>(&p - profiles.data())]});
+            profiles_.empty()
+                ? model::PricingChoice{}
+                : model::PricingChoice{model::PricingMode::profile, names[static_cast<std::size_t>(&p - profiles.data())]});
         row.fitted = std::find(p.fitted_on.begin(), p.fitted_on.end(), c.id) != p.fitted_on.end();
         break;
       }

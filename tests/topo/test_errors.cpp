@@ -73,6 +73,24 @@ TEST_CASE("each malformed topology names its JSON path") {
       {"missing comm field", [](json& j) { j["communication"].erase("sm_kernel_efficiency"); },
        "$.communication.sm_kernel_efficiency"},
       {"missing link", [](json& j) { j["node"]["scale_up"].erase("link"); }, "$.node.scale_up.link"},
+      // Protocols: LL's payload share cannot exceed 1 (only NVLS, whose switch reduces, may, up to 2);
+      // an unknown protocol is refused.
+      {"ll efficiency above 1",
+       [](json& j) {
+         j["communication"]["protocols"]["ll"] = {{"base_latency_s", {{"value", 6.6e-6}, {"source", "s"}}},
+                                                  {"step_latency_s", {{"value", 0.6e-6}, {"source", "s"}}},
+                                                  {"efficiency", {{"value", 1.2}, {"source", "s"}}}};
+       },
+       "$.communication.protocols.ll.efficiency.value"},
+      {"unknown protocol", [](json& j) { j["communication"]["protocols"]["ll64"] = json::object(); },
+       "$.communication.protocols.ll64"},
+      {"nvls efficiency above 2",
+       [](json& j) {
+         j["communication"]["nvls"] = {{"base_latency_s", {{"value", 2e-5}, {"source", "s"}}},
+                                       {"step_latency_s", {{"value", 0.0}, {"source", "s"}}},
+                                       {"efficiency", {{"value", 2.5}, {"source", "s"}}}};
+       },
+       "$.communication.nvls.efficiency.value"},
       {"missing nic_link", [](json& j) { j["node"]["nics"].erase("nic_link"); }, "$.node.nics.nic_link"},
       {"missing latency", [](json& j) { j["node"]["scale_up"]["link"].erase("latency_s"); },
        "$.node.scale_up.link.latency_s"},
