@@ -8,7 +8,9 @@ Only the "gemm" samples that came from vidur and the "elementwise" samples are r
 key, and GEMM samples entered by hand from other sources, stay as they are. fusesim fits its kernel
 models on these samples when it loads the profile (docs/calibration.md, "Kernel models").
 """
+import argparse
 import csv
+import difflib
 import glob
 import json
 import os
@@ -24,7 +26,16 @@ GEMMS = ["attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"]
 
 
 def seconds(ms_text):
-    return float(f"{float(ms_text) * 1e-3:.6g}")
+    # vidur's times carry at most 7 significant digits (microsecond timer, medians of two halves) plus
+    # pandas' float noise at the 17th (0.17350000000000002): 12 digits keep every real one and drop the
+    # noise, so that json writes the shortest repr (0.0001735).
+    return float(f"{float(ms_text) * 1e-3:.12g}")
+
+
+def exact(num, den, what):
+    if num % den:
+        raise SystemExit(f"{what}: {num} is not divisible by tp {den}")
+    return num // den
 
 
 def samples(device):
@@ -42,14 +53,18 @@ def samples(device):
             H, nq, nkv, F = (int(r0[k]) for k in ("n_embd", "n_head", "n_kv_head", "n_expanded_embd"))
             gated = r0["use_gated_mlp"] == "True"
             post_norm = "post_attention_layernorm_median_ms" in r0
-            hd = H // nq
+            hd = exact(H, nq, f"{path}: n_embd / n_head")
             where = f"vidur@{commit} {original} rows {','.join(r['vidur_row'] for r in rows)}"
 
             def times(col):
                 return sorted(seconds(r[f"{col}_median_ms"]) for r in rows)
 
-            shapes = {"attn_pre_proj": ((nq + 2 * nkv) * hd // tp, H), "attn_post_proj": (H, nq * hd // tp),
-                      "mlp_up_proj": ((2 if gated else 1) * F // tp, H), "mlp_down_proj": (H, F // tp)}
+            # GEMM (n, k) per op on one tensor-parallel rank (m = tokens): QKV and the MLP up (gate and up
+            # when gated) are column-parallel, the output projection and the MLP down row-parallel.
+            heads, kv_heads, ffn = (exact(x, tp, f"{path}: {name}") for x, name in
+                                    ((nq, "n_head"), (nkv, "n_kv_head"), (F, "n_expanded_embd")))
+            shapes = {"attn_pre_proj": ((heads + 2 * kv_heads) * hd, H), "attn_post_proj": (H, heads * hd),
+                      "mlp_up_proj": ((2 if gated else 1) * ffn, H), "mlp_down_proj": (H, ffn)}
             for op in GEMMS:
                 n, k = shapes[op]
                 gemm.append({"dtype": "fp16", "m": T, "n": n, "k": k, "batch": 1, "time_s": times(op), "group": model,
@@ -58,8 +73,8 @@ def samples(device):
             # SwiGLU reads gate and up and writes one, GeLU reads and writes one; the residual add reads two
             # and writes one (phi-2, without a second norm, adds three tensors); the embedding gathers T rows.
             elems = [("emb", "embedding", 2 * T * H), ("input_layernorm", "layernorm", 2 * T * H),
-                     ("attn_rope", "rope", 2 * T * (nq + nkv) // tp * hd),
-                     ("mlp_act", "swiglu" if gated else "gelu", (3 if gated else 2) * T * F // tp),
+                     ("attn_rope", "rope", 2 * T * (heads + kv_heads) * hd),
+                     ("mlp_act", "swiglu" if gated else "gelu", (3 if gated else 2) * T * ffn),
                      ("add", "add", (3 if post_norm else 4) * T * H)]
             if post_norm:
                 elems.insert(2, ("post_attention_layernorm", "layernorm", 2 * T * H))
@@ -105,22 +120,55 @@ def build(device, current):
     return render({k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order})
 
 
+def summary(rel, current, text):
+    """What differs between the shipped profile and the regenerated one, in a few lines."""
+    out = [f"{rel} differs from what build_profiles.py writes:"]
+    try:
+        old, new = json.loads(current), json.loads(text)
+    except ValueError as e:
+        old, new = {}, {}
+        out.append(f"  shipped file does not parse: {e}")
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if a == b:
+            continue
+        if isinstance(a, list) and isinstance(b, list):
+            sa, sb = [json.dumps(x) for x in a], [json.dumps(x) for x in b]
+            gone, added = len(set(sa) - set(sb)), len(set(sb) - set(sa))
+            out.append(f"  {key}: {len(a)} shipped, {len(b)} regenerated; {gone} only shipped, {added} only "
+                       f"regenerated" + ("; order differs" if not gone and not added else ""))
+        else:
+            out.append(f"  {key}: value differs")
+    lines = list(difflib.unified_diff(current.splitlines(), text.splitlines(), "shipped", "regenerated", n=0,
+                                      lineterm=""))
+    changed = [line for line in lines if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    out.append(f"  {len(changed)} differing lines; first ones:")
+    out += ["    " + (line if len(line) <= 160 else line[:157] + "...") for line in changed[:6]]
+    return "\n".join(out)
+
+
 def main():
-    check = "--check" in sys.argv[1:]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 with a summary if a shipped profile differs")
+    args = ap.parse_args()
     differs = []
     for device, rel in PROFILES.items():
         path = os.path.join(ROOT, rel)
-        current = open(path).read()
+        with open(path) as f:
+            current = f.read()
         text = build(device, current)
-        if check:
-            if text != current:
-                differs.append(rel)
-        elif text != current:
+        if text == current:
+            continue
+        if args.check:
+            differs.append(summary(rel, current, text))
+        else:
             with open(path, "w") as f:
                 f.write(text)
+            print(f"wrote {rel}")
     if differs:
-        print("profiles differ from tools/calibration/build_profiles.py's output: " + ", ".join(differs) +
-              " (run tools/calibration/build_profiles.py and commit)", file=sys.stderr)
+        print("\n".join(differs), file=sys.stderr)
+        print("run tools/calibration/build_profiles.py and commit the profiles", file=sys.stderr)
         return 1
     return 0
 
