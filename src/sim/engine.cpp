@@ -211,7 +211,7 @@ class KernelCostCache {
       std::uint64_t head = 0;
       std::memcpy(&head, e.op.data(), std::min<std::size_t>(e.op.size(), 8));
       h = mix(mix(h, head ^ e.op.size()), static_cast<std::uint64_t>(e.bytes));
-      h = mix(h, bits(e.flops));
+      h = mix(mix(h, bits(e.flops)), static_cast<std::uint64_t>(e.rows));
     }
     return h ^ (h >> 32);
   }
@@ -229,7 +229,7 @@ class KernelCostCache {
     }
     const auto& a = std::get<model::ElementwiseKernel>(x.kernel);
     const auto& b = std::get<model::ElementwiseKernel>(y.kernel);
-    return a.op == b.op && a.bytes == b.bytes && bits(a.flops) == bits(b.flops);
+    return a.op == b.op && a.bytes == b.bytes && bits(a.flops) == bits(b.flops) && a.rows == b.rows;
   }
   void grow() {
     std::vector<std::uint32_t> bigger(slots_.empty() ? 64 : 2 * slots_.size(), 0);

@@ -174,3 +174,38 @@ TEST_CASE("observer callbacks arrive in time order", "[sim][observer]") {
   REQUIRE(rec.transfers == static_cast<int>(res.transfers.size()));
   REQUIRE(rec.times.back() == res.makespan_ps);
 }
+
+namespace {
+// Prices an element-wise kernel by its rows alone: 1,000 ps a row (a row-wise kernel's cost model).
+class RowsCostModel final : public fusesim::model::KernelCostModel {
+ public:
+  fusesim::model::KernelCost cost(const fusesim::model::Kernel& kernel, fusesim::topo::Dtype,
+                                  const fusesim::topo::DeviceModel&) const override {
+    fusesim::model::KernelCost c;
+    c.duration_ps = 1'000 * std::get<fusesim::model::ElementwiseKernel>(kernel).rows;
+    c.memory_s = fusesim::ps_to_seconds(c.duration_ps);
+    return c;
+  }
+  double rate(const fusesim::model::KernelCost&, const fusesim::topo::DeviceModel&,
+              const fusesim::model::DeviceLoad&) const override {
+    return 1.0;
+  }
+};
+}  // namespace
+
+TEST_CASE("element-wise kernels that differ only in rows are priced apart", "[sim][compute]") {
+  // Same op, bytes and FLOPs: the engine's per-run cost cache must still tell 16 rows from 4096.
+  const auto cluster = star(1);
+  TaskGraph g(1);
+  auto a = compute("a", 0, 1.0);
+  auto b = compute("b", 0, 1.0);
+  std::get<fusesim::model::ElementwiseKernel>(std::get<fusesim::sched::ComputeTask>(a.kind).kernel).rows = 16;
+  std::get<fusesim::model::ElementwiseKernel>(std::get<fusesim::sched::ComputeTask>(b.kind).kernel).rows = 4096;
+  const auto ia = g.add(a);
+  const auto ib = g.add(b);
+  const RowsCostModel costs;
+  const auto res = Simulator(cluster, costs).run(g);
+  // One stream: a runs 16 x 1,000 ps, then b 4,096 x 1,000 ps.
+  CHECK(res.tasks[ia].end_ps == 16'000);
+  CHECK(res.tasks[ib].end_ps == 16'000 + 4'096'000);
+}
