@@ -204,9 +204,10 @@ std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const
     if (c.ranks > cluster.num_ranks())
       throw InputError(c.topology, "$",
                        fmt::format("case '{}' needs {} ranks; the cluster has {}", c.id, c.ranks, cluster.num_ranks()));
-    topo::Cluster ring = cluster;
-    if (c.ring_only) ring.comm.nvls.reset();
-    sim::Simulator simulator(c.ring_only ? ring : cluster, costs);
+    // NCCL_ALGO=Ring: the same cluster without NVLS (copied only for such a case).
+    std::optional<topo::Cluster> ring;
+    if (c.ring_only) ring.emplace(cluster).comm.nvls.reset();
+    sim::Simulator simulator(ring ? *ring : cluster, costs);
     const sim::SimResult r = simulator.run(collective_graph(c, cluster.num_ranks()));
     const double factor = model::bus_factor(c.op, c.ranks);
     return static_cast<double>(c.bytes) * factor / ps_to_seconds(r.makespan_ps) / 1e9;
@@ -402,13 +403,12 @@ class ValidateCommand final : public Command {
       r.parts.push_back({"gemm", p.gemm_model->samples, p.gemm_model->in_sample_mape_pct,
                          model::leave_one_group_out_gemm(gemm, p.sm_count, p.gemm_model->element_bytes)});
     }
-    const auto small = model::small_kernel_timings(p);
     if (!p.elementwise_models.empty()) {
       double sum = 0;
       int n = 0;
       for (const auto& [op, m] : p.elementwise_models) sum += m.in_sample_mape_pct * m.samples, n += m.samples;
       r.parts.push_back({"small kernels", n, n ? std::optional<double>(sum / n) : std::nullopt,
-                         model::leave_one_group_out_small(small)});
+                         model::leave_one_group_out_small(p.elementwise)});
     }
     return r;
   }

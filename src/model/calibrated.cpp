@@ -162,8 +162,7 @@ const SmallKernelModel* small_kernel_model(const Profile& p, const std::string& 
 
 KernelCost CalibratedCostModel::cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
   if (const auto* g = std::get_if<GemmKernel>(&kernel)) {
-    const auto key = std::make_tuple(g->m, g->n, g->k, g->batch, static_cast<int>(dtype),
-                                     device.name);
+    const auto key = std::make_tuple(g->m, g->n, g->k, g->batch, static_cast<int>(dtype), device.name);
     {
       std::lock_guard<std::mutex> lock(gemm_cache_mu_);
       if (const auto it = gemm_cache_.find(key); it != gemm_cache_.end()) return it->second;
@@ -233,30 +232,17 @@ double CalibratedCostModel::rate(const KernelCost& cost, const topo::DeviceModel
   // Compute: the measured slowdown beside SM-based communication, or beside a copy-engine transfer
   // when no SMs are held; the roofline's wave model where the profile measured neither.
   double compute_s = cost.compute_s;
-  if (load.sms_held_by_comm > 0 && profile_.sm_wave_share) {
+  if (load.sms_held_by_comm > 0) {
     // By shape: a GEMM's tiles run in waves on the SMs left, so a one-wave GEMM needs a second wave
     // and a many-wave one a few percent more; other kernels spread over the SMs left. The share says
     // how much of the extra waves the measurement showed (communication does not hold its SMs all along).
-    const int sms_left = std::max(1, device.sm_count - load.sms_held_by_comm);
-    double ratio = static_cast<double>(device.sm_count) / sms_left;
-    if (cost.tiles > 0) {
-      const auto waves = (cost.tiles + device.sm_count - 1) / device.sm_count;
-      const auto waves_left = (cost.tiles + sms_left - 1) / sms_left;
-      ratio = static_cast<double>(waves_left) / static_cast<double>(waves);
-    }
-    compute_s *= 1.0 + *profile_.sm_wave_share * (ratio - 1.0);
-  } else if (load.sms_held_by_comm > 0) {
-    if (const auto s = sm_slowdown(load.sms_held_by_comm)) {
+    const double ratio = wave_ratio(cost.tiles, device.sm_count, load.sms_held_by_comm);
+    if (profile_.sm_wave_share) {
+      compute_s *= 1.0 + *profile_.sm_wave_share * (ratio - 1.0);
+    } else if (const auto s = sm_slowdown(load.sms_held_by_comm)) {
       compute_s *= *s;
     } else {
-      const int sms_left = std::max(1, device.sm_count - load.sms_held_by_comm);
-      if (cost.tiles > 0) {
-        const auto waves = (cost.tiles + device.sm_count - 1) / device.sm_count;
-        const auto waves_left = (cost.tiles + sms_left - 1) / sms_left;
-        compute_s *= static_cast<double>(waves_left) / static_cast<double>(waves);
-      } else {
-        compute_s *= static_cast<double>(device.sm_count) / static_cast<double>(sms_left);
-      }
+      compute_s *= ratio;
     }
   } else if (profile_.copy_engine_slowdown) {
     compute_s *= *profile_.copy_engine_slowdown;

@@ -104,32 +104,27 @@ const std::vector<std::pair<int, int>>& default_gemm_tiles() {
 double GemmModel::smooth_time_s(double m, double n, double k, double batch) const {
   if (m <= 0 || n <= 0 || k <= 0 || batch <= 0) return 0.0;
   const double memory = (m * k + k * n + m * n) * batch * element_bytes / operand_bytes_per_s;
-  double compute = std::numeric_limits<double>::infinity();
   const double per_sm = sm_flops_per_s * k / (k + k_half);
-  const double h_ref = 1.0 + tile_overhead * (1.0 / 128 + 1.0 / 256);
-  for (const auto& [tm, tn] : tiles) {
-    const double waves = ceil_div(ceil_div(m, tm) * ceil_div(n, tn) * batch, sm_count);
-    const double h = h_ref / (1.0 + tile_overhead * (1.0 / tm + 1.0 / tn));
-    compute = std::min(compute, waves * tm * tn * 2.0 * k / (per_sm * h));
-  }
+  const double compute = best_plan(m, n, batch).cost * 2.0 * k / per_sm;
   // (a^p + b^p)^(1/p) computed on the larger term's scale (no overflow for large p).
   const double big = std::max(memory, compute), small = std::min(memory, compute);
   return launch_s + big * std::pow(1.0 + std::pow(small / big, blend), 1.0 / blend);
 }
 
-std::int64_t GemmModel::tiles_of_best_plan(double m, double n, double batch) const {
-  // The plan smooth_time_s picks for large k (where the choice matters).
-  double best = std::numeric_limits<double>::infinity();
-  std::int64_t best_tiles = 0;
+GemmModel::Plan GemmModel::best_plan(double m, double n, double batch) const {
+  Plan best{std::numeric_limits<double>::infinity(), 0};
   const double h_ref = 1.0 + tile_overhead * (1.0 / 128 + 1.0 / 256);
   for (const auto& [tm, tn] : tiles) {
     const double t = ceil_div(m, tm) * ceil_div(n, tn) * batch;
-    const double waves = ceil_div(t, sm_count);
     const double h = h_ref / (1.0 + tile_overhead * (1.0 / tm + 1.0 / tn));
-    const double c = waves * tm * tn / h;
-    if (c < best) best = c, best_tiles = static_cast<std::int64_t>(t);
+    const double cost = ceil_div(t, sm_count) * tm * tn / h;
+    if (cost < best.cost) best = {cost, static_cast<std::int64_t>(t)};
   }
-  return best_tiles;
+  return best;
+}
+
+std::int64_t GemmModel::tiles_of_best_plan(double m, double n, double batch) const {
+  return best_plan(m, n, batch).tiles;
 }
 
 double GemmModel::time_s(double m, double n, double k, double batch) const {

@@ -181,12 +181,6 @@ std::vector<GemmTiming> gemm_timings(const Profile& profile) {
   return out;
 }
 
-std::vector<SmallKernelTiming> small_kernel_timings(const Profile& profile) {
-  std::vector<SmallKernelTiming> out;
-  for (const ProfileElementwise& e : profile.elementwise) out.push_back({e.op, e.bytes, e.rows, e.time_s, e.group});
-  return out;
-}
-
 namespace {
 
 // The kernel models of docs/calibration.md, "Kernel models": fitted once when the profile is read
@@ -201,7 +195,7 @@ void fit_kernel_models(Profile& p, const JsonObject& root) {
     }
   }
   std::map<std::string, std::vector<SmallKernelTiming>> by_op;
-  for (const SmallKernelTiming& s : small_kernel_timings(p)) by_op[s.op].push_back(s);
+  for (const SmallKernelTiming& s : p.elementwise) by_op[s.op].push_back(s);
   for (const auto& [op, samples] : by_op) {
     if (samples.size() < 3) continue;
     try {
@@ -219,9 +213,7 @@ std::optional<double> fit_sm_wave_share(const Profile& p) {
   double xy = 0.0, xx = 0.0;
   for (const ProfileContention& c : p.contention) {
     if (c.aggressor != "sm_kernel" || c.ctas <= 0 || c.comm_sms >= p.sm_count) continue;
-    const double alone = std::ceil(static_cast<double>(c.ctas) / p.sm_count);
-    const double beside = std::ceil(static_cast<double>(c.ctas) / (p.sm_count - c.comm_sms));
-    const double x = beside / alone - 1.0;
+    const double x = wave_ratio(c.ctas, p.sm_count, c.comm_sms) - 1.0;
     xy += x * (c.slowdown - 1.0);
     xx += x * x;
   }
@@ -320,7 +312,7 @@ Profile parse_profile(const JsonDocument& doc) {
       const bool copy = std::string(section) == "copy";
       for (std::size_t i = 0; i < a.size(); ++i) {
         const JsonObject o = a.at(i).as_object();
-        ProfileElementwise s;
+        SmallKernelTiming s;
         s.op = copy ? "copy" : o.choice("op", kSmallOps);
         // A copy reads and writes each byte: its HBM traffic is twice its size.
         s.bytes = (copy ? 2.0 : 1.0) * positive(o, "bytes");

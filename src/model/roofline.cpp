@@ -155,6 +155,16 @@ KernelCost elementwise_cost(const ElementwiseKernel& e, const topo::DeviceModel&
 
 }  // namespace
 
+double wave_ratio(std::int64_t tiles, int sm_count, int sms_held) {
+  require(sm_count > 0, "SM count must be positive");
+  if (sms_held <= 0) return 1.0;
+  const int sms_left = std::max(1, sm_count - sms_held);
+  // The same tiles run in waves of sms_left instead of sm_count; one wave takes as long as before.
+  if (tiles > 0)
+    return static_cast<double>(ceil_div(tiles, sms_left)) / static_cast<double>(ceil_div(tiles, sm_count));
+  return static_cast<double>(sm_count) / static_cast<double>(sms_left);
+}
+
 KernelCost RooflineCostModel::cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
   if (const auto* g = std::get_if<GemmKernel>(&kernel)) return gemm_cost(*g, dtype, device);
   if (const auto* a = std::get_if<AttentionKernel>(&kernel)) return attention_cost(*a, dtype, device);
@@ -167,16 +177,7 @@ double RooflineCostModel::rate(const KernelCost& cost, const topo::DeviceModel& 
   if (alone_s <= 0.0) return 1.0;
   require(device.sm_count > 0, "SM count must be positive");
 
-  const int sms_left = std::max(1, device.sm_count - std::max(0, load.sms_held_by_comm));
-  double compute_s = cost.compute_s;
-  if (cost.tiles > 0) {
-    // The same tiles run in waves of sms_left instead of sm_count; one wave takes as long as before.
-    const std::int64_t waves = ceil_div(cost.tiles, device.sm_count);
-    const std::int64_t waves_left = ceil_div(cost.tiles, sms_left);
-    compute_s = cost.compute_s * static_cast<double>(waves_left) / static_cast<double>(waves);
-  } else {
-    compute_s = cost.compute_s * static_cast<double>(device.sm_count) / static_cast<double>(sms_left);
-  }
+  const double compute_s = cost.compute_s * wave_ratio(cost.tiles, device.sm_count, load.sms_held_by_comm);
 
   const double bandwidth = effective_hbm(device);
   const double bandwidth_left =

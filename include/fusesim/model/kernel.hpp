@@ -61,6 +61,11 @@ struct DeviceLoad {
   BytesPerSecond comm_hbm_bytes_per_s = 0;  // HBM traffic of running transfers (both kinds)
 };
 
+// How much longer compute takes while communication holds `sms_held` of the device's SMs: a kernel
+// of `tiles` thread blocks runs in waves of the SMs left instead of all of them (one wave takes as
+// long as before); a kernel without a tile count (tiles 0) spreads over the SMs left. 1 when none are held.
+double wave_ratio(std::int64_t tiles, int sm_count, int sms_held);
+
 class KernelCostModel {
  public:
   virtual ~KernelCostModel() = default;

@@ -54,6 +54,15 @@ struct GemmModel {
   double time_s(double m, double n, double k, double batch) const;         // with it
   // Output tiles of the plan the smooth model picks (for contention's wave model).
   std::int64_t tiles_of_best_plan(double m, double n, double batch) const;
+
+ private:
+  // The tile the model runs (m, n, batch) with: least waves x tm tn / h. k scales every plan alike,
+  // so the choice does not depend on it. `cost` x 2 k / (sm_flops x k / (k + k_half)) is its compute time.
+  struct Plan {
+    double cost = 0;
+    std::int64_t tiles = 0;
+  };
+  Plan best_plan(double m, double n, double batch) const;
 };
 
 // The CTA tile shapes the fit chooses among unless told otherwise: CUTLASS 3's SM90 GEMM collective

@@ -26,13 +26,6 @@ struct ProfileGemm {
   std::string group;  // optional "group": the model the shape came from (leave-one-group-out)
 };
 
-// A measured small kernel (norm, activation, rotary, residual add, embedding, copy ...): HBM traffic
-// over `rows` rows (tokens; 0 when the sample does not say).
-struct ProfileElementwise {
-  std::string op;
-  double bytes = 0, rows = 0, time_s = 0;
-  std::string group;
-};
 
 enum class ProfilePass { forward, backward, forward_backward };
 
@@ -77,7 +70,9 @@ struct Profile {
   std::vector<std::string> fitted_on;  // optional provenance.fitted_on: validation case ids used to build it
   std::vector<ProfileGemm> gemm;
   std::vector<ProfileAttention> attention;
-  std::vector<ProfileElementwise> elementwise;
+  // Measured small kernels (norm, activation, rotary, residual add, embedding, copy ...): HBM traffic
+  // over `rows` rows (tokens; 0 when the sample does not say), the form the fitter takes.
+  std::vector<SmallKernelTiming> elementwise;
   std::vector<ProfileContention> contention;
   std::vector<ProfileCollective> collectives;
   // Fitted parameters: from the file's "fitted", else fitted on load (model/calibration_fit.hpp).
@@ -96,9 +91,8 @@ struct Profile {
   std::map<std::string, SmallKernelModel> elementwise_models;
 };
 
-// The 16-bit GEMM samples and the small-kernel samples of a profile as the fitters take them.
+// The 16-bit GEMM samples of a profile as the fitter takes them.
 std::vector<GemmTiming> gemm_timings(const Profile& profile);
-std::vector<SmallKernelTiming> small_kernel_timings(const Profile& profile);
 
 // Strict reading: every error an InputError naming the file and the JSON path.
 Profile parse_profile(const JsonDocument& doc);
@@ -140,7 +134,8 @@ class CalibratedCostModel final : public KernelCostModel {
   Profile profile_;
   RooflineCostModel roofline_;
   // GEMM costs by (m, n, k, batch, dtype, device model name): the table look-up and the model's residual
-  // correction each scan every sample, and a run prices the same few shapes thousands of times.
+  // correction each scan every sample. The engine caches costs within one run; this keeps them across
+  // the runs of one simulate (every parallelism, scope and schedule).
   mutable std::mutex gemm_cache_mu_;
   mutable std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, std::string>, KernelCost>
       gemm_cache_;
