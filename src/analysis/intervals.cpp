@@ -74,4 +74,15 @@ IntervalSet IntervalSet::clip(TimePs begin_ps, TimePs end_ps) const {
   return intersect(IntervalSet({{begin_ps, end_ps}}));
 }
 
+TimePs IntervalSet::measure_within_ps(TimePs begin_ps, TimePs end_ps) const {
+  TimePs total = 0;
+  if (end_ps <= begin_ps) return total;
+  // The first part that ends after begin_ps; parts are sorted and disjoint, so their ends are sorted too.
+  auto it = std::upper_bound(parts_.begin(), parts_.end(), begin_ps,
+                             [](TimePs t, const Interval& part) { return t < part.end_ps; });
+  for (; it != parts_.end() && it->begin_ps < end_ps; ++it)
+    total += std::min(it->end_ps, end_ps) - std::max(it->begin_ps, begin_ps);
+  return total;
+}
+
 }  // namespace fusesim::analysis

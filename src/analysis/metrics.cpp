@@ -179,13 +179,18 @@ StepMetrics analyze(const AnalysisInput& in) {
       reg.start_ps = s.start;
       reg.end_ps = s.end;
       reg.compute_tasks = s.compute_tasks;
+      // Head and tail count waiting only: the part of the interval during which no compute runs on
+      // this rank. A DP bucket's all-reduce beside the backward GEMMs of another region is hidden, not
+      // waited for, though its own region has no compute task.
+      const auto waiting = [&](TimePs from, TimePs to) {
+        return to > from ? (to - from) - compute.measure_within_ps(from, to) : TimePs{0};
+      };
       if (s.compute_tasks == 0) {
-        // Nothing computes anywhere in the region on this rank: all of it is waiting on communication.
-        reg.head_ps = s.end - s.start;
+        reg.head_ps = waiting(s.start, s.end);
         reg.tail_ps = 0;
       } else {
-        reg.head_ps = std::max<TimePs>(0, s.compute_start - s.start);
-        reg.tail_ps = std::max<TimePs>(0, s.end - s.compute_end);
+        reg.head_ps = waiting(s.start, s.compute_start);
+        reg.tail_ps = waiting(s.compute_end, s.end);
       }
       rm.head_ps += reg.head_ps;
       rm.tail_ps += reg.tail_ps;
@@ -239,8 +244,12 @@ nlohmann::json to_json(const StepMetrics& m) {
   row["exposed_comm_s"] = crit ? s(crit->exposed_comm_ps) : 0.0;
   row["overlap_ratio"] = crit ? crit->overlap_ratio : 0.0;
   row["head_latency_s"] = crit ? s(crit->head_ps) : 0.0;
-  // Design note §4: tail latency is head + tail summed over the regions.
-  row["tail_latency_s"] = crit ? s(crit->head_ps + crit->tail_ps) : 0.0;
+  row["tail_only_latency_s"] = crit ? s(crit->tail_ps) : 0.0;
+  // Design note §4: "tail latency" is head + tail summed over the regions.
+  row["head_plus_tail_latency_s"] = crit ? s(crit->head_ps + crit->tail_ps) : 0.0;
+  // Deprecated alias of head_plus_tail_latency_s (its old name, which said tail and held both), kept
+  // for one release so that scripts and baselines reading it keep working (docs/metrics.md).
+  row["tail_latency_s"] = row["head_plus_tail_latency_s"];
   row["mfu"] = m.mfu;
   row["hfu"] = m.hfu;
   row["tokens"] = m.tokens;
@@ -277,6 +286,8 @@ nlohmann::json to_json(const StepMetrics& m) {
                      {"exposed_comm_s", s(rm.exposed_comm_ps)},
                      {"overlap_ratio", rm.overlap_ratio},
                      {"head_latency_s", s(rm.head_ps)},
+                     {"tail_only_latency_s", s(rm.tail_ps)},
+                     {"head_plus_tail_latency_s", s(rm.head_ps + rm.tail_ps)},
                      {"tail_latency_s", s(rm.head_ps + rm.tail_ps)}});
   }
   row["ranks"] = std::move(ranks);

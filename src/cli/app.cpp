@@ -45,6 +45,7 @@ int run(int argc, const char* const* argv, Io& io) {
                "(baseline collectives, slice-overlap, CommFuse) for distributed LLM training",
                "fusesim"};
   app.require_subcommand(0, 1);
+  app.set_version_flag("--version", std::string("fusesim ") + FUSESIM_VERSION);
   std::vector<std::unique_ptr<Command>> commands;
   std::vector<CLI::App*> subs;
   for (const CommandSpec& spec : registered_commands()) {

@@ -27,9 +27,13 @@ struct Guarded {
   bool higher_is_worse;
 };
 constexpr Guarded kGuarded[] = {
-    {"step_time_s", true},     {"exposed_comm_s", true}, {"head_latency_s", true}, {"tail_latency_s", true},
-    {"overlap_ratio", false},  {"mfu", false},           {"hfu", false},           {"tokens_per_s", false},
+    {"step_time_s", true},        {"exposed_comm_s", true}, {"head_latency_s", true},
+    {"tail_only_latency_s", true}, {"overlap_ratio", false},  {"mfu", false},
+    {"hfu", false},               {"tokens_per_s", false},
 };
+// A baseline recorded before head_plus_tail_latency_s had its name carries it as tail_latency_s
+// (still in every result for one release): read and compared as it was recorded.
+constexpr const char* kDeprecatedTail = "tail_latency_s";
 // Differences below this are the same value (all guarded metrics are seconds or ratios of order 1 or
 // above 1e-9; a picosecond is 1e-12 s).
 constexpr double kNoise = 1e-12;
@@ -143,6 +147,7 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
     const JsonObject mo = m->as_object();
     for (const Guarded& g : kGuarded)
       if (auto v = mo.find(g.name)) e.metrics.emplace_back(g.name, v->as_number(0.0, 1e30));
+    if (auto v = mo.find(kDeprecatedTail)) e.metrics.emplace_back(kDeprecatedTail, v->as_number(0.0, 1e30));
     mo.finish();
   } else if (need_metrics) {
     o.at("metrics").fail("no metrics recorded for this entry; record them with `fusesim check --update`");

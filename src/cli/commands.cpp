@@ -25,6 +25,8 @@ std::vector<CommandSpec> registered_commands() {
        make_plot_command},
       {"check", "re-run the configurations of a baseline file and fail when a metric regressed", make_check_command},
       {"list", "list the shipped topologies and workloads", make_list_command},
+      {"routes", "print the route between two ranks of a cluster (links, bottleneck, latency) or a summary of all",
+       make_routes_command},
       {"calibrate", "fit a calibration profile from microbenchmark samples or nccl-tests logs, or plan the shapes to measure",
        make_calibrate_command},
   };

@@ -28,6 +28,11 @@ class GenerateCommand final : public Command {
     sub.add_option("--slices", slices_, "k of slice-overlap (default: the workload's schedule.slices)");
     sub.add_flag("--forward-only", forward_only_, "the forward pass only");
     sub.add_option("--output", output_, "the task-graph file to write")->required();
+    sub.add_option("--symmetry", symmetry_,
+                   "none, p2p or mirror, as for simulate (mirror: DP replica 0 only, the graph of a large DP "
+                   "job that would not fit in memory otherwise)")
+        ->type_name("MODE")
+        ->capture_default_str();
   }
 
   int run(Io& io) override {
@@ -43,15 +48,20 @@ class GenerateCommand final : public Command {
     // A task graph is a timing study, not a claim that the run fits: generate writes it whatever the
     // memory per rank, and says so on stderr when it would not fit (simulate refuses it).
     request.force_memory = true;
+    if (symmetry_ != "none" && symmetry_ != "p2p" && symmetry_ != "mirror")
+      throw InputError(kCommandLine, "--symmetry", fmt::format("'{}' is not none, p2p or mirror", symmetry_));
 
     const PreparedJob job = prepare_job(request);
     sched::GenerateOptions options;
     options.scope = request.scopes[0];
     options.backward = job.workload.backward;
+    options.dp_as_p2p = symmetry_ != "none";
+    options.mirror_dp = symmetry_ == "mirror";
     sched::Schedule schedule =
         sched::generate(job.workload, job.workload_label, job.cluster, request.schedules[0], options);
     sched::DagFile file{std::move(schedule.graph), job.workload.dtype, schedule.tokens,
-                        model::to_string(schedule.kind), schedule.parallelism};
+                        model::to_string(schedule.kind), schedule.parallelism, topology_,
+                        schedule.gpus,   schedule.simulated_ranks, schedule.replicas};
     write_file_atomically(output_, sched::dag_to_json(file).dump(1) + "\n");
     io.err << fmt::format("wrote {} tasks on {} ranks to {}\n", file.graph.size(), file.graph.num_ranks(), output_);
     if (!job.memory.fits()) io.err << "warning: " << model::format_memory_line(job.memory);
@@ -66,12 +76,15 @@ class GenerateCommand final : public Command {
   std::string slices_;
   bool forward_only_ = false;
   std::string output_;
+  std::string symmetry_ = "none";
 };
 
 class SimulateDagCommand final : public Command {
  public:
   void configure(CLI::App& sub) override {
-    sub.add_option("--topology", topology_, "cluster: a topology file or a shipped name")->capture_default_str();
+    sub.add_option("--topology", topology_,
+                   "cluster: a topology file or a shipped name (default: the one the graph file names, else "
+                   "dgx-h100)");
     sub.add_option("--dag", dag_, "task-graph file (docs/dag.md), as `fusesim generate` writes")->required();
     sub.add_option("--trace", trace_, "write a Chrome trace (Perfetto, chrome://tracing)");
     sub.add_option("--format", format_, "table or json")->capture_default_str();
@@ -85,8 +98,14 @@ class SimulateDagCommand final : public Command {
   int run(Io& io) override {
     const OutputFormat format = parse_format(format_);
     const model::PricingChoice choice = model::pricing_choice(profile_, roofline_);
-    topo::Cluster cluster = topo::load_cluster_by_name_or_path(topology_);
-    const sched::DagFile dag = sched::parse_dag(JsonDocument::load(dag_), cluster.num_ranks());
+    const JsonDocument document = JsonDocument::load(dag_);
+    // The cluster the graph was generated for, unless the user asks for another (a what-if).
+    const std::string named = document.root().string_or("topology", "");
+    const std::string topology = !topology_.empty() ? topology_ : !named.empty() ? named : kHandWrittenTopology;
+    if (!topology_.empty() && !named.empty() && topology_ != named)
+      io.err << fmt::format("note: {} was generated for {}; simulating it on {}\n", dag_, named, topology_);
+    topo::Cluster cluster = load_named_topology(document, topology, topology_.empty() && !named.empty());
+    const sched::DagFile dag = sched::parse_dag(document, cluster.num_ranks());
     const model::Pricing pricing = model::pricing_for(choice, cluster);
     const model::KernelCostModel& costs = *pricing.costs;
     sim::Simulator simulator(cluster, costs);
@@ -99,10 +118,12 @@ class SimulateDagCommand final : public Command {
                                         .costs = costs,
                                         .dtype = dag.dtype,
                                         .tokens = dag.tokens,
-                                        .gpus = 0,
+                                        .gpus = dag.gpus,
                                         .schedule = dag.schedule,
                                         .parallelism = dag.parallelism,
-                                        .scope = ""};
+                                        .scope = "",
+                                        .simulated_ranks = dag.simulated_ranks,
+                                        .replicas = dag.replicas};
     const analysis::StepMetrics metrics = analysis::analyze(input);
     nlohmann::json doc = analysis::to_json(metrics);
     doc["pricing"] = pricing.to_json();
@@ -121,7 +142,23 @@ class SimulateDagCommand final : public Command {
   }
 
  private:
-  std::string topology_ = "dgx-h100";
+  // A graph written by hand names no cluster: it runs on one DGX H100 unless --topology says otherwise.
+  static constexpr const char* kHandWrittenTopology = "dgx-h100";
+
+  // A topology the graph file names is checked like any key of the file: one that does not load is an
+  // error at $.topology, not at the command line.
+  static topo::Cluster load_named_topology(const JsonDocument& document, const std::string& topology,
+                                           bool from_file) {
+    if (!from_file) return topo::load_cluster_by_name_or_path(topology);
+    try {
+      return topo::load_cluster_by_name_or_path(topology);
+    } catch (const InputError& err) {
+      document.root().at("topology").fail(
+          fmt::format("the cluster this graph was generated for does not load ({}); give --topology", err.what()));
+    }
+  }
+
+  std::string topology_;
   std::string dag_;
   std::string trace_;
   std::string format_ = "table";

@@ -69,7 +69,8 @@ const std::vector<Column>& columns() {
       // metrics
       {"step_time_s", Kind::number},    {"compute_s", Kind::number},     {"comm_s", Kind::number},
       {"overlapped_comm_s", Kind::number}, {"exposed_comm_s", Kind::number}, {"overlap_ratio", Kind::number},
-      {"head_latency_s", Kind::number}, {"tail_latency_s", Kind::number}, {"mfu", Kind::number},
+      {"head_latency_s", Kind::number}, {"tail_only_latency_s", Kind::number},
+      {"head_plus_tail_latency_s", Kind::number}, {"tail_latency_s", Kind::number}, {"mfu", Kind::number},
       {"hfu", Kind::number},            {"tokens_per_s", Kind::number},  {"tokens_per_s_per_gpu", Kind::number},
       {"tokens", Kind::integer},        {"gpus", Kind::integer},         {"critical_rank", Kind::integer},
       {"model_flops", Kind::number},    {"hardware_flops", Kind::number}, {"peak_flops_per_s", Kind::number},

@@ -456,7 +456,7 @@ std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cl
   if (needed > link_bw) {
     const double scale = needed / link_bw;
     for (topo::Link& l : cluster.links) {
-      if (l.kind != topo::LinkKind::nvlink && l.kind != topo::LinkKind::hccs) continue;
+      if (!topo::is_scale_up(l.kind)) continue;
       const double e = l.efficiency * scale;
       if (e > 1.0 + 1e-12)
         throw InputError(profile.label,

@@ -1,5 +1,6 @@
 #include "fusesim/sched/dag_json.hpp"
 
+#include <limits>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -16,6 +17,9 @@ using nlohmann::json;
 // Sizes and counts beyond these are typos, not schedules (1 PiB transfers, 1e21 FLOP kernels).
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
 constexpr std::int64_t kMaxBytes = std::int64_t{1} << 50;
+// Tags and collective instances are identifiers, not sizes: the generators compose them from
+// disjoint ranges (DP ring steps start at 2^50), so any non-negative 64-bit value is valid.
+constexpr std::int64_t kMaxId = std::numeric_limits<std::int64_t>::max();
 constexpr double kMaxFlops = 1e21;
 constexpr std::int64_t kMaxTasks = 50'000'000;
 
@@ -130,6 +134,11 @@ nlohmann::json dag_to_json(const DagFile& dag) {
   doc["tokens"] = dag.tokens;
   if (!dag.schedule.empty()) doc["schedule"] = dag.schedule;
   if (!dag.parallelism.empty()) doc["parallelism"] = dag.parallelism;
+  if (!dag.topology.empty()) doc["topology"] = dag.topology;
+  if (dag.gpus > 0) doc["gpus"] = dag.gpus;
+  if (dag.simulated_ranks > 0) doc["simulated_ranks"] = dag.simulated_ranks;
+  if (dag.replicas != 1) doc["replicas"] = dag.replicas;
+  if (!g.load_alias().empty()) doc["load_alias"] = g.load_alias();
   json regions = json::array();
   for (const Region& r : g.regions()) regions.push_back({{"name", r.name}, {"parallelism", r.parallelism}});
   doc["regions"] = std::move(regions);
@@ -179,6 +188,18 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
   out.tokens = root.integer_or("tokens", 0, kMaxBytes, 0);
   out.schedule = root.string_or("schedule", "custom");
   out.parallelism = root.string_or("parallelism", "custom");
+  out.topology = root.string_or("topology", "");
+  out.gpus = static_cast<int>(root.integer_or("gpus", 1, ranks, 0));
+  out.simulated_ranks = static_cast<int>(root.integer_or("simulated_ranks", 1, ranks, 0));
+  out.replicas = static_cast<int>(root.integer_or("replicas", 1, 1 << 20, 1));
+  if (auto alias = root.find("load_alias")) {
+    JsonArray list = alias->as_array();
+    list.require_size(static_cast<std::size_t>(ranks), static_cast<std::size_t>(ranks));
+    std::vector<int> table;
+    table.reserve(list.size());
+    for (std::size_t r = 0; r < list.size(); ++r) table.push_back(static_cast<int>(list.at(r).as_integer(0, ranks - 1)));
+    out.graph.set_load_alias(std::move(table));
+  }
   if (auto regions = root.find("regions")) {
     JsonArray list = regions->as_array();
     for (std::size_t i = 0; i < list.size(); ++i) {
@@ -216,7 +237,7 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
     } else if (auto sv = o.find("send")) {
       JsonObject s = sv->as_object();
       SendTask task{static_cast<int>(s.integer("peer", 0, ranks - 1)), s.integer("bytes", 1, kMaxBytes),
-                    s.integer_or("tag", 0, kMaxBytes, 0), engine(s.choice_or("engine", kEngines, "copy_engine")),
+                    s.integer_or("tag", 0, kMaxId, 0), engine(s.choice_or("engine", kEngines, "copy_engine")),
                     static_cast<int>(s.integer_or("sms", 0, 100000, -1))};
       if (task.peer == t.rank) s.at("peer").fail("a send to its own rank");
       s.finish();
@@ -224,7 +245,7 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
     } else if (auto rv = o.find("recv")) {
       JsonObject r = rv->as_object();
       RecvTask task{static_cast<int>(r.integer("peer", 0, ranks - 1)), r.integer("bytes", 1, kMaxBytes),
-                    r.integer_or("tag", 0, kMaxBytes, 0)};
+                    r.integer_or("tag", 0, kMaxId, 0)};
       if (task.peer == t.rank) r.at("peer").fail("a recv from its own rank");
       r.finish();
       t.kind = task;
@@ -236,7 +257,7 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
       group.require_size(1, static_cast<std::size_t>(ranks));
       for (std::size_t m = 0; m < group.size(); ++m) task.group.push_back(static_cast<int>(group.at(m).as_integer(0, ranks - 1)));
       task.bytes = c.integer("bytes", 1, kMaxBytes);
-      task.instance = c.integer_or("instance", 0, kMaxBytes, 0);
+      task.instance = c.integer_or("instance", 0, kMaxId, 0);
       task.engine = engine(c.choice_or("engine", kEngines, "sm_kernel"));
       task.sms = static_cast<int>(c.integer_or("sms", 0, 100000, -1));
       c.finish();

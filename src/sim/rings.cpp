@@ -9,6 +9,20 @@ std::vector<std::vector<int>> collective_rings(const std::vector<int>& group, co
   const int t = static_cast<int>(group.size());
   std::vector<int> flat(static_cast<std::size_t>(t));
   std::iota(flat.begin(), flat.end(), 0);
+  if (cluster.full_mesh_scale_up && t >= 3) {
+    bool one_node = true;
+    for (int r : group) one_node = one_node && cluster.node_of(r) == cluster.node_of(group.front());
+    if (one_node) {
+      std::vector<std::vector<int>> rings;
+      for (int stride = 1; stride < t; ++stride) {
+        if (std::gcd(stride, t) != 1) continue;
+        std::vector<int> ring(static_cast<std::size_t>(t));
+        for (int i = 0; i < t; ++i) ring[static_cast<std::size_t>(i)] = (i * stride) % t;
+        rings.push_back(std::move(ring));
+      }
+      return rings;
+    }
+  }
   if (t < 4) return {flat};
   // Nodes in group order, each with the positions of its members; the group must list them node by
   // node (a node that comes back later breaks the pattern) with the same count on every node.

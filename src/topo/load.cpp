@@ -237,8 +237,12 @@ Cluster parse_cluster(const JsonDocument& doc) {
     if (dpn > 1) up_kind_value.fail(fmt::format("'none' is only for nodes of one device; this node has {}", dpn));
   } else {
     if (up_kind != "pcie") {
-      const std::string lk = scale_up.choice_or("link_kind", {"nvlink", "hccs"}, up_kind == "switch" ? "nvlink" : "hccs");
-      up_link_kind = lk == "nvlink" ? LinkKind::nvlink : LinkKind::hccs;
+      const std::string lk =
+          scale_up.choice_or("link_kind", {"nvlink", "hccs", "xgmi"}, up_kind == "switch" ? "nvlink" : "hccs");
+      if (lk == "xgmi" && up_kind == "switch")
+        scale_up.at("link_kind").fail("xGMI joins the devices of a node directly (AMD MI300X: each GPU to the 7 "
+                                      "others), not through a switch: use kind \"full_mesh\"");
+      up_link_kind = lk == "nvlink" ? LinkKind::nvlink : lk == "xgmi" ? LinkKind::xgmi : LinkKind::hccs;
     }
     if (up_kind == "full_mesh" && dpn > kMaxFullMeshDevices)
       up_kind_value.fail(fmt::format("a full mesh of {} devices is not a real machine (at most {})", dpn, kMaxFullMeshDevices));
@@ -309,6 +313,7 @@ Cluster parse_cluster(const JsonDocument& doc) {
   // Expansion into vertices and links.
   c.num_nodes = num_nodes;
   c.devices_per_node = dpn;
+  c.full_mesh_scale_up = up_kind == "full_mesh";
   const std::string dev_label = model.vendor == "huawei" ? "npu" : "gpu";
   Builder b(c);
   const int ranks = num_nodes * dpn;

@@ -28,6 +28,7 @@ std::string to_string(LinkKind k) {
   switch (k) {
     case LinkKind::nvlink: return "nvlink";
     case LinkKind::hccs: return "hccs";
+    case LinkKind::xgmi: return "xgmi";
     case LinkKind::pcie: return "pcie";
     case LinkKind::network: return "network";
   }

@@ -1,6 +1,14 @@
-// Routing over the link graph. The search key of a path is (sum of link latencies, number of links),
-// compared lexicographically: latency decides, and among equally fast paths the one with fewer hops
-// wins, so a zero-latency link still costs something and no path loops. Boost.Graph's Dijkstra
+// Routing over the link graph, as NCCL chooses paths (src/graph/paths.cpp: the path type first,
+// NVLink before PCIe, then its speed): the search key of a path is (PCIe links on it, sum of link
+// latencies, number of links, bottleneck bandwidth), compared lexicographically. Scale-up links
+// (NVLink, HCCS, xGMI) and the network cost nothing in the first term, PCIe one per link: two GPUs of
+// a node with both an NVLink and a shared PCIe switch talk over NVLink even where the PCIe switch is
+// the lower latency (it was, in the documented 4-NIC example, and a Qwen2-72B layer ran 2x slower).
+// Between nodes every path crosses the same PCIe links to its NIC, so latency decides as before.
+// Then latency; among equally fast paths the one with fewer hops wins, so a zero-latency link still
+// costs something and no path loops; then the wider bottleneck. Every term of the key is preserved by
+// extending two paths with the same link (the bottleneck only as a last tie-break, where it is), so
+// Dijkstra's label setting stays exact. Boost.Graph's Dijkstra
 // computes the keys; the predecessor of each vertex is then chosen explicitly among the in-neighbours
 // that lie on a shortest path, ordered by vertex id (then link id for parallel links), which makes the
 // tie-break a property of the graph and not of the order in which the heap happened to pop vertices.
@@ -11,6 +19,7 @@
 // of candidates). Taking the first everywhere sent every cross-rail flow of a rail-optimized fabric
 // through spine 0 and made four 400 Gb/s spines one.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -39,26 +48,33 @@ using BaseGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirec
 using VertexDesc = boost::graph_traits<BaseGraph>::vertex_descriptor;
 using EdgeDesc = boost::graph_traits<BaseGraph>::edge_descriptor;
 
-// Path key: latency first, then hop count.
+// Path key: PCIe links, then latency, then hop count, then (wider first) bottleneck bandwidth.
 struct Distance {
+  std::int64_t pcie_links = 0;
   TimePs latency_ps = 0;
   std::int64_t hops = 0;
+  std::int64_t bottleneck_bytes_per_s = std::numeric_limits<std::int64_t>::max();
   friend bool operator==(const Distance&, const Distance&) = default;
 };
 
 struct DistanceLess {
   bool operator()(const Distance& a, const Distance& b) const {
-    return a.latency_ps != b.latency_ps ? a.latency_ps < b.latency_ps : a.hops < b.hops;
+    if (a.pcie_links != b.pcie_links) return a.pcie_links < b.pcie_links;
+    if (a.latency_ps != b.latency_ps) return a.latency_ps < b.latency_ps;
+    if (a.hops != b.hops) return a.hops < b.hops;
+    return a.bottleneck_bytes_per_s > b.bottleneck_bytes_per_s;
   }
 };
 
-constexpr Distance kUnreached{std::numeric_limits<TimePs>::max(), std::numeric_limits<std::int64_t>::max()};
+constexpr Distance kUnreached{std::numeric_limits<std::int64_t>::max(), std::numeric_limits<TimePs>::max(),
+                              std::numeric_limits<std::int64_t>::max(), 0};
 
 // Saturates so that combining with "unreached" stays unreached instead of overflowing.
 struct DistanceCombine {
   Distance operator()(const Distance& a, const Distance& b) const {
     if (a == kUnreached || b == kUnreached) return kUnreached;
-    return Distance{a.latency_ps + b.latency_ps, a.hops + b.hops};
+    return Distance{a.pcie_links + b.pcie_links, a.latency_ps + b.latency_ps, a.hops + b.hops,
+                    std::min(a.bottleneck_bytes_per_s, b.bottleneck_bytes_per_s)};
   }
 };
 
@@ -81,6 +97,8 @@ struct Cluster::Graph {
   std::vector<char> is_fabric;         // by vertex: a switch outside every node (leaf, spine)
   std::vector<int> vertex_node;        // by vertex: its node, -1 outside every node
   std::vector<TimePs> link_latency_ps;  // by link
+  std::vector<char> link_is_pcie;       // by link
+  std::vector<std::int64_t> link_bandwidth;  // by link, bytes/s rounded
   std::vector<VertexId> link_from;      // by link
   std::vector<VertexId> rank_vertex;
 
@@ -95,7 +113,10 @@ struct Cluster::Graph {
     }
   };
 
-  Distance weight(const EdgeDesc& e) const { return Distance{link_latency_ps[g[e].link], 1}; }
+  Distance weight(const EdgeDesc& e) const {
+    const auto l = static_cast<std::size_t>(g[e].link);
+    return Distance{link_is_pcie[l], link_latency_ps[l], 1, link_bandwidth[l]};
+  }
 
   // Distances from `source` over the no-transit subgraph; with `target` set, stops as soon as the
   // target is final (every vertex on one of its shortest paths is then final too: each lies strictly
@@ -112,7 +133,7 @@ struct Cluster::Graph {
                       .distance_compare(DistanceLess{})
                       .distance_combine(DistanceCombine{})
                       .distance_inf(kUnreached)
-                      .distance_zero(Distance{0, 0});
+                      .distance_zero(Distance{});
     if (target) {
       try {
         boost::dijkstra_shortest_paths(view, source, params.visitor(StopAtTarget(*target)));
@@ -200,6 +221,8 @@ void Cluster::finalize() {
     boost::add_edge(static_cast<VertexDesc>(l.from), static_cast<VertexDesc>(l.to),
                     EdgeData{static_cast<LinkId>(i)}, graph->g);
     graph->link_latency_ps.push_back(l.latency_ps);
+    graph->link_is_pcie.push_back(l.kind == LinkKind::pcie ? 1 : 0);
+    graph->link_bandwidth.push_back(static_cast<std::int64_t>(std::llround(std::min(l.bandwidth_bytes_per_s, 9e18))));
     graph->link_from.push_back(l.from);
   }
   for (VertexId v : rank_vertex)

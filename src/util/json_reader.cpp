@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -42,6 +44,97 @@ std::pair<std::size_t, std::size_t> line_and_column(std::string_view text, std::
   }
   return {line, column};
 }
+
+// Builds the document as nlohmann's own DOM parser does, and refuses what that parser lets through:
+// a key given twice in one object (nlohmann keeps the last, so a typo'd copy silently wins) and a
+// number beyond the range of a double (nlohmann's out_of_range 406, not a parse_error). Either stops
+// the parse with the JSON path of the value; syntax errors are left to the parse_error path.
+class CheckingSax {
+ public:
+  using json = nlohmann::json;
+  explicit CheckingSax(json& result) : dom_(result, true) {}
+
+  bool null() { return scalar() && dom_.null(); }
+  bool boolean(bool v) { return scalar() && dom_.boolean(v); }
+  bool number_integer(json::number_integer_t v) { return scalar() && dom_.number_integer(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return scalar() && dom_.number_unsigned(v); }
+  bool number_float(json::number_float_t v, const json::string_t& s) { return scalar() && dom_.number_float(v, s); }
+  bool string(json::string_t& v) { return scalar() && dom_.string(v); }
+  bool binary(json::binary_t& v) { return scalar() && dom_.binary(v); }
+  bool start_object(std::size_t n) {
+    open(false);
+    return dom_.start_object(n);
+  }
+  bool key(json::string_t& k) {
+    Frame& f = frames_.back();
+    if (!f.keys.insert(k).second) {
+      error_path_ = path() + "." + k;
+      error_ = fmt::format("the key '{}' is given twice in this object", k);
+      return false;
+    }
+    f.key = k;
+    return dom_.key(k);
+  }
+  bool end_object() {
+    close();
+    return dom_.end_object();
+  }
+  bool start_array(std::size_t n) {
+    open(true);
+    return dom_.start_array(n);
+  }
+  bool end_array() {
+    close();
+    return dom_.end_array();
+  }
+  template <class Exception>
+  bool parse_error(std::size_t position, const std::string& token, const Exception& ex) {
+    if (ex.id == 406) {  // number overflow: the path of the value being read
+      error_path_ = element_path();
+      error_ = fmt::format("the number {} is beyond the range of a double", token);
+      return false;
+    }
+    return dom_.parse_error(position, token, ex);  // throws the parse_error
+  }
+
+  // Empty when the document was accepted.
+  const std::string& error() const { return error_; }
+  const std::string& error_path() const { return error_path_; }
+
+ private:
+  struct Frame {
+    bool array = false;
+    std::size_t index = 0;  // arrays: elements completed
+    std::set<std::string, std::less<>> keys;
+    std::string key;  // objects: the key of the value being read
+  };
+
+  std::string path() const {
+    std::string p = "$";
+    for (std::size_t i = 0; i + 1 < frames_.size(); ++i) p += step(frames_[i]);
+    return p;
+  }
+  static std::string step(const Frame& f) { return f.array ? fmt::format("[{}]", f.index) : "." + f.key; }
+  // The path of the value now being read inside the innermost container.
+  std::string element_path() const {
+    std::string p = "$";
+    for (const Frame& f : frames_) p += step(f);
+    return p;
+  }
+  bool scalar() {
+    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    return true;
+  }
+  void open(bool array) { frames_.push_back(Frame{array, 0, {}, {}}); }
+  void close() {
+    frames_.pop_back();
+    scalar();  // the container just closed is one completed element of its parent
+  }
+
+  nlohmann::detail::json_sax_dom_parser<json> dom_;
+  std::vector<Frame> frames_;
+  std::string error_, error_path_;
+};
 
 }  // namespace
 
@@ -216,7 +309,9 @@ JsonDocument JsonDocument::load(const std::string& file_path) {
 JsonDocument JsonDocument::parse(std::string_view text, std::string file_label) {
   nlohmann::json parsed;
   try {
-    parsed = nlohmann::json::parse(text);
+    CheckingSax sax(parsed);
+    nlohmann::json::sax_parse(text, &sax);
+    if (!sax.error().empty()) throw InputError(file_label, sax.error_path(), sax.error());
   } catch (const nlohmann::json::parse_error& e) {
     // e.what() repeats nlohmann's own prefix; keep the part after "parse error".
     std::string what = e.what();

@@ -57,6 +57,9 @@ TEST_CASE("interval intersection and difference derived by hand", "[intervals]")
   CHECK(IntervalSet({{5, 10}}).subtract(IntervalSet({{0, 20}})).empty());
   // Clip to a window: [0,10) u [20,30) within [5,22) = [5,10) u [20,22).
   CHECK(a.clip(5, 22).intervals() == std::vector<Interval>{{5, 10}, {20, 22}});
+  CHECK(a.measure_within_ps(5, 22) == 7);   // 5 + 2
+  CHECK(a.measure_within_ps(10, 20) == 0);  // the gap
+  CHECK(a.measure_within_ps(22, 5) == 0);   // reversed window
 }
 
 // Exactness against a brute-force reference: every picosecond of a small window marked by hand.
@@ -91,6 +94,11 @@ TEST_CASE("interval arithmetic matches a per-picosecond reference on random sets
     REQUIRE(x.intersect(y).measure_ps() == both);
     REQUIRE(x.subtract(y).measure_ps() == only_x);
     REQUIRE(x.unite(y).measure_ps() == either);
+    // measure_within_ps over a random window, against the marks (an empty or reversed window is 0).
+    const TimePs w0 = point(rng), w1 = point(rng);
+    TimePs inside = 0;
+    for (TimePs t = w0; t < w1; ++t) inside += in_x[static_cast<std::size_t>(t)] ? 1 : 0;
+    REQUIRE(x.measure_within_ps(w0, w1) == inside);
     // Normal form: sorted, non-empty, separated by gaps.
     const IntervalSet u = x.unite(y);
     const auto& parts = u.intervals();

@@ -96,30 +96,60 @@ TEST_CASE("head and tail per region and rank derived by hand", "[metrics]") {
   const StepMetrics m = s.run();
   const auto& r0 = m.ranks[0];
   REQUIRE(r0.regions.size() == 2);
+  // Head and tail count only the time no compute runs on the rank (rank 0 computes [10,50) u [60,100)).
   // Rank 0, region 0: tasks C0 [0,30), A [10,50), S [40,70): start 0, end 70;
-  //   head = first compute start 10 - 0 = 10; tail = 70 - last compute end 50 = 20.
+  //   head = [0, first compute start 10) with no compute = 10;
+  //   tail = [last compute end 50, 70) less B's recompute [60,100) = [50,60) = 10: the send's last
+  //   10 us run beside B, hidden, not waited for.
   CHECK(r0.regions[0].region == 0);
   CHECK(r0.regions[0].name == "L0/fwd/ag+fc1");
   CHECK(r0.regions[0].start_ps == 0);
   CHECK(r0.regions[0].end_ps == 70 * U);
   CHECK(r0.regions[0].head_ps == 10 * U);
-  CHECK(r0.regions[0].tail_ps == 20 * U);
+  CHECK(r0.regions[0].tail_ps == 10 * U);
   CHECK(r0.regions[0].compute_tasks == 1);
-  // Rank 0, region 1: only E0 [90,95), no compute: the whole span 5 counts as head, tail 0.
-  CHECK(r0.regions[1].head_ps == 5 * U);
+  // Rank 0, region 1: only E0 [90,95), no compute of its own, but B (no region) computes all through
+  // it: a pure communication region beside compute waits for nothing, head 0 and tail 0.
+  CHECK(r0.regions[1].head_ps == 0);
   CHECK(r0.regions[1].tail_ps == 0);
   CHECK(r0.regions[1].compute_tasks == 0);
-  // B (recompute, no region) belongs to no region. Sums: head 10 + 5 = 15, tail 20 + 0 = 20.
-  CHECK(r0.head_ps == 15 * U);
-  CHECK(r0.tail_ps == 20 * U);
+  // Sums: head 10 + 0 = 10, tail 10 + 0 = 10.
+  CHECK(r0.head_ps == 10 * U);
+  CHECK(r0.tail_ps == 10 * U);
 
-  // Rank 1, region 0: C1 [0,30), D [30,90), R [40,70): start 0, end 90; head 30 - 0 = 30; tail 90 - 90 = 0.
+  // Rank 1 computes D [30,90) only. Region 0: C1 [0,30), D [30,90), R [40,70): head [0,30) = 30,
+  // tail 90 - 90 = 0. Region 1: E1 [90,95) with nothing computing: its whole span 5 is head.
   const auto& r1 = m.ranks[1];
   REQUIRE(r1.regions.size() == 2);
   CHECK(r1.regions[0].head_ps == 30 * U);
   CHECK(r1.regions[0].tail_ps == 0);
+  CHECK(r1.regions[1].head_ps == 5 * U);
   CHECK(r1.head_ps == 35 * U);  // 30 + 5
   CHECK(r1.tail_ps == 0);
+}
+
+TEST_CASE("a communication-only region beside another region's compute waits only where nothing computes",
+          "[metrics]") {
+  // The DP shape of issue 13: a bucket all-reduce (region 1, no compute task) runs [20,80) on rank 0
+  // while the backward GEMM of region 0 runs [0,50). Waiting is [50,80) = 30, not the span 60.
+  sched::TaskGraph graph{1};
+  sim::SimResult result;
+  const topo::Cluster cluster = make_cluster(1, 8, 1e9);
+  FakeCosts costs;
+  graph.add_region({"L0/bwd/gemm", "tpsp"});
+  graph.add_region({"dp/bucket0", "dp"});
+  graph.add(compute_task("G", 0, 100, false, 0));
+  graph.add(collective_task("AR", 0, {0}, 8, 1));
+  result.tasks = {timing(0, 50 * U), timing(20 * U, 80 * U)};
+  result.makespan_ps = 80 * U;
+  AnalysisInput in{graph, result, cluster, costs, topo::Dtype::bf16, 1000, 1, "slice", "dp", "layer"};
+  const StepMetrics m = analysis::analyze(in);
+  REQUIRE(m.ranks[0].regions.size() == 2);
+  CHECK(m.ranks[0].regions[1].head_ps == 30 * U);
+  CHECK(m.ranks[0].regions[1].tail_ps == 0);
+  // Head and tail never exceed the exposed communication here: [50,80) is all of it.
+  CHECK(m.ranks[0].exposed_comm_ps == 30 * U);
+  CHECK(m.ranks[0].head_ps + m.ranks[0].tail_ps == 30 * U);
 }
 
 TEST_CASE("MFU and HFU and throughput derived by hand", "[metrics]") {
@@ -240,17 +270,19 @@ TEST_CASE("JSON row carries the design-note keys in seconds", "[metrics]") {
     CHECK(row.contains(key));
   CHECK(row["schedule"].get<std::string>() == "commfuse");
   CHECK(row["parallelism"].get<std::string>() == "tpsp");
-  // Critical rank 0: T = 100 us, compute 80 us, comm 65 us, exposed 20 us, head 15 us,
-  // tail_latency = head + tail = 15 + 20 = 35 us.
+  // Critical rank 0: T = 100 us, compute 80 us, comm 65 us, exposed 20 us, head 10 us, tail 10 us,
+  // head + tail = 20 us (also under its deprecated name tail_latency_s).
   CHECK(row["step_time_s"].get<double>() == Approx(100e-6));
   CHECK(row["compute_s"].get<double>() == Approx(80e-6));
   CHECK(row["comm_s"].get<double>() == Approx(65e-6));
   CHECK(row["exposed_comm_s"].get<double>() == Approx(20e-6));
-  CHECK(row["head_latency_s"].get<double>() == Approx(15e-6));
-  CHECK(row["tail_latency_s"].get<double>() == Approx(35e-6));
+  CHECK(row["head_latency_s"].get<double>() == Approx(10e-6));
+  CHECK(row["tail_only_latency_s"].get<double>() == Approx(10e-6));
+  CHECK(row["head_plus_tail_latency_s"].get<double>() == Approx(20e-6));
+  CHECK(row["tail_latency_s"].get<double>() == Approx(20e-6));
   CHECK(row["mfu"].get<double>() == Approx(0.15));
   CHECK(row["regions"].size() == 2);
-  CHECK(row["regions"][0]["tail_s"].get<double>() == Approx(20e-6));
+  CHECK(row["regions"][0]["tail_s"].get<double>() == Approx(10e-6));
   CHECK(row["ranks"].size() == 2);
   CHECK(row["ranks"][1]["exposed_comm_s"].get<double>() == Approx(35e-6));
 }

@@ -46,3 +46,46 @@ TEST_CASE("simulate-dag refuses a graph with an unmatched send, exit 2 and its p
   CHECK(r.err_lines()[0].find("error: bad.json: $.tasks[0]: send 's'") == 0);
   CHECK(dir.entries() == std::vector<std::string>{"bad.json"});  // nothing written
 }
+
+TEST_CASE("the README's generate then simulate-dag runs as written: the graph names its cluster", "[cli][dag]") {
+  // Issue 13: generate defaulted to dgx-h100-4node and simulate-dag to dgx-h100, so the README's two
+  // commands exited 2 (`$.ranks: value 32 ...`); with the same --topology on both, a DP ring tag from
+  // 2^50 up was refused. The file now names its cluster, and tags are any 64-bit identifier.
+  ScratchDir dir;
+  const auto g = run_fusesim({"generate", "--schedule", "commfuse", "--output", "my.json"}, dir);
+  INFO(g.err);
+  REQUIRE(g.exit_code == 0);
+  std::ifstream in(dir.file("my.json"));
+  const json file = json::parse(in);
+  CHECK(file["topology"] == "dgx-h100-4node");
+  const auto d = run_fusesim({"simulate-dag", "--dag", "my.json", "--format", "json"}, dir);
+  INFO(d.err);
+  REQUIRE(d.exit_code == 0);
+  CHECK(d.err.empty());
+  const auto s = run_fusesim({"simulate", "--topology", "dgx-h100-4node", "--workload", "llama-3-70b-4node", "--schedule",
+                              "commfuse", "--scope", "layer", "--format", "json"},
+                             dir);
+  REQUIRE(s.exit_code == 0);
+  // The graph carries its GPUs, so simulate-dag reports what simulate does for the same layer (one
+  // graph holds TPSP and DP; simulate's rows are of that graph too).
+  const json from_dag = json::parse(d.out);
+  const json row = json::parse(s.out)["results"][0];
+  CHECK(from_dag["gpus"] == 32);
+  for (const char* key : {"step_time_s", "exposed_comm_s", "mfu", "tokens_per_s", "head_latency_s"}) {
+    INFO(key);
+    CHECK(from_dag[key] == row[key]);
+  }
+
+  // Asked for another cluster: it runs there, and says so.
+  const auto other = run_fusesim({"simulate-dag", "--dag", "my.json", "--topology", "dgx-h100-128node"}, dir);
+  CHECK(other.exit_code == 0);
+  CHECK(other.err.find("note: my.json was generated for dgx-h100-4node; simulating it on dgx-h100-128node") == 0);
+  // A file naming a cluster that does not load: exit 2 at $.topology.
+  json bad = file;
+  bad["topology"] = "no-such-cluster";
+  std::ofstream(dir.file("bad.json")) << bad.dump();
+  const auto b = run_fusesim({"simulate-dag", "--dag", "bad.json"}, dir);
+  CHECK(b.exit_code == 2);
+  REQUIRE(b.err_lines().size() == 1);
+  CHECK(b.err_lines()[0].find("error: bad.json: $.topology: ") == 0);
+}

@@ -30,6 +30,8 @@ const BadCase kBadCases[] = {
     {"--topology", "topo-unknown-device-model.json", "$.node.device_model", "h100-pcie"},
     {"--workload", "work-syntax-error.json", "$", "JSON syntax error at line 6"},  // "layers": 80,,
     {"--workload", "work-empty.json", "$", "JSON syntax error"},
+    {"--workload", "work-number-overflow.json", "$.model.layers", "beyond the range of a double"},
+    {"--topology", "topo-duplicate-key.json", "$.name", "twice"},
     {"--workload", "work-missing-hidden.json", "$.model.hidden", "missing"},
     {"--workload", "work-unknown-key.json", "$.training.seq_len", "unknown key"},
     {"--workload", "work-wrong-type.json", "$.model.layers", "expected an integer"},

@@ -266,6 +266,29 @@ TEST_CASE("sweep command-line errors name the option and write nothing", "[cli][
   CHECK(dir.entries().empty());
 }
 
+TEST_CASE("a sweep says its grid size first and runs a huge grid only when asked for by number", "[cli][sweep]") {
+  ScratchDir dir;
+  // Issue 13: --seq 1:16777216:+1 (16.7 million configurations) started silently and ran until killed.
+  const auto big = run_fusesim({"sweep", "--seq", "1:16777216:+1", "--output", "x.csv"}, dir);
+  CHECK(big.exit_code == 2);
+  REQUIRE(big.err_lines().size() == 1);
+  CHECK(big.err.find("16777216 configurations to run, more than 10000") != std::string::npos);
+  CHECK(big.err.find("--max-configs 16777216") != std::string::npos);
+  CHECK(dir.entries().empty());
+  // A limit below the grid is refused at the option; one at the grid's size runs it, and says its size.
+  const auto low = run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "1024,2048",
+                                "--max-configs", "1", "--output", "x.csv"},
+                               dir);
+  CHECK(low.exit_code == 2);
+  CHECK(low.err.find("<command line>: --max-configs") != std::string::npos);
+  const auto ok = run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "1024,2048",
+                               "--schedule", "baseline", "--max-configs", "2", "--output", "x.csv"},
+                              dir);
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.err.find("sweep: 2 configurations, each with 1 schedule(s) and 1 scope(s)") == 0);
+}
+
 TEST_CASE("sweep --engine is an axis; each row names its engine and what priced it", "[cli][sweep][engine]") {
   SweepSpec spec;
   spec.topologies = {"dgx-h100"};

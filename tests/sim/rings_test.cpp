@@ -22,7 +22,7 @@ using fusesim::sim::collective_rings;
 
 namespace {
 
-topo::Cluster rail(int nodes) {
+nlohmann::json rail_json(int nodes) {
   auto sourced = [](double v) { return nlohmann::json{{"value", v}, {"source", "test"}}; };
   auto sourced_int = [](int v) { return nlohmann::json{{"value", v}, {"source", "test"}}; };
   auto make_link = [&](double rate, double latency) {
@@ -56,7 +56,20 @@ topo::Cluster rail(int nodes) {
         {"copy_engine_step_latency_s", sourced(2e-6)},
         {"sm_kernel_efficiency", sourced(1.0)},
         {"copy_engine_efficiency", sourced(1.0)}}}};
-  return topo::parse_cluster(JsonDocument::from_json(j, "rings-test.json"));
+  return j;
+}
+
+topo::Cluster rail(int nodes) { return topo::parse_cluster(JsonDocument::from_json(rail_json(nodes), "rings-test.json")); }
+
+// One node of `devices` joined pairwise (400 GB/s, 1 us per link), no NICs.
+topo::Cluster mesh(int devices) {
+  nlohmann::json j = rail_json(1);
+  j["node"]["devices_per_node"] = devices;
+  j["node"]["scale_up"]["kind"] = "full_mesh";
+  j["node"]["scale_up"]["link_kind"] = "xgmi";
+  j["node"].erase("nics");
+  j.erase("scale_out");
+  return topo::parse_cluster(JsonDocument::from_json(j, "mesh-test.json"));
 }
 
 std::vector<int> ranks(int from, int to) {
@@ -165,4 +178,37 @@ TEST_CASE("all-gather inside one node keeps the single ring (unchanged timing)",
   const sim::SimResult r = sim::Simulator(c, costs).run(g);
   CHECK(r.makespan_ps == 30'500'000);
   CHECK(r.transfers.size() == 4 * 3);
+}
+
+TEST_CASE("a group inside a full mesh runs one ring per stride coprime to its size, on distinct links",
+          "[sim][rings]") {
+  // 8 devices: strides 1, 3, 5, 7 (phi(8) = 4 of each device's 7 links); 5 devices (prime): all 4.
+  const topo::Cluster c8 = mesh(8);
+  const auto rings8 = collective_rings(ranks(0, 8), c8);
+  REQUIRE(rings8.size() == 4);
+  CHECK(rings8[0] == ranks(0, 8));                                         // stride 1: the group order
+  CHECK(rings8[1] == std::vector<int>{0, 3, 6, 1, 4, 7, 2, 5});            // stride 3
+  std::set<std::pair<int, int>> used;
+  for (const auto& ring : rings8) {
+    require_permutation(ring, 8);
+    for (std::size_t i = 0; i < ring.size(); ++i)
+      CHECK(used.insert({ring[i], ring[(i + 1) % ring.size()]}).second);  // no directed link twice
+  }
+  CHECK(collective_rings(ranks(0, 5), mesh(5)).size() == 4);
+  // Two members: one ring (the only link).
+  CHECK(collective_rings({0, 1}, c8).size() == 1);
+}
+
+TEST_CASE("all-gather inside a 4-device full mesh: two rings, each half of a step on its own link",
+          "[sim][rings]") {
+  // Strides 1 and 3 (0->1->2->3 and 0->3->2->1): each step moves n/(t x 2) = 0.5e6 B per ring on a
+  // link of its own at 400 GB/s = 1.25 us, + 1 us link + 3 us SM step latency = 5.25 us.
+  // base 8 + 3 x 5.25 = 23.75 us (one ring: 8 + 3 x (2.5 + 4) = 27.5 us).
+  const topo::Cluster c = mesh(4);
+  TestCostModel costs;
+  sched::TaskGraph g(4);
+  collective(g, "ag", sched::CollectiveKind::all_gather, ranks(0, 4), 4'000'000, 1);
+  const sim::SimResult r = sim::Simulator(c, costs).run(g);
+  CHECK(r.makespan_ps == 23'750'000);
+  CHECK(r.transfers.size() == 4 * 3 * 2);
 }

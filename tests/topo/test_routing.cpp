@@ -1,4 +1,4 @@
-// Routing rules: least latency, then fewest hops, then lowest vertex ids; never through a third
+// Routing rules: fewest PCIe links (NVLink first), then least latency, then fewest hops, then lowest vertex ids; never through a third
 // accelerator; routes_from agrees with route and scales to 1024 ranks.
 #include <string>
 #include <vector>
@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/error.hpp"
 #include "fusesim/util/json_reader.hpp"
 #include "topo_test_util.hpp"
 
@@ -139,7 +140,7 @@ TEST_CASE("misuse of route() is a programming error, not an InputError") {
   CHECK_THROWS_AS(h.c.route(0, 2), std::out_of_range);
 }
 
-TEST_CASE("base topology: PCIe, NVSwitch and network routes by latency") {
+TEST_CASE("base topology: NVSwitch before a shared PCIe switch, then network routes by latency") {
   const Cluster c = parse(topo_test::base_json());
   REQUIRE(c.num_ranks() == 8);
   // Vertices: 8 GPUs, per node 1 switch + 2 x (PCIe switch + NIC) = 5, 2 nodes -> 10, 1 fabric switch.
@@ -148,10 +149,15 @@ TEST_CASE("base topology: PCIe, NVSwitch and network routes by latency") {
   CHECK(c.device(0).gemm_tile_n == 128);
   CHECK(c.device(0).peak(Dtype::fp8) == 2e15);
 
-  // gpu0 and gpu1 share PCIe switch pcie0: 2 x 0.5 us = 1 us beats the NVSwitch 2 x 1 us.
+  // gpu0 and gpu1 share PCIe switch pcie0 (2 x 0.5 us = 1 us) and the NVSwitch (2 x 1 us). NCCL takes
+  // NVLink whatever the latency (its path type decides first), and so does the route: 2 us over the
+  // NVSwitch. By latency alone it took PCIe, a fifth of the bandwidth (issue 13: a Qwen2-72B layer
+  // with 4 NICs per 8 GPUs took 209.5 ms instead of 98.5).
   const Route r01 = c.route(0, 1);
-  CHECK(link_names(c, r01) == std::vector<std::string>{"node0/gpu0->node0/pcie0", "node0/pcie0->node0/gpu1"});
-  CHECK(r01.latency_ps == 1000000);
+  CHECK(link_names(c, r01) == std::vector<std::string>{"node0/gpu0->node0/nvswitch", "node0/nvswitch->node0/gpu1"});
+  CHECK(r01.latency_ps == 2000000);
+  CHECK(link_names(c, c.routes_from(0)[1]) == link_names(c, r01));
+  CHECK(link_names(c, c.route(1, 0)) == std::vector<std::string>{"node0/gpu1->node0/nvswitch", "node0/nvswitch->node0/gpu0"});
   // gpu0 and gpu2 are behind different PCIe switches: NVSwitch, 2 us (via the NICs: 0.5+0.5+2+2+0.5+0.5 = 6 us).
   const Route r02 = c.route(0, 2);
   CHECK(link_names(c, r02) == std::vector<std::string>{"node0/gpu0->node0/nvswitch", "node0/nvswitch->node0/gpu2"});
@@ -198,12 +204,32 @@ TEST_CASE("scale-up kinds: pcie switch, full mesh, none") {
       for (int d = 0; d < 4; ++d)
         if (s != d) CHECK(c.route(s, d).links.size() == 1);
   }
-  SECTION("full mesh beats a shared PCIe switch of equal latency by hop count") {
-    // Direct link 1 us (1 hop) vs gpu0 -> pcie0 -> gpu1 at 2 x 0.5 us (2 hops): equal latency.
+  SECTION("full mesh beats a shared PCIe switch, even a faster one") {
+    // Direct link 1 us vs gpu0 -> pcie0 -> gpu1 at 2 x 0.5 us: equal latency; and with the mesh link
+    // slowed to 5 us, still the mesh (no PCIe link on it).
     j["node"]["scale_up"]["kind"] = "full_mesh";
     j["node"]["nics"] = topo_test::base_json()["node"]["nics"];
+    CHECK(link_names(parse(j), parse(j).route(0, 1)) == std::vector<std::string>{"node0/gpu0->node0/gpu1"});
+    j["node"]["scale_up"]["link"]["latency_s"]["value"] = 5e-6;
     const Cluster c = parse(j);
     CHECK(link_names(c, c.route(0, 1)) == std::vector<std::string>{"node0/gpu0->node0/gpu1"});
+    CHECK(c.route(0, 1).latency_ps == 5000000);
+  }
+  SECTION("full mesh of xGMI links (MI300X); xGMI through a switch is refused") {
+    j["node"]["scale_up"]["kind"] = "full_mesh";
+    j["node"]["scale_up"]["link_kind"] = "xgmi";
+    const Cluster c = parse(j);
+    CHECK(c.full_mesh_scale_up);
+    for (const Link& l : c.links) CHECK(l.kind == LinkKind::xgmi);
+    CHECK(is_scale_up(LinkKind::xgmi));
+    CHECK(to_string(LinkKind::xgmi) == "xgmi");
+    j["node"]["scale_up"]["kind"] = "switch";
+    try {
+      (void)parse(j);
+      FAIL("xgmi through a switch was accepted");
+    } catch (const InputError& e) {
+      CHECK(e.json_path() == "$.node.scale_up.link_kind");
+    }
   }
   SECTION("none: a node of one device") {
     j["node"]["devices_per_node"] = 1;

@@ -104,3 +104,28 @@ TEST_CASE("json reader: a missing file is an input error naming it") {
   CHECK(e.file() == "/nonexistent/x.json");
   CHECK(e.json_path() == "$");
 }
+
+TEST_CASE("json reader: a key given twice is refused with its path (the last copy no longer wins)") {
+  auto e = input_error([] { (void)JsonDocument::parse(R"({"a": {"b": 1, "c": 2, "b": 3}})", "dup.json"); });
+  CHECK(e.file() == "dup.json");
+  CHECK(e.json_path() == "$.a.b");
+  CHECK_THAT(e.message(), Catch::Contains("twice"));
+  // Inside an array: the path counts the elements before it.
+  e = input_error([] { (void)JsonDocument::parse(R"({"x": [1, [2], {"k": 0}, {"k": 1, "k": 1}]})", "dup.json"); });
+  CHECK(e.json_path() == "$.x[3].k");
+  // The same key in sibling objects is fine, and the document reads as before.
+  const JsonDocument ok = JsonDocument::parse(R"({"x": [{"k": 0}, {"k": 1}], "k": 2})", "ok.json");
+  CHECK(ok.raw()["x"][1]["k"].get<int>() == 1);
+  CHECK(ok.raw()["k"].get<int>() == 2);
+}
+
+TEST_CASE("json reader: a number beyond a double's range is bad input at its path, not an internal error") {
+  auto e = input_error([] { (void)JsonDocument::parse(R"({"model": {"layers": 1e400}})", "big.json"); });
+  CHECK(e.file() == "big.json");
+  CHECK(e.json_path() == "$.model.layers");
+  CHECK_THAT(e.message(), Catch::Contains("1e400"));
+  e = input_error([] { (void)JsonDocument::parse(R"({"v": [0, 1, -1e999]})", "big.json"); });
+  CHECK(e.json_path() == "$.v[2]");
+  e = input_error([] { (void)JsonDocument::parse("1e400", "big.json"); });
+  CHECK(e.json_path() == "$");
+}

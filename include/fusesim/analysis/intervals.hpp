@@ -32,6 +32,8 @@ class IntervalSet {
   IntervalSet intersect(const IntervalSet& other) const;
   IntervalSet subtract(const IntervalSet& other) const;  // points of *this not in `other`
   IntervalSet clip(TimePs begin_ps, TimePs end_ps) const;
+  // |this ∩ [begin, end)| without building the intersection: a binary search, then the parts inside.
+  TimePs measure_within_ps(TimePs begin_ps, TimePs end_ps) const;
 
   friend bool operator==(const IntervalSet&, const IntervalSet&) = default;
 

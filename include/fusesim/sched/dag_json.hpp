@@ -19,6 +19,15 @@ struct DagFile {
   std::int64_t tokens = 0;                // tokens the graph processes (for tokens/s), 0 if unknown
   std::string schedule;                   // free text, reported as "schedule"
   std::string parallelism;                // reported as "parallelism"
+  // The cluster the graph was generated for (a shipped name or a path, as given to generate), which
+  // simulate-dag uses when no --topology is given; empty for a graph written by hand.
+  std::string topology;
+  // What a generated schedule knows beyond its tasks (sched::Schedule): the GPUs its MFU divides by
+  // (0: the graph's ranks), and for a mirrored graph the ranks that carry the work and the replicas
+  // they stand for (the graph's load alias table travels with it).
+  int gpus = 0;
+  int simulated_ranks = 0;
+  int replicas = 1;
 };
 
 nlohmann::json dag_to_json(const DagFile& dag);

@@ -60,7 +60,9 @@ struct DeviceModel {
 
 enum class VertexKind { accelerator, switch_, nic };
 enum class SwitchKind { nvswitch, pcie, infiniband, ethernet, hccs };
-enum class LinkKind { nvlink, hccs, pcie, network };
+enum class LinkKind { nvlink, hccs, xgmi, pcie, network };
+// The links of a node's scale-up domain (NVLink, Huawei HCCS, AMD xGMI / Infinity Fabric).
+inline bool is_scale_up(LinkKind k) { return k == LinkKind::nvlink || k == LinkKind::hccs || k == LinkKind::xgmi; }
 std::string to_string(VertexKind k);
 std::string to_string(SwitchKind k);
 std::string to_string(LinkKind k);
@@ -130,6 +132,9 @@ class Cluster {
   std::vector<std::string> rank_model; // rank -> device model name
   int num_nodes = 0;
   int devices_per_node = 0;
+  // The devices of a node are joined pairwise (scale_up kind "full_mesh": HCCS, xGMI), not through a
+  // switch: a ring inside a node then uses one of each device's links, and collectives run several.
+  bool full_mesh_scale_up = false;
   CommParams comm;
 
   int num_ranks() const { return static_cast<int>(rank_vertex.size()); }

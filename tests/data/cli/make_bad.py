@@ -57,6 +57,10 @@ topo_variant("topo-unknown-device-model.json", lambda d: d["node"].update({"devi
 
 # --- workload defects ---
 write("work-syntax-error.json", work_text.replace('"layers": 80,', '"layers": 80,,', 1))
+# Found by fuzzing: nlohmann reports a number beyond a double as out_of_range, not as a syntax error.
+write("work-number-overflow.json", work_text.replace('"layers": 80,', '"layers": 1e400,', 1))
+# nlohmann keeps the last of two equal keys: a duplicate must be refused, not silently win.
+write("topo-duplicate-key.json", topo_text.replace('"name": "dgx-h100",', '"name": "dgx-h100", "name": "dgx-h200",', 1))
 write("work-empty.json", "")
 work_variant("work-missing-hidden.json", lambda d: d["model"].pop("hidden"))
 work_variant("work-unknown-key.json", lambda d: d["training"].update({"seq_len": 4096}))
