@@ -84,6 +84,7 @@ GemmModel gemm_from(const std::vector<double>& x, int sm_count, double element_b
   g.k_half = std::exp(x[3]);
   g.tile_overhead = std::exp(x[4]);
   g.blend = 1.0 + std::exp(x[5]);
+  g.partial_wave_share = 1.0 / (1.0 + std::exp(-x[6]));  // logistic: a share in (0, 1)
   return g;
 }
 
@@ -117,7 +118,8 @@ GemmModel::Plan GemmModel::best_plan(double m, double n, double batch) const {
   for (const auto& [tm, tn] : tiles) {
     const double t = ceil_div(m, tm) * ceil_div(n, tn) * batch;
     const double h = h_ref / (1.0 + tile_overhead * (1.0 / tm + 1.0 / tn));
-    const double cost = ceil_div(t, sm_count) * tm * tn / h;
+    const double w = t / sm_count;
+    const double cost = ((1.0 - partial_wave_share) * std::ceil(w) + partial_wave_share * w) * tm * tn / h;
     if (cost < best.cost) best = {cost, static_cast<std::int64_t>(t)};
   }
   return best;
@@ -167,8 +169,9 @@ GemmModel fit_gemm_model(const std::vector<GemmTiming>& samples, int sm_count, d
     return std::isfinite(e) ? e / static_cast<double>(samples.size()) : kBig;
   };
   std::vector<double> x{std::log(0.5 * min_t), std::log(best_bw),  std::log(1.2 * best_flops / sm_count),
-                        std::log(200.0),       std::log(64.0),     std::log(2.0)};
-  const std::vector<double> steps{0.5, 0.2, 0.2, 0.5, 0.5, 0.3};
+                        std::log(200.0),       std::log(64.0),     std::log(2.0),
+                        -2.0};  // partial_wave_share 0.12: mostly whole waves to start with
+  const std::vector<double> steps{0.5, 0.2, 0.2, 0.5, 0.5, 0.3, 1.0};
   x = nelder_mead(loss, x, steps, 3000);
   std::vector<double> fine(steps.size());
   std::transform(steps.begin(), steps.end(), fine.begin(), [](double s) { return s / 3.0; });
@@ -186,9 +189,14 @@ GemmModel fit_gemm_model(const std::vector<GemmTiming>& samples, int sm_count, d
 }
 
 double SmallKernelModel::time_s(double bytes, double rows) const {
-  double t = bytes / bytes_per_s;
-  if (rows > 0 && row_bytes_per_s > 0) t = std::max(t, bytes / rows / row_bytes_per_s);
-  return launch_s + t;
+  const double b = bytes + (rows > 0 ? rows * row_overhead_bytes : 0.0);
+  const double stream = l2_bytes > 0 ? std::min(b, l2_bytes) / l2_bytes_per_s + std::max(0.0, b - l2_bytes) / bytes_per_s
+                                     : b / bytes_per_s;
+  if (!(rows > 0 && row_bytes_per_s > 0)) return launch_s + stream;
+  const double row = bytes / rows / row_bytes_per_s;
+  const double big = std::max(stream, row), small = std::min(stream, row);
+  if (blend <= 0 || big <= 0) return launch_s + big;
+  return launch_s + big * std::pow(1.0 + std::pow(small / big, blend), 1.0 / blend);
 }
 
 SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& samples) {
@@ -208,20 +216,26 @@ SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& sa
     m.launch_s = std::exp(x[0]);
     m.bytes_per_s = std::exp(x[1]);
     m.row_bytes_per_s = rows ? std::exp(x[2]) : 0.0;
+    m.row_overhead_bytes = rows ? std::exp(x[3]) : 0.0;
+    m.blend = 1.0 + std::exp(x[4]);
+    m.l2_bytes = std::exp(x[5]);
+    m.l2_bytes_per_s = m.bytes_per_s * (1.0 + std::exp(x[6]));  // L2 is faster than HBM
     return m;
   };
   const auto loss = [&](const std::vector<double>& x) {
     const SmallKernelModel m = model(x);
     double e = 0.0;
-    for (const SmallKernelTiming& s : samples) {
-      const double r = std::log(m.time_s(s.bytes, s.rows) / s.time_s);
-      e += r * r;
-    }
+    for (const SmallKernelTiming& s : samples) e += std::abs(m.time_s(s.bytes, s.rows) / s.time_s - 1.0);
     return std::isfinite(e) ? e / static_cast<double>(samples.size()) : kBig;
   };
-  std::vector<double> x{std::log(0.5 * min_t), std::log(best_bw), std::log(rows ? best_row : 1.0)};
-  x = nelder_mead(loss, x, {0.5, 0.3, 0.5}, 2000);
-  x = nelder_mead(loss, x, {0.1, 0.1, 0.1}, 2000);
+  // Starts: a 1 kB per-row overhead, p = 3, half of an H100's 50 MB L2 at 1.5x the HBM speed.
+  std::vector<double> x{std::log(0.5 * min_t), std::log(best_bw), std::log(rows ? best_row : 1.0),
+                        std::log(1000.0),      std::log(2.0),     std::log(2.5e7),
+                        std::log(0.5)};
+  std::vector<double> steps{0.5, 0.3, 0.5, 1.0, 0.5, 0.5, 0.5};
+  x = nelder_mead(loss, x, steps, 2000);
+  for (double& s : steps) s /= 5.0;
+  x = nelder_mead(loss, x, steps, 2000);
   SmallKernelModel m = model(x);
   std::vector<double> predicted, measured;
   for (const SmallKernelTiming& s : samples) predicted.push_back(m.time_s(s.bytes, s.rows)), measured.push_back(s.time_s);
@@ -242,6 +256,7 @@ nlohmann::json to_json(const GemmModel& m) {
           {"k_half", m.k_half},
           {"tile_overhead", m.tile_overhead},
           {"blend", m.blend},
+          {"partial_wave_share", m.partial_wave_share},
           {"samples", m.samples},
           {"in_sample_mape_pct", m.in_sample_mape_pct}};
 }
@@ -250,6 +265,10 @@ nlohmann::json to_json(const SmallKernelModel& m) {
   return {{"launch_s", m.launch_s},
           {"row_bytes_per_s", m.row_bytes_per_s},
           {"bytes_per_s", m.bytes_per_s},
+          {"l2_bytes", m.l2_bytes},
+          {"l2_bytes_per_s", m.l2_bytes_per_s},
+          {"row_overhead_bytes", m.row_overhead_bytes},
+          {"blend", m.blend},
           {"samples", m.samples},
           {"in_sample_mape_pct", m.in_sample_mape_pct}};
 }

@@ -57,7 +57,11 @@ json kernel_json(const model::Kernel& k) {
               {"q_offset", a->q_offset},
               {"pass", a->pass == model::Pass::forward ? "forward" : "backward"}}}};
   const auto& e = std::get<model::ElementwiseKernel>(k);
-  return {{"elementwise", {{"op", e.op}, {"bytes", e.bytes}, {"flops", e.flops}}}};
+  json out{{"op", e.op}, {"bytes", e.bytes}, {"flops", e.flops}};
+  // Rows price a small kernel (its per-row term and per-row overhead): a graph without them would
+  // be priced as a plain stream and simulate-dag would not reproduce simulate.
+  if (e.rows > 0) out["rows"] = e.rows;
+  return {{"elementwise", out}};
 }
 
 json labels_json(const TaskLabels& l) {
@@ -104,6 +108,7 @@ model::Kernel read_kernel(const JsonObject& compute) {
   }
   JsonObject e = compute.object("elementwise");
   model::ElementwiseKernel k{e.string("op"), e.integer("bytes", 0, kMaxBytes), e.number_or("flops", 0, kMaxFlops, 0.0)};
+  k.rows = e.integer_or("rows", 0, kMaxDim, 0);
   e.finish();
   return k;
 }

@@ -123,6 +123,72 @@ TEST_CASE("kernel fit: the small-kernel model recovers launch floor, per-row and
   CHECK(f.bytes_per_s == Approx(t.bytes_per_s).epsilon(0.05));
 }
 
+TEST_CASE("kernel fit: a partial last wave of GEMM tiles costs its share of a wave", "[model][kernel_fit]") {
+  // 4 SMs, one 128 x 128 tile shape, no tile overhead, no k prologue, an operand stream too fast to
+  // matter: compute = waves x 128 x 128 x 2 k / sm_flops. m = 640, n = 128 is 5 tiles, 1.25 waves on
+  // 4 SMs: whole waves 2, exact 1.25; with share 0.6 the model runs 0.4 x 2 + 0.6 x 1.25 = 1.55 waves.
+  GemmModel g;
+  g.sm_count = 4;
+  g.tiles = {{128, 128}};
+  g.operand_bytes_per_s = 1e30;
+  g.sm_flops_per_s = 1e12;
+  g.k_half = 0;
+  g.tile_overhead = 0;
+  g.blend = 2;
+  const double k = 1024, wave_s = 128.0 * 128.0 * 2.0 * k / 1e12;
+  g.partial_wave_share = 0.0;
+  CHECK(g.smooth_time_s(640, 128, k, 1) == Approx(2.0 * wave_s));
+  g.partial_wave_share = 0.6;
+  CHECK(g.smooth_time_s(640, 128, k, 1) == Approx(1.55 * wave_s));
+  // Whole waves are unaffected, and the time still grows with m through the partial wave.
+  CHECK(g.smooth_time_s(512, 128, k, 1) == Approx(1.0 * wave_s));
+  for (double m = 512; m < 2048; m += 64) CHECK(g.smooth_time_s(m + 64, 128, k, 1) >= g.smooth_time_s(m, 128, k, 1));
+}
+
+TEST_CASE("kernel fit: the small-kernel stream runs at L2 speed for what fits in L2, HBM speed beyond",
+          "[model][kernel_fit]") {
+  // 1 us launch, 2 TB/s HBM, 4 TB/s for the first 10 MB, no per-row term: 6 MB take 1 + 1.5 us;
+  // 30 MB take 1 + 10 MB / 4 TB/s + 20 MB / 2 TB/s = 1 + 2.5 + 10 = 13.5 us. Per-row overhead 1 kB:
+  // 1000 rows of the 30 MB add 1 MB at HBM speed, 0.5 us.
+  SmallKernelModel m;
+  m.launch_s = 1e-6;
+  m.bytes_per_s = 2e12;
+  m.l2_bytes = 10e6;
+  m.l2_bytes_per_s = 4e12;
+  CHECK(m.time_s(6e6, 0) == Approx(2.5e-6));
+  CHECK(m.time_s(30e6, 0) == Approx(13.5e-6));
+  m.row_overhead_bytes = 1000;
+  CHECK(m.time_s(30e6, 1000) == Approx(14e-6));
+  // With a per-row term and a blend, the time still grows with the rows and with the bytes per row.
+  m.row_bytes_per_s = 10e9;
+  m.blend = 3;
+  for (double rows = 1; rows < 8192; rows *= 1.5) {
+    CHECK(m.time_s(32768 * rows * 1.5, rows * 1.5) >= m.time_s(32768 * rows, rows));
+    CHECK(m.time_s(40000 * rows, rows) >= m.time_s(32768 * rows, rows));
+  }
+}
+
+TEST_CASE("kernel fit: the small-kernel fit recovers an L2 regime and a per-row overhead", "[model][kernel_fit]") {
+  SmallKernelModel t;
+  t.launch_s = 1.5e-6;
+  t.row_bytes_per_s = 10e9;
+  t.bytes_per_s = 2e12;
+  t.l2_bytes = 20e6;
+  t.l2_bytes_per_s = 3e12;
+  t.row_overhead_bytes = 2000;
+  t.blend = 4;
+  std::vector<SmallKernelTiming> samples;
+  for (double row_bytes : {8192.0, 16384.0, 32768.0, 131072.0})
+    for (double rows : {1.0, 16.0, 64.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0})
+      samples.push_back({"swiglu", rows * row_bytes, rows, t.time_s(rows * row_bytes, rows), "x"});
+  const SmallKernelModel f = fit_small_kernel_model(samples);
+  CHECK(f.in_sample_mape_pct < 1.0);
+  CHECK(f.bytes_per_s == Approx(t.bytes_per_s).epsilon(0.05));
+  CHECK(f.launch_s == Approx(t.launch_s).epsilon(0.1));
+  // Large streams are HBM-bound: predicted within 1% well beyond the samples' range of row counts.
+  CHECK(f.time_s(16384 * 32768.0, 16384) == Approx(t.time_s(16384 * 32768.0, 16384)).epsilon(0.01));
+}
+
 TEST_CASE("kernel fit: too few samples or a non-positive time are refused", "[model][kernel_fit]") {
   const GemmModel t = truth();
   auto few = synthetic(t, "a", 4096, 4096);

@@ -23,12 +23,16 @@ struct GemmTiming {
 // time = launch_s + (memory^p + compute^p)^(1/p), with
 //   memory  = (m k + k n + m n) batch x element_bytes / operand_bytes_per_s
 //   compute = min over tiles (tm, tn) of waves x tm tn 2 k / (sm_flops_per_s x k / (k + k_half) x h(tm, tn))
-//   waves   = ceil(ceil(m / tm) ceil(n / tn) batch / sm_count)
+//   waves   = (1 - s) ceil(w) + s w,  w = ceil(m / tm) ceil(n / tn) batch / sm_count,  s = partial_wave_share
 //   h       = (1 + tile_overhead (1/128 + 1/256)) / (1 + tile_overhead (1/tm + 1/tn))
 // h is 1 for the 128 x 256 tile and lower for smaller ones (each k step loads tm + tn operands for
 // tm tn multiply-adds); k / (k + k_half) is the prologue and epilogue of each tile amortized over its
 // k loop; p blends the operand stream with the math instead of taking the max (both overlap, neither
-// perfectly). Every term grows with m, n and k, so the model is monotone in each.
+// perfectly). A last, partial wave costs less than a full one (its tiles share HBM and L2 with fewer
+// others, and cuBLAS's stream-K kernels spread the remainder over all SMs), so waves are a mix of the
+// whole count and the exact fraction; measured GEMMs put s at 0.7-0.8 (fitting it took the
+// leave-one-model-out error from 7.2% to 6.3% on H100, 5.7% to 4.9% on A100). Every term grows with
+// m, n and k, so the model is monotone in each.
 struct GemmModel {
   int sm_count = 0;
   double element_bytes = 2;
@@ -39,6 +43,7 @@ struct GemmModel {
   double k_half = 0;
   double tile_overhead = 0;
   double blend = 1;
+  double partial_wave_share = 0;
   // Residual correction: the fit's log residuals of the samples, smoothed by a Gaussian kernel in
   // (log2 m, log2 n, log2 k) with these widths and shrunk towards 0 by `prior_weight`, so that a shape
   // near measured ones takes their deviation from the smooth model and a far one the model alone.
@@ -82,19 +87,32 @@ struct SmallKernelTiming {
   std::string group;
 };
 
-// time = launch_s + max(row_bytes / row_bytes_per_s, bytes / bytes_per_s), row_bytes = bytes / rows.
+// time = launch_s + (row^p + stream^p)^(1/p), with row_bytes = bytes / rows and
+//   row    = row_bytes / row_bytes_per_s
+//   stream = min(b, l2_bytes) / l2_bytes_per_s + max(0, b - l2_bytes) / bytes_per_s,
+//   b      = bytes + rows x row_overhead_bytes
 // Row-wise kernels (norms, activations, rotary) give each row to one block: below a full device of
-// rows the time is one row's, above it the HBM stream's; `launch_s` is the floor every measurement shows.
+// rows the time is one row's, above it the stream's; `launch_s` is the floor every measurement shows.
+// The stream runs at L2 speed for the bytes that fit in L2 (the timed kernel finds its inputs there
+// when they fit) and at HBM speed beyond; each row costs `row_overhead_bytes` more (its block's start
+// and reduction), so narrow rows stream slower than wide ones. p blends the two terms instead of the
+// max (a device of rows is not filled at once). Without rows (0), only the stream of `bytes`.
 struct SmallKernelModel {
   double launch_s = 0;
   double row_bytes_per_s = 0;  // 0: no per-row term (rows unknown in the samples)
   double bytes_per_s = 0;
+  double l2_bytes = 0, l2_bytes_per_s = 0;  // l2_bytes 0: HBM speed throughout
+  double row_overhead_bytes = 0;
+  double blend = 0;  // 0: the max of the two terms
   int samples = 0;
   double in_sample_mape_pct = 0;
   double time_s(double bytes, double rows) const;
 };
 
-// Fits one op's samples (>= 3). Throws std::invalid_argument otherwise.
+// Fits one op's samples (>= 3) by least absolute relative error, the error `fusesim validate`
+// reports: the samples are recorded at 0.5-1 us resolution and most small kernels take 1-6 us, so a
+// log-least-squares fit lands between ticks where every sample is a tick off. Throws
+// std::invalid_argument otherwise.
 SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& samples);
 
 nlohmann::json to_json(const GemmModel& m);       // without residuals: they are rebuilt from the samples
