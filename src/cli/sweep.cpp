@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -141,12 +142,16 @@ std::vector<std::string> scope_names(const std::vector<sched::Scope>& v) {
 
 std::vector<std::int64_t> parse_int_axis(const std::string& option, const std::string& text, std::int64_t min,
                                          std::int64_t max) {
+  // A typo'd range (1:16777216:+1) is refused by its size before it is expanded, and duplicates are
+  // found by hashing: a linear search per value made such a range run for hours before any output.
+  constexpr std::int64_t kMaxAxisValues = std::int64_t{1} << 16;
   std::vector<std::int64_t> out;
+  std::unordered_set<std::int64_t> seen;
   auto add = [&](std::int64_t v, const std::string& item) {
     if (v < min || v > max)
       throw InputError(kCommandLine, option,
                        fmt::format("value {} (from '{}') is outside the allowed range [{}, {}]", v, item, min, max));
-    if (std::find(out.begin(), out.end(), v) != out.end())
+    if (!seen.insert(v).second)
       throw InputError(kCommandLine, option, fmt::format("value {} is given twice (from '{}')", v, item));
     out.push_back(v);
   };
@@ -177,6 +182,14 @@ std::vector<std::int64_t> parse_int_axis(const std::string& option, const std::s
                          fmt::format("step '{}' of range '{}' must be {}", s, item, geometric ? "x2 or more" : "+1 or more"));
       if (geometric && first < 1)
         throw InputError(kCommandLine, option, fmt::format("geometric range '{}' must start at 1 or more", item));
+    }
+    if (!geometric) {
+      const std::int64_t values = (last - first) / step + 1;
+      if (values > kMaxAxisValues - static_cast<std::int64_t>(out.size()))
+        throw InputError(kCommandLine, option,
+                         fmt::format("range '{}' has {} values, more than the {} one axis of a sweep may have (a grid "
+                                     "of that size would run for days): narrow it or take a larger step",
+                                     item, values, kMaxAxisValues));
     }
     for (std::int64_t v = first;; v = geometric ? v * step : v + step) {
       add(v, item);

@@ -269,11 +269,17 @@ TEST_CASE("sweep command-line errors name the option and write nothing", "[cli][
 TEST_CASE("a sweep says its grid size first and runs a huge grid only when asked for by number", "[cli][sweep]") {
   ScratchDir dir;
   // Issue 13: --seq 1:16777216:+1 (16.7 million configurations) started silently and ran until killed.
-  const auto big = run_fusesim({"sweep", "--seq", "1:16777216:+1", "--output", "x.csv"}, dir);
+  // Refused at once by the axis's size, before it is expanded.
+  const auto huge = run_fusesim({"sweep", "--seq", "1:16777216:+1", "--output", "x.csv"}, dir);
+  CHECK(huge.exit_code == 2);
+  REQUIRE(huge.err_lines().size() == 1);
+  CHECK(huge.err.find("error: <command line>: --seq: range '1:16777216:+1' has 16777216 values") == 0);
+  // 20,000 configurations: within an axis's limit, above the grid's default one.
+  const auto big = run_fusesim({"sweep", "--seq", "1:20000:+1", "--output", "x.csv"}, dir);
   CHECK(big.exit_code == 2);
   REQUIRE(big.err_lines().size() == 1);
-  CHECK(big.err.find("16777216 configurations to run, more than 10000") != std::string::npos);
-  CHECK(big.err.find("--max-configs 16777216") != std::string::npos);
+  CHECK(big.err.find("20000 configurations to run, more than 10000") != std::string::npos);
+  CHECK(big.err.find("--max-configs 20000") != std::string::npos);
   CHECK(dir.entries().empty());
   // A limit below the grid is refused at the option; one at the grid's size runs it, and says its size.
   const auto low = run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "1024,2048",
