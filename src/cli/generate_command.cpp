@@ -65,6 +65,7 @@ class GenerateCommand final : public Command {
     write_file_atomically(output_, sched::dag_to_json(file).dump(1) + "\n");
     io.err << fmt::format("wrote {} tasks on {} ranks to {}\n", file.graph.size(), file.graph.num_ranks(), output_);
     if (!job.memory.fits()) io.err << "warning: " << model::format_memory_line(job.memory);
+    if (schedule.network_sends_on_sm > 0) io.err << "note: " << network_sends_note(schedule.network_sends_on_sm) << "\n";
     return 0;
   }
 
@@ -106,6 +107,12 @@ class SimulateDagCommand final : public Command {
       io.err << fmt::format("note: {} was generated for {}; simulating it on {}\n", dag_, named, topology_);
     topo::Cluster cluster = load_named_topology(document, topology, topology_.empty() && !named.empty());
     const sched::DagFile dag = sched::parse_dag(document, cluster.num_ranks());
+    if (const auto id = sched::first_network_copy_send(dag.graph, cluster))
+      throw InputError(dag_, fmt::format("$.tasks[{}].send.engine", *id),
+                       fmt::format("send '{}' crosses nodes on a copy engine, which cannot drive the network: give "
+                                   "it \"engine\": \"sm_kernel\" (NCCL's inter-node send/recv is an SM kernel and a "
+                                   "proxy thread)",
+                                   dag.graph.task(*id).name));
     const model::Pricing pricing = model::pricing_for(choice, cluster);
     const model::KernelCostModel& costs = *pricing.costs;
     sim::Simulator simulator(cluster, costs);

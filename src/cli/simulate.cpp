@@ -217,6 +217,7 @@ SimulateReport simulate(const SimulateRequest& request) {
   report.pricing_json = pricing.to_json();
   const model::KernelCostModel& costs = *pricing.costs;
   sim::Simulator simulator(cluster, costs);
+  std::int64_t network_sends_on_sm = 0;
   for (const std::string& parallelism : parallelisms_for(request, w))
   for (sched::Scope scope : request.scopes) {
     for (model::ScheduleKind kind : request.schedules) {
@@ -228,6 +229,7 @@ SimulateReport simulate(const SimulateRequest& request) {
       options.dp_as_p2p = request.dp_as_p2p;
       options.mirror_dp = request.mirror_dp;
       const sched::Schedule schedule = sched::generate(w, wl, cluster, kind, options);
+      network_sends_on_sm = std::max(network_sends_on_sm, schedule.network_sends_on_sm);
       std::optional<analysis::ChromeTraceRecorder> recorder;
       if (request.record_traces) recorder.emplace(cluster, &costs, schedule.graph.regions());
       const sim::SimResult result = simulator.run(schedule.graph, recorder ? &*recorder : nullptr);
@@ -237,8 +239,16 @@ SimulateReport simulate(const SimulateRequest& request) {
       report.runs.push_back(std::move(run));
     }
   }
+  if (network_sends_on_sm > 0) report.notes.push_back(network_sends_note(network_sends_on_sm));
   report.workload = std::move(w);
   return report;
+}
+
+std::string network_sends_note(std::int64_t sends) {
+  return fmt::format("{} point-to-point sends between nodes run on SM kernels, not the copy engines the engine "
+                     "choice asked for: a copy engine cannot drive the network (NCCL's inter-node send/recv is an "
+                     "SM kernel and a proxy thread)",
+                     sends);
 }
 
 nlohmann::json report_json(const SimulateReport& report) {
@@ -262,6 +272,7 @@ nlohmann::json report_json(const SimulateReport& report) {
   for (const SimulateRun& run : report.runs) results.push_back(analysis::to_json(run.metrics));
   doc["results"] = std::move(results);
   doc["memory"] = model::to_json(report.memory);
+  doc["notes"] = report.notes;
   return doc;
 }
 
@@ -285,6 +296,7 @@ std::string report_table(const SimulateReport& report, bool regions) {
                                            model::to_string(w.schedule.kind)));
   out += analysis::format_table(rows);
   out += "\n" + model::format_memory_line(report.memory) + "\n";
+  for (const std::string& note : report.notes) out += "note: " + note + "\n";
   if (regions) {
     for (const SimulateRun& run : report.runs) {
       out += fmt::format("\nregions of {} ({}), critical rank {}:\n", run.metrics.schedule, run.metrics.scope,

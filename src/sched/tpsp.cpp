@@ -338,8 +338,10 @@ class Builder {
   // `plan` (Fuse-AG and t = 1 only): nothing is emitted; each rank's calls go into (*plan)[ti] in step
   // order, with their transfers, for the caller to emit where it wants them: step i's transfer before
   // the call of step i + 1, which waits for its Recv.
+  // `comm_index`: the comm stream its collectives go on (baseline and slice). The baseline backward's
+  // re-gather runs on a second one, so that it is issued beside the dgrad (see backward_layer).
   Deps ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work,
-                 std::vector<std::vector<AgCall>>* plan = nullptr);
+                 std::vector<std::vector<AgCall>>* plan = nullptr, int comm_index = 0);
   Deps rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std::int64_t width, const Deps& ready,
                  const WorkFn& work);
 
@@ -418,7 +420,7 @@ class Builder {
 // region gathers the chunks into `g.full` [S, width] (see Rows for the own chunk) and runs `work` on
 // them.
 Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work,
-                        std::vector<std::vector<AgCall>>* plan) {
+                        std::vector<std::vector<AgCall>>* plan, int comm_index) {
   const int region = region_id(ctx);
   const int region_index = region_count_++;
   Deps done(static_cast<std::size_t>(t_));
@@ -436,7 +438,7 @@ Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, con
       done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, true, ready[0]);
     return done;
   }
-  const StreamRef comm{StreamKind::comm, 0};
+  const StreamRef comm{StreamKind::comm, comm_index};
   if (kind == ScheduleKind::baseline || kind == ScheduleKind::slice) {
     const int slices = kind == ScheduleKind::slice ? k_ : 1;
     for (int j = 0; j < slices; ++j) {
@@ -764,10 +766,15 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     c.region = std::move(region);
     return c;
   };
-  const bool serial = req_.kind == ScheduleKind::baseline;
+  const bool baseline = req_.kind == ScheduleKind::baseline;
   // The backward of a column-parallel GEMM (QKV, FC1): the dgrad's partial sum reduce-scattered
   // into the input gradient, then the weight gradient over the re-gathered saved input shard
-  // (Megatron saves the shard, not the gathered input).
+  // (Megatron saves the shard, not the gathered input). The baseline is what Megatron-LM does without
+  // --tp-comm-overlap (LinearWithGradAccumulationAndAsyncCommunication.backward, sequence parallel):
+  // the re-gather is launched asynchronously before the dgrad and runs beside it, and the dgrad's
+  // reduce-scatter is launched asynchronously before the wgrad and runs beside it. The re-gather
+  // goes on a second comm stream because this builder emits the dgrad region (compute, then its RS)
+  // before the wgrad region (AG, then compute), and one stream would queue the AG behind the RS.
   struct ColumnGrad {
     Deps dgrad_done;
     PerRank d_in;
@@ -782,8 +789,9 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
                              gemm_work(ctx, name + "_dgrad", Rows{d_out, {}}, weight, partial, n_out, h, true));
     g.dw = alloc(ctx, dw_name, h, n_out);
     const Rows gathered{alloc(ctx, "ag+" + name + "_wgrad/gather", S_, h), saved_shard};
-    ag_region(with("ag+" + name + "_wgrad"), gathered, h, serial ? g.dgrad_done : after,
-              wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls()));
+    ag_region(with("ag+" + name + "_wgrad"), gathered, h, after,
+              wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls()), nullptr,
+              baseline ? 1 : 0);
     return g;
   };
   auto each = [&](auto fn) {
@@ -973,11 +981,12 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     // it last). The two rings share the copy engine, whose stream is in order too: the re-gather's
     // Send of AG step i + 1 goes before the RS Send of step i (AG steps 0 and 1 before RS step 0),
     // so that chunk c's X is there when RS step i starts and the running sum does not queue behind
-    // the whole re-gather. Baseline TP (the wgrad after the dgrad's RS) and slice (one collective per
-    // slice) keep the regions one after the other.
-    if (serial || (t_ > 1 && req_.kind != ScheduleKind::commfuse)) {
+    // the whole re-gather. Baseline (Megatron's asynchronous re-gather beside the dgrad, on the second
+    // comm stream, as column_parallel_backward) and slice (one collective per slice) keep the regions
+    // one after the other on the compute stream.
+    if (baseline || (t_ > 1 && req_.kind != ScheduleKind::commfuse)) {
       g.dgrad_done = rs_region(with("qkv_dgrad+rs"), partial, g.d_in, h, d_att, dgrad);
-      ag_region(with("ag+qkv_wgrad"), gathered, h, serial ? g.dgrad_done : d_att, wgrad);
+      ag_region(with("ag+qkv_wgrad"), gathered, h, d_att, wgrad, nullptr, baseline ? 1 : 0);
       return g;
     }
     region_id(with("qkv_dgrad+rs"));  // the regions keep their order in the graph

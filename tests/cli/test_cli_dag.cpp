@@ -89,3 +89,20 @@ TEST_CASE("the README's generate then simulate-dag runs as written: the graph na
   REQUIRE(b.err_lines().size() == 1);
   CHECK(b.err_lines()[0].find("error: bad.json: $.topology: ") == 0);
 }
+
+TEST_CASE("simulate-dag refuses a copy-engine send between nodes, naming the task", "[cli][dag][engine]") {
+  ScratchDir dir;
+  // dgx-h100-4node: ranks 0 and 8 are on nodes 0 and 1.
+  std::ofstream(dir.file("net.json")) << R"({"schema_version": 1, "ranks": 9, "topology": "dgx-h100-4node", "tasks": [
+    {"name": "s", "rank": 0, "stream": {"kind": "copy"}, "send": {"peer": 8, "bytes": 64, "engine": "copy_engine"}},
+    {"name": "r", "rank": 8, "recv": {"peer": 0, "bytes": 64}}]})";
+  const auto r = run_fusesim({"simulate-dag", "--dag", "net.json"}, dir);
+  CHECK(r.exit_code == 2);
+  REQUIRE(r.err_lines().size() == 1);
+  CHECK(r.err_lines()[0].find("error: net.json: $.tasks[0].send.engine: send 's' crosses nodes on a copy engine") == 0);
+  // The same send on an SM kernel runs.
+  std::ofstream(dir.file("ok.json")) << R"({"schema_version": 1, "ranks": 9, "topology": "dgx-h100-4node", "tasks": [
+    {"name": "s", "rank": 0, "stream": {"kind": "comm"}, "send": {"peer": 8, "bytes": 64, "engine": "sm_kernel"}},
+    {"name": "r", "rank": 8, "recv": {"peer": 0, "bytes": 64}}]})";
+  CHECK(run_fusesim({"simulate-dag", "--dag", "ok.json"}, dir).exit_code == 0);
+}

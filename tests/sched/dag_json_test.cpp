@@ -178,3 +178,33 @@ TEST_CASE("every graph generate writes reads back unchanged: every shipped workl
   }
   CHECK(checked == 7 * 2 * 3);
 }
+
+TEST_CASE("copy engines cannot drive the network: generated sends between nodes run on SM kernels",
+          "[sched][engine]") {
+  // Issue 17: DP CommFuse across nodes ran its InfiniBand transfers on a copy engine. With P2P on copy
+  // engines ("auto"), TP's sends inside a node keep them, DP's between nodes (4 nodes, tp 8 inside
+  // each) turn into SM-kernel sends.
+  const topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  model::Workload w = model::load_workload("llama-3-70b-4node");
+  model::set_engine_mode(w.schedule, "auto");
+  GenerateOptions options;
+  options.backward = true;
+  const Schedule s = generate(w, "llama-3-70b-4node", cluster, model::ScheduleKind::commfuse, options);
+  std::int64_t inside_copy = 0, between_sm = 0;
+  for (TaskId id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    const auto* send = std::get_if<SendTask>(&t.kind);
+    if (send == nullptr) continue;
+    const bool between = cluster.node_of(t.rank) != cluster.node_of(send->peer);
+    if (between) {
+      CHECK(send->engine == model::CommEngine::sm_kernel);
+      ++between_sm;
+    } else if (send->engine == model::CommEngine::copy_engine) {
+      ++inside_copy;
+    }
+  }
+  CHECK(between_sm > 0);
+  CHECK(inside_copy > 0);
+  CHECK(s.network_sends_on_sm == between_sm);  // every one of them was asked for on a copy engine
+  CHECK(!first_network_copy_send(s.graph, cluster).has_value());
+}

@@ -322,8 +322,7 @@ TEST_CASE("bad shapes and parallelisms are refused with the JSON path", "[sched]
   w.arch.ffn_hidden = 64;
   w.sequence_length = 16;
   w.parallel = model::Parallelism{2, 2, 1};
-  topo::Cluster c;
-  c.rank_vertex.resize(8);
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100");  // 8 ranks
   // Ulysses (up > 1) is generated (sched/ulysses.hpp): the degree reaches the shape.
   CHECK(tpsp_request(w, "w.json", c, ScheduleKind::commfuse, GenerateOptions{}).shape.up == 2);
   w.parallel = model::Parallelism{4, 1, 4};  // 16 ranks on 8

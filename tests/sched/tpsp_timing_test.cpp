@@ -340,3 +340,42 @@ TEST_CASE("Llama-3-70B on a DGX H100: exposed communication CommFuse < slice < b
   CHECK(exposed[ScheduleKind::slice] < exposed[ScheduleKind::baseline]);
   CHECK(step[ScheduleKind::commfuse] < step[ScheduleKind::baseline]);
 }
+
+TEST_CASE("baseline backward as Megatron-LM runs it: the re-gather beside the dgrad, its RS beside the wgrad",
+          "[sched][timing]") {
+  // Megatron without --tp-comm-overlap (LinearWithGradAccumulationAndAsyncCommunication.backward,
+  // sequence parallel) launches the all-gather of the saved input before the dgrad GEMM and the dgrad's
+  // reduce-scatter before the wgrad GEMM, both asynchronously. So on every rank, for the column-parallel
+  // QKV and FC1: AG starts with the dgrad (both wait only for the gradient of their output), the RS
+  // starts when the dgrad ends, and the wgrad starts at max(dgrad end, AG end). Before, the baseline
+  // issued the AG after the RS had finished: AG start == RS end.
+  const LayerCostModel costs;
+  const int t = 2;
+  const topo::Cluster c = cluster(t, kCommBound);
+  TpspRequest r;
+  r.shape = TpspShape{t, 1, 1, 8 * t, 2, 32, 2 * t, t, 8, 16 * t, true, false, 1, topo::Dtype::bf16};
+  r.kind = ScheduleKind::baseline;
+  const Schedule s = generate_tpsp(r);
+  const Timed out = run(s, c, costs);
+  auto find = [&](const std::string& name) {
+    for (TaskId id = 0; id < s.graph.size(); ++id)
+      if (s.graph.task(id).name == name) return id;
+    FAIL("no task " << name);
+    return TaskId{0};
+  };
+  for (int rank = 0; rank < t; ++rank)
+    for (const std::string op : {"fc1", "qkv"}) {
+      INFO("rank " << rank << " " << op);
+      const std::string p = "r" + std::to_string(rank) + "/L0/bwd/";
+      const auto& dgrad = out.result.tasks[find(p + op + "_dgrad")];
+      const auto& rs = out.result.tasks[find(p + op + "_dgrad+rs/rs")];
+      const TaskId ag_id = find(p + "ag+" + op + "_wgrad/ag");
+      const auto& ag = out.result.tasks[ag_id];
+      const auto& wgrad = out.result.tasks[find(p + op + "_wgrad")];
+      CHECK(s.graph.task(ag_id).stream.index == 1);  // a second comm stream: not queued behind the RS
+      CHECK(ag.start_ps == dgrad.start_ps);
+      CHECK(rs.start_ps == dgrad.end_ps);
+      CHECK(wgrad.start_ps == std::max(dgrad.end_ps, ag.end_ps));
+      CHECK(ag.start_ps < rs.end_ps);  // the two no longer run one after the other
+    }
+}

@@ -68,6 +68,7 @@ struct SimulateReport {
   std::string profile_label;               // the calibration profile's file; empty: the roofline
   std::string pricing;                     // what priced the kernels, one line (model::Pricing::describe)
   nlohmann::json pricing_json;             // the same as model::Pricing::to_json
+  std::vector<std::string> notes;          // what the run changed from what was asked, one line each
 };
 
 // The cluster and the workload of a request, loaded, with the command-line overrides applied and
@@ -80,6 +81,8 @@ struct PreparedJob {
   model::MemoryReport memory;  // checked against the device memory unless request.force_memory
 };
 PreparedJob prepare_job(const SimulateRequest& request);
+// The report's line for copy-engine sends between nodes that ran on SM kernels.
+std::string network_sends_note(std::int64_t sends);
 
 // --engine's value checked against model::kEngineModes (InputError naming `option` otherwise).
 std::string parse_engine_mode(const std::string& option, const std::string& value);

@@ -3,6 +3,7 @@
 // per-parallelism generators (tpsp.hpp, ...) sit behind it.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "fusesim/model/workload.hpp"
@@ -46,6 +47,9 @@ struct Schedule {
   // the job runs (FLOPs of the simulated ranks times replicas are the job's).
   int simulated_ranks = 0;
   int replicas = 1;
+  // Point-to-point sends between nodes that the schedule asked to run on copy engines and that run on
+  // SM kernels instead (see network_sends_to_sm_kernels).
+  std::int64_t network_sends_on_sm = 0;
   // What the tasks compute (Task::data_op indexes its ops), for the reference executor behind
   // `fusesim verify`; null when the generator provides none.
   std::shared_ptr<const DataflowProgram> dataflow;
@@ -59,7 +63,16 @@ struct RankLayout {
   int world() const { return tp * up * dp; }
 };
 
+// Copy engines cannot drive the network: NCCL's send/recv between nodes runs an SM kernel that hands
+// the data to a proxy thread driving the NIC (NCCL src/transport/net.cc), whatever the schedule asks
+// for inside a node. Turns every copy-engine Send whose peer is on another node into an SM-kernel Send
+// (the device's default SM count; same stream, same order) and returns how many it turned.
+std::int64_t network_sends_to_sm_kernels(TaskGraph& graph, const topo::Cluster& cluster);
+// The first copy-engine Send between nodes, if any (simulate-dag refuses a graph that has one).
+std::optional<TaskId> first_network_copy_send(const TaskGraph& graph, const topo::Cluster& cluster);
+
 // Throws InputError (file = workload_label) when the workload cannot be generated on the cluster.
+// Copy-engine sends between nodes come back on SM kernels (network_sends_to_sm_kernels).
 Schedule generate(const model::Workload& workload, const std::string& workload_label, const topo::Cluster& cluster,
                   model::ScheduleKind kind, const GenerateOptions& options);
 
