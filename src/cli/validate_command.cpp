@@ -54,6 +54,7 @@ struct Case {
   std::vector<std::string> needs;
   std::optional<int> tp;
   std::optional<std::int64_t> micro_batch, sequence_length;
+  std::optional<std::string> engines;  // model::kEngineModes: what the measured framework ran communication on
 };
 
 double positive(const JsonObject& o, std::string_view key) {
@@ -129,6 +130,7 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
       if (o.has("tp")) c.tp = static_cast<int>(o.integer("tp", 1, 1 << 20));
       if (o.has("micro_batch")) c.micro_batch = o.integer("micro_batch", 1, 1 << 30);
       if (o.has("sequence_length")) c.sequence_length = o.integer("sequence_length", 1, kMaxDim);
+      if (o.has("engine")) c.engines = o.choice("engine", model::kEngineModes);
       o.integer_or("gpus", 1, 1 << 24, 1);  // the measured system's size, for the reader
       if (auto n = o.find("needs")) {
         const JsonArray a = n->as_array();
@@ -222,6 +224,7 @@ std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const
   req.tp = c.tp;
   req.micro_batch = c.micro_batch;
   req.sequence_length = c.sequence_length;
+  req.engine = c.engines;
   const SimulateReport rep = simulate(req);
   const analysis::StepMetrics& m = rep.runs.front().metrics;
   return c.metric == "mfu" ? m.mfu : m.tokens_per_s_per_gpu;
