@@ -431,7 +431,7 @@ std::vector<TaskId> DpSync::finish_backward(int rank, const std::vector<TaskId>&
   if (fused() || st.grads.empty() || cfg_.dp == 1) return st.ends;
   const CollectiveKind kind =
       cfg_.sharding == model::DpSharding::ddp ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
-  if (cfg_.kind == model::ScheduleKind::baseline) {
+  if (serial()) {
     std::vector<int> all;
     for (std::size_t j = 0; j < st.grads.size(); ++j) all.push_back(static_cast<int>(j));
     st.ends.push_back(collective(rank, kind, all, "dp/sync", after, false));
@@ -463,7 +463,7 @@ std::vector<TaskId> DpSync::gather_updated(int rank, const std::vector<TaskId>& 
   RankState& st = ranks_[rank];
   if (st.grads.empty() || cfg_.dp == 1) return after;
   std::vector<TaskId> ends;
-  if (cfg_.kind == model::ScheduleKind::baseline) {
+  if (serial()) {
     std::vector<int> all;
     for (std::size_t j = 0; j < st.grads.size(); ++j) all.push_back(static_cast<int>(j));
     ends.push_back(collective(rank, CollectiveKind::all_gather, all, "dp/param_ag", after, true));

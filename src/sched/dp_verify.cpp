@@ -54,6 +54,9 @@ Schedule generate_dp_piece(const DpPieceRequest& req) {
   cfg.schedule.dp_bucket_bytes = kBucketBytes;
   cfg.schedule.dp_fuse_min_rows = kFuseMinRows;
   cfg.schedule.p2p_engine = model::CommEngine::copy_engine;
+  // The baseline kind checks the serial reference; the bucketed path (the default baseline) is
+  // checked by the slice kind, which runs it.
+  cfg.schedule.dp_serial_baseline = req.kind == model::ScheduleKind::baseline;
   cfg.dtype = topo::Dtype::bf16;
   cfg.fault = req.fault;
   cfg.as_p2p = req.as_p2p;
@@ -146,7 +149,10 @@ void verify_dp(const VerifyOptions& o, VerifyReport& report) {
           DpPieceRequest req{t, sharding, kind, o.dp_fault, as_p2p};
           VerifyCase c;
           c.piece = "dp_grad/" + model::to_string(sharding);
-          c.schedule = (kind == model::ScheduleKind::slice ? "bucketed" : model::to_string(kind)) + (as_p2p ? "-p2p" : "");
+          c.schedule = (kind == model::ScheduleKind::slice      ? std::string("bucketed")
+                        : kind == model::ScheduleKind::baseline ? std::string("serial")
+                                                                : model::to_string(kind)) +
+                       (as_p2p ? "-p2p" : "");
           c.name = fmt::format("{}/{}/dp{}", c.piece, c.schedule, t);
           c.tp = 1;
           c.dp = t;

@@ -1,4 +1,6 @@
 // Task graphs as JSON: a round trip keeps every task, and a bad file is refused with its JSON path.
+#include <set>
+
 #include <catch2/catch.hpp>
 
 #include "fusesim/model/workload.hpp"
@@ -207,4 +209,29 @@ TEST_CASE("copy engines cannot drive the network: generated sends between nodes 
   CHECK(inside_copy > 0);
   CHECK(s.network_sends_on_sm == between_sm);  // every one of them was asked for on a copy engine
   CHECK(!first_network_copy_send(s.graph, cluster).has_value());
+}
+
+TEST_CASE("the DP baseline is the bucketed overlap users run; serial is the named reference", "[sched][dp]") {
+  // Issue 17: the DP "baseline" was one collective after the whole backward, a schedule nobody runs.
+  // Now the baseline buckets as PyTorch DDP and Megatron's distributed optimizer do (25 MB buckets, each
+  // reduced once its gradients are done); $.schedule.dp_baseline "serial" keeps the old one.
+  const topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  model::Workload w = model::load_workload("llama-3-70b-4node");
+  GenerateOptions options;
+  options.parallelism = "dp";
+  auto regions_of = [&](const Schedule& s) {
+    std::set<std::string> names;
+    for (const Region& r : s.graph.regions())
+      if (r.parallelism == "dp") names.insert(r.name.substr(r.name.rfind('/') + 1));
+    return names;
+  };
+  const auto bucketed = regions_of(generate(w, "w", cluster, model::ScheduleKind::baseline, options));
+  CHECK(bucketed.count("bucket0") == 1);
+  CHECK(bucketed.count("bucket1") == 1);  // 70B / TP 8 of bf16 gradients per layer: more than one 25 MB bucket
+  CHECK(bucketed.count("sync") == 0);
+  CHECK(regions_of(generate(w, "w", cluster, model::ScheduleKind::slice, options)) == bucketed);
+  w.schedule.dp_serial_baseline = true;
+  const auto serial = regions_of(generate(w, "w", cluster, model::ScheduleKind::baseline, options));
+  CHECK(serial.count("sync") == 1);
+  CHECK(serial.count("bucket0") == 0);
 }

@@ -57,6 +57,11 @@ struct ScheduleOptions {
   std::optional<int> comm_sms;               // SMs an SM-based kernel holds; default from the device model
   bool query_split_attention = false;        // CommFuse: attention + out-projection per query chunk
   Bytes dp_bucket_bytes = 25 * 1000 * 1000;  // DP bucketed overlap: gradient bucket size ($.schedule.dp_bucket_bytes)
+  // What the DP baseline is ($.schedule.dp_baseline): "bucketed" (the default: PyTorch DDP's and
+  // Megatron's distributed optimizer's overlapped buckets, what users run) or "serial" (one collective
+  // after the whole backward, and one parameter all-gather after the optimizer: nobody runs it, but it
+  // is the no-overlap reference).
+  bool dp_serial_baseline = false;
   // CommFuse over DP: fewest rows a ring part may have to be its own wgrad piece GEMM
   // ($.schedule.dp_fuse_min_rows); a gradient with thinner parts is computed whole before its ring.
   std::int64_t dp_fuse_min_rows = 128;

@@ -87,6 +87,9 @@ class DpSync {
 
   const DpConfig& config() const { return cfg_; }
   bool fused() const { return cfg_.kind == model::ScheduleKind::commfuse; }
+  // The baseline is the bucketed overlap users run unless the workload asks for the serial reference
+  // ($.schedule.dp_baseline); slice is the bucketed overlap too (bucketing is DP's data slicing).
+  bool serial() const { return cfg_.kind == model::ScheduleKind::baseline && cfg_.schedule.dp_serial_baseline; }
 
   // Non-fused schedules: gradient `g` is final on `rank` once `done` has run.
   void gradient(int rank, const DpGradient& g, TaskId done);
