@@ -140,6 +140,28 @@ def read_plan(path):
     return gemms, attns, memory
 
 
+def topology_device_model(topology):
+    """(name, {"sm_count": N}) of the only device model of a topology: a file, or the name of a file
+    shipped in the repository's topologies/ folder (what fusesim's --topology takes)."""
+    path = topology
+    if not os.path.isfile(path):
+        shipped = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "topologies", topology + ".json")
+        if not os.path.isfile(shipped):
+            raise SystemExit("microbench: --topology %s: no such file, nor a shipped topology" % topology)
+        path = shipped
+    try:
+        with open(path) as f:
+            models = json.load(f)["device_models"]
+        if len(models) != 1:
+            raise SystemExit("microbench: --topology %s: %d device models; the dry run stands for one" % (topology, len(models)))
+        (name, model), = models.items()
+        sm = model["sm_count"]
+        sm = sm["value"] if isinstance(sm, dict) else sm
+        return name, {"sm_count": int(sm)}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit("microbench: --topology %s: cannot read its device model (%s)" % (topology, e))
+
+
 # ---------------------------------------------------------------------------------------------------
 # Backends: the synthetic device (--dry-run) and the GPU (torch). Both return lists of seconds.
 # ---------------------------------------------------------------------------------------------------
@@ -153,6 +175,7 @@ class SyntheticBackend:
         self.world = SYNTHETIC["collective_ranks"]
         self.nodes = 1
         self.rank = 0
+        self.topology_model = topology_device_model(args.topology) if args.topology else None
 
     def _samples(self, t):
         out = []
@@ -199,8 +222,16 @@ class SyntheticBackend:
         pass
 
     def describe(self):
+        device = {"name": SYNTHETIC["device_name"], "sm_count": SYNTHETIC["sm_count"]}
+        if self.topology_model:
+            # fusesim applies a profile only to a cluster of the device it was measured on
+            # (check_profile_device): a dry run for --topology stands for that topology's device, else
+            # the profile it writes is refused by every cluster, the named one included.
+            name, model = self.topology_model
+            device = {"name": "%s (synthetic, microbench --dry-run)" % name, "model": name,
+                      "sm_count": model["sm_count"]}
         return {
-            "device": {"name": SYNTHETIC["device_name"], "sm_count": SYNTHETIC["sm_count"]},
+            "device": device,
             "provenance": {
                 "kind": "synthetic",
                 "machine": "synthetic device (no GPU)",
