@@ -263,7 +263,17 @@ SimulateReport simulate(const SimulateRequest& request) {
   report.cluster_name = cluster.name;
   report.memory = job.memory;
 
-  if (request.record_traces) check_trace_filter(request.trace_filter, cluster, w.arch.layers);
+  if (request.record_traces) {
+    check_trace_filter(request.trace_filter, cluster, w.arch.layers);
+    // A layer-scope graph holds layer 0 alone: another layer would give a trace with no layer in it.
+    const bool layer_scope_only = std::all_of(request.scopes.begin(), request.scopes.end(),
+                                              [](sched::Scope s) { return s == sched::Scope::layer; });
+    const auto& layers = request.trace_filter.layers;
+    if (layer_scope_only && layers && !layers->empty() && *layers->rbegin() > 0)
+      throw InputError(kCommandLine, "--trace-layers",
+                       fmt::format("layer {}: --scope layer simulates layer 0 alone; trace layer {} with --scope stack",
+                                   *layers->rbegin(), *layers->rbegin()));
+  }
   const model::Pricing pricing = model::pricing_for(request.pricing, job.cluster, request.profiles.get());
   if (pricing.profile) report.profile_label = pricing.profile->label;
   report.pricing = pricing.describe();

@@ -145,5 +145,7 @@ TEST_CASE("bad trace filters are one-line errors at their option, and write noth
   check_one_error_line(run_fusesim(with(base, {"--trace", "t.json", "--trace-ranks", "-1"}), dir), "--trace-ranks");
   check_one_error_line(run_fusesim(with(base, {"--trace", "t.json", "--trace-layers", "32"}), dir), "--trace-layers");
   check_one_error_line(run_fusesim(with(base, {"--trace-layers", "0"}), dir), "--trace-layers");
+  // base is --scope layer, whose graph holds layer 0 alone.
+  check_one_error_line(run_fusesim(with(base, {"--trace", "t.json", "--trace-layers", "0-1"}), dir), "--trace-layers");
   CHECK(dir.entries().empty());
 }
