@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages fusesim builds with, only those missing. Non-interactive.
 set -euo pipefail
-packages=(cmake g++ make libboost-graph-dev nlohmann-json3-dev libfmt-dev libcli11-dev catch2 libbenchmark-dev python3 gnuplot-nox)
+packages=(cmake g++ make libboost-graph-dev nlohmann-json3-dev libfmt-dev libcli11-dev catch2 libbenchmark-dev python3 gnuplot-nox zlib1g-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

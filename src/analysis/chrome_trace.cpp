@@ -1,6 +1,7 @@
 #include "fusesim/analysis/chrome_trace.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 #include <type_traits>
 #include <variant>
@@ -70,10 +71,11 @@ std::string trace_thread_name(const sched::StreamRef& stream) {
 }
 
 ChromeTraceRecorder::ChromeTraceRecorder(const topo::Cluster& cluster, const model::KernelCostModel* costs,
-                                         std::vector<sched::Region> regions)
-    : cluster_(cluster), costs_(costs), regions_(std::move(regions)) {}
+                                         std::vector<sched::Region> regions, TraceFilter filter)
+    : cluster_(cluster), costs_(costs), regions_(std::move(regions)), filter_(std::move(filter)) {}
 
 void ChromeTraceRecorder::on_task_start(const sched::Task& task, sched::TaskId id, TimePs now) {
+  if (!filter_.keeps(task)) return;
   Entry e;
   e.name = task.name;
   e.rank = task.rank;
@@ -230,13 +232,113 @@ json ChromeTraceRecorder::to_json() const {
                       {"pid", tr.dst_rank}, {"tid", tid_of(to->first, to->second)}, {"ts", ts}});
   }
 
+  if (filter_.counters) add_link_counters(events);
+
   json doc = json::object();
   doc["traceEvents"] = std::move(events);
   doc["displayTimeUnit"] = "ns";
   doc["otherData"] = {{"generator", "fusesim"}, {"cluster", cluster_.name}};
+  // A filtered trace says so: a missing rank or layer is then not mistaken for an idle one.
+  if (filter_.ranks) doc["otherData"]["ranks"] = *filter_.ranks;
+  if (filter_.layers) doc["otherData"]["layers"] = *filter_.layers;
   return doc;
 }
 
-void ChromeTraceRecorder::write(const std::string& path) const { write_file_atomically(path, to_json().dump()); }
+void ChromeTraceRecorder::add_link_counters(json& events) const {
+  // A cluster without links (a test fixture, hand-made) has no routes to count on.
+  if (cluster_.links.empty()) return;
+  const std::size_t n_links = cluster_.links.size();
+  // Per link: (time ns, +/- payload bytes per second) at the start and end of each transfer on it.
+  std::vector<std::vector<std::pair<TimePs, double>>> deltas(n_links);
+  std::vector<char> shown(n_links, 0);
+  std::map<std::pair<int, int>, topo::Route> routes;
+  for (const sim::TransferRecord& tr : transfers_) {
+    if (tr.src_rank == tr.dst_rank || tr.end_ps <= tr.start_ps || tr.bytes <= 0) continue;
+    auto it = routes.find({tr.src_rank, tr.dst_rank});
+    if (it == routes.end()) it = routes.emplace(std::pair{tr.src_rank, tr.dst_rank}, cluster_.route(tr.src_rank, tr.dst_rank)).first;
+    const double rate = static_cast<double>(tr.bytes) / ps_to_seconds(tr.end_ps - tr.start_ps);
+    const bool traced = filter_.keeps_rank(tr.src_rank) || filter_.keeps_rank(tr.dst_rank);
+    for (topo::LinkId l : it->second.links) {
+      const auto i = static_cast<std::size_t>(l);
+      deltas[i].push_back({to_ns(tr.start_ps), rate});
+      deltas[i].push_back({to_ns(tr.end_ps), -rate});
+      shown[i] = shown[i] || traced;
+    }
+  }
+  // With --trace-layers, the counters cover the span of the layers kept (the first start to the last
+  // end of their tasks): outside it there are no slices to read them beside, and a stack's counters
+  // would otherwise outweigh the layers' tasks.
+  TimePs lo = 0, hi = -1;
+  if (filter_.layers) {
+    bool any = false;
+    for (const auto& [id, e] : tasks_) {
+      const auto layer = e.args.find("layer");
+      if (e.end_ps < 0 || layer == e.args.end()) continue;
+      lo = any ? std::min(lo, to_ns(e.start_ps)) : to_ns(e.start_ps);
+      hi = any ? std::max(hi, to_ns(e.end_ps)) : to_ns(e.end_ps);
+      any = true;
+    }
+    if (!any) return;
+  }
+  const bool windowed = filter_.layers.has_value();
+  auto node_of_link = [&](const topo::Link& link) {
+    const int a = cluster_.vertices.at(static_cast<std::size_t>(link.from)).node;
+    return a >= 0 ? a : cluster_.vertices.at(static_cast<std::size_t>(link.to)).node;
+  };
+  // Counter processes follow the ranks' pids, so that they sort below every rank.
+  const int fabric_pid = cluster_.num_ranks() + cluster_.num_nodes;
+  std::set<int> pids;
+  json counters = json::array();
+  for (std::size_t i = 0; i < n_links; ++i) {
+    if (!shown[i]) continue;
+    const topo::Link& link = cluster_.links[i];
+    const int node = node_of_link(link);
+    const int pid = node >= 0 ? cluster_.num_ranks() + node : fabric_pid;
+    pids.insert(pid);
+    const bool nic = cluster_.vertices.at(static_cast<std::size_t>(link.from)).kind == topo::VertexKind::nic ||
+                     cluster_.vertices.at(static_cast<std::size_t>(link.to)).kind == topo::VertexKind::nic;
+    const std::string name = fmt::format("{} {}", nic ? "NIC" : topo::to_string(link.kind), link.name);
+    std::vector<std::pair<TimePs, double>>& d = deltas[i];
+    // Stable: equal times keep the order of the transfers, so the sums (and the bytes) are the same
+    // on every run.
+    std::stable_sort(d.begin(), d.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    double load = 0.0, last = -1.0;
+    // Percent at 0.01 resolution: sums of + and - rates leave rounding dust where the load is 0.
+    auto percent = [&] {
+      const double pct = std::round(load / link.line_rate_bytes_per_s * 1e4) / 100.0;
+      return pct == 0.0 ? 0.0 : pct;  // no "-0"
+    };
+    auto emit = [&](TimePs t) {
+      const double pct = percent();
+      if (pct == last) return;
+      last = pct;
+      counters.push_back(
+          {{"ph", "C"}, {"name", name}, {"pid", pid}, {"tid", 0}, {"ts", ns_to_us(t)}, {"args", {{"% of line rate", pct}}}});
+    };
+    bool entered = !windowed;
+    for (std::size_t j = 0; j < d.size();) {
+      const TimePs t = d[j].first;
+      if (windowed && t > hi) break;
+      if (!entered && t >= lo) {
+        entered = true;
+        emit(lo);  // the load the window opens with
+      }
+      for (; j < d.size() && d[j].first == t; ++j) load += d[j].second;
+      if (entered) emit(t);
+    }
+    if (!entered) emit(lo);
+  }
+  for (int pid : pids) {
+    const std::string label =
+        pid == fabric_pid ? "fabric links (load, % of line rate)"
+                          : fmt::format("node {} links (load, % of line rate)", pid - cluster_.num_ranks());
+    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", label}}}});
+    events.push_back(
+        {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pid}}}});
+  }
+  for (json& c : counters) events.push_back(std::move(c));
+}
+
+void ChromeTraceRecorder::write(const std::string& path) const { write_maybe_gzipped(path, to_json().dump()); }
 
 }  // namespace fusesim::analysis

@@ -20,6 +20,8 @@
 #include "fusesim/model/nccl_tests.hpp"
 #include "fusesim/model/profile.hpp"
 #include "fusesim/sched/generate.hpp"
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/embedded.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/json_reader.hpp"
 #include "fusesim/util/output.hpp"
@@ -110,6 +112,45 @@ std::string describe_fitted(const nlohmann::json& fitted) {
     s += fmt::format("gemm            best {:.3f} of peak\n", fitted["gemm_peak_fraction"].get<double>());
   }
   return s;
+}
+
+// `simulate --profile` refuses a fitted bus bandwidth above the scale-up links' line rate
+// (model::apply_profile): no ring beats its links. An all_reduce_perf log gets there when NCCL ran
+// NVLS (NVLink SHARP: the NVSwitch reduces, so each GPU sends its data once), which the ring the
+// profile calibrates does not describe. Said at import, where the fix is one rerun away, rather than
+// at the first simulate. The clusters tried: --topology, else every shipped one of the device.
+void warn_unusable_fit(const nlohmann::json& out, const std::string& output, const std::string& topology, Io& io) {
+  const model::Profile profile = model::parse_profile(JsonDocument::from_json(out, output));
+  std::vector<std::string> names;
+  if (!topology.empty()) {
+    names.push_back(topology);
+  } else {
+    for (const std::string& f : embedded_files("topologies")) {
+      const std::size_t slash = f.find_last_of('/'), dot = f.rfind(".json");
+      names.push_back(f.substr(slash + 1, dot - slash - 1));
+    }
+  }
+  for (const std::string& name : names) {
+    topo::Cluster cluster = topo::load_cluster_by_name_or_path(name);
+    try {
+      (void)model::apply_profile(profile, cluster);
+    } catch (const InputError& e) {
+      // Another device's cluster refuses the profile at $.device: not this warning's business.
+      const std::string prefix = "$.fitted.collectives.";
+      if (e.json_path().rfind(prefix, 0) != 0) continue;
+      const std::string op = e.json_path().substr(prefix.size());
+      const std::string fix =
+          op == "all_reduce"
+              ? "an all-reduce above the line rate ran NVLS (the switch reduces), which the ring model does not "
+                "describe: measure all_gather_perf (or reduce_scatter_perf) instead, or rerun all_reduce_perf with "
+                "NCCL_NVLS_ENABLE=0"
+              : "no ring beats its links: check that the logs were measured on this topology's links";
+      io.err << fmt::format("warning: {}: {}: {} (topology {}), so `fusesim simulate --profile` will refuse this "
+                            "profile; {}\n",
+                            output, e.json_path(), e.message(), name, fix);
+      return;
+    }
+  }
 }
 
 class CalibrateCommand final : public Command {
@@ -296,6 +337,7 @@ class CalibrateCommand final : public Command {
     const nlohmann::json out = with_fitted(built, model::FitOptions{});
     write(out, io);
     io.err << describe_fitted(out["fitted"]);
+    warn_unusable_fit(out, output_, topology_, io);
     return 0;
   }
 

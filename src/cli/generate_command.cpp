@@ -87,7 +87,12 @@ class SimulateDagCommand final : public Command {
                    "cluster: a topology file or a shipped name (default: the one the graph file names, else "
                    "dgx-h100)");
     sub.add_option("--dag", dag_, "task-graph file (docs/dag.md), as `fusesim generate` writes")->required();
-    sub.add_option("--trace", trace_, "write a Chrome trace (Perfetto, chrome://tracing)");
+    sub.add_option("--trace", trace_,
+                   "write a Chrome trace (Perfetto, chrome://tracing); gzip-compressed when FILE ends in .json.gz");
+    sub.add_option("--trace-ranks", trace_ranks_, "trace only these ranks: a comma list and ranges, e.g. 0,8-15")
+        ->type_name("LIST");
+    sub.add_option("--trace-layers", trace_layers_, "trace only the tasks of these layers (a comma list and ranges)")
+        ->type_name("LIST");
     sub.add_option("--format", format_, "table or json")->capture_default_str();
     sub.add_option("--output", output_, "write the report to this file instead of standard output");
     sub.add_option("--profile", profile_,
@@ -99,6 +104,7 @@ class SimulateDagCommand final : public Command {
   int run(Io& io) override {
     const OutputFormat format = parse_format(format_);
     const model::PricingChoice choice = model::pricing_choice(profile_, roofline_);
+    const analysis::TraceFilter filter = parse_trace_filter(trace_, trace_ranks_, trace_layers_);
     const JsonDocument document = JsonDocument::load(dag_);
     // The cluster the graph was generated for, unless the user asks for another (a what-if).
     const std::string named = document.root().string_or("topology", "");
@@ -113,11 +119,13 @@ class SimulateDagCommand final : public Command {
                                    "it \"engine\": \"sm_kernel\" (NCCL's inter-node send/recv is an SM kernel and a "
                                    "proxy thread)",
                                    dag.graph.task(*id).name));
+    // A graph file gives no layer count: a layer it lacks gives an empty trace, not an error.
+    if (!trace_.empty()) check_trace_filter(filter, cluster, 0);
     const model::Pricing pricing = model::pricing_for(choice, cluster);
     const model::KernelCostModel& costs = *pricing.costs;
     sim::Simulator simulator(cluster, costs);
     std::optional<analysis::ChromeTraceRecorder> recorder;
-    if (!trace_.empty()) recorder.emplace(cluster, &costs, dag.graph.regions());
+    if (!trace_.empty()) recorder.emplace(cluster, &costs, dag.graph.regions(), filter);
     const sim::SimResult result = simulator.run(dag.graph, recorder ? &*recorder : nullptr);
     const analysis::AnalysisInput input{.graph = dag.graph,
                                         .result = result,
@@ -139,7 +147,7 @@ class SimulateDagCommand final : public Command {
                                                                 analysis::format_table({metrics}) + "\n" +
                                                                 analysis::format_region_table(metrics);
     // Both outputs are complete in memory before either file is written.
-    if (recorder) write_file_atomically(trace_, recorder->to_json().dump() + "\n");
+    if (recorder) write_maybe_gzipped(trace_, recorder->to_json().dump() + "\n");
     if (output_.empty()) {
       io.out << text << std::flush;
     } else {
@@ -167,7 +175,7 @@ class SimulateDagCommand final : public Command {
 
   std::string topology_;
   std::string dag_;
-  std::string trace_;
+  std::string trace_, trace_ranks_, trace_layers_;
   std::string format_ = "table";
   std::string output_;
   std::string profile_;

@@ -32,6 +32,7 @@ struct Figure {
   double scale = 1.0;  // metric x scale = plotted value
   bool ylog = false;
   std::string yrange = "[0:*]";
+  bool map = false;    // the best-schedule map over sequence length x TP (x and metric unused)
 };
 
 struct Style {
@@ -99,7 +100,32 @@ struct Panel {
   // x -> schedule -> value
   std::map<std::int64_t, std::map<std::string, double>> points;
   std::map<std::int64_t, double> baseline_step;  // for speed-up
+  std::map<std::int64_t, std::string> skipped;    // x -> status of a configuration not simulated
 };
+
+// Every row in configuration order, with its status ("ok", or that of a configuration not simulated,
+// whose rows hold the configuration columns only: the row_* accessors of those columns read them), so
+// that panels come in the order of the sweep whichever configurations ran.
+template <typename Fn>
+void for_each_row_with_status(const SweepResult& result, Fn fn) {
+  std::vector<std::pair<std::size_t, const SweepProblem*>> problems;
+  for (const auto* list : {&result.skipped, &result.failed})
+    for (const SweepProblem& p : *list) problems.push_back({p.config, &p});
+  std::stable_sort(problems.begin(), problems.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::size_t k = 0;
+  auto flush_until = [&](std::size_t config) {
+    for (; k < problems.size() && problems[k].first < config; ++k)
+      for (const std::vector<Cell>& cells : problems[k].second->rows)
+        fn(SweepRow{problems[k].first, cells}, problem_status(*problems[k].second));
+  };
+  static const std::string ok = "ok";
+  for (const SweepRow& row : result.rows) {
+    flush_until(row.config);
+    fn(row, ok);
+  }
+  flush_until(static_cast<std::size_t>(-1));
+}
 
 struct Built {
   std::vector<Panel> panels;
@@ -112,12 +138,21 @@ Built build(const SweepResult& result, const Figure& f) {
   Built b;
   std::map<std::vector<std::string>, std::size_t> index;
   std::set<std::int64_t> xs;
-  for (const SweepRow& row : result.rows) {
+  auto panel_of = [&](const SweepRow& row) -> Panel& {
     std::vector<std::string> key;
     for (const KeyColumn& k : kKeyColumns) key.push_back(k.column == f.x ? "" : cell_text(row, k.column));
     auto [it, inserted] = index.emplace(key, b.panels.size());
-    if (inserted) b.panels.push_back(Panel{key, {}, {}});
-    Panel& p = b.panels[it->second];
+    if (inserted) b.panels.push_back(Panel{key, {}, {}, {}});
+    return b.panels[it->second];
+  };
+  for_each_row_with_status(result, [&](const SweepRow& row, const std::string& status) {
+    Panel& p = panel_of(row);
+    if (status != "ok") {
+      const std::int64_t x = row_integer(row, f.x);
+      xs.insert(x);
+      p.skipped[x] = status;
+      return;
+    }
     const std::int64_t x = row_integer(row, f.x);
     const std::string& schedule = row_string(row, "schedule");
     if (std::find(b.schedules.begin(), b.schedules.end(), schedule) == b.schedules.end())
@@ -130,7 +165,7 @@ Built build(const SweepResult& result, const Figure& f) {
     } else {
       p.points[x][schedule] = row_number(row, f.metric) * f.scale;
     }
-  }
+  });
   if (f.metric == "speedup") {
     for (Panel& p : b.panels)
       for (auto& [x, by_schedule] : p.points) {
@@ -173,8 +208,38 @@ std::string data_file(const Built& b, const Figure& f, const SweepResult& result
       }
       out += "\n";
     }
+    for (const auto& [x, status] : b.panels[i].skipped) out += fmt::format("# not simulated: {} {}\n", x, status);
   }
   return out;
+}
+
+// One y range for every panel of a figure, so that panels compare at a glance (gnuplot would scale
+// each panel to its own data). Values < 0 stand for "not run".
+std::string shared_yrange(const Built& b, const Figure& f) {
+  double lo = 0, hi = 0;
+  bool any = false;
+  for (const Panel& p : b.panels)
+    for (const auto& [x, by_schedule] : p.points)
+      for (const auto& [s, v] : by_schedule) {
+        if (v < 0 || (f.ylog && v <= 0)) continue;
+        lo = any ? std::min(lo, v) : v;
+        hi = any ? std::max(hi, v) : v;
+        any = true;
+      }
+  if (f.ylog) {
+    if (!any) return "[1:10]";
+    return fmt::format("[{:.6g}:{:.6g}]", lo / 1.25, hi * 1.25);
+  }
+  if (f.yrange != "[0:*]" && f.yrange != "[*:*]") return f.yrange;
+  if (f.metric == "speedup") {
+    // The baseline's 1 is always in range: it is the reference line.
+    lo = any ? std::min(lo, 1.0) : 1.0;
+    hi = any ? std::max(hi, 1.0) : 1.0;
+    const double pad = hi > lo ? (hi - lo) * 0.08 : 0.05;
+    return fmt::format("[{:.6g}:{:.6g}]", lo - pad, hi + pad);
+  }
+  // "[0:*]": from 0, headroom above the highest point of any panel.
+  return fmt::format("[0:{:.6g}]", any && hi > 0 ? hi * 1.08 : 1.0);
 }
 
 // Panels side by side: a near-square grid, at most 4 wide.
@@ -205,13 +270,8 @@ std::string script_body(const Built& b, const Figure& f, const std::string& data
   s += fmt::format("set xlabel {}\n", gp_string(f.x == "tp" ? "TP degree (GPUs per tensor-parallel group)"
                                                               : "sequence length (tokens, log2 scale)"));
   s += fmt::format("set ylabel {}\n", gp_string(f.ylabel));
-  if (f.ylog) {
-    s += "set logscale y 10\nset yrange [*:*]\nset offsets 0, 0, 0, 0\n";
-  } else {
-    s += "unset logscale y\n";
-    s += "set offsets 0, 0, graph 0.06, 0\n";  // headroom above the highest point
-    s += fmt::format("set yrange {}\n", f.yrange);
-  }
+  s += f.ylog ? "set logscale y 10\n" : "unset logscale y\n";
+  s += fmt::format("set yrange {}\n", shared_yrange(b, f));
   s += fmt::format("set multiplot layout {},{} title {} font \",15\"\n", rows, cols, gp_string(f.title));
   for (std::size_t i = 0; i < n; ++i) {
     s += fmt::format("set title {} font \",12\"\n", gp_string(b.titles[i]));
@@ -224,6 +284,139 @@ std::string script_body(const Built& b, const Figure& f, const std::string& data
                                    gp_string(data_name), i, c + 2, st.point, st.dash, st.color,
                                    gp_string(b.schedules[c])));
     }
+    // Configurations not simulated (memory, divisibility): a red note standing at their x, so that a
+    // gap in a curve is not read as a missing measurement.
+    int label = 0;
+    for (const auto& [x, status] : b.panels[i].skipped)
+      s += fmt::format("set label {} {} at first {}, graph 0.03 rotate by 90 left front tc rgb \"#b2182b\" font \",9\"\n",
+                       ++label, gp_string(status), x);
+    s += "plot " + fmt::format("{}", fmt::join(curves, ", \\\n     ")) + "\n";
+    if (label > 0) s += "unset label\n";
+  }
+  s += "unset multiplot\n";
+  return s;
+}
+
+// The best-schedule map: per panel (the key columns other than sequence length and TP), one cell per
+// (sequence length, TP) coloured by the schedule with the least step time and labelled with it and
+// its speed-up over baseline; grey with the status where the configuration was not simulated.
+struct MapCell {
+  std::map<std::string, double> step;  // schedule -> step time
+  std::string status;                  // not simulated: its status
+};
+struct MapPanel {
+  std::vector<std::string> key;
+  std::map<std::pair<std::int64_t, std::int64_t>, MapCell> cells;  // (seq, tp)
+};
+struct BuiltMap {
+  std::vector<MapPanel> panels;
+  std::vector<std::string> titles;
+  std::set<std::int64_t> seqs, tps;
+  std::vector<std::string> schedules;
+};
+
+BuiltMap build_map(const SweepResult& result) {
+  BuiltMap b;
+  std::map<std::vector<std::string>, std::size_t> index;
+  auto panel_of = [&](const SweepRow& row) -> MapPanel& {
+    std::vector<std::string> key;
+    for (const KeyColumn& k : kKeyColumns) {
+      const std::string c = k.column;
+      key.push_back(c == "sequence_length" || c == "tp" ? "" : cell_text(row, c));
+    }
+    auto [it, inserted] = index.emplace(key, b.panels.size());
+    if (inserted) b.panels.push_back(MapPanel{key, {}});
+    return b.panels[it->second];
+  };
+  for_each_row_with_status(result, [&](const SweepRow& row, const std::string& status) {
+    const std::int64_t seq = row_integer(row, "sequence_length"), tp = row_integer(row, "tp");
+    b.seqs.insert(seq);
+    b.tps.insert(tp);
+    if (status != "ok") {
+      panel_of(row).cells[{seq, tp}].status = status;
+      return;
+    }
+    const std::string& schedule = row_string(row, "schedule");
+    if (std::find(b.schedules.begin(), b.schedules.end(), schedule) == b.schedules.end())
+      b.schedules.push_back(schedule);
+    panel_of(row).cells[{seq, tp}].step[schedule] = row_number(row, "step_time_s");
+  });
+  for (const MapPanel& p : b.panels) {
+    std::vector<std::string> parts;
+    for (std::size_t k = 0; k < kKeyColumns.size(); ++k) {
+      const std::string c = kKeyColumns[k].column;
+      if (c == "sequence_length" || c == "tp") continue;
+      bool varies = false;
+      for (const MapPanel& q : b.panels) varies = varies || q.key[k] != p.key[k];
+      if (k < 2 || varies)
+        parts.push_back(fmt::format(fmt::runtime(kKeyColumns[k].label), k < 2 ? short_name(p.key[k]) : p.key[k]));
+    }
+    b.titles.push_back(fmt::format("{}", fmt::join(parts, ", ")));
+  }
+  return b;
+}
+
+int rgb_of(const std::string& color) { return std::stoi(color.substr(1), nullptr, 16); }
+constexpr const char* kSkippedColor = "#bdbdbd";
+
+std::string map_data(const BuiltMap& b, const SweepResult& result) {
+  std::string out = "# fusesim plot data: best schedule (least step time) over sequence length x TP degree\n";
+  out += "# sweep: " + result.spec.dump() + "\n";
+  out += "# one block per panel; columns: sequence_length tp colour(0xRRGGBB) \"label\" best speedup_over_baseline "
+         "(? when baseline did not run); a configuration not simulated: grey, its status\n";
+  for (std::size_t i = 0; i < b.panels.size(); ++i) {
+    if (i > 0) out += "\n\n";
+    out += fmt::format("# panel {}: {}\n", i, b.titles[i]);
+    for (const auto& [at, cell] : b.panels[i].cells) {
+      if (cell.step.empty()) {
+        out += fmt::format("{} {} {} \"{}\" - ?\n", at.first, at.second, rgb_of(kSkippedColor), cell.status);
+        continue;
+      }
+      // Least step time; ties go to the first schedule in the sweep's order (deterministic).
+      std::string best;
+      for (const std::string& s : b.schedules) {
+        const auto it = cell.step.find(s);
+        if (it != cell.step.end() && (best.empty() || it->second < cell.step.at(best))) best = s;
+      }
+      const auto base = cell.step.find("baseline");
+      const bool has_speedup = base != cell.step.end() && cell.step.at(best) > 0;
+      const double speedup = has_speedup ? base->second / cell.step.at(best) : 0.0;
+      const std::string label = has_speedup ? fmt::format("{} {:.2f}x", best, speedup) : best;
+      out += fmt::format("{} {} {} \"{}\" {} {}\n", at.first, at.second, rgb_of(style_of(best).color), label, best,
+                         has_speedup ? fmt::format("{:.9g}", speedup) : std::string("?"));
+    }
+  }
+  return out;
+}
+
+std::string map_script_body(const BuiltMap& b, const std::string& data_name) {
+  std::string s;
+  const std::size_t n = b.panels.size();
+  const std::size_t cols = layout_columns(n);
+  const std::size_t rows = (n + cols - 1) / cols;
+  s += "set grid lc rgb \"#e0e0e0\"\nset border lw 1.2\n";
+  s += "set key below horizontal Left reverse samplen 1 width 2\n";
+  s += "set logscale x 2\nset logscale y 2\n";
+  std::vector<std::string> xt, yt;
+  for (std::int64_t v : b.seqs) xt.push_back(fmt::format("\"{}\" {}", tick_label("sequence_length", v), v));
+  for (std::int64_t v : b.tps) yt.push_back(fmt::format("\"{}\" {}", v, v));
+  s += fmt::format("set xtics ({})\nset ytics ({})\n", fmt::join(xt, ", "), fmt::join(yt, ", "));
+  s += fmt::format("set xrange [{}:{}]\n", *b.seqs.begin() / 1.6, *b.seqs.rbegin() * 1.6);
+  s += fmt::format("set yrange [{}:{}]\n", *b.tps.begin() / 1.6, *b.tps.rbegin() * 1.6);
+  s += "set xlabel \"sequence length (tokens, log2 scale)\"\nset ylabel \"TP degree\"\n";
+  s += fmt::format("set multiplot layout {},{} title {} font \",15\"\n", rows, cols,
+                   gp_string("Best schedule (least step time; label: speed-up over baseline)"));
+  for (std::size_t i = 0; i < n; ++i) {
+    s += fmt::format("set title {} font \",12\"\n", gp_string(b.titles[i]));
+    std::vector<std::string> curves;
+    curves.push_back(fmt::format("{} index {} using 1:2:3 with points pt 5 ps 5 lc rgb variable notitle",
+                                 gp_string(data_name), i));
+    curves.push_back(fmt::format("'' index {} using 1:2:4 with labels font \",8\" offset 0,-2.2 notitle", i));
+    // Legend: one entry per schedule colour, and the grey of configurations not simulated.
+    for (const std::string& sch : b.schedules)
+      curves.push_back(fmt::format("keyentry with points pt 5 ps 1.5 lc rgb \"{}\" title {}", style_of(sch).color,
+                                   gp_string(sch)));
+    curves.push_back(fmt::format("keyentry with points pt 5 ps 1.5 lc rgb \"{}\" title \"not simulated\"", kSkippedColor));
     s += "plot " + fmt::format("{}", fmt::join(curves, ", \\\n     ")) + "\n";
   }
   s += "unset multiplot\n";
@@ -244,12 +437,10 @@ std::string png_terminal(const std::string& gnuplot) {
   return text.find("pngcairo") != std::string::npos ? "pngcairo" : "png";
 }
 
-std::string script(const Built& b, const Figure& f, const std::string& png_term) {
-  const std::size_t n = b.panels.size();
+std::string script(std::size_t n, const std::string& body, const Figure& f, const std::string& png_term) {
   const std::size_t cols = layout_columns(n);
   const std::size_t rows = (n + cols - 1) / cols;
   const std::size_t w = 600 * cols + 40, h = 460 * rows + 60;
-  const std::string body = script_body(b, f, f.name + ".dat");
   std::string s = fmt::format(
       "# fusesim plot: {}. Data: {}.dat (one block per panel). Draws {}.svg and {}.png:\n#   gnuplot {}.gp\n",
       f.title, f.name, f.name, f.name, f.name);
@@ -270,7 +461,7 @@ std::string script(const Built& b, const Figure& f, const std::string& png_term)
 
 std::size_t distinct(const SweepResult& r, const std::string& column) {
   std::set<std::int64_t> v;
-  for (const SweepRow& row : r.rows) v.insert(row_integer(row, column));
+  for_each_row_with_status(r, [&](const SweepRow& row, const std::string&) { v.insert(row_integer(row, column)); });
   return v.size();
 }
 
@@ -314,10 +505,18 @@ PlotReport write_plots(const SweepResult& result, const std::string& out_dir, co
                        "exposed_comm_s", "exposed communication on the critical rank (ms)", 1e3});
     figures.push_back({"step_time_vs_seq", "Step time vs sequence length", "sequence_length", "step_time_s",
                        "step time (ms, log scale)", 1e3, true});
+    figures.push_back({"speedup_vs_seq", "Speed-up over baseline vs sequence length", "sequence_length", "speedup",
+                       "speed-up over baseline (baseline time / time)", 1.0, false, "[*:*]"});
   }
   if (tp_varies)
     figures.push_back({"speedup_vs_tp", "Speed-up over baseline vs TP degree", "tp", "speedup",
                        "speed-up over baseline (baseline time / time)", 1.0, false, "[*:*]"});
+  if (seq_varies && tp_varies) {
+    Figure map{"best_schedule_map", "Best schedule over sequence length x TP degree", "sequence_length", "",
+               "TP degree"};
+    map.map = true;
+    figures.push_back(map);
+  }
   if (seq_varies || tp_varies) {
     const std::string x = seq_varies ? "sequence_length" : "tp";
     const std::string against = seq_varies ? "sequence length" : "TP degree";
@@ -330,8 +529,9 @@ PlotReport write_plots(const SweepResult& result, const std::string& out_dir, co
     report.log += "plot: neither the sequence length nor the TP degree varies in this sweep; nothing to draw\n";
     return report;
   }
-  if (!tp_varies) report.log += "plot: the TP degree does not vary; no speed-up figure\n";
-  if (!seq_varies) report.log += "plot: the sequence length does not vary; no figures against it\n";
+  if (!tp_varies) report.log += "plot: the TP degree does not vary; no figures against it, no best-schedule map\n";
+  if (!seq_varies)
+    report.log += "plot: the sequence length does not vary; no figures against it, no best-schedule map\n";
 
   // One scope throughout: say which in every figure's title (panels name it when it varies).
   std::set<std::string> scopes;
@@ -343,11 +543,17 @@ PlotReport write_plots(const SweepResult& result, const std::string& out_dir, co
   report.gnuplot_found = !gnuplot.empty();
   const std::string term = png_terminal(gnuplot);
   for (const Figure& f : figures) {
-    const Built b = build(result, f);
     const fs::path dat = fs::path(out_dir) / (f.name + ".dat");
     const fs::path gp = fs::path(out_dir) / (f.name + ".gp");
-    write_file_atomically(dat.string(), data_file(b, f, result));
-    write_file_atomically(gp.string(), script(b, f, term));
+    if (f.map) {
+      const BuiltMap m = build_map(result);
+      write_file_atomically(dat.string(), map_data(m, result));
+      write_file_atomically(gp.string(), script(m.panels.size(), map_script_body(m, f.name + ".dat"), f, term));
+    } else {
+      const Built b = build(result, f);
+      write_file_atomically(dat.string(), data_file(b, f, result));
+      write_file_atomically(gp.string(), script(b.panels.size(), script_body(b, f, f.name + ".dat"), f, term));
+    }
     report.files.push_back(dat.string());
     report.files.push_back(gp.string());
     if (gnuplot.empty()) continue;

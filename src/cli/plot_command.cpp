@@ -11,7 +11,7 @@ namespace {
 class PlotCommand final : public Command {
  public:
   void configure(CLI::App& sub) override {
-    sub.add_option("results", input_, "a sweep result file (.json, written by `fusesim sweep` or `fusesim merge`)")
+    sub.add_option("results", input_, "a sweep result file (.json or .csv, written by `fusesim sweep` or `fusesim merge`)")
         ->type_name("FILE")
         ->required();
     sub.add_option("--out-dir", out_dir_, "folder for the figures (created when missing)")
@@ -21,7 +21,7 @@ class PlotCommand final : public Command {
   }
 
   int run(Io& io) override {
-    const SweepResult result = read_sweep_json(input_);
+    const SweepResult result = read_sweep_file(input_);
     const PlotReport report = write_plots(result, out_dir_, gnuplot_);
     io.err << report.log;
     for (const std::string& f : report.files) io.out << f << "\n";

@@ -162,6 +162,58 @@ int parse_positive_int(const std::string& option, const std::string& value, int 
   return v;
 }
 
+std::set<int> parse_index_list(const std::string& option, const std::string& value, int max) {
+  std::set<int> out;
+  auto number = [&](std::string_view text) {
+    int v = 0;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || ec != std::errc() || ptr != text.data() + text.size())
+      throw InputError(kCommandLine, option,
+                       fmt::format("'{}' is not an index, a range A-B or a comma list of them", std::string(text)));
+    if (v < 0 || v > max)
+      throw InputError(kCommandLine, option, fmt::format("value {} is outside the allowed range [0, {}]", v, max));
+    return v;
+  };
+  const std::string_view all(value);
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t comma = all.find(',', pos);
+    const std::string_view item = all.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    const std::size_t dash = item.find('-');
+    if (dash == std::string_view::npos) {
+      out.insert(number(item));
+    } else {
+      const int a = number(item.substr(0, dash)), b = number(item.substr(dash + 1));
+      if (a > b) throw InputError(kCommandLine, option, fmt::format("range {}-{} is empty (write the lower end first)", a, b));
+      for (int i = a; i <= b; ++i) out.insert(i);
+    }
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+analysis::TraceFilter parse_trace_filter(const std::string& trace, const std::string& ranks, const std::string& layers) {
+  analysis::TraceFilter filter;
+  // 1 << 24: far above any cluster or model; the real bound is checked once they are loaded.
+  if (!ranks.empty()) filter.ranks = parse_index_list("--trace-ranks", ranks, 1 << 24);
+  if (!layers.empty()) filter.layers = parse_index_list("--trace-layers", layers, 1 << 24);
+  if (trace.empty() && (filter.ranks || filter.layers))
+    throw InputError(kCommandLine, filter.ranks ? "--trace-ranks" : "--trace-layers", "needs --trace FILE");
+  return filter;
+}
+
+void check_trace_filter(const analysis::TraceFilter& filter, const topo::Cluster& cluster, std::int64_t layers) {
+  if (filter.ranks && !filter.ranks->empty() && *filter.ranks->rbegin() >= cluster.num_ranks())
+    throw InputError(kCommandLine, "--trace-ranks",
+                     fmt::format("rank {} is outside the cluster's ranks [0, {}] ({})", *filter.ranks->rbegin(),
+                                 cluster.num_ranks() - 1, cluster.name));
+  if (layers > 0 && filter.layers && !filter.layers->empty() && *filter.layers->rbegin() >= layers)
+    throw InputError(kCommandLine, "--trace-layers",
+                     fmt::format("layer {} is outside the workload's layers [0, {}]", *filter.layers->rbegin(),
+                                 layers - 1));
+}
+
 PreparedJob prepare_job(const SimulateRequest& request) {
   PreparedJob job{topo::load_cluster_by_name_or_path(request.topology), model::load_workload(request.workload),
                   resolve_input(request.topology, "topologies").label,
@@ -211,6 +263,17 @@ SimulateReport simulate(const SimulateRequest& request) {
   report.cluster_name = cluster.name;
   report.memory = job.memory;
 
+  if (request.record_traces) {
+    check_trace_filter(request.trace_filter, cluster, w.arch.layers);
+    // A layer-scope graph holds layer 0 alone: another layer would give a trace with no layer in it.
+    const bool layer_scope_only = std::all_of(request.scopes.begin(), request.scopes.end(),
+                                              [](sched::Scope s) { return s == sched::Scope::layer; });
+    const auto& layers = request.trace_filter.layers;
+    if (layer_scope_only && layers && !layers->empty() && *layers->rbegin() > 0)
+      throw InputError(kCommandLine, "--trace-layers",
+                       fmt::format("layer {}: --scope layer simulates layer 0 alone; trace layer {} with --scope stack",
+                                   *layers->rbegin(), *layers->rbegin()));
+  }
   const model::Pricing pricing = model::pricing_for(request.pricing, job.cluster, request.profiles.get());
   if (pricing.profile) report.profile_label = pricing.profile->label;
   report.pricing = pricing.describe();
@@ -231,7 +294,7 @@ SimulateReport simulate(const SimulateRequest& request) {
       const sched::Schedule schedule = sched::generate(w, wl, cluster, kind, options);
       network_sends_on_sm = std::max(network_sends_on_sm, schedule.network_sends_on_sm);
       std::optional<analysis::ChromeTraceRecorder> recorder;
-      if (request.record_traces) recorder.emplace(cluster, &costs, schedule.graph.regions());
+      if (request.record_traces) recorder.emplace(cluster, &costs, schedule.graph.regions(), request.trace_filter);
       const sim::SimResult result = simulator.run(schedule.graph, recorder ? &*recorder : nullptr);
       SimulateRun run;
       run.metrics = analysis::analyze(schedule, result, cluster, costs, w.dtype);
@@ -320,7 +383,10 @@ std::string trace_path(const std::string& base, const SimulateRequest& request, 
   if (request.scopes.size() > 1) infix += "." + sched::to_string(scope);
   if (infix.empty()) return base;
   const std::filesystem::path p(base);
-  const std::string ext = p.extension().string();
+  std::string ext = p.extension().string();
+  // The schedule goes before ".json.gz", not between its two parts: the file must still end in
+  // .json.gz for Perfetto to recognise it.
+  if (ext == ".gz" && p.stem().extension() == ".json") ext = ".json.gz";
   const std::string stem = ext.empty() ? base : base.substr(0, base.size() - ext.size());
   return stem + infix + ext;
 }

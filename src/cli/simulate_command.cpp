@@ -58,8 +58,15 @@ class SimulateCommand final : public Command {
                  "run even when the memory per rank exceeds the device memory (docs/memory.md)");
     sub.add_option("--trace", trace_,
                    "write a Chrome trace (Perfetto, chrome://tracing); with several runs, one file each, "
-                   "named FILE.<schedule>[.<scope>].json")
+                   "named FILE.<schedule>[.<scope>].json; gzip-compressed when FILE ends in .json.gz")
         ->type_name("FILE");
+    sub.add_option("--trace-ranks", trace_ranks_,
+                   "trace only these ranks: a comma list of ranks and ranges, e.g. 0,8-15 (link counters: the "
+                   "links their transfers cross)")
+        ->type_name("LIST");
+    sub.add_option("--trace-layers", trace_layers_,
+                   "trace only the tasks of these layers (a comma list and ranges); tasks of no single layer stay")
+        ->type_name("LIST");
     sub.add_option("--profile", profile_,
                    "calibration profile: a file or a shipped name (fusesim list); default: the shipped profile of "
                    "the cluster's device model")
@@ -106,6 +113,7 @@ class SimulateCommand final : public Command {
       throw InputError(kCommandLine, "--symmetry", fmt::format("'{}' is not none, p2p or mirror", symmetry_));
     }
     request.record_traces = !trace_.empty();
+    request.trace_filter = parse_trace_filter(trace_, trace_ranks_, trace_layers_);
     const OutputFormat format = parse_format(format_);
 
     std::vector<std::string> trace_files;
@@ -134,7 +142,7 @@ class SimulateCommand final : public Command {
           for (model::ScheduleKind kind : request.schedules)
             trace_files.push_back(trace_path(trace_, request, pars.size() > 1 ? par : "", kind, scope));
     }
-    for (std::size_t i = 0; i < trace_files.size(); ++i) write_file_atomically(trace_files[i], *report.runs[i].trace_json);
+    for (std::size_t i = 0; i < trace_files.size(); ++i) write_maybe_gzipped(trace_files[i], *report.runs[i].trace_json);
     if (output_.empty()) {
       io.out << text << std::flush;
     } else {
@@ -154,7 +162,7 @@ class SimulateCommand final : public Command {
   std::string parallelism_;
   std::string symmetry_ = "none";
   bool force_memory_ = false;
-  std::string trace_;
+  std::string trace_, trace_ranks_, trace_layers_;
   std::string format_ = "table";
   std::string output_;
   std::string profile_;

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
+#include <cmath>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -75,10 +76,13 @@ const std::vector<Column>& columns() {
       {"hfu", Kind::number},            {"tokens_per_s", Kind::number},  {"tokens_per_s_per_gpu", Kind::number},
       {"tokens", Kind::integer},        {"gpus", Kind::integer},         {"critical_rank", Kind::integer},
       {"model_flops", Kind::number},    {"hardware_flops", Kind::number}, {"peak_flops_per_s", Kind::number},
+      // Last, so that the columns before it keep their places in files read by position.
+      {"status", Kind::text},
   };
   return cols;
 }
 constexpr std::size_t kConfigColumns = 18;
+constexpr const char* kStatusOk = "ok";
 
 std::size_t column_index(const std::string& name) {
   const auto& cols = columns();
@@ -341,7 +345,7 @@ std::vector<Cell> make_row(const SimulateRequest& request, const SimulateReport&
   cells.emplace_back(model::engine_name(w.schedule));
   cells.emplace_back(report.pricing);
   const auto& cols = columns();
-  for (std::size_t i = kConfigColumns; i < cols.size(); ++i) {
+  for (std::size_t i = kConfigColumns; i + 1 < cols.size(); ++i) {
     const nlohmann::json& v = m.at(cols[i].name);
     if (cols[i].kind == Kind::integer) {
       cells.emplace_back(v.get<std::int64_t>());
@@ -349,8 +353,89 @@ std::vector<Cell> make_row(const SimulateRequest& request, const SimulateReport&
       cells.emplace_back(v.get<double>());
     }
   }
+  cells.emplace_back(std::string(kStatusOk));
   return cells;
 }
+
+std::string problem_status(const SweepProblem& p) {
+  if (!p.status.empty()) return p.status;
+  if (p.key == "internal error") return "failed";
+  // check_memory's advice names --force-memory; the divisibility checks of the workload and the
+  // generators say "divisible" or "divide(s)".
+  if (p.message.find("--force-memory") != std::string::npos) return "skipped-memory";
+  if (p.message.find("divisible") != std::string::npos || p.message.find("divide") != std::string::npos)
+    return "skipped-divisibility";
+  return "skipped-invalid";
+}
+
+namespace {
+
+// The configuration columns of the rows a configuration would have given. Best effort: what does not
+// load stays empty (0 for integers), since the configuration failed somewhere.
+std::vector<std::vector<Cell>> problem_rows(const SimulateRequest& request, std::size_t config) {
+  model::Workload w;
+  bool loaded = false;
+  try {
+    w = model::load_workload(request.workload);
+    loaded = true;
+  } catch (const std::exception&) {
+  }
+  if (request.sequence_length) w.sequence_length = *request.sequence_length;
+  if (request.micro_batch) w.micro_batch = *request.micro_batch;
+  if (request.tp) w.parallel.tp = *request.tp;
+  if (request.up) w.parallel.up = *request.up;
+  if (request.dp) w.parallel.dp = *request.dp;
+  if (request.slices) w.schedule.slices = *request.slices;
+  if (request.forward_only) w.backward = false;
+  std::string engine;
+  if (loaded) {
+    try {
+      if (request.engine) model::set_engine_mode(w.schedule, *request.engine);
+      engine = model::engine_name(w.schedule);
+    } catch (const std::exception&) {
+    }
+  } else if (request.engine) {
+    engine = *request.engine;
+  }
+  std::vector<std::string> pars = request.parallelisms;
+  if (pars.empty()) {
+    try {
+      pars = parallelisms_for(request, w);
+    } catch (const std::exception&) {
+      pars = {""};
+    }
+  }
+  std::vector<std::vector<Cell>> rows;
+  for (const std::string& par : pars)
+    for (sched::Scope scope : request.scopes)
+      for (model::ScheduleKind kind : request.schedules)
+        rows.push_back({static_cast<std::int64_t>(config), request.topology, std::string(), request.workload,
+                        loaded ? w.arch.name : std::string(), loaded ? topo::to_string(w.dtype) : std::string(),
+                        std::int64_t{w.sequence_length}, std::int64_t{w.micro_batch}, std::int64_t{w.parallel.tp},
+                        std::int64_t{w.parallel.up}, std::int64_t{w.parallel.dp}, std::int64_t{w.schedule.slices},
+                        std::string(w.backward ? "forward+backward" : "forward"), par, sched::to_string(scope),
+                        model::to_string(kind), engine, std::string()});
+  return rows;
+}
+
+// Rows and the rows of problems, in configuration order (a configuration has one or the other).
+template <typename RowFn, typename ProblemFn>
+void for_each_row(const SweepResult& r, RowFn on_row, ProblemFn on_problem_row) {
+  std::vector<const SweepProblem*> problems;
+  for (const SweepProblem& p : r.skipped) problems.push_back(&p);
+  for (const SweepProblem& p : r.failed) problems.push_back(&p);
+  std::stable_sort(problems.begin(), problems.end(), [](const auto* a, const auto* b) { return a->config < b->config; });
+  std::size_t k = 0;
+  for (const SweepRow& row : r.rows) {
+    for (; k < problems.size() && problems[k]->config < row.config; ++k)
+      for (const auto& cells : problems[k]->rows) on_problem_row(*problems[k], cells);
+    on_row(row);
+  }
+  for (; k < problems.size(); ++k)
+    for (const auto& cells : problems[k]->rows) on_problem_row(*problems[k], cells);
+}
+
+}  // namespace
 
 SweepResult run_sweep(const SweepSpec& spec, const SweepOptions& options) {
   SweepResult result;
@@ -388,9 +473,10 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepOptions& options) {
         }
       } catch (const InputError& e) {
         out.skipped = SweepProblem{config, describe(request, spec), e.file() + ": " + e.json_path(),
-                                   one_line(e.message())};
+                                   one_line(e.message()), problem_rows(request, config), ""};
       } catch (const std::exception& e) {
-        out.failed = SweepProblem{config, describe(request, spec), "internal error", one_line(e.what())};
+        out.failed = SweepProblem{config, describe(request, spec), "internal error", one_line(e.what()),
+                                  problem_rows(request, config), ""};
       }
       done.fetch_add(1);
       std::lock_guard<std::mutex> lock(mu);
@@ -432,15 +518,32 @@ std::string sweep_json(const SweepResult& r) {
   out += fmt::format("  \"summary\": {{\"run\": {}, \"rows\": {}, \"skipped\": {}, \"failed\": {}}},\n", r.run,
                      r.rows.size(), r.skipped.size(), r.failed.size());
   out += "  \"rows\": [";
-  for (std::size_t i = 0; i < r.rows.size(); ++i) {
-    out += i == 0 ? "\n    {" : ",\n    {";
-    for (std::size_t c = 0; c < cols.size(); ++c) {
-      if (c > 0) out += ", ";
-      out += fmt::format("\"{}\": {}", cols[c].name, cell_json(r.rows[i].cells[c]));
-    }
-    out += "}";
-  }
-  out += r.rows.empty() ? "],\n" : "\n  ],\n";
+  bool first = true;
+  for_each_row(
+      r,
+      [&](const SweepRow& row) {
+        out += first ? "\n    {" : ",\n    {";
+        first = false;
+        for (std::size_t c = 0; c < cols.size(); ++c) {
+          if (c > 0) out += ", ";
+          out += fmt::format("\"{}\": {}", cols[c].name, cell_json(row.cells[c]));
+        }
+        out += "}";
+      },
+      // A configuration not simulated: its configuration columns, null metrics, its status.
+      [&](const SweepProblem& p, const std::vector<Cell>& cells) {
+        out += first ? "\n    {" : ",\n    {";
+        first = false;
+        for (std::size_t c = 0; c < cols.size(); ++c) {
+          if (c > 0) out += ", ";
+          const std::string value = c < kConfigColumns      ? cell_json(cells[c])
+                                    : c + 1 == cols.size() ? nlohmann::json(problem_status(p)).dump()
+                                                           : std::string("null");
+          out += fmt::format("\"{}\": {}", cols[c].name, value);
+        }
+        out += "}";
+      });
+  out += first ? "],\n" : "\n  ],\n";
   auto problems = [&out](const char* name, const std::vector<SweepProblem>& v, bool last) {
     out += fmt::format("  \"{}\": [", name);
     for (std::size_t i = 0; i < v.size(); ++i) out += (i == 0 ? "\n    " : ",\n    ") + problem_json(v[i]).dump();
@@ -458,13 +561,24 @@ std::string sweep_csv(const SweepResult& r) {
   std::string out;
   for (std::size_t c = 0; c < cols.size(); ++c) out += (c ? "," : "") + std::string(cols[c].name);
   out += "\n";
-  for (const SweepRow& row : r.rows) {
-    for (std::size_t c = 0; c < cols.size(); ++c) {
-      if (c) out += ',';
-      out += cell_csv(row.cells[c]);
-    }
-    out += '\n';
-  }
+  for_each_row(
+      r,
+      [&](const SweepRow& row) {
+        for (std::size_t c = 0; c < cols.size(); ++c) {
+          if (c) out += ',';
+          out += cell_csv(row.cells[c]);
+        }
+        out += '\n';
+      },
+      // Empty metric cells: the configuration has none.
+      [&](const SweepProblem& p, const std::vector<Cell>& cells) {
+        for (std::size_t c = 0; c < cols.size(); ++c) {
+          if (c) out += ',';
+          if (c < kConfigColumns) out += cell_csv(cells[c]);
+          else if (c + 1 == cols.size()) out += problem_status(p);
+        }
+        out += '\n';
+      });
   return out;
 }
 
@@ -505,13 +619,37 @@ SweepResult read_sweep_json(const std::string& path) {
   summary.integer("failed", 0, std::int64_t{1} << 50);
   summary.finish();
 
+  // The problems first: the rows of configurations not simulated belong to them.
+  for (const char* name : {"skipped", "failed"}) {
+    const JsonArray a = root.array(name);
+    auto& dest = std::string(name) == "skipped" ? r.skipped : r.failed;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      SweepProblem p = read_problem(a.at(i));
+      if (p.config >= r.configurations || !r.shard.covers(p.config))
+        a.at(i).fail(fmt::format("configuration {} is not in shard {}/{}", p.config, r.shard.index, r.shard.count));
+      dest.push_back(std::move(p));
+    }
+  }
+  std::map<std::size_t, SweepProblem*> problem_of;
+  for (auto* list : {&r.skipped, &r.failed})
+    for (SweepProblem& p : *list) problem_of[p.config] = &p;
+
   const auto& cols = columns();
   const JsonArray rows = root.array("rows");
+  std::size_t last_config = 0;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const JsonObject o = rows.at(i).as_object();
+    // Files written before the status column have simulated rows only.
+    const std::string status = o.has("status") ? o.string("status") : std::string(kStatusOk);
+    const bool ok = status == kStatusOk;
     SweepRow row;
-    for (const Column& c : cols) {
+    for (std::size_t ci = 0; ci + 1 < cols.size(); ++ci) {
+      const Column& c = cols[ci];
       const JsonValue v = o.at(c.name);
+      if (!ok && ci >= kConfigColumns) {
+        if (!v.is_null()) v.fail(fmt::format("expected null: the row's status is {}", status));
+        continue;
+      }
       switch (c.kind) {
         case Kind::text:
           if (!v.is_string()) v.fail("expected a string");
@@ -531,22 +669,155 @@ SweepResult read_sweep_json(const std::string& path) {
     if (row.config >= r.configurations || !r.shard.covers(row.config))
       o.at("config").fail(fmt::format("configuration {} is not in shard {}/{} of {} configurations", row.config,
                                       r.shard.index, r.shard.count, r.configurations));
-    if (!r.rows.empty() && row.config < r.rows.back().config)
-      o.at("config").fail("rows are not in configuration order");
-    r.rows.push_back(std::move(row));
-  }
-  for (const char* name : {"skipped", "failed"}) {
-    const JsonArray a = root.array(name);
-    auto& dest = std::string(name) == "skipped" ? r.skipped : r.failed;
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      SweepProblem p = read_problem(a.at(i));
-      if (p.config >= r.configurations || !r.shard.covers(p.config))
-        a.at(i).fail(fmt::format("configuration {} is not in shard {}/{}", p.config, r.shard.index, r.shard.count));
-      dest.push_back(std::move(p));
+    if (i > 0 && row.config < last_config) o.at("config").fail("rows are not in configuration order");
+    last_config = row.config;
+    const auto problem = problem_of.find(row.config);
+    if (ok) {
+      if (problem != problem_of.end())
+        o.at("status").fail(fmt::format("configuration {} is listed as skipped or failed", row.config));
+      row.cells.emplace_back(std::string(kStatusOk));
+      r.rows.push_back(std::move(row));
+    } else {
+      if (problem == problem_of.end() || problem_status(*problem->second) != status)
+        o.at("status").fail(fmt::format("configuration {} is not listed with status {} in skipped or failed",
+                                        row.config, status));
+      problem->second->rows.push_back(std::move(row.cells));
     }
   }
   root.finish();
   return r;
+}
+
+namespace {
+
+// One CSV record (RFC 4180: quoted fields, "" inside quotes) from `text` at `pos`, which it moves past
+// the line end. Throws InputError(file, "line N") on an unclosed quote.
+std::vector<std::string> csv_record(const std::string& text, std::size_t& pos, const std::string& file, int line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  while (pos < text.size()) {
+    const char c = text[pos++];
+    if (quoted) {
+      if (c == '"' && pos < text.size() && text[pos] == '"') {
+        fields.back() += '"';
+        ++pos;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        fields.back() += c;
+      }
+    } else if (c == '"' && fields.back().empty()) {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else if (c == '\n') {
+      break;
+    } else if (c != '\r') {
+      fields.back() += c;
+    }
+  }
+  if (quoted) throw InputError(file, fmt::format("line {}", line), "a quoted field is not closed");
+  return fields;
+}
+
+}  // namespace
+
+SweepResult read_sweep_csv(const std::string& path) {
+  const std::string text = read_text_file(path);
+  const auto& cols = columns();
+  std::size_t pos = 0;
+  const std::vector<std::string> header = csv_record(text, pos, path, 1);
+  // The columns by name, so that a file written before the status column (the last) still reads.
+  std::vector<std::size_t> index_of(cols.size(), std::string::npos);
+  for (std::size_t h = 0; h < header.size(); ++h) {
+    std::size_t c = 0;
+    while (c < cols.size() && header[h] != cols[c].name) ++c;
+    if (c == cols.size())
+      throw InputError(path, fmt::format("line 1: column {}", h + 1),
+                       fmt::format("'{}' is not a sweep column (not a file `fusesim sweep` wrote?)", header[h]));
+    if (index_of[c] != std::string::npos)
+      throw InputError(path, fmt::format("line 1: column {}", h + 1), fmt::format("'{}' appears twice", header[h]));
+    index_of[c] = h;
+  }
+  for (std::size_t c = 0; c + 1 < cols.size(); ++c)
+    if (index_of[c] == std::string::npos)
+      throw InputError(path, "line 1", fmt::format("column '{}' is missing", cols[c].name));
+
+  SweepResult r;
+  r.spec = nlohmann::json::object();
+  std::map<std::size_t, SweepProblem> problems;
+  std::size_t max_config = 0;
+  for (int line = 2; pos < text.size(); ++line) {
+    const std::vector<std::string> f = csv_record(text, pos, path, line);
+    if (f.size() == 1 && f[0].empty()) continue;  // a blank line
+    const std::string where = fmt::format("line {}", line);
+    if (f.size() != header.size())
+      throw InputError(path, where, fmt::format("{} fields, but the header has {}", f.size(), header.size()));
+    const std::size_t si = index_of.back();
+    const std::string status = si == std::string::npos ? std::string(kStatusOk) : f[si];
+    const bool ok = status == kStatusOk;
+    if (!ok && status != "failed" && status.rfind("skipped-", 0) != 0)
+      throw InputError(path, where + ": status", fmt::format("'{}' is not ok, failed or skipped-<reason>", status));
+    SweepRow row;
+    for (std::size_t c = 0; c + 1 < cols.size(); ++c) {
+      const std::string& v = f[index_of[c]];
+      if (!ok && c >= kConfigColumns) {
+        if (!v.empty()) throw InputError(path, where + ": " + cols[c].name, fmt::format("expected no value: the status is {}", status));
+        continue;
+      }
+      const std::string at = where + ": " + cols[c].name;
+      if (cols[c].kind == Kind::text) {
+        row.cells.emplace_back(v);
+      } else if (cols[c].kind == Kind::integer) {
+        std::int64_t x = 0;
+        const auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        if (v.empty() || ec != std::errc() || ptr != v.data() + v.size())
+          throw InputError(path, at, fmt::format("'{}' is not an integer", v));
+        row.cells.emplace_back(x);
+      } else {
+        // JSON's number syntax, the form the writer uses (no "nan", "inf" or hex).
+        nlohmann::json x;
+        try {
+          x = nlohmann::json::parse(v);
+        } catch (const nlohmann::json::exception&) {
+        }
+        if (!x.is_number() || !std::isfinite(x.get<double>()))
+          throw InputError(path, at, fmt::format("'{}' is not a finite number", v));
+        row.cells.emplace_back(x.get<double>());
+      }
+    }
+    const std::int64_t config = std::get<std::int64_t>(row.cells[0]);
+    if (config < 0) throw InputError(path, where + ": config", "must be at least 0");
+    row.config = static_cast<std::size_t>(config);
+    if (!r.rows.empty() && row.config < r.rows.back().config)
+      throw InputError(path, where + ": config", "rows are not in configuration order");
+    max_config = std::max(max_config, row.config);
+    if (ok) {
+      row.cells.emplace_back(std::string(kStatusOk));
+      r.rows.push_back(std::move(row));
+    } else {
+      SweepProblem& p = problems[row.config];
+      if (!p.status.empty() && p.status != status)
+        throw InputError(path, where + ": status", fmt::format("configuration {} is also {}", row.config, p.status));
+      p.config = row.config;
+      p.status = status;
+      // The reason itself is in the JSON file only; the CSV keeps its class.
+      p.key = status == "failed" ? "internal error" : path + ": line " + std::to_string(line);
+      p.message = status;
+      p.rows.push_back(std::move(row.cells));
+    }
+  }
+  for (auto& [config, p] : problems) (p.status == "failed" ? r.failed : r.skipped).push_back(std::move(p));
+  r.configurations = r.rows.empty() && problems.empty() ? 0 : max_config + 1;
+  r.run = 0;
+  for (std::size_t i = 0; i < r.rows.size(); ++i)
+    if (i == 0 || r.rows[i].config != r.rows[i - 1].config) ++r.run;
+  return r;
+}
+
+SweepResult read_sweep_file(const std::string& path) {
+  const bool csv = path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0;
+  return csv ? read_sweep_csv(path) : read_sweep_json(path);
 }
 
 SweepResult merge_sweeps(const std::vector<std::string>& paths, const std::vector<SweepResult>& parts) {

@@ -1,14 +1,18 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <unistd.h>
+
+#include <zlib.h>
 
 #include <catch2/catch.hpp>
 
 #include "fixtures.hpp"
 #include "fusesim/analysis/chrome_trace.hpp"
+#include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/error.hpp"
 
 using namespace fusesim;
@@ -59,6 +63,11 @@ struct TraceScenario {
     for (const auto& t : transfers) obs.on_transfer_end(t);
   }
 };
+
+std::string slurp_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
 
 std::filesystem::path temp_dir() {
   auto dir = std::filesystem::temp_directory_path() / ("fusesim-trace-test-" + std::to_string(::getpid()));
@@ -204,4 +213,107 @@ TEST_CASE("a trace to an unwritable place is an InputError and leaves no file", 
   s.replay(rec);
   CHECK_THROWS_AS(rec.write("/nonexistent-dir-fusesim/trace.json"), InputError);
   CHECK_FALSE(std::filesystem::exists("/nonexistent-dir-fusesim/trace.json"));
+}
+
+TEST_CASE("a trace filter keeps the tasks of the ranks and layers asked for, and the flows between them", "[trace]") {
+  TraceScenario s;
+  {
+    analysis::TraceFilter only1;
+    only1.ranks = std::set<int>{1};
+    analysis::ChromeTraceRecorder rec(s.cluster, &s.costs, s.graph.regions(), only1);
+    s.replay(rec);
+    const json doc = rec.to_json();
+    std::set<std::string> names;
+    int flows = 0;
+    for (const json& e : doc["traceEvents"]) {
+      if (e["ph"] == "X") {
+        CHECK(e["pid"].get<int>() == 1);
+        names.insert(e["name"].get<std::string>());
+      }
+      flows += e["ph"] == "s" || e["ph"] == "f";
+    }
+    // Rank 1's four tasks; every transfer has one end on rank 0, so no arrow is left.
+    CHECK(names == std::set<std::string>{"C1", "R0", "R1", "D"});
+    CHECK(flows == 0);
+    CHECK(doc["otherData"]["ranks"] == json::array({1}));
+  }
+  {
+    // The fixture's compute tasks are layer 0, the others have no layer: layer 3 keeps those only.
+    analysis::TraceFilter layer3;
+    layer3.layers = std::set<int>{3};
+    analysis::ChromeTraceRecorder rec(s.cluster, &s.costs, s.graph.regions(), layer3);
+    s.replay(rec);
+    const json doc = rec.to_json();
+    std::set<std::string> names;
+    for (const json& e : doc["traceEvents"])
+      if (e["ph"] == "X") names.insert(e["name"].get<std::string>());
+    CHECK(names == std::set<std::string>{"C0", "S0", "S1", "C1", "R0", "R1"});
+  }
+}
+
+TEST_CASE("link counters give each link's load in percent of its line rate", "[trace]") {
+  // dgx-h100: rank 0 -> 1 crosses node0/gpu0->node0/nvswitch and node0/nvswitch->node0/gpu1, both
+  // NVLink4 at 450 GB/s. Two transfers: 90 kB over [0, 1) us (90 GB/s, 20%) and 180 kB over
+  // [0.5, 1.5) us (180 GB/s, 40%): 20% from 0, 60% from 0.5, 40% from 1, 0 from 1.5.
+  const topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100");
+  analysis::ChromeTraceRecorder rec(cluster);
+  constexpr TimePs ns = kPsPerNanosecond;
+  rec.on_transfer_end({0, 0, 0, 1, 90'000, -1, model::CommEngine::copy_engine, 0, 1000 * ns});
+  rec.on_transfer_end({0, 0, 0, 1, 180'000, -1, model::CommEngine::copy_engine, 500 * ns, 1500 * ns});
+  const json doc = rec.to_json();
+  std::map<std::string, std::vector<std::pair<double, double>>> tracks;
+  std::map<int, std::string> processes;
+  for (const json& e : doc["traceEvents"]) {
+    if (e["ph"] == "C") {
+      tracks[e["name"].get<std::string>()].push_back({e["ts"].get<double>(), e["args"]["% of line rate"].get<double>()});
+      CHECK(e["pid"].get<int>() == 8);  // after the 8 ranks' pids: node 0's links
+    }
+    if (e["ph"] == "M" && e["name"] == "process_name") processes[e["pid"].get<int>()] = e["args"]["name"].get<std::string>();
+  }
+  const std::vector<std::pair<double, double>> expected{{0.0, 20.0}, {0.5, 60.0}, {1.0, 40.0}, {1.5, 0.0}};
+  REQUIRE(tracks.size() == 2);
+  CHECK(tracks["nvlink node0/gpu0->node0/nvswitch"] == expected);
+  CHECK(tracks["nvlink node0/nvswitch->node0/gpu1"] == expected);
+  CHECK(processes[8] == "node 0 links (load, % of line rate)");
+
+  // Without counters, none.
+  analysis::TraceFilter off;
+  off.counters = false;
+  analysis::ChromeTraceRecorder quiet(cluster, nullptr, {}, off);
+  quiet.on_transfer_end({0, 0, 0, 1, 90'000, -1, model::CommEngine::copy_engine, 0, 1000 * ns});
+  const json quiet_doc = quiet.to_json();
+  for (const json& e : quiet_doc["traceEvents"]) CHECK(e["ph"] != "C");
+
+  // A rank filter keeps the tracks of the links its ranks' transfers cross: rank 5 sent nothing.
+  analysis::TraceFilter rank5;
+  rank5.ranks = std::set<int>{5};
+  analysis::ChromeTraceRecorder other(cluster, nullptr, {}, rank5);
+  other.on_transfer_end({0, 0, 0, 1, 90'000, -1, model::CommEngine::copy_engine, 0, 1000 * ns});
+  const json other_doc = other.to_json();
+  for (const json& e : other_doc["traceEvents"]) CHECK(e["ph"] != "C");
+}
+
+TEST_CASE("a trace named .json.gz is written gzip-compressed, the same bytes on every run", "[trace]") {
+  TraceScenario s;
+  analysis::ChromeTraceRecorder rec(s.cluster, &s.costs, s.graph.regions());
+  s.replay(rec);
+  const auto dir = temp_dir();
+  const std::string a = (dir / "t.json.gz").string(), b = (dir / "u.json.gz").string();
+  rec.write(a);
+  rec.write(b);
+  const std::string bytes = slurp_file(a);
+  REQUIRE(bytes.size() > 18);
+  CHECK(static_cast<unsigned char>(bytes[0]) == 0x1f);  // gzip magic (RFC 1952)
+  CHECK(static_cast<unsigned char>(bytes[1]) == 0x8b);
+  CHECK(bytes == slurp_file(b));
+  // zlib reads it back to the JSON text.
+  gzFile in = gzopen(a.c_str(), "rb");
+  REQUIRE(in != nullptr);
+  std::string text;
+  char buf[4096];
+  int n = 0;
+  while ((n = gzread(in, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
+  gzclose(in);
+  CHECK(text == rec.to_json().dump());
+  std::filesystem::remove_all(dir);
 }

@@ -296,3 +296,45 @@ TEST_CASE("calibrate refuses bad input with exit 2 and the file", "[cli][calibra
       {"calibrate", "plan", "--workload", "commfuse-tpsp-block", "--topology", "dgx-h100", "--slices", "3"}, dir);
   CHECK(plan.exit_code == 2);
 }
+
+TEST_CASE("calibrate import-nccl-tests warns when simulate --profile would refuse the fit (NVLS all-reduce)",
+          "[cli][calibrate]") {
+  ScratchDir dir;
+  // all_reduce_perf with NVLS: 480 GB/s busbw on one 8-GPU node (make_logs.py), above NVLink4's 450 GB/s
+  // line rate. The import succeeds (the samples are real), but says which fix gives a usable profile.
+  const std::string nvls = kLogs + "all_reduce_h100x8_nvls_v2.17.log";
+  const ProcessResult r =
+      run_fusesim({"calibrate", "import-nccl-tests", nvls, "--topology", "dgx-h100", "-o", "nvls.json"}, dir);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string warning = "warning: nvls.json: $.fitted.collectives.all_reduce: fitted busbw 480.0 GB/s exceeds "
+                              "the line rate 450.0 GB/s";
+  CHECK(r.err.find(warning) != std::string::npos);
+  CHECK(r.err.find("all_gather_perf") != std::string::npos);
+  CHECK(r.err.find("NCCL_NVLS_ENABLE=0") != std::string::npos);
+  // The warning is right: simulate refuses the profile.
+  const ProcessResult sim = run_fusesim(
+      {"simulate", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--scope", "layer", "--profile", "nvls.json"}, dir);
+  CHECK(sim.exit_code == 2);
+  CHECK(sim.err.find("exceeds the line rate") != std::string::npos);
+
+  // Without --topology the shipped clusters of the device are tried (--device names the model here).
+  const ProcessResult shipped = run_fusesim(
+      {"calibrate", "import-nccl-tests", nvls, "--device", "h100-sxm", "--sm-count", "132", "-o", "nvls2.json"}, dir);
+  INFO("stderr: " << shipped.err);
+  REQUIRE(shipped.exit_code == 0);
+  CHECK(shipped.err.find("warning: nvls2.json: $.fitted.collectives.all_reduce") != std::string::npos);
+  CHECK(shipped.err.find("NCCL_NVLS_ENABLE=0") != std::string::npos);
+
+  // A ring all-gather at 360 GB/s fits the links: no warning, and simulate takes the profile.
+  const ProcessResult ag = run_fusesim({"calibrate", "import-nccl-tests", kLogs + "all_gather_h100x8_v2.17.log",
+                                        "--topology", "dgx-h100", "-o", "ag.json"},
+                                       dir);
+  INFO("stderr: " << ag.err);
+  REQUIRE(ag.exit_code == 0);
+  CHECK(ag.err.find("warning") == std::string::npos);
+  CHECK(run_fusesim({"simulate", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--scope", "layer",
+                     "--profile", "ag.json"},
+                    dir)
+            .exit_code == 0);
+}

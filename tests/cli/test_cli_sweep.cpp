@@ -166,10 +166,11 @@ TEST_CASE("sweep skips and counts invalid combinations", "[cli][sweep]") {
   CHECK(res.skipped[1].message.find("ranks, but cluster 'dgx-h100' has 8") != std::string::npos);
   CHECK(res.failed.empty());
 
-  // The CSV holds the same rows: a header and one line per row, the same number text.
+  // The CSV holds the same rows: a header and one line per row, the same number text, and the rows
+  // of the skipped configurations (status skipped-..., no metrics): 1 + 6 x 3 lines.
   const auto c = run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "1024,4096", "--tp", "2,3,16", "--quiet"}, dir);
   REQUIRE(c.exit_code == 0);
-  CHECK(count_lines(c.out) == 7);
+  CHECK(count_lines(c.out) == 19);
   CHECK(c.out.substr(0, c.out.find('\n')) == fmt::format("{}", fmt::join(row_columns(), ",")));
   CHECK(c.out == sweep_csv(res));
 }

@@ -140,6 +140,54 @@ def read_plan(path):
     return gemms, attns, memory
 
 
+def topology_device_model(topology):
+    """(name, figures) of the only device model of a topology (a file, or the name of a file shipped in
+    the repository's topologies/ folder, as fusesim's --topology takes): SM count, bf16 peak, HBM
+    bandwidth and the line rate of its scale-up links."""
+    path = topology
+    if not os.path.isfile(path):
+        shipped = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "topologies", topology + ".json")
+        if not os.path.isfile(shipped):
+            raise SystemExit("microbench: --topology %s: no such file, nor a shipped topology" % topology)
+        path = shipped
+    try:
+        with open(path) as f:
+            models = json.load(f)["device_models"]
+        if len(models) != 1:
+            raise SystemExit("microbench: --topology %s: %d device models; the dry run stands for one" % (topology, len(models)))
+        (name, model), = models.items()
+
+        def value(v):
+            return v["value"] if isinstance(v, dict) else v
+        with open(path) as f:
+            line_rate = value(json.load(f)["node"]["scale_up"]["link"]["line_rate_bytes_per_s"])
+        return name, {"sm_count": int(value(model["sm_count"])),
+                      "peak_flops_per_s": float(value(model["peak_flops_per_s"]["bf16"])),
+                      "hbm_bytes_per_s": float(value(model["hbm_bandwidth_bytes_per_s"])),
+                      "scale_up_line_rate": float(value(line_rate))}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit("microbench: --topology %s: cannot read its device model (%s)" % (topology, e))
+
+
+# The synthetic figures scaled to a topology's device, so that the profile is one its cluster can
+# take: the bf16 peak and SM count its own, HBM and the collectives' bus bandwidths in the same
+# proportion to its HBM bandwidth and scale-up line rate as SYNTHETIC's to an H100 SXM5 (3.35 TB/s,
+# NVLink4 450 GB/s). Unscaled, an A100 would be given GEMMs above its peak (the fit refuses them) and
+# a P2P bus bandwidth above its 300 GB/s NVLink (simulate --profile refuses that).
+H100_HBM_BYTES_PER_S = 3.35e12
+H100_NVLINK_LINE_RATE = 450e9
+
+
+def synthetic_for(model):
+    syn = dict(SYNTHETIC)
+    syn["peak_flops_per_s"] = model["peak_flops_per_s"]
+    syn["sm_count"] = model["sm_count"]
+    syn["hbm_bytes_per_s"] = SYNTHETIC["hbm_bytes_per_s"] * model["hbm_bytes_per_s"] / H100_HBM_BYTES_PER_S
+    scale = model["scale_up_line_rate"] / H100_NVLINK_LINE_RATE
+    syn["collectives"] = {op: (lat, busbw * scale) for op, (lat, busbw) in SYNTHETIC["collectives"].items()}
+    return syn
+
+
 # ---------------------------------------------------------------------------------------------------
 # Backends: the synthetic device (--dry-run) and the GPU (torch). Both return lists of seconds.
 # ---------------------------------------------------------------------------------------------------
@@ -153,6 +201,8 @@ class SyntheticBackend:
         self.world = SYNTHETIC["collective_ranks"]
         self.nodes = 1
         self.rank = 0
+        self.topology_model = topology_device_model(args.topology) if args.topology else None
+        self.syn = synthetic_for(self.topology_model[1]) if self.topology_model else SYNTHETIC
 
     def _samples(self, t):
         out = []
@@ -163,44 +213,52 @@ class SyntheticBackend:
         return out
 
     def _gemm_time(self, m, n, k, batch):
-        peak = SYNTHETIC["peak_flops_per_s"] * SYNTHETIC["gemm_efficiency"]
-        return SYNTHETIC["kernel_launch_s"] + 2.0 * m * n * k * batch / peak
+        peak = self.syn["peak_flops_per_s"] * self.syn["gemm_efficiency"]
+        return self.syn["kernel_launch_s"] + 2.0 * m * n * k * batch / peak
 
     def gemm(self, dtype, m, n, k, batch):
         return self._samples(self._gemm_time(m, n, k, batch))
 
     def attention(self, dtype, pass_, batch, heads, kv_heads, seq, head_dim, causal):
         flops = attention_flops(batch, heads, seq, head_dim, causal, pass_)
-        peak = SYNTHETIC["peak_flops_per_s"] * SYNTHETIC["attention_efficiency"]
-        return self._samples(SYNTHETIC["kernel_launch_s"] + flops / peak)
+        peak = self.syn["peak_flops_per_s"] * self.syn["attention_efficiency"]
+        return self._samples(self.syn["kernel_launch_s"] + flops / peak)
 
     def elementwise(self, op, traffic_bytes):
-        return self._samples(SYNTHETIC["memory_launch_s"] + traffic_bytes / SYNTHETIC["hbm_bytes_per_s"])
+        return self._samples(self.syn["memory_launch_s"] + traffic_bytes / self.syn["hbm_bytes_per_s"])
 
     def copy(self, nbytes):
-        return self._samples(SYNTHETIC["memory_launch_s"] + 2.0 * nbytes / SYNTHETIC["hbm_bytes_per_s"])
+        return self._samples(self.syn["memory_launch_s"] + 2.0 * nbytes / self.syn["hbm_bytes_per_s"])
 
     def contention(self, dtype, m, n, k, aggressor, comm_sms):
         alone = self._gemm_time(m, n, k, 1)
         if aggressor == "sm_kernel":
-            slowdown = 1.0 + SYNTHETIC["sm_kernel_slowdown_per_sm"] * comm_sms
+            slowdown = 1.0 + self.syn["sm_kernel_slowdown_per_sm"] * comm_sms
         else:
-            slowdown = SYNTHETIC["copy_engine_slowdown"]
+            slowdown = self.syn["copy_engine_slowdown"]
         return self._samples(alone), self._samples(alone * slowdown)
 
     def can_sm_contention(self):
         return True
 
     def collective(self, op, nbytes):
-        lat, busbw = SYNTHETIC["collectives"][op]
+        lat, busbw = self.syn["collectives"][op]
         return self._samples(lat + nbytes * bus_factor(op, self.world) / busbw)
 
     def barrier(self):
         pass
 
     def describe(self):
+        device = {"name": SYNTHETIC["device_name"], "sm_count": SYNTHETIC["sm_count"]}
+        if self.topology_model:
+            # fusesim applies a profile only to a cluster of the device it was measured on
+            # (check_profile_device): a dry run for --topology stands for that topology's device, else
+            # the profile it writes is refused by every cluster, the named one included.
+            name, model = self.topology_model
+            device = {"name": "%s (synthetic, microbench --dry-run)" % name, "model": name,
+                      "sm_count": model["sm_count"]}
         return {
-            "device": {"name": SYNTHETIC["device_name"], "sm_count": SYNTHETIC["sm_count"]},
+            "device": device,
             "provenance": {
                 "kind": "synthetic",
                 "machine": "synthetic device (no GPU)",
@@ -549,7 +607,8 @@ def parse_args(argv):
     p.add_argument("--plan", help="shapes from `fusesim calibrate plan` (default: a built-in shape set)")
     p.add_argument("--fusesim", help="path of the fusesim binary: run `fusesim calibrate fit` on the result")
     p.add_argument("--peak-tflops", type=float, help="datasheet dense bf16/fp16 peak, passed to the fit")
-    p.add_argument("--topology", help="passed to the fit: take the peak from this topology's device model")
+    p.add_argument("--topology", help="passed to the fit: take the peak from this topology's device model; "
+                                      "with --dry-run, the synthetic device stands for that model")
     p.add_argument("--sections", default=",".join(SECTIONS), help="comma list of " + ", ".join(SECTIONS))
     p.add_argument("--dtypes", default="bf16,fp16", help="GEMM data types")
     p.add_argument("--quick", action="store_true", help="a smaller default shape set (minutes, not tens)")

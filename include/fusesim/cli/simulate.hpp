@@ -5,11 +5,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "fusesim/analysis/chrome_trace.hpp"
 #include "fusesim/analysis/metrics.hpp"
 #include "fusesim/model/memory.hpp"
 #include "fusesim/model/pricing.hpp"
@@ -30,6 +32,7 @@ struct SimulateRequest {
   std::optional<int> slices;               // overrides the workload's schedule.slices
   bool forward_only = false;
   bool record_traces = false;
+  analysis::TraceFilter trace_filter;  // --trace-ranks, --trace-layers; checked against the job by simulate()
   // Command-line overrides of the workload (sweeps set them per configuration); checked by
   // prepare_job() like the file's own values, the command line named as the culprit.
   std::optional<std::int64_t> sequence_length;
@@ -99,7 +102,7 @@ std::string report_table(const SimulateReport& report, bool regions);
 
 // Where the trace of one run goes: `base` as given when there is one run; otherwise the schedule and
 // (with several scopes) the scope are inserted before the extension: out.json -> out.commfuse.json,
-// out.commfuse.stack.json.
+// out.commfuse.stack.json; out.json.gz -> out.commfuse.json.gz.
 std::string trace_path(const std::string& base, const SimulateRequest& request, model::ScheduleKind kind,
                        sched::Scope scope);
 // The same with the parallelism inserted first (out.dp.commfuse.json) when it is not empty: used
@@ -118,5 +121,13 @@ std::vector<sched::Scope> parse_scopes(const std::string& value);            // 
 std::vector<std::string> parse_parallelisms(const std::string& value);       // tpsp|up|dp or a comma list; all: {} (the default)
 OutputFormat parse_format(const std::string& value);                         // table|json
 int parse_positive_int(const std::string& option, const std::string& value, int max);
+// --trace-ranks / --trace-layers: a comma list of integers and inclusive ranges, "0,8-15"; each in
+// [0, max].
+std::set<int> parse_index_list(const std::string& option, const std::string& value, int max);
+// --trace-ranks and --trace-layers as given (empty: not given); refused without --trace.
+analysis::TraceFilter parse_trace_filter(const std::string& trace, const std::string& ranks, const std::string& layers);
+// The filter's ranks checked against the cluster (and its layers against `layers` when known, > 0):
+// InputError at the option naming the first one out of range.
+void check_trace_filter(const analysis::TraceFilter& filter, const topo::Cluster& cluster, std::int64_t layers);
 
 }  // namespace fusesim::cli

@@ -80,7 +80,19 @@ struct SweepProblem {
   std::string configuration;  // "topology=dgx-h100 workload=llama-3-70b seq=4096 tp=16 ..."
   std::string key;            // "<file>: <json path>" of the error, or "internal error"
   std::string message;        // the error's message, on one line
+  // The rows the configuration would have given (one per parallelism, scope and schedule), their
+  // configuration columns only (config_column_count() cells; cluster and pricing left empty, the
+  // workload's values where it loads): result files and figures show the configuration as missing
+  // where it would have been, with its status, rather than leave it out silently.
+  std::vector<std::vector<Cell>> rows;
+  std::string status;  // problem_status(); set by the CSV reader, whose file has no reasons
 };
+
+// The `status` column: "ok" for a simulated row; for a configuration that was not, "skipped-memory"
+// (its training state does not fit the device: --force-memory runs it), "skipped-divisibility" (a
+// degree or the slice count does not divide what it splits), "skipped-invalid" (any other bad
+// combination) or "failed" (an internal error).
+std::string problem_status(const SweepProblem& p);
 
 struct SweepResult {
   nlohmann::json spec;      // SweepSpec::to_json()
@@ -109,6 +121,12 @@ std::string sweep_json(const SweepResult& r);
 std::string sweep_csv(const SweepResult& r);
 // Reads a sweep JSON file (InputError naming it and the JSON path on anything malformed).
 SweepResult read_sweep_json(const std::string& path);
+// Reads a sweep CSV file: its rows, and its rows of configurations not simulated (status other than
+// ok) as skipped/failed problems; no spec (an empty object) and one shard. InputError naming the file
+// and "line N" (or "line 1: column C" for the header) on anything malformed.
+SweepResult read_sweep_csv(const std::string& path);
+// read_sweep_csv for a path ending in .csv, read_sweep_json otherwise.
+SweepResult read_sweep_file(const std::string& path);
 // Joins the parts of one sharded sweep into the result of the whole sweep: same spec and shard count,
 // every shard exactly once. InputError naming the part at fault.
 SweepResult merge_sweeps(const std::vector<std::string>& paths, const std::vector<SweepResult>& parts);

@@ -134,3 +134,27 @@ data = rows("reduce_scatter", 8, sizes, 20.0, 230.0, "sum", False, False)
 lines += data
 lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : %s " % avg_busbw(data, False), "#"]
 write("reduce_scatter_a100x8_old.log", lines)
+
+# 4. nccl-tests 2.17, all_reduce_perf on one 8-GPU H100 node with NVLS (NVLink SHARP: the NVSwitch
+#    reduces, so each GPU sends its data once): bus bandwidth above NVLink4's 450 GB/s line rate, which
+#    no ring reaches. Model: latency 25 us, busbw 480 GB/s (NVLS all-reduce on H100 reports ~480).
+sizes = [1048576 * 4 ** i for i in range(6)]  # 1 MiB .. 1 GiB
+lines = ["# fusesim test fixture, CONSTRUCTED (tests/data/calibrate/make_logs.py), layout of nccl-tests 2.17, NVLS on",
+         "# nccl-tests version 2.17.6 nccl-headers=22703 nccl-library=22703",
+         "# Collective test starting: all_reduce_perf",
+         "# nThread 1 nGpus 8 minBytes 1048576 maxBytes 1073741824 step: 4(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0",
+         "#",
+         "# Using devices"]
+for r in range(8):
+    lines.append("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s"
+                 % (r, 0, 52000 + r, "dgx-h100-03", r, 0, 0x18 + 0x10 * r, 0, "NVIDIA H100 80GB HBM3"))
+lines.append("#")
+lines += header(True, True)
+data = rows("all_reduce", 8, sizes, 25.0, 480.0, "sum", True, True)
+lines += data
+lines += ["# Out of bounds values : 0 OK",
+          "# Avg bus bandwidth    : %s " % avg_busbw(data, True),
+          "#",
+          "# Collective test concluded: all_reduce_perf",
+          "#"]
+write("all_reduce_h100x8_nvls_v2.17.log", lines)
