@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages fusesim builds with, only those missing. Non-interactive.
 set -euo pipefail
-packages=(cmake g++ make libboost-graph-dev nlohmann-json3-dev libfmt-dev libcli11-dev catch2 libbenchmark-dev python3 gnuplot-nox)
+# clang and its libFuzzer/sanitizer runtimes (only Recommended by clang-14, so named) build fuzz/.
+packages=(cmake g++ make libboost-graph-dev nlohmann-json3-dev libfmt-dev libcli11-dev catch2 libbenchmark-dev python3 gnuplot-nox
+          clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fusesim/cli/simulate.hpp"
+#include "fusesim/util/json_reader.hpp"
 
 namespace fusesim::cli {
 
@@ -109,6 +110,7 @@ std::string sweep_json(const SweepResult& r);
 std::string sweep_csv(const SweepResult& r);
 // Reads a sweep JSON file (InputError naming it and the JSON path on anything malformed).
 SweepResult read_sweep_json(const std::string& path);
+SweepResult parse_sweep_json(const JsonDocument& doc);  // the same, from a document already read
 // Joins the parts of one sharded sweep into the result of the whole sweep: same spec and shard count,
 // every shard exactly once. InputError naming the part at fault.
 SweepResult merge_sweeps(const std::vector<std::string>& paths, const std::vector<SweepResult>& parts);
