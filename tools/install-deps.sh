@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages fusesim builds with, only those missing. Non-interactive.
 set -euo pipefail
-packages=(cmake g++ make libboost-graph-dev nlohmann-json3-dev libfmt-dev libcli11-dev catch2 libbenchmark-dev python3 gnuplot-nox zlib1g-dev)
+# clang and its libFuzzer/sanitizer runtimes (only Recommended by clang-14, so named) build fuzz/;
+# zlib writes gzip-compressed traces.
+packages=(cmake g++ make libboost-graph-dev nlohmann-json3-dev libfmt-dev libcli11-dev catch2 libbenchmark-dev python3 gnuplot-nox
+          zlib1g-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "fusesim/cli/commands.hpp"
+#include "fusesim/cli/input_readers.hpp"
 #include "fusesim/cli/simulate.hpp"
 #include "fusesim/cli/sweep.hpp"
 #include "fusesim/util/error.hpp"
@@ -161,6 +162,19 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
   return e;
 }
 
+std::vector<Entry> read_baseline(const JsonDocument& doc, bool need_metrics, std::string& description) {
+  const JsonObject root = doc.root();
+  if (root.string("format") != kFormatName)
+    root.at("format").fail(fmt::format("not a baseline file (expected \"{}\")", kFormatName));
+  root.integer("version", kFormatVersion, kFormatVersion);
+  description = root.string_or("description", "");
+  const JsonArray list = root.array("entries");
+  std::vector<Entry> entries;
+  for (std::size_t i = 0; i < list.size(); ++i) entries.push_back(read_entry(list.at(i), need_metrics));
+  root.finish();
+  return entries;
+}
+
 // Runs an entry; its metrics as analysis::to_json names them. What priced its kernels goes into
 // `pricing` (a report names it).
 nlohmann::json rerun(const Entry& e, const std::string& baseline_file,
@@ -235,16 +249,8 @@ class CheckCommand final : public Command {
 
   int run(Io& io) override {
     const double tol = parse_tolerance(tolerance_);
-    const JsonDocument doc = JsonDocument::load(baseline_);
-    const JsonObject root = doc.root();
-    if (root.string("format") != kFormatName)
-      root.at("format").fail(fmt::format("not a baseline file (expected \"{}\")", kFormatName));
-    root.integer("version", kFormatVersion, kFormatVersion);
-    const std::string description = root.string_or("description", "");
-    const JsonArray list = root.array("entries");
-    std::vector<Entry> entries;
-    for (std::size_t i = 0; i < list.size(); ++i) entries.push_back(read_entry(list.at(i), !update_));
-    root.finish();
+    std::string description;
+    const std::vector<Entry> entries = read_baseline(JsonDocument::load(baseline_), !update_, description);
 
     std::vector<nlohmann::json> now;
     const auto profiles = std::make_shared<model::ProfileCache>();
@@ -332,6 +338,11 @@ class CheckCommand final : public Command {
 };
 
 }  // namespace
+
+void check_baseline(const JsonDocument& doc, bool need_metrics) {
+  std::string description;
+  read_baseline(doc, need_metrics, description);
+}
 
 std::unique_ptr<Command> make_check_command() { return std::make_unique<CheckCommand>(); }
 

@@ -597,8 +597,9 @@ SweepProblem read_problem(const JsonValue& v) {
 
 }  // namespace
 
-SweepResult read_sweep_json(const std::string& path) {
-  const JsonDocument doc = JsonDocument::load(path);
+SweepResult read_sweep_json(const std::string& path) { return parse_sweep_json(JsonDocument::load(path)); }
+
+SweepResult parse_sweep_json(const JsonDocument& doc) {
   const JsonObject root = doc.root();
   if (root.string("format") != kFormatName)
     root.at("format").fail(fmt::format("not a sweep file (expected \"{}\")", kFormatName));

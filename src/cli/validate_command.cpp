@@ -17,6 +17,7 @@
 
 #include "fusesim/analysis/table.hpp"
 #include "fusesim/cli/commands.hpp"
+#include "fusesim/cli/input_readers.hpp"
 #include "fusesim/cli/simulate.hpp"
 #include "fusesim/model/calibration_fit.hpp"
 #include "fusesim/model/profile.hpp"
@@ -539,6 +540,8 @@ class ValidateCommand final : public Command {
 };
 
 }  // namespace
+
+void check_validation_cases(const JsonDocument& doc) { read_cases(doc); }
 
 std::unique_ptr<Command> make_validate_command() { return std::make_unique<ValidateCommand>(); }
 

@@ -23,9 +23,14 @@ std::vector<std::string> split_ws(std::string_view s) {
   return out;
 }
 
+// The whitespace of split_ws (istream >>, the C locale's isspace): a line that trims to something
+// must split into at least one word (a line of a form feed or vertical tab alone was read as a data
+// row with no fields; found by fuzz/fuzz_nccl_tests.cpp).
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f'; }
+
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
   return s;
 }
 

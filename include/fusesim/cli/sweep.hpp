@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fusesim/cli/simulate.hpp"
+#include "fusesim/util/json_reader.hpp"
 
 namespace fusesim::cli {
 
@@ -121,6 +122,7 @@ std::string sweep_json(const SweepResult& r);
 std::string sweep_csv(const SweepResult& r);
 // Reads a sweep JSON file (InputError naming it and the JSON path on anything malformed).
 SweepResult read_sweep_json(const std::string& path);
+SweepResult parse_sweep_json(const JsonDocument& doc);  // the same, from a document already read
 // Reads a sweep CSV file: its rows, and its rows of configurations not simulated (status other than
 // ok) as skipped/failed problems; no spec (an empty object) and one shard. InputError naming the file
 // and "line N" (or "line 1: column C" for the header) on anything malformed.
