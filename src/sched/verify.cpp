@@ -281,7 +281,7 @@ struct Buf {
 class Run {
  public:
   Run(const Schedule& s, const std::map<std::string, Matrix>& tensors)
-      : s_(s), g_(s.graph), p_(*s.dataflow), tensors_(tensors) {
+      : g_(s.graph), p_(*s.dataflow), tensors_(tensors) {
     for (const BufferDecl& d : p_.buffers) {
       Buf b{zeros(d.rows, d.cols), std::vector<char>(static_cast<std::size_t>(d.rows * d.cols), 0)};
       for (const Piece& piece : d.init) {
@@ -302,7 +302,6 @@ class Run {
   double compare() const;
 
  private:
-  const Schedule& s_;
   const TaskGraph& g_;
   const DataflowProgram& p_;
   const std::map<std::string, Matrix>& tensors_;
