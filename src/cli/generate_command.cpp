@@ -48,15 +48,14 @@ class GenerateCommand final : public Command {
     // A task graph is a timing study, not a claim that the run fits: generate writes it whatever the
     // memory per rank, and says so on stderr when it would not fit (simulate refuses it).
     request.force_memory = true;
-    if (symmetry_ != "none" && symmetry_ != "p2p" && symmetry_ != "mirror")
-      throw InputError(kCommandLine, "--symmetry", fmt::format("'{}' is not none, p2p or mirror", symmetry_));
+    apply_symmetry(symmetry_, request);
 
     const PreparedJob job = prepare_job(request);
     sched::GenerateOptions options;
     options.scope = request.scopes[0];
     options.backward = job.workload.backward;
-    options.dp_as_p2p = symmetry_ != "none";
-    options.mirror_dp = symmetry_ == "mirror";
+    options.dp_as_p2p = request.dp_as_p2p;
+    options.mirror_dp = request.mirror_dp;
     sched::Schedule schedule =
         sched::generate(job.workload, job.workload_label, job.cluster, request.schedules[0], options);
     sched::DagFile file{std::move(schedule.graph), job.workload.dtype, schedule.tokens,

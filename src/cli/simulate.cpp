@@ -162,6 +162,13 @@ int parse_positive_int(const std::string& option, const std::string& value, int 
   return v;
 }
 
+void apply_symmetry(const std::string& value, SimulateRequest& request) {
+  if (value != "none" && value != "p2p" && value != "mirror")
+    throw InputError(kCommandLine, "--symmetry", fmt::format("'{}' is not none, p2p or mirror", value));
+  request.dp_as_p2p = value != "none";
+  request.mirror_dp = value == "mirror";
+}
+
 std::set<int> parse_index_list(const std::string& option, const std::string& value, int max) {
   std::set<int> out;
   auto number = [&](std::string_view text) {

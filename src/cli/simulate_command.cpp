@@ -106,12 +106,7 @@ class SimulateCommand final : public Command {
     request.pricing = model::pricing_choice(profile_, roofline_);
     if (!engine_.empty()) request.engine = parse_engine_mode("--engine", engine_);
     request.force_memory = force_memory_;
-    if (symmetry_ == "p2p" || symmetry_ == "mirror") {
-      request.dp_as_p2p = true;
-      request.mirror_dp = symmetry_ == "mirror";
-    } else if (symmetry_ != "none") {
-      throw InputError(kCommandLine, "--symmetry", fmt::format("'{}' is not none, p2p or mirror", symmetry_));
-    }
+    apply_symmetry(symmetry_, request);
     request.record_traces = !trace_.empty();
     request.trace_filter = parse_trace_filter(trace_, trace_ranks_, trace_layers_);
     const OutputFormat format = parse_format(format_);

@@ -121,6 +121,9 @@ std::vector<sched::Scope> parse_scopes(const std::string& value);            // 
 std::vector<std::string> parse_parallelisms(const std::string& value);       // tpsp|up|dp or a comma list; all: {} (the default)
 OutputFormat parse_format(const std::string& value);                         // table|json
 int parse_positive_int(const std::string& option, const std::string& value, int max);
+// --symmetry none|p2p|mirror (docs/cli.md): sets request.dp_as_p2p and request.mirror_dp; InputError
+// at --symmetry for any other value.
+void apply_symmetry(const std::string& value, SimulateRequest& request);
 // --trace-ranks / --trace-layers: a comma list of integers and inclusive ranges, "0,8-15"; each in
 // [0, max].
 std::set<int> parse_index_list(const std::string& option, const std::string& value, int max);
