@@ -162,7 +162,7 @@ const SmallKernelModel* small_kernel_model(const Profile& p, const std::string& 
 
 KernelCost CalibratedCostModel::cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
   if (const auto* g = std::get_if<GemmKernel>(&kernel)) {
-    const auto key = std::make_tuple(g->m, g->n, g->k, g->batch, static_cast<int>(dtype), device.name);
+    const auto key = std::make_tuple(g->m, g->n, g->k, g->batch, g->accumulate_fp32, static_cast<int>(dtype), device.name);
     {
       std::lock_guard<std::mutex> lock(gemm_cache_mu_);
       if (const auto it = gemm_cache_.find(key); it != gemm_cache_.end()) return it->second;
@@ -197,6 +197,9 @@ KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype 
                    b = static_cast<double>(g->batch);
       c.compute_s = gm.time_s(m, n, k, b);
       c.memory_s = std::min(c.compute_s, (m * k + k * n + m * n) * b * gm.element_bytes / gm.operand_bytes_per_s);
+      // The fitted model measured plain GEMMs (C written once in 16 bits); an fp32-accumulating one
+      // also reads C and writes it twice as wide. That extra traffic adds to the operand stream.
+      if (g->accumulate_fp32) c.memory_s += m * n * b * (gemm_output_bytes(*g, dtype) - gm.element_bytes) / hbm;
       c.tiles = gm.tiles_of_best_plan(m, n, b);
     } else {
       // Outside the table: the roofline, at the profile's best achieved fraction of peak when it has

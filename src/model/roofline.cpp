@@ -88,7 +88,7 @@ KernelCost gemm_cost(const GemmKernel& g, topo::Dtype dtype, const topo::DeviceM
   const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
   const double batch = static_cast<double>(g.batch);
   const double flops = 2.0 * m * n * k * batch;
-  const double hbm_bytes = (m * k + k * n + m * n) * bytes_per_element(dtype) * batch;
+  const double hbm_bytes = (m * k + k * n) * bytes_per_element(dtype) * batch + m * n * gemm_output_bytes(g, dtype) * batch;
 
   // The fastest of the plans the device's GEMM library offers, as its heuristics would pick: the
   // main tile first, so that it wins ties and a shape that fills the SMs keeps it.

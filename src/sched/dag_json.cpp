@@ -43,8 +43,11 @@ CollectiveKind collective_kind(const std::string& s) {
 }
 
 json kernel_json(const model::Kernel& k) {
-  if (const auto* g = std::get_if<model::GemmKernel>(&k))
-    return {{"gemm", {{"m", g->m}, {"n", g->n}, {"k", g->k}, {"batch", g->batch}}}};
+  if (const auto* g = std::get_if<model::GemmKernel>(&k)) {
+    json gemm{{"m", g->m}, {"n", g->n}, {"k", g->k}, {"batch", g->batch}};
+    if (g->accumulate_fp32) gemm["accumulate_fp32"] = true;
+    return {{"gemm", gemm}};
+  }
   if (const auto* a = std::get_if<model::AttentionKernel>(&k))
     return {{"attention",
              {{"batch", a->batch},
@@ -86,7 +89,7 @@ model::Kernel read_kernel(const JsonObject& compute) {
   if (auto v = compute.find("gemm")) {
     JsonObject g = v->as_object();
     model::GemmKernel k{g.integer("m", 0, kMaxDim), g.integer("n", 0, kMaxDim), g.integer("k", 0, kMaxDim),
-                        g.integer_or("batch", 1, kMaxDim, 1)};
+                        g.integer_or("batch", 1, kMaxDim, 1), g.boolean_or("accumulate_fp32", false)};
     g.finish();
     return k;
   }

@@ -137,7 +137,7 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   const DpGradient dg{mb + "head/bwd/lm_head_wgrad", -1, h, V, -1};
   gradient(dg, dp, dgrad, [&](int ti, std::int64_t row0, std::int64_t rows, int region, const std::vector<TaskId>& deps) {
     const std::string suffix = rows == h ? "" : fmt::format("/r{}", row0);
-    return compute(ti, mb + "head/bwd/lm_head_wgrad" + suffix, model::GemmKernel{rows, V, S, 1}, "backward",
+    return compute(ti, mb + "head/bwd/lm_head_wgrad" + suffix, model::GemmKernel{rows, V, S, 1, /*accumulate_fp32=*/true}, "backward",
                    micro_batch, deps, region);
   });
   Deps out(static_cast<std::size_t>(tp()));

@@ -405,7 +405,7 @@ class Builder {
       }
       if (dp_active_ && ++(*seen)[static_cast<std::size_t>(ti)] == calls)
         return std::vector<Work>{dp_wgrad(ctx, name, c, ti, a_cols, b_cols, k, std::move(w))};
-      return std::vector<Work>{Work{name, model::GemmKernel{a_cols, b_cols, k, 1}, op(ctx, std::move(w)), {}}};
+      return std::vector<Work>{Work{name, model::GemmKernel{a_cols, b_cols, k, 1, /*accumulate_fp32=*/true}, op(ctx, std::move(w)), {}}};
     };
   }
   // `gemm_cols`: the GEMM's width when it computes only a column block of the gradient (0: all).
@@ -965,7 +965,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
         const std::string name = fmt::format("qkv_wgrad/g{}", b.member);
         const bool last = hand_off && j + 1 == blocks.size();
         Work wk = last ? dp_wgrad(ctx, "qkv_wgrad", dw, ti, h, qkvn, k, std::move(w), Wc)
-                       : Work{name, model::GemmKernel{h, Wc, k, 1}, op(ctx, std::move(w))};
+                       : Work{name, model::GemmKernel{h, Wc, k, 1, /*accumulate_fp32=*/true}, op(ctx, std::move(w))};
         wk.op = name;
         if (!last || !dp_->fused()) wk.after = in_region(b.region);  // (fused: the DP sync's pieces)
         wk.wait = b.deps;
@@ -1120,11 +1120,11 @@ Work Builder::dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank&
   const DpGradient dg{fmt::format("{}/{}", prefix(ctx), name), ctx.layer, a_cols, b_cols,
                       ctx.data ? c[static_cast<std::size_t>(ti)] : -1};
   const std::int64_t n_cols = gemm_cols > 0 ? gemm_cols : b_cols;
-  Work out{name, model::GemmKernel{a_cols, n_cols, k, 1}, -1, {}};
+  Work out{name, model::GemmKernel{a_cols, n_cols, k, 1, /*accumulate_fp32=*/true}, -1, {}};
   out.emit = [this, ctx, ti, k, n_cols, w = std::move(w), dg](std::string task_name, TaskLabels lab,
                                                               const std::vector<TaskId>& deps) mutable {
     if (!dp_->fused()) {
-      const TaskId id = compute(ti, std::move(task_name), model::GemmKernel{dg.rows, n_cols, k, 1}, std::move(lab),
+      const TaskId id = compute(ti, std::move(task_name), model::GemmKernel{dg.rows, n_cols, k, 1, /*accumulate_fp32=*/true}, std::move(lab),
                                 op(ctx, w), deps);
       dp_->gradient(rank(ti), dg, id);
       return id;
@@ -1142,7 +1142,7 @@ Work Builder::dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank&
           TaskLabels pl = lab;
           pl.region = region;
           pl.step = step;
-          return compute(ti, fmt::format("{}/dp{}", task_name, step), model::GemmKernel{rows, n_cols, k, 1}, pl,
+          return compute(ti, fmt::format("{}/dp{}", task_name, step), model::GemmKernel{rows, n_cols, k, 1, /*accumulate_fp32=*/true}, pl,
                          op(ctx, std::move(piece)), d);
         },
         deps);

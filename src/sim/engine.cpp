@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <ctime>
 #include <exception>
 #include <string_view>
@@ -100,6 +101,10 @@ struct RankState {
   int default_comm_sms = 0;
   double hbm_traffic_factor = 0.0;
   int sms_held = 0;
+  // Copy engines not driving a transfer now, and what waits for one, first come first served (see
+  // Run::acquire_copy_engines).
+  int copy_engines_free = 0;
+  std::deque<std::uint32_t> copy_engine_waiters;  // encode_waiter(): a P2P Send or a collective
   BytesPerSecond hbm_bytes_per_s = 0.0;
   std::vector<std::uint32_t> running;  // slots of the compute kernels running here, in start order
   std::vector<FlowId> flows;     // transferring flows with this rank at one end, in join order
@@ -202,7 +207,7 @@ class KernelCostCache {
     std::uint64_t h = mix(reinterpret_cast<std::uintptr_t>(device), c.kernel.index() * 8 + static_cast<std::uint64_t>(c.dtype));
     if (const auto* g = std::get_if<model::GemmKernel>(&c.kernel)) {
       h = mix(mix(h, static_cast<std::uint64_t>(g->m)), static_cast<std::uint64_t>(g->n));
-      h = mix(mix(h, static_cast<std::uint64_t>(g->k)), static_cast<std::uint64_t>(g->batch));
+      h = mix(mix(h, static_cast<std::uint64_t>(g->k)), static_cast<std::uint64_t>(g->batch) * 2 + g->accumulate_fp32);
     } else if (const auto* a = std::get_if<model::AttentionKernel>(&c.kernel)) {
       h = mix(mix(h, static_cast<std::uint64_t>(a->seq_q)), static_cast<std::uint64_t>(a->seq_kv));
       h = mix(mix(h, static_cast<std::uint64_t>(a->q_offset)), static_cast<std::uint64_t>(a->heads));
@@ -219,7 +224,7 @@ class KernelCostCache {
     if (x.dtype != y.dtype || x.kernel.index() != y.kernel.index()) return false;
     if (const auto* a = std::get_if<model::GemmKernel>(&x.kernel)) {
       const auto& b = std::get<model::GemmKernel>(y.kernel);
-      return a->m == b.m && a->n == b.n && a->k == b.k && a->batch == b.batch;
+      return a->m == b.m && a->n == b.n && a->k == b.k && a->batch == b.batch && a->accumulate_fp32 == b.accumulate_fp32;
     }
     if (const auto* a = std::get_if<model::AttentionKernel>(&x.kernel)) {
       const auto& b = std::get<model::AttentionKernel>(y.kernel);
@@ -277,7 +282,16 @@ class Run final : public sched::TaskVisitor {
   void make_ready(TaskId id);
   void start_compute(TaskId id);
   void start_p2p(TaskId send, TaskId recv);
+  void begin_p2p(TaskId send);
   void start_collective(std::uint32_t c);
+  void begin_collective(std::uint32_t c);
+  // Copy engines: a copy-engine transfer is driven by an engine of its sending device from launch to
+  // landing (a collective: one on every member's device for the whole collective); one that finds
+  // none free waits in that device's queue. Taken all or none, so a collective never holds some
+  // engines while it waits for others, and no wait can become a deadlock.
+  static std::uint32_t encode_waiter(bool collective, std::uint32_t id) { return (id << 1) | (collective ? 1u : 0u); }
+  bool acquire_copy_engines(std::uint32_t waiter);
+  void release_copy_engine(int rank);
   void start_step(std::uint32_t c, int member, int step);
   void launch_step_flow(std::uint32_t c, int member, int to, int step, RouteId route, double bytes, Bytes record_bytes);
   void advance_member(std::uint32_t c, int member);
@@ -402,6 +416,7 @@ void Run::prepare_ranks() {
     rs.device = &cluster_.device(r);
     rs.default_comm_sms = static_cast<int>(std::llround(rs.device->contention.default_comm_sms.value));
     rs.hbm_traffic_factor = rs.device->contention.comm_hbm_traffic_factor.value;
+    rs.copy_engines_free = rs.device->copy_engines;
   }
   const std::size_t n = graph_.size();
   info_.resize(n);
@@ -521,6 +536,18 @@ void Run::prepare() {
     for (int r : c.ranks) c.sms.push_back(sms_for(r, c.spec->engine, c.spec->sms));
   }
   result_.transfers.reserve(transfers);
+  // A copy-engine transfer on a device without copy engines would wait forever.
+  const auto no_engines = [&](int rank, TaskId id) {
+    if (ranks_[rank].device->copy_engines > 0) return;
+    throw GraphError(fmt::format("task '{}' sends on a copy engine, but rank {} (device model '{}') has no copy engines",
+                                 graph_.task(id).name, rank, ranks_[rank].device->name));
+  };
+  for (TaskId id = 0; id < n; ++id)
+    if (info_[id].type() == TaskType::send && send_spec_[info_[id].aux].engine == model::CommEngine::copy_engine)
+      no_engines(info_[id].rank(), id);
+  for (const CollectiveRun& c : collectives_)
+    if (c.members.size() > 1 && c.spec->engine == model::CommEngine::copy_engine)
+      for (std::size_t m = 0; m < c.members.size(); ++m) no_engines(c.ranks[m], c.members[m]);
   prepare_routes();
   // Routes looked up once here rather than per transfer in the loop.
   std::uint64_t last_key = ~std::uint64_t{0};
@@ -776,8 +803,11 @@ void Run::make_ready(TaskId id) {
       start_compute(id);
       break;
     case TaskType::send: {
-      const TaskId recv = send_spec_[info.aux].recv;
-      if (result_.tasks[recv].ready_ps >= 0) start_p2p(id, recv);
+      const SendSpec& s = send_spec_[info.aux];
+      // The sender's kernel is launched when its stream reaches it and holds its SMs from then on,
+      // spinning until the receiver is there too (NCCL's send kernel waits for the peer's recv).
+      hold_sms(info.rank(), sms_for(info.rank(), s.engine, s.sms));
+      if (result_.tasks[s.recv].ready_ps >= 0) start_p2p(id, s.recv);
       break;
     }
     case TaskType::recv: {
@@ -787,6 +817,9 @@ void Run::make_ready(TaskId id) {
     }
     case TaskType::collective: {
       CollectiveRun& c = collectives_[info.aux];
+      // Each member's kernel holds its SMs from its own launch, spinning until the last member
+      // arrives; the SM count is the member's (c.sms), which depends on its rank alone.
+      if (c.members.size() > 1) hold_sms(info.rank(), sms_for(info.rank(), c.spec->engine, c.spec->sms));
       if (++c.ready == static_cast<int>(c.members.size())) start_collective(info.aux);
       break;
     }
@@ -860,8 +893,55 @@ FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngi
   return o;
 }
 
-void Run::start_p2p(TaskId send, TaskId recv) {
+void Run::start_p2p(TaskId send, TaskId /*recv*/) {
+  if (send_spec_[info_[send].aux].engine == model::CommEngine::copy_engine &&
+      !acquire_copy_engines(encode_waiter(false, send)))
+    return;
+  begin_p2p(send);
+}
+
+bool Run::acquire_copy_engines(std::uint32_t waiter) {
+  const std::uint32_t id = waiter >> 1;
+  if ((waiter & 1u) == 0) {
+    RankState& rs = ranks_[info_[id].rank()];
+    if (rs.copy_engines_free == 0) {
+      rs.copy_engine_waiters.push_back(waiter);
+      return false;
+    }
+    --rs.copy_engines_free;
+    return true;
+  }
+  const CollectiveRun& c = collectives_[id];
+  for (int r : c.ranks) {
+    if (ranks_[r].copy_engines_free == 0) {
+      ranks_[r].copy_engine_waiters.push_back(waiter);
+      return false;
+    }
+  }
+  for (int r : c.ranks) --ranks_[r].copy_engines_free;
+  return true;
+}
+
+// An engine of `rank` came free: the waiters there take it in their order. A collective that still
+// lacks an engine elsewhere moves to that device's queue (acquire_copy_engines) and the next waiter
+// here gets its turn.
+void Run::release_copy_engine(int rank) {
+  RankState& rs = ranks_[rank];
+  ++rs.copy_engines_free;
+  while (rs.copy_engines_free > 0 && !rs.copy_engine_waiters.empty()) {
+    const std::uint32_t waiter = rs.copy_engine_waiters.front();
+    rs.copy_engine_waiters.pop_front();
+    if (!acquire_copy_engines(waiter)) continue;
+    if (waiter & 1u)
+      begin_collective(waiter >> 1);
+    else
+      begin_p2p(waiter >> 1);
+  }
+}
+
+void Run::begin_p2p(TaskId send) {
   const SendSpec& s = send_spec_[info_[send].aux];
+  const TaskId recv = s.recv;
   result_.tasks[send].start_ps = now_;
   result_.tasks[recv].start_ps = now_;
   if (observer_) {
@@ -870,8 +950,7 @@ void Run::start_p2p(TaskId send, TaskId recv) {
   }
   const int src = info_[send].rank(), dst = info_[recv].rank();
   // One SM count for both ends: the kernel is launched on both with the same configuration; -1
-  // takes each end's own device default.
-  hold_sms(src, sms_for(src, s.engine, s.sms));
+  // takes each end's own device default. The sender's have been held since it was ready (make_ready).
   hold_sms(dst, sms_for(dst, s.engine, s.sms));
   FlowOwner& o = launch_flow(s.route, static_cast<double>(s.bytes), s.engine);
   o.task = send;
@@ -883,6 +962,13 @@ void Run::start_p2p(TaskId send, TaskId recv) {
 }
 
 void Run::start_collective(std::uint32_t ci) {
+  if (collectives_[ci].members.size() > 1 && collectives_[ci].spec->engine == model::CommEngine::copy_engine &&
+      !acquire_copy_engines(encode_waiter(true, ci)))
+    return;
+  begin_collective(ci);
+}
+
+void Run::begin_collective(std::uint32_t ci) {
   CollectiveRun& c = collectives_[ci];
   for (std::size_t m = 0; m < c.members.size(); ++m) {
     const TaskId id = c.members[m];
@@ -893,7 +979,6 @@ void Run::start_collective(std::uint32_t ci) {
     push_after(0, now_lane_, kTaskEnd, c.members[0]);
     return;
   }
-  for (std::size_t m = 0; m < c.members.size(); ++m) hold_sms(c.ranks[m], c.sms[m]);
   const Protocol& p = protocols_[c.spec->engine == model::CommEngine::sm_kernel ? c.protocol : 0];
   push_after(p.base_ps, p.base_lane, kCollectiveSteps, ci);
 }
@@ -947,6 +1032,7 @@ void Run::advance_member(std::uint32_t ci, int m) {
   if (c.sends_done[m] == flows && c.recvs_done[m] == flows) {
     c.recvs_done[m] = flows + 1;  // ended: never again
     hold_sms(c.ranks[m], -c.sms[m]);
+    if (c.spec->engine == model::CommEngine::copy_engine) release_copy_engine(c.ranks[m]);
     end_task(c.members[m]);
   }
 }
@@ -982,6 +1068,8 @@ void Run::on_flow_end(FlowId f) {
   if (collective == kNone) {
     hold_sms(src_rank, -sms_for(src_rank, engine, sms));
     hold_sms(dst_rank, -sms_for(dst_rank, engine, sms));
+    // Waiters for the engine first: they were ready before anything this end makes ready.
+    if (engine == model::CommEngine::copy_engine) release_copy_engine(src_rank);
     end_task(task);
     end_task(peer_task);
     return;
@@ -1106,6 +1194,7 @@ std::uint64_t Run::state_bytes() const {
       why = fmt::format("waiting for {} predecessor(s)", pending_[id]);
     } else if (info_[id].type() == TaskType::send) {
       why = fmt::format("ready, waiting for '{}'", graph_.task(send_spec_[info_[id].aux].recv).name);
+      if (result_.tasks[send_spec_[info_[id].aux].recv].ready_ps >= 0) why = "ready, waiting for a copy engine";
     } else if (info_[id].type() == TaskType::recv) {
       why = fmt::format("ready, waiting for '{}'", graph_.task(info_[id].aux).name);
     } else {

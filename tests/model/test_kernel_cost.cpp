@@ -130,6 +130,29 @@ TEST_CASE("GEMM of fp32 moves twice the bytes of bf16", "[model][kernel]") {
   CHECK(single.compute_s == Approx(half.compute_s * 989.0 / 67.0).epsilon(1e-12));
 }
 
+TEST_CASE("A wgrad GEMM accumulating into fp32 reads and writes C at 4 bytes", "[model][kernel]") {
+  // Llama-3-70B's QKV weight gradient on one TP-8 rank, one of 16 sequence chunks of 8K tokens (what
+  // a CommFuse wgrad accumulates per ring step): m = 8192 (h), n = 1280, k = 512 tokens.
+  //   flops = 2 x 8192 x 1280 x 512 = 10,737,418,240
+  //   tiles = 64 x 5 = 320 -> 3 waves, quantization 396/320
+  //   compute_s = 10,737,418,240 / 791.2e12 x 396/320 = 16,794,179.8 ps
+  //   plain:      bytes = (8192x512 + 512x1280) x 2 + 8192x1280 x 2 = 9,699,328 + 20,971,520 = 30,670,848
+  //               memory_s = 10,172,752.2 ps < compute: duration = compute = 16,794,180 ps
+  //   fp32 accumulate: C read + written at 4 + 4 bytes: 9,699,328 + 8192x1280 x 8 = 93,585,408 bytes
+  //               memory_s = 93,585,408 / 3.015e12 = 31,039,936.3 ps > compute: memory-bound,
+  //               1.85x the plain GEMM; a wgrad split into t chunks pays this t times
+  GemmKernel g{8192, 1280, 512, 1};
+  const KernelCost plain = cost_of(g);
+  g.accumulate_fp32 = true;
+  const KernelCost acc = cost_of(g);
+  CHECK(plain.hbm_bytes == 30'670'848.0);
+  CHECK(acc.hbm_bytes == 93'585'408.0);
+  CHECK(acc.flops == plain.flops);
+  CHECK(acc.compute_s == plain.compute_s);
+  CHECK(plain.duration_ps == 16'794'180);
+  CHECK(acc.duration_ps == 31'039'936);
+}
+
 TEST_CASE("Empty GEMM costs nothing", "[model][kernel]") {
   const KernelCost c = cost_of(GemmKernel{0, 4096, 4096, 1});
   CHECK(c.flops == 0.0);

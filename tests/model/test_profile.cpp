@@ -363,4 +363,19 @@ TEST_CASE("a profile with enough samples gets its GEMM and small-kernel models o
   const double bwd = ps_to_seconds(model.cost(ElementwiseKernel{"layernorm_bwd", 4096 * 16384, 0.0, 4096}, topo::Dtype::bf16, d).duration_ps);
   CHECK(fwd == Approx(3e-6 + 4096 * 16384 / 1.5e12).epsilon(0.02));
   CHECK(bwd == Approx(fwd).epsilon(1e-6));
+
+  // A weight-gradient chunk accumulating into fp32 (outside the table, so the fitted model prices it):
+  // the model measured C written once in 16 bits; accumulating reads C and writes it at 4 bytes, so
+  // its memory time grows by m n (8 - 2) / HBM = 8192 x 1280 x 6 / 2e12 = 31.46 us, its compute time
+  // not at all.
+  topo::DeviceModel slow_hbm = synthetic_device(132);
+  slow_hbm.hbm_bandwidth_bytes_per_s = {2e12, "test"};
+  const double hbm = p.hbm_bytes_per_s.value_or(2e12);
+  GemmKernel g{8192, 1280, 512, 1};
+  const KernelCost plain = model.cost(g, topo::Dtype::bf16, slow_hbm);
+  g.accumulate_fp32 = true;
+  const KernelCost acc = model.cost(g, topo::Dtype::bf16, slow_hbm);
+  CHECK(acc.compute_s == plain.compute_s);
+  CHECK(acc.memory_s - plain.memory_s == Approx(8192.0 * 1280 * 6 / hbm).epsilon(1e-9));
+  CHECK(acc.duration_ps >= plain.duration_ps);
 }

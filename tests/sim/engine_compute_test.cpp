@@ -73,12 +73,15 @@ TEST_CASE("explicit dependencies across ranks", "[sim][stream]") {
   REQUIRE(res.makespan_ps == 6'000'000);
 }
 
-TEST_CASE("compute slows while an SM-kernel transfer holds SMs", "[sim][contention]") {
+TEST_CASE("compute slows while an SM-kernel transfer holds SMs, the sender's from its launch", "[sim][contention]") {
   // Rank 0: kernel k, 10,000,000 ps of work, from 0. Rank 0 comm stream: sm_kernel send of 4e5 B to
   // rank 1 holding 25 SMs; its recv waits for a 2,000,000 ps kernel on rank 1, so the transfer runs
   // 2e6 .. 2e6 + (1e6 SM step + 1e6 route) + 4e5 / 1e11 (4e6) = 8,000,000, holding 25 of 100 SMs on both
-  // ranks throughout (latency phase included).
-  //   k: 0-2e6 at rate 1 -> 2e6 done; 2e6-8e6 at 0.75 -> 4.5e6 done; 3.5e6 left at rate 1 -> ends 11,500,000.
+  // ranks throughout (latency phase included). The send is ready at 0: its kernel is launched then and
+  // spins on its 25 SMs until the receiver arrives at 2e6 (NCCL's send waits for the peer's recv).
+  //   k: 0-8e6 at 0.75 -> 6e6 done; 4e6 left at rate 1 -> ends 12,000,000.
+  // (Before the spinning rule, SMs were held from the rendezvous only: 2e6 at rate 1, then 6e6 at
+  // 0.75, ending at 11,500,000.)
   const auto cluster = star(2);
   TestCostModel costs;
   TaskGraph g(2);
@@ -90,7 +93,7 @@ TEST_CASE("compute slows while an SM-kernel transfer holds SMs", "[sim][contenti
   const auto res = Simulator(cluster, costs).run(g);
   REQUIRE(res.tasks[s].start_ps == 2'000'000);
   REQUIRE(res.tasks[s].end_ps == 8'000'000);
-  REQUIRE(res.tasks[k].end_ps == 11'500'000);
+  REQUIRE(res.tasks[k].end_ps == 12'000'000);
   // rank 1's kernel ended before the transfer began: unaffected.
   REQUIRE(res.tasks[pre].end_ps == 2'000'000);
 }
@@ -140,6 +143,30 @@ TEST_CASE("collective members hold SMs from the collective's start to their own 
   const auto res = Simulator(cluster, costs).run(g);
   REQUIRE(res.tasks[ids[1]].end_ps == 47'000'000);
   REQUIRE(res.tasks[k].end_ps == 53'500'000);
+}
+
+TEST_CASE("a collective member holds its SMs from its own launch while it waits for the others", "[sim][contention]") {
+  // t=2 all-gather of 8e6 B with sms 50 (alone it takes 47,000,000 ps, engine_collective_test.cpp).
+  // Rank 1's member waits for a 10,000,000 ps kernel `pre` on its compute stream; rank 0's member is
+  // launched at 0 and spins on 50 of rank 0's SMs until the collective starts at 10e6, then holds them
+  // to its end at 10e6 + 47e6 = 57,000,000.
+  // Kernel k on rank 0 (40e6 work) from 0 at rate 0.5 throughout 0 .. 57e6 would do 28.5e6; it has
+  // 40e6, so: 0-57e6 at 0.5 -> 28.5e6 done; 11.5e6 left at rate 1 -> ends 68,500,000.
+  // Rank 1's `pre` runs before rank 1's member is launched: unslowed, ends at 10e6.
+  const auto cluster = star(2);
+  TestCostModel costs;
+  TaskGraph g(2);
+  const auto k = g.add(compute("k", 0, 40'000'000));
+  const auto pre = g.add(compute("pre", 1, 10'000'000));
+  const auto ids = collective(g, "ag", sched::CollectiveKind::all_gather, {0, 1}, 8'000'000, 1,
+                              model::CommEngine::sm_kernel, 50);
+  g.depend(pre, ids[1]);
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[ids[0]].ready_ps == 0);
+  REQUIRE(res.tasks[ids[0]].start_ps == 10'000'000);
+  REQUIRE(res.tasks[ids[0]].end_ps == 57'000'000);
+  REQUIRE(res.tasks[pre].end_ps == 10'000'000);
+  REQUIRE(res.tasks[k].end_ps == 68'500'000);
 }
 
 TEST_CASE("observer callbacks arrive in time order", "[sim][observer]") {

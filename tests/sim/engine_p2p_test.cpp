@@ -192,3 +192,92 @@ TEST_CASE("a link of zero bandwidth is reported as a deadlock, not a hang", "[si
   g.add(recv("r", 1, 0, 1'000, 1));
   REQUIRE_THROWS_WITH(Simulator(cluster, costs).run(g), Catch::Contains("deadlock") && Catch::Contains("'s'"));
 }
+
+// Copy engines: a copy-engine transfer holds one engine of its sending device from launch to landing;
+// with none free it waits, first come first served.
+TEST_CASE("copy-engine sends of one device share its copy engines", "[sim][p2p][copy-engine]") {
+  // Rank 0 sends 4e6 B to rank 1 (copy stream 0) and to rank 2 (copy stream 1), both ready at 0.
+  // Two engines: both run at once, sharing link gpu0->switch (5e10 B/s each): 3e6 latency +
+  // 4e6 / 5e10 (80e6) -> both end at 83,000,000.
+  // One engine: the first (in ready order) runs alone, 3e6 + 4e6 / 1e11 (40e6) = 43,000,000; the
+  // second waits for the engine and runs 43e6 .. 43e6 + 43e6 = 86,000,000.
+  auto cluster = star(3);
+  const int engines = GENERATE(2, 1);
+  cluster.device_models.at("test-gpu").copy_engines = engines;
+  TestCostModel costs;
+  TaskGraph g(3);
+  const auto a = g.add(send("a", 0, 1, 4'000'000, 1, model::CommEngine::copy_engine, -1, 0));
+  const auto b = g.add(send("b", 0, 2, 4'000'000, 2, model::CommEngine::copy_engine, -1, 1));
+  g.add(recv("ra", 1, 0, 4'000'000, 1));
+  g.add(recv("rb", 2, 0, 4'000'000, 2));
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[b].ready_ps == 0);
+  if (engines == 2) {
+    REQUIRE(res.tasks[a].end_ps == 83'000'000);
+    REQUIRE(res.tasks[b].start_ps == 0);
+    REQUIRE(res.tasks[b].end_ps == 83'000'000);
+  } else {
+    REQUIRE(res.tasks[a].end_ps == 43'000'000);
+    REQUIRE(res.tasks[b].start_ps == 43'000'000);
+    REQUIRE(res.tasks[b].end_ps == 86'000'000);
+  }
+}
+
+TEST_CASE("a third copy stream waits for one of two copy engines", "[sim][p2p][copy-engine]") {
+  // Rank 0 sends 4e6 B to ranks 1, 2, 3 on copy streams 0, 1, 2 (TP, Ulysses and DP in the
+  // generators), all ready at 0, on a device of 2 engines. The first two share gpu0->switch:
+  // 3e6 + 80e6 = 83,000,000. The third starts then, alone: 83e6 + 3e6 + 40e6 = 126,000,000.
+  // (Three at once would each get a third of the link and all end at 3e6 + 120e6 = 123e6.)
+  const auto cluster = star(4);
+  TestCostModel costs;
+  TaskGraph g(4);
+  std::vector<sched::TaskId> s;
+  for (int i = 0; i < 3; ++i) {
+    s.push_back(g.add(send("s" + std::to_string(i), 0, i + 1, 4'000'000, i, model::CommEngine::copy_engine, -1, i)));
+    g.add(recv("r" + std::to_string(i), i + 1, 0, 4'000'000, i));
+  }
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[s[0]].end_ps == 83'000'000);
+  REQUIRE(res.tasks[s[1]].end_ps == 83'000'000);
+  REQUIRE(res.tasks[s[2]].ready_ps == 0);
+  REQUIRE(res.tasks[s[2]].start_ps == 83'000'000);
+  REQUIRE(res.tasks[s[2]].end_ps == 126'000'000);
+}
+
+TEST_CASE("a copy-engine collective takes an engine on every member, all or none", "[sim][p2p][copy-engine]") {
+  // One engine per device. Rank 1 sends 4e6 B to rank 2 (copy engine): 0 .. 3e6 + 40e6 = 43e6, holding
+  // rank 1's engine. A copy-engine all-gather over ranks 0 and 1 of 8e6 B is ready at 0 but needs
+  // rank 1's engine too: it starts at 43e6. Alone it takes base 5e6 + one step of (2e6 CE step + 1e6
+  // route) + 4e6 / 1e11 (40e6) = 48e6, so it ends at 91,000,000. Rank 0's engine stays free while the
+  // collective waits (all or none): a send from rank 0 to rank 3 of 4e6 B, ready at 0, takes it at once
+  // and runs alone on its links: 0 .. 43,000,000.
+  auto cluster = star(4);
+  cluster.device_models.at("test-gpu").copy_engines = 1;
+  TestCostModel costs;
+  TaskGraph g(4);
+  const auto x = g.add(send("x", 1, 2, 4'000'000, 1, model::CommEngine::copy_engine, -1, 1));
+  g.add(recv("rx", 2, 1, 4'000'000, 1));
+  const auto y = g.add(send("y", 0, 3, 4'000'000, 2, model::CommEngine::copy_engine, -1, 1));
+  g.add(recv("ry", 3, 0, 4'000'000, 2));
+  const auto ids = collective(g, "ag", sched::CollectiveKind::all_gather, {0, 1}, 8'000'000, 1,
+                              model::CommEngine::copy_engine);
+  const auto res = Simulator(cluster, costs).run(g);
+  REQUIRE(res.tasks[x].end_ps == 43'000'000);
+  REQUIRE(res.tasks[y].start_ps == 0);
+  REQUIRE(res.tasks[y].end_ps == 43'000'000);
+  REQUIRE(res.tasks[ids[0]].ready_ps == 0);
+  REQUIRE(res.tasks[ids[0]].start_ps == 43'000'000);
+  REQUIRE(res.tasks[ids[0]].end_ps == 91'000'000);
+  REQUIRE(res.tasks[ids[1]].end_ps == 91'000'000);
+}
+
+TEST_CASE("a copy-engine send on a device without copy engines is refused", "[sim][p2p][copy-engine]") {
+  auto cluster = star(2);
+  cluster.device_models.at("test-gpu").copy_engines = 0;
+  TestCostModel costs;
+  TaskGraph g(2);
+  g.add(send("s", 0, 1, 1000, 1));
+  g.add(recv("r", 1, 0, 1000, 1));
+  REQUIRE_THROWS_WITH(Simulator(cluster, costs).run(g),
+                      Catch::Contains("task 's' sends on a copy engine, but rank 0 (device model 'test-gpu') has no copy engines"));
+}

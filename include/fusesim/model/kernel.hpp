@@ -17,7 +17,17 @@ namespace fusesim::model {
 struct GemmKernel {
   std::int64_t m = 0, n = 0, k = 0;
   std::int64_t batch = 1;
+  // C += A x B with C in fp32: a weight-gradient GEMM accumulating into the fp32 main gradient
+  // (Megatron-LM's gradient-accumulation fusion, on by default): C is read and written as 4-byte
+  // elements, where a plain GEMM writes it once in the data type. A wgrad split into t chunks pays
+  // this read-modify-write t times.
+  bool accumulate_fp32 = false;
 };
+
+// HBM bytes per element of C: written once in the data type, or read and written in fp32 (4 + 4).
+inline double gemm_output_bytes(const GemmKernel& g, topo::Dtype dtype) {
+  return g.accumulate_fp32 ? 8.0 : static_cast<double>(topo::bytes_per_element(dtype));
+}
 
 enum class Pass { forward, backward };
 

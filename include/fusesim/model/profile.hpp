@@ -133,11 +133,11 @@ class CalibratedCostModel final : public KernelCostModel {
   KernelCost uncached_cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const;
   Profile profile_;
   RooflineCostModel roofline_;
-  // GEMM costs by (m, n, k, batch, dtype, device model name): the table look-up and the model's residual
+  // GEMM costs by (m, n, k, batch, accumulate_fp32, dtype, device model name): the table look-up and the model's residual
   // correction each scan every sample. The engine caches costs within one run; this keeps them across
   // the runs of one simulate (every parallelism, scope and schedule).
   mutable std::mutex gemm_cache_mu_;
-  mutable std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, std::string>, KernelCost>
+  mutable std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, bool, int, std::string>, KernelCost>
       gemm_cache_;
 };
 
