@@ -313,6 +313,9 @@ class Run final : public sched::TaskVisitor {
   void on_flow_end(FlowId f);
   void settle();
   void rerate(int rank);
+  void share_device(const std::vector<std::uint32_t>& running);  // fills shares_, one per running kernel
+  std::vector<double> shares_, demand_;  // scratch of share_device()
+  std::vector<std::uint8_t> frozen_;
   // The rank whose device a transfer end on `rank` loads (TaskGraph::load_alias).
   int load_rank(int rank) const { return load_alias_.empty() ? rank : load_alias_[static_cast<std::size_t>(rank)]; }
   topo::Route proxy_route(int src, int dst, const topo::Route& real) const;
@@ -1131,16 +1134,18 @@ void Run::settle() {
   dirty_compute_.clear();
 }
 
-// Kernels running together on one rank split the device evenly; each gets the cost model's rate for
-// the rank's current communication load, divided by their number.
+// Kernels running together on one rank share its two resources, the SMs' math and HBM, by what each
+// needs of them (share_device()); each gets the cost model's rate for the rank's current
+// communication load times its share.
 void Run::rerate(int rank) {
   RankState& rs = ranks_[rank];
   if (rs.running.empty()) return;
   const model::DeviceLoad load{rs.sms_held, rs.hbm_bytes_per_s};
-  const double share = 1.0 / static_cast<double>(rs.running.size());
-  for (std::uint32_t slot : rs.running) {
-    ComputeRun& run = compute_[slot];
-    const double rate = costs_.rate(*run.cost, *rs.device, load) * share;
+  share_device(rs.running);
+  for (std::size_t i = 0; i < rs.running.size(); ++i) {
+    ComputeRun& run = compute_[rs.running[i]];
+    const std::uint32_t slot = rs.running[i];
+    const double rate = costs_.rate(*run.cost, *rs.device, load) * shares_[i];
     if (rate == run.rate) continue;  // its completion event still holds
     if (now_ > run.last_ps && run.rate > 0.0) {
       run.work_left_ps -= run.rate * static_cast<double>(now_ - run.last_ps);
@@ -1161,6 +1166,54 @@ void Run::rerate(int rank) {
       else
         queue_.push(completion, kComputeEnd, slot, compute_handle(slot));
       run.scheduled_ps = completion;
+    }
+  }
+}
+
+// Max-min fair shares of a device among the kernels running on it (SimGrid's sharing, on two
+// resources of capacity 1): a kernel alone needs compute_s / d of the SMs' math and memory_s / d of HBM
+// (d = max of the two) at its full speed. All shares rise together from 0; when a resource is full,
+// the kernels using it keep the share they have and the others rise on; no share passes 1 (a kernel
+// never runs faster than alone). Kernels bound by the same resource split it evenly, as before; a
+// compute-bound GEMM beside a memory-bound norm each get more than half: the GEMM (1, 0.3) and the norm
+// (0.05, 1) fill HBM at 1 / 1.3, so both run at 0.77 of their speed alone.
+void Run::share_device(const std::vector<std::uint32_t>& running) {
+  const std::size_t k = running.size();
+  shares_.assign(k, 0.0);
+  if (k == 1) {
+    shares_[0] = 1.0;
+    return;
+  }
+  demand_.resize(2 * k);
+  for (std::size_t i = 0; i < k; ++i) {
+    const model::KernelCost& c = *compute_[running[i]].cost;
+    const double d = std::max(c.compute_s, c.memory_s);
+    // A cost model that gives no split (both 0) is taken as needing all of both.
+    demand_[2 * i] = d > 0.0 ? c.compute_s / d : 1.0;
+    demand_[2 * i + 1] = d > 0.0 ? c.memory_s / d : 1.0;
+  }
+  frozen_.assign(k, 0);
+  double used[2] = {0.0, 0.0};  // by frozen kernels
+  double level = 0.0;
+  for (std::size_t left = k; left > 0;) {
+    double next = 1.0;  // the cap: a share of 1
+    int full = -1;
+    for (int r = 0; r < 2; ++r) {
+      double sum = 0.0;
+      for (std::size_t i = 0; i < k; ++i)
+        if (!frozen_[i]) sum += demand_[2 * i + r];
+      if (sum <= 0.0) continue;
+      const double at = (1.0 - used[r]) / sum;
+      if (at < next) next = at, full = r;  // strictly less: ties go to the cap, then to the SMs
+    }
+    level = std::max(level, next);
+    for (std::size_t i = 0; i < k; ++i) {
+      if (frozen_[i] || (full >= 0 && demand_[2 * i + full] <= 0.0)) continue;
+      frozen_[i] = 1;
+      shares_[i] = level;
+      used[0] += level * demand_[2 * i];
+      used[1] += level * demand_[2 * i + 1];
+      --left;
     }
   }
 }

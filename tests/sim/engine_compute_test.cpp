@@ -43,7 +43,9 @@ TEST_CASE("a later task on a stream waits behind a blocked earlier one", "[sim][
   REQUIRE(res.tasks[y].end_ps == 10'000'000);
 }
 
-TEST_CASE("two compute streams on one rank split the device evenly", "[sim][stream]") {
+TEST_CASE("two compute streams on one rank split the device evenly when their kernels are bound alike", "[sim][stream]") {
+  // The test model gives no compute/memory split, so each kernel needs all of both resources and
+  // the max-min shares are even (engine.cpp, share_device()).
   // a (4e6 work) on compute stream 0, d (2e6) on compute stream 1, both from 0 at rate 1/2.
   // d ends after 2e6 / 0.5 = 4e6 ps; a has done 2e6 by then, 2e6 left at rate 1 -> ends at 6e6.
   const auto cluster = star(1);
@@ -167,6 +169,72 @@ TEST_CASE("a collective member holds its SMs from its own launch while it waits 
   REQUIRE(res.tasks[ids[0]].end_ps == 57'000'000);
   REQUIRE(res.tasks[pre].end_ps == 10'000'000);
   REQUIRE(res.tasks[k].end_ps == 68'500'000);
+}
+
+namespace {
+// Kernels that say what they are bound by: op "gemm" needs all of the SMs' math and 0.3 of HBM at full
+// speed, op "norm" 0.05 of the math and all of HBM, op "copy" only HBM, op "math" only the SMs.
+// Duration = flops picoseconds.
+class BoundCostModel final : public model::KernelCostModel {
+ public:
+  model::KernelCost cost(const model::Kernel& kernel, topo::Dtype, const topo::DeviceModel&) const override {
+    const auto& e = std::get<model::ElementwiseKernel>(kernel);
+    model::KernelCost c;
+    c.flops = e.flops;
+    c.duration_ps = static_cast<TimePs>(std::llround(e.flops));
+    const double d = ps_to_seconds(c.duration_ps);
+    c.compute_s = e.op == "gemm" || e.op == "math" ? d : e.op == "norm" ? 0.05 * d : 0.0;
+    c.memory_s = e.op == "gemm" ? 0.3 * d : e.op == "math" ? 0.0 : d;
+    return c;
+  }
+  double rate(const model::KernelCost&, const topo::DeviceModel&, const model::DeviceLoad&) const override { return 1.0; }
+};
+
+sched::Task bound_kernel(const std::string& name, const std::string& op, double work_ps, int stream) {
+  sched::Task t = compute(name, 0, work_ps, stream);
+  std::get<sched::ComputeTask>(t.kind).kernel = model::ElementwiseKernel{op, 1, work_ps, 0};
+  return t;
+}
+}  // namespace
+
+TEST_CASE("kernels sharing a device split it by what each is bound by", "[sim][contention]") {
+  const auto cluster = star(1);
+  BoundCostModel costs;
+  SECTION("a compute-bound and a memory-bound kernel each get more than half") {
+    // gemm (10e6 ps alone; needs SMs 1, HBM 0.3) on stream 0 beside norm (4e6 ps; SMs 0.05, HBM 1) on
+    // stream 1, both from 0. Shares rise together: the SMs would fill at 1 / 1.05 = 0.952, HBM at
+    // 1 / 1.3 = 0.769, first; both use HBM, so both run at 1 / 1.3.
+    //   norm ends at 4e6 x 1.3 = 5,200,000; gemm has then done 5.2e6 / 1.3 = 4e6, 6e6 left alone at
+    //   rate 1 -> ends 11,200,000. (An even split: norm at 8e6, gemm at 14e6.)
+    TaskGraph g(1);
+    const auto a = g.add(bound_kernel("gemm", "gemm", 10'000'000, 0));
+    const auto b = g.add(bound_kernel("norm", "norm", 4'000'000, 1));
+    const auto res = Simulator(cluster, costs).run(g);
+    CHECK(res.tasks[b].end_ps == 5'200'000);
+    CHECK(res.tasks[a].end_ps == 11'200'000);
+  }
+  SECTION("kernels bound by the same resource split it evenly") {
+    // Two gemm kernels of 10e6 ps: the SMs fill at 1 / 2: both end at 20,000,000.
+    TaskGraph g(1);
+    const auto a = g.add(bound_kernel("a", "gemm", 10'000'000, 0));
+    const auto b = g.add(bound_kernel("b", "gemm", 10'000'000, 1));
+    const auto res = Simulator(cluster, costs).run(g);
+    CHECK(res.tasks[a].end_ps == 20'000'000);
+    CHECK(res.tasks[b].end_ps == 20'000'000);
+  }
+  SECTION("once a resource is full, the kernels that do not use it rise on") {
+    // math (SMs 1, no HBM) beside two copies (HBM 1 each, no SMs), all 6e6 ps. HBM fills at 1 / 2 and
+    // holds both copies there; the SMs then serve math alone, up to its cap of 1. math ends at
+    // 6,000,000, the copies at 12,000,000. (An even split of three: all at 18e6.)
+    TaskGraph g(1);
+    const auto a = g.add(bound_kernel("m", "math", 6'000'000, 0));
+    const auto b = g.add(bound_kernel("c1", "copy", 6'000'000, 1));
+    const auto c = g.add(bound_kernel("c2", "copy", 6'000'000, 2));
+    const auto res = Simulator(cluster, costs).run(g);
+    CHECK(res.tasks[a].end_ps == 6'000'000);
+    CHECK(res.tasks[b].end_ps == 12'000'000);
+    CHECK(res.tasks[c].end_ps == 12'000'000);
+  }
 }
 
 TEST_CASE("observer callbacks arrive in time order", "[sim][observer]") {
