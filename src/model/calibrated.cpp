@@ -178,6 +178,7 @@ KernelCost CalibratedCostModel::cost(const Kernel& kernel, topo::Dtype dtype, co
 KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype dtype,
                                               const topo::DeviceModel& device) const {
   KernelCost c = roofline_.cost(kernel, dtype, device);
+  c.launch_s = 0.0;  // the profile's fitted floors carry the launch (kernel_fit.hpp, launch_s)
   const double hbm = profile_.hbm_bytes_per_s ? *profile_.hbm_bytes_per_s : device_hbm(device);
   c.memory_s = c.hbm_bytes / hbm;
   const bool sixteen_bit = dtype == topo::Dtype::bf16 || dtype == topo::Dtype::fp16;

@@ -166,9 +166,16 @@ double wave_ratio(std::int64_t tiles, int sm_count, int sms_held) {
 }
 
 KernelCost RooflineCostModel::cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
-  if (const auto* g = std::get_if<GemmKernel>(&kernel)) return gemm_cost(*g, dtype, device);
-  if (const auto* a = std::get_if<AttentionKernel>(&kernel)) return attention_cost(*a, dtype, device);
-  return elementwise_cost(std::get<ElementwiseKernel>(kernel), device);
+  KernelCost c = std::holds_alternative<GemmKernel>(kernel)        ? gemm_cost(std::get<GemmKernel>(kernel), dtype, device)
+                 : std::holds_alternative<AttentionKernel>(kernel) ? attention_cost(std::get<AttentionKernel>(kernel), dtype, device)
+                                                                   : elementwise_cost(std::get<ElementwiseKernel>(kernel), device);
+  // A kernel with work is launched: it pays the device's fixed launch time on top of its roofline
+  // (the plan search above compares plans without it; it is the same for all of them).
+  if (c.duration_ps > 0 && device.kernel_launch_s.value > 0.0) {
+    c.launch_s = device.kernel_launch_s.value;
+    c.duration_ps = seconds_to_ps(std::max(c.compute_s, c.memory_s) + c.launch_s);
+  }
+  return c;
 }
 
 double RooflineCostModel::rate(const KernelCost& cost, const topo::DeviceModel& device, const DeviceLoad& load) const {
@@ -184,8 +191,9 @@ double RooflineCostModel::rate(const KernelCost& cost, const topo::DeviceModel& 
       std::max(bandwidth - std::max(0.0, load.comm_hbm_bytes_per_s), kMinHbmShare * bandwidth);
   const double memory_s = cost.hbm_bytes / bandwidth_left;
 
+  // The launch is latency, not SM or HBM work: contention stretches the rest.
   const double contended_s = std::max(compute_s, memory_s);
-  return std::min(1.0, alone_s / contended_s);
+  return std::min(1.0, (alone_s + cost.launch_s) / (contended_s + cost.launch_s));
 }
 
 }  // namespace fusesim::model

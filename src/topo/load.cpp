@@ -27,6 +27,7 @@ constexpr double kMaxFlopsPerS = 1e18;            // 1 EFLOP/s for one device
 constexpr double kMaxHbmBytes = 1e14;             // 100 TB on one device
 constexpr double kMaxLatencyS = 1e-2;             // 10 ms for one hop or one software step
 constexpr double kMaxHbmTrafficFactor = 16.0;
+constexpr double kMaxKernelLaunchS = 1e-3;        // 1 ms: far above any launch overhead
 constexpr std::int64_t kMaxDevicesPerNode = 1024;
 constexpr std::int64_t kMaxNodes = 65536;
 constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
@@ -115,6 +116,8 @@ DeviceModel read_device_model(const std::string& name, const JsonObject& o) {
   m.efficiency.attention = positive_sourced(eff, "attention", 1.0);
   m.efficiency.hbm = positive_sourced(eff, "hbm", 1.0);
   eff.finish();
+
+  if (o.has("kernel_launch_s")) m.kernel_launch_s = o.sourced("kernel_launch_s", 0.0, kMaxKernelLaunchS);
 
   JsonObject cont = o.object("contention");
   m.contention.default_comm_sms = integral_sourced(cont, "default_comm_sms", 0, m.sm_count);

@@ -153,6 +153,36 @@ TEST_CASE("A wgrad GEMM accumulating into fp32 reads and writes C at 4 bytes", "
   CHECK(acc.duration_ps == 31'039'936);
 }
 
+TEST_CASE("Every kernel pays the device's launch time once: t chunks pay it t times", "[model][kernel]") {
+  // kernel_launch_s 2 us. An element-wise add of 96 MB: 96e6 / 3.015e12 = 31.84 us of HBM + 2 us.
+  // Split into t = 8 adds of 12 MB: 8 x (3.98 us + 2 us) = 31.84 + 16 us: (t - 1) x 2 us = 14 us more.
+  // A compute-bound GEMM of 8 x 132 tiles (whole waves, no quantization), 11264 x 3072 x 4096, against
+  // 8 chunks of 1408 rows (11 x 12 = 132 tiles each, one wave): compute 358.28 us whole and 8 x 44.78 us
+  // in chunks (the same FLOPs, waves full either way; HBM 61.9 and 15.0 us, below);
+  // launches add 2 us and 16 us.
+  topo::DeviceModel d = h100();
+  d.kernel_launch_s = {2e-6, "test"};
+  const ElementwiseKernel whole_add{"add", 96'000'000, 0.0, 0};
+  const ElementwiseKernel chunk_add{"add", 12'000'000, 0.0, 0};
+  const KernelCost a = roofline.cost(whole_add, topo::Dtype::bf16, d);
+  const KernelCost a8 = roofline.cost(chunk_add, topo::Dtype::bf16, d);
+  CHECK(a.launch_s == 2e-6);
+  CHECK(a.duration_ps == seconds_to_ps(96e6 / 3.015e12 + 2e-6));
+  CHECK(8 * a8.duration_ps - a.duration_ps == Approx(14'000'000).margin(8));  // picoseconds, rounding of 9 terms
+  const KernelCost g = roofline.cost(GemmKernel{11264, 3072, 4096, 1}, topo::Dtype::bf16, d);
+  const KernelCost g8 = roofline.cost(GemmKernel{1408, 3072, 4096, 1}, topo::Dtype::bf16, d);
+  CHECK(g.tiles == 132 * 8);
+  CHECK(g8.tiles == 132);
+  CHECK(g.compute_s == Approx(8 * g8.compute_s).epsilon(1e-12));
+  CHECK(8 * g8.duration_ps - g.duration_ps == Approx(14'000'000).margin(8));
+  // Contention stretches the roofline part, not the launch: 66 SMs held leave a one-wave chunk two
+  // waves, compute 2 x 44.78 us: rate = (44.78 + 2) / (89.57 + 2).
+  const double rate = roofline.rate(g8, d, DeviceLoad{66, 0.0});
+  CHECK(rate == Approx((g8.compute_s + 2e-6) / (2 * g8.compute_s + 2e-6)).epsilon(1e-12));
+  // Without the key (0) nothing is added: the roofline of the tests above.
+  CHECK(roofline.cost(whole_add, topo::Dtype::bf16, h100()).launch_s == 0.0);
+}
+
 TEST_CASE("Empty GEMM costs nothing", "[model][kernel]") {
   const KernelCost c = cost_of(GemmKernel{0, 4096, 4096, 1});
   CHECK(c.flops == 0.0);

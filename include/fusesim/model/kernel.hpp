@@ -62,7 +62,8 @@ struct KernelCost {
   double compute_s = 0.0;     // flops / (peak x efficiency), alone on the device
   double memory_s = 0.0;      // hbm_bytes / (bandwidth x efficiency)
   std::int64_t tiles = 0;     // output tiles for wave quantization (GEMM), 0 otherwise
-  TimePs duration_ps = 0;     // alone on the device, every SM available
+  double launch_s = 0.0;      // fixed part of the duration (kernel launch), which contention does not stretch
+  TimePs duration_ps = 0;     // alone on the device, every SM available: max(compute_s, memory_s) + launch_s
 };
 
 // What communication takes from a device at one instant.

@@ -52,6 +52,10 @@ struct DeviceModel {
   std::vector<std::pair<int, int>> gemm_tile_alternatives;
   int gemm_max_split_k = 1;
   KernelEfficiency efficiency;
+  // Fixed time every kernel of the roofline model takes on top of its roofline time (launch,
+  // prologue, epilogue): what makes t chunk GEMMs and t - 1 adds cost more than one GEMM. Optional
+  // ("kernel_launch_s"; 0 when absent). Calibration profiles carry their own fitted floors instead.
+  SourcedValue kernel_launch_s;
   ContentionParams contention;
   bool estimate = false;                  // true when the figures are estimates (no official datasheet)
 
