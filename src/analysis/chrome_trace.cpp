@@ -339,6 +339,6 @@ void ChromeTraceRecorder::add_link_counters(json& events) const {
   for (json& c : counters) events.push_back(std::move(c));
 }
 
-void ChromeTraceRecorder::write(const std::string& path) const { write_maybe_gzipped(path, to_json().dump()); }
+void ChromeTraceRecorder::write(const std::string& path) const { write_maybe_gzipped(path, to_json().dump(), "--trace"); }
 
 }  // namespace fusesim::analysis

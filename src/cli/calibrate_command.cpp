@@ -195,6 +195,7 @@ class CalibrateCommand final : public Command {
   }
 
   int run(Io& io) override {
+    if (!output_.empty()) check_output_path(output_, "--output");  // before the work, not after
     if (fit_->parsed()) return run_fit(io);
     if (import_->parsed()) return run_import(io);
     return run_plan(io);
@@ -446,13 +447,13 @@ class CalibrateCommand final : public Command {
     if (output_.empty()) {
       io.out << text << std::flush;
     } else {
-      write_file_atomically(output_, text);
+      write_output_file(output_, text);
     }
     return 0;
   }
 
   void write(const nlohmann::json& out, Io& io) {
-    write_file_atomically(output_, out.dump(1) + "\n");
+    write_output_file(output_, out.dump(1) + "\n");
     io.err << fmt::format("wrote {}\n", output_);
   }
 

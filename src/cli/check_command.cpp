@@ -315,7 +315,7 @@ class CheckCommand final : public Command {
         fmt::format("{} regressed (worse by more than {}), {} improved beyond it, {} changed within it, {} unchanged",
                     regressed, tol_text, improved, within, unchanged);
     if (update_) {
-      write_file_atomically(baseline_, write_baseline(description, entries, now));
+      write_output_file(baseline_, write_baseline(description, entries, now), "--baseline");
       io.out << fmt::format("updated {}: {}; the file now records the metrics of this build\n", baseline_, counts);
       return 0;
     }

@@ -36,6 +36,7 @@ class GenerateCommand final : public Command {
   }
 
   int run(Io& io) override {
+    if (!output_.empty()) check_output_path(output_, "--output");  // before the work, not after
     SimulateRequest request;
     request.topology = topology_;
     request.workload = workload_;
@@ -61,7 +62,7 @@ class GenerateCommand final : public Command {
     sched::DagFile file{std::move(schedule.graph), job.workload.dtype, schedule.tokens,
                         model::to_string(schedule.kind), schedule.parallelism, topology_,
                         schedule.gpus,   schedule.simulated_ranks, schedule.replicas};
-    write_file_atomically(output_, sched::dag_to_json(file).dump(1) + "\n");
+    write_output_file(output_, sched::dag_to_json(file).dump(1) + "\n");
     io.err << fmt::format("wrote {} tasks on {} ranks to {}\n", file.graph.size(), file.graph.num_ranks(), output_);
     if (!job.memory.fits()) io.err << "warning: " << model::format_memory_line(job.memory);
     if (schedule.network_sends_on_sm > 0) io.err << "note: " << network_sends_note(schedule.network_sends_on_sm) << "\n";
@@ -101,6 +102,8 @@ class SimulateDagCommand final : public Command {
   }
 
   int run(Io& io) override {
+    if (!output_.empty()) check_output_path(output_, "--output");  // before the work, not after
+    if (!trace_.empty()) check_output_path(trace_, "--trace");
     const OutputFormat format = parse_format(format_);
     const model::PricingChoice choice = model::pricing_choice(profile_, roofline_);
     const analysis::TraceFilter filter = parse_trace_filter(trace_, trace_ranks_, trace_layers_);
@@ -146,11 +149,11 @@ class SimulateDagCommand final : public Command {
                                                                 analysis::format_table({metrics}) + "\n" +
                                                                 analysis::format_region_table(metrics);
     // Both outputs are complete in memory before either file is written.
-    if (recorder) write_maybe_gzipped(trace_, recorder->to_json().dump() + "\n");
+    if (recorder) write_maybe_gzipped(trace_, recorder->to_json().dump() + "\n", "--trace");
     if (output_.empty()) {
       io.out << text << std::flush;
     } else {
-      write_file_atomically(output_, text);
+      write_output_file(output_, text);
     }
     return 0;
   }

@@ -4,9 +4,12 @@
 
 #include "fusesim/cli/app.hpp"
 #include "fusesim/util/error.hpp"
+#include "fusesim/util/output.hpp"
 
 int main(int argc, char** argv) {
   fusesim::cli::Io io{std::cout, std::cerr};
+  // A report being written when the user presses Ctrl-C leaves no temporary file behind.
+  fusesim::remove_temporary_files_on_interrupt();
   try {
     return fusesim::cli::run(argc, argv, io);
   } catch (const fusesim::InputError& e) {

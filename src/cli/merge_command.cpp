@@ -18,12 +18,13 @@ class MergeCommand final : public Command {
   }
 
   int run(Io& io) override {
+    if (!output_.empty()) check_output_path(output_, "--output");  // before the work, not after
     const std::string format = output_format_for(output_, format_);
     std::vector<SweepResult> parts;
     parts.reserve(parts_.size());
     for (const std::string& p : parts_) parts.push_back(read_sweep_json(p));
     const SweepResult all = merge_sweeps(parts_, parts);
-    write_file_atomically(output_, format == "json" ? sweep_json(all) : sweep_csv(all));
+    write_output_file(output_, format == "json" ? sweep_json(all) : sweep_csv(all));
     io.err << sweep_summary(all);
     return 0;
   }

@@ -484,6 +484,21 @@ std::string find_on_path(const std::string& program) {
   return "";
 }
 
+void check_plot_folder(const std::string& out_dir, const std::string& option) {
+  std::error_code ec;
+  if (out_dir.empty()) throw InputError(kCommandLine, option, "expected a folder");
+  fs::path p(out_dir);
+  if (fs::exists(p, ec)) {
+    if (!fs::is_directory(p, ec)) throw InputError(out_dir, option, "is a file, not a folder");
+    return;
+  }
+  // The first ancestor that exists must be a folder we may create in.
+  fs::path up = fs::absolute(p, ec).parent_path();
+  while (!up.empty() && !fs::exists(up, ec) && up != up.root_path()) up = up.parent_path();
+  if (!fs::is_directory(up, ec) || ::access(up.c_str(), W_OK) != 0)
+    throw InputError(out_dir, option, "cannot create this folder: '" + up.string() + "' is not a folder this user may write in");
+}
+
 PlotReport write_plots(const SweepResult& result, const std::string& out_dir, const std::string& gnuplot_arg) {
   PlotReport report;
   std::error_code ec;
@@ -547,12 +562,12 @@ PlotReport write_plots(const SweepResult& result, const std::string& out_dir, co
     const fs::path gp = fs::path(out_dir) / (f.name + ".gp");
     if (f.map) {
       const BuiltMap m = build_map(result);
-      write_file_atomically(dat.string(), map_data(m, result));
-      write_file_atomically(gp.string(), script(m.panels.size(), map_script_body(m, f.name + ".dat"), f, term));
+      write_output_file(dat.string(), map_data(m, result), "--out-dir");
+      write_output_file(gp.string(), script(m.panels.size(), map_script_body(m, f.name + ".dat"), f, term), "--out-dir");
     } else {
       const Built b = build(result, f);
-      write_file_atomically(dat.string(), data_file(b, f, result));
-      write_file_atomically(gp.string(), script(b.panels.size(), script_body(b, f, f.name + ".dat"), f, term));
+      write_output_file(dat.string(), data_file(b, f, result), "--out-dir");
+      write_output_file(gp.string(), script(b.panels.size(), script_body(b, f, f.name + ".dat"), f, term), "--out-dir");
     }
     report.files.push_back(dat.string());
     report.files.push_back(gp.string());

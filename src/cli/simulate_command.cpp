@@ -17,12 +17,7 @@ namespace {
 // that a typo in a path costs nothing and no file is written when any target is unusable.
 void check_writable_target(const std::string& option, const std::string& path) {
   if (path.empty()) throw InputError(kCommandLine, option, "expected a file name");
-  std::error_code ec;
-  const std::filesystem::path p(path);
-  if (std::filesystem::is_directory(p, ec)) throw InputError(path, "$", "is a folder, not a file");
-  const std::filesystem::path parent = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-  if (!std::filesystem::is_directory(parent, ec))
-    throw InputError(path, "$", fmt::format("cannot write here: folder '{}' does not exist", parent.string()));
+  check_output_path(path, option);
 }
 
 class SimulateCommand final : public Command {
@@ -137,11 +132,11 @@ class SimulateCommand final : public Command {
           for (model::ScheduleKind kind : request.schedules)
             trace_files.push_back(trace_path(trace_, request, pars.size() > 1 ? par : "", kind, scope));
     }
-    for (std::size_t i = 0; i < trace_files.size(); ++i) write_maybe_gzipped(trace_files[i], *report.runs[i].trace_json);
+    for (std::size_t i = 0; i < trace_files.size(); ++i) write_maybe_gzipped(trace_files[i], *report.runs[i].trace_json, "--trace");
     if (output_.empty()) {
       io.out << text << std::flush;
     } else {
-      write_file_atomically(output_, text);
+      write_output_file(output_, text);
     }
     return 0;
   }

@@ -877,6 +877,7 @@ std::string output_format_for(const std::string& path, const std::string& format
   };
   if (ends(".csv")) return "csv";
   if (ends(".json")) return "json";
+  if (path == "-") return "csv";  // standard output, as when no --output is given
   throw InputError(kCommandLine, "--output",
                    fmt::format("cannot tell the format of '{}': name it .csv or .json, or give --format", path));
 }

@@ -140,14 +140,9 @@ class SweepCommand final : public Command {
     if (options.shard.count > 1 && format != "json")
       throw InputError(kCommandLine, "--shard", "a shard is written as JSON (name the --output file .json), so that "
                                                 "`fusesim merge` can check the parts");
-    if (!output_.empty()) {
-      std::error_code ec;
-      const std::filesystem::path p(output_);
-      const auto parent = p.has_parent_path() ? p.parent_path() : std::filesystem::path(".");
-      if (std::filesystem::is_directory(p, ec)) throw InputError(output_, "$", "is a folder, not a file");
-      if (!std::filesystem::is_directory(parent, ec))
-        throw InputError(output_, "$", fmt::format("cannot write here: folder '{}' does not exist", parent.string()));
-    }
+    // Where the results go is checked before the sweep runs, not after.
+    if (!output_.empty()) check_output_path(output_, "--output");
+    if (!plot_dir_.empty()) check_plot_folder(plot_dir_, "--plot");
     if (spec.size() > (std::size_t{1} << 32))
       throw InputError(kCommandLine, "$", fmt::format("{} configurations are too many for one sweep", spec.size()));
     // A typo in a range (1:16777216:+1 for 1k:16M:x2) must not start a sweep that runs for days:
@@ -184,7 +179,7 @@ class SweepCommand final : public Command {
     if (output_.empty()) {
       io.out << text << std::flush;
     } else {
-      write_file_atomically(output_, text);
+      write_output_file(output_, text);
     }
     io.err << sweep_summary(result);
     if (!plot_dir_.empty()) {

@@ -262,6 +262,7 @@ class ValidateCommand final : public Command {
   }
 
   int run(Io& io) override {
+    if (!output_.empty()) check_output_path(output_, "--output");  // before the work, not after
     const OutputFormat format = parse_format(format_);
     if (!category_.empty() && category_ != "gemm" && category_ != "attention" && category_ != "collective" &&
         category_ != "end_to_end")
@@ -341,7 +342,7 @@ class ValidateCommand final : public Command {
     if (output_.empty()) {
       io.out << text << std::flush;
     } else {
-      write_file_atomically(output_, text);
+      write_output_file(output_, text);
     }
     return 0;
   }

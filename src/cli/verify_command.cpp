@@ -48,6 +48,7 @@ class VerifyCommand final : public Command {
   }
 
   int run(Io& io) override {
+    if (!output_.empty()) check_output_path(output_, "--output");  // before the work, not after
     sched::VerifyOptions options;
     options.tps = parse_int_list("--tp", tps_, 64);
     options.slices = parse_int_list("--slices", slices_, 64);
@@ -72,7 +73,7 @@ class VerifyCommand final : public Command {
     if (output_.empty()) {
       io.out << text << std::flush;
     } else {
-      write_file_atomically(output_, text);
+      write_output_file(output_, text);
     }
     io.err << fmt::format("verify: {} cases, {} failed{}\n", report.cases.size(), report.failures(),
                           inject_fault_ ? " (fault injected on purpose)" : "");

@@ -1,6 +1,7 @@
 #include "fusesim/util/json_reader.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -294,6 +295,9 @@ void JsonArray::require_size(std::size_t min, std::size_t max) const {
 }
 
 std::string read_text_file(const std::string& file_path) {
+  // An input that is a folder opens and reads as empty: say what it is instead of "syntax error".
+  std::error_code ec;
+  if (std::filesystem::is_directory(file_path, ec)) throw InputError(file_path, "$", "is a directory, not a file");
   std::ifstream in(file_path, std::ios::binary);
   if (!in) throw InputError(file_path, "$", "cannot open the file");
   std::ostringstream ss;

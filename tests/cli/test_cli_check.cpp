@@ -37,7 +37,7 @@ std::string with_metric(const std::string& text, std::size_t entry, const std::s
 
 TEST_CASE("check: --update records metrics, an unchanged re-run passes", "[cli][check]") {
   ScratchDir dir;
-  write_file_atomically(dir.file("b.json"), kFresh);
+  write_output_file(dir.file("b.json"), kFresh);
   // Without metrics there is nothing to compare with: bad input naming the entry.
   const auto no_metrics = run_fusesim({"check", "--baseline", "b.json"}, dir);
   CHECK(no_metrics.exit_code == 2);
@@ -70,12 +70,12 @@ TEST_CASE("check: --update records metrics, an unchanged re-run passes", "[cli][
 
 TEST_CASE("check: a planted regression fails with a readable diff; improvements pass", "[cli][check]") {
   ScratchDir dir;
-  write_file_atomically(dir.file("b.json"), kFresh);
+  write_output_file(dir.file("b.json"), kFresh);
   REQUIRE(run_fusesim({"check", "--baseline", "b.json", "--update"}, dir).exit_code == 0);
   const std::string recorded = slurp(dir.file("b.json"));
 
   // The baseline claims commfuse ran 10% faster than it does: the re-run is 1/0.9 - 1 = 11.1% slower.
-  write_file_atomically(dir.file("slow.json"), with_metric(recorded, 1, "step_time_s", 0.9));
+  write_output_file(dir.file("slow.json"), with_metric(recorded, 1, "step_time_s", 0.9));
   const auto fail = run_fusesim({"check", "--baseline", "slow.json"}, dir);
   INFO(fail.out);
   CHECK(fail.exit_code == 1);
@@ -90,13 +90,13 @@ TEST_CASE("check: a planted regression fails with a readable diff; improvements 
   }
 
   // An overlap ratio recorded higher than reality is a regression too (lower is worse).
-  write_file_atomically(dir.file("ovl.json"), with_metric(recorded, 2, "overlap_ratio", 1.5));
+  write_output_file(dir.file("ovl.json"), with_metric(recorded, 2, "overlap_ratio", 1.5));
   const auto ovl = run_fusesim({"check", "--baseline", "ovl.json"}, dir);
   CHECK(ovl.exit_code == 1);
   CHECK(ovl.out.find("overlap_ratio") != std::string::npos);
 
   // The baseline claims a slower step than reality: the build improved; it passes and says so.
-  write_file_atomically(dir.file("fast.json"), with_metric(recorded, 0, "step_time_s", 1.5));
+  write_output_file(dir.file("fast.json"), with_metric(recorded, 0, "step_time_s", 1.5));
   const auto better = run_fusesim({"check", "--baseline", "fast.json"}, dir);
   CHECK(better.exit_code == 0);
   CHECK(better.out.find("improved") != std::string::npos);
@@ -111,19 +111,19 @@ TEST_CASE("check: a planted regression fails with a readable diff; improvements 
 
 TEST_CASE("check: bad baseline input is exit 2 with the JSON path", "[cli][check]") {
   ScratchDir dir;
-  write_file_atomically(dir.file("typo.json"), R"({"format": "fusesim-baseline", "version": 1, "entries": [
+  write_output_file(dir.file("typo.json"), R"({"format": "fusesim-baseline", "version": 1, "entries": [
     {"topology": "dgx-h100", "workload": "llama-3-8b", "shedule": "baseline"}]})");
   auto r = run_fusesim({"check", "--baseline", "typo.json", "--update"}, dir);
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("typo.json: $.entries[0]") != std::string::npos);
 
-  write_file_atomically(dir.file("fmt.json"), R"({"format": "fusesim-sweep", "version": 1, "entries": []})");
+  write_output_file(dir.file("fmt.json"), R"({"format": "fusesim-sweep", "version": 1, "entries": []})");
   r = run_fusesim({"check", "--baseline", "fmt.json"}, dir);
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("fmt.json: $.format") != std::string::npos);
 
   // A configuration that cannot run: blamed on the entry, with the underlying reason.
-  write_file_atomically(dir.file("tp.json"), R"({"format": "fusesim-baseline", "version": 1, "entries": [
+  write_output_file(dir.file("tp.json"), R"({"format": "fusesim-baseline", "version": 1, "entries": [
     {"topology": "dgx-h100", "workload": "llama-3-8b", "tp": 16, "schedule": "baseline"}]})");
   r = run_fusesim({"check", "--baseline", "tp.json", "--update"}, dir);
   CHECK(r.exit_code == 2);

@@ -126,9 +126,9 @@ TEST_CASE("bad command-line values exit 2 with file <command line>", "[cli][erro
 TEST_CASE("an output into a folder that does not exist exits 2 before simulating", "[cli][errors]") {
   ScratchDir dir;
   const std::string out = "/nonexistent-fusesim-dir/report.json";
-  check_rejected(run_fusesim({"simulate", "--output", out}, dir), dir, out, "$", "does not exist");
+  check_rejected(run_fusesim({"simulate", "--output", out}, dir), dir, out, "--output", "does not exist");
   const std::string trace = dir.file("missing-sub/trace.json");
   const auto r = run_fusesim({"simulate", "--schedule", "baseline", "--scope", "layer", "--trace", trace}, dir);
   // Its file is reported as given, with one trace per run (here one run, so the name as given).
-  check_rejected(r, dir, trace, "$", "does not exist");
+  check_rejected(r, dir, trace, "--trace", "does not exist");
 }

@@ -19,6 +19,10 @@ struct PlotReport {
 // Writes the figures of `result` into `out_dir` (created when missing). `gnuplot`: the program to
 // run; empty: "gnuplot" looked up on the PATH. InputError when the folder cannot be used.
 PlotReport write_plots(const SweepResult& result, const std::string& out_dir, const std::string& gnuplot = "");
+// What write_plots checks of its folder before it writes, for a sweep to run before it simulates: the
+// folder exists, or its first existing ancestor is a writable folder (it will be created). `option`
+// names the flag in the error (--out-dir, --plot).
+void check_plot_folder(const std::string& out_dir, const std::string& option);
 
 // The full path of `program` on the PATH, or empty.
 std::string find_on_path(const std::string& program);
