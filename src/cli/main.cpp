@@ -1,6 +1,7 @@
 // The only place where exceptions become exit statuses: 0 ok, 2 bad input, 1 internal error.
 #include <exception>
 #include <iostream>
+#include <new>
 
 #include "fusesim/cli/app.hpp"
 #include "fusesim/util/error.hpp"
@@ -19,6 +20,12 @@ int main(int argc, char** argv) {
     // A generator built a graph that cannot run: a bug in fusesim, not in the user's files.
     std::cerr << "internal error: invalid task graph: " << fusesim::cli::one_line(e.what()) << '\n';
     return 1;
+  } catch (const std::bad_alloc&) {
+    // The readers refuse what they can estimate to be too large (topology ranks, generated graphs);
+    // whatever still does not fit is said so, not as "std::bad_alloc".
+    std::cerr << "error: out of memory: what these inputs ask to build does not fit in this machine's memory; "
+                 "simulate a smaller scope (--scope layer), fewer ranks or fewer micro-batches\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "internal error: " << fusesim::cli::one_line(e.what()) << '\n';
     return 1;

@@ -1,6 +1,7 @@
 #include "fusesim/cli/sweep.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <cctype>
 #include <charconv>
@@ -239,8 +240,18 @@ std::size_t axis_size(const std::vector<T>& v) {
 }  // namespace
 
 std::size_t SweepSpec::size() const {
-  return topologies.size() * workloads.size() * axis_size(parallelisms) * axis_size(engines) * axis_size(sequence_lengths) *
-         axis_size(tps) * axis_size(ups) * axis_size(dps) * axis_size(micro_batches) * axis_size(slices);
+  // Saturating: ten axes of up to 65,536 values each overflow 64 bits (2^64 wrapped to "0
+  // configurations"); a product past the largest size_t reads as that, which every limit refuses.
+  const std::size_t factors[] = {topologies.size(),       workloads.size(), axis_size(parallelisms), axis_size(engines),
+                                 axis_size(sequence_lengths), axis_size(tps), axis_size(ups),         axis_size(dps),
+                                 axis_size(micro_batches),    axis_size(slices)};
+  std::size_t n = 1;
+  for (std::size_t f : factors) {
+    if (f == 0) return 0;
+    if (n > std::numeric_limits<std::size_t>::max() / f) return std::numeric_limits<std::size_t>::max();
+    n *= f;
+  }
+  return n;
 }
 
 SimulateRequest SweepSpec::configuration(std::size_t index) const {

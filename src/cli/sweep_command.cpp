@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <ostream>
 #include <thread>
 
@@ -144,7 +145,10 @@ class SweepCommand final : public Command {
     if (!output_.empty()) check_output_path(output_, "--output");
     if (!plot_dir_.empty()) check_plot_folder(plot_dir_, "--plot");
     if (spec.size() > (std::size_t{1} << 32))
-      throw InputError(kCommandLine, "$", fmt::format("{} configurations are too many for one sweep", spec.size()));
+      throw InputError(kCommandLine, "$",
+                       spec.size() == std::numeric_limits<std::size_t>::max()
+                           ? std::string("more than 2^64 configurations (the product of the axes) are too many for one sweep")
+                           : fmt::format("{} configurations are too many for one sweep", spec.size()));
     // A typo in a range (1:16777216:+1 for 1k:16M:x2) must not start a sweep that runs for days:
     // the grid's size is said first, and a large one runs only when asked for by number.
     const std::size_t count = options.shard.count > 1

@@ -35,6 +35,7 @@ constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
 
 struct Case {
   std::string id, category, topology, source, note, unit;
+  std::optional<JsonValue> topology_at;  // where the case file names it, for a topology that does not load
   double measured = 0;
   // gemm
   topo::Dtype dtype = topo::Dtype::bf16;
@@ -85,12 +86,14 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
     if (!ids.insert(c.id).second) o.at("id").fail(fmt::format("case id '{}' is used twice", c.id));
     c.category = o.choice("category", {"gemm", "attention", "collective", "end_to_end"});
     c.topology = o.string("topology");
+    c.topology_at = o.at("topology");
     c.source = o.string("source");
     c.note = o.string_or("note", "");
     if (c.category == "gemm") {
       c.dtype = topo::parse_dtype(o.at("dtype"));
       c.gemm = {o.integer("m", 1, kMaxDim), o.integer("n", 1, kMaxDim), o.integer("k", 1, kMaxDim),
                 o.integer_or("batch", 1, kMaxDim, 1)};
+      if (auto why = model::kernel_size_error(c.gemm)) o.fail(*why);
       c.measured = positive(o, "measured_tflops");
       c.unit = "TFLOP/s";
     } else if (c.category == "attention") {
@@ -103,6 +106,7 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
       a.kv_heads = o.integer_or("kv_heads", 1, kMaxDim, a.heads);
       a.seq_q = a.seq_kv = o.integer("seq", 1, kMaxDim);
       a.head_dim = o.integer("head_dim", 1, 100000);
+      if (auto why = model::kernel_size_error(a)) o.fail(*why);
       c.measured = positive(o, "measured_tflops");
       c.unit = "TFLOP/s";
     } else if (c.category == "collective") {
@@ -130,7 +134,8 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
       c.scope = parse_scopes(o.choice_or("scope", {"layer", "stack", "step"}, "step")).front();
       if (o.has("tp")) c.tp = static_cast<int>(o.integer("tp", 1, 1 << 20));
       if (o.has("micro_batch")) c.micro_batch = o.integer("micro_batch", 1, 1 << 30);
-      if (o.has("sequence_length")) c.sequence_length = o.integer("sequence_length", 1, kMaxDim);
+      // The workload reader's own limit (16M tokens, model/workload.cpp).
+      if (o.has("sequence_length")) c.sequence_length = o.integer("sequence_length", 1, 16 * 1024 * 1024);
       if (o.has("engine")) c.engines = o.choice("engine", model::kEngineModes);
       o.integer_or("gpus", 1, 1 << 24, 1);  // the measured system's size, for the reader
       if (auto n = o.find("needs")) {
@@ -289,7 +294,16 @@ class ValidateCommand final : public Command {
       Row row;
       row.c = &c;
       auto it = clusters.find(c.topology);
-      if (it == clusters.end()) it = clusters.emplace(c.topology, topo::load_cluster_by_name_or_path(c.topology)).first;
+      if (it == clusters.end()) {
+        try {
+          it = clusters.emplace(c.topology, topo::load_cluster_by_name_or_path(c.topology)).first;
+        } catch (const InputError& e) {
+          // No such file and no shipped name: the case file is wrong, at its key. A topology file that
+          // exists but is malformed keeps its own error, which names that file and the place in it.
+          if (e.file() != c.topology || e.json_path() != "$") throw;
+          c.topology_at->fail(fmt::format("'{}': {}", c.topology, e.message()));
+        }
+      }
       const topo::Cluster& cluster = it->second;
       row.roofline = predict(c, cluster, roofline, model::PricingChoice{model::PricingMode::roofline, ""});
       for (const model::Profile& p : profiles) {

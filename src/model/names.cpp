@@ -1,4 +1,7 @@
+#include <algorithm>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "fusesim/model/kernel.hpp"
 #include "fusesim/model/workload.hpp"
@@ -61,6 +64,33 @@ std::string to_string(Recompute r) {
     case Recompute::full: return "full";
   }
   return "?";
+}
+
+std::optional<std::string> kernel_size_error(const Kernel& k) {
+  const auto d = [](std::int64_t v) { return static_cast<double>(v); };
+  double flops = 0.0;
+  double largest = 0.0;  // elements of the largest operand
+  if (const auto* g = std::get_if<GemmKernel>(&k)) {
+    flops = 2.0 * d(g->m) * d(g->n) * d(g->k) * d(g->batch);
+    largest = std::max({d(g->m) * d(g->k), d(g->k) * d(g->n), d(g->m) * d(g->n)}) * d(g->batch);
+  } else if (const auto* a = std::get_if<AttentionKernel>(&k)) {
+    // The backward's 2.5x of the forward's QK^T and PV, over every (query, key) pair.
+    flops = 2.5 * 4.0 * d(a->batch) * d(a->heads) * d(a->seq_q) * d(a->seq_kv) * d(a->head_dim);
+    largest = std::max(d(a->seq_q) * d(a->heads), d(a->seq_kv) * d(a->kv_heads)) * d(a->batch) * d(a->head_dim);
+    // The causal pair count is formed in 64-bit integers from seq_q x (q_offset + seq_kv).
+    if (!(d(a->seq_q) * (d(a->q_offset) + d(a->seq_kv)) <= 1e18))
+      return fmt::format("seq_q x (q_offset + seq_kv) = {:.3g} (query, key) positions is beyond the 1e18 one kernel may have",
+                         d(a->seq_q) * (d(a->q_offset) + d(a->seq_kv)));
+  } else {
+    const auto& e = std::get<ElementwiseKernel>(k);
+    flops = e.flops;
+    largest = d(e.bytes);
+  }
+  if (!(flops <= kMaxKernelFlops))
+    return fmt::format("{:.3g} FLOPs is beyond the {:.0e} one kernel may have", flops, kMaxKernelFlops);
+  if (!(largest <= kMaxKernelElements))
+    return fmt::format("an operand of {:.3g} elements is beyond the 2^50 one kernel may have", largest);
+  return std::nullopt;
 }
 
 std::string kernel_kind(const Kernel& k) {

@@ -250,6 +250,15 @@ class Parser {
     const std::vector<std::string> t = split_ws(s);
     if (!parse_int(t[0])) {
       // Text after a table (a warning, a shell prompt) ends nothing; a data row always starts with a size.
+      // A line that starts like a number but is not a byte count (1e308, 2^70, a megabyte of digits)
+      // is a broken row, not text: refused, not dropped.
+      const char c0 = t[0].front();
+      const bool numeric = (c0 >= '0' && c0 <= '9') ||
+                           ((c0 == '-' || c0 == '+' || c0 == '.') && t[0].size() > 1 && t[0][1] >= '0' && t[0][1] <= '9');
+      if (numeric) {
+        const std::string shown = t[0].size() > 40 ? t[0].substr(0, 40) + "..." : t[0];
+        fail(line_no, fmt::format("size '{}' is not a byte count (a whole number below 2^63)", shown));
+      }
       return;
     }
     data_row(t, line_no);

@@ -574,10 +574,18 @@ Rendezvous rendezvous_groups(const GraphAnalysis& a, std::size_t n) {
 
   std::string text = graph.task(edge_from[cycle.front()]).name;
   bool rendezvous = false;
+  // A cycle through 200k tasks would be a line of megabytes: the first and last steps say where it
+  // is, and the count says how long it is.
+  constexpr std::size_t kShown = 8;
   for (std::size_t i = 0; i < cycle.size(); ++i) {
     const TaskId to = order.targets[cycle[i]];
-    text += " -> " + graph.task(to).name;
     const TaskId next_from = edge_from[cycle[(i + 1) % cycle.size()]];
+    if (cycle.size() > 2 * kShown && i >= kShown && i < cycle.size() - kShown) {
+      if (i == kShown) text += fmt::format(" -> ... ({} more steps) ...", cycle.size() - 2 * kShown);
+      rendezvous = rendezvous || next_from != to;
+      continue;
+    }
+    text += " -> " + graph.task(to).name;
     if (next_from != to) {
       text += " ~ " + graph.task(next_from).name;
       rendezvous = true;

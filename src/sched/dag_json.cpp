@@ -91,6 +91,7 @@ model::Kernel read_kernel(const JsonObject& compute) {
     model::GemmKernel k{g.integer("m", 0, kMaxDim), g.integer("n", 0, kMaxDim), g.integer("k", 0, kMaxDim),
                         g.integer_or("batch", 1, kMaxDim, 1), g.boolean_or("accumulate_fp32", false)};
     g.finish();
+    if (auto why = model::kernel_size_error(k)) g.fail(*why);
     return k;
   }
   if (auto v = compute.find("attention")) {
@@ -107,6 +108,7 @@ model::Kernel read_kernel(const JsonObject& compute) {
     k.pass = a.choice_or("pass", {"forward", "backward"}, "forward") == "forward" ? model::Pass::forward
                                                                                     : model::Pass::backward;
     a.finish();
+    if (auto why = model::kernel_size_error(k)) a.fail(*why);
     return k;
   }
   JsonObject e = compute.object("elementwise");

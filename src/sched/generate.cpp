@@ -1,12 +1,55 @@
 #include "fusesim/sched/generate.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
 #include "fusesim/sched/dataflow.hpp"
+#include "fusesim/util/error.hpp"
 #include "fusesim/sched/tpsp.hpp"
 
 namespace fusesim::sched {
 
 // The TPSP builder generates every parallelism (Ulysses inside its layers, the DP gradient sync and the
 // step around them); tpsp_request() turns the workload and cluster into its request.
+namespace {
+
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+// A graph repeats its layers and its micro-batches: the tasks of one layer of one micro-batch times
+// layers x micro-batches bound the whole from above (the embedding, head and optimizer are counted
+// once per copy). A probe of that one layer is generated first when the whole would have more than a
+// few copies, and the whole is refused, before it is built, when its estimate exceeds what the
+// machine can hold: a workload at its documented limits (1,000,000 micro-batches at step scope) ended
+// in bad_alloc after a minute otherwise.
+void refuse_oversized(const TpspRequest& r, const std::string& workload_label) {
+  const std::int64_t layers = r.shape.layers;
+  const std::int64_t micro_batches = r.options.scope == Scope::step ? std::max<std::int64_t>(1, r.step.micro_batches) : 1;
+  const double copies = static_cast<double>(layers) * static_cast<double>(micro_batches);
+  if (r.options.scope == Scope::layer || copies <= 4.0) return;
+  TpspRequest probe = r;
+  probe.shape.layers = 1;
+  probe.step.micro_batches = 1;
+  const double tasks = static_cast<double>(generate_tpsp(probe).graph.size()) * copies;
+  const double bytes = tasks * kGraphBytesPerTask;
+  const double memory = physical_memory_bytes();
+  if (tasks <= kMaxGeneratedTasks && (memory <= 0.0 || bytes <= 0.75 * memory)) return;
+  const bool by_micro_batches = micro_batches > layers;
+  throw InputError(workload_label, by_micro_batches ? "$.training.grad_accumulation" : "$.model.layers",
+                   fmt::format("{} layers x {} micro-batches would build a task graph of about {:.3g} tasks ({:.1f} GB at "
+                               "{:.0f} bytes each), above what one run may build ({:.3g} tasks, and 75% of this "
+                               "machine's {:.1f} GB); simulate a layer or a stack (--scope), or fewer micro-batches",
+                               layers, micro_batches, tasks, bytes / 1e9, kGraphBytesPerTask, kMaxGeneratedTasks,
+                               memory / 1e9));
+}
+
+}  // namespace
+
 Schedule generate(const model::Workload& workload, const std::string& workload_label, const topo::Cluster& cluster,
                   model::ScheduleKind kind, const GenerateOptions& options) {
   TpspRequest r = tpsp_request(workload, workload_label, cluster, kind, options);
@@ -15,6 +58,7 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   // padding rows, as Megatron's own num_floating_point_operations does with args.padded_vocab_size
   // (megatron/training/training.py).
   r.step.vocab = workload.arch.padded_vocab(workload.parallel.tp);
+  refuse_oversized(r, workload_label);
   Schedule s = generate_tpsp(r);
   s.network_sends_on_sm = network_sends_to_sm_kernels(s.graph, cluster);
   return s;

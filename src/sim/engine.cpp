@@ -444,6 +444,14 @@ void Run::visit(TaskId id, const sched::Task& t) {
       const topo::DeviceModel* device = ranks_[t.rank].device;
       try {
         info.aux = kernel_cost_.find(c, device, [&] { return costs_.cost(c.kernel, c.dtype, *device); });
+        // A kernel longer than this leaves no room in the picosecond range for the run around it (a
+        // device with an absurdly low peak or bandwidth, a kernel at the readers' limits).
+        constexpr TimePs kMaxKernelPs = 1'000'000'000'000'000'000;  // 1e6 s
+        if (kernel_cost_[info.aux].duration_ps > kMaxKernelPs)
+          throw InputError(fmt::format("device model '{}'", device->name), "$",
+                           fmt::format("task '{}': its kernel would take {:.3g} s, beyond the 1e6 s a simulated kernel "
+                                       "may take (is a peak FLOP/s or bandwidth of the device far too low?)",
+                                       t.name, ps_to_seconds(kernel_cost_[info.aux].duration_ps)));
       } catch (...) {
         cost_failure_ = std::current_exception();
         info.aux = 0;

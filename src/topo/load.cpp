@@ -30,7 +30,11 @@ constexpr double kMaxHbmTrafficFactor = 16.0;
 constexpr double kMaxKernelLaunchS = 1e-3;        // 1 ms: far above any launch overhead
 constexpr std::int64_t kMaxDevicesPerNode = 1024;
 constexpr std::int64_t kMaxNodes = 65536;
-constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;
+// Twice today's largest clusters. A cluster model costs 3-5 KB per rank (vertices, links and their
+// names, the routing graph: a 65,536 x 16 fat tree took 2.9 GB, a rail-optimized one 5.2 GB, for an
+// 8-rank simulate); a 6 KB file must not ask for gigabytes.
+constexpr std::int64_t kMaxRanks = std::int64_t{1} << 18;
+constexpr double kClusterBytesPerRank = 5000.0;
 constexpr std::int64_t kMaxFullMeshDevices = 64;  // n(n-1) links: beyond this no real machine is a full mesh
 constexpr std::int64_t kMaxSpines = 4096;
 
@@ -279,8 +283,11 @@ Cluster parse_cluster(const JsonDocument& doc) {
     const JsonValue nv = root.at("nodes");
     num_nodes = static_cast<int>(nv.as_integer(1, kMaxNodes));
     if (static_cast<std::int64_t>(num_nodes) * dpn > kMaxRanks)
-      nv.fail(fmt::format("{} nodes x {} devices = {} ranks, more than the {} supported", num_nodes, dpn,
-                          static_cast<std::int64_t>(num_nodes) * dpn, kMaxRanks));
+      nv.fail(fmt::format("{} nodes x {} devices = {} ranks, more than the {} a cluster may have (its model would "
+                          "take about {:.1f} GB, at {:.0f} KB per rank)",
+                          num_nodes, dpn, static_cast<std::int64_t>(num_nodes) * dpn, kMaxRanks,
+                          static_cast<double>(num_nodes) * static_cast<double>(dpn) * kClusterBytesPerRank / 1e9,
+                          kClusterBytesPerRank / 1e3));
   }
 
   std::string out_kind = "none";

@@ -29,6 +29,9 @@ std::vector<std::string> embedded_files(std::string_view folder) {
 }
 
 ResolvedInput resolve_input(const std::string& name_or_path, std::string_view folder) {
+  // `--topology ""` printed "error: : $: no such file": an empty name is a command-line mistake.
+  if (name_or_path.empty())
+    throw InputError("<command line>", "$", "an empty name: give a file, or the name of a shipped one (fusesim list)");
   std::error_code ec;
   if (std::filesystem::is_regular_file(name_or_path, ec)) return {read_text_file(name_or_path), name_or_path};
   std::string key = std::string(folder) + "/" + name_or_path;

@@ -1,5 +1,7 @@
 // Malformed input: every case must exit 2 with exactly one line on stderr,
 // "error: <file>: <json path>: <message>", and must not create the --output or --trace file.
+#include <fstream>
+
 #include <catch2/catch.hpp>
 
 #include "process.hpp"
@@ -131,4 +133,44 @@ TEST_CASE("an output into a folder that does not exist exits 2 before simulating
   const auto r = run_fusesim({"simulate", "--schedule", "baseline", "--scope", "layer", "--trace", trace}, dir);
   // Its file is reported as given, with one trace per run (here one run, so the name as given).
   check_rejected(r, dir, trace, "--trace", "does not exist");
+}
+
+// Issue 20, item 6: `--topology ""` printed "error: : $: ..."; a validation case naming a topology
+// that does not exist named neither the case file nor the key.
+TEST_CASE("an empty name and a case's unknown topology are reported where they were written", "[cli][errors]") {
+  ScratchDir dir;
+  const auto empty = run_fusesim({"simulate", "--topology", ""}, dir);
+  CHECK(empty.exit_code == 2);
+  CHECK(empty.err.find("error: <command line>: $: an empty name") == 0);
+  const std::string cases = dir.file("cases.json");
+  {
+    std::ofstream(cases) << R"({"schema": "fusesim.validation", "schema_version": 1, "cases": [
+      {"id": "a", "category": "attention", "topology": "no-such-cluster", "dtype": "bf16", "pass": "forward",
+       "causal": false, "batch": 1, "heads": 16, "seq": 4096, "head_dim": 128, "measured_tflops": 300,
+       "source": "tests"}]})";
+  }
+  const auto unknown = run_fusesim({"validate", "--cases", cases}, dir);
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.err.find("error: " + cases + ": $.cases[0].topology: 'no-such-cluster': no such file") == 0);
+}
+
+// Issue 20, item 5: a workload at its documented limits (1,000,000 micro-batches at step scope) ended in
+// bad_alloc after a minute. The graph is estimated from a probe of one layer and one micro-batch and
+// refused before it is built.
+TEST_CASE("a step of a million micro-batches is refused with its estimate before it is built", "[cli][errors]") {
+  ScratchDir dir;
+  const std::string w = dir.file("ga.json");
+  {
+    std::ifstream in(source_path("workloads/llama-3-8b.json"));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string key = "\"grad_accumulation\": 1";
+    REQUIRE(text.find(key) != std::string::npos);
+    text.replace(text.find(key), key.size(), "\"grad_accumulation\": 1000000");
+    std::ofstream(w) << text;
+  }
+  const auto r = run_fusesim({"simulate", "--topology", "dgx-h100", "--workload", w, "--scope", "step", "--force-memory"}, dir);
+  CHECK(r.exit_code == 2);
+  REQUIRE(r.err_lines().size() == 1);
+  CHECK(r.err.find("error: " + w + ": $.training.grad_accumulation: 32 layers x 1000000 micro-batches would build a "
+                   "task graph of about ") == 0);
 }

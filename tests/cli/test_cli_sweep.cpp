@@ -294,6 +294,13 @@ TEST_CASE("a sweep says its grid size first and runs a huge grid only when asked
   INFO(ok.err);
   CHECK(ok.exit_code == 0);
   CHECK(ok.err.find("sweep: 2 configurations, each with 1 schedule(s) and 1 scope(s)") == 0);
+  // Issue 20, item 4: four axes of 65,536 values are 2^64 configurations, which wrapped to "sweep: 0
+  // configurations" and exit 0. The size saturates now and is refused.
+  const auto wrap = run_fusesim({"sweep", "--tp", "1:65536", "--up", "1:65536", "--dp", "1:65536", "--micro-batch",
+                                 "1:65536", "--output", "y.csv"},
+                                dir);
+  CHECK(wrap.exit_code == 2);
+  CHECK(wrap.err.find("more than 2^64 configurations") != std::string::npos);
 }
 
 TEST_CASE("sweep --engine is an axis; each row names its engine and what priced it", "[cli][sweep][engine]") {

@@ -13,6 +13,7 @@
 
 #include "fusesim/cli/input_readers.hpp"
 #include "fusesim/cli/sweep.hpp"
+#include "fusesim/model/kernel.hpp"
 #include "fusesim/model/nccl_tests.hpp"
 #include "fusesim/model/profile.hpp"
 #include "fusesim/model/workload.hpp"
@@ -117,4 +118,34 @@ TEST_CASE("fuzz regression: an nccl-tests line of a form feed alone is a blank l
   const auto b = fusesim::model::parse_nccl_tests(with_ff, log.string());
   REQUIRE(a.size() == b.size());
   CHECK(a.front().rows.size() == b.front().rows.size());
+}
+
+// Issue 20, items 2 and 3: kernel sizes the readers accepted overflowed 64-bit counts in the roofline
+// (UBSan: signed overflow; Release printed garbage) or gave a time beyond the picosecond range (a
+// step of 0 s, MFU 0, exit 0). model::kernel_size_error now bounds every kernel read from a file at
+// 1e21 FLOPs and 2^50 elements per operand, refused at the kernel's path.
+TEST_CASE("hostile: kernels beyond what a time can hold are refused at their path", "[fuzz][hostile]") {
+  const InputError big = refusal("dag", "gemm-2p40.json");
+  CHECK(big.json_path() == "$.tasks[0].compute.gemm");
+  CHECK_THAT(big.message(), Catch::Contains("FLOPs is beyond the 1e+21 one kernel may have"));
+  // 2^24 cubed: 9.4e21 FLOPs, just past the limit (it printed compute 0, step 0, MFU 0).
+  CHECK(refusal("dag", "gemm-2p24.json").json_path() == "$.tasks[0].compute.gemm");
+  CHECK(refusal("dag", "attention-max.json").json_path() == "$.tasks[0].compute.attention");
+  CHECK(refusal("validation", "attention-seq-1e12.json").json_path() == "$.cases[0]");
+  // Within the limits a GEMM is priced; 2^22 cubed (1.5e20 FLOPs) takes days on an H100, not 0 s.
+  const fusesim::model::GemmKernel g{1 << 22, 1 << 22, 1 << 22, 1};
+  CHECK_FALSE(fusesim::model::kernel_size_error(g).has_value());
+  CHECK(fusesim::seconds_to_ps(1e7) == fusesim::kTimeNever);  // beyond the range: never, not wrapped
+  CHECK(fusesim::seconds_to_ps(1e6) == 1'000'000'000'000'000'000);
+}
+
+// Issue 20, item 6: rows of a results table whose size is a number but not a byte count were dropped
+// silently (the header promises an error for a malformed line).
+TEST_CASE("hostile: an nccl-tests row whose size is not a byte count is refused at its line", "[fuzz][hostile]") {
+  for (const char* name : {"size-1e308.log", "size-2p70.log"}) {
+    INFO(name);
+    const InputError e = refusal("nccl_tests", name);
+    CHECK(e.json_path().rfind("line ", 0) == 0);
+    CHECK_THAT(e.message(), Catch::Contains("is not a byte count"));
+  }
 }

@@ -2,6 +2,7 @@
 // and runs at (1 - held SMs / 100) x (1 - comm HBM bytes/s / 1e12) of that speed under load.
 #include <catch2/catch.hpp>
 
+#include "fusesim/util/error.hpp"
 #include "sim_test_util.hpp"
 
 using namespace sim_test;
@@ -235,6 +236,17 @@ TEST_CASE("kernels sharing a device split it by what each is bound by", "[sim][c
     CHECK(res.tasks[b].end_ps == 12'000'000);
     CHECK(res.tasks[c].end_ps == 12'000'000);
   }
+}
+
+TEST_CASE("a kernel longer than 1e6 s is refused as bad input, not run into the end of time", "[sim][hostile]") {
+  // Issue 20, item 3: a kernel whose time passed the picosecond range ran as 0 s. The test model's
+  // kernel of 2e18 flops takes 2e18 ps = 2e6 s.
+  const auto cluster = star(1);
+  TestCostModel costs;
+  TaskGraph g(1);
+  g.add(compute("huge", 0, 2e18));
+  REQUIRE_THROWS_AS(Simulator(cluster, costs).run(g), fusesim::InputError);
+  REQUIRE_THROWS_WITH(Simulator(cluster, costs).run(g), Catch::Contains("task 'huge': its kernel would take 2e+06 s"));
 }
 
 TEST_CASE("observer callbacks arrive in time order", "[sim][observer]") {

@@ -22,6 +22,26 @@ TEST_CASE("validate: a dependency cycle is refused with its tasks named", "[sim]
   REQUIRE_THROWS_MATCHES(validate(g), GraphError, Catch::Message("dependency cycle: a -> b -> c -> a"));
 }
 
+TEST_CASE("validate: a cycle of 200,000 tasks is named by its first and last steps, not printed whole", "[sim][validate]") {
+  // Issue 20, item 6: the message was a line of megabytes. t0 -> t1 -> ... -> t199999 -> t0, each task
+  // on its own rank's stream: the first 8 and the last 8 steps and the count of those between.
+  constexpr int kTasks = 200'000;
+  TaskGraph g(kTasks);
+  // (std::string("t").append(...), not "t" + ...: GCC 12 warns wrongly of overlapping copies on the latter.)
+  for (int i = 0; i < kTasks; ++i) g.add(compute(std::string("t").append(std::to_string(i)), i, 1));
+  for (int i = 0; i < kTasks; ++i) g.depend(static_cast<fusesim::sched::TaskId>(i), static_cast<fusesim::sched::TaskId>((i + 1) % kTasks));
+  try {
+    validate(g);
+    FAIL("the cycle was not refused");
+  } catch (const GraphError& e) {
+    const std::string m = e.what();
+    CHECK(m.size() < 400);
+    CHECK(m.find("dependency cycle: t0 -> t1 -> t2 -> t3 -> t4 -> t5 -> t6 -> t7 -> t8 -> ... (199984 more steps) ... -> "
+                 "t199993 -> ") == 0);
+    CHECK(m.find("-> t199999 -> t0") != std::string::npos);
+  }
+}
+
 TEST_CASE("validate: a cycle through stream order is refused", "[sim][validate]") {
   // first and second share rank 0's compute stream (first added first); an explicit edge
   // second -> first closes the loop first -> (stream) second -> first.

@@ -182,6 +182,10 @@ TEST_CASE("each malformed topology names its JSON path") {
          j["nodes"] = 65536;
          j["node"]["devices_per_node"] = 1024;
        }, "$.nodes"},
+      {"a million ranks from a 6 KB file (issue 20, item 5)", [](json& j) {
+         j["nodes"] = 65536;
+         j["node"]["devices_per_node"] = 16;
+       }, "$.nodes"},
       {"zero NICs", [](json& j) { j["node"]["nics"]["count"] = 0; }, "$.node.nics.count"},
       {"NICs not dividing the devices", [](json& j) { j["node"]["nics"]["count"] = 3; }, "$.node.nics.count"},
       {"more NICs than devices", [](json& j) { j["node"]["nics"]["count"] = 5; }, "$.node.nics.count"},

@@ -5,6 +5,7 @@
 // a calibration profile (a later issue) plugs in behind the same interface.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -55,6 +56,15 @@ struct ElementwiseKernel {
 
 using Kernel = std::variant<GemmKernel, AttentionKernel, ElementwiseKernel>;
 std::string kernel_kind(const Kernel& k);  // "gemm", "attention", "elementwise"
+
+// What a kernel may be: at most 1e21 FLOPs (a million seconds at 1 PFLOP/s, near the end of the
+// picosecond range of simulated time) and 2^50 elements in any operand, so that every count the
+// cost models form in 64-bit integers fits and every time they give can be simulated. Readers of
+// kernel sizes (task graphs, validation cases) refuse a kernel beyond them with its path; this says
+// why, or nothing when the kernel is within them. Products are formed in double, so they never wrap.
+constexpr double kMaxKernelFlops = 1e21;
+constexpr double kMaxKernelElements = 1125899906842624.0;  // 2^50
+std::optional<std::string> kernel_size_error(const Kernel& k);
 
 struct KernelCost {
   Flops flops = 0.0;          // useful floating-point operations

@@ -71,6 +71,13 @@ std::int64_t network_sends_to_sm_kernels(TaskGraph& graph, const topo::Cluster& 
 // The first copy-engine Send between nodes, if any (simulate-dag refuses a graph that has one).
 std::optional<TaskId> first_network_copy_send(const TaskGraph& graph, const topo::Cluster& cluster);
 
+// The most tasks one generated graph may hold, and what a task costs in memory while it is simulated
+// (BENCHMARKS.md, issue 4: 392 bytes of graph, 70-110 of engine state, 24 of timing; rounded up).
+// generate() refuses a workload whose graph would exceed either this count or 75% of the machine's
+// memory, estimated from a probe of one layer and one micro-batch before the graph is built.
+inline constexpr double kMaxGeneratedTasks = 50e6;
+inline constexpr double kGraphBytesPerTask = 600.0;
+
 // Throws InputError (file = workload_label) when the workload cannot be generated on the cluster.
 // Copy-engine sends between nodes come back on SM kernels (network_sends_to_sm_kernels).
 Schedule generate(const model::Workload& workload, const std::string& workload_label, const topo::Cluster& cluster,

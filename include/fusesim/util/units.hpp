@@ -21,8 +21,10 @@ inline constexpr TimePs kTimeNever = std::numeric_limits<TimePs>::max();
 
 // Rounded to the nearest picosecond; a positive duration never rounds to zero so that every
 // nonzero piece of work occupies its resource for at least one tick.
+// A time beyond the range (or not a number) is kTimeNever, never a wrapped or negative value.
 inline TimePs seconds_to_ps(double seconds) {
   const double ps = seconds * static_cast<double>(kPsPerSecond);
+  if (!(ps > -9.2e18 && ps < 9.2e18)) return ps < 0.0 ? 0 : kTimeNever;
   const auto rounded = static_cast<TimePs>(std::llround(ps));
   return (ps > 0.0 && rounded == 0) ? TimePs{1} : rounded;
 }
