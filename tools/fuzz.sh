@@ -4,6 +4,8 @@
 # executions of each target; exits 1 on any crash, leak, timeout or sanitizer report (the input that
 # caused it is kept under build-fuzz/findings/). docs/fuzzing.md.
 #   tools/fuzz.sh [SECONDS] [TARGET...]      e.g. tools/fuzz.sh 60   tools/fuzz.sh 300 fuzz_dag
+# FUSESIM_FUZZ_RUNS=N stops each target after N executions instead (SECONDS still bounds it): the
+# issue 13 campaign was FUSESIM_FUZZ_RUNS=10000000 tools/fuzz.sh 36000 (BENCHMARKS.md, "Fuzzing").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -80,7 +82,9 @@ for t in "${targets[@]}"; do
   # The corpus grown by earlier runs is kept (build-fuzz/corpus) and the seeds added to it. A run of
   # more than 10 s per input is a hang; an input above 64 KiB is no more interesting than a small one.
   rc=0
-  "$build/$t" "$corpus" "$seeds/$t" -max_total_time="$seconds" -timeout=10 -max_len=65536 -rss_limit_mb=4096 \
+  runs=()
+  if [ -n "${FUSESIM_FUZZ_RUNS:-}" ]; then runs=(-runs="$FUSESIM_FUZZ_RUNS"); fi
+  "$build/$t" "$corpus" "$seeds/$t" -max_total_time="$seconds" "${runs[@]}" -timeout=10 -max_len=65536 -rss_limit_mb=4096 \
     -print_final_stats=1 -artifact_prefix="$findings/" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
