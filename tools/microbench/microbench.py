@@ -20,6 +20,7 @@ import datetime
 import json
 import math
 import os
+import stat
 import random
 import socket
 import subprocess
@@ -722,11 +723,38 @@ def measure(backend, args, doc):
 
 
 def write_json(path, doc):
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    """The rule of fusesim's own writer (docs/cli.md, "Output files"): "-" is standard output; a
+    device, FIFO or socket (/dev/null, a pipe) is written in place; a symbolic link is followed and
+    stays a link; a missing path or a regular file is written whole to a temporary file beside it and
+    renamed into place (removed again on any error); a directory or a missing folder is refused."""
+    text = json.dumps(doc, indent=1, allow_nan=False) + "\n"
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    target = os.path.realpath(path)  # follows every link, dangling ones included
+    if os.path.isdir(target):
+        raise SystemExit("microbench.py: --output %s: is a directory; name a file in it" % path)
+    if os.path.exists(target) and not stat.S_ISREG(os.stat(target).st_mode):
+        with open(target, "a") as f:  # /dev/null, a FIFO: in place, never replaced
+            f.write(text)
+        return
+    folder = os.path.dirname(target) or "."
+    if not os.path.isdir(folder):
+        raise SystemExit("microbench.py: --output %s: the folder '%s' does not exist" % (path, folder))
+    tmp = "%s.tmp.%d" % (target, os.getpid())
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if os.path.exists(target):
+            os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def main(argv=None):
