@@ -502,9 +502,7 @@ void check_plot_folder(const std::string& out_dir, const std::string& option) {
 PlotReport write_plots(const SweepResult& result, const std::string& out_dir, const std::string& gnuplot_arg) {
   PlotReport report;
   std::error_code ec;
-  if (out_dir.empty()) throw InputError(kCommandLine, "--out-dir", "expected a folder");
-  if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
-    throw InputError(out_dir, "$", "is a file, not a folder");
+  check_plot_folder(out_dir, "--out-dir");
   fs::create_directories(out_dir, ec);
   if (!fs::is_directory(out_dir)) throw InputError(out_dir, "$", "cannot create this folder: " + ec.message());
 

@@ -1151,8 +1151,8 @@ void Run::rerate(int rank) {
   const model::DeviceLoad load{rs.sms_held, rs.hbm_bytes_per_s};
   share_device(rs.running);
   for (std::size_t i = 0; i < rs.running.size(); ++i) {
-    ComputeRun& run = compute_[rs.running[i]];
     const std::uint32_t slot = rs.running[i];
+    ComputeRun& run = compute_[slot];
     const double rate = costs_.rate(*run.cost, *rs.device, load) * shares_[i];
     if (rate == run.rate) continue;  // its completion event still holds
     if (now_ > run.last_ps && run.rate > 0.0) {
