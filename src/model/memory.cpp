@@ -194,7 +194,7 @@ Bytes comm_buffer_bytes_per_rank(const Workload& w, ScheduleKind kind, Bytes com
       total = add(total, mul(2, w.schedule.dp_bucket_bytes));
     } else if (kind == ScheduleKind::commfuse) {
       // Ring P2P of one layer's gradient in dp chunks: the chunk sent and the chunk received.
-      total = add(total, mul(2, ceil_div(layer_params, sync_ranks), e));
+      total = add(total, mul(2, ceil_div(layer_params, sync_ranks), topo::bytes_per_element(w.gradient_dtype())));
     }
     // The baseline reduces the gradient buffer in place once the backward is over: nothing more.
     if (p.dp_sharding == DpSharding::zero3) {
@@ -216,7 +216,9 @@ MemoryReport memory_per_rank(const Workload& w, const topo::DeviceModel& device,
   const std::int64_t held_states = sharded_over_dp(r.params_per_rank, p, DpSharding::zero1);
   const Bytes k = optimizer_bytes_per_param(w);
   r.parameters_bytes = mul(held_params, e);
-  r.gradients_bytes = mul(held_grads, e);
+  // Gradients are held in the type DP reduces them in (Megatron's fp32 main_grad buffer for bf16).
+  const Bytes ge = topo::bytes_per_element(w.gradient_dtype());
+  r.gradients_bytes = mul(held_grads, ge);
   r.optimizer_bytes = mul(held_states, k);
   r.activations_bytes = activation_bytes_per_rank(w);
   const Bytes communicator = communicator_buffer_bytes(w, device);
@@ -239,8 +241,9 @@ MemoryReport memory_per_rank(const Workload& w, const topo::DeviceModel& device,
                          fmt::format("{} params (tp {}){} x {} B", with_commas(r.params_per_rank), p.tp,
                                      held_params != r.params_per_rank ? ", " + dp_note : "", e)});
   r.breakdown.push_back({"gradients", r.gradients_bytes,
-                         fmt::format("{} params{} x {} B", with_commas(held_grads),
-                                     held_grads != r.params_per_rank ? " (" + dp_note + ")" : "", e)});
+                         fmt::format("{} params{} x {} B ({})", with_commas(held_grads),
+                                     held_grads != r.params_per_rank ? " (" + dp_note + ")" : "", ge,
+                                     topo::to_string(w.gradient_dtype()))});
   r.breakdown.push_back(
       {"optimizer state", r.optimizer_bytes,
        fmt::format("{} params{} x {} B ({}{})", with_commas(held_states),

@@ -45,6 +45,7 @@ const std::vector<std::string> kEngines = {"sm_kernel", "copy_engine"};
 const std::vector<std::string> kDpShardings = {"ddp", "zero1", "zero2", "zero3"};
 const std::vector<std::string> kRecomputes = {"none", "selective", "full"};
 const std::vector<std::string> kOptimizers = {"adam", "sgd"};
+const std::vector<std::string> kGradReduceDtypes = {"fp32", "bf16", "fp16"};
 // A gradient bucket larger than 1 TiB is no bucket; the bound also keeps bucket counts and buffer
 // sums far from int64 overflow.
 constexpr std::int64_t kMaxBucketBytes = std::int64_t{1} << 40;
@@ -58,6 +59,14 @@ DpSharding parse_dp_sharding(const std::string& s) {
   if (s == "zero3") return DpSharding::zero3;
   return DpSharding::ddp;
 }
+
+}  // namespace
+
+topo::Dtype default_grad_reduce_dtype(topo::Dtype compute) {
+  return compute == topo::Dtype::fp16 ? topo::Dtype::fp16 : topo::Dtype::fp32;
+}
+
+namespace {
 
 Recompute parse_recompute(const std::string& s) {
   if (s == "selective") return Recompute::selective;
@@ -216,6 +225,10 @@ Workload parse_workload(const JsonDocument& doc) {
   w.dtype = topo::parse_dtype(t.at("dtype"));
   w.recompute = parse_recompute(t.choice_or("recompute", kRecomputes, "none"));
   w.optimizer = t.choice_or("optimizer", kOptimizers, "adam") == "sgd" ? Optimizer::sgd : Optimizer::adam;
+  if (t.has("grad_reduce_dtype")) {
+    const std::string g = t.choice("grad_reduce_dtype", kGradReduceDtypes);
+    w.grad_reduce_dtype = g == "fp32" ? topo::Dtype::fp32 : g == "bf16" ? topo::Dtype::bf16 : topo::Dtype::fp16;
+  }
   t.finish();
 
   const JsonObject p = root.object("parallel");

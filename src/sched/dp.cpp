@@ -310,7 +310,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
       const BufferId dst = last ? gr.synced : sum_buf;
       const std::int64_t n = pc.rows * g.cols;
       value = add(rank, fmt::format("{}/dp_add/c{}", g.name, c), kDpAddStream,
-                  ComputeTask{model::ElementwiseKernel{"add", bytes(3 * n), static_cast<Flops>(n)}, cfg_.dtype, false},
+                  ComputeTask{model::ElementwiseKernel{"add", bytes(3 * n), static_cast<Flops>(n)}, cfg_.grad_dtype, false},
                   labels("dp_add", c, i),
                   data ? op(AddOp{Ref{g.buffer, part_rect(pc, g.cols)}, Ref{recv_buf, part_rect(pc, g.cols)},
                                   Ref{dst, part_rect(pc, g.cols)}})
@@ -358,7 +358,8 @@ TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>&
   Bytes total = 0;
   bool data = prog_ != nullptr;
   for (int j : idx) {
-    total += bytes(st.grads[static_cast<std::size_t>(j)].g.elements());
+    const std::int64_t n = st.grads[static_cast<std::size_t>(j)].g.elements();
+    total += params ? param_bytes(n) : bytes(n);
     data = data && st.grads[static_cast<std::size_t>(j)].g.buffer >= 0;
   }
   if (cfg_.as_p2p) {
@@ -487,11 +488,11 @@ TaskId DpSync::gather_layer(int rank, const std::string& name, int layer, std::i
   l.phase = name.find("/bwd") != std::string::npos ? "backward" : "forward";
   l.op = "dp_param_all_gather";
   if (cfg_.as_p2p)
-    return p2p_collective(rank, CollectiveKind::all_gather, bytes(elements), name + "/dp_param_ag",
+    return p2p_collective(rank, CollectiveKind::all_gather, param_bytes(elements), name + "/dp_param_ag",
                           kDpGatherStream, l, deps, {});
   const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
   return add(rank, name + "/dp_param_ag", kDpGatherStream,
-             CollectiveTask{CollectiveKind::all_gather, group(rank), bytes(elements), instance,
+             CollectiveTask{CollectiveKind::all_gather, group(rank), param_bytes(elements), instance,
                             cfg_.schedule.collective_engine, cfg_.schedule.comm_sms.value_or(-1)},
              std::move(l), -1, deps);
 }

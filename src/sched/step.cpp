@@ -12,8 +12,8 @@
 
 namespace fusesim::sched {
 
-std::int64_t adam_bytes_per_param(topo::Dtype dtype) {
-  return 2 * 3 * 4 + 2 * static_cast<std::int64_t>(topo::bytes_per_element(dtype));
+std::int64_t adam_bytes_per_param(topo::Dtype dtype, topo::Dtype grad_dtype) {
+  return 2 * 3 * 4 + topo::bytes_per_element(dtype) + topo::bytes_per_element(grad_dtype);
 }
 
 StepEmitter::StepEmitter(TaskGraph& graph, std::int64_t& next_instance, Group group)
@@ -174,7 +174,7 @@ StepEmitter::Deps StepEmitter::optimizer(const std::vector<std::int64_t>& elemen
   for (int ti = 0; ti < tp(); ++ti) {
     const std::int64_t n = elements[static_cast<std::size_t>(ti)];
     d[ti] = {compute(ti, "optimizer/adam",
-                     model::ElementwiseKernel{"adam", n * adam_bytes_per_param(grp_.dtype),
+                     model::ElementwiseKernel{"adam", n * adam_bytes_per_param(grp_.dtype, grp_.grad_dtype),
                                               kAdamFlopsPerParam * static_cast<double>(n)},
                      "optimizer", -1, ready[static_cast<std::size_t>(ti)])};
   }

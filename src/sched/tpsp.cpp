@@ -212,6 +212,7 @@ class Builder {
                                                                         : StreamRef{StreamKind::comm, 0};
   }
   int comm_sms() const { return req_.schedule.comm_sms.value_or(-1); }
+  topo::Dtype grad_dtype() const { return req_.step.grad_dtype.value_or(model::default_grad_reduce_dtype(sh_.dtype)); }
   std::vector<int> group() const {
     std::vector<int> gr;
     for (int ti = 0; ti < t_; ++ti) gr.push_back(rank(ti));
@@ -1200,7 +1201,8 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   if (step)
     extra = std::make_unique<StepEmitter>(
         g_, next_instance_,
-        StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.dtype, req_.schedule.collective_engine, comm_sms()});
+        StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.dtype, req_.schedule.collective_engine, comm_sms(),
+                           grad_dtype()});
   const auto L = static_cast<std::size_t>(layers);
   Deps ready(static_cast<std::size_t>(t_));
   // ZeRO-3: the layer's parameters, gathered on a stream of their own once `issue` is done (the
@@ -1339,6 +1341,7 @@ void Builder::generate() {
     cfg.kind = req_.dp_kind;
     cfg.schedule = req_.schedule;
     cfg.dtype = sh_.dtype;
+    cfg.grad_dtype = grad_dtype();
     cfg.as_p2p = req_.options.dp_as_p2p || req_.options.mirror_dp;
     cfg.mirror = req_.options.mirror_dp;
     cfg.simulated = sh_.up;  // mirror mode: DP replica 0, i.e. sync replicas (u, 0) for every u
@@ -1489,7 +1492,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   r.dp_kind = par.empty() || par == "dp" ? kind : w.schedule.kind;
   r.schedule = w.schedule;
   r.options = options;
-  r.step = StepOptions{w.grad_accumulation, w.recompute, w.parallel.dp_sharding, a.vocab};
+  r.step = StepOptions{w.grad_accumulation, w.recompute, w.parallel.dp_sharding, a.vocab, w.gradient_dtype()};
   return r;
 }
 

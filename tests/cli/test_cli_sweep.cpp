@@ -138,10 +138,10 @@ TEST_CASE("sweep rows equal simulate() of the same configuration", "[cli][sweep]
 
 TEST_CASE("sweep skips and counts invalid combinations", "[cli][sweep]") {
   ScratchDir dir;
-  // llama-3-8b (32 heads) on one DGX H100 (8 GPUs): tp 2 runs; tp 3 does not divide the heads; tp 16
+  // llama-3-8b (32 heads) on one DGX H100 (8 GPUs): tp 4 runs (tp 2 would not fit in memory); tp 3 does not divide the heads; tp 16
   // needs more ranks than the node has. 2 sequences x 3 TP = 6 configurations: 2 run (x 3 schedules =
   // 6 rows), 4 skipped, every one blamed on --tp, counted as two reasons of two each.
-  const auto r = run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "1024,4096", "--tp", "2,3,16",
+  const auto r = run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "1024,4096", "--tp", "4,3,16",
                               "--output", "r.json", "--jobs", "2"},
                              dir);
   INFO(r.err);
@@ -156,7 +156,7 @@ TEST_CASE("sweep skips and counts invalid combinations", "[cli][sweep]") {
   CHECK(res.run == 2);
   REQUIRE(res.rows.size() == 6);
   REQUIRE(res.skipped.size() == 4);
-  // Configuration order: seq outer, tp inner: 0 = (1024, 2), 1 = (1024, 3), 2 = (1024, 16), 3 = (4096, 2)...
+  // Configuration order: seq outer, tp inner: 0 = (1024, 4), 1 = (1024, 3), 2 = (1024, 16), 3 = (4096, 4)...
   CHECK(res.rows[0].config == 0);
   CHECK(res.rows[3].config == 3);
   CHECK(res.skipped[0].config == 1);
@@ -168,7 +168,7 @@ TEST_CASE("sweep skips and counts invalid combinations", "[cli][sweep]") {
 
   // The CSV holds the same rows: a header and one line per row, the same number text, and the rows
   // of the skipped configurations (status skipped-..., no metrics): 1 + 6 x 3 lines.
-  const auto c = run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "1024,4096", "--tp", "2,3,16", "--quiet"}, dir);
+  const auto c = run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "1024,4096", "--tp", "4,3,16", "--quiet"}, dir);
   REQUIRE(c.exit_code == 0);
   CHECK(count_lines(c.out) == 19);
   CHECK(c.out.substr(0, c.out.find('\n')) == fmt::format("{}", fmt::join(row_columns(), ",")));

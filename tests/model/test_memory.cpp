@@ -76,9 +76,11 @@ TEST_CASE("Llama-3-8B, TP 8, DP 1: parameters, training state and activations", 
   // 2 x 16,128 x 4096 = 132,120,576; final norm 4096. Total 1,004,802,048.
   const MemoryReport r = memory_per_rank(w, h100(), kCommFuse);
   CHECK(r.params_per_rank == 1'004'802'048);
-  // ZeRO paper recipe: 2 B bf16 weights, 2 B gradients, 12 B Adam state (fp32 master, m, v).
+  // ZeRO paper recipe (2 B bf16 weights, 12 B Adam state: fp32 master, m, v) with fp32 gradients, 4 B:
+  // bf16 training accumulates and reduces them in fp32 (Megatron-LM's main_grad, torchtitan's reduce
+  // type; model::default_grad_reduce_dtype).
   CHECK(r.parameters_bytes == 2'009'604'096);
-  CHECK(r.gradients_bytes == 2'009'604'096);
+  CHECK(r.gradients_bytes == 4'019'208'192);
   CHECK(r.optimizer_bytes == 12'057'624'576);
   // Activations of one layer, s = 8192 tokens, bf16:
   //   norm and GEMM inputs 4 x (8192 / 8) x 4096 x 2 B = 33,554,432
@@ -93,7 +95,7 @@ TEST_CASE("Llama-3-8B, TP 8, DP 1: parameters, training state and activations", 
   // 67,108,864; Fuse-RS 2 x [1024, 4096] bf16 = 16,777,216 -> 150,994,944.
   CHECK(r.comm_buffers_bytes == 150'994'944);
   CHECK(r.comm_buffers_schedule == "commfuse");
-  CHECK(r.total_bytes == Bytes{2'009'604'096} * 2 + 12'057'624'576 + 5'112'856'576 + 150'994'944);
+  CHECK(r.total_bytes == Bytes{2'009'604'096} + 4'019'208'192 + 12'057'624'576 + 5'112'856'576 + 150'994'944);
   CHECK(r.capacity_bytes == 80'000'000'000);
   CHECK(r.fits());
   CHECK(r.breakdown.size() == 5);
@@ -148,9 +150,10 @@ TEST_CASE("Llama-3-70B, TP 8: ZeRO stages shard optimizer, gradients, parameters
     DpSharding s;
     Bytes params, grads, optimizer;
   };
-  for (const Case& c : {Case{DpSharding::ddp, 2 * p, 2 * p, 12 * p}, Case{DpSharding::zero1, 2 * p, 2 * p, 12 * quarter},
-                        Case{DpSharding::zero2, 2 * p, 2 * quarter, 12 * quarter},
-                        Case{DpSharding::zero3, 2 * quarter, 2 * quarter, 12 * quarter}}) {
+  // Gradients in fp32 (4 B), the bf16 default.
+  for (const Case& c : {Case{DpSharding::ddp, 2 * p, 4 * p, 12 * p}, Case{DpSharding::zero1, 2 * p, 4 * p, 12 * quarter},
+                        Case{DpSharding::zero2, 2 * p, 4 * quarter, 12 * quarter},
+                        Case{DpSharding::zero3, 2 * quarter, 4 * quarter, 12 * quarter}}) {
     const MemoryReport r = memory_per_rank(llama("llama-3-70b", 8, 4, c.s), h100(), kCommFuse);
     INFO(to_string(c.s));
     CHECK(r.params_per_rank == p);
@@ -158,10 +161,15 @@ TEST_CASE("Llama-3-70B, TP 8: ZeRO stages shard optimizer, gradients, parameters
     CHECK(r.gradients_bytes == c.grads);
     CHECK(r.optimizer_bytes == c.optimizer);
   }
-  // The default job: DP 1, 16 B x 8,821,940,224 = 141,151,043,584 B of training state alone: more than
+  // The default job: DP 1, 18 B x 8,821,940,224 = 158,794,924,032 B of training state alone: more than
   // an 80 GB H100 holds, whatever the schedule.
   const MemoryReport d = memory_per_rank(llama("llama-3-70b", 8, 1), h100(), kCommFuse);
-  CHECK(d.parameters_bytes + d.gradients_bytes + d.optimizer_bytes == 141'151'043'584);
+  CHECK(d.parameters_bytes + d.gradients_bytes + d.optimizer_bytes == 158'794'924'032);
+  // Gradients reduced in bf16 ($.training.grad_reduce_dtype) are 2 B: 16 B x 8,821,940,224.
+  Workload bf16_grads = llama("llama-3-70b", 8, 1);
+  bf16_grads.grad_reduce_dtype = topo::Dtype::bf16;
+  const MemoryReport b = memory_per_rank(bf16_grads, h100(), kCommFuse);
+  CHECK(b.parameters_bytes + b.gradients_bytes + b.optimizer_bytes == 141'151'043'584);
   CHECK(!d.fits());
 }
 
@@ -180,14 +188,14 @@ TEST_CASE("Communication buffers per schedule", "[model][memory]") {
   CHECK(all.comm_buffers_schedule == "baseline");
 
   // DP 4 on top: one more communicator; slice (bucketed) 2 x 25 MB buckets; CommFuse 2 chunks of one
-  // layer's gradient / 4: 2 x 26,742,784 x 2 B = 106,971,136; ZeRO-3 adds 2 gathered layers
+  // layer's fp32 gradient / 4: 2 x 26,742,784 x 4 B = 213,942,272; ZeRO-3 adds 2 gathered layers
   // 2 x 106,971,136 x 2 B = 427,884,544.
   const Workload dp4 = llama("llama-3-70b", 8, 4);
   const Bytes tp_part = nccl + 134'217'728;
   CHECK(comm_buffer_bytes_per_rank(dp4, ScheduleKind::baseline, nccl) == tp_part + 134'217'728 + nccl);
   CHECK(comm_buffer_bytes_per_rank(dp4, ScheduleKind::slice, nccl) == tp_part + 134'217'728 + nccl + 50'000'000);
   CHECK(comm_buffer_bytes_per_rank(dp4, ScheduleKind::commfuse, nccl) ==
-        tp_part + 33'554'432 + nccl + 106'971'136);
+        tp_part + 33'554'432 + nccl + 213'942'272);
   const Workload z3 = llama("llama-3-70b", 8, 4, DpSharding::zero3);
   CHECK(comm_buffer_bytes_per_rank(z3, ScheduleKind::baseline, nccl) ==
         tp_part + 134'217'728 + nccl + 427'884'544);
@@ -197,11 +205,11 @@ TEST_CASE("Communication buffers per schedule", "[model][memory]") {
   // [4096, (8 + 2) x 128] bf16 = 10,485,760, and the Ulysses communicator. The two UP ranks of a
   // TP position hold the same weights, so their gradients are synced (sched/tpsp.cpp) as DP 2 would
   // be: one more communicator, and CommFuse's 2 chunks of one layer's gradient / 2:
-  // 2 x 53,485,568 x 2 B = 213,942,272.
+  // 2 x 53,485,568 x 4 B (fp32 gradients) = 427,884,544.
   Workload up2 = llama("llama-3-70b", 8, 1);
   up2.parallel.up = 2;
   CHECK(comm_buffer_bytes_per_rank(up2, ScheduleKind::commfuse, nccl) ==
-        nccl + 67'108'864 + 16'777'216 + nccl + 10'485'760 + nccl + 213'942'272);
+        nccl + 67'108'864 + 16'777'216 + nccl + 10'485'760 + nccl + 427'884'544);
 
   // HCCL: one 200 MiB buffer per communicator; NCCL with comm_sms given: that many channels.
   topo::DeviceModel ascend = h100();
@@ -240,8 +248,9 @@ TEST_CASE("check_memory refuses with the breakdown, the file and $.parallel", "[
     CHECK(e.json_path() == "$.parallel");
     const std::string m = e.message();
     INFO(m);
-    // 8,821,940,224 parameters per rank (padded vocabulary): x 2 B = 17.6 GB, x 12 B = 105.9 GB.
-    CHECK(m.find("per rank (parameters 17.6, gradients 17.6, optimizer state 105.9") != std::string::npos);
+    // 8,821,940,224 parameters per rank (padded vocabulary): x 2 B = 17.6 GB; gradients in fp32 (bf16
+    // training reduces them in fp32), x 4 B = 35.3 GB; x 12 B = 105.9 GB.
+    CHECK(m.find("per rank (parameters 17.6, gradients 35.3, optimizer state 105.9") != std::string::npos);
     CHECK(m.find("device 'h100-test' has 80.0 GB") != std::string::npos);
     CHECK(m.find("--force-memory") != std::string::npos);
   }

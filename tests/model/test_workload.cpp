@@ -568,6 +568,14 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
     CHECK(to_string(parse(with([&](json& x) { x["training"]["recompute"] = s; })).recompute) == s);
   for (const char* s : {"adam", "sgd"})
     CHECK(to_string(parse(with([&](json& x) { x["training"]["optimizer"] = s; })).optimizer) == s);
+  // Gradient reduction type: unset means the training type's default (fp32 for bf16, fp16 for fp16).
+  CHECK(!d.grad_reduce_dtype.has_value());
+  CHECK(d.gradient_dtype() == (d.dtype == topo::Dtype::fp16 ? topo::Dtype::fp16 : topo::Dtype::fp32));
+  for (const char* s : {"fp32", "bf16", "fp16"}) {
+    const Workload g = parse(with([&](json& x) { x["training"]["grad_reduce_dtype"] = s; }));
+    CHECK(topo::to_string(g.gradient_dtype()) == s);
+  }
+  CHECK(parse(with([](json& x) { x["training"]["dtype"] = "fp16"; })).gradient_dtype() == topo::Dtype::fp16);
 }
 
 TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key", "[model][workload][errors]") {
@@ -578,6 +586,8 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
   expect_error(with([](json& j) { j["training"]["recompute"] = true; }), "$.training.recompute");
   expect_error(with([](json& j) { j["training"]["optimizer"] = "adamw"; }), "$.training.optimizer");
   expect_error(with([](json& j) { j["training"]["optimizer"] = ""; }), "$.training.optimizer");
+  expect_error(with([](json& j) { j["training"]["grad_reduce_dtype"] = "fp8"; }), "$.training.grad_reduce_dtype");
+  expect_error(with([](json& j) { j["training"]["grad_reduce_dtype"] = 4; }), "$.training.grad_reduce_dtype");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 0; }), "$.schedule.dp_bucket_bytes");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = -25000000; }), "$.schedule.dp_bucket_bytes");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 1.5; }), "$.schedule.dp_bucket_bytes");

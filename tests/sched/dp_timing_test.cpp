@@ -58,6 +58,9 @@ DpConfig config(ScheduleKind kind, DpSharding sharding) {
   c.sharding = sharding;
   c.schedule.collective_engine = model::CommEngine::sm_kernel;
   c.schedule.p2p_engine = model::CommEngine::copy_engine;
+  // Gradients reduced in bf16 ($.training.grad_reduce_dtype "bf16"), 2 bytes per element: the
+  // derivations below count 1e6 bytes per 5e5-element gradient. The fp32 default has its own test.
+  c.grad_dtype = topo::Dtype::bf16;
   return c;
 }
 
@@ -72,10 +75,12 @@ struct Run {
   TimePs makespan = 0;
 };
 
-Run run(ScheduleKind kind, DpSharding sharding) {
+Run run(ScheduleKind kind, DpSharding sharding, topo::Dtype grad_dtype = topo::Dtype::bf16) {
   Run r;
   const topo::Cluster c = two_nodes();
-  DpSync dp(r.graph, nullptr, config(kind, sharding));
+  DpConfig cfg = config(kind, sharding);
+  cfg.grad_dtype = grad_dtype;
+  DpSync dp(r.graph, nullptr, cfg);
   for (int rank = 0; rank < 2; ++rank) {
     const DpGradient g{"L0/bwd/w", 0, kRows, kCols, -1};
     std::vector<TaskId> last;
@@ -113,6 +118,20 @@ TEST_CASE("DP all-reduce after the backward crosses the NICs: base + 2 steps of 
 TEST_CASE("ZeRO reduce-scatter after the backward: one step of n/2", "[dp][timing]") {
   const Run r = run(ScheduleKind::baseline, DpSharding::zero1);
   CHECK(r.makespan == kGemmPs + 5'000'000 + (1'000'000 + kRoutePs + 10'000'000));
+}
+
+TEST_CASE("Gradients reduced in fp32 (the bf16 default) carry twice the bytes of bf16 ones", "[dp][timing]") {
+  // As the two tests above with 4-byte gradients, n = 2e6 bytes: each step moves n/2 = 1e6 B over the
+  // NIC link at 0.05 B/ps = 2e7 ps. All-reduce: base 5e6 + 2 x (1e6 + 2200 + 2e7); reduce-scatter: one
+  // such step.
+  CHECK(run(ScheduleKind::baseline, DpSharding::ddp, topo::Dtype::fp32).makespan ==
+        kGemmPs + 5'000'000 + 2 * (1'000'000 + kRoutePs + 20'000'000));
+  CHECK(run(ScheduleKind::baseline, DpSharding::zero1, topo::Dtype::fp32).makespan ==
+        kGemmPs + 5'000'000 + (1'000'000 + kRoutePs + 20'000'000));
+  // Megatron-LM's and torchtitan's rule: fp32 unless the training type is fp16.
+  CHECK(model::default_grad_reduce_dtype(topo::Dtype::bf16) == topo::Dtype::fp32);
+  CHECK(model::default_grad_reduce_dtype(topo::Dtype::fp8) == topo::Dtype::fp32);
+  CHECK(model::default_grad_reduce_dtype(topo::Dtype::fp16) == topo::Dtype::fp16);
 }
 
 TEST_CASE("CommFuse DP hides the reduce-scatter when the wgrad piece outlasts a hop", "[dp][timing]") {

@@ -36,7 +36,7 @@ TpspRequest request(int tp, int dp, Scope scope, std::int64_t micro_batches = 1,
   r.kind = r.dp_kind = ScheduleKind::baseline;
   r.schedule.kind = ScheduleKind::baseline;
   r.options.scope = scope;
-  r.step = StepOptions{micro_batches, rc, model::DpSharding::ddp, 64 * tp};
+  r.step = StepOptions{micro_batches, rc, model::DpSharding::ddp, 64 * tp, std::nullopt};
   return r;
 }
 

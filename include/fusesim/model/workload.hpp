@@ -91,6 +91,15 @@ std::string to_string(Recompute r);
 enum class Optimizer { adam, sgd };
 std::string to_string(Optimizer o);
 
+// The type gradients are accumulated and reduced in over DP when the workload does not say
+// ($.training.grad_reduce_dtype): fp32, except for fp16 training. Megatron-LM forces fp32 main
+// gradients and their reduction for bf16 ("bfloat16 requires gradient accumulation and all-reduce to
+// be done in fp32", megatron/training/arguments.py; --grad-reduce-in-bf16 opts out) and keeps fp16
+// gradients for fp16 (--accumulate-allreduce-grads-in-fp32 defaults off); torchtitan's FSDP2 reduces
+// in training.mixed_precision_reduce = "float32" (torchtitan/config/job_config.py); fp8 recipes keep
+// Megatron's bf16 rule. fp32 and tf32 training have fp32 gradients.
+topo::Dtype default_grad_reduce_dtype(topo::Dtype compute);
+
 struct Parallelism {
   int tp = 1;  // tensor (+ sequence) parallel degree
   int up = 1;  // Ulysses sequence parallel degree
@@ -111,6 +120,9 @@ struct Workload {
   bool backward = true;               // simulate backward as well as forward
   Recompute recompute = Recompute::none;  // $.training.recompute
   Optimizer optimizer = Optimizer::adam;   // $.training.optimizer
+  std::optional<topo::Dtype> grad_reduce_dtype;  // $.training.grad_reduce_dtype; unset: the default above
+
+  topo::Dtype gradient_dtype() const { return grad_reduce_dtype.value_or(default_grad_reduce_dtype(dtype)); }
 
   std::int64_t tokens_per_microbatch() const { return sequence_length * micro_batch; }
 };

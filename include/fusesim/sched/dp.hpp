@@ -48,7 +48,8 @@ struct DpConfig {
   model::DpSharding sharding = model::DpSharding::ddp;
   model::ScheduleKind kind = model::ScheduleKind::baseline;
   model::ScheduleOptions schedule;  // dp_bucket_bytes, engines, comm_sms
-  topo::Dtype dtype = topo::Dtype::bf16;  // of gradients and parameters
+  topo::Dtype dtype = topo::Dtype::bf16;       // of the parameters gathered (ZeRO)
+  topo::Dtype grad_dtype = topo::Dtype::fp32;  // of the gradients reduced (Workload::gradient_dtype())
   DpFault fault;
   // GenerateOptions::dp_as_p2p / mirror_dp (docs/schedules.md, "Symmetry"): collectives as ring P2P
   // steps (with dataflow when the program is given: `fusesim verify` checks it); with `mirror` only
@@ -143,7 +144,9 @@ class DpSync {
   int peer(int rank, int dp_index) const { return dp_index * cfg_.members + member(rank); }
   std::vector<int> group(int rank) const;
   int region(const std::string& name);
-  Bytes bytes(std::int64_t elements) const { return elements * topo::bytes_per_element(cfg_.dtype); }
+  // Gradient bytes (reductions, the fused ring, buckets) and parameter bytes (ZeRO gathers).
+  Bytes bytes(std::int64_t elements) const { return elements * topo::bytes_per_element(cfg_.grad_dtype); }
+  Bytes param_bytes(std::int64_t elements) const { return elements * topo::bytes_per_element(cfg_.dtype); }
   BufferId alloc(int rank, const std::string& name, std::int64_t rows, std::int64_t cols);
   std::int32_t op(DataOp d);
   int fault_part(int rank, int part) const;  // the fault's member position swap

@@ -5,6 +5,7 @@
 // layers come from the TPSP generator; this file emits the rest for one TP group, timing only.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,12 +24,15 @@ struct StepOptions {
   // The vocabulary as the embedding and the LM head hold it: sched::generate() passes Megatron's
   // padded one (Architecture::padded_vocab(tp)), so that it splits over tp.
   std::int64_t vocab = 0;
+  // What DP reduces gradients in (Workload::gradient_dtype()); unset: model::default_grad_reduce_dtype
+  // of the compute type. The optimizer reads gradients of this type.
+  std::optional<topo::Dtype> grad_dtype;
 };
 
 // Adam with fp32 master weights and moments: per parameter it reads and writes the master weight and
 // both moments (3 x 4 B each way), reads the gradient and writes the low-precision copy of the
-// weight (2 x element size). Memory-bound.
-std::int64_t adam_bytes_per_param(topo::Dtype dtype);
+// weight (2 x element size) and reads the gradient (its reduction type). Memory-bound.
+std::int64_t adam_bytes_per_param(topo::Dtype dtype, topo::Dtype grad_dtype);
 inline constexpr double kAdamFlopsPerParam = 12.0;
 
 // The tasks of a step outside the layers, for one TP group (one DP replica, one UP position).
@@ -43,6 +47,7 @@ class StepEmitter {
     topo::Dtype dtype = topo::Dtype::bf16;
     model::CommEngine collective_engine = model::CommEngine::sm_kernel;
     int comm_sms = -1;
+    topo::Dtype grad_dtype = topo::Dtype::fp32;  // what the optimizer reads the gradients as
   };
   // `next_instance`: the generator's collective instance counter (TP collectives of this group).
   StepEmitter(TaskGraph& graph, std::int64_t& next_instance, Group group);
