@@ -37,6 +37,9 @@ ResolvedInput resolve_input(const std::string& name_or_path, std::string_view fo
   std::string key = std::string(folder) + "/" + name_or_path;
   if (key.size() < 5 || key.substr(key.size() - 5) != ".json") key += ".json";
   if (auto text = embedded_file(key)) return {std::string(*text), "<embedded:" + key + ">"};
+  // A shipped file named by its path in the source tree ("validation/workloads/sc21-gpt-1.7b.json", as
+  // the validation cases name their workloads) reads the same from any working directory.
+  if (auto text = embedded_file(name_or_path)) return {std::string(*text), "<embedded:" + name_or_path + ">"};
   std::string names;
   for (const auto& f : embedded_files(folder)) {
     auto stem = std::filesystem::path(f).stem().string();

@@ -8,6 +8,7 @@
 #include "fusesim/sched/dag.hpp"
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/embedded.hpp"
 #include "process.hpp"
 
 using namespace fusesim::testing;
@@ -147,4 +148,27 @@ TEST_CASE("apply_profile: a simulated ring all-gather and a copy-engine P2P take
       {"send", 0, {sched::StreamKind::copy, 0}, sched::SendTask{1, n, 0, model::CommEngine::copy_engine, -1}, {}, -1});
   p2p.add({"recv", 1, {sched::StreamKind::copy, 0}, sched::RecvTask{0, n, 0}, {}, -1});
   CHECK(ps_to_seconds(simulator.run(p2p).makespan_ps) == Approx(3e-6 + static_cast<double>(n) / 350e9).epsilon(1e-8));
+}
+
+TEST_CASE("every shipped end-to-end case names a workload that fits its cluster, read from any folder",
+          "[cli][validate]") {
+  // The published cases name their workloads by source-tree path (validation/workloads/...): they
+  // resolve to the embedded files from a scratch folder too. Each must pass the workload reader and
+  // the fit to its cluster (the memory check included): a case fusesim cannot run must say what it
+  // needs ("needs") rather than fail. Checked here on one layer, forward only, to stay fast.
+  ScratchDir dir;
+  const json cases = json::parse(*fusesim::embedded_file("validation/published.json"))["cases"];
+  std::size_t checked = 0;
+  for (const json& c : cases) {
+    if (c["category"] != "end_to_end" || !c.contains("workload")) continue;
+    const std::string workload = c["workload"].get<std::string>();
+    INFO(c["id"].get<std::string>());
+    const auto r = run_fusesim({"simulate", "--workload", workload, "--topology", c["topology"].get<std::string>(),
+                                "--scope", "layer", "--schedule", "baseline", "--forward-only"},
+                               dir);
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    ++checked;
+  }
+  CHECK(checked >= 20);
 }

@@ -47,6 +47,8 @@ const std::vector<Expected> kShipped = {
     // Not in measurements.md: 148 SMs (Chips and Cheese, 2 dies x 74); the rest is.
     {"dgx-b200", 1, 8, "b200-sxm", 2250e12, 148, false},
     {"dgx-b200-4node", 4, 8, "b200-sxm", 2250e12, 148, false},
+    // Selene-like (the SC21 and Korthikanti et al. runs of docs/validation.md): 32 DGX A100 nodes.
+    {"dgx-a100-32node", 32, 8, "a100-sxm-80gb", 312e12, 108, false},
 };
 
 std::string shipped_path(const std::string& name) {
@@ -56,7 +58,7 @@ std::string shipped_path(const std::string& name) {
 }  // namespace
 
 TEST_CASE("every shipped topology is embedded and listed by the test") {
-  // Eight files; a new one must be added to kShipped so that it is checked too.
+  // Nine files; a new one must be added to kShipped so that it is checked too.
   const auto files = embedded_files("topologies");
   std::vector<std::string> expected;
   for (const auto& e : kShipped) expected.push_back(std::string("topologies/") + e.name + ".json");
@@ -256,7 +258,8 @@ TEST_CASE("the generated rail topologies are what tools/make_rail_topology.py wr
     const char* file;
   };
   for (const Case& k : {Case{"--node dgx-b200 --nodes 4 --spines 4", "dgx-b200-4node"},
-                        Case{"--nodes 128 --spines 16", "dgx-h100-128node"}}) {
+                        Case{"--nodes 128 --spines 16", "dgx-h100-128node"},
+                        Case{"--node dgx-a100 --nodes 32 --spines 32", "dgx-a100-32node"}}) {
     INFO(k.file);
     const std::string cmd = fmt::format("python3 {}/tools/make_rail_topology.py {} > {}", src, k.args, out.string());
     REQUIRE(std::system(cmd.c_str()) == 0);

@@ -13,7 +13,9 @@ std::optional<std::string_view> embedded_file(std::string_view relative_path);
 std::vector<std::string> embedded_files(std::string_view folder);
 
 // A JSON argument: an existing path, else the stem of a shipped file in `folder`
-// ("dgx-h100" -> topologies/dgx-h100.json). Returns the text and the label to use in errors.
+// ("dgx-h100" -> topologies/dgx-h100.json), else a shipped file's path in the source tree
+// ("validation/workloads/mpt-7b-seq2048-8xh100-bf16.json"). Returns the text and the label to use in
+// errors.
 struct ResolvedInput {
   std::string text;
   std::string label;
