@@ -161,6 +161,8 @@ const SmallKernelModel* small_kernel_model(const Profile& p, const std::string& 
 }  // namespace
 
 KernelCost CalibratedCostModel::cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
+  if (const auto* a = std::get_if<AttentionKernel>(&kernel); a && a->unfused)
+    return unfused_attention_cost(*a, dtype, device);
   if (const auto* g = std::get_if<GemmKernel>(&kernel)) {
     const auto key = std::make_tuple(g->m, g->n, g->k, g->batch, g->accumulate_fp32, static_cast<int>(dtype), device.name);
     {

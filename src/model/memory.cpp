@@ -73,6 +73,18 @@ std::int64_t layer_params_per_tp_rank(const Architecture& a, std::int64_t tp) {
   return attention + mlp + 2 * a.hidden;
 }
 
+// Unfused attention (training.attention "unfused") keeps its scores for the backward: the softmax
+// output and the dropout output (e bytes each) and the 1-byte dropout mask per (query, key) pair of
+// this rank's heads, 5 a s^2 b bytes per layer in 16 bits (the 5as/h term of Korthikanti et al.,
+// Reducing Activation Recomputation in Large Transformer Models, 2022, eq. 1). FlashAttention keeps
+// none of it.
+Bytes attention_score_bytes(const Workload& w) {
+  if (!w.unfused_attention) return 0;
+  const std::int64_t n = std::int64_t{w.parallel.tp} * w.parallel.up;
+  const Bytes e = storage_bytes(w.dtype);
+  return mul(w.tokens_per_microbatch(), w.sequence_length, ceil_div(w.arch.heads, n), 2 * e + 1);
+}
+
 // Activation bytes of one layer on one rank, nothing recomputed (docs/memory.md, "Activations").
 Bytes layer_activation_bytes(const Workload& w) {
   const Architecture& a = w.arch;
@@ -88,11 +100,12 @@ Bytes layer_activation_bytes(const Workload& w) {
   const Bytes inputs = mul(4, shard, a.hidden, e);
   // Q, K, V and the attention output, over the whole sequence for this rank's heads.
   const Bytes attention = mul(tokens, add(mul(2, heads), mul(2, kv)), a.head_dim, e);
-  // FlashAttention's softmax statistics: one fp32 log-sum-exp per query row and head.
-  const Bytes lse = mul(tokens, heads, 4);
+  // FlashAttention's softmax statistics: one fp32 log-sum-exp per query row and head; unfused, the
+  // scores instead.
+  const Bytes softmax = w.unfused_attention ? attention_score_bytes(w) : mul(tokens, heads, 4);
   // FC1 output (gate and up halves when gated) and the activation's output (FC2 input).
   const Bytes mlp = mul(gemm_tokens, ffn, a.gated_mlp ? 3 : 2, e);
-  return add(inputs, attention, lse, mlp);
+  return add(inputs, attention, softmax, mlp);
 }
 
 // Bytes of the activations outside the layers: final norm input and output (LM head input) and the
@@ -139,10 +152,11 @@ Bytes activation_bytes_per_rank(const Workload& w) {
   const Bytes head = head_activation_bytes(w);
   switch (w.recompute) {
     case Recompute::none:
+      return add(mul(w.arch.layers, layer), head);
     case Recompute::selective:
       // Selective recomputation drops the attention-score term 5as/h of Korthikanti et al.; with
-      // FlashAttention nothing of that size is ever stored, so it saves nothing here.
-      return add(mul(w.arch.layers, layer), head);
+      // FlashAttention nothing of that size is ever stored, so it saves nothing there.
+      return add(mul(w.arch.layers, layer - attention_score_bytes(w)), head);
     case Recompute::full: {
       // Each layer keeps only its input, [s/(tp up), h]; the backward rebuilds one layer at a time.
       const Bytes input =

@@ -77,6 +77,8 @@ std::optional<std::string> kernel_size_error(const Kernel& k) {
     // The backward's 2.5x of the forward's QK^T and PV, over every (query, key) pair.
     flops = 2.5 * 4.0 * d(a->batch) * d(a->heads) * d(a->seq_q) * d(a->seq_kv) * d(a->head_dim);
     largest = std::max(d(a->seq_q) * d(a->heads), d(a->seq_kv) * d(a->kv_heads)) * d(a->batch) * d(a->head_dim);
+    // Unfused, the scores of every head are a tensor in HBM.
+    if (a->unfused) largest = std::max(largest, d(a->batch) * d(a->heads) * d(a->seq_q) * d(a->seq_kv));
     // The causal pair count is formed in 64-bit integers from seq_q x (q_offset + seq_kv).
     if (!(d(a->seq_q) * (d(a->q_offset) + d(a->seq_kv)) <= 1e18))
       return fmt::format("seq_q x (q_offset + seq_kv) = {:.3g} (query, key) positions is beyond the 1e18 one kernel may have",

@@ -16,10 +16,6 @@
 namespace fusesim::model {
 namespace {
 
-// FlashAttention's benchmarks count the backward pass as 2.5x the forward FLOPs (two matrix products
-// forward, five backward: S recomputed, dV, dP, dQ, dK): Dao-AILab/flash-attention,
-// benchmarks/benchmark_flash_attention.py, flops().
-constexpr double kAttentionBackwardFactor = 2.5;
 // However much HBM traffic communication adds, a kernel keeps this share of the streaming bandwidth
 // (the memory controller arbitrates; no requester is starved outright).
 constexpr double kMinHbmShare = 0.05;
@@ -106,23 +102,10 @@ KernelCost gemm_cost(const GemmKernel& g, topo::Dtype dtype, const topo::DeviceM
   return *best;
 }
 
-// (query, key) pairs a causal mask leaves: query i sits at absolute position q_offset + i and sees the
-// keys 0 .. q_offset + i, of which at most seq_kv exist.
-std::int64_t causal_pairs(std::int64_t seq_q, std::int64_t seq_kv, std::int64_t q_offset) {
-  // Queries whose key count q_offset + i + 1 has not reached seq_kv: a rising run q_offset+1, q_offset+2, ...
-  const std::int64_t rising = std::clamp<std::int64_t>(seq_kv - q_offset, 0, seq_q);
-  const std::int64_t first = q_offset + 1;
-  return rising * first + rising * (rising - 1) / 2 + (seq_q - rising) * seq_kv;
-}
-
 KernelCost attention_cost(const AttentionKernel& a, topo::Dtype dtype, const topo::DeviceModel& d) {
   require(a.batch >= 0 && a.heads >= 0 && a.kv_heads >= 0 && a.seq_q >= 0 && a.seq_kv >= 0 && a.head_dim >= 0 &&
               a.q_offset >= 0,
           "attention sizes must be non-negative");
-  const std::int64_t pairs = a.causal ? causal_pairs(a.seq_q, a.seq_kv, a.q_offset) : a.seq_q * a.seq_kv;
-  // Per pair and head: S = Q K^T is 2 x head_dim FLOPs, O += P V another 2 x head_dim.
-  const double forward_flops = 4.0 * static_cast<double>(a.batch) * static_cast<double>(a.heads) *
-                               static_cast<double>(pairs) * static_cast<double>(a.head_dim);
   // Q and O span the queries and query heads, K and V the keys and key/value heads; each is read or
   // written once (FlashAttention keeps S and P on chip). Backward reads them again with dO and writes
   // dQ, dK, dV of the same sizes.
@@ -133,7 +116,8 @@ KernelCost attention_cost(const AttentionKernel& a, topo::Dtype dtype, const top
   const double forward_bytes = (2.0 * q_elems + 2.0 * kv_elems) * bytes_per_element(dtype);
   const bool backward = a.pass == Pass::backward;
   KernelCost c;
-  c.flops = backward ? kAttentionBackwardFactor * forward_flops : forward_flops;
+  // Per pair and head: S = Q K^T is 2 x head_dim FLOPs, O += P V another 2 x head_dim (x 2.5 backward).
+  c.flops = attention_flops(a);
   c.hbm_bytes = backward ? 2.0 * forward_bytes : forward_bytes;
   if (c.flops > 0.0) c.compute_s = c.flops / effective_peak(d, dtype, d.efficiency.attention);
   c.memory_s = c.hbm_bytes / effective_hbm(d);
@@ -166,6 +150,8 @@ double wave_ratio(std::int64_t tiles, int sm_count, int sms_held) {
 }
 
 KernelCost RooflineCostModel::cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
+  if (const auto* a = std::get_if<AttentionKernel>(&kernel); a && a->unfused)
+    return unfused_attention_cost(*a, dtype, device);
   KernelCost c = std::holds_alternative<GemmKernel>(kernel)        ? gemm_cost(std::get<GemmKernel>(kernel), dtype, device)
                  : std::holds_alternative<AttentionKernel>(kernel) ? attention_cost(std::get<AttentionKernel>(kernel), dtype, device)
                                                                    : elementwise_cost(std::get<ElementwiseKernel>(kernel), device);

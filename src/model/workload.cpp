@@ -225,6 +225,7 @@ Workload parse_workload(const JsonDocument& doc) {
   w.dtype = topo::parse_dtype(t.at("dtype"));
   w.recompute = parse_recompute(t.choice_or("recompute", kRecomputes, "none"));
   w.optimizer = t.choice_or("optimizer", kOptimizers, "adam") == "sgd" ? Optimizer::sgd : Optimizer::adam;
+  w.unfused_attention = t.choice_or("attention", {"flash", "unfused"}, "flash") == "unfused";
   if (t.has("grad_reduce_dtype")) {
     const std::string g = t.choice("grad_reduce_dtype", kGradReduceDtypes);
     w.grad_reduce_dtype = g == "fp32" ? topo::Dtype::fp32 : g == "bf16" ? topo::Dtype::bf16 : topo::Dtype::fp16;

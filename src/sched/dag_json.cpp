@@ -48,17 +48,14 @@ json kernel_json(const model::Kernel& k) {
     if (g->accumulate_fp32) gemm["accumulate_fp32"] = true;
     return {{"gemm", gemm}};
   }
-  if (const auto* a = std::get_if<model::AttentionKernel>(&k))
-    return {{"attention",
-             {{"batch", a->batch},
-              {"heads", a->heads},
-              {"kv_heads", a->kv_heads},
-              {"seq_q", a->seq_q},
-              {"seq_kv", a->seq_kv},
-              {"head_dim", a->head_dim},
-              {"causal", a->causal},
-              {"q_offset", a->q_offset},
-              {"pass", a->pass == model::Pass::forward ? "forward" : "backward"}}}};
+  if (const auto* a = std::get_if<model::AttentionKernel>(&k)) {
+    json att{{"batch", a->batch},       {"heads", a->heads},   {"kv_heads", a->kv_heads},
+             {"seq_q", a->seq_q},       {"seq_kv", a->seq_kv}, {"head_dim", a->head_dim},
+             {"causal", a->causal},     {"q_offset", a->q_offset},
+             {"pass", a->pass == model::Pass::forward ? "forward" : "backward"}};
+    if (a->unfused) att["unfused"] = true;
+    return {{"attention", att}};
+  }
   const auto& e = std::get<model::ElementwiseKernel>(k);
   json out{{"op", e.op}, {"bytes", e.bytes}, {"flops", e.flops}};
   // Rows price a small kernel (its per-row term and per-row overhead): a graph without them would
@@ -107,6 +104,7 @@ model::Kernel read_kernel(const JsonObject& compute) {
     k.q_offset = a.integer_or("q_offset", 0, kMaxDim, 0);
     k.pass = a.choice_or("pass", {"forward", "backward"}, "forward") == "forward" ? model::Pass::forward
                                                                                     : model::Pass::backward;
+    k.unfused = a.boolean_or("unfused", false);
     a.finish();
     if (auto why = model::kernel_size_error(k)) a.fail(*why);
     return k;

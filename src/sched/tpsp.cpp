@@ -683,6 +683,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
     }
     model::AttentionKernel k{sh_.batch, sh_.heads / t_, sh_.kv_heads_local(), q_len, kv_len, sh_.head_dim,
                              sh_.causal, q_pos0, model::Pass::forward};
+    k.unfused = sh_.unfused_attention;
     return Work{"attention", k, op(ctx, std::move(a))};
   };
   PerRank attn_out;
@@ -882,6 +883,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     }
     model::AttentionKernel k{sh_.batch, sh_.heads / t_, sh_.kv_heads_local(), sh_.seq, sh_.seq, sh_.head_dim,
                              sh_.causal, 0, model::Pass::backward};
+    k.unfused = sh_.unfused_attention;
     return std::vector<TaskId>{compute(ti, prefix(ctx) + "/attention_bwd", k, labels(ctx, -1, "attention_bwd"),
                                        op(ctx, std::move(ab)), d_o[ti])};
   });
@@ -1281,6 +1283,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           for (int ti = 0; ti < t_; ++ti) {
             model::AttentionKernel k{sh_.batch, sh_.heads / t_ / sh_.up, sh_.kv_heads_up(), sh_.seq, sh_.seq,
                                      sh_.head_dim, sh_.causal, 0, model::Pass::forward};
+            k.unfused = sh_.unfused_attention;
             lr[ti] = {compute(ti, prefix(rc) + "/attention", k, labels(rc, -1, "attention"), -1, lr[ti])};
           }
           recompute_ = false;
@@ -1484,7 +1487,8 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                                  cluster.num_ranks()));
   const model::Architecture& a = w.arch;
   r.shape = TpspShape{w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden,
-                      a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype};
+                      a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,
+                      w.unfused_attention};
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const std::string& par = options.parallelism;
   r.kind = par.empty() || par == "tpsp" ? kind : w.schedule.kind;

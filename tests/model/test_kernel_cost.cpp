@@ -266,6 +266,64 @@ TEST_CASE("Causal attention split into query chunks adds up exactly to the whole
   }
 }
 
+TEST_CASE("Unfused attention: Megatron's kernels over the scores, priced one after another", "[model][kernel]") {
+  // 1 sample, 4 heads (1 key/value head, expanded), seq 1024, head_dim 128, causal, bf16:
+  // E = 4 x 1024 x 1024 = 4,194,304 scores of 2 bytes.
+  AttentionKernel a = attention(1024, 1024, true);
+  a.unfused = true;
+  const std::vector<Kernel> fwd = unfused_attention_parts(a, topo::Dtype::bf16);
+  REQUIRE(fwd.size() == 4);
+  // Q K^T: 4 products [1024 x 128] x [128 x 1024], every pair computed (the mask comes after).
+  const auto& qk = std::get<GemmKernel>(fwd[0]);
+  CHECK((qk.m == 1024 && qk.n == 1024 && qk.k == 128 && qk.batch == 4));
+  // softmax reads and writes E: 2 x 4,194,304 x 2 = 16,777,216 B; dropout also writes a 1-byte mask:
+  // 16,777,216 + 4,194,304 = 20,971,520 B.
+  CHECK(std::get<ElementwiseKernel>(fwd[1]).op == "softmax");
+  CHECK(std::get<ElementwiseKernel>(fwd[1]).bytes == 16'777'216);
+  CHECK(std::get<ElementwiseKernel>(fwd[2]).op == "dropout");
+  CHECK(std::get<ElementwiseKernel>(fwd[2]).bytes == 20'971'520);
+  // P V: [1024 x 1024] x [1024 x 128] per head.
+  const auto& pv = std::get<GemmKernel>(fwd[3]);
+  CHECK((pv.m == 1024 && pv.n == 128 && pv.k == 1024 && pv.batch == 4));
+
+  // The cost is the parts' in sequence, exactly; the FLOPs are the fused kernel's (the 524,800
+  // unmasked pairs), not the 2 x 2 x 4 x 1024 x 1024 x 128 the two products compute.
+  KernelCost sum;
+  for (const Kernel& k : fwd) {
+    const KernelCost c = cost_of(k);
+    sum.duration_ps += c.duration_ps;
+    sum.hbm_bytes += c.hbm_bytes;
+    sum.memory_s += c.memory_s;
+  }
+  const KernelCost u = cost_of(a);
+  CHECK(u.duration_ps == sum.duration_ps);
+  CHECK(u.hbm_bytes == sum.hbm_bytes);
+  CHECK(u.memory_s == sum.memory_s);
+  CHECK(u.flops == 1'074'790'400.0);
+  CHECK(u.flops == attention_flops(attention(1024, 1024, true)));
+  // The scores through HBM make it slower than the fused kernel on the same device.
+  CHECK(u.duration_ps > cost_of(attention(1024, 1024, true)).duration_ps);
+
+  // Backward: dV, dP, dropout and softmax backward (2E x 2 + E and 3E x 2 bytes), dQ, dK.
+  a.pass = Pass::backward;
+  const std::vector<Kernel> bwd = unfused_attention_parts(a, topo::Dtype::bf16);
+  REQUIRE(bwd.size() == 6);
+  CHECK(std::get<ElementwiseKernel>(bwd[2]).bytes == 20'971'520);
+  CHECK(std::get<ElementwiseKernel>(bwd[3]).bytes == 25'165'824);
+  CHECK(cost_of(a).flops == 2.5 * 1'074'790'400.0);
+  // Unfused, the scores of every head are one tensor: the size check sees them. 2^21 samples x 2^10
+  // heads x 1024 x 1024 = 2^51 scores, above the 2^50 elements of one operand; fused, the largest
+  // operand is 2^21 x 1024 x 1024 x head_dim 1 = 2^41 elements, and the FLOPs 10 x 2^51 are allowed.
+  AttentionKernel huge = a;
+  huge.batch = std::int64_t{1} << 21;
+  huge.heads = 1 << 10;
+  huge.kv_heads = 1 << 10;
+  huge.head_dim = 1;
+  CHECK(kernel_size_error(huge).has_value());
+  huge.unfused = false;
+  CHECK(!kernel_size_error(huge).has_value());
+}
+
 TEST_CASE("Element-wise kernels are priced by their HBM traffic", "[model][kernel]") {
   // 3,015,000,000 bytes at 3.015e12 B/s = 1 ms.
   const KernelCost c = cost_of(ElementwiseKernel{"add", 3'015'000'000, 1.0e9});

@@ -136,6 +136,22 @@ TEST_CASE("Activations match Korthikanti et al. for a GPT-style layer without dr
   w.parallel.tp = 2;
   w.parallel.up = 2;
   CHECK(activation_bytes_per_rank(w) == 67'239'936);
+
+  // Unfused attention (Megatron before FlashAttention) keeps Korthikanti's 5as/h term in place of the
+  // log-sum-exp: 5 a s^2 b / t = 5 x 16 x 2048^2 x 2 / 4 = 167,772,160 bytes per layer at tp 4
+  // (softmax and dropout outputs 2 B, mask 1 B per score), i.e. sbh x 5as/(ht) with s b h = 4,194,304
+  // and 5as/(ht) = 5 x 16 x 2048 / (1024 x 4) = 40.
+  w.parallel.tp = 4;
+  w.parallel.up = 1;
+  w.unfused_attention = true;
+  const Bytes layer = 33'554'432 + 167'772'160;
+  CHECK(activation_bytes_per_rank(w) == 2 * layer);
+  // Selective recomputation drops exactly that term; full keeps it for the one layer being rebuilt.
+  w.recompute = Recompute::selective;
+  CHECK(activation_bytes_per_rank(w) == 2 * 33'554'432);
+  w.recompute = Recompute::full;
+  // Layer inputs [4096 / 4, 1024] bf16 = 2,097,152 each.
+  CHECK(activation_bytes_per_rank(w) == 2 * 2'097'152 + layer);
 }
 
 TEST_CASE("Llama-3-70B, TP 8: ZeRO stages shard optimizer, gradients, parameters over DP", "[model][memory]") {

@@ -576,6 +576,10 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
     CHECK(topo::to_string(g.gradient_dtype()) == s);
   }
   CHECK(parse(with([](json& x) { x["training"]["dtype"] = "fp16"; })).gradient_dtype() == topo::Dtype::fp16);
+  // Attention: FlashAttention unless the run predates it.
+  CHECK(!d.unfused_attention);
+  CHECK(parse(with([](json& x) { x["training"]["attention"] = "unfused"; })).unfused_attention);
+  CHECK(!parse(with([](json& x) { x["training"]["attention"] = "flash"; })).unfused_attention);
 }
 
 TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key", "[model][workload][errors]") {
@@ -588,6 +592,8 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
   expect_error(with([](json& j) { j["training"]["optimizer"] = ""; }), "$.training.optimizer");
   expect_error(with([](json& j) { j["training"]["grad_reduce_dtype"] = "fp8"; }), "$.training.grad_reduce_dtype");
   expect_error(with([](json& j) { j["training"]["grad_reduce_dtype"] = 4; }), "$.training.grad_reduce_dtype");
+  expect_error(with([](json& j) { j["training"]["attention"] = "sdpa"; }), "$.training.attention");
+  expect_error(with([](json& j) { j["training"]["attention"] = false; }), "$.training.attention");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 0; }), "$.schedule.dp_bucket_bytes");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = -25000000; }), "$.schedule.dp_bucket_bytes");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 1.5; }), "$.schedule.dp_bucket_bytes");

@@ -82,6 +82,24 @@ TEST_CASE("writing and reading a task graph gives the same file", "[sched][dag_j
   CHECK(again.graph.size() == dag.graph.size());
 }
 
+TEST_CASE("an unfused attention kernel keeps its flag through a task-graph file", "[sched][dag_json]") {
+  const std::string text = with(R"("compute": {"gemm": {"m": 1024, "n": 1024, "k": 1024}},
+     "labels")",
+                                R"("compute": {"attention": {"heads": 4, "seq_q": 512, "head_dim": 64, "unfused": true}},
+     "labels")");
+  const DagFile dag = parse_dag(JsonDocument::parse(text, "g.json"), 8);
+  const auto& a = std::get<model::AttentionKernel>(std::get<ComputeTask>(dag.graph.task(0).kind).kernel);
+  CHECK(a.unfused);
+  const nlohmann::json once = dag_to_json(dag);
+  CHECK(once["tasks"][0]["compute"]["attention"]["unfused"] == true);
+  // Fused (the default) writes no key.
+  CHECK(!dag_to_json(parse_dag(JsonDocument::parse(kGood, "g.json"), 8))["tasks"][0]["compute"].contains("attention"));
+  CHECK(dag_to_json(parse_dag(JsonDocument::from_json(once, "again.json"), 8)) == once);
+  CHECK(dag_error(with(R"("gemm": {"m": 1024, "n": 1024, "k": 1024}},
+     "labels")", R"("attention": {"heads": 4, "seq_q": 512, "head_dim": 64, "unfused": 1}},
+     "labels")")).json_path() == "$.tasks[0].compute.attention.unfused");
+}
+
 TEST_CASE("bad task-graph files name the JSON path", "[sched][dag_json]") {
   struct Case {
     std::string text;
@@ -234,4 +252,39 @@ TEST_CASE("the DP baseline is the bucketed overlap users run; serial is the name
   const auto serial = regions_of(generate(w, "w", cluster, model::ScheduleKind::baseline, options));
   CHECK(serial.count("sync") == 1);
   CHECK(serial.count("bucket0") == 0);
+}
+
+TEST_CASE("training.attention unfused reaches every attention kernel generated, TPSP and Ulysses, and "
+          "selective recomputation",
+          "[sched][attention]") {
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  for (const char* name : {"llama-3-8b", "llama-3-8b-ulysses"}) {
+    model::Workload w = model::load_workload(name);
+    w.unfused_attention = true;
+    w.recompute = model::Recompute::selective;
+    w.sequence_length = 8192;
+    GenerateOptions o;
+    o.scope = Scope::layer;
+    for (model::ScheduleKind kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse}) {
+      const Schedule s = generate(w, name, c, kind, o);
+      std::size_t attention = 0, recomputed = 0;
+      for (TaskId id = 0; id < s.graph.size(); ++id) {
+        const auto* compute = std::get_if<ComputeTask>(&s.graph.task(id).kind);
+        if (compute == nullptr) continue;
+        if (const auto* a = std::get_if<model::AttentionKernel>(&compute->kernel)) {
+          INFO(s.graph.task(id).name);
+          CHECK(a->unfused);
+          ++attention;
+          if (compute->recompute) ++recomputed;
+        }
+      }
+      INFO(name << " " << model::to_string(kind));
+      const auto world = static_cast<std::size_t>(w.parallel.world());
+      CHECK(recomputed == world);  // selective: the attention core's forward again, once per rank
+      // Forward, its recomputation and backward on every rank of the layer; Ulysses CommFuse runs the
+      // forward per query chunk of its up ring (up 4: four kernels).
+      const bool chunked = w.parallel.up > 1 && kind == model::ScheduleKind::commfuse;
+      CHECK(attention == (chunked ? (2 + static_cast<std::size_t>(w.parallel.up)) * world : 3 * world));
+    }
+  }
 }

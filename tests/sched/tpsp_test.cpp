@@ -217,7 +217,7 @@ TEST_CASE("every generated graph passes validate() with unique names and tags", 
 TEST_CASE("GEMM shapes of Llama-3-70B at TP 8 count GQA and the gated MLP", "[sched][tpsp]") {
   // Llama-3-70B: h 8192, 64 query heads, 8 kv heads, head_dim 128, ffn 28672, SwiGLU.
   TpspRequest r;
-  r.shape = TpspShape{8, 1, 1, 8192, 1, 8192, 64, 8, 128, 28672, true, true, 80, topo::Dtype::bf16};
+  r.shape = TpspShape{8, 1, 1, 8192, 1, 8192, 64, 8, 128, 28672, true, true, 80, topo::Dtype::bf16, false};
   r.kind = ScheduleKind::baseline;
   r.options.backward = false;
   const auto g = generate_tpsp(r).graph;

@@ -167,7 +167,7 @@ TEST_CASE("free communication: a whole layer, forward and backward, takes its co
       for (bool qs : {false, true}) {
         if (qs && kind != ScheduleKind::commfuse) continue;
         TpspRequest r;
-        r.shape = TpspShape{t, 1, 1, 8 * t, 2, 32, 2 * t, t, 8, 16 * t, true, false, 1, topo::Dtype::bf16};
+        r.shape = TpspShape{t, 1, 1, 8 * t, 2, 32, 2 * t, t, 8, 16 * t, true, false, 1, topo::Dtype::bf16, false};
         r.kind = kind;
         r.schedule.slices = 4;
         r.schedule.query_split_attention = qs;
@@ -353,7 +353,7 @@ TEST_CASE("baseline backward as Megatron-LM runs it: the re-gather beside the dg
   const int t = 2;
   const topo::Cluster c = cluster(t, kCommBound);
   TpspRequest r;
-  r.shape = TpspShape{t, 1, 1, 8 * t, 2, 32, 2 * t, t, 8, 16 * t, true, false, 1, topo::Dtype::bf16};
+  r.shape = TpspShape{t, 1, 1, 8 * t, 2, 32, 2 * t, t, 8, 16 * t, true, false, 1, topo::Dtype::bf16, false};
   r.kind = ScheduleKind::baseline;
   const Schedule s = generate_tpsp(r);
   const Timed out = run(s, c, costs);

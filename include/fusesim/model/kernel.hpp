@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/units.hpp"
@@ -43,6 +44,9 @@ struct AttentionKernel {
   bool causal = true;
   std::int64_t q_offset = 0;    // position of the first query within the kv sequence (causal masking of a query chunk)
   Pass pass = Pass::forward;
+  // The attention core as Megatron-LM computed it before FlashAttention ($.training.attention
+  // "unfused"): the [seq_q, seq_kv] scores of every head go through HBM (unfused_attention_parts).
+  bool unfused = false;
 };
 
 // Memory-bound kernels: norms, activations, residual adds, the reduction add of a Fuse-RS step,
@@ -56,6 +60,21 @@ struct ElementwiseKernel {
 
 using Kernel = std::variant<GemmKernel, AttentionKernel, ElementwiseKernel>;
 std::string kernel_kind(const Kernel& k);  // "gemm", "attention", "elementwise"
+
+// The kernels an unfused attention runs, in order (Megatron-LM's CoreAttention before FlashAttention,
+// megatron/model/transformer.py of 2021-2022: baddbmm Q K^T into [b x heads, seq_q, seq_kv], the fused
+// scale-mask-softmax kernel, dropout on the probabilities, bmm with V). Every (query, key) pair is
+// computed, the causal mask applied after; key/value heads are expanded to the query heads. With E =
+// batch x heads x seq_q x seq_kv score elements of e bytes:
+//   forward   QK^T (batched GEMM), softmax (reads and writes E), dropout (reads E, writes E and a
+//             1-byte mask), PV (batched GEMM);
+//   backward  dV = P^T dO, dP = dO V^T, dropout backward (reads dP and the mask, writes E), softmax
+//             backward (reads P and dP, writes dS), dQ = dS K, dK = dS^T Q.
+std::vector<Kernel> unfused_attention_parts(const AttentionKernel& a, topo::Dtype dtype);
+// Useful FLOPs of an attention kernel, fused or not: 4 x batch x heads x head_dim per (query, key)
+// pair the mask leaves, x 2.5 for the backward (FlashAttention's count). The masked pairs an unfused
+// kernel computes anyway are not model FLOPs.
+Flops attention_flops(const AttentionKernel& a);
 
 // What a kernel may be: at most 1e21 FLOPs (a million seconds at 1 PFLOP/s, near the end of the
 // picosecond range of simulated time) and 2^50 elements in any operand, so that every count the
@@ -93,6 +112,11 @@ class KernelCostModel {
   virtual KernelCost cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const = 0;
   // Speed of a running kernel relative to running alone, in (0, 1]: 1 when `load` is empty.
   virtual double rate(const KernelCost& cost, const topo::DeviceModel& device, const DeviceLoad& load) const = 0;
+
+ protected:
+  // An unfused attention priced as its parts run one after the other (each by cost()): durations,
+  // compute, memory and launch times and HBM bytes add up; the FLOPs are attention_flops().
+  KernelCost unfused_attention_cost(const AttentionKernel& a, topo::Dtype dtype, const topo::DeviceModel& device) const;
 };
 
 // max(compute, memory) time with wave quantization on the SMs left to the kernel; HBM shared with

@@ -121,6 +121,9 @@ struct Workload {
   Recompute recompute = Recompute::none;  // $.training.recompute
   Optimizer optimizer = Optimizer::adam;   // $.training.optimizer
   std::optional<topo::Dtype> grad_reduce_dtype;  // $.training.grad_reduce_dtype; unset: the default above
+  // $.training.attention: "flash" (FlashAttention, the default) or "unfused" (Megatron-LM before
+  // FlashAttention: the scores through HBM, model::unfused_attention_parts).
+  bool unfused_attention = false;
 
   topo::Dtype gradient_dtype() const { return grad_reduce_dtype.value_or(default_grad_reduce_dtype(dtype)); }
 

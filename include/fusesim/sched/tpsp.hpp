@@ -33,6 +33,7 @@ struct TpspShape {
   bool causal = true;
   std::int64_t layers = 1;
   topo::Dtype dtype = topo::Dtype::bf16;
+  bool unfused_attention = false;   // $.training.attention "unfused" (model::AttentionKernel::unfused)
 
   std::int64_t rows() const { return seq * batch; }            // S: token rows of the full sequence
   std::int64_t chunk_rows() const { return rows() / tp; }       // n: rows of one sequence chunk
