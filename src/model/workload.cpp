@@ -237,6 +237,16 @@ Workload parse_workload(const JsonDocument& doc) {
   w.parallel.up = static_cast<int>(p.integer("up", 1, kMaxDegree));
   w.parallel.dp = static_cast<int>(p.integer("dp", 1, kMaxDegree));
   w.parallel.dp_sharding = parse_dp_sharding(p.choice_or("dp_sharding", kDpShardings, "ddp"));
+  if (p.has("overlap_param_gather")) {
+    const JsonValue v = p.at("overlap_param_gather");
+    w.parallel.overlap_param_gather = v.as_bool();
+    // Only ZeRO-1/2 gather the updated parameters after the optimizer: DDP holds them all, ZeRO-3
+    // gathers each layer before its use anyway.
+    if (w.parallel.overlap_param_gather && w.parallel.dp_sharding != DpSharding::zero1 &&
+        w.parallel.dp_sharding != DpSharding::zero2)
+      v.fail(fmt::format("overlap_param_gather needs dp_sharding zero1 or zero2 (the distributed optimizer), not {}",
+                         to_string(w.parallel.dp_sharding)));
+  }
   p.finish();
 
   const JsonObject s = root.object("schedule");

@@ -1194,11 +1194,18 @@ std::int64_t Builder::layer_params() const {
 // with the step's embedding and head (StepEmitter), ZeRO-3 parameter gathers prefetched one layer
 // ahead, recomputation before each layer's backward; then the DP sync, the optimizer and the
 // ZeRO-1/2 parameter gather. Layer and stack scopes: one micro-batch, the layers only.
+// With overlap_param_gather (ZeRO-1/2, Megatron-LM's --overlap-param-gather) the parameter gather
+// of the previous step's optimizer runs in this step's first forward instead, as ZeRO-3's does: the
+// embedding and LM head first (nothing to hide them behind), then each layer one layer ahead. The
+// simulated step is the steady-state period: its optimizer's gather belongs to the next step.
 void Builder::replica_step(std::int64_t layers, bool train) {
   const std::int64_t h = sh_.hidden;
   const bool step = req_.options.scope == Scope::step;
   const std::int64_t mbs = step ? std::max<std::int64_t>(1, req_.step.micro_batches) : 1;
   const bool zero3 = dp_ && req_.step.dp_sharding == model::DpSharding::zero3;
+  const bool overlap_gather = dp_ && step && req_.step.overlap_param_gather &&
+                              (req_.step.dp_sharding == model::DpSharding::zero1 ||
+                               req_.step.dp_sharding == model::DpSharding::zero2);
   std::unique_ptr<StepEmitter> extra;
   if (step)
     extra = std::make_unique<StepEmitter>(
@@ -1227,19 +1234,31 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     const int mbi = static_cast<int>(mb);
     std::vector<LayerData> saved(L);
     std::vector<PerRank> inputs(L);
+    Deps head_params;  // overlapped ZeRO-1/2 gather of the LM head's rows (first micro-batch)
     if (req_.options.forward) {
       OpCtx ctx{0, true, "", data_};
       PerRank x = alloc(ctx, "x", n(), h, [&](int ti) {
         return std::vector<Piece>{Piece{"x", Rect{global_row(ti), 0, n(), h}, 0, 0}};
       });
+      const bool gathers = zero3 || (overlap_gather && mb == 0);
+      // The embedding's or the LM head's rows (vocab / tp) of each TP rank, gathered once `issue` is done.
+      auto gather_table = [&](const std::string& name, const Deps& issue) {
+        Deps out(static_cast<std::size_t>(t_));
+        for (int ti = 0; ti < t_; ++ti)
+          out[ti] = {dp_->gather_layer(rank(ti), name, -1, (req_.step.vocab / t_) * h, issue[ti])};
+        return out;
+      };
+      if (overlap_gather && mb == 0) ready = merge(ready, gather_table("embedding", ready));
       if (extra) ready = extra->embedding_forward(mb_prefix_, mbi, ready);
       Deps next_params;
-      if (zero3) next_params = gather(0, true, ready);
+      if (gathers) next_params = gather(0, true, ready);
       for (std::int64_t l = 0; l < layers; ++l) {
         Deps lr = ready;
-        if (zero3) {
+        if (gathers) {
           lr = merge(lr, next_params);
           if (l + 1 < layers) next_params = gather(l + 1, true, ready);
+          // Overlapped ZeRO-1/2 gather: the LM head one layer ahead of its use too.
+          if (l + 1 == layers && overlap_gather && mb == 0 && extra) head_params = gather_table("lm_head", ready);
         }
         inputs[static_cast<std::size_t>(l)] = x;
         LayerOut out = forward_layer(static_cast<int>(l), x, lr);
@@ -1253,6 +1272,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
       }
     }
     if (req_.options.backward) {
+      if (!head_params.empty()) ready = merge(ready, head_params);
       if (extra) ready = extra->head(mb_prefix_, mbi, ready, dp_active_ ? dp_.get() : nullptr);
       OpCtx ctx{static_cast<int>(layers - 1), false, "", train && data_};
       PerRank dy = alloc(ctx, "y_grad", n(), h, [&](int ti) {
@@ -1312,7 +1332,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     elements[ti] = dp_ ? dp_->optimizer_elements(rank(ti))
                        : layers * layer_params() + 2 * (req_.step.vocab / t_) * h;  // layers, embedding, LM head
   const Deps opt = extra->optimizer(elements, synced);
-  if (dp_)
+  if (dp_ && !overlap_gather)
     for (int ti = 0; ti < t_; ++ti) dp_->gather_updated(rank(ti), opt[ti]);
 }
 
@@ -1496,7 +1516,8 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   r.dp_kind = par.empty() || par == "dp" ? kind : w.schedule.kind;
   r.schedule = w.schedule;
   r.options = options;
-  r.step = StepOptions{w.grad_accumulation, w.recompute, w.parallel.dp_sharding, a.vocab, w.gradient_dtype()};
+  r.step = StepOptions{w.grad_accumulation, w.recompute,      w.parallel.dp_sharding,
+                       a.vocab,             w.gradient_dtype(), w.parallel.overlap_param_gather};
   return r;
 }
 

@@ -580,6 +580,11 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
   CHECK(!d.unfused_attention);
   CHECK(parse(with([](json& x) { x["training"]["attention"] = "unfused"; })).unfused_attention);
   CHECK(!parse(with([](json& x) { x["training"]["attention"] = "flash"; })).unfused_attention);
+  CHECK(!d.parallel.overlap_param_gather);
+  CHECK(parse(with([](json& x) {
+          x["parallel"]["dp_sharding"] = "zero2";
+          x["parallel"]["overlap_param_gather"] = true;
+        })).parallel.overlap_param_gather);
 }
 
 TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key", "[model][workload][errors]") {
@@ -593,6 +598,19 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
   expect_error(with([](json& j) { j["training"]["grad_reduce_dtype"] = "fp8"; }), "$.training.grad_reduce_dtype");
   expect_error(with([](json& j) { j["training"]["grad_reduce_dtype"] = 4; }), "$.training.grad_reduce_dtype");
   expect_error(with([](json& j) { j["training"]["attention"] = "sdpa"; }), "$.training.attention");
+  // Megatron's --overlap-param-gather: only the distributed optimizer (ZeRO-1/2) gathers parameters
+  // after the optimizer.
+  expect_error(with([](json& j) { j["parallel"]["overlap_param_gather"] = true; }), "$.parallel.overlap_param_gather");
+  expect_error(with([](json& j) {
+                 j["parallel"]["dp_sharding"] = "zero3";
+                 j["parallel"]["overlap_param_gather"] = true;
+               }),
+               "$.parallel.overlap_param_gather");
+  expect_error(with([](json& j) {
+                 j["parallel"]["dp_sharding"] = "zero1";
+                 j["parallel"]["overlap_param_gather"] = "yes";
+               }),
+               "$.parallel.overlap_param_gather");
   expect_error(with([](json& j) { j["training"]["attention"] = false; }), "$.training.attention");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 0; }), "$.schedule.dp_bucket_bytes");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = -25000000; }), "$.schedule.dp_bucket_bytes");

@@ -105,6 +105,10 @@ struct Parallelism {
   int up = 1;  // Ulysses sequence parallel degree
   int dp = 1;  // data parallel degree
   DpSharding dp_sharding = DpSharding::ddp;  // $.parallel.dp_sharding
+  // ZeRO-1/2: the updated parameters' all-gather overlapped with the next step's forward, layer by
+  // layer, as Megatron-LM's --overlap-param-gather does ($.parallel.overlap_param_gather); otherwise
+  // it runs after the optimizer, exposed.
+  bool overlap_param_gather = false;
   int world() const { return tp * up * dp; }
 };
 

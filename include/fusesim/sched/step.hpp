@@ -27,6 +27,9 @@ struct StepOptions {
   // What DP reduces gradients in (Workload::gradient_dtype()); unset: model::default_grad_reduce_dtype
   // of the compute type. The optimizer reads gradients of this type.
   std::optional<topo::Dtype> grad_dtype;
+  // ZeRO-1/2 (Scope::step): the parameter all-gather of each layer in the first micro-batch's forward,
+  // one layer ahead, instead of after the optimizer (Parallelism::overlap_param_gather).
+  bool overlap_param_gather = false;
 };
 
 // Adam with fp32 master weights and moments: per parameter it reads and writes the master weight and
