@@ -15,6 +15,7 @@
 #include <ostream>
 #include <set>
 
+#include "fusesim/analysis/rank_correlation.hpp"
 #include "fusesim/analysis/table.hpp"
 #include "fusesim/cli/commands.hpp"
 #include "fusesim/cli/input_readers.hpp"
@@ -190,7 +191,7 @@ sched::TaskGraph collective_graph(const Case& c, int num_ranks) {
 // The prediction of one case with a cost model (and its cluster, already calibrated when a profile
 // is in use). nullopt: the case names nothing the model can run (end-to-end without a workload).
 std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const model::KernelCostModel& costs,
-                              const model::PricingChoice& pricing) {
+                              const model::PricingChoice& pricing, double* mfu = nullptr) {
   const topo::DeviceModel& device = cluster.device(0);
   if (c.category == "gemm") {
     const model::KernelCost k = costs.cost(c.gemm, c.dtype, device);
@@ -233,6 +234,7 @@ std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const
   req.engine = c.engines;
   const SimulateReport rep = simulate(req);
   const analysis::StepMetrics& m = rep.runs.front().metrics;
+  if (mfu != nullptr) *mfu = m.mfu;
   return c.metric == "mfu" ? m.mfu : m.tokens_per_s_per_gpu;
 }
 
@@ -243,7 +245,40 @@ struct Row {
   std::optional<double> calibrated;
   bool fitted = false;  // the case was one the profile was built from
   std::string status;   // ok, partial (needs ...), not modelled
+  // End-to-end cases: the predicted MFU of each model (fusesim's FLOP count over the predicted step).
+  std::optional<double> roofline_mfu, calibrated_mfu;
+  // The measured run's MFU by the same FLOP count: the case's own when its metric is MFU, else the
+  // predicted MFU scaled by measured / predicted throughput (the step's FLOPs are the same).
+  std::optional<double> measured_mfu() const {
+    const std::optional<double>& mfu = calibrated_mfu ? calibrated_mfu : roofline_mfu;
+    const std::optional<double>& value = calibrated_mfu ? calibrated : roofline;
+    if (!mfu || !value || *value <= 0.0) return std::nullopt;
+    return c->metric == "mfu" ? c->measured : *mfu * c->measured / *value;
+  }
 };
+
+// Spearman's rank correlation of measured and predicted MFU over the end-to-end cases with status ok
+// (issue 12: does the model order the runs as they measured?), for the roofline and the profiles.
+struct MfuRanking {
+  std::optional<double> roofline, profile;
+  int cases = 0;
+};
+MfuRanking rank_mfu(const std::vector<Row>& rows) {
+  std::vector<double> measured, roofline, profile;
+  bool all_calibrated = true;
+  for (const Row& r : rows) {
+    if (r.c->category != "end_to_end" || r.status != "ok" || !r.roofline_mfu || !r.measured_mfu()) continue;
+    measured.push_back(*r.measured_mfu());
+    roofline.push_back(*r.roofline_mfu);
+    if (r.calibrated_mfu) profile.push_back(*r.calibrated_mfu);
+    all_calibrated = all_calibrated && r.calibrated_mfu.has_value();
+  }
+  MfuRanking m;
+  m.cases = static_cast<int>(measured.size());
+  m.roofline = analysis::spearman(measured, roofline);
+  if (all_calibrated && !profile.empty()) m.profile = analysis::spearman(measured, profile);
+  return m;
+}
 
 double error_pct(double predicted, double measured) { return (predicted - measured) / measured * 100.0; }
 
@@ -305,7 +340,9 @@ class ValidateCommand final : public Command {
         }
       }
       const topo::Cluster& cluster = it->second;
-      row.roofline = predict(c, cluster, roofline, model::PricingChoice{model::PricingMode::roofline, ""});
+      double mfu = 0.0;
+      row.roofline = predict(c, cluster, roofline, model::PricingChoice{model::PricingMode::roofline, ""}, &mfu);
+      if (row.roofline && c.category == "end_to_end") row.roofline_mfu = mfu;
       for (const model::Profile& p : profiles) {
         try {
           model::check_profile_device(p, cluster.device(0));
@@ -323,7 +360,9 @@ class ValidateCommand final : public Command {
             c, calibrated, costs,
             profiles_.empty()
                 ? model::PricingChoice{}
-                : model::PricingChoice{model::PricingMode::profile, names[static_cast<std::size_t>(&p - profiles.data())]});
+                : model::PricingChoice{model::PricingMode::profile, names[static_cast<std::size_t>(&p - profiles.data())]},
+            &mfu);
+        if (row.calibrated && c.category == "end_to_end") row.calibrated_mfu = mfu;
         row.fitted = std::find(p.fitted_on.begin(), p.fitted_on.end(), c.id) != p.fitted_on.end();
         break;
       }
@@ -498,6 +537,12 @@ class ValidateCommand final : public Command {
             r.calibrated ? nlohmann::json(error_pct(*r.calibrated, r.c->measured)) : nlohmann::json(nullptr);
         j["fitted_on"] = r.fitted;
       }
+      if (r.roofline_mfu) {
+        j["roofline_mfu"] = *r.roofline_mfu;
+        j["calibrated_mfu"] = r.calibrated_mfu ? nlohmann::json(*r.calibrated_mfu) : nlohmann::json(nullptr);
+        const auto measured = r.measured_mfu();
+        j["measured_mfu"] = measured ? nlohmann::json(*measured) : nlohmann::json(nullptr);
+      }
       arr.push_back(std::move(j));
     }
     doc["cases"] = std::move(arr);
@@ -509,7 +554,33 @@ class ValidateCommand final : public Command {
                    {"profile_held_out", s.held_out.json()},
                    {"cases", s.roofline.n}};
     doc["mape_pct"] = std::move(mape);
+    const MfuRanking rank = rank_mfu(rows);
+    if (rank.cases > 0) {
+      const auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+      doc["end_to_end_mfu_spearman"] = {{"roofline", opt(rank.roofline)}, {"profile", opt(rank.profile)},
+                                        {"cases", rank.cases}};
+    }
     return doc;
+  }
+
+  // The MFU of each end-to-end case, measured and predicted, and Spearman's rho over them.
+  static std::string mfu_ranking_text(const std::vector<Row>& rows) {
+    const MfuRanking rank = rank_mfu(rows);
+    if (rank.cases == 0) return "";
+    analysis::Table t({{"end-to-end case", analysis::Align::left},
+                       {"measured MFU", analysis::Align::right},
+                       {"roofline", analysis::Align::right},
+                       {"profile", analysis::Align::right}});
+    const auto pct = [](const std::optional<double>& v) { return v ? fmt::format("{:.1f}%", *v * 100.0) : "-"; };
+    for (const Row& r : rows)
+      if (r.c->category == "end_to_end" && r.status == "ok" && r.roofline_mfu && r.measured_mfu())
+        t.add_row({r.c->id, pct(r.measured_mfu()), pct(r.roofline_mfu), pct(r.calibrated_mfu)});
+    const auto rho = [](const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v) : "-"; };
+    return fmt::format(
+        "\nMFU of the end-to-end cases (fusesim's FLOP count; measured = predicted MFU x measured / predicted "
+        "throughput unless the case gives MFU):\n{}Spearman rank correlation, measured vs predicted, over {} "
+        "cases: roofline {}, profile {}\n",
+        t.render(), rank.cases, rho(rank.roofline), rho(rank.profile));
   }
 
   static std::string to_table(const std::vector<Row>& rows, const std::string& label) {
@@ -543,7 +614,7 @@ class ValidateCommand final : public Command {
     return fmt::format("validation cases: {}\n\n", label) + t.render() +
            (needs.empty() ? ""
                           : "\nfeatures the model lacks (partial cases are kept out of the overall MAPE):\n" + needs) +
-           "\nmean absolute percentage error (cases):\n" + s.render();
+           "\nmean absolute percentage error (cases):\n" + s.render() + mfu_ranking_text(rows);
   }
 
   std::string cases_ = "published";

@@ -2,8 +2,10 @@
 // case file, `simulate --profile`, and the application of fitted link parameters to a cluster checked
 // against the simulator.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "fusesim/analysis/rank_correlation.hpp"
 #include "fusesim/model/profile.hpp"
 #include "fusesim/sched/dag.hpp"
 #include "fusesim/sim/engine.hpp"
@@ -171,4 +173,43 @@ TEST_CASE("every shipped end-to-end case names a workload that fits its cluster,
     ++checked;
   }
   CHECK(checked >= 20);
+}
+
+TEST_CASE("fusesim validate: the MFU of end-to-end cases, measured by fusesim's FLOP count, and their rank "
+          "correlation",
+          "[cli][validate]") {
+  ScratchDir dir;
+  const auto r = run_fusesim({"validate", "--cases", source_path("tests/data/validation/e2e-rank.json"), "--format",
+                              "json"},
+                             dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  REQUIRE(doc["cases"].size() == 3u);
+  std::vector<double> measured, predicted;
+  for (const json& c : doc["cases"]) {
+    INFO(c["id"].get<std::string>());
+    const double value = c["calibrated"].get<double>();
+    const double mfu = c["calibrated_mfu"].get<double>();
+    // A step's FLOPs do not depend on its time: the measured run's MFU is the predicted one scaled by
+    // measured / predicted throughput; a case measured in MFU keeps its own.
+    if (c["unit"] == "MFU") {
+      CHECK(c["measured_mfu"].get<double>() == 0.2);
+      CHECK(value == Approx(mfu));
+    } else {
+      CHECK(c["measured_mfu"].get<double>() == Approx(mfu * c["measured"].get<double>() / value).epsilon(1e-12));
+    }
+    measured.push_back(c["measured_mfu"].get<double>());
+    predicted.push_back(mfu);
+  }
+  const json& rank = doc["end_to_end_mfu_spearman"];
+  CHECK(rank["cases"].get<int>() == 3);
+  const auto rho = fusesim::analysis::spearman(measured, predicted);
+  REQUIRE(rho.has_value());
+  CHECK(rank["profile"].get<double>() == Approx(*rho).epsilon(1e-12));
+  // The table prints the same.
+  const auto t = run_fusesim({"validate", "--cases", source_path("tests/data/validation/e2e-rank.json")}, dir);
+  REQUIRE(t.exit_code == 0);
+  CHECK(t.out.find(fmt::format("over 3 cases: roofline {:.2f}, profile {:.2f}",
+                               rank["roofline"].get<double>(), *rho)) != std::string::npos);
 }
