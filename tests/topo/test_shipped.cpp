@@ -49,6 +49,9 @@ const std::vector<Expected> kShipped = {
     {"dgx-b200-4node", 4, 8, "b200-sxm", 2250e12, 148, false},
     // Selene-like (the SC21 and Korthikanti et al. runs of docs/validation.md): 32 DGX A100 nodes.
     {"dgx-a100-32node", 32, 8, "a100-sxm-80gb", 312e12, 108, false},
+    // Device variants of published runs (issue 12): the H800 (NVLink cut to 400 GB/s), the A100 40 GB.
+    {"dgx-h800", 1, 8, "h800-sxm", 989e12, 132, false},
+    {"dgx-a100-40gb", 1, 8, "a100-sxm-40gb", 312e12, 108, false},
 };
 
 std::string shipped_path(const std::string& name) {
@@ -58,7 +61,7 @@ std::string shipped_path(const std::string& name) {
 }  // namespace
 
 TEST_CASE("every shipped topology is embedded and listed by the test") {
-  // Nine files; a new one must be added to kShipped so that it is checked too.
+  // Eleven files; a new one must be added to kShipped so that it is checked too.
   const auto files = embedded_files("topologies");
   std::vector<std::string> expected;
   for (const auto& e : kShipped) expected.push_back(std::string("topologies/") + e.name + ".json");
@@ -320,4 +323,19 @@ TEST_CASE("an unknown topology name is an InputError naming it") {
     CHECK(e.file() == "no-such-cluster");
     CHECK(e.json_path() == "$");
   }
+}
+
+TEST_CASE("dgx-h800: an H100 SXM5 node with NVLink cut to 400 GB/s per GPU; dgx-a100-40gb: half the memory") {
+  const Cluster h800 = load_cluster_by_name_or_path("dgx-h800");
+  const Cluster h100 = load_cluster_by_name_or_path("dgx-h100");
+  // 400 GB/s per GPU over both directions is 200 GB/s each way, against the H100's 450: the first link
+  // of the route between two GPUs (GPU -> NVSwitch).
+  const Route r800 = h800.route(0, 1), r100 = h100.route(0, 1);
+  CHECK(h800.links.at(static_cast<std::size_t>(r800.links[0])).line_rate_bytes_per_s == 200e9);
+  CHECK(h100.links.at(static_cast<std::size_t>(r100.links[0])).line_rate_bytes_per_s == 450e9);
+  CHECK(h800.device(0).hbm_bandwidth_bytes_per_s.value == h100.device(0).hbm_bandwidth_bytes_per_s.value);
+  CHECK(h800.device(0).peak_flops_per_s.at(Dtype::bf16).value == 989e12);
+  const Cluster a40 = load_cluster_by_name_or_path("dgx-a100-40gb");
+  CHECK(a40.device(0).hbm_bytes.value == 40e9);
+  CHECK(a40.device(0).hbm_bandwidth_bytes_per_s.value == 1.555e12);
 }
