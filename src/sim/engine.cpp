@@ -259,7 +259,7 @@ class Run final : public sched::TaskVisitor {
         costs_(costs),
         graph_(graph),
         observer_(observer),
-        network_(link_capacities(cluster)) {}
+        network_(link_capacities(cluster, graph.num_ranks())) {}
 
   SimResult execute(RunProfile& profile);
 
@@ -267,12 +267,42 @@ class Run final : public sched::TaskVisitor {
   void visit(TaskId id, const sched::Task& t) override;
 
  private:
-  static std::vector<BytesPerSecond> link_capacities(const topo::Cluster& cluster) {
+  // The cluster's links, then one HBM port per rank of the graph (link id cluster.links.size() +
+  // rank): what the rank's HBM leaves to transfers beside its kernels (update_hbm_port()).
+  static std::vector<BytesPerSecond> link_capacities(const topo::Cluster& cluster, int ranks) {
     std::vector<BytesPerSecond> caps;
-    caps.reserve(cluster.links.size());
+    caps.reserve(cluster.links.size() + static_cast<std::size_t>(std::max(0, ranks)));
     for (const auto& l : cluster.links) caps.push_back(l.bandwidth_bytes_per_s);
+    for (int r = 0; r < ranks && r < cluster.num_ranks(); ++r) caps.push_back(hbm_port_capacity(cluster.device(r), 0.0));
     return caps;
   }
+  // HBM a rank's transfers may use, in flow bytes/s, while its kernels alone would stream
+  // `kernel_demand` bytes/s: the kernels and the transfers share HBM max-min fairly as two users, so
+  // the transfers get what the kernels leave and never less than half (a memory-bound kernel cannot
+  // starve communication, nor the reverse: the kernel side sees the transfers' actual traffic in
+  // KernelCostModel::rate). A transfer of payload rate p moves p x comm_hbm_traffic_factor bytes of
+  // this HBM; the flow's protocol efficiency is left out (it is at most 1, so this errs towards
+  // letting the transfer through).
+  static BytesPerSecond hbm_port_capacity(const topo::DeviceModel& d, double kernel_demand) {
+    const double factor = d.contention.comm_hbm_traffic_factor.value;
+    const double hbm = d.hbm_bandwidth_bytes_per_s.value * d.efficiency.hbm.value;
+    if (!(factor > 0.0) || !(hbm > 0.0) || !std::isfinite(hbm)) return 0.0;  // no port: not on any route
+    return std::max(hbm - kernel_demand, hbm / 2.0) / factor;
+  }
+  topo::LinkId hbm_port(int rank) const {
+    return static_cast<topo::LinkId>(cluster_.links.size()) + static_cast<topo::LinkId>(rank);
+  }
+  void update_hbm_port(int rank);
+  // Whether the rank's HBM port can ever limit its transfers: only when its links, in and out
+  // together, can carry more than the half of HBM the port always leaves them. On the shipped
+  // devices they cannot (an H100's 450 + 450 GB/s of NVLink and 2 x 50 GB/s of NIC against half of
+  // 2.85 TB/s), so their routes carry no port: the flows of different ranks keep sharing no link
+  // and the network's components stay small (a ring's hops are solved one by one).
+  bool port_binds(int rank) const {
+    return rank >= 0 && static_cast<std::size_t>(rank) < port_binds_.size() && port_binds_[static_cast<std::size_t>(rank)];
+  }
+  void find_binding_ports();
+  std::vector<char> port_binds_;  // per rank of the graph (find_binding_ports)
 
   void prepare_ranks();
   void prepare();
@@ -351,6 +381,7 @@ class Run final : public sched::TaskVisitor {
 
   EventQueue queue_;
   FlowNetwork network_;
+  std::vector<topo::LinkId> route_scratch_;  // prepare_routes(): a route with its HBM ports
   TimePs now_ = 0;
   SimResult result_;
 
@@ -559,6 +590,7 @@ void Run::prepare() {
   for (const CollectiveRun& c : collectives_)
     if (c.members.size() > 1 && c.spec->engine == model::CommEngine::copy_engine)
       for (std::size_t m = 0; m < c.members.size(); ++m) no_engines(c.ranks[m], c.members[m]);
+  find_binding_ports();
   prepare_routes();
   // Routes looked up once here rather than per transfer in the loop.
   std::uint64_t last_key = ~std::uint64_t{0};
@@ -605,7 +637,8 @@ void Run::choose_protocols() {
     const RouteId route = c.ring_route.front();
     double bandwidth = std::numeric_limits<double>::infinity();
     for (topo::LinkId l : network_.route_links(route))
-      bandwidth = std::min(bandwidth, cluster_.links[l].bandwidth_bytes_per_s);
+      if (static_cast<std::size_t>(l) < cluster_.links.size())  // the HBM ports are not wires
+        bandwidth = std::min(bandwidth, cluster_.links[l].bandwidth_bytes_per_s);
     if (!std::isfinite(bandwidth) || bandwidth <= 0.0) continue;
     bool one_node = true;
     for (int r : c.ranks) one_node = one_node && cluster_.node_of(r) == cluster_.node_of(c.ranks.front());
@@ -701,7 +734,11 @@ void Run::prepare_routes() {
         throw GraphError(fmt::format("cluster '{}' has no route from rank {} to rank {}", cluster_.name, src, dst));
       const topo::Route mirrored = load_rank(dst) != dst ? proxy_route(src, dst, *route) : topo::Route{};
       if (!mirrored.links.empty()) route = &mirrored;
-      const RouteId id = network_.add_route(route->links);
+      // The transfer also streams through the HBM of both ends (a port per rank, see link_capacities).
+      route_scratch_.assign(route->links.begin(), route->links.end());
+      for (int end : {load_rank(src), load_rank(dst)})
+        if (port_binds(end)) route_scratch_.push_back(hbm_port(end));
+      const RouteId id = network_.add_route(route_scratch_);
       route_latency_ps_.push_back(route->latency_ps);
       routes_.emplace(pairs[i], id);
     }
@@ -867,6 +904,7 @@ void Run::start_compute(TaskId id) {
   // Its rate (and the even split with kernels already running here) is set by settle().
   ranks_[rank].running.push_back(slot);
   mark_compute(rank);
+  update_hbm_port(rank);
 }
 
 void Run::on_compute_end(std::uint32_t slot) {
@@ -877,6 +915,7 @@ void Run::on_compute_end(std::uint32_t slot) {
   running.erase(std::find(running.begin(), running.end(), slot));
   free_compute_.push_back(slot);
   mark_compute(rank);
+  update_hbm_port(rank);
   end_task(id);
 }
 
@@ -1140,6 +1179,34 @@ void Run::settle() {
     rerate(r);
   }
   dirty_compute_.clear();
+}
+
+// The kernels running on `rank` changed: what they would stream from HBM alone (each its bytes over
+// its contention-free duration) sets the rank's HBM port for transfers. Only the kernel set counts,
+// not their current rates, so that kernels and transfers cannot chase each other's rates.
+void Run::find_binding_ports() {
+  const std::size_t ranks = static_cast<std::size_t>(std::max(0, std::min(graph_.num_ranks(), cluster_.num_ranks())));
+  port_binds_.assign(ranks, 0);
+  std::vector<double> through(cluster_.vertices.size(), 0.0);  // link capacity in and out of each vertex
+  for (const topo::Link& l : cluster_.links) {
+    through[static_cast<std::size_t>(l.from)] += l.bandwidth_bytes_per_s;
+    through[static_cast<std::size_t>(l.to)] += l.bandwidth_bytes_per_s;
+  }
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const double floor = hbm_port_capacity(cluster_.device(static_cast<int>(r)), std::numeric_limits<double>::infinity());
+    port_binds_[r] = floor > 0.0 && through[static_cast<std::size_t>(cluster_.rank_vertex[r])] > floor;
+  }
+}
+
+void Run::update_hbm_port(int rank) {
+  if (!port_binds(rank)) return;  // on no route
+  double demand = 0.0;
+  for (std::uint32_t slot : ranks_[rank].running) {
+    const model::KernelCost& c = *compute_[slot].cost;
+    const double alone_s = std::max(c.compute_s, c.memory_s);
+    if (alone_s > 0.0) demand += c.hbm_bytes / alone_s;
+  }
+  network_.set_capacity(hbm_port(rank), hbm_port_capacity(*ranks_[rank].device, demand));
 }
 
 // Kernels running together on one rank share its two resources, the SMs' math and HBM, by what each

@@ -27,6 +27,16 @@ RouteId FlowNetwork::add_route(std::span<const topo::LinkId> links) {
   return static_cast<RouteId>(route_offset_.size() - 2);
 }
 
+void FlowNetwork::set_capacity(topo::LinkId link, BytesPerSecond capacity_bytes_per_s) {
+  if (link < 0 || static_cast<std::size_t>(link) >= capacity_.size())
+    throw std::invalid_argument("set_capacity: link " + std::to_string(link) + " does not exist");
+  if (!(capacity_bytes_per_s >= 0.0) || !std::isfinite(capacity_bytes_per_s))
+    throw std::invalid_argument("set_capacity: link " + std::to_string(link) + " given an invalid capacity");
+  if (capacity_[static_cast<std::size_t>(link)] == capacity_bytes_per_s) return;
+  capacity_[static_cast<std::size_t>(link)] = capacity_bytes_per_s;
+  if (!link_flows_[static_cast<std::size_t>(link)].empty()) dirty_links_.push_back(link);
+}
+
 FlowId FlowNetwork::create(RouteId route, double bytes) {
   if (route + 1 >= route_offset_.size()) throw std::invalid_argument("unknown route");
   if (!(bytes > 0.0) || !std::isfinite(bytes)) throw std::invalid_argument("a flow needs a positive size");

@@ -133,6 +133,65 @@ TEST_CASE("a copy-engine transfer holds no SMs but its HBM traffic slows compute
   REQUIRE(res.tasks[k].end_ps == 10'400'000);
 }
 
+namespace {
+// TestCostModel's kernels, memory-bound: a kernel of W flops streams HBM at the test device's full
+// 1e12 B/s for its W ps (hbm_bytes = 1e12 B/s x W ps), so it alone would take all of HBM.
+class MemoryBoundCostModel final : public fusesim::model::KernelCostModel {
+ public:
+  fusesim::model::KernelCost cost(const fusesim::model::Kernel& k, fusesim::topo::Dtype d,
+                                  const fusesim::topo::DeviceModel& device) const override {
+    fusesim::model::KernelCost c = base_.cost(k, d, device);
+    c.memory_s = fusesim::ps_to_seconds(c.duration_ps);
+    c.hbm_bytes = kHbmBytesPerS * c.memory_s;
+    return c;
+  }
+  double rate(const fusesim::model::KernelCost& c, const fusesim::topo::DeviceModel& device,
+              const fusesim::model::DeviceLoad& load) const override {
+    return base_.rate(c, device, load);
+  }
+
+ private:
+  TestCostModel base_;
+};
+}  // namespace
+
+TEST_CASE("a memory-bound kernel and a transfer share the rank's HBM max-min: each gets half", "[sim][contention]") {
+  // HBM traffic factor 1, links of 1e12 B/s: a copy-engine transfer 0 -> 1 of 4e6 B from 0 (latency
+  // 2 x 5e5 + 2e6 = 3e6 ps) could drain at the link's 1e12 B/s, and kernel k on rank 0 (20e6 ps of
+  // work) wants all of rank 0's 1e12 B/s of HBM. As two users of that HBM they get half each: the
+  // transfer's HBM port on rank 0 is max(1e12 - 1e12, 1e12 / 2) = 5e11 B/s, so it drains 4e6 B at
+  // 0.5 B/ps in 8e6 ps (3e6 .. 11e6); the kernel sees 5e11 B/s of transfer traffic, rate
+  // 1 - 5e11 / 1e12 = 0.5: 0-3e6 at 1 (3e6 done), 3e6-11e6 at 0.5 (4e6), the last 13e6 at 1 -> ends 24e6.
+  // (Before the port, the transfer took the whole HBM for 3e6 .. 7e6 and the kernel stood still.)
+  const auto cluster = star(2, 1e12, 500'000, /*hbm_traffic_factor=*/1.0);
+  MemoryBoundCostModel costs;
+  TaskGraph g(2);
+  const auto k = g.add(compute("k", 0, 20'000'000));
+  g.add(send("s", 0, 1, 4'000'000, 1));
+  const auto r = g.add(recv("r", 1, 0, 4'000'000, 1));
+  const auto res = Simulator(cluster, costs).run(g);
+  CHECK(res.tasks[r].end_ps == 11'000'000);
+  CHECK(res.tasks[k].end_ps == 24'000'000);
+
+  // With the kernel on the receiver instead, the receiving end's port binds the same way.
+  TaskGraph h(2);
+  const auto k1 = h.add(compute("k", 1, 20'000'000));
+  h.add(send("s", 0, 1, 4'000'000, 1));
+  const auto r1 = h.add(recv("r", 1, 0, 4'000'000, 1));
+  const auto res1 = Simulator(cluster, costs).run(h);
+  CHECK(res1.tasks[r1].end_ps == 11'000'000);
+  CHECK(res1.tasks[k1].end_ps == 24'000'000);
+
+  // A compute-bound kernel (TestCostModel: no HBM bytes) leaves the transfer the link's full rate:
+  // 4e6 B at 1 B/ps, 3e6 .. 7e6.
+  TestCostModel compute_bound;
+  TaskGraph u(2);
+  u.add(compute("k", 0, 20'000'000));
+  u.add(send("s", 0, 1, 4'000'000, 1));
+  const auto r2 = u.add(recv("r", 1, 0, 4'000'000, 1));
+  CHECK(Simulator(cluster, compute_bound).run(u).tasks[r2].end_ps == 7'000'000);
+}
+
 TEST_CASE("collective members hold SMs from the collective's start to their own end", "[sim][contention]") {
   // t=2 all-gather of 8e6 B with sms 50: runs 0 .. 47,000,000 (see engine_collective_test.cpp), holding
   // 50 SMs on both ranks. Kernel k on rank 1 (30e6 work) from 0 at rate 0.5: after 47e6 it has done

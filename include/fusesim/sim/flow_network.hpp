@@ -58,6 +58,10 @@ class FlowNetwork {
     return {route_links_.data() + route_offset_[route], route_offset_[route + 1] - route_offset_[route]};
   }
 
+  // Changes a link's capacity (finite, >= 0); the flows on it are re-solved at the next settle().
+  void set_capacity(topo::LinkId link, BytesPerSecond capacity_bytes_per_s);
+  BytesPerSecond capacity(topo::LinkId link) const { return capacity_[static_cast<std::size_t>(link)]; }
+
   // A new flow of `bytes` (> 0) in the latency phase.
   FlowId create(RouteId route, double bytes);
   // End of the latency phase: the flow takes its share of its links from the next settle().
