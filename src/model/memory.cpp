@@ -158,11 +158,13 @@ Bytes activation_bytes_per_rank(const Workload& w) {
       // FlashAttention nothing of that size is ever stored, so it saves nothing there.
       return add(mul(w.arch.layers, layer - attention_score_bytes(w)), head);
     case Recompute::full: {
-      // Each layer keeps only its input, [s/(tp up), h]; the backward rebuilds one layer at a time.
+      // A recomputed layer keeps only its input, [s/(tp up), h]; the backward rebuilds one layer at a
+      // time. With recompute_every k only every k-th layer is recomputed; the others keep everything.
       const Bytes input =
           mul(ceil_div(w.tokens_per_microbatch(), std::int64_t{w.parallel.tp} * w.parallel.up), w.arch.hidden,
               storage_bytes(w.dtype));
-      return add(mul(w.arch.layers, input), layer, head);
+      const std::int64_t recomputed = w.arch.layers / std::max<std::int64_t>(1, w.recompute_every);
+      return add(mul(recomputed, input), mul(w.arch.layers - recomputed, layer), recomputed > 0 ? layer : 0, head);
     }
   }
   return 0;

@@ -224,6 +224,12 @@ Workload parse_workload(const JsonDocument& doc) {
   w.grad_accumulation = t.integer_or("grad_accumulation", 1, kMaxGradAccumulation, 1);
   w.dtype = topo::parse_dtype(t.at("dtype"));
   w.recompute = parse_recompute(t.choice_or("recompute", kRecomputes, "none"));
+  if (t.has("recompute_every")) {
+    const JsonValue v = t.at("recompute_every");
+    w.recompute_every = v.as_integer(1, 1000);
+    if (w.recompute != Recompute::full)
+      v.fail("recompute_every needs training.recompute \"full\" (it picks which layers are recomputed fully)");
+  }
   w.optimizer = t.choice_or("optimizer", kOptimizers, "adam") == "sgd" ? Optimizer::sgd : Optimizer::adam;
   w.unfused_attention = t.choice_or("attention", {"flash", "unfused"}, "flash") == "unfused";
   if (t.has("grad_reduce_dtype")) {

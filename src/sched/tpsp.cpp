@@ -1286,7 +1286,8 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           lr = merge(lr, next_params);
           if (l > 0) next_params = gather(l - 1, false, ready);
         }
-        if (req_.step.recompute == model::Recompute::full && req_.options.forward) {
+        if (req_.step.recompute == model::Recompute::full && req_.options.forward &&
+            (l + 1) % std::max<std::int64_t>(1, req_.step.recompute_every) == 0) {
           // The layer's forward again, TP communication included, timing only.
           const bool data = data_;
           data_ = false;
@@ -1516,8 +1517,8 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   r.dp_kind = par.empty() || par == "dp" ? kind : w.schedule.kind;
   r.schedule = w.schedule;
   r.options = options;
-  r.step = StepOptions{w.grad_accumulation, w.recompute,      w.parallel.dp_sharding,
-                       a.vocab,             w.gradient_dtype(), w.parallel.overlap_param_gather};
+  r.step = StepOptions{w.grad_accumulation, w.recompute,      w.parallel.dp_sharding,          a.vocab,
+                       w.gradient_dtype(),  w.parallel.overlap_param_gather, w.recompute_every};
   return r;
 }
 

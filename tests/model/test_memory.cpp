@@ -152,6 +152,10 @@ TEST_CASE("Activations match Korthikanti et al. for a GPT-style layer without dr
   w.recompute = Recompute::full;
   // Layer inputs [4096 / 4, 1024] bf16 = 2,097,152 each.
   CHECK(activation_bytes_per_rank(w) == 2 * 2'097'152 + layer);
+  // Every second layer recomputed (recompute_every 2): layer 0 keeps everything, layer 1 its input,
+  // plus the one layer rebuilt in the backward.
+  w.recompute_every = 2;
+  CHECK(activation_bytes_per_rank(w) == layer + 2'097'152 + layer);
 }
 
 TEST_CASE("Llama-3-70B, TP 8: ZeRO stages shard optimizer, gradients, parameters over DP", "[model][memory]") {

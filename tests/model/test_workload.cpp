@@ -581,6 +581,15 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
   CHECK(parse(with([](json& x) { x["training"]["attention"] = "unfused"; })).unfused_attention);
   CHECK(!parse(with([](json& x) { x["training"]["attention"] = "flash"; })).unfused_attention);
   CHECK(!d.parallel.overlap_param_gather);
+  CHECK(d.recompute_every == 1);
+  const Workload alt = parse(with([](json& x) {
+    x["training"]["recompute"] = "full";
+    x["training"]["recompute_every"] = 2;
+  }));
+  CHECK(alt.recompute_every == 2);
+  CHECK(!alt.recomputes_layer(0));
+  CHECK(alt.recomputes_layer(1));
+  CHECK(!alt.recomputes_layer(2));
   CHECK(parse(with([](json& x) {
           x["parallel"]["dp_sharding"] = "zero2";
           x["parallel"]["overlap_param_gather"] = true;
@@ -601,6 +610,12 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
   // Megatron's --overlap-param-gather: only the distributed optimizer (ZeRO-1/2) gathers parameters
   // after the optimizer.
   expect_error(with([](json& j) { j["parallel"]["overlap_param_gather"] = true; }), "$.parallel.overlap_param_gather");
+  expect_error(with([](json& j) { j["training"]["recompute_every"] = 2; }), "$.training.recompute_every");
+  expect_error(with([](json& j) {
+                 j["training"]["recompute"] = "full";
+                 j["training"]["recompute_every"] = 0;
+               }),
+               "$.training.recompute_every");
   expect_error(with([](json& j) {
                  j["parallel"]["dp_sharding"] = "zero3";
                  j["parallel"]["overlap_param_gather"] = true;

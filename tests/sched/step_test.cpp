@@ -39,7 +39,7 @@ TpspRequest request(int tp, int dp, Scope scope, std::int64_t micro_batches = 1,
   r.kind = r.dp_kind = ScheduleKind::baseline;
   r.schedule.kind = ScheduleKind::baseline;
   r.options.scope = scope;
-  r.step = StepOptions{micro_batches, rc, model::DpSharding::ddp, 64 * tp, std::nullopt, false};
+  r.step = StepOptions{micro_batches, rc, model::DpSharding::ddp, 64 * tp, std::nullopt, false, 1};
   return r;
 }
 
@@ -170,6 +170,14 @@ TEST_CASE("Recomputation counts in HFU, not in MFU", "[step][metrics]") {
   CHECK(full.hardware_flops == Approx(none.model_flops + f_fwd).epsilon(1e-12));
   CHECK(full.hfu / full.mfu == Approx((none.model_flops + f_fwd) / none.model_flops).epsilon(1e-12));
   CHECK(none.hfu == none.mfu);
+  // Full recomputation of every second layer (recompute_every 2, torchtitan's per-layer selective
+  // checkpointing): of the 3 identical layers only layer 1 ((1 + 1) % 2 == 0) runs its forward again:
+  // a third of F_fwd more.
+  TpspRequest alternate = request(2, 1, Scope::step, 1, model::Recompute::full);
+  alternate.step.recompute_every = 2;
+  const auto alt = metrics(alternate);
+  CHECK(alt.model_flops == Approx(none.model_flops).epsilon(1e-12));
+  CHECK(alt.hardware_flops == Approx(none.model_flops + f_fwd / 3).epsilon(1e-12));
   // Selective: the attention forward of each layer again, counted in HFU only.
   const auto sel = metrics(request(2, 1, Scope::step, 1, model::Recompute::selective));
   CHECK(sel.hardware_flops > sel.model_flops);

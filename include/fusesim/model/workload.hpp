@@ -123,6 +123,13 @@ struct Workload {
   ScheduleOptions schedule;
   bool backward = true;               // simulate backward as well as forward
   Recompute recompute = Recompute::none;  // $.training.recompute
+  // With full recomputation, only every k-th layer (the k-th, 2k-th, ...) is recomputed
+  // ($.training.recompute_every; torchtitan's per-layer selective checkpointing with
+  // selective_ac_option "k"); 1: every layer.
+  std::int64_t recompute_every = 1;
+  bool recomputes_layer(std::int64_t layer) const {
+    return recompute == Recompute::full && (layer + 1) % recompute_every == 0;
+  }
   Optimizer optimizer = Optimizer::adam;   // $.training.optimizer
   std::optional<topo::Dtype> grad_reduce_dtype;  // $.training.grad_reduce_dtype; unset: the default above
   // $.training.attention: "flash" (FlashAttention, the default) or "unfused" (Megatron-LM before

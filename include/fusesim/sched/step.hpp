@@ -30,6 +30,8 @@ struct StepOptions {
   // ZeRO-1/2 (Scope::step): the parameter all-gather of each layer in the first micro-batch's forward,
   // one layer ahead, instead of after the optimizer (Parallelism::overlap_param_gather).
   bool overlap_param_gather = false;
+  // Recompute::full: only layers l with (l + 1) % recompute_every == 0 (Workload::recompute_every).
+  std::int64_t recompute_every = 1;
 };
 
 // Adam with fp32 master weights and moments: per parameter it reads and writes the master weight and
