@@ -39,17 +39,18 @@ std::vector<Kernel> unfused_attention_parts(const AttentionKernel& a, topo::Dtyp
   const std::int64_t e = topo::bytes_per_element(dtype);
   const std::int64_t scores = bh * sq * sk;  // E
   const std::int64_t rows = bh * sq;          // a softmax row per (sample, head, query)
-  const double flops_per_score = 1.0;
+  const auto E = static_cast<double>(scores);
   if (a.pass == Pass::forward)
     return {GemmKernel{sq, sk, d, bh},
             // Scale, mask, max, exp, sum, divide: a few FLOPs per score, on the vector units.
-            ElementwiseKernel{"softmax", 2 * scores * e, 5.0 * static_cast<double>(scores), rows},
-            ElementwiseKernel{"dropout", 2 * scores * e + scores, flops_per_score * static_cast<double>(scores), rows},
+            ElementwiseKernel{"softmax", 2 * scores * e, 5.0 * E, rows},
+            // Dropout: one multiply by the mask per score.
+            ElementwiseKernel{"dropout", 2 * scores * e + scores, E, rows},
             GemmKernel{sq, d, sk, bh}};
   return {GemmKernel{sk, d, sq, bh},  // dV = P^T dO
           GemmKernel{sq, sk, d, bh},  // dP = dO V^T
-          ElementwiseKernel{"dropout_backward", 2 * scores * e + scores, flops_per_score * static_cast<double>(scores), rows},
-          ElementwiseKernel{"softmax_backward", 3 * scores * e, 3.0 * static_cast<double>(scores), rows},
+          ElementwiseKernel{"dropout_backward", 2 * scores * e + scores, E, rows},
+          ElementwiseKernel{"softmax_backward", 3 * scores * e, 3.0 * E, rows},
           GemmKernel{sq, d, sk, bh},   // dQ = dS K
           GemmKernel{sk, d, sq, bh}};  // dK = dS^T Q
 }
