@@ -375,6 +375,14 @@ Profile parse_profile(const JsonDocument& doc) {
       p.collectives.push_back(s);
     }
   }
+  if (auto g = root.find("stream_wait")) {
+    const JsonObject o = g->as_object();
+    const double hops = static_cast<double>(o.integer("hops", 1, 1000000));
+    // Noise can make the two-stream chain the faster one; a wait is never negative.
+    p.stream_wait_s = std::max(0.0, (median_time_s(o, "two_streams_s") - median_time_s(o, "one_stream_s")) / hops);
+    read_source(o, file_source);
+    o.finish();
+  }
   if (auto f = root.find("fitted")) read_fitted(f->as_object(), p);
   root.finish();
 
@@ -418,6 +426,11 @@ void check_profile_device(const Profile& profile, const topo::DeviceModel& devic
 std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cluster) {
   std::vector<std::string> applied;
   for (const std::string& m : cluster.rank_model) check_profile_device(profile, cluster.device_models.at(m));
+  if (profile.stream_wait_s) {
+    for (auto& [name, device] : cluster.device_models)
+      device.stream_wait_s = {*profile.stream_wait_s, fmt::format("measured in calibration profile {}", profile.label)};
+    applied.push_back(fmt::format("stream_wait_s {:.4g}", *profile.stream_wait_s));
+  }
   if (cluster.num_ranks() < 2 || cluster.node_of(0) != cluster.node_of(1)) return applied;
   // The simulator's single-node ring sends each step from a rank to the next over their route (ranks
   // 0 -> 1 stands for every pair: the scale-up fabric is uniform within a node). Its bottleneck and its

@@ -48,6 +48,7 @@ enum EventKind : std::uint8_t {
   kFlowEnd,          // target: flow; handle flow_handle(flow)
   kCollectiveSteps,  // target: collective; its base latency has elapsed
   kTaskEnd,          // target: task that takes no time (zero-work kernel, collective of one)
+  kEdgeDone,         // target: task one of whose cross-stream predecessors ended a stream wait ago
 };
 
 // In the order of sched::TaskKind's alternatives, so that the variant index converts directly.
@@ -98,6 +99,8 @@ inline bool must_push(TimePs completion_ps, TimePs scheduled_ps) {
 
 struct RankState {
   const topo::DeviceModel* device = nullptr;
+  TimePs stream_wait_ps = 0;                 // DeviceModel::stream_wait_s
+  std::uint32_t stream_wait_lane = kNone;    // the queue lane of that delay
   int default_comm_sms = 0;
   double hbm_traffic_factor = 0.0;
   int sms_held = 0;
@@ -148,6 +151,14 @@ struct CollectiveRun {
   std::vector<int> next_step;            // per member: the next step it will send
   std::vector<std::uint16_t> arrived;    // member * steps + step: that step's receives landed so far
 };
+
+// Where a task runs on its rank, for Run::cross_stream: its stream's kind and index, or kRecvStream
+// for a Recv, which holds none.
+constexpr std::uint32_t kRecvStream = kNone;
+std::uint32_t stream_code(const sched::Task& t) {
+  if (!sched::holds_stream(t)) return kRecvStream;
+  return (static_cast<std::uint32_t>(t.stream.kind) << 16) | static_cast<std::uint32_t>(t.stream.index);
+}
 
 std::uint64_t pair_key(int src, int dst) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32) | static_cast<std::uint32_t>(dst);
@@ -326,6 +337,7 @@ class Run final : public sched::TaskVisitor {
   void launch_step_flow(std::uint32_t c, int member, int to, int step, RouteId route, double bytes, Bytes record_bytes);
   void advance_member(std::uint32_t c, int member);
   void end_task(TaskId id);
+  bool cross_stream(TaskId before, TaskId after) const;
   FlowOwner& launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol = 0);
   void choose_protocols();
   // Events a fixed delay after now go to a lane of the queue (event_queue.hpp), one lane per
@@ -399,6 +411,10 @@ class Run final : public sched::TaskVisitor {
   };
   std::vector<SendSpec> send_spec_;
   std::vector<int> last_peer_;           // per rank: the peer of its last send (see visit())
+  // Per task, where it runs on its rank (stream_code()); filled only when some device charges a
+  // stream wait, which is decided by cross_stream() at each edge.
+  std::vector<std::uint32_t> stream_code_;
+  bool stream_waits_ = false;
   std::vector<std::uint64_t> send_pairs_;  // (rank, peer) of sends, with few repeats
   std::vector<ComputeRun> compute_;      // slots of running kernels
   std::vector<std::uint32_t> free_compute_;
@@ -451,9 +467,12 @@ void Run::prepare_ranks() {
     rs.default_comm_sms = static_cast<int>(std::llround(rs.device->contention.default_comm_sms.value));
     rs.hbm_traffic_factor = rs.device->contention.comm_hbm_traffic_factor.value;
     rs.copy_engines_free = rs.device->copy_engines;
+    rs.stream_wait_ps = seconds_to_ps(rs.device->stream_wait_s.value);
+    stream_waits_ = stream_waits_ || rs.stream_wait_ps > 0;
   }
   const std::size_t n = graph_.size();
   info_.resize(n);
+  if (stream_waits_) stream_code_.resize(n);
   // Upper bounds, so that the pass never reallocates and copies: capacity that is never touched
   // costs address space, not memory.
   send_spec_.reserve(n);
@@ -463,6 +482,7 @@ void Run::visit(TaskId id, const sched::Task& t) {
   const auto type = static_cast<std::uint32_t>(t.kind.index());  // variant order: Compute, Send, Recv, Collective
   TaskInfo& info = info_[id];
   info.rank_type = static_cast<std::uint32_t>(t.rank) | (type << 30);
+  if (stream_waits_) stream_code_[id] = stream_code(t);
   switch (static_cast<TaskType>(type)) {
     case TaskType::compute: {
       const auto& c = std::get<sched::ComputeTask>(t.kind);
@@ -612,6 +632,8 @@ void Run::prepare() {
       c.ring_route.push_back(route_of(c.ranks[e % t], c.ranks[c.ring_next[e]]));
   }
   now_lane_ = lane_for(0);
+  for (RankState& rs : ranks_)
+    if (rs.stream_wait_ps > 0) rs.stream_wait_lane = lane_for(rs.stream_wait_ps);
   for (Protocol& p : protocols_) p.base_lane = lane_for(p.base_ps);
   for (std::size_t r = 0; r < route_latency_ps_.size(); ++r) {
     for (std::size_t k = 0; k < phases_; ++k) {
@@ -830,6 +852,10 @@ SimResult Run::execute(RunProfile& profile) {
       case kTaskEnd:
         queue_.drop_top();
         end_task(e.target);
+        break;
+      case kEdgeDone:
+        queue_.drop_top();
+        if (--pending_[e.target] == 0) make_ready(e.target);
         break;
       default:
         throw std::logic_error("unknown event kind");
@@ -1141,8 +1167,32 @@ void Run::end_task(TaskId id) {
   const std::uint32_t last = order.offsets[id + 1];
   for (std::uint32_t e = order.offsets[id]; e < last; ++e) {
     const TaskId next = order.targets[e];
-    if (--pending_[next] == 0) make_ready(next);
+    if (stream_waits_ && cross_stream(id, next)) {
+      // The edge is released a stream wait later; another edge may still hold the task after that,
+      // so readiness is the latest of the delayed and the plain releases.
+      const RankState& rs = ranks_[load_rank(info_[next].rank())];
+      push_after(rs.stream_wait_ps, rs.stream_wait_lane, kEdgeDone, next);
+    } else if (--pending_[next] == 0) {
+      make_ready(next);
+    }
   }
+}
+
+// An edge a CUDA program expresses as an event recorded on one stream and waited for on another of
+// the same device: both ends hold streams and the streams differ, or one end is a Recv (its kernel
+// runs on the communication side, which no compute stream shares) and the other a kernel. Edges
+// inside the communication side (a Recv feeding the Send that forwards it, a P2P step after a
+// collective on the same stream) are ordered by NCCL's own stream; stream order itself costs nothing.
+bool Run::cross_stream(TaskId before, TaskId after) const {
+  const TaskInfo a = info_[before], b = info_[after];
+  // A proxy rank's tasks stand in for its alias's (TaskGraph::load_alias): a proxy Recv gated by the
+  // alias's kernel is that kernel's own receive in the full graph.
+  const int rank = load_rank(b.rank());
+  if (load_rank(a.rank()) != rank || ranks_[rank].stream_wait_ps == 0) return false;
+  const std::uint32_t ca = stream_code_[before], cb = stream_code_[after];
+  if (ca == kRecvStream || cb == kRecvStream)
+    return (ca == kRecvStream && b.type() == TaskType::compute) || (cb == kRecvStream && a.type() == TaskType::compute);
+  return ca != cb;
 }
 
 void Run::settle() {
@@ -1298,7 +1348,7 @@ std::uint64_t Run::state_bytes() const {
   std::uint64_t bytes = info_.size() * sizeof(TaskInfo) + pending_.size() * sizeof(std::uint32_t) +
                         order.offsets.size() * sizeof(std::uint32_t) + order.targets.size() * sizeof(TaskId) +
                         kernel_cost_.size() * (sizeof(model::KernelCost) + 32) + send_spec_.size() * sizeof(SendSpec) +
-                        result_.tasks.size() * sizeof(TaskTiming) +
+                        result_.tasks.size() * sizeof(TaskTiming) + stream_code_.size() * sizeof(std::uint32_t) +
                         result_.transfers.capacity() * sizeof(TransferRecord);
   for (const CollectiveRun& c : collectives_)
     bytes += sizeof(CollectiveRun) + c.members.size() * (sizeof(TaskId) + 5 * sizeof(int) + sizeof(RouteId)) +

@@ -28,6 +28,7 @@ constexpr double kMaxHbmBytes = 1e14;             // 100 TB on one device
 constexpr double kMaxLatencyS = 1e-2;             // 10 ms for one hop or one software step
 constexpr double kMaxHbmTrafficFactor = 16.0;
 constexpr double kMaxKernelLaunchS = 1e-3;        // 1 ms: far above any launch overhead
+constexpr double kMaxStreamWaitS = 1e-3;          // 1 ms: far above any event hand-off
 constexpr std::int64_t kMaxDevicesPerNode = 1024;
 constexpr std::int64_t kMaxNodes = 65536;
 // Twice today's largest clusters. A cluster model costs 3-5 KB per rank (vertices, links and their
@@ -122,6 +123,7 @@ DeviceModel read_device_model(const std::string& name, const JsonObject& o) {
   eff.finish();
 
   if (o.has("kernel_launch_s")) m.kernel_launch_s = o.sourced("kernel_launch_s", 0.0, kMaxKernelLaunchS);
+  if (o.has("stream_wait_s")) m.stream_wait_s = o.sourced("stream_wait_s", 0.0, kMaxStreamWaitS);
 
   JsonObject cont = o.object("contention");
   m.contention.default_comm_sms = integral_sourced(cont, "default_comm_sms", 0, m.sm_count);

@@ -86,7 +86,7 @@ TEST_CASE("calibrate fit recovers the synthetic constants of the microbench dry 
   CHECK(raw["schema_version"] == 1);
   CHECK(raw["provenance"]["kind"] == "synthetic");
   CHECK_FALSE(raw.contains("fitted"));
-  for (const char* section : {"gemm", "attention", "elementwise", "copy", "contention", "collectives"}) {
+  for (const char* section : {"gemm", "attention", "elementwise", "copy", "contention", "stream_wait", "collectives"}) {
     INFO(section);
     CHECK(raw[section].size() > 0);
   }
@@ -117,6 +117,11 @@ TEST_CASE("calibrate fit recovers the synthetic constants of the microbench dry 
   CHECK(p.fitted_collectives.at("all_gather").busbw_bytes_per_s == Approx(360e9));
   REQUIRE(p.hbm_bytes_per_s);
   CHECK(*p.hbm_bytes_per_s == Approx(3.0e12));
+  // The stream-wait chain: 200 hops of a 4 us kernel on one stream, plus 1 us per hop on two
+  // (SYNTHETIC's memory_launch_s and stream_wait_s): (200 x 5 us - 200 x 4 us) / 200 = 1 us.
+  CHECK(out["stream_wait"] == raw["stream_wait"]);
+  REQUIRE(p.stream_wait_s);
+  CHECK(*p.stream_wait_s == Approx(1e-6).epsilon(1e-9));
 }
 
 TEST_CASE("microbench --fusesim writes one fitted calibration file; noisy samples fit within the noise",

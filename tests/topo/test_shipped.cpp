@@ -150,6 +150,7 @@ TEST_CASE("dgx-h100: two GPUs of the node talk through the NVSwitch") {
   CHECK(c.comm.sm_kernel_efficiency.value == 0.9474);
   CHECK(c.device(0).contention.default_comm_sms.value == 16);
   CHECK(c.device(0).kernel_launch_s.value == 2e-6);
+  CHECK(c.device(0).stream_wait_s.value == 1e-6);
 }
 
 TEST_CASE("dgx-h100-4node: cross-node routes go GPU -> PCIe switch -> NIC -> leaf -> ... -> NIC -> GPU") {

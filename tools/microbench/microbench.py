@@ -56,7 +56,12 @@ SYNTHETIC = {
     "collective_ranks": 8,
     "sm_kernel_slowdown_per_sm": 0.008,  # GEMM slowdown = 1 + 0.008 x SMs held by the collective
     "copy_engine_slowdown": 1.04,        # GEMM slowdown beside a copy-engine transfer
+    "stream_wait_s": 1e-6,               # cross-stream event wait, per hop
 }
+
+# Tiny kernels in the stream-wait chain: each hop is one kernel, alternating between two streams (an
+# event recorded on one and waited for on the other) or all on one stream.
+STREAM_WAIT_HOPS = 200
 
 DEFAULT_CONTENTION_SMS = [8, 16, 24, 32]
 COLLECTIVE_OPS = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"]
@@ -242,6 +247,10 @@ class SyntheticBackend:
     def can_sm_contention(self):
         return True
 
+    def stream_wait(self, hops):
+        one = hops * self.syn["memory_launch_s"]
+        return self._samples(one), self._samples(one + hops * self.syn["stream_wait_s"])
+
     def collective(self, op, nbytes):
         lat, busbw = self.syn["collectives"][op]
         return self._samples(lat + nbytes * bus_factor(op, self.world) / busbw)
@@ -417,6 +426,38 @@ class TorchBackend:
         src = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
         dst = torch.empty_like(src)
         return self._time(lambda: dst.copy_(src))
+
+    def stream_wait(self, hops):
+        """The same chain of `hops` one-element adds on one stream and alternating between two (each
+        hop waiting for an event recorded after the previous one). A sleep kernel queued first keeps
+        the GPU busy while the host enqueues the whole chain, so that the GPU, not the launches, sets
+        its pace; the timing events sit after the sleep."""
+        torch = self.torch
+        x = torch.zeros(1, device=self.device)
+        streams = (torch.cuda.current_stream(self.device), self.side)
+
+        def chain(two):
+            start, end = self._event(), self._event()
+            torch.cuda._sleep(50_000_000)  # about 25-50 ms at 1-2 GHz: longer than enqueueing the chain
+            start.record()
+            for i in range(hops):
+                s = streams[i % 2] if two else streams[0]
+                if two and i > 0:
+                    ev = torch.cuda.Event()
+                    ev.record(streams[(i - 1) % 2])
+                    s.wait_event(ev)
+                with torch.cuda.stream(s):
+                    x.add_(1.0)
+            if two and hops % 2 == 0:
+                streams[0].wait_stream(streams[1])
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3
+
+        for _ in range(self.args.warmup):
+            chain(False), chain(True)
+        reps = max(3, self.args.repeats)
+        return [chain(False) for _ in range(reps)], [chain(True) for _ in range(reps)]
 
     # -- contention -----------------------------------------------------------------------------------
 
@@ -598,7 +639,7 @@ class TorchBackend:
 # The run
 # ---------------------------------------------------------------------------------------------------
 
-SECTIONS = ["gemm", "attention", "elementwise", "copy", "contention", "collectives"]
+SECTIONS = ["gemm", "attention", "elementwise", "copy", "contention", "stream_wait", "collectives"]
 
 
 def parse_args(argv):
@@ -706,6 +747,11 @@ def measure(backend, args, doc):
                 sample["comm_sms"] = sms
             doc["contention"].append(sample)
         log("contention: %d samples" % len(doc["contention"]))
+
+    if "stream_wait" in sections:
+        one, two = backend.stream_wait(STREAM_WAIT_HOPS)
+        doc["stream_wait"] = {"hops": STREAM_WAIT_HOPS, "one_stream_s": one, "two_streams_s": two}
+        log("stream_wait: %d samples of %d hops" % (len(one), STREAM_WAIT_HOPS))
 
     if "collectives" in sections:
         if backend.world < 2:

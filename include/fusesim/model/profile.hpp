@@ -75,6 +75,10 @@ struct Profile {
   std::vector<SmallKernelTiming> elementwise;
   std::vector<ProfileContention> contention;
   std::vector<ProfileCollective> collectives;
+  // The device's cross-stream event wait (DeviceModel::stream_wait_s), from "stream_wait": a chain of
+  // `hops` tiny kernels alternating between two streams against the same chain on one stream, the
+  // difference per hop (at least 0).
+  std::optional<double> stream_wait_s;
   // Fitted parameters: from the file's "fitted", else fitted on load (model/calibration_fit.hpp).
   std::map<std::string, FittedCollective> fitted_collectives;  // by op
   std::optional<double> sm_kernel_slowdown_per_sm;
@@ -107,7 +111,8 @@ void check_profile_device(const Profile& profile, const topo::DeviceModel& devic
 // Applies the fitted scale-up collectives (nodes == 1) and copy-engine P2P to the cluster so that the
 // simulator's ring reproduces them (docs/calibration.md, "Links"): sm_kernel_efficiency from the
 // all-gather (else reduce-scatter) busbw over the NVLink/HCCS link bandwidth, sm_step_latency_s from
-// its latency; copy_engine_efficiency and copy_engine_step_latency_s from p2p. Checks the device
+// its latency; copy_engine_efficiency and copy_engine_step_latency_s from p2p; the measured stream wait
+// to every device model of the cluster. Checks the device
 // first (check_profile_device on every device model the ranks use). Returns one line per parameter set.
 std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cluster);
 

@@ -56,6 +56,11 @@ struct DeviceModel {
   // prologue, epilogue): what makes t chunk GEMMs and t - 1 adds cost more than one GEMM. Optional
   // ("kernel_launch_s"; 0 when absent). Calibration profiles carry their own fitted floors instead.
   SourcedValue kernel_launch_s;
+  // GPU-side delay between a task's end and the start of a task on another stream of the same device
+  // that waits for it (cudaEventRecord + cudaStreamWaitEvent, docs/engine.md section 3). Optional
+  // ("stream_wait_s"; 0 when absent). Charged per cross-stream edge, so that a schedule that splits
+  // one exchange into t steps pays the t hand-offs between its compute and communication streams.
+  SourcedValue stream_wait_s;
   ContentionParams contention;
   bool estimate = false;                  // true when the figures are estimates (no official datasheet)
 
