@@ -199,14 +199,19 @@ double SmallKernelModel::time_s(double bytes, double rows) const {
   return launch_s + big * std::pow(1.0 + std::pow(small / big, blend), 1.0 / blend);
 }
 
+double SmallKernelModel::sample_time_s(const SmallKernelTiming& s) const {
+  const double k = static_cast<double>(s.kernels);
+  return k * time_s(s.bytes / k, s.rows);
+}
+
 SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& samples) {
   if (samples.size() < 3) throw std::invalid_argument("a small-kernel model needs at least 3 timed sizes");
   double min_t = kBig, best_bw = 0.0, best_row = 0.0;
   bool rows = true;
   for (const SmallKernelTiming& s : samples) {
-    if (!(s.time_s > 0) || !(s.bytes > 0) || s.rows < 0)
-      throw std::invalid_argument("a small-kernel sample needs positive bytes and time");
-    min_t = std::min(min_t, s.time_s);
+    if (!(s.time_s > 0) || !(s.bytes > 0) || s.rows < 0 || s.kernels < 1)
+      throw std::invalid_argument("a small-kernel sample needs positive bytes, time and kernel count");
+    min_t = std::min(min_t, s.time_s / s.kernels);
     best_bw = std::max(best_bw, s.bytes / s.time_s);
     if (s.rows > 0) best_row = std::max(best_row, s.bytes / s.rows / s.time_s);
     rows = rows && s.rows > 0;
@@ -225,7 +230,7 @@ SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& sa
   const auto loss = [&](const std::vector<double>& x) {
     const SmallKernelModel m = model(x);
     double e = 0.0;
-    for (const SmallKernelTiming& s : samples) e += std::abs(m.time_s(s.bytes, s.rows) / s.time_s - 1.0);
+    for (const SmallKernelTiming& s : samples) e += std::abs(m.sample_time_s(s) / s.time_s - 1.0);
     return std::isfinite(e) ? e / static_cast<double>(samples.size()) : kBig;
   };
   // Starts: a 1 kB per-row overhead, p = 3, half of an H100's 50 MB L2 at 1.5x the HBM speed.
@@ -238,7 +243,7 @@ SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& sa
   x = nelder_mead(loss, x, steps, 2000);
   SmallKernelModel m = model(x);
   std::vector<double> predicted, measured;
-  for (const SmallKernelTiming& s : samples) predicted.push_back(m.time_s(s.bytes, s.rows)), measured.push_back(s.time_s);
+  for (const SmallKernelTiming& s : samples) predicted.push_back(m.sample_time_s(s)), measured.push_back(s.time_s);
   m.samples = static_cast<int>(samples.size());
   m.in_sample_mape_pct = mape_pct(predicted, measured);
   return m;
@@ -322,7 +327,7 @@ std::vector<HeldOutError> leave_one_group_out_small(const std::vector<SmallKerne
   for (const auto& [op, ops] : by_op) {
     for (const HeldOutError& e : leave_one_group_out(ops, fit_small_kernel_model,
                                                      [](const SmallKernelModel& m, const SmallKernelTiming& s) {
-                                                       return m.time_s(s.bytes, s.rows);
+                                                       return m.sample_time_s(s);
                                                      })) {
       auto& [count, sm] = acc[e.group];
       count += e.samples;

@@ -20,11 +20,16 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
 
-// The small kernels a schedule emits (ElementwiseKernel::op) and their backward kernels.
+// The small kernels a schedule emits (ElementwiseKernel::op) and their backward kernels, and
+// "layernorm_eager": PyTorch's eager torch.nn.LayerNorm, another kernel than the fused norms training
+// frameworks run ("layernorm": RMSNorm and Apex/TransformerEngine LayerNorm alike), measured (vidur's
+// phi-2) but emitted by no schedule, so that its samples do not skew the fused norm's model.
 const std::vector<std::string> kSmallOps{"layernorm",     "layernorm_bwd", "rope",          "rope_bwd",
                                          "swiglu",        "swiglu_bwd",    "gelu",          "gelu_bwd",
                                          "add",           "embedding",     "embedding_bwd", "cross_entropy",
-                                         "cross_entropy_bwd", "softmax",   "adam",          "copy"};
+                                         "cross_entropy_bwd", "softmax",   "adam",          "copy",
+                                         "layernorm_eager"};
+constexpr std::int64_t kMaxKernelsPerSample = 64;
 
 const std::vector<std::string> kOps{"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"};
 
@@ -317,6 +322,7 @@ Profile parse_profile(const JsonDocument& doc) {
         // A copy reads and writes each byte: its HBM traffic is twice its size.
         s.bytes = (copy ? 2.0 : 1.0) * positive(o, "bytes");
         if (o.has("rows")) s.rows = static_cast<double>(o.integer("rows", 1, kMaxDim));
+        if (!copy && o.has("kernels")) s.kernels = static_cast<int>(o.integer("kernels", 1, kMaxKernelsPerSample));
         s.time_s = median_time_s(o, "time_s");
         if (o.has("group")) s.group = o.string("group");
         if (copy) bandwidth.push_back({s.bytes, s.time_s});

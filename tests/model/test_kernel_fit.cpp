@@ -113,7 +113,7 @@ TEST_CASE("kernel fit: the small-kernel model recovers launch floor, per-row and
   std::vector<SmallKernelTiming> samples;
   for (double row_bytes : {16384.0, 32768.0, 131072.0})
     for (double rows : {1.0, 16.0, 64.0, 256.0, 1024.0, 4096.0})
-      samples.push_back({"layernorm", rows * row_bytes, rows, t.time_s(rows * row_bytes, rows), "x"});
+      samples.push_back({"layernorm", rows * row_bytes, rows, t.time_s(rows * row_bytes, rows), "x", 1});
   // Hand-derived point: 4096 rows of 32 KiB = 134,217,728 bytes, 67.1 us of stream + 2 us.
   CHECK(t.time_s(4096 * 32768.0, 4096) == Approx(2e-6 + 134217728.0 / 2e12));
   const SmallKernelModel f = fit_small_kernel_model(samples);
@@ -180,13 +180,36 @@ TEST_CASE("kernel fit: the small-kernel fit recovers an L2 regime and a per-row 
   std::vector<SmallKernelTiming> samples;
   for (double row_bytes : {8192.0, 16384.0, 32768.0, 131072.0})
     for (double rows : {1.0, 16.0, 64.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0})
-      samples.push_back({"swiglu", rows * row_bytes, rows, t.time_s(rows * row_bytes, rows), "x"});
+      samples.push_back({"swiglu", rows * row_bytes, rows, t.time_s(rows * row_bytes, rows), "x", 1});
   const SmallKernelModel f = fit_small_kernel_model(samples);
   CHECK(f.in_sample_mape_pct < 1.0);
   CHECK(f.bytes_per_s == Approx(t.bytes_per_s).epsilon(0.05));
   CHECK(f.launch_s == Approx(t.launch_s).epsilon(0.1));
   // Large streams are HBM-bound: predicted within 1% well beyond the samples' range of row counts.
   CHECK(f.time_s(16384 * 32768.0, 16384) == Approx(t.time_s(16384 * 32768.0, 16384)).epsilon(0.01));
+}
+
+TEST_CASE("kernel fit: a sample timing several launches is predicted as that many kernels",
+          "[model][kernel_fit]") {
+  // time = 2 us + bytes / 2 TB/s (no rows). A region of 2 kernels moving 4 MB in all is two kernels of
+  // 2 MB: 2 x (2 us + 1 us) = 6 us, where one kernel of 4 MB would take 2 us + 2 us = 4 us.
+  SmallKernelModel t;
+  t.launch_s = 2e-6;
+  t.bytes_per_s = 2e12;
+  const SmallKernelTiming two{"add", 4e6, 0, 6e-6, "x", 2};
+  CHECK(t.sample_time_s(two) == Approx(6e-6));
+  CHECK(t.time_s(4e6, 0) == Approx(4e-6));
+  // Fitting one-kernel samples and two-kernel regions of the same op recovers the one kernel's model.
+  std::vector<SmallKernelTiming> samples;
+  for (double bytes : {1e5, 1e6, 4e6, 1.6e7, 6.4e7, 2.56e8}) {
+    samples.push_back({"add", bytes, 0, t.time_s(bytes, 0), "one", 1});
+    samples.push_back({"add", 2 * bytes, 0, 2 * t.time_s(bytes, 0), "two", 2});
+  }
+  const SmallKernelModel f = fit_small_kernel_model(samples);
+  CHECK(f.in_sample_mape_pct < 0.5);
+  CHECK(f.launch_s == Approx(t.launch_s).epsilon(0.05));
+  // Leaving the two-kernel regions out and predicting them from the one-kernel samples: exact as well.
+  for (const HeldOutError& e : leave_one_group_out_small(samples)) CHECK(e.mape_pct < 0.5);
 }
 
 TEST_CASE("kernel fit: too few samples or a non-positive time are refused", "[model][kernel_fit]") {
@@ -197,7 +220,7 @@ TEST_CASE("kernel fit: too few samples or a non-positive time are refused", "[mo
   auto bad = synthetic(t, "a", 4096, 4096);
   bad[3].time_s = -1e-6;
   CHECK_THROWS_AS(fit_gemm_model(bad, 132, 2.0), std::invalid_argument);
-  CHECK_THROWS_AS(fit_small_kernel_model({{"add", 1e6, 0, 1e-5, ""}, {"add", 2e6, 0, 0.0, ""}, {"add", 3e6, 0, 2e-5, ""}}),
+  CHECK_THROWS_AS(fit_small_kernel_model({{"add", 1e6, 0, 1e-5, "", 1}, {"add", 2e6, 0, 0.0, "", 1}, {"add", 3e6, 0, 2e-5, "", 1}}),
                   std::invalid_argument);
 }
 

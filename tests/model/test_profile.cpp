@@ -339,6 +339,16 @@ TEST_CASE("a kernel sample with a negative time, an unknown op or a time in othe
   json units = profile_doc();
   units["elementwise"] = {{{"op", "add"}, {"bytes", 1e6}, {"time_ms", {0.004}}}};
   refused_at(units, "$.elementwise[0].time_s");
+  // A timed region of 0 kernels, of a fraction of one, or on a copy (one copy per sample) is refused.
+  json zero = profile_doc();
+  zero["elementwise"] = {{{"op", "add"}, {"bytes", 1e6}, {"kernels", 0}, {"time_s", {4e-6}}}};
+  refused_at(zero, "$.elementwise[0].kernels");
+  json half = profile_doc();
+  half["elementwise"] = {{{"op", "add"}, {"bytes", 1e6}, {"kernels", 1.5}, {"time_s", {4e-6}}}};
+  refused_at(half, "$.elementwise[0].kernels");
+  json copy = profile_doc();
+  copy["copy"] = {{{"bytes", 1e6}, {"kernels", 2}, {"time_s", {4e-6}}}};
+  refused_at(copy, "$.copy[0].kernels");
 }
 
 TEST_CASE("a profile with enough samples gets its GEMM and small-kernel models on load", "[model][profile]") {

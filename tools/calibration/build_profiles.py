@@ -71,16 +71,23 @@ def samples(device):
                              "source": f"{where}: {op}, tp {tp}"})
             # HBM traffic in fp16 (2 bytes): norms read and write T x H; rotary reads and writes q and k;
             # SwiGLU reads gate and up and writes one, GeLU reads and writes one; the residual add reads two
-            # and writes one (phi-2, without a second norm, adds three tensors); the embedding gathers T rows.
-            elems = [("emb", "embedding", 2 * T * H), ("input_layernorm", "layernorm", 2 * T * H),
-                     ("attn_rope", "rope", 2 * T * (heads + kv_heads) * hd),
-                     ("mlp_act", "swiglu" if gated else "gelu", (3 if gated else 2) * T * ffn),
-                     ("add", "add", (3 if post_norm else 4) * T * H)]
+            # and writes one; the embedding gathers T rows. How vidur runs them (vidur/profiling/mlp/
+            # mlp_impl.py, GPTBlock): a model with a post-attention norm (every one here but phi-2) uses
+            # sarathi's fused RMSNorm; phi-2 (norm: layer_norm, no post-attention norm) runs PyTorch's eager
+            # torch.nn.LayerNorm, another kernel (op layernorm_eager, emitted by no schedule), and its
+            # residual `attn + mlp + residual` as two eager adds in one timed region (kernels: 2).
+            norm = "layernorm" if post_norm else "layernorm_eager"
+            elems = [("emb", "embedding", 2 * T * H, 1), ("input_layernorm", norm, 2 * T * H, 1),
+                     ("attn_rope", "rope", 2 * T * (heads + kv_heads) * hd, 1),
+                     ("mlp_act", "swiglu" if gated else "gelu", (3 if gated else 2) * T * ffn, 1),
+                     ("add", "add", (1 if post_norm else 2) * 3 * T * H, 1 if post_norm else 2)]
             if post_norm:
-                elems.insert(2, ("post_attention_layernorm", "layernorm", 2 * T * H))
-            for col, op, n_elems in elems:
-                small.append({"op": op, "bytes": 2 * n_elems, "rows": T, "time_s": times(col), "group": model,
-                              "source": f"{where}: {col}, tp {tp}"})
+                elems.insert(2, ("post_attention_layernorm", "layernorm", 2 * T * H, 1))
+            for col, op, n_elems, kernels in elems:
+                sample = {"op": op, "bytes": 2 * n_elems, "rows": T}
+                if kernels > 1:
+                    sample["kernels"] = kernels
+                small.append(sample | {"time_s": times(col), "group": model, "source": f"{where}: {col}, tp {tp}"})
     return gemm, small
 
 

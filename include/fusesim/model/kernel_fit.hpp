@@ -80,11 +80,14 @@ GemmModel fit_gemm_model(const std::vector<GemmTiming>& samples, int sm_count, d
                          const std::vector<std::pair<int, int>>& tiles = default_gemm_tiles());
 
 // One timed small kernel: `bytes` of HBM traffic over `rows` rows (tokens); rows 0 when unknown.
+// `kernels` > 1: the timed region launched that many kernels of the op one after another, each moving
+// bytes / kernels over the same rows (vidur times phi-2's three-tensor residual add, two adds, as one).
 struct SmallKernelTiming {
   std::string op;
   double bytes = 0, rows = 0;
   double time_s = 0;
   std::string group;
+  int kernels = 1;
 };
 
 // time = launch_s + (row^p + stream^p)^(1/p), with row_bytes = bytes / rows and
@@ -107,6 +110,8 @@ struct SmallKernelModel {
   int samples = 0;
   double in_sample_mape_pct = 0;
   double time_s(double bytes, double rows) const;
+  // What the model predicts for a sample's timed region: its kernels one after another.
+  double sample_time_s(const SmallKernelTiming& s) const;
 };
 
 // Fits one op's samples (>= 3) by least absolute relative error, the error `fusesim validate`
