@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "fusesim/sched/ring.hpp"
+
 namespace fusesim::sched {
 namespace {
 
@@ -33,8 +35,6 @@ constexpr StreamRef kDpCollectiveStream{StreamKind::comm, 3};
 constexpr StreamRef kDpGatherStream{StreamKind::comm, 2};
 constexpr StreamRef kDpCopyStream{StreamKind::copy, 2};
 constexpr StreamRef kDpSmP2pStream{StreamKind::comm, 4};
-
-int mod(int a, int m) { return ((a % m) + m) % m; }
 
 Rect part_rect(const RowPart& p, std::int64_t cols) { return Rect{p.row0, 0, p.rows, cols}; }
 
@@ -75,7 +75,7 @@ TaskId DpSync::ring_recv(int rank, const std::string& name, StreamRef stream, By
   // A predecessor that is simulated sends for real (mirror mode: the replicas of the simulated DP
   // replica, e.g. its Ulysses ranks, which come first in the ring).
   if (r != 0 || simulated == t)
-    return add(rank, name, stream, RecvTask{peer(rank, mod(r - 1, t)), bytes_, tag_base + mod(r - 1, t)}, labels,
+    return add(rank, name, stream, RecvTask{peer(rank, Ring{t}.prev(r)), bytes_, tag_base + Ring{t}.prev(r)}, labels,
                data_op, deps);
   // Replica 0's predecessor is a mirror image. Shifting the ring by `simulated` replicas (one DP
   // replica) maps that predecessor onto the last simulated replica and replica 0 onto the first one
@@ -101,15 +101,17 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
   const Bytes chunk = total / t;
   RankState& st = ranks_[rank];
   const std::int64_t k = st.collectives++;
-  const std::int64_t tag0 = kDpCollectiveTag0 + k * 2 * static_cast<std::int64_t>(t) * t;
-  const int next = peer(rank, mod(r + 1, t));
+  const Ring ring{t};
+  // Two exchanges' tags per collective: a reduce-scatter and an all-gather half (all-reduce).
+  const std::int64_t tag0 = kDpCollectiveTag0 + k * 2 * ring.tags_per_exchange();
+  const int next = peer(rank, ring.next(r));
   const int sms = cfg_.schedule.comm_sms.value_or(-1);
   // Dataflow: ring chunk c is row part c of every gradient of the collective (the bytes stay
-  // total / t per step, NCCL's even split of the flat buffer). Reduce-scatter step s sends chunk
-  // (r - 1 - s) mod t (the rank's own gradient at step 0, else the partial sum received at s - 1)
-  // and receives chunk (r - 2 - s) mod t, reduced with its own gradient into the partial sums (the
-  // last step, chunk r, into `synced`); the all-gather half sends chunk (r - s) mod t of `synced`
-  // and receives chunk (r - s - 1) mod t into it, in place. The fault hook swaps the chunk index of
+  // total / t per step, NCCL's even split of the flat buffer), in the orders of sched/ring.hpp.
+  // Reduce-scatter step s sends the chunk it reduces (the rank's own gradient at step 0, else the
+  // partial sum received at s - 1) and receives the one it reduces at s + 1, reduced with its own
+  // gradient into the partial sums (the last step, chunk r, into `synced`); the all-gather half sends
+  // the chunk of `synced` it holds and receives the next into it, in place. The fault hook swaps the chunk index of
   // the faulted replica's own gradient (or own reduced part) reads.
   bool data = prog_ != nullptr && !grads.empty();
   for (int j : grads) data = data && st.grads[static_cast<std::size_t>(j)].g.buffer >= 0;
@@ -142,14 +144,14 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
   for (int s = 0; s < steps; ++s) {
     TaskLabels l = labels;
     l.step = s;
-    const std::int64_t base = tag0 + static_cast<std::int64_t>(s) * t;
+    const std::int64_t base = ring.tag(tag0, s, 0);
     std::int32_t send_op = -1, recv_op = -1;
     if (data && s < rs_steps) {
-      const int cs = mod(r - 1 - s, t), cr = mod(r - 2 - s, t);
+      const int cs = ring.reduce_chunk(r, s), cr = ring.reduce_chunk(r, s + 1);
       send_op = op(SendPartsOp{s == 0 ? parts(0, cs, true) : parts(1, cs, false)});
       recv_op = op(RecvPartsOp{parts(s == rs_steps - 1 ? 2 : 1, cr, false), parts(0, cr, true)});
     } else if (data) {
-      const int a = s - rs_steps, cs = mod(r - a, t), cr = mod(r - a - 1, t);
+      const int a = s - rs_steps, cs = ring.gather_chunk(r, a), cr = ring.gather_recv_chunk(r, a);
       send_op = op(SendPartsOp{parts(2, cs, a == 0)});
       recv_op = op(RecvPartsOp{parts(2, cr, false), {}});
     }
@@ -190,7 +192,8 @@ std::int32_t DpSync::op(DataOp d) { return prog_->add_op(std::move(d)); }
 int DpSync::fault_part(int rank, int part) const {
   const DpFault& f = cfg_.fault;
   if (f.replica != replica(rank)) return part;
-  const int a = mod(f.step, cfg_.dp), b = mod(f.step + f.shift, cfg_.dp);
+  const Ring ring{cfg_.dp};
+  const int a = ring.wrap(f.step), b = ring.wrap(f.step + f.shift);
   return part == a ? b : (part == b ? a : part);
 }
 
@@ -231,8 +234,10 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     st.grads.push_back(std::move(gr));
     return st.grads.back().done;
   }
-  const std::int64_t tag0 = kDpTag0 + st.fused++ * 2 * t * t;
-  const std::int64_t ag_tag0 = tag0 + static_cast<std::int64_t>(t) * t;
+  const Ring ring{t};
+  // Two exchanges' tags per gradient: the Fuse-RS ring and DDP's all-gather half.
+  const std::int64_t tag0 = kDpTag0 + st.fused++ * 2 * ring.tags_per_exchange();
+  const std::int64_t ag_tag0 = tag0 + ring.tags_per_exchange();
   const bool data = prog_ != nullptr && g.buffer >= 0;
   BufferId recv_buf = -1, sum_buf = -1;
   if (data) {
@@ -240,7 +245,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     sum_buf = alloc(rank, g.name + "/dp_sum", g.rows, g.cols);
     gr.synced = alloc(rank, g.name + "/dp_synced", g.rows, g.cols);
   }
-  const int next = peer(rank, mod(r + 1, t));
+  const int next = peer(rank, ring.next(r));
   auto labels = [&](const std::string& op_name, int chunk, int step) {
     TaskLabels l;
     l.region = reg;
@@ -253,7 +258,8 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   };
   const int sms = cfg_.schedule.comm_sms.value_or(-1);
   TaskId last_compute = kNoTask, end = kNoTask;
-  // Fuse-RS over the DP ring: step i computes part (r - 1 - i) mod t of the last accumulation step;
+  // Fuse-RS over the DP ring (the reduce order of sched/ring.hpp): step i computes the part it reduces
+  // of the last accumulation step;
   // from step 1 on the running sum of that part received from r-1 is added and passed to r+1; the
   // own part comes last and its add is the reduced part.
   // Parts of fewer than dp_fuse_min_rows rows (a large dp cuts a gradient into thin slivers: at dp
@@ -265,16 +271,16 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   // The bytes of the Send a receive takes at reduce-scatter step i (the sender's Send of step i - 1)
   // or at all-gather step i (its Send of step i): the sender's part (sender - i) mod t in both.
   const auto sent_at = [&](int i) {
-    return [&, i](int sender) { return bytes(row_part(g.rows, t, mod(sender - i, t)).rows * g.cols); };
+    return [&, i](int sender) { return bytes(row_part(g.rows, t, ring.gather_chunk(sender, i)).rows * g.cols); };
   };
   const std::int64_t part_rows = g.rows / t;
   const int group = part_rows < cfg_.schedule.dp_fuse_min_rows ? t : 1;
   std::vector<std::pair<RowPart, TaskId>> pieces;  // the current group's GEMMs and the rows they computed
   for (int i = 0; i < t; ++i) {
-    const int c = mod(r - 1 - i, t);
+    const int c = ring.reduce_chunk(r, i);
     const auto computed = [&](int step) {
-      const int part = mod(r - 1 - step, t);
-      return (cfg_.fault.replica == r && cfg_.fault.step == step) ? mod(part + cfg_.fault.shift, t) : part;
+      const int part = ring.reduce_chunk(r, step);
+      return (cfg_.fault.replica == r && cfg_.fault.step == step) ? ring.wrap(part + cfg_.fault.shift) : part;
     };
     if (i % group == 0) {
       // The group's parts as maximal runs of adjacent rows, each one GEMM, in ascending row order.
@@ -304,7 +310,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     if (i > 0) {
       const TaskId recv =
           ring_recv(rank, fmt::format("{}/dp_recv/c{}", g.name, c), p2p_stream(), bytes(pc.rows * g.cols), sent_at(i),
-                    tag0 + static_cast<std::int64_t>(i - 1) * t, labels("dp_recv", c, i),
+                    ring.tag(tag0, i - 1, 0), labels("dp_recv", c, i),
                     data ? op(RecvOp{Ref{recv_buf, part_rect(pc, g.cols)}}) : -1, {});
       const bool last = i == t - 1;
       const BufferId dst = last ? gr.synced : sum_buf;
@@ -323,24 +329,22 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
       }
     }
     add(rank, fmt::format("{}/dp_send/c{}", g.name, c), p2p_stream(),
-        SendTask{next, bytes(pc.rows * g.cols), tag0 + static_cast<std::int64_t>(i) * t + r, cfg_.schedule.p2p_engine,
-                 sms},
+        SendTask{next, bytes(pc.rows * g.cols), ring.tag(tag0, i, r), cfg_.schedule.p2p_engine, sms},
         labels("dp_send", c, i), data ? op(SendOp{Ref{value_buf, part_rect(pc, g.cols)}}) : -1, {value});
   }
   if (ddp) {
-    // The all-gather half as ring P2P: step i passes part (r - i) mod t on and receives part
-    // (r - i - 1) mod t, copy engines only; the compute stream goes on meanwhile.
+    // The all-gather half as ring P2P (the gather order of sched/ring.hpp), copy engines only; the
+    // compute stream goes on meanwhile.
     TaskId have = end;
     for (int i = 0; i + 1 < t; ++i) {
-      const int cs = mod(r - i, t), cr = mod(r - i - 1, t);
+      const int cs = ring.gather_chunk(r, i), cr = ring.gather_recv_chunk(r, i);
       const RowPart ps = row_part(g.rows, t, cs), pr = row_part(g.rows, t, cr);
       add(rank, fmt::format("{}/dp_ag_send/c{}", g.name, cs), p2p_stream(),
-          SendTask{next, bytes(ps.rows * g.cols), ag_tag0 + static_cast<std::int64_t>(i) * t + r,
-                   cfg_.schedule.p2p_engine, sms},
+          SendTask{next, bytes(ps.rows * g.cols), ring.tag(ag_tag0, i, r), cfg_.schedule.p2p_engine, sms},
           labels("dp_ag_send", cs, i), data ? op(SendOp{Ref{gr.synced, part_rect(ps, g.cols)}}) : -1, {have});
       have = ring_recv(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, cr), p2p_stream(), bytes(pr.rows * g.cols),
                        sent_at(i),
-                       ag_tag0 + static_cast<std::int64_t>(i) * t, labels("dp_ag_recv", cr, i),
+                       ring.tag(ag_tag0, i, 0), labels("dp_ag_recv", cr, i),
                        data ? op(RecvOp{Ref{gr.synced, part_rect(pr, g.cols)}}) : -1, {});
     }
     end = have;
@@ -381,8 +385,8 @@ TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>&
       case CollectiveKind::all_reduce:
         for (std::size_t k = 0; k < G; ++k) {
           std::size_t src = k;
-          if (cfg_.fault.replica == r && static_cast<std::size_t>(mod(cfg_.fault.step, static_cast<int>(G))) == k)
-            src = static_cast<std::size_t>(mod(static_cast<int>(k) + cfg_.fault.shift, static_cast<int>(G)));
+          if (cfg_.fault.replica == r && static_cast<std::size_t>(ring_mod(cfg_.fault.step, static_cast<int>(G))) == k)
+            src = static_cast<std::size_t>(ring_mod(static_cast<int>(k) + cfg_.fault.shift, static_cast<int>(G)));
           const DpGradient& s = grad(src).g;
           cop.in.push_back(Ref{s.buffer, Rect{0, 0, s.rows, s.cols}});
           Grad& d = grad(k);

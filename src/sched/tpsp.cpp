@@ -16,6 +16,7 @@
 
 #include "fusesim/sched/dataflow.hpp"
 #include "fusesim/sched/dp.hpp"
+#include "fusesim/sched/ring.hpp"
 #include "fusesim/sched/step.hpp"
 #include "fusesim/sched/ulysses.hpp"
 #include "fusesim/util/error.hpp"
@@ -90,8 +91,6 @@ struct OpCtx {
   bool data = true;    // emit data ops
 };
 
-std::int64_t mod(std::int64_t a, std::int64_t m) { return ((a % m) + m) % m; }
-
 Rect rows_rect(std::int64_t row0, std::int64_t rows, std::int64_t cols) { return Rect{row0, 0, rows, cols}; }
 
 class Builder {
@@ -165,7 +164,7 @@ class Builder {
   // The test hook (TpspFault): the chunk index used at `step` of the current region on `ti`.
   std::int64_t chunk_at(int ti, int region_index, int step, std::int64_t c) const {
     const TpspFault& f = req_.fault;
-    if (f.tp_index == ti && replica_ == 0 && f.region == region_index && f.step == step) return mod(c + f.shift, t_);
+    if (f.tp_index == ti && replica_ == 0 && f.region == region_index && f.step == step) return ring_mod(c + f.shift, t_);
     return c;
   }
   // For a collective's member list the fault swaps the places of members `step` and step + shift
@@ -173,7 +172,7 @@ class Builder {
   std::int64_t member_chunk(int ti, int region_index, int p) const {
     const TpspFault& f = req_.fault;
     if (f.tp_index != ti || replica_ != 0 || f.region != region_index) return p;
-    const std::int64_t a = mod(f.step, t_), b = mod(f.step + f.shift, t_);
+    const std::int64_t a = ring_mod(f.step, t_), b = ring_mod(f.step + f.shift, t_);
     return p == a ? b : (p == b ? a : p);
   }
 
@@ -470,37 +469,34 @@ Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, con
     }
     return done;
   }
-  // Fuse-AG (design note section 2): step i computes chunk (r - i) mod t, sends it to r+1 and
-  // receives chunk (r - i - 1) mod t from r-1. Step 0 computes and sends the own chunk from the shard.
+  // Fuse-AG (design note section 2; the gather order of sched/ring.hpp): step i computes the chunk
+  // the member holds, passes it on and receives the next; step 0 computes the own chunk from the shard.
+  const Ring ring{t_};
   const std::int64_t tag0 = next_tag_;
-  next_tag_ += static_cast<std::int64_t>(t_) * t_;
+  next_tag_ += ring.tags_per_exchange();
   const Bytes chunk_bytes = bytes(n() * width);
   for (int ti = 0; ti < t_; ++ti) {
-    const int next = static_cast<int>(mod(ti + 1, t_)), prev = static_cast<int>(mod(ti - 1, t_));
     std::vector<TaskId> have = ready[static_cast<std::size_t>(ti)];  // the chunk computed at this step is here
     auto& d = done[static_cast<std::size_t>(ti)];
     for (int i = 0; i < t_; ++i) {
-      const std::int64_t c = mod(ti - i, t_);
+      const std::int64_t c = ring.gather_chunk(ti, i);
       const std::int64_t cc = chunk_at(ti, region_index, i, c);
-      // Step i's transfers: chunk c on to r+1 once it is here, chunk (r - i - 1) mod t from r-1.
       AgCall::Transfer transfer;
       if (i < t_ - 1)
-        transfer = [this, ctx, g, width, region, tag0, chunk_bytes, ti, next, prev, i,
-                    c](const std::vector<TaskId>& at_step) {
+        transfer = [this, ctx, g, width, region, tag0, chunk_bytes, ring, ti, i, c](const std::vector<TaskId>& at_step) {
           TaskLabels sl = labels(ctx, region, "send");
           sl.chunk = static_cast<int>(c);
           sl.step = i;
           const Loc src = at(g, ti, chunk_span(c));
           add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, c), p2p_stream(),
-              SendTask{rank(next), chunk_bytes, tag0 + static_cast<std::int64_t>(i) * t_ + ti, req_.schedule.p2p_engine,
-                       comm_sms()},
+              SendTask{rank(ring.next(ti)), chunk_bytes, ring.tag(tag0, i, ti), req_.schedule.p2p_engine, comm_sms()},
               std::move(sl), op(ctx, SendOp{Ref{src.buffer, rows_rect(src.row0, n(), width)}}), at_step);
-          const std::int64_t rc = mod(ti - i - 1, t_);
+          const std::int64_t rc = ring.gather_recv_chunk(ti, i);
           TaskLabels rl = labels(ctx, region, "recv");
           rl.chunk = static_cast<int>(rc);
           rl.step = i;
           return add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, rc), p2p_stream(),
-                     RecvTask{rank(prev), chunk_bytes, tag0 + static_cast<std::int64_t>(i) * t_ + prev}, std::move(rl),
+                     RecvTask{rank(ring.prev(ti)), chunk_bytes, ring.tag(tag0, i, ring.prev(ti))}, std::move(rl),
                      op(ctx, RecvOp{ref(g.full, ti, chunk_span(rc), width)}), {});
         };
       if (plan != nullptr) {
@@ -561,19 +557,19 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
     }
     return done;
   }
-  // Fuse-RS (design note section 2): step i computes the partial of chunk (r - 1 - i) mod t; from
-  // step 1 on it adds the running sum received from r-1 and passes it to r+1; the own chunk comes
-  // last and its add is the result.
+  // Fuse-RS (design note section 2; the reduce order of sched/ring.hpp): step i computes the partial of
+  // the chunk the member reduces; from step 1 on it adds the running sum received from r-1 and passes it
+  // to r+1; the own chunk comes last and its add is the result.
   PerRank recv_buf = alloc(ctx, ctx.region + "/recv", S(), width);
   PerRank sum_buf = alloc(ctx, ctx.region + "/sum", S(), width);
+  const Ring ring{t_};
   const std::int64_t tag0 = next_tag_;
-  next_tag_ += static_cast<std::int64_t>(t_) * t_;
+  next_tag_ += ring.tags_per_exchange();
   const Bytes chunk_bytes = bytes(n() * width);
   const model::ElementwiseKernel add_kernel{"add", bytes(3 * n() * width), static_cast<Flops>(n() * width)};
   for (int ti = 0; ti < t_; ++ti) {
-    const int next = static_cast<int>(mod(ti + 1, t_)), prev = static_cast<int>(mod(ti - 1, t_));
     for (int i = 0; i < t_; ++i) {
-      const std::int64_t c = mod(ti - 1 - i, t_);
+      const std::int64_t c = ring.reduce_chunk(ti, i);
       const std::int64_t cc = chunk_at(ti, region_index, i, c);
       auto ids = emit_work(ctx, ti, region, work, static_cast<int>(cc), {chunk_span(cc)}, fmt::format("/c{}", cc), i,
                            -1, i == 0, i == 0 ? ready[static_cast<std::size_t>(ti)] : std::vector<TaskId>{});
@@ -585,7 +581,7 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
         rl.chunk = static_cast<int>(c);
         rl.step = i;
         const TaskId recv = add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, c), p2p_stream(),
-                                RecvTask{rank(prev), chunk_bytes, tag0 + static_cast<std::int64_t>(i - 1) * t_ + prev},
+                                RecvTask{rank(ring.prev(ti)), chunk_bytes, ring.tag(tag0, i - 1, ring.prev(ti))},
                                 std::move(rl), op(ctx, RecvOp{ref(recv_buf, ti, chunk_span(c), width)}), {});
         const bool last = i == t_ - 1;
         const PerRank& dst = last ? out : sum_buf;
@@ -607,8 +603,7 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
       sl.chunk = static_cast<int>(c);
       sl.step = i;
       add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, c), p2p_stream(),
-          SendTask{rank(next), chunk_bytes, tag0 + static_cast<std::int64_t>(i) * t_ + ti, req_.schedule.p2p_engine,
-                   comm_sms()},
+          SendTask{rank(ring.next(ti)), chunk_bytes, ring.tag(tag0, i, ti), req_.schedule.p2p_engine, comm_sms()},
           std::move(sl), op(ctx, SendOp{ref(*value_buf, ti, value_span, width)}), {value});
     }
   }

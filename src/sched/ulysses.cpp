@@ -20,6 +20,8 @@
 
 #include <fmt/format.h>
 
+#include "fusesim/sched/ring.hpp"
+
 namespace fusesim::sched {
 
 std::int64_t TpspShape::kv_heads_up() const {
@@ -30,8 +32,6 @@ std::int64_t TpspShape::kv_heads_up() const {
 std::int64_t TpspShape::up_group_cols() const { return (heads / tp / up + 2 * kv_heads_up()) * head_dim; }
 
 namespace {
-
-std::int64_t mod(std::int64_t a, std::int64_t m) { return ((a % m) + m) % m; }
 
 // Adjacent spans merged: one transfer per contiguous run of rows.
 std::vector<UpSpan> runs_of(const std::vector<UpSpan>& rows) {
@@ -107,13 +107,13 @@ int UlyssesEmitter::open_region(const std::string& name, Pending& p) {
 int UlyssesEmitter::fault_swap(int region_index, int p) const {
   const TpspFault& f = req_.fault;
   if (f.tp_index != u_ || d_ != 0 || f.region != region_index) return p;
-  const int a = static_cast<int>(mod(f.step, up_)), b = static_cast<int>(mod(f.step + f.shift, up_));
+  const int a = static_cast<int>(ring_mod(f.step, up_)), b = static_cast<int>(ring_mod(f.step + f.shift, up_));
   return p == a ? b : (p == b ? a : p);
 }
 int UlyssesEmitter::fault_shift(int region_index, int step, int p) const {
   const TpspFault& f = req_.fault;
   if (f.tp_index != u_ || d_ != 0 || f.region != region_index || f.step != step) return p;
-  return static_cast<int>(mod(p + f.shift, up_));
+  return static_cast<int>(ring_mod(p + f.shift, up_));
 }
 
 std::string UlyssesEmitter::prefix(int layer, bool forward) const {
@@ -279,7 +279,7 @@ UpWorkFn UlyssesEmitter::producer(int layer, bool forward, bool data, UpLocate a
     std::vector<UpWork> works;
     for (int i = 1; i <= up_; ++i) {
       const int step = i % up_;  // ring distance; the own piece (distance 0) comes last
-      const int p = static_cast<int>(mod(u_ + step, up_));
+      const int p = static_cast<int>(ring_mod(u_ + step, up_));
       const BufferId b = data ? wg[static_cast<std::size_t>(ti)][static_cast<std::size_t>(p)] : -1;
       const std::string rows_tag = runs.empty() ? "" : fmt::format("/r{}", runs.front().row0);
       if (step == 0) {
@@ -341,7 +341,7 @@ void UlyssesEmitter::finish_pre(int layer, bool forward, bool data, const UpPerR
     }
     for (const UpSpan& run : pending.runs[i])
       for (int step = 1; step < up_; ++step) {
-        const int from = static_cast<int>(mod(u_ - step, up_));
+        const int from = static_cast<int>(ring_mod(u_ - step, up_));
         TaskLabels lab = labels(layer, forward, pending.region, "recv");
         lab.step = step;
         lab.chunk = u_;
@@ -458,7 +458,7 @@ UpDeps UlyssesEmitter::attention_forward(int layer, bool data, const UpPerRank& 
       std::vector<TaskId> deps = wait[i];
       for (int step = 1; step <= up_; ++step) {
         const int d = step % up_;
-        const int p = static_cast<int>(mod(u_ + d, up_));
+        const int p = static_cast<int>(ring_mod(u_ + d, up_));
         if (d == 0) {
           // Straight into its place; a copy keeps the head-sharded output whole for the backward.
           const TaskId own =
@@ -483,7 +483,7 @@ UpDeps UlyssesEmitter::attention_forward(int layer, bool data, const UpPerRank& 
             std::move(lab), op(data, SendOp{hs_o(ti, src_chunk * S_loc, S_loc)}), {at});
       }
       for (int step = 1; step < up_; ++step) {
-        const int from = static_cast<int>(mod(u_ - step, up_));
+        const int from = static_cast<int>(ring_mod(u_ - step, up_));
         TaskLabels lab = labels(layer, true, region, "recv");
         lab.step = step;
         lab.chunk = u_;
@@ -588,9 +588,9 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
       const std::int64_t n = S_loc / tp_;
       const bool fuse_rs = req_.kind == model::ScheduleKind::commfuse && tp_ > 1;
       for (int i = 0; i < tp_; ++i) {
-        const std::int64_t c = fuse_rs ? mod(ti - 1 - i, tp_) : i;
+        const std::int64_t c = fuse_rs ? ring_mod(ti - 1 - i, tp_) : i;
         for (int d = 1; d < up_; ++d) {
-          const int p = static_cast<int>(mod(u_ + d, up_));
+          const int p = static_cast<int>(ring_mod(u_ + d, up_));
           TaskLabels lab = labels(layer, false, region, "send");
           lab.step = d;
           lab.chunk = p;
@@ -601,7 +601,7 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
               std::move(lab), op(data, SendOp{dhs(ti, src_chunk * S_loc + c * n, n)}), {ab_id});
         }
         for (int d = 1; d < up_; ++d) {
-          const int from = static_cast<int>(mod(u_ - d, up_));
+          const int from = static_cast<int>(ring_mod(u_ - d, up_));
           TaskLabels lab = labels(layer, false, region, "recv");
           lab.step = d;
           lab.chunk = u_;
@@ -629,7 +629,7 @@ std::vector<UlyssesEmitter::GradBlock> UlyssesEmitter::qkv_grad_blocks(int ti, c
   std::vector<GradBlock> out;
   for (int d = 0; d < up_; ++d) {
     GradBlock b;
-    b.member = static_cast<int>(mod(u_ - d, up_));
+    b.member = static_cast<int>(ring_mod(u_ - d, up_));
     b.region = tp_ == 1 ? bwd_region_ : -1;
     if (d == 0) {
       b.buffer = bwd_hs_.empty() ? -1 : bwd_hs_[i];
