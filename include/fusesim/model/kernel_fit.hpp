@@ -1,8 +1,9 @@
 #pragma once
 // Kernel time models learned from measured samples (docs/calibration.md, "Kernel models"): a GEMM
 // model with wave and tile quantization on the device's SMs, and a small-kernel model with the
-// per-launch floor measurements show. Both are fitted by least squares on log time (a 5 us kernel and
-// a 5 ms one weigh the same), so one parameter set covers every shape of a profile.
+// per-launch floor measurements show. Both weigh errors relative to the time (a 5 us kernel and a 5 ms
+// one alike): the GEMM model by least squares on log time, the small-kernel model by mean absolute
+// relative error (see fit_small_kernel_model), so one parameter set covers every shape of a profile.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -30,9 +31,8 @@ struct GemmTiming {
 // k loop; p blends the operand stream with the math instead of taking the max (both overlap, neither
 // perfectly). A last, partial wave costs less than a full one (its tiles share HBM and L2 with fewer
 // others, and cuBLAS's stream-K kernels spread the remainder over all SMs), so waves are a mix of the
-// whole count and the exact fraction; measured GEMMs put s at 0.7-0.8 (fitting it took the
-// leave-one-model-out error from 7.2% to 6.3% on H100, 5.7% to 4.9% on A100). Every term grows with
-// m, n and k, so the model is monotone in each.
+// whole count and the exact fraction, s fitted (its effect on the held-out error: BENCHMARKS.md,
+// "Kernel models"). Every term grows with m, n and k, so the model is monotone in each.
 struct GemmModel {
   int sm_count = 0;
   double element_bytes = 2;
