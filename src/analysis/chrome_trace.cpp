@@ -124,7 +124,7 @@ void ChromeTraceRecorder::on_task_start(const sched::Task& task, sched::TaskId i
   if (l.step >= 0) args["step"] = l.step;
   if (l.slice >= 0) args["slice"] = l.slice;
   if (l.micro_batch >= 0) args["micro_batch"] = l.micro_batch;
-  if (!l.phase.empty()) args["phase"] = l.phase;
+  if (l.phase != sched::Phase::none) args["phase"] = sched::to_string(l.phase);
   if (!l.op.empty()) args["op"] = l.op;
   if (l.region >= 0) {
     if (static_cast<std::size_t>(l.region) < regions_.size())

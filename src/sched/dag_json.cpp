@@ -75,7 +75,7 @@ json labels_json(const TaskLabels& l) {
   put("step", l.step);
   put("slice", l.slice);
   put("micro_batch", l.micro_batch);
-  if (!l.phase.empty()) out["phase"] = l.phase;
+  if (l.phase != Phase::none) out["phase"] = to_string(l.phase);
   if (!l.op.empty()) out["op"] = l.op;
   return out;
 }
@@ -125,7 +125,10 @@ TaskLabels read_labels(const JsonObject& o, int regions) {
   l.step = static_cast<int>(o.integer_or("step", 0, 1'000'000, -1));
   l.slice = static_cast<int>(o.integer_or("slice", 0, 1'000'000, -1));
   l.micro_batch = static_cast<int>(o.integer_or("micro_batch", 0, 1'000'000, -1));
-  if (o.has("phase")) l.phase = o.string("phase");
+  if (o.has("phase")) {
+    const std::string p = o.choice("phase", {"forward", "backward", "optimizer"});
+    l.phase = p == "forward" ? Phase::forward : (p == "backward" ? Phase::backward : Phase::optimizer);
+  }
   if (o.has("op")) l.op = o.string("op");
   o.finish();
   return l;

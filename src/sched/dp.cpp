@@ -252,7 +252,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     l.layer = g.layer;
     l.chunk = chunk;
     l.step = step;
-    l.phase = "backward";
+    l.phase = Phase::backward;
     l.op = op_name;
     return l;
   };
@@ -370,7 +370,7 @@ TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>&
     TaskLabels l;
     l.region = region(region_name);
     l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
-    l.phase = params ? "optimizer" : "backward";
+    l.phase = params ? Phase::optimizer : Phase::backward;
     l.op = "dp_" + to_string(kind);
     return p2p_collective(rank, kind, total, fmt::format("{}/{}", region_name, to_string(kind)),
                           kDpCollectiveStream, l, deps, idx);
@@ -423,7 +423,7 @@ TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>&
   TaskLabels l;
   l.region = region(region_name);
   l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
-  l.phase = params ? "optimizer" : "backward";
+  l.phase = params ? Phase::optimizer : Phase::backward;
   l.op = "dp_" + to_string(kind);
   return add(rank, fmt::format("{}/{}", region_name, to_string(kind)), kDpCollectiveStream,
              CollectiveTask{kind, group(rank), total, instance, cfg_.schedule.collective_engine,
@@ -489,7 +489,7 @@ TaskId DpSync::gather_layer(int rank, const std::string& name, int layer, std::i
   TaskLabels l;
   l.region = region(name + "/dp_param_ag");
   l.layer = layer;
-  l.phase = name.find("/bwd") != std::string::npos ? "backward" : "forward";
+  l.phase = name.find("/bwd") != std::string::npos ? Phase::backward : Phase::forward;
   l.op = "dp_param_all_gather";
   if (cfg_.as_p2p)
     return p2p_collective(rank, CollectiveKind::all_gather, param_bytes(elements), name + "/dp_param_ag",

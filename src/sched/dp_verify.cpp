@@ -68,7 +68,7 @@ Schedule generate_dp_piece(const DpPieceRequest& req) {
     t.rank = rank;
     t.kind = ComputeTask{std::move(k), topo::Dtype::bf16, false};
     t.labels.region = region;
-    t.labels.phase = "backward";
+    t.labels.phase = Phase::backward;
     t.data_op = data_op;
     const TaskId id = s.graph.add(std::move(t));
     for (TaskId x : deps) s.graph.depend(x, id);

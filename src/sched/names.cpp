@@ -22,6 +22,16 @@ std::string to_string(CollectiveKind k) {
   return "?";
 }
 
+std::string to_string(Phase p) {
+  switch (p) {
+    case Phase::none: return "";
+    case Phase::forward: return "forward";
+    case Phase::backward: return "backward";
+    case Phase::optimizer: return "optimizer";
+  }
+  return "?";
+}
+
 std::string to_string(Scope s) {
   switch (s) {
     case Scope::layer: return "layer";

@@ -33,7 +33,7 @@ TaskId StepEmitter::add(int ti, const std::string& name, StreamRef stream, TaskK
   return id;
 }
 
-TaskId StepEmitter::compute(int ti, const std::string& name, model::Kernel k, const std::string& phase,
+TaskId StepEmitter::compute(int ti, const std::string& name, model::Kernel k, Phase phase,
                             int micro_batch, const std::vector<TaskId>& deps, int region) {
   TaskLabels l;
   l.region = region;
@@ -45,7 +45,7 @@ TaskId StepEmitter::compute(int ti, const std::string& name, model::Kernel k, co
 }
 
 std::vector<TaskId> StepEmitter::collective(const std::string& name, CollectiveKind kind, Bytes bytes,
-                                            const std::string& phase, int micro_batch, const Deps& deps) {
+                                            Phase phase, int micro_batch, const Deps& deps) {
   const std::int64_t instance = next_instance_++;
   std::vector<TaskId> out;
   for (int ti = 0; ti < tp(); ++ti) {
@@ -87,10 +87,10 @@ StepEmitter::Deps StepEmitter::embedding_forward(const std::string& mb, int micr
   // writes the partial [S, h] (zeros for tokens outside its shard).
   for (int ti = 0; ti < tp(); ++ti)
     d[ti] = {compute(ti, mb + "embedding/fwd/lookup",
-                     model::ElementwiseKernel{"embedding", bytes(S * h / tp() + S * h), 0.0}, "forward", micro_batch,
+                     model::ElementwiseKernel{"embedding", bytes(S * h / tp() + S * h), 0.0}, Phase::forward, micro_batch,
                      ready[static_cast<std::size_t>(ti)])};
   if (tp() == 1) return d;
-  const auto rs = collective(mb + "embedding/fwd/rs", CollectiveKind::reduce_scatter, bytes(S * h), "forward",
+  const auto rs = collective(mb + "embedding/fwd/rs", CollectiveKind::reduce_scatter, bytes(S * h), Phase::forward,
                              micro_batch, d);
   for (int ti = 0; ti < tp(); ++ti) d[ti] = {rs[static_cast<std::size_t>(ti)]};
   return d;
@@ -101,21 +101,21 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   Deps d(static_cast<std::size_t>(tp()));
   for (int ti = 0; ti < tp(); ++ti)
     d[ti] = {compute(ti, mb + "head/fwd/final_norm", model::ElementwiseKernel{"layernorm", bytes(2 * n * h), 8.0 * n * h},
-                     "forward", micro_batch, ready[static_cast<std::size_t>(ti)])};
+                     Phase::forward, micro_batch, ready[static_cast<std::size_t>(ti)])};
   if (tp() > 1) {
-    const auto ag = collective(mb + "head/fwd/ag", CollectiveKind::all_gather, bytes(S * h), "forward", micro_batch, d);
+    const auto ag = collective(mb + "head/fwd/ag", CollectiveKind::all_gather, bytes(S * h), Phase::forward, micro_batch, d);
     for (int ti = 0; ti < tp(); ++ti) d[ti] = {ag[static_cast<std::size_t>(ti)]};
   }
   for (int ti = 0; ti < tp(); ++ti) {
-    const TaskId logits = compute(ti, mb + "head/fwd/lm_head", model::GemmKernel{S, V, h, 1}, "forward", micro_batch, d[ti]);
+    const TaskId logits = compute(ti, mb + "head/fwd/lm_head", model::GemmKernel{S, V, h, 1}, Phase::forward, micro_batch, d[ti]);
     // Softmax cross-entropy over the local logits: read them, write the probabilities' gradient.
     d[ti] = {compute(ti, mb + "head/fwd/cross_entropy",
                      model::ElementwiseKernel{"cross_entropy", bytes(2 * S * V), 5.0 * static_cast<double>(S * V)},
-                     "forward", micro_batch, {logits})};
+                     Phase::forward, micro_batch, {logits})};
   }
   if (tp() > 1) {
     // The row max and the row sum of exponentials over the vocab shards: one fp32 value per row each.
-    const auto ar = collective(mb + "head/fwd/loss_ar", CollectiveKind::all_reduce, 2 * 4 * S, "forward", micro_batch, d);
+    const auto ar = collective(mb + "head/fwd/loss_ar", CollectiveKind::all_reduce, 2 * 4 * S, Phase::forward, micro_batch, d);
     for (int ti = 0; ti < tp(); ++ti) d[ti] = {ar[static_cast<std::size_t>(ti)]};
   }
   // Backward: the logits' gradient, the dgrad (partial over the vocab shards, reduce-scattered to
@@ -124,26 +124,26 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   for (int ti = 0; ti < tp(); ++ti)
     dlog[ti] = {compute(ti, mb + "head/bwd/cross_entropy_bwd",
                         model::ElementwiseKernel{"cross_entropy_bwd", bytes(2 * S * V), 2.0 * static_cast<double>(S * V)},
-                        "backward", micro_batch, d[ti])};
+                        Phase::backward, micro_batch, d[ti])};
   Deps dgrad(static_cast<std::size_t>(tp()));
   for (int ti = 0; ti < tp(); ++ti)
-    dgrad[ti] = {compute(ti, mb + "head/bwd/lm_head_dgrad", model::GemmKernel{S, h, V, 1}, "backward", micro_batch, dlog[ti])};
+    dgrad[ti] = {compute(ti, mb + "head/bwd/lm_head_dgrad", model::GemmKernel{S, h, V, 1}, Phase::backward, micro_batch, dlog[ti])};
   Deps after = dgrad;
   if (tp() > 1) {
-    const auto rs = collective(mb + "head/bwd/rs", CollectiveKind::reduce_scatter, bytes(S * h), "backward",
+    const auto rs = collective(mb + "head/bwd/rs", CollectiveKind::reduce_scatter, bytes(S * h), Phase::backward,
                                micro_batch, dgrad);
     for (int ti = 0; ti < tp(); ++ti) after[ti] = {rs[static_cast<std::size_t>(ti)]};
   }
   const DpGradient dg{mb + "head/bwd/lm_head_wgrad", -1, h, V, -1};
   gradient(dg, dp, dgrad, [&](int ti, std::int64_t row0, std::int64_t rows, int region, const std::vector<TaskId>& deps) {
     const std::string suffix = rows == h ? "" : fmt::format("/r{}", row0);
-    return compute(ti, mb + "head/bwd/lm_head_wgrad" + suffix, model::GemmKernel{rows, V, S, 1, /*accumulate_fp32=*/true}, "backward",
+    return compute(ti, mb + "head/bwd/lm_head_wgrad" + suffix, model::GemmKernel{rows, V, S, 1, /*accumulate_fp32=*/true}, Phase::backward,
                    micro_batch, deps, region);
   });
   Deps out(static_cast<std::size_t>(tp()));
   for (int ti = 0; ti < tp(); ++ti)
     out[ti] = {compute(ti, mb + "head/bwd/final_norm_bwd",
-                       model::ElementwiseKernel{"layernorm_bwd", bytes(3 * n * h), 10.0 * n * h}, "backward",
+                       model::ElementwiseKernel{"layernorm_bwd", bytes(3 * n * h), 10.0 * n * h}, Phase::backward,
                        micro_batch, after[ti])};
   return out;
 }
@@ -153,7 +153,7 @@ StepEmitter::Deps StepEmitter::embedding_backward(const std::string& mb, int mic
   const std::int64_t S = grp_.rows, h = grp_.hidden, V = vocab_local();
   Deps d = ready;
   if (tp() > 1) {
-    const auto ag = collective(mb + "embedding/bwd/ag", CollectiveKind::all_gather, bytes(S * h), "backward",
+    const auto ag = collective(mb + "embedding/bwd/ag", CollectiveKind::all_gather, bytes(S * h), Phase::backward,
                                micro_batch, ready);
     for (int ti = 0; ti < tp(); ++ti) d[ti] = {ag[static_cast<std::size_t>(ti)]};
   }
@@ -165,7 +165,7 @@ StepEmitter::Deps StepEmitter::embedding_backward(const std::string& mb, int mic
     return compute(ti, mb + "embedding/bwd/scatter_add" + suffix,
                    model::ElementwiseKernel{"embedding_bwd", bytes(3 * tokens * h / tp()),
                                             static_cast<Flops>(tokens * h / tp())},
-                   "backward", micro_batch, deps, region);
+                   Phase::backward, micro_batch, deps, region);
   });
 }
 
@@ -176,7 +176,7 @@ StepEmitter::Deps StepEmitter::optimizer(const std::vector<std::int64_t>& elemen
     d[ti] = {compute(ti, "optimizer/adam",
                      model::ElementwiseKernel{"adam", n * adam_bytes_per_param(grp_.dtype, grp_.grad_dtype),
                                               kAdamFlopsPerParam * static_cast<double>(n)},
-                     "optimizer", -1, ready[static_cast<std::size_t>(ti)])};
+                     Phase::optimizer, -1, ready[static_cast<std::size_t>(ti)])};
   }
   return d;
 }

@@ -181,7 +181,7 @@ class Builder {
     l.region = region;
     l.layer = ctx.layer;
     l.micro_batch = micro_batch_;
-    l.phase = ctx.forward ? "forward" : "backward";
+    l.phase = ctx.forward ? Phase::forward : Phase::backward;
     l.op = std::move(op);
     return l;
   }

@@ -125,7 +125,7 @@ TaskLabels UlyssesEmitter::labels(int layer, bool forward, int region, std::stri
   l.region = region;
   l.layer = layer;
   l.micro_batch = micro_batch_;
-  l.phase = forward ? "forward" : "backward";
+  l.phase = forward ? Phase::forward : Phase::backward;
   l.op = std::move(op);
   return l;
 }

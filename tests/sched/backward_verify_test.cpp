@@ -64,7 +64,7 @@ TEST_CASE("every task of a generated training layer carries a data op", "[sched]
       const Task& t = s.graph.task(id);
       INFO(t.name);
       CHECK(t.data_op >= 0);
-      if (t.labels.phase == "backward") ++backward;
+      if (t.labels.phase == Phase::backward) ++backward;
     }
     CHECK(backward > 0);
     // Per layer and rank: dx, dw_qkv, dw_o, dw1, dw2 besides the forward output y: 2 layers x 4

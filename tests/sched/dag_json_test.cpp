@@ -30,7 +30,7 @@ const char* const kGood = R"({
   "regions": [{"name": "r0", "parallelism": "tpsp"}],
   "tasks": [
     {"name": "g0", "rank": 0, "stream": {"kind": "compute"}, "compute": {"gemm": {"m": 1024, "n": 1024, "k": 1024}},
-     "labels": {"region": 0, "op": "fc1"}},
+     "labels": {"region": 0, "phase": "forward", "op": "fc1"}},
     {"name": "g1", "rank": 1, "stream": {"kind": "compute"}, "compute": {"gemm": {"m": 1024, "n": 1024, "k": 1024}}},
     {"name": "s", "rank": 0, "stream": {"kind": "copy", "index": 0}, "after": ["g0"],
      "send": {"peer": 1, "bytes": 1048576, "tag": 3}},
@@ -63,6 +63,8 @@ TEST_CASE("a task-graph file reads into the graph it describes", "[sched][dag_js
   CHECK(dag.graph.regions().size() == 1);
   CHECK(dag.graph.task(0).labels.region == 0);
   CHECK(dag.graph.task(0).labels.op == "fc1");
+  CHECK(dag.graph.task(0).labels.phase == Phase::forward);
+  CHECK(dag.graph.task(1).labels.phase == Phase::none);  // no labels: no phase
   const auto& send = std::get<SendTask>(dag.graph.task(2).kind);
   CHECK(send.peer == 1);
   CHECK(send.tag == 3);
@@ -125,6 +127,7 @@ TEST_CASE("bad task-graph files name the JSON path", "[sched][dag_json]") {
       {with(R"("peer": 1, "bytes": 1048576, "tag": 3)", R"("peer": 0, "bytes": 1048576, "tag": 3)"),
        "$.tasks[2].send.peer"},  // a send to itself
       {with(R"("stream": {"kind": "copy", "index": 0})", R"("stream": {"kind": "dma"})"), "$.tasks[2].stream.kind"},
+      {with(R"("phase": "forward")", R"("phase": "prefill")"), "$.tasks[0].labels.phase"},  // not a training phase
       {with(R"({"name": "g1", "rank": 1, "stream": {"kind": "compute"}, )", R"({"name": "g1", "rank": 1, )"),
        "$.tasks[1].stream"},  // missing key
       {with(R"("compute": {"elementwise")", R"("send": {"peer": 0, "bytes": 1}, "compute": {"elementwise")"),

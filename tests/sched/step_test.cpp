@@ -99,7 +99,7 @@ TEST_CASE("overlap_param_gather: ZeRO-1/2's parameter gather moves into the firs
     for (TaskId id = 0; id < s.graph.size(); ++id) {
       const Task& t = s.graph.task(id);
       const auto* c = std::get_if<CollectiveTask>(&t.kind);
-      if (t.rank != 0 || c == nullptr || c->kind != CollectiveKind::all_gather || t.labels.phase == "")
+      if (t.rank != 0 || c == nullptr || c->kind != CollectiveKind::all_gather || t.labels.phase == Phase::none)
         continue;
       if (t.labels.op != "dp_param_all_gather" && t.labels.op != "dp_all_gather") continue;
       bytes[t.name] = c->bytes;

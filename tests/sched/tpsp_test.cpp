@@ -199,7 +199,7 @@ TEST_CASE("every generated graph passes validate() with unique names and tags", 
           // The DP replicas' gradient sync (dp_test.cpp): one baseline all-reduce per rank.
           if (task.labels.region >= 0 && s.graph.regions().at(task.labels.region).parallelism == "dp") continue;
           CHECK(task.name.rfind(fmt::format("r{}/L", task.rank), 0) == 0);
-          CHECK(!task.labels.phase.empty());
+          CHECK(task.labels.phase != Phase::none);
           CHECK(!task.labels.op.empty());
           if (const auto* send = std::get_if<SendTask>(&task.kind)) {
             CHECK(tags.insert({task.rank, send->peer, send->tag}).second);

@@ -72,6 +72,11 @@ struct CollectiveTask {
 
 using TaskKind = std::variant<ComputeTask, SendTask, RecvTask, CollectiveTask>;
 
+// The part of a training step a task belongs to, for analysis and traces; none where a graph (a
+// user's file) does not say.
+enum class Phase : std::uint8_t { none, forward, backward, optimizer };
+std::string to_string(Phase p);  // "" for none
+
 // Where a task sits in the workload, for analysis and traces. -1: not applicable.
 struct TaskLabels {
   int region = -1;     // index into TaskGraph::regions() (an overlapped operation)
@@ -80,7 +85,7 @@ struct TaskLabels {
   int step = -1;       // ring step
   int slice = -1;      // slice index (slice-overlap)
   int micro_batch = -1;
-  std::string phase;   // "forward", "backward", "optimizer"
+  Phase phase = Phase::none;
   std::string op;      // "qkv", "attention", "out_proj", "fc1", "fc2", "norm", ...
 };
 

@@ -70,10 +70,10 @@ class StepEmitter {
  private:
   TaskId add(int ti, const std::string& name, StreamRef stream, TaskKind kind, TaskLabels labels,
              const std::vector<TaskId>& deps);
-  TaskId compute(int ti, const std::string& name, model::Kernel k, const std::string& phase, int micro_batch,
+  TaskId compute(int ti, const std::string& name, model::Kernel k, Phase phase, int micro_batch,
                  const std::vector<TaskId>& deps, int region = -1);
   // One collective over the group on comm stream 0; returns the task of each TP index.
-  std::vector<TaskId> collective(const std::string& name, CollectiveKind kind, Bytes bytes, const std::string& phase,
+  std::vector<TaskId> collective(const std::string& name, CollectiveKind kind, Bytes bytes, Phase phase,
                                  int micro_batch, const Deps& deps);
   // Gradient `dg` of every TP index, complete after `emit(ti, row0, rows, region, deps)` has run over
   // its rows: handed to DP (fused or not) when `dp` is set.
