@@ -30,6 +30,7 @@ const std::vector<std::string> kSmallOps{"layernorm",     "layernorm_bwd", "rope
                                          "cross_entropy_bwd", "softmax",   "adam",          "copy",
                                          "layernorm_eager"};
 constexpr std::int64_t kMaxKernelsPerSample = 64;
+constexpr double kMaxStreamWaitS = 1e-3;  // as a topology's stream_wait_s
 
 const std::vector<std::string> kOps{"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"};
 
@@ -386,6 +387,12 @@ Profile parse_profile(const JsonDocument& doc) {
     const double hops = static_cast<double>(o.integer("hops", 1, 1000000));
     // Noise can make the two-stream chain the faster one; a wait is never negative.
     p.stream_wait_s = std::max(0.0, (median_time_s(o, "two_streams_s") - median_time_s(o, "one_stream_s")) / hops);
+    // The topology's own bound on stream_wait_s (topo/load.cpp): beyond it the chain measured
+    // something else (a stalled host, a missing wait_stream) than an event hand-off.
+    if (*p.stream_wait_s > kMaxStreamWaitS)
+      g->fail(fmt::format("the two-stream chain takes {:.4g} s per hop more than the one-stream chain: more than "
+                          "{:g} s is not an event wait",
+                          *p.stream_wait_s, kMaxStreamWaitS));
     read_source(o, file_source);
     o.finish();
   }

@@ -349,6 +349,13 @@ TEST_CASE("a kernel sample with a negative time, an unknown op or a time in othe
   json copy = profile_doc();
   copy["copy"] = {{{"bytes", 1e6}, {"kernels", 2}, {"time_s", {4e-6}}}};
   refused_at(copy, "$.copy[0].kernels");
+  // A stream-wait chain of 10 hops whose two-stream run takes 20 ms more: 2 ms per hop, beyond the 1 ms
+  // a topology's stream_wait_s may hold. 10 ms more (1 ms per hop) is at the bound and accepted.
+  json slow = profile_doc();
+  slow["stream_wait"] = {{"hops", 10}, {"one_stream_s", {1e-4}}, {"two_streams_s", {2.01e-2}}};
+  refused_at(slow, "$.stream_wait");
+  slow["stream_wait"]["two_streams_s"] = {1.01e-2};
+  CHECK(*parse(slow).stream_wait_s == Approx(1e-3));
 }
 
 TEST_CASE("a profile with enough samples gets its GEMM and small-kernel models on load", "[model][profile]") {
