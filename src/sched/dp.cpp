@@ -74,9 +74,10 @@ TaskId DpSync::ring_recv(int rank, const std::string& name, StreamRef stream, By
   const int t = cfg_.dp, r = replica(rank), simulated = std::min(cfg_.mirror ? cfg_.simulated : t, t);
   // A predecessor that is simulated sends for real (mirror mode: the replicas of the simulated DP
   // replica, e.g. its Ulysses ranks, which come first in the ring).
-  if (r != 0 || simulated == t)
-    return add(rank, name, stream, RecvTask{peer(rank, Ring{t}.prev(r)), bytes_, tag_base + Ring{t}.prev(r)}, labels,
-               data_op, deps);
+  if (r != 0 || simulated == t) {
+    const int from = Ring{t}.prev(r);
+    return add(rank, name, stream, RecvTask{peer(rank, from), bytes_, tag_base + from}, labels, data_op, deps);
+  }
   // Replica 0's predecessor is a mirror image. Shifting the ring by `simulated` replicas (one DP
   // replica) maps that predecessor onto the last simulated replica and replica 0 onto the first one
   // beyond: that one receives the last simulated replica's Send exactly when replica 0 receives its
@@ -192,9 +193,7 @@ std::int32_t DpSync::op(DataOp d) { return prog_->add_op(std::move(d)); }
 int DpSync::fault_part(int rank, int part) const {
   const DpFault& f = cfg_.fault;
   if (f.replica != replica(rank)) return part;
-  const Ring ring{cfg_.dp};
-  const int a = ring.wrap(f.step), b = ring.wrap(f.step + f.shift);
-  return part == a ? b : (part == b ? a : part);
+  return Ring{cfg_.dp}.swapped(part, f.step, f.shift);
 }
 
 StreamRef DpSync::p2p_stream() const {

@@ -167,13 +167,11 @@ class Builder {
     if (f.tp_index == ti && replica_ == 0 && f.region == region_index && f.step == step) return ring_mod(c + f.shift, t_);
     return c;
   }
-  // For a collective's member list the fault swaps the places of members `step` and step + shift
-  // (a shift alone could be undone by the later write of the member it collides with).
+  // For a collective's member list the fault swaps the places of members `step` and step + shift.
   std::int64_t member_chunk(int ti, int region_index, int p) const {
     const TpspFault& f = req_.fault;
     if (f.tp_index != ti || replica_ != 0 || f.region != region_index) return p;
-    const std::int64_t a = ring_mod(f.step, t_), b = ring_mod(f.step + f.shift, t_);
-    return p == a ? b : (p == b ? a : p);
+    return Ring{t_}.swapped(p, f.step, f.shift);
   }
 
   TaskLabels labels(const OpCtx& ctx, int region, std::string op) const {

@@ -107,8 +107,7 @@ int UlyssesEmitter::open_region(const std::string& name, Pending& p) {
 int UlyssesEmitter::fault_swap(int region_index, int p) const {
   const TpspFault& f = req_.fault;
   if (f.tp_index != u_ || d_ != 0 || f.region != region_index) return p;
-  const int a = static_cast<int>(ring_mod(f.step, up_)), b = static_cast<int>(ring_mod(f.step + f.shift, up_));
-  return p == a ? b : (p == b ? a : p);
+  return Ring{up_}.swapped(p, f.step, f.shift);
 }
 int UlyssesEmitter::fault_shift(int region_index, int step, int p) const {
   const TpspFault& f = req_.fault;

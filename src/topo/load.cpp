@@ -28,7 +28,6 @@ constexpr double kMaxHbmBytes = 1e14;             // 100 TB on one device
 constexpr double kMaxLatencyS = 1e-2;             // 10 ms for one hop or one software step
 constexpr double kMaxHbmTrafficFactor = 16.0;
 constexpr double kMaxKernelLaunchS = 1e-3;        // 1 ms: far above any launch overhead
-constexpr double kMaxStreamWaitS = 1e-3;          // 1 ms: far above any event hand-off
 constexpr std::int64_t kMaxDevicesPerNode = 1024;
 constexpr std::int64_t kMaxNodes = 65536;
 // Twice today's largest clusters. A cluster model costs 3-5 KB per rank (vertices, links and their

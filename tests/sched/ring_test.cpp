@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <set>
+#include <vector>
 
 #include "fusesim/sched/ring.hpp"
 
@@ -64,4 +65,25 @@ TEST_CASE("each member receives what its predecessor sends, and the exchanges co
     CHECK(static_cast<int>(tags.size()) == t * (t - 1));
     for (std::int64_t tag : tags) CHECK((tag >= 0 && tag < ring.tags_per_exchange()));
   }
+}
+
+TEST_CASE("the fault hook's swap trades two members and leaves the rest", "[sched][ring]") {
+  // Four members, step 3, shift 2: members 3 and (3 + 2) mod 4 = 1 trade places; 0 and 2 keep theirs.
+  // A negative step wraps like a member: step -1 is member 3.
+  const Ring r{4};
+  CHECK(r.swapped(3, 3, 2) == 1);
+  CHECK(r.swapped(1, 3, 2) == 3);
+  CHECK(r.swapped(0, 3, 2) == 0);
+  CHECK(r.swapped(2, 3, 2) == 2);
+  CHECK(r.swapped(3, -1, 2) == 1);
+  // Applied to every member it is a permutation, and applying it twice restores the order.
+  for (int shift = 0; shift < 4; ++shift)
+    for (int step = 0; step < 4; ++step) {
+      std::vector<int> seen(4, 0);
+      for (int m = 0; m < 4; ++m) {
+        ++seen[static_cast<std::size_t>(r.swapped(m, step, shift))];
+        CHECK(r.swapped(r.swapped(m, step, shift), step, shift) == m);
+      }
+      for (int c : seen) CHECK(c == 1);
+    }
 }

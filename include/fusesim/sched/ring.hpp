@@ -33,6 +33,14 @@ struct Ring {
   // sum to r + 1; at the last step, size - 1, the chunk is r's own, complete.
   constexpr int reduce_chunk(int member, int step) const { return wrap(member - 1 - step); }
 
+  // The fault hooks of the tests (TpspFault, DpFault): members `step` and step + shift (both wrapped)
+  // trade places in a member list; any other keeps its own. A swap rather than a shift, so that a
+  // later write of the member a shift collides with cannot undo the fault.
+  constexpr int swapped(int member, std::int64_t step, std::int64_t shift) const {
+    const int a = wrap(step), b = wrap(step + shift);
+    return member == a ? b : (member == b ? a : member);
+  }
+
   // Message tags: a ring exchange draws one block of tags_per_exchange() from its allocator; the
   // message `sender` sends at `step` carries tag(base, step, sender), and its receiver, sender + 1,
   // names the same tag with the same call.

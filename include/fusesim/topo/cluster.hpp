@@ -35,6 +35,10 @@ struct ContentionParams {
   SourcedValue comm_hbm_traffic_factor; // HBM bytes a transfer moves per payload byte on each end (read or write)
 };
 
+// The most a cross-stream hand-off may take, from a topology or a measured profile: 1 ms is far above
+// any event wait a GPU runtime has (about 1 us), so more is a unit error, not a measurement.
+inline constexpr double kMaxStreamWaitS = 1e-3;
+
 struct DeviceModel {
   std::string name;                       // "h100-sxm"
   std::string vendor;                     // "nvidia", "huawei"
@@ -60,7 +64,7 @@ struct DeviceModel {
   // that waits for it (cudaEventRecord + cudaStreamWaitEvent, docs/engine.md section 3). Optional
   // ("stream_wait_s"; 0 when absent). Charged per cross-stream edge, so that a schedule that splits
   // one exchange into t steps pays the t hand-offs between its compute and communication streams.
-  SourcedValue stream_wait_s;
+  SourcedValue stream_wait_s;  // at most kMaxStreamWaitS
   ContentionParams contention;
   bool estimate = false;                  // true when the figures are estimates (no official datasheet)
 
