@@ -449,7 +449,7 @@ class ValidateCommand final : public Command {
         if (n) t.add_row({p.kind, "leave-one-model-out, all", std::to_string(n), fmt::format("{:.1f}%", sum / n), ""});
       }
       if (parts.empty()) return "";
-      return fmt::format("\nkernel models of profile {} on its samples (time error):\n", profile) + t.render();
+      return fmt::format("\nkernel models of profile {} on its samples (error of the predicted timer reading, docs/calibration.md \"Timer resolution\"):\n", profile) + t.render();
     }
   };
 

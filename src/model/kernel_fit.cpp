@@ -163,7 +163,7 @@ GemmModel fit_gemm_model(const std::vector<GemmTiming>& samples, int sm_count, d
     const GemmModel g = gemm_from(x, sm_count, element_bytes, tiles);
     double e = 0.0;
     for (const GemmTiming& s : samples) {
-      const double r = std::log(g.smooth_time_s(s.m, s.n, s.k, s.batch) / s.time_s);
+      const double r = std::log(truncated_reading_s(g.smooth_time_s(s.m, s.n, s.k, s.batch), s.resolution_s) / s.time_s);
       e += r * r;
     }
     return std::isfinite(e) ? e / static_cast<double>(samples.size()) : kBig;
@@ -180,9 +180,9 @@ GemmModel fit_gemm_model(const std::vector<GemmTiming>& samples, int sm_count, d
   std::vector<double> predicted, measured;
   for (const GemmTiming& s : samples) {
     const double base = g.smooth_time_s(s.m, s.n, s.k, s.batch);
-    g.residuals.push_back({std::log2(s.m * s.batch), std::log2(s.n), std::log2(s.k), std::log(s.time_s / base)});
+    g.residuals.push_back({std::log2(s.m * s.batch), std::log2(s.n), std::log2(s.k), std::log(s.time_s / truncated_reading_s(base, s.resolution_s))});
   }
-  for (const GemmTiming& s : samples) predicted.push_back(g.time_s(s.m, s.n, s.k, s.batch)), measured.push_back(s.time_s);
+  for (const GemmTiming& s : samples) predicted.push_back(truncated_reading_s(g.time_s(s.m, s.n, s.k, s.batch), s.resolution_s)), measured.push_back(s.time_s);
   g.samples = static_cast<int>(samples.size());
   g.in_sample_mape_pct = mape_pct(predicted, measured);
   return g;
@@ -202,6 +202,23 @@ double SmallKernelModel::time_s(double bytes, double rows) const {
 double SmallKernelModel::sample_time_s(const SmallKernelTiming& s) const {
   const double k = static_cast<double>(s.kernels);
   return k * time_s(s.bytes / k, s.rows);
+}
+
+double truncated_reading_s(double time_s, double resolution_s) {
+  if (!(resolution_s > 0)) return time_s;
+  // floor(tau) as a sum of unit steps at 1, 2, 3, ..., each a logistic of width kReadingJitterSteps.
+  // Only the steps at floor(tau) and the one above are inside the blur: one a step away or more is
+  // within e^(-1 / 0.03) = 3e-15 of 0 or 1.
+  const double tau = time_s / resolution_s;
+  const double n = std::floor(tau);
+  const auto step = [&](double at) { return 1.0 / (1.0 + std::exp(-(tau - at) / kReadingJitterSteps)); };
+  const double steps = (n >= 1 ? n - 1 + step(n) : 0.0) + step(n + 1);
+  return steps * resolution_s;
+}
+
+double SmallKernelModel::sample_reading_s(const SmallKernelTiming& s) const {
+  const double k = static_cast<double>(s.kernels);
+  return k * truncated_reading_s(time_s(s.bytes / k, s.rows), s.resolution_s);
 }
 
 SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& samples) {
@@ -230,7 +247,7 @@ SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& sa
   const auto loss = [&](const std::vector<double>& x) {
     const SmallKernelModel m = model(x);
     double e = 0.0;
-    for (const SmallKernelTiming& s : samples) e += std::abs(m.sample_time_s(s) / s.time_s - 1.0);
+    for (const SmallKernelTiming& s : samples) e += std::abs(m.sample_reading_s(s) / s.time_s - 1.0);
     return std::isfinite(e) ? e / static_cast<double>(samples.size()) : kBig;
   };
   // Starts: a 1 kB per-row overhead, p = 3, half of an H100's 50 MB L2 at 1.5x the HBM speed.
@@ -243,7 +260,7 @@ SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& sa
   x = nelder_mead(loss, x, steps, 2000);
   SmallKernelModel m = model(x);
   std::vector<double> predicted, measured;
-  for (const SmallKernelTiming& s : samples) predicted.push_back(m.sample_time_s(s)), measured.push_back(s.time_s);
+  for (const SmallKernelTiming& s : samples) predicted.push_back(m.sample_reading_s(s)), measured.push_back(s.time_s);
   m.samples = static_cast<int>(samples.size());
   m.in_sample_mape_pct = mape_pct(predicted, measured);
   return m;
@@ -316,7 +333,7 @@ std::vector<HeldOutError> leave_one_group_out_gemm(const std::vector<GemmTiming>
                                                    double element_bytes) {
   return leave_one_group_out(
       samples, [&](const std::vector<GemmTiming>& t) { return fit_gemm_model(t, sm_count, element_bytes); },
-      [](const GemmModel& g, const GemmTiming& s) { return g.time_s(s.m, s.n, s.k, s.batch); });
+      [](const GemmModel& g, const GemmTiming& s) { return truncated_reading_s(g.time_s(s.m, s.n, s.k, s.batch), s.resolution_s); });
 }
 
 std::vector<HeldOutError> leave_one_group_out_small(const std::vector<SmallKernelTiming>& samples) {
@@ -327,7 +344,7 @@ std::vector<HeldOutError> leave_one_group_out_small(const std::vector<SmallKerne
   for (const auto& [op, ops] : by_op) {
     for (const HeldOutError& e : leave_one_group_out(ops, fit_small_kernel_model,
                                                      [](const SmallKernelModel& m, const SmallKernelTiming& s) {
-                                                       return m.sample_time_s(s);
+                                                       return m.sample_reading_s(s);
                                                      })) {
       auto& [count, sm] = acc[e.group];
       count += e.samples;

@@ -30,7 +30,8 @@ const std::vector<std::string> kSmallOps{"layernorm",     "layernorm_bwd", "rope
                                          "cross_entropy_bwd", "softmax",   "adam",          "copy",
                                          "layernorm_eager"};
 constexpr std::int64_t kMaxKernelsPerSample = 64;
-constexpr double kMaxStreamWaitS = 1e-3;  // as a topology's stream_wait_s
+// A timer that cannot tell kernels apart below a millisecond cannot time a kernel at all.
+constexpr double kMaxTimerResolutionS = 1e-3;
 
 const std::vector<std::string> kOps{"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"};
 
@@ -52,6 +53,15 @@ double positive(const JsonObject& o, std::string_view key) {
   const JsonValue v = o.at(key);
   const double x = v.as_number(0.0, kInf);
   if (!(x > 0.0)) v.fail("must be positive");
+  return x;
+}
+
+// Optional "resolution_s": the step the sample's timer truncates each kernel's duration to.
+double timer_resolution_s(const JsonObject& o) {
+  if (!o.has("resolution_s")) return 0.0;
+  const JsonValue v = o.at("resolution_s");
+  const double x = v.as_number(0.0, kMaxTimerResolutionS);
+  if (!(x > 0.0)) v.fail("must be positive (leave it out for a timer that reads exact times)");
   return x;
 }
 
@@ -182,7 +192,7 @@ std::vector<GemmTiming> gemm_timings(const Profile& profile) {
     const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
                          static_cast<double>(g.batch);
     out.push_back({static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k),
-                   static_cast<double>(g.batch), flops / g.flops_per_s, g.group});
+                   static_cast<double>(g.batch), flops / g.flops_per_s, g.group, g.resolution_s});
   }
   return out;
 }
@@ -281,6 +291,10 @@ Profile parse_profile(const JsonDocument& doc) {
       const double flops = 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k) *
                            static_cast<double>(s.batch);
       s.flops_per_s = o.has("tflops") ? positive(o, "tflops") * 1e12 : flops / median_time_s(o, "time_s");
+      if (o.has("resolution_s")) {
+        if (o.has("tflops")) o.at("resolution_s").fail("a timer's resolution goes with \"time_s\", not \"tflops\"");
+        s.resolution_s = timer_resolution_s(o);
+      }
       if (o.has("group")) s.group = o.string("group");
       read_source(o, file_source);
       o.finish();
@@ -325,6 +339,7 @@ Profile parse_profile(const JsonDocument& doc) {
         if (o.has("rows")) s.rows = static_cast<double>(o.integer("rows", 1, kMaxDim));
         if (!copy && o.has("kernels")) s.kernels = static_cast<int>(o.integer("kernels", 1, kMaxKernelsPerSample));
         s.time_s = median_time_s(o, "time_s");
+        if (!copy) s.resolution_s = timer_resolution_s(o);
         if (o.has("group")) s.group = o.string("group");
         if (copy) bandwidth.push_back({s.bytes, s.time_s});
         read_source(o, file_source);
@@ -387,12 +402,12 @@ Profile parse_profile(const JsonDocument& doc) {
     const double hops = static_cast<double>(o.integer("hops", 1, 1000000));
     // Noise can make the two-stream chain the faster one; a wait is never negative.
     p.stream_wait_s = std::max(0.0, (median_time_s(o, "two_streams_s") - median_time_s(o, "one_stream_s")) / hops);
-    // The topology's own bound on stream_wait_s (topo/load.cpp): beyond it the chain measured
+    // The topology's own bound on stream_wait_s (topo::kMaxStreamWaitS): beyond it the chain measured
     // something else (a stalled host, a missing wait_stream) than an event hand-off.
-    if (*p.stream_wait_s > kMaxStreamWaitS)
+    if (*p.stream_wait_s > topo::kMaxStreamWaitS)
       g->fail(fmt::format("the two-stream chain takes {:.4g} s per hop more than the one-stream chain: more than "
                           "{:g} s is not an event wait",
-                          *p.stream_wait_s, kMaxStreamWaitS));
+                          *p.stream_wait_s, topo::kMaxStreamWaitS));
     read_source(o, file_source);
     o.finish();
   }

@@ -31,7 +31,7 @@ GemmModel truth() {
 std::vector<GemmTiming> synthetic(const GemmModel& g, const char* group, double n, double k) {
   std::vector<GemmTiming> out;
   for (double m : {1.0, 16.0, 64.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0})
-    out.push_back({m, n, k, 1.0, g.smooth_time_s(m, n, k, 1.0), group});
+    out.push_back({m, n, k, 1.0, g.smooth_time_s(m, n, k, 1.0), group, 0});
   return out;
 }
 
@@ -113,7 +113,7 @@ TEST_CASE("kernel fit: the small-kernel model recovers launch floor, per-row and
   std::vector<SmallKernelTiming> samples;
   for (double row_bytes : {16384.0, 32768.0, 131072.0})
     for (double rows : {1.0, 16.0, 64.0, 256.0, 1024.0, 4096.0})
-      samples.push_back({"layernorm", rows * row_bytes, rows, t.time_s(rows * row_bytes, rows), "x", 1});
+      samples.push_back({"layernorm", rows * row_bytes, rows, t.time_s(rows * row_bytes, rows), "x", 1, 0});
   // Hand-derived point: 4096 rows of 32 KiB = 134,217,728 bytes, 67.1 us of stream + 2 us.
   CHECK(t.time_s(4096 * 32768.0, 4096) == Approx(2e-6 + 134217728.0 / 2e12));
   const SmallKernelModel f = fit_small_kernel_model(samples);
@@ -180,7 +180,7 @@ TEST_CASE("kernel fit: the small-kernel fit recovers an L2 regime and a per-row 
   std::vector<SmallKernelTiming> samples;
   for (double row_bytes : {8192.0, 16384.0, 32768.0, 131072.0})
     for (double rows : {1.0, 16.0, 64.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0})
-      samples.push_back({"swiglu", rows * row_bytes, rows, t.time_s(rows * row_bytes, rows), "x", 1});
+      samples.push_back({"swiglu", rows * row_bytes, rows, t.time_s(rows * row_bytes, rows), "x", 1, 0});
   const SmallKernelModel f = fit_small_kernel_model(samples);
   CHECK(f.in_sample_mape_pct < 1.0);
   CHECK(f.bytes_per_s == Approx(t.bytes_per_s).epsilon(0.05));
@@ -196,20 +196,67 @@ TEST_CASE("kernel fit: a sample timing several launches is predicted as that man
   SmallKernelModel t;
   t.launch_s = 2e-6;
   t.bytes_per_s = 2e12;
-  const SmallKernelTiming two{"add", 4e6, 0, 6e-6, "x", 2};
+  const SmallKernelTiming two{"add", 4e6, 0, 6e-6, "x", 2, 0};
   CHECK(t.sample_time_s(two) == Approx(6e-6));
   CHECK(t.time_s(4e6, 0) == Approx(4e-6));
   // Fitting one-kernel samples and two-kernel regions of the same op recovers the one kernel's model.
   std::vector<SmallKernelTiming> samples;
   for (double bytes : {1e5, 1e6, 4e6, 1.6e7, 6.4e7, 2.56e8}) {
-    samples.push_back({"add", bytes, 0, t.time_s(bytes, 0), "one", 1});
-    samples.push_back({"add", 2 * bytes, 0, 2 * t.time_s(bytes, 0), "two", 2});
+    samples.push_back({"add", bytes, 0, t.time_s(bytes, 0), "one", 1, 0});
+    samples.push_back({"add", 2 * bytes, 0, 2 * t.time_s(bytes, 0), "two", 2, 0});
   }
   const SmallKernelModel f = fit_small_kernel_model(samples);
   CHECK(f.in_sample_mape_pct < 0.5);
   CHECK(f.launch_s == Approx(t.launch_s).epsilon(0.05));
   // Leaving the two-kernel regions out and predicting them from the one-kernel samples: exact as well.
   for (const HeldOutError& e : leave_one_group_out_small(samples)) CHECK(e.mape_pct < 0.5);
+}
+
+TEST_CASE("kernel fit: a timer that truncates to whole microseconds reads the floor of the time",
+          "[model][kernel_fit]") {
+  // Readings with a 1 us step: floor(t) plus the logistic blur of kReadingJitterSteps = 0.03 of a step.
+  // 1.9 us: 1 + 1 / (1 + e^(0.1 / 0.03)) = 1 + 1 / (1 + e^3.333) = 1.03444 us (the step at 2 us is 0.1
+  // away, 3.3 widths); 2.5 us reads 2 us; exactly 2 us sits halfway up its step: 1.5 us.
+  CHECK(truncated_reading_s(1.9e-6, 1e-6) == Approx(1.03444e-6).epsilon(1e-4));
+  CHECK(truncated_reading_s(2.5e-6, 1e-6) == Approx(2e-6).epsilon(1e-6));
+  CHECK(truncated_reading_s(2e-6, 1e-6) == Approx(1.5e-6).epsilon(1e-9));
+  CHECK(truncated_reading_s(0.4e-6, 1e-6) == Approx(0.0).margin(1e-12));
+  CHECK(truncated_reading_s(1000.5e-6, 1e-6) == Approx(1000e-6).epsilon(1e-9));
+  CHECK(truncated_reading_s(1.9e-6, 0) == 1.9e-6);  // an exact timer
+  // Never above the time by more than the blur, never a step below it, and never decreasing.
+  double last = 0;
+  for (double t = 0.05e-6; t < 40e-6; t += 0.013e-6) {
+    const double r = truncated_reading_s(t, 1e-6);
+    CHECK(r >= last);
+    CHECK(r > t - 1e-6);
+    CHECK(r < t + 0.5e-6);
+    last = r;
+  }
+}
+
+TEST_CASE("kernel fit: kernels read by a truncating timer are fitted by their times, not their readings",
+          "[model][kernel_fit]") {
+  // The model of the first small-kernel test (2 us launch, 10 GB/s per row, 2 TB/s stream), read as
+  // vidur's timer reads it: floor(time in us) us. Fitted as exact times, the readings put the launch
+  // floor about half a step low; told the timer's resolution, the fit recovers the time model.
+  SmallKernelModel t;
+  t.launch_s = 2e-6;
+  t.row_bytes_per_s = 10e9;
+  t.bytes_per_s = 2e12;
+  std::vector<SmallKernelTiming> exact, read;
+  for (double row_bytes : {8192.0, 16384.0, 24576.0, 32768.0, 131072.0})
+    for (double rows : {1.0, 16.0, 64.0, 256.0, 1024.0, 4096.0}) {
+      const double reading = std::floor(t.time_s(rows * row_bytes, rows) * 1e6) * 1e-6;
+      exact.push_back({"layernorm", rows * row_bytes, rows, reading, "x", 1, 0});
+      read.push_back({"layernorm", rows * row_bytes, rows, reading, "x", 1, 1e-6});
+    }
+  const SmallKernelModel naive = fit_small_kernel_model(exact);
+  const SmallKernelModel aware = fit_small_kernel_model(read);
+  CHECK(aware.launch_s == Approx(t.launch_s).epsilon(0.1));
+  CHECK(naive.launch_s < 0.85 * t.launch_s);
+  CHECK(aware.in_sample_mape_pct < naive.in_sample_mape_pct);
+  // The model's time of a one-row kernel (3.6 us for 16 KiB) is the true one, not its reading (3 us).
+  CHECK(aware.time_s(16384, 1) == Approx(t.time_s(16384, 1)).epsilon(0.05));
 }
 
 TEST_CASE("kernel fit: too few samples or a non-positive time are refused", "[model][kernel_fit]") {

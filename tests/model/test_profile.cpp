@@ -356,6 +356,19 @@ TEST_CASE("a kernel sample with a negative time, an unknown op or a time in othe
   refused_at(slow, "$.stream_wait");
   slow["stream_wait"]["two_streams_s"] = {1.01e-2};
   CHECK(*parse(slow).stream_wait_s == Approx(1e-3));
+  // A timer's resolution: positive, at most 1 ms, beside a time (not a throughput), not on a copy.
+  json res = profile_doc();
+  res["elementwise"] = {{{"op", "add"}, {"bytes", 1e6}, {"resolution_s", 0}, {"time_s", {4e-6}}}};
+  refused_at(res, "$.elementwise[0].resolution_s");
+  res["elementwise"][0]["resolution_s"] = 2e-3;
+  refused_at(res, "$.elementwise[0].resolution_s");
+  res["elementwise"][0]["resolution_s"] = 1e-6;
+  CHECK(parse(res).elementwise.at(0).resolution_s == 1e-6);
+  res["gemm"] = {{{"dtype", "fp16"}, {"m", 1024}, {"n", 4096}, {"k", 4096}, {"tflops", 500}, {"resolution_s", 1e-6}}};
+  refused_at(res, "$.gemm[0].resolution_s");
+  json copy_res = profile_doc();
+  copy_res["copy"] = {{{"bytes", 1e6}, {"resolution_s", 1e-6}, {"time_s", {4e-6}}}};
+  refused_at(copy_res, "$.copy[0].resolution_s");
 }
 
 TEST_CASE("a profile with enough samples gets its GEMM and small-kernel models on load", "[model][profile]") {

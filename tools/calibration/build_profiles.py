@@ -23,6 +23,10 @@ VIDUR = "microsoft/vidur (MIT)"
 ORG = {"Llama-2-7b-hf": "meta-llama", "Llama-2-70b-hf": "meta-llama", "Meta-Llama-3-8B": "meta-llama",
        "Meta-Llama-3-70B": "meta-llama", "internlm-20b": "internlm", "phi-2": "microsoft"}
 GEMMS = ["attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"]
+# vidur times each kernel with PyTorch's profiler, which reports whole microseconds cut down from
+# nanoseconds (KinetoEvent::durationUs, torch/csrc/autograd/profiler_kineto.cpp): every sample says so,
+# and fusesim fits the time whose reading matches (docs/calibration.md, "Timer resolution").
+TIMER_RESOLUTION_S = 1e-6
 
 
 def seconds(ms_text):
@@ -67,8 +71,8 @@ def samples(device):
                       "mlp_up_proj": ((2 if gated else 1) * ffn, H), "mlp_down_proj": (H, ffn)}
             for op in GEMMS:
                 n, k = shapes[op]
-                gemm.append({"dtype": "fp16", "m": T, "n": n, "k": k, "batch": 1, "time_s": times(op), "group": model,
-                             "source": f"{where}: {op}, tp {tp}"})
+                gemm.append({"dtype": "fp16", "m": T, "n": n, "k": k, "batch": 1, "time_s": times(op),
+                             "resolution_s": TIMER_RESOLUTION_S, "group": model, "source": f"{where}: {op}, tp {tp}"})
             # HBM traffic in fp16 (2 bytes): norms read and write T x H; rotary reads and writes q and k;
             # SwiGLU reads gate and up and writes one, GeLU reads and writes one; the residual add reads two
             # and writes one; the embedding gathers T rows. How vidur runs them (vidur/profiling/mlp/
@@ -87,7 +91,8 @@ def samples(device):
                 sample = {"op": op, "bytes": 2 * n_elems, "rows": T}
                 if kernels > 1:
                     sample["kernels"] = kernels
-                small.append(sample | {"time_s": times(col), "group": model, "source": f"{where}: {col}, tp {tp}"})
+                small.append(sample | {"time_s": times(col), "resolution_s": TIMER_RESOLUTION_S, "group": model,
+                                       "source": f"{where}: {col}, tp {tp}"})
     return gemm, small
 
 

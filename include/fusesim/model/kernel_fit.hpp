@@ -19,6 +19,7 @@ struct GemmTiming {
   double m = 0, n = 0, k = 0, batch = 1;
   double time_s = 0;
   std::string group;  // the model or source the shape came from (leave-one-group-out)
+  double resolution_s = 0;  // 0: exact; else the timer reads the duration truncated to it
 };
 
 // time = launch_s + (memory^p + compute^p)^(1/p), with
@@ -88,7 +89,19 @@ struct SmallKernelTiming {
   double time_s = 0;
   std::string group;
   int kernels = 1;
+  double resolution_s = 0;  // 0: exact; else the timer reads each kernel's duration truncated to it
 };
+
+// What a timer that truncates each kernel's duration to whole `resolution_s` steps reads for a kernel
+// of `time_s` (`time_s` itself when `resolution_s` is 0). PyTorch's profiler, which vidur times its
+// kernels with, reports integer microseconds cut down from nanoseconds (KinetoEvent::durationUs in
+// torch/csrc/autograd/profiler_kineto.cpp: (end_ns - start_ns) / 1000), so a 1.9 us kernel reads 1 us
+// and a fit that compares times with readings puts every short kernel about half a step too low. The
+// models are fitted to predict the reading and price kernels by the time itself (docs/calibration.md,
+// "Timer resolution"). The steps are blurred over kReadingJitterSteps of a step, the run-to-run jitter
+// left in a median of repeats, so that the fit sees a slope where a hard floor is flat.
+inline constexpr double kReadingJitterSteps = 0.03;
+double truncated_reading_s(double time_s, double resolution_s);
 
 // time = launch_s + (row^p + stream^p)^(1/p), with row_bytes = bytes / rows and
 //   row    = row_bytes / row_bytes_per_s
@@ -112,6 +125,9 @@ struct SmallKernelModel {
   double time_s(double bytes, double rows) const;
   // What the model predicts for a sample's timed region: its kernels one after another.
   double sample_time_s(const SmallKernelTiming& s) const;
+  // What the sample's timer reads for that region: each kernel's reading, summed (vidur's timer sums
+  // the kernels of a region).
+  double sample_reading_s(const SmallKernelTiming& s) const;
 };
 
 // Fits one op's samples (>= 3) by least absolute relative error, the error `fusesim validate`

@@ -24,6 +24,7 @@ struct ProfileGemm {
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
   double flops_per_s = 0;
   std::string group;  // optional "group": the model the shape came from (leave-one-group-out)
+  double resolution_s = 0;  // optional "resolution_s": the timer's step (kernel_fit.hpp, truncated_reading_s)
 };
 
 
