@@ -174,7 +174,7 @@ StepMetrics analyze(const AnalysisInput& in) {
       RegionMetrics reg;
       reg.region = region;
       reg.name = graph.regions()[static_cast<std::size_t>(region)].name;
-      reg.parallelism = graph.regions()[static_cast<std::size_t>(region)].parallelism;
+      reg.parallelism = sched::to_string(graph.regions()[static_cast<std::size_t>(region)].parallelism);
       reg.rank = rm.rank;
       reg.start_ps = s.start;
       reg.end_ps = s.end;
@@ -223,7 +223,7 @@ StepMetrics analyze(const AnalysisInput& in) {
 StepMetrics analyze(const sched::Schedule& schedule, const sim::SimResult& result, const topo::Cluster& cluster,
                     const model::KernelCostModel& costs, topo::Dtype dtype) {
   AnalysisInput in{schedule.graph, result, cluster, costs, dtype, schedule.tokens, schedule.gpus,
-                   model::to_string(schedule.kind), schedule.parallelism, sched::to_string(schedule.scope),
+                   model::to_string(schedule.kind), sched::to_string(schedule.parallelism), sched::to_string(schedule.scope),
                    schedule.simulated_ranks, schedule.replicas};
   return analyze(in);
 }

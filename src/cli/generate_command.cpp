@@ -137,7 +137,7 @@ class SimulateDagCommand final : public Command {
                                         .tokens = dag.tokens,
                                         .gpus = dag.gpus,
                                         .schedule = dag.schedule,
-                                        .parallelism = dag.parallelism,
+                                        .parallelism = sched::to_string(dag.parallelism),
                                         .scope = "",
                                         .simulated_ranks = dag.simulated_ranks,
                                         .replicas = dag.replicas};

@@ -292,7 +292,7 @@ SimulateReport simulate(const SimulateRequest& request) {
   for (sched::Scope scope : request.scopes) {
     for (model::ScheduleKind kind : request.schedules) {
       sched::GenerateOptions options;
-      options.parallelism = parallelism;
+      options.parallelism = sched::parse_parallelism(parallelism);
       options.scope = scope;
       options.forward = true;
       options.backward = w.backward;

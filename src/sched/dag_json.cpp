@@ -27,6 +27,13 @@ const std::vector<std::string> kStreamKinds{"compute", "comm", "copy"};
 const std::vector<std::string> kEngines{"sm_kernel", "copy_engine"};
 const std::vector<std::string> kCollectives{"all_gather", "reduce_scatter", "all_reduce", "all_to_all"};
 
+// "parallelism": one of to_string's names, else `fallback` when absent.
+Parallelism parallelism_or(const JsonObject& o, Parallelism fallback) {
+  static const std::vector<std::string> names{to_string(Parallelism::tpsp), to_string(Parallelism::up),
+                                              to_string(Parallelism::dp), to_string(Parallelism::custom)};
+  return *parse_parallelism(o.choice_or("parallelism", names, to_string(fallback)));
+}
+
 StreamKind stream_kind(const std::string& s) {
   if (s == "comm") return StreamKind::comm;
   if (s == "copy") return StreamKind::copy;
@@ -144,14 +151,14 @@ nlohmann::json dag_to_json(const DagFile& dag) {
   doc["dtype"] = topo::to_string(dag.dtype);
   doc["tokens"] = dag.tokens;
   if (!dag.schedule.empty()) doc["schedule"] = dag.schedule;
-  if (!dag.parallelism.empty()) doc["parallelism"] = dag.parallelism;
+  doc["parallelism"] = to_string(dag.parallelism);
   if (!dag.topology.empty()) doc["topology"] = dag.topology;
   if (dag.gpus > 0) doc["gpus"] = dag.gpus;
   if (dag.simulated_ranks > 0) doc["simulated_ranks"] = dag.simulated_ranks;
   if (dag.replicas != 1) doc["replicas"] = dag.replicas;
   if (!g.load_alias().empty()) doc["load_alias"] = g.load_alias();
   json regions = json::array();
-  for (const Region& r : g.regions()) regions.push_back({{"name", r.name}, {"parallelism", r.parallelism}});
+  for (const Region& r : g.regions()) regions.push_back({{"name", r.name}, {"parallelism", to_string(r.parallelism)}});
   doc["regions"] = std::move(regions);
   json tasks = json::array();
   for (TaskId id = 0; id < g.size(); ++id) {
@@ -198,7 +205,7 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
   out.dtype = root.has("dtype") ? topo::parse_dtype(root.at("dtype")) : topo::Dtype::bf16;
   out.tokens = root.integer_or("tokens", 0, kMaxBytes, 0);
   out.schedule = root.string_or("schedule", "custom");
-  out.parallelism = root.string_or("parallelism", "custom");
+  out.parallelism = parallelism_or(root, Parallelism::custom);
   out.topology = root.string_or("topology", "");
   out.gpus = static_cast<int>(root.integer_or("gpus", 1, ranks, 0));
   out.simulated_ranks = static_cast<int>(root.integer_or("simulated_ranks", 1, ranks, 0));
@@ -215,7 +222,7 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
     JsonArray list = regions->as_array();
     for (std::size_t i = 0; i < list.size(); ++i) {
       JsonObject r = list.at(i).as_object();
-      out.graph.add_region(Region{r.string("name"), r.string_or("parallelism", out.parallelism)});
+      out.graph.add_region(Region{r.string("name"), parallelism_or(r, out.parallelism)});
       r.finish();
     }
   }

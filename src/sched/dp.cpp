@@ -174,7 +174,7 @@ std::vector<int> DpSync::group(int rank) const {
 int DpSync::region(const std::string& name) {
   auto it = regions_.find(name);
   if (it != regions_.end()) return it->second;
-  const int id = g_.add_region(Region{name, "dp"});
+  const int id = g_.add_region(Region{name, Parallelism::dp});
   regions_.emplace(name, id);
   return id;
 }

@@ -34,7 +34,7 @@ Schedule generate_dp_piece(const DpPieceRequest& req) {
   if (req.dp < 1) throw std::logic_error("generate_dp_piece: dp must be >= 1");
   Schedule s;
   s.graph = TaskGraph(req.dp);
-  s.parallelism = "dp";
+  s.parallelism = Parallelism::dp;
   s.kind = req.kind;
   s.gpus = req.dp;
   auto prog = std::make_shared<DataflowProgram>();

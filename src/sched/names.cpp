@@ -32,6 +32,22 @@ std::string to_string(Phase p) {
   return "?";
 }
 
+std::string to_string(Parallelism p) {
+  switch (p) {
+    case Parallelism::tpsp: return "tpsp";
+    case Parallelism::up: return "up";
+    case Parallelism::dp: return "dp";
+    case Parallelism::custom: return "custom";
+  }
+  return "?";
+}
+
+std::optional<Parallelism> parse_parallelism(std::string_view name) {
+  for (Parallelism p : {Parallelism::tpsp, Parallelism::up, Parallelism::dp, Parallelism::custom})
+    if (name == to_string(p)) return p;
+  return std::nullopt;
+}
+
 std::string to_string(Scope s) {
   switch (s) {
     case Scope::layer: return "layer";

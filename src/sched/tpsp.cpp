@@ -157,7 +157,7 @@ class Builder {
     const std::string name = prefix(ctx) + "/" + ctx.region;
     auto it = region_ids_.find(name);
     if (it != region_ids_.end()) return it->second;
-    const int id = g_.add_region(Region{name, "tpsp"});
+    const int id = g_.add_region(Region{name, Parallelism::tpsp});
     region_ids_.emplace(name, id);
     return id;
   }
@@ -1465,9 +1465,11 @@ Schedule generate_tpsp(const TpspRequest& request) {
   check(request);
   Schedule s;
   s.graph = TaskGraph(request.shape.tp * request.shape.up * request.shape.dp);
-  const std::string& par = request.options.parallelism;
-  s.parallelism = par.empty() ? "tpsp" : par;
-  s.kind = par == "dp" ? request.dp_kind : (par == "up" ? request.up_kind : request.kind);
+  const std::optional<Parallelism>& par = request.options.parallelism;
+  s.parallelism = par.value_or(Parallelism::tpsp);
+  s.kind = s.parallelism == Parallelism::dp ? request.dp_kind
+           : s.parallelism == Parallelism::up ? request.up_kind
+                                               : request.kind;
   s.scope = request.options.scope;
   s.tokens = request.shape.rows() * request.shape.dp *
              (request.options.scope == Scope::step ? std::max<std::int64_t>(1, request.step.micro_batches) : 1);
@@ -1504,10 +1506,10 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                       a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,
                       w.unfused_attention};
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
-  const std::string& par = options.parallelism;
-  r.kind = par.empty() || par == "tpsp" ? kind : w.schedule.kind;
-  r.up_kind = par.empty() || par == "up" ? kind : w.schedule.kind;
-  r.dp_kind = par.empty() || par == "dp" ? kind : w.schedule.kind;
+  const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };
+  r.kind = compared(Parallelism::tpsp) ? kind : w.schedule.kind;
+  r.up_kind = compared(Parallelism::up) ? kind : w.schedule.kind;
+  r.dp_kind = compared(Parallelism::dp) ? kind : w.schedule.kind;
   r.schedule = w.schedule;
   r.options = options;
   r.step = StepOptions{w.grad_accumulation, w.recompute,      w.parallel.dp_sharding,          a.vocab,

@@ -90,7 +90,7 @@ std::vector<Piece> UlyssesEmitter::qkv_weight_pieces(int layer, int ti) const {
 
 int UlyssesEmitter::open_region(const std::string& name, Pending& p) {
   auto it = regions_.find(name);
-  p.region = it != regions_.end() ? it->second : g_.add_region(Region{name, "up"});
+  p.region = it != regions_.end() ? it->second : g_.add_region(Region{name, Parallelism::up});
   regions_.emplace(name, p.region);
   p.region_index = region_count_++;
   p.tag0 = next_tag_;

@@ -33,7 +33,7 @@ struct TraceScenario {
   std::vector<sim::TransferRecord> transfers;
 
   TraceScenario() {
-    graph.add_region({"L0/fwd/ag+fc1", "tpsp"});
+    graph.add_region({"L0/fwd/ag+fc1", sched::Parallelism::tpsp});
     auto add = [&](sched::Task t, TimePs a, TimePs b) {
       const auto id = graph.add(std::move(t));
       times.resize(id + 1);

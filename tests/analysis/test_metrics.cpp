@@ -28,8 +28,8 @@ struct Scenario {
   FakeCosts costs;
 
   Scenario() {
-    graph.add_region({"L0/fwd/ag+fc1", "tpsp"});
-    graph.add_region({"dp-sync", "dp"});
+    graph.add_region({"L0/fwd/ag+fc1", sched::Parallelism::tpsp});
+    graph.add_region({"dp-sync", sched::Parallelism::dp});
     auto add = [&](sched::Task t, TimePs start_us, TimePs end_us) {
       const sched::TaskId id = graph.add(std::move(t));
       if (result.tasks.size() <= id) result.tasks.resize(id + 1);
@@ -136,8 +136,8 @@ TEST_CASE("a communication-only region beside another region's compute waits onl
   sim::SimResult result;
   const topo::Cluster cluster = make_cluster(1, 8, 1e9);
   FakeCosts costs;
-  graph.add_region({"L0/bwd/gemm", "tpsp"});
-  graph.add_region({"dp/bucket0", "dp"});
+  graph.add_region({"L0/bwd/gemm", sched::Parallelism::tpsp});
+  graph.add_region({"dp/bucket0", sched::Parallelism::dp});
   graph.add(compute_task("G", 0, 100, false, 0));
   graph.add(collective_task("AR", 0, {0}, 8, 1));
   result.tasks = {timing(0, 50 * U), timing(20 * U, 80 * U)};
@@ -218,7 +218,7 @@ TEST_CASE("invariants hold on random runs", "[metrics]") {
   for (int trial = 0; trial < 50; ++trial) {
     sched::TaskGraph g(4);
     sim::SimResult res;
-    g.add_region({"r", "tpsp"});
+    g.add_region({"r", sched::Parallelism::tpsp});
     for (int i = 0; i < 40; ++i) {
       TimePs a = t(rng), b = t(rng);
       if (a > b) std::swap(a, b);

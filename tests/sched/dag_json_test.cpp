@@ -59,7 +59,7 @@ TEST_CASE("a task-graph file reads into the graph it describes", "[sched][dag_js
   CHECK(dag.graph.num_ranks() == 2);
   CHECK(dag.tokens == 4096);
   CHECK(dag.schedule == "mine");
-  CHECK(dag.parallelism == "custom");
+  CHECK(dag.parallelism == Parallelism::custom);
   CHECK(dag.graph.regions().size() == 1);
   CHECK(dag.graph.task(0).labels.region == 0);
   CHECK(dag.graph.task(0).labels.op == "fc1");
@@ -128,6 +128,8 @@ TEST_CASE("bad task-graph files name the JSON path", "[sched][dag_json]") {
        "$.tasks[2].send.peer"},  // a send to itself
       {with(R"("stream": {"kind": "copy", "index": 0})", R"("stream": {"kind": "dma"})"), "$.tasks[2].stream.kind"},
       {with(R"("phase": "forward")", R"("phase": "prefill")"), "$.tasks[0].labels.phase"},  // not a training phase
+      {with(R"("name": "r0", "parallelism": "tpsp")", R"("name": "r0", "parallelism": "pp")"),
+       "$.regions[0].parallelism"},  // not a parallelism fusesim has
       {with(R"({"name": "g1", "rank": 1, "stream": {"kind": "compute"}, )", R"({"name": "g1", "rank": 1, )"),
        "$.tasks[1].stream"},  // missing key
       {with(R"("compute": {"elementwise")", R"("send": {"peer": 0, "bytes": 1}, "compute": {"elementwise")"),
@@ -239,11 +241,11 @@ TEST_CASE("the DP baseline is the bucketed overlap users run; serial is the name
   const topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100-4node");
   model::Workload w = model::load_workload("llama-3-70b-4node");
   GenerateOptions options;
-  options.parallelism = "dp";
+  options.parallelism = Parallelism::dp;
   auto regions_of = [&](const Schedule& s) {
     std::set<std::string> names;
     for (const Region& r : s.graph.regions())
-      if (r.parallelism == "dp") names.insert(r.name.substr(r.name.rfind('/') + 1));
+      if (r.parallelism == Parallelism::dp) names.insert(r.name.substr(r.name.rfind('/') + 1));
     return names;
   };
   const auto bucketed = regions_of(generate(w, "w", cluster, model::ScheduleKind::baseline, options));

@@ -46,7 +46,7 @@ struct Outcome {
 Outcome simulate(const model::Workload& w, const topo::Cluster& c, model::ScheduleKind kind, bool mirror) {
   GenerateOptions o;
   o.scope = Scope::step;
-  o.parallelism = "dp";
+  o.parallelism = Parallelism::dp;
   o.dp_as_p2p = true;
   o.mirror_dp = mirror;
   Outcome out{generate(w, "small-llama", c, kind, o), {}, {}};
@@ -184,7 +184,7 @@ TEST_CASE("A proxy receive arrives by its alias's NIC, beside the alias's Ulysse
     INFO(model::to_string(kind));
     GenerateOptions o;
     o.scope = Scope::layer;
-    o.parallelism = "up";
+    o.parallelism = Parallelism::up;
     o.dp_as_p2p = true;
     sim::SimResult full_result, mirror_result;
     const model::RooflineCostModel costs;
@@ -214,7 +214,7 @@ TEST_CASE("The P2P form of the DP sync needs its load alias to match", "[symmetr
   const model::Workload w = small_llama(model::DpSharding::ddp, 1);
   GenerateOptions o;
   o.scope = Scope::step;
-  o.parallelism = "dp";
+  o.parallelism = Parallelism::dp;
   o.mirror_dp = true;
   const Schedule s = generate(w, "small-llama", c, model::ScheduleKind::commfuse, o);
   REQUIRE(s.graph.load_alias().size() == 32);
@@ -276,7 +276,7 @@ TEST_CASE("With Megatron's padded vocabulary every Llama-3-70B gradient splits i
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
   GenerateOptions o;
   o.scope = Scope::step;
-  o.parallelism = "dp";
+  o.parallelism = Parallelism::dp;
   o.mirror_dp = true;
   const Schedule s = generate(w, "llama-3-70b-1024gpu", c, model::ScheduleKind::commfuse, o);
   std::map<std::string, std::set<Bytes>> send_bytes;  // per rank and gradient: the bytes of its ring Sends

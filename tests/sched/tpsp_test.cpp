@@ -197,7 +197,7 @@ TEST_CASE("every generated graph passes validate() with unique names and tags", 
           const Task& task = s.graph.task(id);
           CHECK(names.insert(task.name).second);
           // The DP replicas' gradient sync (dp_test.cpp): one baseline all-reduce per rank.
-          if (task.labels.region >= 0 && s.graph.regions().at(task.labels.region).parallelism == "dp") continue;
+          if (task.labels.region >= 0 && s.graph.regions().at(task.labels.region).parallelism == Parallelism::dp) continue;
           CHECK(task.name.rfind(fmt::format("r{}/L", task.rank), 0) == 0);
           CHECK(task.labels.phase != Phase::none);
           CHECK(!task.labels.op.empty());
@@ -205,7 +205,7 @@ TEST_CASE("every generated graph passes validate() with unique names and tags", 
             CHECK(tags.insert({task.rank, send->peer, send->tag}).second);
             CHECK(task.stream.kind == (qs ? StreamKind::comm : StreamKind::copy));
           }
-          if (task.labels.region >= 0) CHECK(s.graph.regions().at(task.labels.region).parallelism == "tpsp");
+          if (task.labels.region >= 0) CHECK(s.graph.regions().at(task.labels.region).parallelism == Parallelism::tpsp);
         }
         // Per layer: 4 forward regions (ag+qkv, out_proj+rs, ag+fc1, fc2+rs) and 6 backward
         // (ag+fc2_dgrad, fc1_dgrad+rs, ag+fc1_wgrad, ag+out_proj_dgrad, qkv_dgrad+rs, ag+qkv_wgrad).

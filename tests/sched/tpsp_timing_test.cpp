@@ -327,7 +327,7 @@ TEST_CASE("Llama-3-70B on a DGX H100: exposed communication CommFuse < slice < b
   const model::RooflineCostModel costs;
   std::map<ScheduleKind, TimePs> exposed, step;
   for (auto kind : {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse}) {
-    const Schedule s = generate(w, "llama-3-70b", c, kind, GenerateOptions{Scope::layer, true, true, ""});
+    const Schedule s = generate(w, "llama-3-70b", c, kind, GenerateOptions{Scope::layer, true, true, std::nullopt});
     const Timed out = run(s, c, costs);
     exposed[kind] = out.metrics.critical().exposed_comm_ps;
     step[kind] = out.result.makespan_ps;

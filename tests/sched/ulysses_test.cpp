@@ -90,7 +90,7 @@ TEST_CASE("UP: every transfer matched, every UP task in a region of parallelism 
         const bool a2a = c != nullptr && c->kind == CollectiveKind::all_to_all;
         const bool p2p = std::holds_alternative<SendTask>(t.kind) || std::holds_alternative<RecvTask>(t.kind);
         if (!a2a && !p2p) continue;  // tp = 1: no TP communication at all
-        CHECK(region_of(s, t).parallelism == "up");
+        CHECK(region_of(s, t).parallelism == Parallelism::up);
         up_regions.insert(region_of(s, t).name);
         if (a2a) ++a2a_per_rank[t.rank];
         if (std::holds_alternative<SendTask>(t.kind)) ++sends_per_rank[t.rank];
@@ -332,7 +332,7 @@ TEST_CASE("UP ranks of one TP position sum their weight gradients together with 
   for (TaskId id = 0; id < s.graph.size(); ++id) {
     const Task& t = s.graph.task(id);
     const auto* c = std::get_if<CollectiveTask>(&t.kind);
-    if (c == nullptr || t.labels.region < 0 || region_of(s, t).parallelism != "dp") continue;
+    if (c == nullptr || t.labels.region < 0 || region_of(s, t).parallelism != Parallelism::dp) continue;
     CHECK(c->kind == CollectiveKind::all_reduce);
     groups[t.rank].insert(c->group);
   }
@@ -348,7 +348,7 @@ TEST_CASE("UP ranks of one TP position sum their weight gradients together with 
   for (TaskId id = 0; id < s1.graph.size(); ++id) {
     const Task& t = s1.graph.task(id);
     const auto* c = std::get_if<CollectiveTask>(&t.kind);
-    if (c == nullptr || t.labels.region < 0 || region_of(s1, t).parallelism != "dp") continue;
+    if (c == nullptr || t.labels.region < 0 || region_of(s1, t).parallelism != Parallelism::dp) continue;
     CHECK(c->group == std::vector<int>{t.rank % 2, 2 + t.rank % 2});
     ++synced;
   }

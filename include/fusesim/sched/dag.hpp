@@ -5,7 +5,9 @@
 // (rank, stream): a stream runs its tasks one at a time in the order they were added, as a CUDA
 // stream does. Recv tasks hold no stream: they complete when their Send's data has landed.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -100,11 +102,17 @@ struct Task {
   std::int32_t data_op = -1;
 };
 
+// Whose communication a region overlaps, or whose schedule a generated graph compares: tensor +
+// sequence parallelism, Ulysses attention, data parallelism; custom for a graph from a user's file.
+enum class Parallelism : std::uint8_t { tpsp, up, dp, custom };
+std::string to_string(Parallelism p);
+std::optional<Parallelism> parse_parallelism(std::string_view name);  // the names to_string gives
+
 // An overlapped operation (one fused op, one sliced op, one collective and its GEMM, one DP sync):
 // head and tail latency are measured per region and rank (design note section 4).
 struct Region {
-  std::string name;         // "L0/fwd/ag+fc1"
-  std::string parallelism;  // "tpsp", "up", "dp"
+  std::string name;  // "L0/fwd/ag+fc1"
+  Parallelism parallelism = Parallelism::custom;
 };
 
 class TaskGraph {

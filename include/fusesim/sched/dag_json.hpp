@@ -18,7 +18,7 @@ struct DagFile {
   topo::Dtype dtype = topo::Dtype::bf16;  // the data type MFU divides by
   std::int64_t tokens = 0;                // tokens the graph processes (for tokens/s), 0 if unknown
   std::string schedule;                   // free text, reported as "schedule"
-  std::string parallelism;                // reported as "parallelism"
+  Parallelism parallelism = Parallelism::custom;  // reported as "parallelism"
   // The cluster the graph was generated for (a shipped name or a path, as given to generate), which
   // simulate-dag uses when no --topology is given; empty for a graph written by hand.
   std::string topology;

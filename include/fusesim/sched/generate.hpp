@@ -23,9 +23,9 @@ struct GenerateOptions {
   Scope scope = Scope::layer;
   bool forward = true;
   bool backward = true;
-  // Which parallelism's schedule `kind` is ("tpsp", "up", "dp"): the others run the workload's
-  // schedule.kind. Empty: `kind` applies to every parallelism.
-  std::string parallelism;
+  // Which parallelism's schedule `kind` is (tpsp, up or dp): the others run the workload's
+  // schedule.kind. None: `kind` applies to every parallelism.
+  std::optional<Parallelism> parallelism;
   // DP synchronisation as explicit ring P2P steps (docs/schedules.md, "Symmetry"): baseline and
   // bucketed collectives become t-1 (reduce-scatter, all-gather) or 2(t-1) (all-reduce) send/recv
   // steps on the stream the collective would use. Timing only (no dataflow for the DP sync).
@@ -37,7 +37,7 @@ struct GenerateOptions {
 
 struct Schedule {
   TaskGraph graph;
-  std::string parallelism;           // "tpsp", "up", "dp"
+  Parallelism parallelism = Parallelism::tpsp;
   model::ScheduleKind kind = model::ScheduleKind::baseline;
   Scope scope = Scope::layer;
   std::int64_t tokens = 0;           // tokens processed by the simulated interval (all DP replicas)
