@@ -18,7 +18,7 @@ using nlohmann::json;
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
 constexpr std::int64_t kMaxBytes = std::int64_t{1} << 50;
 // Tags and collective instances are identifiers, not sizes: the generators compose them from
-// disjoint ranges (DP ring steps start at 2^50), so any non-negative 64-bit value is valid.
+// disjoint ranges (sched/tags.hpp), so any non-negative 64-bit value is valid.
 constexpr std::int64_t kMaxId = std::numeric_limits<std::int64_t>::max();
 constexpr double kMaxFlops = 1e21;
 constexpr std::int64_t kMaxTasks = 50'000'000;

@@ -9,16 +9,14 @@
 #include <fmt/format.h>
 
 #include "fusesim/sched/ring.hpp"
+#include "fusesim/sched/tags.hpp"
 
 namespace fusesim::sched {
 namespace {
 
-// DP collectives and P2P tags live in their own number ranges, so that a generator's own counters
-// (TPSP instances and tags start at 0) never collide with them.
+// DP collective instances live in their own number range, so that the TPSP counter (from 0) never
+// collides with them (tags: sched/tags.hpp).
 constexpr std::int64_t kDpInstance0 = std::int64_t{1} << 44;
-constexpr std::int64_t kDpTag0 = std::int64_t{1} << 50;
-// Collectives as ring P2P (as_p2p) draw their tags above the CommFuse ones.
-constexpr std::int64_t kDpCollectiveTag0 = kDpTag0 + (std::int64_t{1} << 48);
 
 // The running-sum adds of CommFuse over DP run on a second compute stream. On the backward's own
 // stream each add, which must wait for its DP hop, would hold back every later kernel of the
@@ -104,7 +102,7 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
   const std::int64_t k = st.collectives++;
   const Ring ring{t};
   // Two exchanges' tags per collective: a reduce-scatter and an all-gather half (all-reduce).
-  const std::int64_t tag0 = kDpCollectiveTag0 + k * 2 * ring.tags_per_exchange();
+  const std::int64_t tag0 = tag_block(TagSpace::dp_collective, k, 2 * ring.tags_per_exchange());
   const int next = peer(rank, ring.next(r));
   const int sms = cfg_.schedule.comm_sms.value_or(-1);
   // Dataflow: ring chunk c is row part c of every gradient of the collective (the bytes stay
@@ -235,7 +233,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   }
   const Ring ring{t};
   // Two exchanges' tags per gradient: the Fuse-RS ring and DDP's all-gather half.
-  const std::int64_t tag0 = kDpTag0 + st.fused++ * 2 * ring.tags_per_exchange();
+  const std::int64_t tag0 = tag_block(TagSpace::dp_fused, st.fused++, 2 * ring.tags_per_exchange());
   const std::int64_t ag_tag0 = tag0 + ring.tags_per_exchange();
   const bool data = prog_ != nullptr && g.buffer >= 0;
   BufferId recv_buf = -1, sum_buf = -1;

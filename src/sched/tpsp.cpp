@@ -18,6 +18,7 @@
 #include "fusesim/sched/dp.hpp"
 #include "fusesim/sched/ring.hpp"
 #include "fusesim/sched/step.hpp"
+#include "fusesim/sched/tags.hpp"
 #include "fusesim/sched/ulysses.hpp"
 #include "fusesim/util/error.hpp"
 
@@ -98,7 +99,7 @@ class Builder {
   Builder(const TpspRequest& req, Schedule& out, DataflowProgram& prog)
       : req_(req), sh_(req.shape), g_(out.graph), prog_(prog),
         t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.dtype)),
-        up_(req, out.graph, prog, next_tag_, next_instance_) {
+        up_(req, out.graph, prog, tags_, next_instance_) {
     k_ = req.kind == ScheduleKind::slice ? req.schedule.slices : 1;
   }
 
@@ -127,7 +128,7 @@ class Builder {
   bool recompute_ = false;
   int micro_batch_ = -1;
   std::string mb_prefix_;
-  std::int64_t next_tag_ = 0;
+  TagCounter tags_{TagSpace::tpsp};
   std::int64_t next_instance_ = 0;
   int up_index_ = 0;
   UlyssesEmitter up_;
@@ -470,8 +471,7 @@ Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, con
   // Fuse-AG (design note section 2; the gather order of sched/ring.hpp): step i computes the chunk
   // the member holds, passes it on and receives the next; step 0 computes the own chunk from the shard.
   const Ring ring{t_};
-  const std::int64_t tag0 = next_tag_;
-  next_tag_ += ring.tags_per_exchange();
+  const std::int64_t tag0 = tags_.reserve(ring.tags_per_exchange());
   const Bytes chunk_bytes = bytes(n() * width);
   for (int ti = 0; ti < t_; ++ti) {
     std::vector<TaskId> have = ready[static_cast<std::size_t>(ti)];  // the chunk computed at this step is here
@@ -561,8 +561,7 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
   PerRank recv_buf = alloc(ctx, ctx.region + "/recv", S(), width);
   PerRank sum_buf = alloc(ctx, ctx.region + "/sum", S(), width);
   const Ring ring{t_};
-  const std::int64_t tag0 = next_tag_;
-  next_tag_ += ring.tags_per_exchange();
+  const std::int64_t tag0 = tags_.reserve(ring.tags_per_exchange());
   const Bytes chunk_bytes = bytes(n() * width);
   const model::ElementwiseKernel add_kernel{"add", bytes(3 * n() * width), static_cast<Flops>(n() * width)};
   for (int ti = 0; ti < t_; ++ti) {
@@ -1387,17 +1386,17 @@ void Builder::generate() {
     // Every UP index of the replica draws the same tags and collective instances, so that the
     // Ulysses transfers of one pass match those of the others (TP transfers and collectives of
     // different UP indices involve different ranks and cannot collide).
-    const std::int64_t tag0 = next_tag_, instance0 = next_instance_;
+    const std::int64_t tag0 = tags_.position(), instance0 = next_instance_;
     std::int64_t tag1 = tag0, instance1 = instance0;
     for (int u = 0; u < sh_.up; ++u) {
-      next_tag_ = tag0;
+      tags_.set_position(tag0);
       next_instance_ = instance0;
       set_up_index(u);
       replica_step(layers, train);
-      tag1 = std::max(tag1, next_tag_);
+      tag1 = std::max(tag1, tags_.position());
       instance1 = std::max(instance1, next_instance_);
     }
-    next_tag_ = tag1;
+    tags_.set_position(tag1);
     next_instance_ = instance1;
   }
 }

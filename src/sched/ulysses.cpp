@@ -49,8 +49,8 @@ std::vector<UpSpan> runs_of(const std::vector<UpSpan>& rows) {
 }  // namespace
 
 UlyssesEmitter::UlyssesEmitter(const TpspRequest& req, TaskGraph& graph, DataflowProgram& program,
-                               std::int64_t& next_tag, std::int64_t& next_instance)
-    : req_(req), sh_(req.shape), g_(graph), prog_(program), next_tag_(next_tag), next_instance_(next_instance),
+                               TagCounter& tags, std::int64_t& next_instance)
+    : req_(req), sh_(req.shape), g_(graph), prog_(program), tags_(tags), next_instance_(next_instance),
       tp_(req.shape.tp), up_(req.shape.up), k_(req.up_kind == model::ScheduleKind::slice ? req.schedule.slices : 1),
       full_rows_(req.shape.rows()), elem_(topo::bytes_per_element(req.shape.dtype)) {}
 
@@ -93,8 +93,7 @@ int UlyssesEmitter::open_region(const std::string& name, Pending& p) {
   p.region = it != regions_.end() ? it->second : g_.add_region(Region{name, Parallelism::up});
   regions_.emplace(name, p.region);
   p.region_index = region_count_++;
-  p.tag0 = next_tag_;
-  next_tag_ += local_rows() * up_ * up_;
+  p.tag0 = tags_.reserve(local_rows() * up_ * up_);
   p.transfers.assign(static_cast<std::size_t>(tp_), {});
   p.runs.assign(static_cast<std::size_t>(tp_), {});
   p.dst.clear();

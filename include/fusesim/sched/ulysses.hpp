@@ -20,6 +20,7 @@
 
 #include "fusesim/sched/dag.hpp"
 #include "fusesim/sched/dataflow.hpp"
+#include "fusesim/sched/tags.hpp"
 #include "fusesim/sched/tpsp.hpp"
 
 namespace fusesim::sched {
@@ -43,7 +44,7 @@ using UpDeps = std::vector<std::vector<TaskId>>;
 
 class UlyssesEmitter {
  public:
-  UlyssesEmitter(const TpspRequest& req, TaskGraph& graph, DataflowProgram& program, std::int64_t& next_tag,
+  UlyssesEmitter(const TpspRequest& req, TaskGraph& graph, DataflowProgram& program, TagCounter& tags,
                  std::int64_t& next_instance);
 
   void set_position(int dp_index, int up_index);
@@ -111,7 +112,7 @@ class UlyssesEmitter {
   const TpspShape& sh_;
   TaskGraph& g_;
   DataflowProgram& prog_;
-  std::int64_t& next_tag_;
+  TagCounter& tags_;
   std::int64_t& next_instance_;
   int tp_, up_, k_;
   std::int64_t full_rows_;
