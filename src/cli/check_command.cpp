@@ -88,7 +88,7 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
     e.parallelism = p->as_string();
     if (e.parallelism != "tpsp" && e.parallelism != "up" && e.parallelism != "dp")
       p->fail(fmt::format("'{}' is not one of tpsp, up, dp", e.parallelism));
-    r.parallelisms = {e.parallelism};
+    r.parallelisms = {*sched::parse_parallelism(e.parallelism)};  // one of the three, checked above
     e.config["parallelism"] = e.parallelism;
   }
   for (const std::string& k : kIntKeys) {

@@ -96,42 +96,45 @@ std::vector<sched::Scope> parse_scopes(const std::string& value) {
   throw InputError(kCommandLine, "--scope", fmt::format("'{}' is not one of layer, stack, both, step", value));
 }
 
-std::vector<std::string> parse_parallelisms(const std::string& value) {
-  const std::vector<std::string> known{"tpsp", "up", "dp"};
+std::vector<sched::Parallelism> parse_parallelisms(const std::string& value) {
   if (value == "all") return {};  // every parallelism the workload uses: parallelisms_for decides
-  std::vector<std::string> out;
+  std::vector<sched::Parallelism> out;
   for (const std::string& name : split_commas(value)) {
-    if (std::find(known.begin(), known.end(), name) == known.end())
+    const std::optional<sched::Parallelism> p = sched::parse_parallelism(name);
+    if (!p || *p == sched::Parallelism::custom)  // custom names a user's graph, not a generator
       throw InputError(kCommandLine, "--parallelism",
                        fmt::format("'{}' is not one of tpsp, up, dp, all (or a comma list)", name));
-    if (std::find(out.begin(), out.end(), name) != out.end())
+    if (std::find(out.begin(), out.end(), *p) != out.end())
       throw InputError(kCommandLine, "--parallelism", fmt::format("'{}' is given twice", name));
-    out.push_back(name);
+    out.push_back(*p);
   }
   return out;
 }
 
-std::vector<std::string> parallelisms_for(const SimulateRequest& request, const model::Workload& w) {
+std::vector<sched::Parallelism> parallelisms_for(const SimulateRequest& request, const model::Workload& w) {
+  using sched::Parallelism;
   if (!request.parallelisms.empty()) {
     // A parallelism the workload does not use has no communication to schedule: its three rows would
     // be the same run three times, under a name that suggests a comparison.
-    for (const std::string& p : request.parallelisms) {
-      const bool used = p == "tpsp" ? w.parallel.tp > 1 : p == "up" ? w.parallel.up > 1 : w.parallel.up * w.parallel.dp > 1;
+    for (Parallelism p : request.parallelisms) {
+      const bool used = p == Parallelism::tpsp ? w.parallel.tp > 1
+                        : p == Parallelism::up ? w.parallel.up > 1
+                                               : w.parallel.up * w.parallel.dp > 1;
       if (!used)
         throw InputError(kCommandLine, "--parallelism",
-                         fmt::format("'{}' has nothing to schedule: workload '{}' runs tp {} up {} dp {} ({})", p, w.name,
-                                     w.parallel.tp, w.parallel.up, w.parallel.dp,
-                                     p == "tpsp" ? "tpsp needs tp > 1"
-                                     : p == "up" ? "up needs up > 1"
-                                                 : "dp needs a gradient sync: dp > 1, or up > 1"));
+                         fmt::format("'{}' has nothing to schedule: workload '{}' runs tp {} up {} dp {} ({})",
+                                     sched::to_string(p), w.name, w.parallel.tp, w.parallel.up, w.parallel.dp,
+                                     p == Parallelism::tpsp ? "tpsp needs tp > 1"
+                                     : p == Parallelism::up ? "up needs up > 1"
+                                                            : "dp needs a gradient sync: dp > 1, or up > 1"));
     }
     return request.parallelisms;
   }
-  std::vector<std::string> out;
-  if (w.parallel.tp > 1) out.push_back("tpsp");
-  if (w.parallel.up > 1) out.push_back("up");
-  if (w.parallel.dp > 1) out.push_back("dp");
-  if (out.empty()) out.push_back("tpsp");
+  std::vector<Parallelism> out;
+  if (w.parallel.tp > 1) out.push_back(Parallelism::tpsp);
+  if (w.parallel.up > 1) out.push_back(Parallelism::up);
+  if (w.parallel.dp > 1) out.push_back(Parallelism::dp);
+  if (out.empty()) out.push_back(Parallelism::tpsp);
   return out;
 }
 
@@ -288,11 +291,11 @@ SimulateReport simulate(const SimulateRequest& request) {
   const model::KernelCostModel& costs = *pricing.costs;
   sim::Simulator simulator(cluster, costs);
   std::int64_t network_sends_on_sm = 0;
-  for (const std::string& parallelism : parallelisms_for(request, w))
+  for (sched::Parallelism parallelism : parallelisms_for(request, w))
   for (sched::Scope scope : request.scopes) {
     for (model::ScheduleKind kind : request.schedules) {
       sched::GenerateOptions options;
-      options.parallelism = sched::parse_parallelism(parallelism);
+      options.parallelism = parallelism;
       options.scope = scope;
       options.forward = true;
       options.backward = w.backward;
@@ -379,13 +382,13 @@ std::string report_table(const SimulateReport& report, bool regions) {
 
 std::string trace_path(const std::string& base, const SimulateRequest& request, model::ScheduleKind kind,
                        sched::Scope scope) {
-  return trace_path(base, request, "", kind, scope);
+  return trace_path(base, request, std::nullopt, kind, scope);
 }
 
-std::string trace_path(const std::string& base, const SimulateRequest& request, const std::string& parallelism,
-                       model::ScheduleKind kind, sched::Scope scope) {
+std::string trace_path(const std::string& base, const SimulateRequest& request,
+                       std::optional<sched::Parallelism> parallelism, model::ScheduleKind kind, sched::Scope scope) {
   std::string infix;
-  if (!parallelism.empty()) infix += "." + parallelism;
+  if (parallelism) infix += "." + sched::to_string(*parallelism);
   if (request.schedules.size() > 1) infix += "." + model::to_string(kind);
   if (request.scopes.size() > 1) infix += "." + sched::to_string(scope);
   if (infix.empty()) return base;

@@ -125,12 +125,12 @@ class SimulateCommand final : public Command {
 
     if (request.record_traces) {
       // One trace per run, in the order of the runs; the parallelism named when several are compared.
-      const std::vector<std::string> pars = parallelisms_for(request, report.workload);
+      const std::vector<sched::Parallelism> pars = parallelisms_for(request, report.workload);
       trace_files.clear();
-      for (const std::string& par : pars)
+      for (sched::Parallelism par : pars)
         for (sched::Scope scope : request.scopes)
           for (model::ScheduleKind kind : request.schedules)
-            trace_files.push_back(trace_path(trace_, request, pars.size() > 1 ? par : "", kind, scope));
+            trace_files.push_back(trace_path(trace_, request, pars.size() > 1 ? std::optional(par) : std::nullopt, kind, scope));
     }
     for (std::size_t i = 0; i < trace_files.size(); ++i) write_maybe_gzipped(trace_files[i], *report.runs[i].trace_json, "--trace");
     if (output_.empty()) {

@@ -25,6 +25,12 @@ namespace {
 constexpr const char* kFormatName = "fusesim-sweep";
 constexpr int kFormatVersion = 1;
 
+std::vector<std::string> names(const std::vector<sched::Parallelism>& ps) {
+  std::vector<std::string> out;
+  for (sched::Parallelism p : ps) out.push_back(sched::to_string(p));
+  return out;
+}
+
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::size_t pos = 0;
@@ -116,7 +122,7 @@ std::string cell_csv(const Cell& c) {
 
 std::string describe(const SimulateRequest& r, const SweepSpec& spec) {
   std::string s = fmt::format("topology={} workload={}", r.topology, r.workload);
-  if (!r.parallelisms.empty()) s += " parallelism=" + r.parallelisms.front();
+  if (!r.parallelisms.empty()) s += " parallelism=" + sched::to_string(r.parallelisms.front());
   if (r.engine) s += " engine=" + *r.engine;
   if (r.sequence_length) s += fmt::format(" seq={}", *r.sequence_length);
   if (r.tp) s += fmt::format(" tp={}", *r.tp);
@@ -293,7 +299,7 @@ SimulateRequest SweepSpec::configuration(std::size_t index) const {
 nlohmann::json SweepSpec::to_json() const {
   return {{"topologies", topologies},
           {"workloads", workloads},
-          {"parallelisms", parallelisms},
+          {"parallelisms", names(parallelisms)},
           {"engines", engines},
           {"sequence_lengths", sequence_lengths},
           {"tp", tps},
@@ -408,13 +414,13 @@ std::vector<std::vector<Cell>> problem_rows(const SimulateRequest& request, std:
   } else if (request.engine) {
     engine = *request.engine;
   }
-  std::vector<std::string> pars = request.parallelisms;
-  if (pars.empty()) {
-    try {
-      pars = parallelisms_for(request, w);
-    } catch (const std::exception&) {
-      pars = {""};
-    }
+  // The parallelisms' names; one empty name where the workload could not say which it uses.
+  std::vector<std::string> pars;
+  try {
+    for (sched::Parallelism p : request.parallelisms.empty() ? parallelisms_for(request, w) : request.parallelisms)
+      pars.push_back(sched::to_string(p));
+  } catch (const std::exception&) {
+    pars = {""};
   }
   std::vector<std::vector<Cell>> rows;
   for (const std::string& par : pars)

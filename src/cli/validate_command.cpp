@@ -466,7 +466,7 @@ class ValidateCommand final : public Command {
       int n = 0;
       for (const auto& [op, m] : p.elementwise_models) sum += m.in_sample_mape_pct * m.samples, n += m.samples;
       r.parts.push_back({"small kernels", n, n ? std::optional<double>(sum / n) : std::nullopt,
-                         model::leave_one_group_out_small(p.elementwise)});
+                         model::leave_one_group_out_small(p.elementwise, p.small_kernel_hbm_bound(), p.small_kernel_l2_bound())});
     }
     return r;
   }

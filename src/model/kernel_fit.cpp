@@ -221,7 +221,8 @@ double SmallKernelModel::sample_reading_s(const SmallKernelTiming& s) const {
   return k * truncated_reading_s(time_s(s.bytes / k, s.rows), s.resolution_s);
 }
 
-SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& samples) {
+SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& samples, double hbm_bytes_per_s,
+                                        double l2_bytes) {
   if (samples.size() < 3) throw std::invalid_argument("a small-kernel model needs at least 3 timed sizes");
   double min_t = kBig, best_bw = 0.0, best_row = 0.0;
   bool rows = true;
@@ -233,14 +234,16 @@ SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& sa
     if (s.rows > 0) best_row = std::max(best_row, s.bytes / s.rows / s.time_s);
     rows = rows && s.rows > 0;
   }
+  bool bounded = false;
   const auto model = [&](const std::vector<double>& x) {
     SmallKernelModel m;
     m.launch_s = std::exp(x[0]);
-    m.bytes_per_s = std::exp(x[1]);
+    // Bounded: logistic shares of the device's HBM bandwidth and L2, so the fit cannot go beyond them.
+    m.bytes_per_s = bounded && hbm_bytes_per_s > 0 ? hbm_bytes_per_s / (1.0 + std::exp(-x[1])) : std::exp(x[1]);
     m.row_bytes_per_s = rows ? std::exp(x[2]) : 0.0;
     m.row_overhead_bytes = rows ? std::exp(x[3]) : 0.0;
     m.blend = 1.0 + std::exp(x[4]);
-    m.l2_bytes = std::exp(x[5]);
+    m.l2_bytes = bounded && l2_bytes > 0 ? l2_bytes / (1.0 + std::exp(-x[5])) : std::exp(x[5]);
     m.l2_bytes_per_s = m.bytes_per_s * (1.0 + std::exp(x[6]));  // L2 is faster than HBM
     return m;
   };
@@ -251,13 +254,28 @@ SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& sa
     return std::isfinite(e) ? e / static_cast<double>(samples.size()) : kBig;
   };
   // Starts: a 1 kB per-row overhead, p = 3, half of an H100's 50 MB L2 at 1.5x the HBM speed.
-  std::vector<double> x{std::log(0.5 * min_t), std::log(best_bw), std::log(rows ? best_row : 1.0),
-                        std::log(1000.0),      std::log(2.0),     std::log(2.5e7),
-                        std::log(0.5)};
-  std::vector<double> steps{0.5, 0.3, 0.5, 1.0, 0.5, 0.5, 0.5};
-  x = nelder_mead(loss, x, steps, 2000);
-  for (double& s : steps) s /= 5.0;
-  x = nelder_mead(loss, x, steps, 2000);
+  const auto search = [&](double bw_start, double l2_start) {
+    std::vector<double> x{std::log(0.5 * min_t), bw_start,        std::log(rows ? best_row : 1.0),
+                          std::log(1000.0),      std::log(2.0),   l2_start,
+                          std::log(0.5)};
+    std::vector<double> steps{0.5, 0.3, 0.5, 1.0, 0.5, 0.5, 0.5};
+    x = nelder_mead(loss, x, steps, 2000);
+    for (double& s : steps) s /= 5.0;
+    return nelder_mead(loss, x, steps, 2000);
+  };
+  std::vector<double> x = search(std::log(best_bw), std::log(2.5e7));
+  // Samples of one narrow family (one model's widths, up to 4096 rows) may not tell a per-row cost
+  // from a stream: the fit can then put the stream beyond what HBM delivers, or hold more in L2 than
+  // the device has (H100 GeLU, phi-2 alone: 79 TB/s, 132 MB of L2), and extrapolate wrongly to other
+  // widths and row counts. Then it is fitted again within both bounds (logistic shares of them,
+  // started at 90% of the bandwidth and half of the L2).
+  const SmallKernelModel unbounded = model(x);
+  if ((hbm_bytes_per_s > 0 && unbounded.bytes_per_s > hbm_bytes_per_s) || (l2_bytes > 0 && unbounded.l2_bytes > l2_bytes)) {
+    bounded = true;
+    const double bw0 = hbm_bytes_per_s > 0 ? std::log(9.0) : std::log(best_bw);
+    const double l20 = l2_bytes > 0 ? 0.0 : std::log(2.5e7);
+    x = search(bw0, l20);
+  }
   SmallKernelModel m = model(x);
   std::vector<double> predicted, measured;
   for (const SmallKernelTiming& s : samples) predicted.push_back(m.sample_reading_s(s)), measured.push_back(s.time_s);
@@ -336,13 +354,17 @@ std::vector<HeldOutError> leave_one_group_out_gemm(const std::vector<GemmTiming>
       [](const GemmModel& g, const GemmTiming& s) { return truncated_reading_s(g.time_s(s.m, s.n, s.k, s.batch), s.resolution_s); });
 }
 
-std::vector<HeldOutError> leave_one_group_out_small(const std::vector<SmallKernelTiming>& samples) {
+std::vector<HeldOutError> leave_one_group_out_small(const std::vector<SmallKernelTiming>& samples,
+                                                    double hbm_bytes_per_s, double l2_bytes) {
   // Per op: each op has its own model; a group's error pools its ops' samples.
   std::map<std::string, std::vector<SmallKernelTiming>> by_op;
   for (const SmallKernelTiming& s : samples) by_op[s.op].push_back(s);
   std::map<std::string, std::pair<int, std::pair<double, double>>> acc;  // group -> count, (sum, max)
   for (const auto& [op, ops] : by_op) {
-    for (const HeldOutError& e : leave_one_group_out(ops, fit_small_kernel_model,
+    const auto fit = [&](const std::vector<SmallKernelTiming>& t) {
+      return fit_small_kernel_model(t, hbm_bytes_per_s, l2_bytes);
+    };
+    for (const HeldOutError& e : leave_one_group_out(ops, fit,
                                                      [](const SmallKernelModel& m, const SmallKernelTiming& s) {
                                                        return m.sample_reading_s(s);
                                                      })) {

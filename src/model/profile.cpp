@@ -30,6 +30,8 @@ const std::vector<std::string> kSmallOps{"layernorm",     "layernorm_bwd", "rope
                                          "cross_entropy_bwd", "softmax",   "adam",          "copy",
                                          "layernorm_eager"};
 constexpr std::int64_t kMaxKernelsPerSample = 64;
+constexpr double kMaxHbmPeakBytesPerS = 1e15;  // 1 PB/s, as a topology's bandwidths
+constexpr double kMaxL2Bytes = 1e10;           // 10 GB: two orders above any GPU's L2 today
 // A timer that cannot tell kernels apart below a millisecond cannot time a kernel at all.
 constexpr double kMaxTimerResolutionS = 1e-3;
 
@@ -215,7 +217,7 @@ void fit_kernel_models(Profile& p, const JsonObject& root) {
   for (const auto& [op, samples] : by_op) {
     if (samples.size() < 3) continue;
     try {
-      p.elementwise_models[op] = fit_small_kernel_model(samples);
+      p.elementwise_models[op] = fit_small_kernel_model(samples, p.small_kernel_hbm_bound(), p.small_kernel_l2_bound());
     } catch (const std::invalid_argument& e) {
       root.fail(fmt::format("cannot fit the small-kernel model of '{}': {}", op, e.what()));
     }
@@ -256,6 +258,16 @@ Profile parse_profile(const JsonDocument& doc) {
   p.device_name = device.string("name");
   p.sm_count = static_cast<int>(device.integer("sm_count", 1, 1000000));
   p.device_model = device.string_or("model", "");
+  if (device.has("hbm_bandwidth_bytes_per_s")) {
+    const JsonValue v = device.at("hbm_bandwidth_bytes_per_s");
+    p.hbm_peak_bytes_per_s = v.as_sourced(0.0, kMaxHbmPeakBytesPerS);
+    if (!(p.hbm_peak_bytes_per_s->value > 0)) v.fail("must be positive");
+  }
+  if (device.has("l2_bytes")) {
+    const JsonValue v = device.at("l2_bytes");
+    p.l2_bytes = v.as_sourced(0.0, kMaxL2Bytes);
+    if (!(p.l2_bytes->value > 0)) v.fail("must be positive");
+  }
   device.finish();
 
   const JsonObject prov = root.object("provenance");

@@ -259,6 +259,28 @@ TEST_CASE("kernel fit: kernels read by a truncating timer are fitted by their ti
   CHECK(aware.time_s(16384, 1) == Approx(t.time_s(16384, 1)).epsilon(0.05));
 }
 
+TEST_CASE("kernel fit: a small kernel's stream never exceeds the device's HBM bandwidth it is given",
+          "[model][kernel_fit]") {
+  // Samples of a 2 TB/s stream with a 2 us floor. Given bounds above what the samples need (10 TB/s,
+  // 1 GB of L2), the fit is the unbounded one, parameter for parameter; given 1 TB/s and 10 MB of L2,
+  // the fitted stream stays under both (the L2 cannot hold the 256 MB samples for it) and the fit is
+  // worse, never beyond them.
+  SmallKernelModel t;
+  t.launch_s = 2e-6;
+  t.bytes_per_s = 2e12;
+  std::vector<SmallKernelTiming> samples;
+  for (double bytes : {1e5, 1e6, 4e6, 1.6e7, 6.4e7, 2.56e8}) samples.push_back({"add", bytes, 0, t.time_s(bytes, 0), "x", 1, 0});
+  const SmallKernelModel free = fit_small_kernel_model(samples);
+  const SmallKernelModel loose = fit_small_kernel_model(samples, 10e12, 1e9);
+  CHECK(loose.bytes_per_s == free.bytes_per_s);
+  CHECK(loose.launch_s == free.launch_s);
+  CHECK(loose.in_sample_mape_pct == free.in_sample_mape_pct);
+  const SmallKernelModel tight = fit_small_kernel_model(samples, 1e12, 10e6);
+  CHECK(tight.bytes_per_s <= 1e12);
+  CHECK(tight.l2_bytes <= 10e6);
+  CHECK(tight.in_sample_mape_pct > free.in_sample_mape_pct);
+}
+
 TEST_CASE("kernel fit: too few samples or a non-positive time are refused", "[model][kernel_fit]") {
   const GemmModel t = truth();
   auto few = synthetic(t, "a", 4096, 4096);

@@ -41,7 +41,7 @@ struct SimulateRequest {
   std::optional<std::string> engine;  // --engine: one of model::kEngineModes, for every parallelism
   // Whose schedules are compared: "tpsp", "up", "dp"; empty: every parallelism the workload uses.
   // The parallelisms not compared run the workload file's schedule.kind.
-  std::vector<std::string> parallelisms;
+  std::vector<sched::Parallelism> parallelisms;
   // What prices the kernels: by default the shipped profile of the cluster's device model
   // (docs/calibration.md, "Which model prices a run").
   model::PricingChoice pricing;
@@ -107,18 +107,18 @@ std::string trace_path(const std::string& base, const SimulateRequest& request, 
                        sched::Scope scope);
 // The same with the parallelism inserted first (out.dp.commfuse.json) when it is not empty: used
 // when several parallelisms are compared.
-std::string trace_path(const std::string& base, const SimulateRequest& request, const std::string& parallelism,
-                       model::ScheduleKind kind, sched::Scope scope);
+std::string trace_path(const std::string& base, const SimulateRequest& request,
+                       std::optional<sched::Parallelism> parallelism, model::ScheduleKind kind, sched::Scope scope);
 // The parallelisms whose schedules a request compares: request.parallelisms, or every one the
 // workload uses (tpsp if tp > 1, up if up > 1, dp if dp > 1; tpsp alone if none). A named one the
 // workload does not use (tpsp at tp 1, up at up 1, dp with neither dp > 1 nor up > 1) is an
 // InputError at --parallelism.
-std::vector<std::string> parallelisms_for(const SimulateRequest& request, const model::Workload& w);
+std::vector<sched::Parallelism> parallelisms_for(const SimulateRequest& request, const model::Workload& w);
 
 // Command-line values, parsed strictly; InputError("<command line>", option, ...) otherwise.
 std::vector<model::ScheduleKind> parse_schedules(const std::string& value);  // "all" or a comma list
 std::vector<sched::Scope> parse_scopes(const std::string& value);            // layer|stack|both|step
-std::vector<std::string> parse_parallelisms(const std::string& value);       // tpsp|up|dp or a comma list; all: {} (the default)
+std::vector<sched::Parallelism> parse_parallelisms(const std::string& value);  // tpsp|up|dp or a comma list; all: {} (the default)
 OutputFormat parse_format(const std::string& value);                         // table|json
 int parse_positive_int(const std::string& option, const std::string& value, int max);
 // --symmetry none|p2p|mirror (docs/cli.md): sets request.dp_as_p2p and request.mirror_dp; InputError

@@ -30,7 +30,7 @@ std::vector<std::string> parse_name_axis(const std::string& option, const std::s
 struct SweepSpec {
   std::vector<std::string> topologies{"dgx-h100-4node"};
   std::vector<std::string> workloads{"llama-3-70b-4node"};
-  std::vector<std::string> parallelisms;  // each value one configuration; empty: simulate()'s default
+  std::vector<sched::Parallelism> parallelisms;  // each value one configuration; empty: simulate()'s default
   std::vector<std::string> engines;       // model::kEngineModes; empty: the workload's schedule.engine
   std::vector<std::int64_t> sequence_lengths;
   std::vector<std::int64_t> tps, ups, dps;

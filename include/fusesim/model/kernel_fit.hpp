@@ -134,7 +134,10 @@ struct SmallKernelModel {
 // reports: the samples are recorded at 0.5-1 us resolution and most small kernels take 1-6 us, so a
 // log-least-squares fit lands between ticks where every sample is a tick off. Throws
 // std::invalid_argument otherwise.
-SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& samples);
+// `hbm_bytes_per_s`, `l2_bytes` > 0: the device's HBM bandwidth and L2 size, which no fitted stream
+// may exceed (see the .cpp); 0: unbounded.
+SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& samples, double hbm_bytes_per_s = 0,
+                                        double l2_bytes = 0);
 
 nlohmann::json to_json(const GemmModel& m);       // without residuals: they are rebuilt from the samples
 nlohmann::json to_json(const SmallKernelModel& m);
@@ -147,6 +150,7 @@ struct HeldOutError {
 };
 std::vector<HeldOutError> leave_one_group_out_gemm(const std::vector<GemmTiming>& samples, int sm_count,
                                                    double element_bytes);
-std::vector<HeldOutError> leave_one_group_out_small(const std::vector<SmallKernelTiming>& samples);
+std::vector<HeldOutError> leave_one_group_out_small(const std::vector<SmallKernelTiming>& samples,
+                                                    double hbm_bytes_per_s = 0, double l2_bytes = 0);
 
 }  // namespace fusesim::model

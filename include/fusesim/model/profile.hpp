@@ -65,6 +65,11 @@ struct Profile {
   std::string device_name;   // "H100 SXM5"
   std::string device_model;  // optional: the topology's device model name ("h100-sxm")
   int sm_count = 0;
+  // Optional "device.hbm_bandwidth_bytes_per_s" and "device.l2_bytes" (sourced, as in a topology):
+  // the datasheet bandwidth and L2 size no fitted small-kernel stream may exceed (fit_small_kernel_model).
+  std::optional<SourcedValue> hbm_peak_bytes_per_s, l2_bytes;
+  double small_kernel_hbm_bound() const { return hbm_peak_bytes_per_s ? hbm_peak_bytes_per_s->value : 0.0; }
+  double small_kernel_l2_bound() const { return l2_bytes ? l2_bytes->value : 0.0; }
   std::string kind;  // measured, published, synthetic
   std::string machine, date, source;
   bool estimate = false;               // optional key provenance.estimate
