@@ -86,9 +86,10 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
   e.config["workload"] = r.workload;
   if (auto p = o.find("parallelism")) {
     e.parallelism = p->as_string();
-    if (e.parallelism != "tpsp" && e.parallelism != "up" && e.parallelism != "dp")
+    const std::optional<sched::Parallelism> par = sched::parse_parallelism(e.parallelism);
+    if (!par || *par == sched::Parallelism::custom)  // custom names a user's graph, not a generator
       p->fail(fmt::format("'{}' is not one of tpsp, up, dp", e.parallelism));
-    r.parallelisms = {*sched::parse_parallelism(e.parallelism)};  // one of the three, checked above
+    r.parallelisms = {*par};
     e.config["parallelism"] = e.parallelism;
   }
   for (const std::string& k : kIntKeys) {

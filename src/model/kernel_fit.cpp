@@ -182,7 +182,7 @@ GemmModel fit_gemm_model(const std::vector<GemmTiming>& samples, int sm_count, d
     const double base = g.smooth_time_s(s.m, s.n, s.k, s.batch);
     g.residuals.push_back({std::log2(s.m * s.batch), std::log2(s.n), std::log2(s.k), std::log(s.time_s / truncated_reading_s(base, s.resolution_s))});
   }
-  for (const GemmTiming& s : samples) predicted.push_back(truncated_reading_s(g.time_s(s.m, s.n, s.k, s.batch), s.resolution_s)), measured.push_back(s.time_s);
+  for (const GemmTiming& s : samples) predicted.push_back(g.sample_reading_s(s)), measured.push_back(s.time_s);
   g.samples = static_cast<int>(samples.size());
   g.in_sample_mape_pct = mape_pct(predicted, measured);
   return g;
@@ -214,6 +214,10 @@ double truncated_reading_s(double time_s, double resolution_s) {
   const auto step = [&](double at) { return 1.0 / (1.0 + std::exp(-(tau - at) / kReadingJitterSteps)); };
   const double steps = (n >= 1 ? n - 1 + step(n) : 0.0) + step(n + 1);
   return steps * resolution_s;
+}
+
+double GemmModel::sample_reading_s(const GemmTiming& s) const {
+  return truncated_reading_s(time_s(s.m, s.n, s.k, s.batch), s.resolution_s);
 }
 
 double SmallKernelModel::sample_reading_s(const SmallKernelTiming& s) const {
@@ -351,7 +355,7 @@ std::vector<HeldOutError> leave_one_group_out_gemm(const std::vector<GemmTiming>
                                                    double element_bytes) {
   return leave_one_group_out(
       samples, [&](const std::vector<GemmTiming>& t) { return fit_gemm_model(t, sm_count, element_bytes); },
-      [](const GemmModel& g, const GemmTiming& s) { return truncated_reading_s(g.time_s(s.m, s.n, s.k, s.batch), s.resolution_s); });
+      [](const GemmModel& g, const GemmTiming& s) { return g.sample_reading_s(s); });
 }
 
 std::vector<HeldOutError> leave_one_group_out_small(const std::vector<SmallKernelTiming>& samples,

@@ -28,6 +28,15 @@ GemmModel truth() {
   return g;
 }
 
+// A 2 us launch floor, 10 GB/s per row, a 2 TB/s stream: the small-kernel model the fits recover.
+SmallKernelModel row_and_stream_model() {
+  SmallKernelModel t;
+  t.launch_s = 2e-6;
+  t.row_bytes_per_s = 10e9;
+  t.bytes_per_s = 2e12;
+  return t;
+}
+
 std::vector<GemmTiming> synthetic(const GemmModel& g, const char* group, double n, double k) {
   std::vector<GemmTiming> out;
   for (double m : {1.0, 16.0, 64.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0})
@@ -106,10 +115,7 @@ TEST_CASE("kernel fit: the small-kernel model recovers launch floor, per-row and
           "[model][kernel_fit]") {
   // time = 2 us + max(row_bytes / 10 GB/s, bytes / 2 TB/s): rows of 32 KiB take 3.3 us one at a time,
   // so up to 2 TB/s x 3.3 us / 32 KiB = 200 rows the per-row term rules, the stream beyond.
-  SmallKernelModel t;
-  t.launch_s = 2e-6;
-  t.row_bytes_per_s = 10e9;
-  t.bytes_per_s = 2e12;
+  const SmallKernelModel t = row_and_stream_model();
   std::vector<SmallKernelTiming> samples;
   for (double row_bytes : {16384.0, 32768.0, 131072.0})
     for (double rows : {1.0, 16.0, 64.0, 256.0, 1024.0, 4096.0})
@@ -239,10 +245,7 @@ TEST_CASE("kernel fit: kernels read by a truncating timer are fitted by their ti
   // The model of the first small-kernel test (2 us launch, 10 GB/s per row, 2 TB/s stream), read as
   // vidur's timer reads it: floor(time in us) us. Fitted as exact times, the readings put the launch
   // floor about half a step low; told the timer's resolution, the fit recovers the time model.
-  SmallKernelModel t;
-  t.launch_s = 2e-6;
-  t.row_bytes_per_s = 10e9;
-  t.bytes_per_s = 2e12;
+  const SmallKernelModel t = row_and_stream_model();
   std::vector<SmallKernelTiming> exact, read;
   for (double row_bytes : {8192.0, 16384.0, 24576.0, 32768.0, 131072.0})
     for (double rows : {1.0, 16.0, 64.0, 256.0, 1024.0, 4096.0}) {

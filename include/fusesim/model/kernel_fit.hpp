@@ -58,6 +58,8 @@ struct GemmModel {
 
   double smooth_time_s(double m, double n, double k, double batch) const;  // without the correction
   double time_s(double m, double n, double k, double batch) const;         // with it
+  // What the sample's timer reads for its shape: time_s truncated to its resolution.
+  double sample_reading_s(const GemmTiming& s) const;
   // Output tiles of the plan the smooth model picks (for contention's wave model).
   std::int64_t tiles_of_best_plan(double m, double n, double batch) const;
 
