@@ -353,7 +353,9 @@ class ValidateCommand final : public Command {
         // shipped profiles a default run picks price kernels only and leave the topology's links.
         topo::Cluster calibrated = cluster;
         if (!profiles_.empty()) model::apply_profile(p, calibrated);
-        const model::CalibratedCostModel costs(p);
+        // Kernel cases are short bursts, as the profile's samples were timed; end-to-end cases price
+        // their steps at the sustained clock inside simulate().
+        const model::CalibratedCostModel costs(p, model::KernelClock::burst);
         row.profile = p.label;
         // End-to-end cases load the profile by name inside simulate(); the same file.
         row.calibrated = predict(

@@ -45,7 +45,10 @@ double device_hbm(const topo::DeviceModel& d) { return d.hbm_bandwidth_bytes_per
 
 }  // namespace
 
-CalibratedCostModel::CalibratedCostModel(Profile profile) : profile_(std::move(profile)) {}
+CalibratedCostModel::CalibratedCostModel(Profile profile, KernelClock clock) : profile_(std::move(profile)) {
+  if (clock == KernelClock::sustained && profile_.sustained_compute_fraction)
+    compute_stretch_ = 1.0 / profile_.sustained_compute_fraction->value;
+}
 
 std::optional<double> CalibratedCostModel::gemm_efficiency(const GemmKernel& g, topo::Dtype dtype,
                                                            const topo::DeviceModel& device) const {
@@ -216,8 +219,10 @@ KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype 
       }
       if (fraction) c.compute_s = c.flops / (peak * *fraction) * quantization;
     }
+    c.compute_s *= compute_stretch_;
   } else if (const auto* a = std::get_if<AttentionKernel>(&kernel); a && c.flops > 0.0) {
     if (const auto r = attention_flops_per_s(*a, dtype)) c.compute_s = c.flops / *r;
+    c.compute_s *= compute_stretch_;
   } else if (const auto* e = std::get_if<ElementwiseKernel>(&kernel); e && e->bytes > 0) {
     if (const SmallKernelModel* sk = small_kernel_model(profile_, e->op)) {
       // All of it is memory time: HBM contention stretches it, held SMs do not.

@@ -268,6 +268,12 @@ Profile parse_profile(const JsonDocument& doc) {
     p.l2_bytes = v.as_sourced(0.0, kMaxL2Bytes);
     if (!(p.l2_bytes->value > 0)) v.fail("must be positive");
   }
+  if (device.has("sustained_compute_fraction")) {
+    const JsonValue v = device.at("sustained_compute_fraction");
+    p.sustained_compute_fraction = v.as_sourced(0.0, 1.0);
+    // Below a half no real part throttles: a typo (a percentage, an inverse) rather than a device.
+    if (!(p.sustained_compute_fraction->value >= 0.5)) v.fail("must be between 0.5 and 1");
+  }
   device.finish();
 
   const JsonObject prov = root.object("provenance");

@@ -113,6 +113,30 @@ TEST_CASE("every shipped profile loads and names its device", "[model][profile]"
   CHECK_FALSE(load_profile("h100-sxm").estimate);
 }
 
+TEST_CASE("the H200 profile's kernels come from this project's microbench run and its models fit them",
+          "[model][profile]") {
+  // tools/calibration/raw/microbench/h200-sxm-2026-11-26.json: 246 GEMMs (123 shapes in bf16 and
+  // fp16), 12 element-wise and 3 copy samples (64 MiB and up: the smaller ones stay in the L2), measured
+  // on a lent H200 (build_profiles.py writes them).
+  const Profile p = load_profile("h200-sxm");
+  CHECK(p.gemm.size() == 246);
+  REQUIRE(p.gemm_model);
+  // The sustained fraction is left out: those samples were timed at the power cap already.
+  CHECK_FALSE(p.sustained_compute_fraction);
+  double sum = 0.0;
+  const std::vector<GemmTiming> timings = gemm_timings(p);
+  for (const GemmTiming& t : timings) sum += std::abs(p.gemm_model->sample_reading_s(t) / t.time_s - 1.0);
+  // `fusesim validate --category gemm` prints 2.8% for it.
+  CHECK(sum / static_cast<double>(timings.size()) < 0.04);
+  CHECK(p.stream_wait_s);
+  CHECK(p.elementwise_models.count("add") == 1);
+  // The streaming bandwidth of the 64 MiB, 256 MiB and 1 GiB copies (twice their bytes in 35.0, 129.5
+  // and 512.5 us): about 4.2 TB/s, under the 4.8 TB/s datasheet.
+  REQUIRE(p.hbm_bytes_per_s);
+  CHECK(*p.hbm_bytes_per_s > 3.9e12);
+  CHECK(*p.hbm_bytes_per_s < 4.5e12);
+}
+
 TEST_CASE("profile device check: another device is refused naming the profile", "[model][profile]") {
   const Profile p = load_profile(kData + "good.json");
   topo::DeviceModel a100 = synthetic_device(108);
@@ -233,6 +257,62 @@ TEST_CASE("GEMM wave quantization on the SM count, and the roofline outside the 
   const RooflineCostModel roofline;
   CHECK(model.cost(GemmKernel{1536, 2816, 4096, 1}, topo::Dtype::fp16, d16).duration_ps ==
         roofline.cost(GemmKernel{1536, 2816, 4096, 1}, topo::Dtype::fp16, d16).duration_ps);
+}
+
+TEST_CASE("sustained compute fraction: training-step GEMMs and attention run at it, kernel bursts do not",
+          "[model][profile]") {
+  // The table's GEMM at 80% of a 1e15 peak, and one attention sample (the interpolation's only point).
+  json doc = profile_doc();
+  doc["device"]["sm_count"] = 132;
+  doc["device"]["sustained_compute_fraction"] = {{"value", 0.8}, {"source", "test"}};
+  for (int m : {1536, 3072})
+    doc["gemm"].push_back({{"dtype", "bf16"}, {"m", m}, {"n", 2816}, {"k", 4096}, {"tflops", 800}});
+  doc["attention"].push_back({{"dtype", "bf16"}, {"pass", "forward"}, {"causal", false}, {"batch", 1},
+                              {"heads", 16}, {"kv_heads", 16}, {"seq", 4096}, {"head_dim", 128}, {"tflops", 400},
+                              {"source", "test"}});
+  const Profile p = parse(doc);
+  REQUIRE(p.sustained_compute_fraction);
+  CHECK(p.sustained_compute_fraction->value == 0.8);
+  const CalibratedCostModel step(p);
+  const CalibratedCostModel burst(p, KernelClock::burst);
+  const topo::DeviceModel d = synthetic_device(132);
+  // The burst is the measured rate: 2 x 1536 x 2816 x 4096 / 0.8e15; the step's, that over 0.8.
+  const GemmKernel g{1536, 2816, 4096, 1};
+  const double burst_s = 2.0 * 1536 * 2816 * 4096 / 0.8e15;
+  CHECK(burst.cost(g, topo::Dtype::bf16, d).duration_ps == seconds_to_ps(burst_s));
+  CHECK(step.cost(g, topo::Dtype::bf16, d).compute_s == Approx(burst_s / 0.8).epsilon(1e-12));
+  // Attention: its FLOPs (forward, non-causal: 4 x s^2 x heads x head_dim) at 400 TFLOP/s, then / 0.8.
+  AttentionKernel a;
+  a.batch = 1;
+  a.heads = 16;
+  a.kv_heads = 16;
+  a.seq_q = 4096;
+  a.seq_kv = 4096;
+  a.head_dim = 128;
+  a.causal = false;
+  a.pass = Pass::forward;
+  const double attention_s = 4.0 * 4096.0 * 4096.0 * 16 * 128 / 400e12;
+  CHECK(burst.cost(a, topo::Dtype::bf16, d).compute_s == Approx(attention_s).epsilon(1e-9));
+  CHECK(step.cost(a, topo::Dtype::bf16, d).compute_s == Approx(attention_s / 0.8).epsilon(1e-9));
+  // Memory-bound kernels keep their time: the HBM clock does not drop with the SM clock.
+  const ElementwiseKernel add{"add", 1 << 26, 0};
+  CHECK(step.cost(add, topo::Dtype::bf16, d).duration_ps == burst.cost(add, topo::Dtype::bf16, d).duration_ps);
+
+  // Out of range, unsourced: refused at the key.
+  for (double bad : {0.3, 1.2, 0.0}) {
+    json b = doc;
+    b["device"]["sustained_compute_fraction"]["value"] = bad;
+    INFO(bad);
+    CHECK_THROWS_AS(parse(b), InputError);
+  }
+  json unsourced = doc;
+  unsourced["device"]["sustained_compute_fraction"] = 0.9;
+  try {
+    parse(unsourced);
+    FAIL("accepted an unsourced sustained_compute_fraction");
+  } catch (const InputError& e) {
+    CHECK(e.json_path() == "$.device.sustained_compute_fraction");
+  }
 }
 
 TEST_CASE("attention throughput is interpolated in log seq, per head_dim and causality", "[model][profile]") {

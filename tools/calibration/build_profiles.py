@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Writes the kernel samples of the shipped profiles from the raw data under tools/calibration/raw/.
 
-  tools/calibration/build_profiles.py           rewrite profiles/h100-sxm.json and profiles/a100-sxm.json
+  tools/calibration/build_profiles.py           rewrite profiles/{h100,a100,h200}-sxm.json
   tools/calibration/build_profiles.py --check   exit 1 if a shipped profile differs from what it would write
 
-Only the "gemm" samples that came from vidur and the "elementwise" samples are rewritten; every other
-key, and GEMM samples entered by hand from other sources, stay as they are. fusesim fits its kernel
+H100 and A100: the "gemm" samples that came from vidur and the "elementwise" samples are rewritten.
+H200: the kernel samples (gemm, attention, elementwise, copy, stream_wait) that this project measured
+with tools/microbench/microbench.py on a lent H200 (raw/microbench/) are rewritten. Every other key,
+and samples entered by hand from other sources, stay as they are. fusesim fits its kernel
 models on these samples when it loads the profile (docs/calibration.md, "Kernel models").
 """
 import argparse
@@ -18,7 +20,19 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RAW = os.path.join(ROOT, "tools", "calibration", "raw", "vidur")
-PROFILES = {"h100": "profiles/h100-sxm.json", "a100": "profiles/a100-sxm.json"}
+PROFILES = {"h100": "profiles/h100-sxm.json", "a100": "profiles/a100-sxm.json", "h200": "profiles/h200-sxm.json"}
+# Devices whose kernel samples come from this project's own microbench runs (file under raw/microbench/).
+# Its contention sample is left out: the GEMM ran faster beside the copy (0.88x) because the pacing
+# of the "beside" samples let the power-capped GPU raise its clock (docs/microbench.md, "Power").
+MICROBENCH_RAW = os.path.join(ROOT, "tools", "calibration", "raw", "microbench")
+MEASURED = {"h200": "h200-sxm-2026-11-26.json"}
+MEASURED_SECTIONS = ["gemm", "attention", "elementwise", "copy", "stream_wait"]
+# microbench.py's layernorm sample normalises rows of this width (TorchBackend.elementwise).
+MICROBENCH_NORM_HIDDEN = 4096
+# Copies of a few MiB stay in a Hopper's 50-60 MB L2 and time the launch and the L2 (the H200's 16 MiB
+# copy moved 5 TB/s, above its 4.8 TB/s HBM): the profile keeps the copies that stream through HBM,
+# from which the loader fits the streaming bandwidth (fitted.hbm_bytes_per_s).
+MICROBENCH_MIN_COPY_BYTES = 64 << 20
 VIDUR = "microsoft/vidur (MIT)"
 ORG = {"Llama-2-7b-hf": "meta-llama", "Llama-2-70b-hf": "meta-llama", "Meta-Llama-3-8B": "meta-llama",
        "Meta-Llama-3-70B": "meta-llama", "internlm-20b": "internlm", "phi-2": "microsoft"}
@@ -96,6 +110,37 @@ def samples(device):
     return gemm, small
 
 
+def measured_samples(device):
+    """The kernel sections of a microbench run, each sample naming the file and its index in it."""
+    name = MEASURED[device]
+    with open(os.path.join(MICROBENCH_RAW, name)) as f:
+        raw = json.load(f)
+    prov = raw["provenance"]
+    where = (f"measured by this project: tools/microbench/microbench.py on one {raw['device']['name']} (machine "
+             f"'{prov['machine']}', driver {prov['driver']}, torch {prov['libraries']['torch']}), {prov['date']}; "
+             f"tools/calibration/raw/microbench/{name}")
+    out = {}
+    for section in MEASURED_SECTIONS:
+        if section == "stream_wait":
+            chains = {k: [float(f"{t:.6g}") for t in v] if isinstance(v, list) else v for k, v in raw[section].items()}
+            out[section] = chains | {"source": f"{where} stream_wait"}
+            continue
+        rows = []
+        for i, sample in enumerate(raw[section]):
+            if section == "copy" and sample["bytes"] < MICROBENCH_MIN_COPY_BYTES:
+                continue
+            sample = dict(sample)
+            # CUDA events resolve about half a microsecond: 6 significant digits keep every real one.
+            sample["time_s"] = [float(f"{t:.6g}") for t in sample["time_s"]]
+            if section == "gemm":
+                sample["group"] = f"microbench-{device}"
+            if section == "elementwise" and sample["op"] == "layernorm":
+                sample["rows"] = sample["bytes"] // (4 * MICROBENCH_NORM_HIDDEN)
+            rows.append(sample | {"source": f"{where} {section}[{i}]"})
+        out[section] = rows
+    return out
+
+
 def render(doc):
     lines = ["{"]
     keys = list(doc)
@@ -113,8 +158,25 @@ def render(doc):
     return "\n".join(lines) + "\n"
 
 
+def build_measured(device, doc):
+    measured = measured_samples(device)
+    out = dict(doc)
+    for section in MEASURED_SECTIONS:
+        if section == "stream_wait":
+            out[section] = measured[section]
+            continue
+        kept = [x for x in doc.get(section, []) if "tools/microbench/microbench.py" not in x.get("source", "")]
+        out[section] = kept + measured[section]
+    return out
+
+
 def build(device, current):
     doc = json.loads(current)
+    order = ["schema", "schema_version", "device", "provenance", "gemm", "attention", "elementwise", "copy",
+             "contention", "collectives", "stream_wait", "fitted"]
+    if device in MEASURED:
+        out = build_measured(device, doc)
+        return render({k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order})
     gemm, small = samples(device)
     kept = [g for g in doc.get("gemm", []) if not g.get("source", "").startswith("vidur@")]
     out = {}
@@ -127,8 +189,6 @@ def build(device, current):
     out["gemm"] = kept + gemm
     out["elementwise"] = small
     # Keep the schema's order: samples before "fitted".
-    order = ["schema", "schema_version", "device", "provenance", "gemm", "attention", "elementwise", "copy",
-             "contention", "collectives", "fitted"]
     return render({k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order})
 
 
