@@ -354,8 +354,8 @@ class ValidateCommand final : public Command {
         topo::Cluster calibrated = cluster;
         if (!profiles_.empty()) model::apply_profile(p, calibrated);
         // Kernel cases are short bursts, as the profile's samples were timed; end-to-end cases price
-        // their steps at the sustained clock inside simulate().
-        const model::CalibratedCostModel costs(p, model::KernelClock::burst);
+        // their kernels as they run inside a step, in simulate().
+        const model::CalibratedCostModel costs(p, model::KernelSetting::burst);
         row.profile = p.label;
         // End-to-end cases load the profile by name inside simulate(); the same file.
         row.calibrated = predict(

@@ -45,9 +45,12 @@ double device_hbm(const topo::DeviceModel& d) { return d.hbm_bandwidth_bytes_per
 
 }  // namespace
 
-CalibratedCostModel::CalibratedCostModel(Profile profile, KernelClock clock) : profile_(std::move(profile)) {
-  if (clock == KernelClock::sustained && profile_.sustained_compute_fraction)
-    compute_stretch_ = 1.0 / profile_.sustained_compute_fraction->value;
+CalibratedCostModel::CalibratedCostModel(Profile profile, KernelSetting setting) : profile_(std::move(profile)) {
+  if (setting != KernelSetting::step) return;
+  const Profile::StepRateFraction& f = profile_.step_rate_fraction;
+  if (f.gemm) gemm_stretch_ = 1.0 / f.gemm->value;
+  if (f.attention) attention_stretch_ = 1.0 / f.attention->value;
+  if (f.elementwise) elementwise_stretch_ = 1.0 / f.elementwise->value;
 }
 
 std::optional<double> CalibratedCostModel::gemm_efficiency(const GemmKernel& g, topo::Dtype dtype,
@@ -219,15 +222,17 @@ KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype 
       }
       if (fraction) c.compute_s = c.flops / (peak * *fraction) * quantization;
     }
-    c.compute_s *= compute_stretch_;
+    c.compute_s *= gemm_stretch_;
   } else if (const auto* a = std::get_if<AttentionKernel>(&kernel); a && c.flops > 0.0) {
     if (const auto r = attention_flops_per_s(*a, dtype)) c.compute_s = c.flops / *r;
-    c.compute_s *= compute_stretch_;
+    c.compute_s *= attention_stretch_;
   } else if (const auto* e = std::get_if<ElementwiseKernel>(&kernel); e && e->bytes > 0) {
     if (const SmallKernelModel* sk = small_kernel_model(profile_, e->op)) {
       // All of it is memory time: HBM contention stretches it, held SMs do not.
       c.memory_s = sk->time_s(static_cast<double>(e->bytes), static_cast<double>(e->rows));
     }
+    c.memory_s *= elementwise_stretch_;
+    c.compute_s *= elementwise_stretch_;
   }
   c.duration_ps = seconds_to_ps(std::max(c.compute_s, c.memory_s));
   return c;

@@ -268,11 +268,18 @@ Profile parse_profile(const JsonDocument& doc) {
     p.l2_bytes = v.as_sourced(0.0, kMaxL2Bytes);
     if (!(p.l2_bytes->value > 0)) v.fail("must be positive");
   }
-  if (device.has("sustained_compute_fraction")) {
-    const JsonValue v = device.at("sustained_compute_fraction");
-    p.sustained_compute_fraction = v.as_sourced(0.0, 1.0);
-    // Below a half no real part throttles: a typo (a percentage, an inverse) rather than a device.
-    if (!(p.sustained_compute_fraction->value >= 0.5)) v.fail("must be between 0.5 and 1");
+  if (auto f = device.find("step_rate_fraction")) {
+    const JsonObject kinds = f->as_object();
+    for (auto [key, slot] : {std::pair{"gemm", &p.step_rate_fraction.gemm},
+                             std::pair{"attention", &p.step_rate_fraction.attention},
+                             std::pair{"elementwise", &p.step_rate_fraction.elementwise}}) {
+      if (!kinds.has(key)) continue;
+      const JsonValue v = kinds.at(key);
+      *slot = v.as_sourced(0.0, 1.0);
+      // Below a half no measured step came near: a typo (a percentage, an inverse) rather than a device.
+      if (!((*slot)->value >= 0.5)) v.fail("must be between 0.5 and 1");
+    }
+    kinds.finish();
   }
   device.finish();
 

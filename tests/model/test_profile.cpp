@@ -121,8 +121,9 @@ TEST_CASE("the H200 profile's kernels come from this project's microbench run an
   const Profile p = load_profile("h200-sxm");
   CHECK(p.gemm.size() == 246);
   REQUIRE(p.gemm_model);
-  // The sustained fraction is left out: those samples were timed at the power cap already.
-  CHECK_FALSE(p.sustained_compute_fraction);
+  // The in-step rates measured on that machine (sustained.py's step mix).
+  REQUIRE(p.step_rate_fraction.gemm);
+  CHECK(p.step_rate_fraction.gemm->value == 0.961);
   double sum = 0.0;
   const std::vector<GemmTiming> timings = gemm_timings(p);
   for (const GemmTiming& t : timings) sum += std::abs(p.gemm_model->sample_reading_s(t) / t.time_s - 1.0);
@@ -259,29 +260,31 @@ TEST_CASE("GEMM wave quantization on the SM count, and the roofline outside the 
         roofline.cost(GemmKernel{1536, 2816, 4096, 1}, topo::Dtype::fp16, d16).duration_ps);
 }
 
-TEST_CASE("sustained compute fraction: training-step GEMMs and attention run at it, kernel bursts do not",
+TEST_CASE("step rate fractions: inside a step each kind of kernel runs at its fraction, in a burst at the samples'",
           "[model][profile]") {
   // The table's GEMM at 80% of a 1e15 peak, and one attention sample (the interpolation's only point).
   json doc = profile_doc();
   doc["device"]["sm_count"] = 132;
-  doc["device"]["sustained_compute_fraction"] = {{"value", 0.8}, {"source", "test"}};
+  doc["device"]["step_rate_fraction"] = {{"gemm", {{"value", 0.8}, {"source", "test"}}},
+                                         {"attention", {{"value", 0.9}, {"source", "test"}}},
+                                         {"elementwise", {{"value", 0.5}, {"source", "test"}}}};
   for (int m : {1536, 3072})
     doc["gemm"].push_back({{"dtype", "bf16"}, {"m", m}, {"n", 2816}, {"k", 4096}, {"tflops", 800}});
   doc["attention"].push_back({{"dtype", "bf16"}, {"pass", "forward"}, {"causal", false}, {"batch", 1},
                               {"heads", 16}, {"kv_heads", 16}, {"seq", 4096}, {"head_dim", 128}, {"tflops", 400},
                               {"source", "test"}});
   const Profile p = parse(doc);
-  REQUIRE(p.sustained_compute_fraction);
-  CHECK(p.sustained_compute_fraction->value == 0.8);
+  REQUIRE(p.step_rate_fraction.gemm);
+  CHECK(p.step_rate_fraction.gemm->value == 0.8);
   const CalibratedCostModel step(p);
-  const CalibratedCostModel burst(p, KernelClock::burst);
+  const CalibratedCostModel burst(p, KernelSetting::burst);
   const topo::DeviceModel d = synthetic_device(132);
-  // The burst is the measured rate: 2 x 1536 x 2816 x 4096 / 0.8e15; the step's, that over 0.8.
+  // The burst is the measured rate: 2 x 1536 x 2816 x 4096 / 0.8e15; inside a step, that over 0.8.
   const GemmKernel g{1536, 2816, 4096, 1};
   const double burst_s = 2.0 * 1536 * 2816 * 4096 / 0.8e15;
   CHECK(burst.cost(g, topo::Dtype::bf16, d).duration_ps == seconds_to_ps(burst_s));
   CHECK(step.cost(g, topo::Dtype::bf16, d).compute_s == Approx(burst_s / 0.8).epsilon(1e-12));
-  // Attention: its FLOPs (forward, non-causal: 4 x s^2 x heads x head_dim) at 400 TFLOP/s, then / 0.8.
+  // Attention: its FLOPs (forward, non-causal: 4 x s^2 x heads x head_dim) at 400 TFLOP/s, then / 0.9.
   AttentionKernel a;
   a.batch = 1;
   a.heads = 16;
@@ -293,26 +296,40 @@ TEST_CASE("sustained compute fraction: training-step GEMMs and attention run at 
   a.pass = Pass::forward;
   const double attention_s = 4.0 * 4096.0 * 4096.0 * 16 * 128 / 400e12;
   CHECK(burst.cost(a, topo::Dtype::bf16, d).compute_s == Approx(attention_s).epsilon(1e-9));
-  CHECK(step.cost(a, topo::Dtype::bf16, d).compute_s == Approx(attention_s / 0.8).epsilon(1e-9));
-  // Memory-bound kernels keep their time: the HBM clock does not drop with the SM clock.
+  CHECK(step.cost(a, topo::Dtype::bf16, d).compute_s == Approx(attention_s / 0.9).epsilon(1e-9));
+  // An element-wise kernel with no model of its own: its HBM time (64 MiB at the device's 1e18 B/s x
+  // HBM efficiency 1), twice as long inside the step at 0.5.
   const ElementwiseKernel add{"add", 1 << 26, 0};
-  CHECK(step.cost(add, topo::Dtype::bf16, d).duration_ps == burst.cost(add, topo::Dtype::bf16, d).duration_ps);
+  CHECK(burst.cost(add, topo::Dtype::bf16, d).memory_s == Approx(67108864.0 / 1e18).epsilon(1e-12));
+  CHECK(step.cost(add, topo::Dtype::bf16, d).memory_s == Approx(2.0 * 67108864.0 / 1e18).epsilon(1e-12));
+  // A profile without the key: the step and the burst agree.
+  json none = doc;
+  none["device"].erase("step_rate_fraction");
+  const Profile q = parse(none);
+  CHECK(CalibratedCostModel(q).cost(g, topo::Dtype::bf16, d).duration_ps ==
+        CalibratedCostModel(q, KernelSetting::burst).cost(g, topo::Dtype::bf16, d).duration_ps);
 
-  // Out of range, unsourced: refused at the key.
+  // Out of range, unsourced, an unknown kind: refused at the key.
   for (double bad : {0.3, 1.2, 0.0}) {
     json b = doc;
-    b["device"]["sustained_compute_fraction"]["value"] = bad;
+    b["device"]["step_rate_fraction"]["gemm"]["value"] = bad;
     INFO(bad);
     CHECK_THROWS_AS(parse(b), InputError);
   }
+  const auto path_of = [&](const json& bad) {
+    try {
+      parse(bad);
+    } catch (const InputError& e) {
+      return e.json_path();
+    }
+    return std::string("(accepted)");
+  };
   json unsourced = doc;
-  unsourced["device"]["sustained_compute_fraction"] = 0.9;
-  try {
-    parse(unsourced);
-    FAIL("accepted an unsourced sustained_compute_fraction");
-  } catch (const InputError& e) {
-    CHECK(e.json_path() == "$.device.sustained_compute_fraction");
-  }
+  unsourced["device"]["step_rate_fraction"]["attention"] = 0.9;
+  CHECK(path_of(unsourced) == "$.device.step_rate_fraction.attention");
+  json unknown = doc;
+  unknown["device"]["step_rate_fraction"]["copy"] = {{"value", 0.9}, {"source", "test"}};
+  CHECK(path_of(unknown) == "$.device.step_rate_fraction.copy");
 }
 
 TEST_CASE("attention throughput is interpolated in log seq, per head_dim and causality", "[model][profile]") {

@@ -16,8 +16,11 @@ temperature limits may lower the SM clock. This script measures both on one GPU:
 
 The mix is one transformer layer of a Llama-style model under tensor parallelism: QKV, attention
 output, gated MLP up (gate and up fused) and down projections, forward (Y = X W) and backward (dgrad
-and wgrad of each). Output: JSON with every window and every nvidia-smi sample (docs/microbench.md,
-"Sustained clocks").
+and wgrad of each); with --kinds also FlashAttention forward and backward (scaled_dot_product_attention,
+causal) and memory-bound kernels (LayerNorm, residual add). Each op of the loop is timed with its own
+pair of events, so the rate per kind (GEMM, attention, memory-bound) is measured at the power cap
+against its own burst. Output: JSON with every window and every nvidia-smi sample
+(docs/microbench.md, "Power").
 """
 
 import argparse
@@ -102,20 +105,50 @@ def main():
     p.add_argument("--idle-s", type=float, default=10.0, help="idle before the burst timings")
     p.add_argument("--burst-repeats", type=int, default=20)
     p.add_argument("--smi-period-ms", type=int, default=250)
+    p.add_argument("--kinds", default="gemm", help="comma list: gemm (always), attention, memory")
     args = p.parse_args()
 
     import torch
+    import torch.nn.functional as F
 
     dev = torch.device("cuda", 0)
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
-    gemms = layer_gemms(args.tokens, args.hidden, args.ffn, args.heads, args.kv_heads, args.tp)
+    kinds = [k for k in args.kinds.split(",") if k]
+    # (name, kind, flop, bytes, fn): the layer's ops in the order a step runs them.
     ops = []
-    for name, m, n, k in gemms:
+    keep = []  # tensors the closures use
+    for name, m, n, k in layer_gemms(args.tokens, args.hidden, args.ffn, args.heads, args.kv_heads, args.tp):
         a = torch.randn(m, k, dtype=dt, device=dev)
         b = torch.randn(k, n, dtype=dt, device=dev)
         c = torch.empty(m, n, dtype=dt, device=dev)
-        ops.append((name, m, n, k, a, b, c))
-    mix_flop = sum(2.0 * m * n * k for _, m, n, k, *_ in ops)
+        keep += [a, b, c]
+        ops.append((name, "gemm", 2.0 * m * n * k, 0.0, (lambda a=a, b=b, c=c: torch.matmul(a, b, out=c))))
+    if "attention" in kinds:
+        heads, head_dim = args.heads // args.tp, args.hidden // args.heads
+        shape = (1, heads, args.tokens, head_dim)
+        q, k_, v = (torch.randn(*shape, dtype=dt, device=dev, requires_grad=True) for _ in range(3))
+        out = F.scaled_dot_product_attention(q, k_, v, is_causal=True)
+        g = torch.randn_like(out)
+        keep += [q, k_, v, out, g]
+        # Causal: half the 4 x s^2 x heads x head_dim of the forward; the backward 2.5x the forward.
+        fwd_flop = 2.0 * args.tokens * args.tokens * heads * head_dim
+
+        def attn_fwd(q=q, k_=k_, v=v):
+            with torch.no_grad():
+                F.scaled_dot_product_attention(q, k_, v, is_causal=True)
+
+        ops.insert(1, ("attention_fwd", "attention", fwd_flop, 0.0, attn_fwd))
+        ops.append(("attention_bwd", "attention", 2.5 * fwd_flop, 0.0,
+                    (lambda: torch.autograd.grad(out, (q, k_, v), g, retain_graph=True))))
+    if "memory" in kinds:
+        x = torch.randn(args.tokens, args.hidden, dtype=dt, device=dev)
+        y = torch.randn_like(x)
+        z = torch.empty_like(x)
+        keep += [x, y, z]
+        nbytes = x.numel() * x.element_size()
+        ops.insert(0, ("layernorm", "memory", 0.0, 2.0 * nbytes, (lambda: F.layer_norm(x, (args.hidden,)))))
+        ops.append(("residual_add", "memory", 0.0, 3.0 * nbytes, (lambda: torch.add(x, y, out=z))))
+    mix_flop = sum(op[2] for op in ops if op[1] == "gemm")
 
     def event():
         return torch.cuda.Event(enable_timing=True)
@@ -124,56 +157,74 @@ def main():
     t0 = time.monotonic()
 
     # Burst: as a kernel profile measures, after the GPU idled.
-    for _, _, _, _, a, b, c in ops:
-        torch.matmul(a, b, out=c)  # cuBLAS heuristics and workspaces, before the idle
+    for op in ops:
+        op[4]()  # cuBLAS heuristics, flash workspaces: before the idle
     torch.cuda.synchronize()
     time.sleep(args.idle_s)
     burst_start = time.monotonic()
     burst = []
-    for name, m, n, k, a, b, c in ops:
+    for name, kind, flop, nbytes, fn in ops:
         for _ in range(3):
-            torch.matmul(a, b, out=c)
-        s, e = event(), event()
-        s.record()
+            fn()
+        s_, e_ = event(), event()
+        s_.record()
         for _ in range(args.burst_repeats):
-            torch.matmul(a, b, out=c)
-        e.record()
-        e.synchronize()
-        t = s.elapsed_time(e) / 1e3 / args.burst_repeats
-        burst.append({"name": name, "m": m, "n": n, "k": k, "time_s": t, "tflops": 2.0 * m * n * k / t / 1e12})
+            fn()
+        e_.record()
+        e_.synchronize()
+        t = s_.elapsed_time(e_) / 1e3 / args.burst_repeats
+        row = {"name": name, "kind": kind, "time_s": t}
+        if flop:
+            row["tflops"] = flop / t / 1e12
+        burst.append(row)
     burst_end = time.monotonic()
-    burst_time = sum(x["time_s"] for x in burst)
-    log("burst: mix of %d GEMMs %.3f ms, %.1f TFLOP/s" % (len(ops), burst_time * 1e3, mix_flop / burst_time / 1e12))
+    burst_time = {kind: sum(b["time_s"] for b in burst if b["kind"] == kind) for kind in {op[1] for op in ops}}
+    log("burst: " + ", ".join("%s %.3f ms" % kv for kv in sorted((k, v * 1e3) for k, v in burst_time.items())))
 
-    # Sustained: the mix back to back; one pair of events per mix, summed into windows. The host
-    # stays at most `ahead` mixes in front of the GPU so that window boundaries are real time.
+    # Sustained: the mix back to back, an event before each op and one after the last, summed per kind
+    # into windows. The host stays at most `ahead` mixes in front of the GPU so that window
+    # boundaries are real time.
     windows = []
     pending = []
     ahead = 4
     loop_start = time.monotonic()
-    window_start, window_gpu_s, window_mixes = loop_start, 0.0, 0
+    window_start, window_mixes = loop_start, 0
+    window_s = {kind: 0.0 for kind in burst_time}
+    per_op_s = [0.0] * len(ops)
+    counted_mixes = 0
     while time.monotonic() - loop_start < args.seconds:
-        s, e = event(), event()
-        s.record()
-        for _, _, _, _, a, b, c in ops:
-            torch.matmul(a, b, out=c)
-        e.record()
-        pending.append((s, e))
+        evs = [event() for _ in range(len(ops) + 1)]
+        for ev, op in zip(evs, ops):
+            ev.record()
+            op[4]()
+        evs[-1].record()
+        pending.append(evs)
         if len(pending) > ahead:
-            s0, e0 = pending.pop(0)
-            e0.synchronize()
-            window_gpu_s += s0.elapsed_time(e0) / 1e3
+            done = pending.pop(0)
+            done[-1].synchronize()
+            for idx, op in enumerate(ops):
+                t = done[idx].elapsed_time(done[idx + 1]) / 1e3
+                window_s[op[1]] += t
+                if time.monotonic() - loop_start >= args.seconds - 10.0:
+                    per_op_s[idx] += t
+            if time.monotonic() - loop_start >= args.seconds - 10.0:
+                counted_mixes += 1
             window_mixes += 1
         now = time.monotonic()
         if now - window_start >= args.window_s and window_mixes:
-            windows.append({"t_s": window_start - t0, "mixes": window_mixes, "mix_s": window_gpu_s / window_mixes,
-                            "tflops": mix_flop * window_mixes / window_gpu_s / 1e12})
-            window_start, window_gpu_s, window_mixes = now, 0.0, 0
+            w = {"t_s": window_start - t0, "mixes": window_mixes,
+                 "kind_s": {k: v / window_mixes for k, v in window_s.items()}}
+            w["tflops"] = mix_flop * window_mixes / window_s["gemm"] / 1e12
+            windows.append(w)
+            window_start, window_mixes = now, 0
+            window_s = {kind: 0.0 for kind in burst_time}
     torch.cuda.synchronize()
     loop_end = time.monotonic()
     rows = smi.stop()
     for r in rows:
         r["t_s"] -= t0
+    sustained_ops = [{"name": op[0], "kind": op[1], "time_s": per_op_s[i] / max(1, counted_mixes)}
+                     for i, op in enumerate(ops)]
 
     def smi_between(lo, hi):
         sel = [r for r in rows if lo - t0 <= r["t_s"] <= hi - t0 and isinstance(r.get("clocks.sm"), float)]
@@ -187,14 +238,19 @@ def main():
 
     tail = [w for w in windows if w["t_s"] >= (loop_end - t0) - 10.0]
     head = windows[:3]
+    gemm_burst_tflops = mix_flop / burst_time["gemm"] / 1e12
     summary = {
-        "burst_tflops": mix_flop / burst_time / 1e12,
+        "burst_tflops": gemm_burst_tflops,
         "sustained_first_3_windows_tflops": sum(w["tflops"] for w in head) / max(1, len(head)),
         "sustained_last_10s_tflops": sum(w["tflops"] for w in tail) / max(1, len(tail)),
         "burst_smi": smi_between(burst_start, burst_end),
         "sustained_last_10s_smi": smi_between(loop_end - 10.0, loop_end),
     }
-    summary["last_10s_over_burst"] = summary["sustained_last_10s_tflops"] / summary["burst_tflops"]
+    summary["last_10s_over_burst"] = summary["sustained_last_10s_tflops"] / gemm_burst_tflops
+    # Per kind: burst time over the loop's last 10 s time (the rate's ratio, as for GEMMs).
+    summary["rate_ratio_by_kind"] = {
+        kind: burst_time[kind] / (sum(w["kind_s"][kind] for w in tail) / max(1, len(tail)))
+        for kind in burst_time if tail}
     props = torch.cuda.get_device_properties(dev)
     doc = {
         "schema": "fusesim.sustained-gemm", "schema_version": 1,
@@ -204,7 +260,7 @@ def main():
         "torch": torch.__version__, "cuda": torch.version.cuda,
         "tool": "tools/microbench/sustained.py " + " ".join(sys.argv[1:]),
         "config": vars(args), "mix_flop": mix_flop, "summary": summary, "burst": burst,
-        "windows": windows, "smi": rows,
+        "sustained_last_10s_per_op": sustained_ops, "windows": windows, "smi": rows,
     }
     tmp = args.output + ".tmp"
     with open(tmp, "w") as f:

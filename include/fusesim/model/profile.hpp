@@ -70,10 +70,13 @@ struct Profile {
   std::optional<SourcedValue> hbm_peak_bytes_per_s, l2_bytes;
   double small_kernel_hbm_bound() const { return hbm_peak_bytes_per_s ? hbm_peak_bytes_per_s->value : 0.0; }
   double small_kernel_l2_bound() const { return l2_bytes ? l2_bytes->value : 0.0; }
-  // Optional "device.sustained_compute_fraction" (sourced, in (0, 1]): the rate compute-bound kernels
-  // (GEMM, attention) hold in a training step, where the GPU runs at its power limit for seconds, as a
-  // fraction of the rate a kernel profile's short bursts measure (tools/microbench/sustained.py).
-  std::optional<SourcedValue> sustained_compute_fraction;
+  // Optional "device.step_rate_fraction.{gemm,attention,elementwise}" (sourced, in [0.5, 1]): the rate
+  // each kind of kernel holds inside a training step (the GPU at its power limit, the L2 holding the
+  // previous kernel's data) as a fraction of the rate the profile's samples measured, each op repeated
+  // in a short burst (tools/microbench/sustained.py; docs/calibration.md "Kernels inside a step").
+  struct StepRateFraction {
+    std::optional<SourcedValue> gemm, attention, elementwise;
+  } step_rate_fraction;
   std::string kind;  // measured, published, synthetic
   std::string machine, date, source;
   bool estimate = false;               // optional key provenance.estimate
@@ -127,13 +130,13 @@ void check_profile_device(const Profile& profile, const topo::DeviceModel& devic
 std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cluster);
 
 // The calibrated kernel cost model (docs/calibration.md, "Kernels").
-// Which clock a kernel runs at: a profile's burst timings as measured (kernel-level validation), or
-// the sustained rate of a training step (Profile::sustained_compute_fraction), what simulations use.
-enum class KernelClock { sustained, burst };
+// Where a kernel runs: inside a training step (Profile::step_rate_fraction applies), what simulations
+// use, or alone in a burst as the profile's samples were timed (kernel-level validation).
+enum class KernelSetting { step, burst };
 
 class CalibratedCostModel final : public KernelCostModel {
  public:
-  explicit CalibratedCostModel(Profile profile, KernelClock clock = KernelClock::sustained);
+  explicit CalibratedCostModel(Profile profile, KernelSetting setting = KernelSetting::step);
   KernelCost cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const override;
   double rate(const KernelCost& cost, const topo::DeviceModel& device, const DeviceLoad& load) const override;
 
@@ -151,8 +154,8 @@ class CalibratedCostModel final : public KernelCostModel {
  private:
   KernelCost uncached_cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const;
   Profile profile_;
-  // 1 / sustained_compute_fraction under KernelClock::sustained, else 1.
-  double compute_stretch_ = 1.0;
+  // 1 / step_rate_fraction of each kind under KernelSetting::step, else 1.
+  double gemm_stretch_ = 1.0, attention_stretch_ = 1.0, elementwise_stretch_ = 1.0;
   RooflineCostModel roofline_;
   // GEMM costs by (m, n, k, batch, accumulate_fp32, dtype, device model name): the table look-up and the model's residual
   // correction each scan every sample. The engine caches costs within one run; this keeps them across
