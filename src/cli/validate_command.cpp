@@ -463,6 +463,11 @@ class ValidateCommand final : public Command {
       r.parts.push_back({"gemm", p.gemm_model->samples, p.gemm_model->in_sample_mape_pct,
                          model::leave_one_group_out_gemm(gemm, p.sm_count, p.gemm_model->element_bytes)});
     }
+    if (p.gemm_model_fp8) {
+      r.parts.push_back({"gemm fp8", p.gemm_model_fp8->samples, p.gemm_model_fp8->in_sample_mape_pct,
+                         model::leave_one_group_out_gemm(model::gemm_timings(p, model::GemmFamily::fp8), p.sm_count,
+                                                         p.gemm_model_fp8->element_bytes)});
+    }
     if (!p.elementwise_models.empty()) {
       double sum = 0;
       int n = 0;

@@ -164,6 +164,13 @@ const SmallKernelModel* small_kernel_model(const Profile& p, const std::string& 
   return find("add");
 }
 
+// The learned GEMM model of the dtype's family, if the profile has one.
+const GemmModel* learned_gemm_model(const Profile& p, topo::Dtype dtype) {
+  if (dtype == topo::Dtype::fp8) return p.gemm_model_fp8 ? &*p.gemm_model_fp8 : nullptr;
+  if (dtype == topo::Dtype::bf16 || dtype == topo::Dtype::fp16) return p.gemm_model ? &*p.gemm_model : nullptr;
+  return nullptr;
+}
+
 }  // namespace
 
 KernelCost CalibratedCostModel::cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
@@ -189,7 +196,6 @@ KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype 
   c.launch_s = 0.0;  // the profile's fitted floors carry the launch (kernel_fit.hpp, launch_s)
   const double hbm = profile_.hbm_bytes_per_s ? *profile_.hbm_bytes_per_s : device_hbm(device);
   c.memory_s = c.hbm_bytes / hbm;
-  const bool sixteen_bit = dtype == topo::Dtype::bf16 || dtype == topo::Dtype::fp16;
   if (const auto* g = std::get_if<GemmKernel>(&kernel); g && c.flops > 0.0) {
     const double peak = device.peak(dtype);
     const double ideal_s = c.flops / (peak * device.efficiency.gemm.value);
@@ -198,10 +204,10 @@ KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype 
     // them); elsewhere the learned model, fitted on every sample, predicts it from its neighbours.
     if (const auto e = gemm_efficiency(*g, dtype, device)) {
       c.compute_s = c.flops / (peak * *e) * quantization;
-    } else if (sixteen_bit && profile_.gemm_model) {
+    } else if (const GemmModel* model = learned_gemm_model(profile_, dtype)) {
       // The model's time holds the operand stream and the math blended, and the launch: it is the
       // compute time; memory_s is its operand stream alone (what contention for HBM stretches).
-      const GemmModel& gm = *profile_.gemm_model;
+      const GemmModel& gm = *model;
       const double m = static_cast<double>(g->m), n = static_cast<double>(g->n), k = static_cast<double>(g->k),
                    b = static_cast<double>(g->batch);
       c.compute_s = gm.time_s(m, n, k, b);

@@ -187,10 +187,11 @@ void fit_missing(const Profile& in, Profile& p, const JsonObject& root) {
 
 }  // namespace
 
-std::vector<GemmTiming> gemm_timings(const Profile& profile) {
+std::vector<GemmTiming> gemm_timings(const Profile& profile, GemmFamily family) {
   std::vector<GemmTiming> out;
   for (const ProfileGemm& g : profile.gemm) {
-    if (g.dtype != topo::Dtype::bf16 && g.dtype != topo::Dtype::fp16) continue;
+    const bool sixteen_bit = g.dtype == topo::Dtype::bf16 || g.dtype == topo::Dtype::fp16;
+    if (family == GemmFamily::sixteen_bit ? !sixteen_bit : g.dtype != topo::Dtype::fp8) continue;
     const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
                          static_cast<double>(g.batch);
     out.push_back({static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k),
@@ -204,12 +205,17 @@ namespace {
 // The kernel models of docs/calibration.md, "Kernel models": fitted once when the profile is read
 // (a sweep reads each profile once). Too few samples: no model, and the roofline prices that kernel.
 void fit_kernel_models(Profile& p, const JsonObject& root) {
-  const std::vector<GemmTiming> gemm = gemm_timings(p);
-  if (gemm.size() >= 8) {
+  // fp8 GEMMs (e4m3 operands, one byte each) run other kernels at twice the tensor-core rate: a model
+  // of their own, from their own samples.
+  for (auto [family, slot, element_bytes] :
+       {std::tuple{GemmFamily::sixteen_bit, &p.gemm_model, 2.0}, std::tuple{GemmFamily::fp8, &p.gemm_model_fp8, 1.0}}) {
+    const std::vector<GemmTiming> gemm = gemm_timings(p, family);
+    if (gemm.size() < 8) continue;
     try {
-      p.gemm_model = fit_gemm_model(gemm, p.sm_count, 2.0);
+      *slot = fit_gemm_model(gemm, p.sm_count, element_bytes);
     } catch (const std::invalid_argument& e) {
-      root.at("gemm").fail(fmt::format("cannot fit the GEMM model: {}", e.what()));
+      root.at("gemm").fail(fmt::format("cannot fit the {} GEMM model: {}",
+                                       family == GemmFamily::fp8 ? "fp8" : "16-bit", e.what()));
     }
   }
   std::map<std::string, std::vector<SmallKernelTiming>> by_op;

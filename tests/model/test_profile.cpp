@@ -6,6 +6,7 @@
 #include <string>
 
 #include "fusesim/model/profile.hpp"
+#include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/embedded.hpp"
 #include "fusesim/util/error.hpp"
 
@@ -115,11 +116,12 @@ TEST_CASE("every shipped profile loads and names its device", "[model][profile]"
 
 TEST_CASE("the H200 profile's kernels come from this project's microbench run and its models fit them",
           "[model][profile]") {
-  // tools/calibration/raw/microbench/h200-sxm-2026-11-26.json: 246 GEMMs (123 shapes in bf16 and
+  // tools/calibration/raw/microbench/h200-sxm-2026-11-26{,-fp8}.json: 246 + 123 GEMMs (123 shapes in bf16, fp16 and fp8;
   // fp16), 12 element-wise and 3 copy samples (64 MiB and up: the smaller ones stay in the L2), measured
   // on a lent H200 (build_profiles.py writes them).
   const Profile p = load_profile("h200-sxm");
-  CHECK(p.gemm.size() == 246);
+  CHECK(p.gemm.size() == 246 + 123);
+  CHECK(gemm_timings(p).size() == 246);
   REQUIRE(p.gemm_model);
   // The in-step rates measured on that machine (sustained.py's step mix).
   REQUIRE(p.step_rate_fraction.gemm);
@@ -136,6 +138,18 @@ TEST_CASE("the H200 profile's kernels come from this project's microbench run an
   REQUIRE(p.hbm_bytes_per_s);
   CHECK(*p.hbm_bytes_per_s > 3.9e12);
   CHECK(*p.hbm_bytes_per_s < 4.5e12);
+  // The same 123 shapes in fp8 get a model of their own (2.7% on them).
+  REQUIRE(p.gemm_model_fp8);
+  CHECK(gemm_timings(p, GemmFamily::fp8).size() == 123);
+  CHECK(p.gemm_model_fp8->in_sample_mape_pct < 4.0);
+  // Held out: the MPT-3B forward GEMM 20480 x 2560 x 2560 measured 0.237 ms in fp8 and 0.405 ms in
+  // bf16 on the same H200 (raw/microbench/h200-sxm-2026-11-26-mpt-3b-shapes.json); priced as a burst,
+  // each within 10%.
+  const topo::Cluster cluster = topo::load_cluster_by_name_or_path("hgx-h200");
+  const CalibratedCostModel burst(p, KernelSetting::burst);
+  const GemmKernel g{20480, 2560, 2560, 1};
+  CHECK(ps_to_seconds(burst.cost(g, topo::Dtype::fp8, cluster.device(0)).duration_ps) == Approx(0.237e-3).epsilon(0.10));
+  CHECK(ps_to_seconds(burst.cost(g, topo::Dtype::bf16, cluster.device(0)).duration_ps) == Approx(0.405e-3).epsilon(0.10));
 }
 
 TEST_CASE("profile device check: another device is refused naming the profile", "[model][profile]") {

@@ -25,7 +25,12 @@ PROFILES = {"h100": "profiles/h100-sxm.json", "a100": "profiles/a100-sxm.json", 
 # Its contention sample is left out: the GEMM ran faster beside the copy (0.88x) because the pacing
 # of the "beside" samples let the power-capped GPU raise its clock (docs/microbench.md, "Power").
 MICROBENCH_RAW = os.path.join(ROOT, "tools", "calibration", "raw", "microbench")
-MEASURED = {"h200": "h200-sxm-2026-11-26.json"}
+MEASURED = {"h200": ["h200-sxm-2026-11-26.json", "h200-sxm-2026-11-26-fp8.json"]}
+# fp8 GEMMs measured on the H200 and taken by the H100 profile: the same GH100 die, 132 SMs, clocks and
+# 1,979 TFLOP/s dense fp8 peak, and GEMMs of 1,024 tokens and more are compute-bound on both (no H100
+# was measured; docs/calibration.md "Shipped profiles").
+BORROWED_FP8 = {"h100": ("h200-sxm-2026-11-26-fp8.json",
+                         "taken from the H200 (the H100 SXM's die, SM count, clocks and fp8 peak; no H100 was measured): ")}
 MEASURED_SECTIONS = ["gemm", "attention", "elementwise", "copy", "stream_wait"]
 # microbench.py's layernorm sample normalises rows of this width (TorchBackend.elementwise).
 MICROBENCH_NORM_HIDDEN = 4096
@@ -110,17 +115,18 @@ def samples(device):
     return gemm, small
 
 
-def measured_samples(device):
+def measured_samples(device, name, prefix=""):
     """The kernel sections of a microbench run, each sample naming the file and its index in it."""
-    name = MEASURED[device]
     with open(os.path.join(MICROBENCH_RAW, name)) as f:
         raw = json.load(f)
     prov = raw["provenance"]
-    where = (f"measured by this project: tools/microbench/microbench.py on one {raw['device']['name']} (machine "
+    where = (f"{prefix}measured by this project: tools/microbench/microbench.py on one {raw['device']['name']} (machine "
              f"'{prov['machine']}', driver {prov['driver']}, torch {prov['libraries']['torch']}), {prov['date']}; "
              f"tools/calibration/raw/microbench/{name}")
     out = {}
     for section in MEASURED_SECTIONS:
+        if section not in raw:
+            continue
         if section == "stream_wait":
             chains = {k: [float(f"{t:.6g}") for t in v] if isinstance(v, list) else v for k, v in raw[section].items()}
             out[section] = chains | {"source": f"{where} stream_wait"}
@@ -133,7 +139,7 @@ def measured_samples(device):
             # CUDA events resolve about half a microsecond: 6 significant digits keep every real one.
             sample["time_s"] = [float(f"{t:.6g}") for t in sample["time_s"]]
             if section == "gemm":
-                sample["group"] = f"microbench-{device}"
+                sample["group"] = f"microbench-{device}" + ("-fp8" if sample["dtype"] == "fp8" else "")
             if section == "elementwise" and sample["op"] == "layernorm":
                 sample["rows"] = sample["bytes"] // (4 * MICROBENCH_NORM_HIDDEN)
             rows.append(sample | {"source": f"{where} {section}[{i}]"})
@@ -159,15 +165,25 @@ def render(doc):
 
 
 def build_measured(device, doc):
-    measured = measured_samples(device)
+    measured = {}
+    for name in MEASURED[device]:
+        for section, rows in measured_samples(device, name).items():
+            measured[section] = rows if section == "stream_wait" else measured.get(section, []) + rows
     out = dict(doc)
-    for section in MEASURED_SECTIONS:
+    for section, rows in measured.items():
         if section == "stream_wait":
-            out[section] = measured[section]
+            out[section] = rows
             continue
         kept = [x for x in doc.get(section, []) if "tools/microbench/microbench.py" not in x.get("source", "")]
-        out[section] = kept + measured[section]
+        out[section] = kept + rows
     return out
+
+
+def borrowed_fp8(device):
+    if device not in BORROWED_FP8:
+        return []
+    name, prefix = BORROWED_FP8[device]
+    return measured_samples("h200", name, prefix)["gemm"]
 
 
 def build(device, current):
@@ -178,7 +194,8 @@ def build(device, current):
         out = build_measured(device, doc)
         return render({k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order})
     gemm, small = samples(device)
-    kept = [g for g in doc.get("gemm", []) if not g.get("source", "").startswith("vidur@")]
+    kept = [g for g in doc.get("gemm", []) if not g.get("source", "").startswith("vidur@") and
+            "tools/microbench/microbench.py" not in g.get("source", "")]
     out = {}
     for key in doc:
         out[key] = doc[key]
@@ -186,7 +203,7 @@ def build(device, current):
             out[key] = dict(doc[key])
             out[key]["source"] = (doc[key].get("source", "") + "; kernel samples: " + VIDUR +
                                   " data/profiling, converted by tools/calibration/build_profiles.py")
-    out["gemm"] = kept + gemm
+    out["gemm"] = kept + gemm + borrowed_fp8(device)
     out["elementwise"] = small
     # Keep the schema's order: samples before "fitted".
     return render({k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order})

@@ -354,10 +354,30 @@ class TorchBackend:
 
     # -- kernels --------------------------------------------------------------------------------------
 
+    def _fp8_gemm(self, m, n, k):
+        """e4m3 x e4m3 -> bf16 with per-tensor scales (torch._scaled_mm, cuBLASLt), as Transformer
+        Engine runs a forward GEMM; the second operand column-major, as those kernels take it."""
+        torch = self.torch
+        if m % 16 or n % 16 or k % 16:
+            return None
+        f8 = torch.float8_e4m3fn
+        a = torch.randn(m, k, device=self.device, dtype=torch.bfloat16).to(f8)
+        b = torch.randn(n, k, device=self.device, dtype=torch.bfloat16).to(f8).t()
+        one = torch.ones((), dtype=torch.float32, device=self.device)
+        try:
+            return self._time(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+        except (RuntimeError, TypeError) as e:
+            log("fp8 gemm %dx%dx%d skipped: %s" % (m, n, k, str(e).splitlines()[0]))
+            return None
+        finally:
+            del a, b
+
     def gemm(self, dtype, m, n, k, batch):
         torch = self.torch
         if not self._fits(2 * batch * (m * k + k * n + m * n)):
             return None
+        if dtype == "fp8":
+            return self._fp8_gemm(m, n, k) if batch == 1 else None
         dt = self._dtype(dtype)
         lead = (batch,) if batch > 1 else ()
         a = torch.randn(*lead, m, k, dtype=dt, device=self.device)
@@ -664,7 +684,7 @@ def parse_args(argv):
     p.add_argument("--topology", help="the topology whose device this is: the profile's device.model, and the peak "
                                       "the fit takes; with --dry-run, the synthetic device stands for that model")
     p.add_argument("--sections", default=",".join(SECTIONS), help="comma list of " + ", ".join(SECTIONS))
-    p.add_argument("--dtypes", default="bf16,fp16", help="GEMM data types")
+    p.add_argument("--dtypes", default="bf16,fp16", help="GEMM data types: bf16, fp16, fp8 (e4m3, per-tensor scales)")
     p.add_argument("--quick", action="store_true", help="a smaller default shape set (minutes, not tens)")
     p.add_argument("--repeats", type=int, default=20, help="raw samples per shape (at most)")
     p.add_argument("--warmup", type=int, default=5, help="launches before timing")
@@ -682,8 +702,8 @@ def parse_args(argv):
     args.section_list = sections
     args.dtype_list = [d for d in args.dtypes.split(",") if d]
     for d in args.dtype_list:
-        if d not in ("bf16", "fp16"):
-            p.error("unknown dtype %r (bf16 or fp16)" % d)
+        if d not in ("bf16", "fp16", "fp8"):
+            p.error("unknown dtype %r (bf16, fp16 or fp8)" % d)
     try:
         args.sms_list = [int(s) for s in args.contention_sms.split(",") if s]
     except ValueError:

@@ -105,11 +105,14 @@ struct Profile {
   // Kernel models fitted on load from the samples (docs/calibration.md, "Kernel models"): the GEMM
   // model of the 16-bit samples (bf16 and fp16 run the same tensor-core rate), one model per small op.
   std::optional<GemmModel> gemm_model;
+  std::optional<GemmModel> gemm_model_fp8;  // the same from the fp8 samples (one-byte operands)
   std::map<std::string, SmallKernelModel> elementwise_models;
 };
 
-// The 16-bit GEMM samples of a profile as the fitter takes them.
-std::vector<GemmTiming> gemm_timings(const Profile& profile);
+// The GEMM samples of a profile as the fitter takes them: bf16 and fp16 together (they run the same
+// tensor-core rate), or fp8.
+enum class GemmFamily { sixteen_bit, fp8 };
+std::vector<GemmTiming> gemm_timings(const Profile& profile, GemmFamily family = GemmFamily::sixteen_bit);
 
 // Strict reading: every error an InputError naming the file and the JSON path.
 Profile parse_profile(const JsonDocument& doc);
