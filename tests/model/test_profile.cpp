@@ -152,6 +152,24 @@ TEST_CASE("the H200 profile's kernels come from this project's microbench run an
   CHECK(ps_to_seconds(burst.cost(g, topo::Dtype::bf16, cluster.device(0)).duration_ps) == Approx(0.405e-3).epsilon(0.10));
 }
 
+TEST_CASE("the H100 profile's fp8 GEMMs and step rates were measured on a lent H100", "[model][profile]") {
+  // vidur has no fp8: tools/calibration/raw/microbench/h100-sxm-2026-11-26-fp8.json's 123 GEMMs join
+  // its fp16 samples, each family with its own model.
+  const Profile p = load_profile("h100-sxm");
+  CHECK(gemm_timings(p, GemmFamily::fp8).size() == 123);
+  REQUIRE(p.gemm_model_fp8);
+  REQUIRE(p.gemm_model);
+  CHECK(p.gemm_model->samples == 1093);
+  // sustained.py's two step mixes: GEMM 0.962 and 0.985, attention 0.925 and 0.896, norm + add 0.976
+  // and 0.979 (means rounded to 3 places).
+  REQUIRE(p.step_rate_fraction.gemm);
+  REQUIRE(p.step_rate_fraction.attention);
+  REQUIRE(p.step_rate_fraction.elementwise);
+  CHECK(p.step_rate_fraction.gemm->value == 0.973);
+  CHECK(p.step_rate_fraction.attention->value == 0.911);
+  CHECK(p.step_rate_fraction.elementwise->value == 0.977);
+}
+
 TEST_CASE("profile device check: another device is refused naming the profile", "[model][profile]") {
   const Profile p = load_profile(kData + "good.json");
   topo::DeviceModel a100 = synthetic_device(108);

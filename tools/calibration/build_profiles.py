@@ -26,11 +26,8 @@ PROFILES = {"h100": "profiles/h100-sxm.json", "a100": "profiles/a100-sxm.json", 
 # of the "beside" samples let the power-capped GPU raise its clock (docs/microbench.md, "Power").
 MICROBENCH_RAW = os.path.join(ROOT, "tools", "calibration", "raw", "microbench")
 MEASURED = {"h200": ["h200-sxm-2026-11-26.json", "h200-sxm-2026-11-26-fp8.json"]}
-# fp8 GEMMs measured on the H200 and taken by the H100 profile: the same GH100 die, 132 SMs, clocks and
-# 1,979 TFLOP/s dense fp8 peak, and GEMMs of 1,024 tokens and more are compute-bound on both (no H100
-# was measured; docs/calibration.md "Shipped profiles").
-BORROWED_FP8 = {"h100": ("h200-sxm-2026-11-26-fp8.json",
-                         "taken from the H200 (the H100 SXM's die, SM count, clocks and fp8 peak; no H100 was measured): ")}
+# fp8 GEMMs this project measured on a vidur profile's device: vidur has none, so they join its samples.
+MEASURED_FP8 = {"h100": "h100-sxm-2026-11-26-fp8.json"}
 MEASURED_SECTIONS = ["gemm", "attention", "elementwise", "copy", "stream_wait"]
 # microbench.py's layernorm sample normalises rows of this width (TorchBackend.elementwise).
 MICROBENCH_NORM_HIDDEN = 4096
@@ -115,12 +112,12 @@ def samples(device):
     return gemm, small
 
 
-def measured_samples(device, name, prefix=""):
+def measured_samples(device, name):
     """The kernel sections of a microbench run, each sample naming the file and its index in it."""
     with open(os.path.join(MICROBENCH_RAW, name)) as f:
         raw = json.load(f)
     prov = raw["provenance"]
-    where = (f"{prefix}measured by this project: tools/microbench/microbench.py on one {raw['device']['name']} (machine "
+    where = (f"measured by this project: tools/microbench/microbench.py on one {raw['device']['name']} (machine "
              f"'{prov['machine']}', driver {prov['driver']}, torch {prov['libraries']['torch']}), {prov['date']}; "
              f"tools/calibration/raw/microbench/{name}")
     out = {}
@@ -179,11 +176,8 @@ def build_measured(device, doc):
     return out
 
 
-def borrowed_fp8(device):
-    if device not in BORROWED_FP8:
-        return []
-    name, prefix = BORROWED_FP8[device]
-    return measured_samples("h200", name, prefix)["gemm"]
+def measured_fp8(device):
+    return measured_samples(device, MEASURED_FP8[device])["gemm"] if device in MEASURED_FP8 else []
 
 
 def build(device, current):
@@ -203,7 +197,7 @@ def build(device, current):
             out[key] = dict(doc[key])
             out[key]["source"] = (doc[key].get("source", "") + "; kernel samples: " + VIDUR +
                                   " data/profiling, converted by tools/calibration/build_profiles.py")
-    out["gemm"] = kept + gemm + borrowed_fp8(device)
+    out["gemm"] = kept + gemm + measured_fp8(device)
     out["elementwise"] = small
     # Keep the schema's order: samples before "fitted".
     return render({k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order})
