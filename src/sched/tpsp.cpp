@@ -98,7 +98,7 @@ class Builder {
  public:
   Builder(const TpspRequest& req, Schedule& out, DataflowProgram& prog)
       : req_(req), sh_(req.shape), g_(out.graph), prog_(prog),
-        t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.dtype)),
+        t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.activation_dtype())),
         up_(req, out.graph, prog, tags_, next_instance_) {
     k_ = req.kind == ScheduleKind::slice ? req.schedule.slices : 1;
   }
@@ -201,8 +201,24 @@ class Builder {
 
   TaskId compute(int ti, std::string name, model::Kernel kernel, TaskLabels lab, std::int32_t data_op,
                  const std::vector<TaskId>& deps) {
+    const auto* gemm = std::get_if<model::GemmKernel>(&kernel);
+    if (gemm == nullptr || sh_.dtype != topo::Dtype::fp8)
+      return add(ti, std::move(name), StreamRef{StreamKind::compute, 0},
+                 ComputeTask{std::move(kernel), sh_.activation_dtype(), recompute_}, std::move(lab), data_op, deps);
+    // Transformer Engine casts the GEMM's activation-side operand [m, k] from bf16 to e4m3 (read 2
+    // bytes, write 1, with the amax for the next scale) in a kernel of its own before the fp8 GEMM.
+    // The weight's cast is cached across micro-batches and left out; a wgrad's operand, cast and
+    // transposed together with its forward input by TE, is charged here again (a few us per GEMM).
+    const std::int64_t operand = gemm->m * gemm->k * gemm->batch;
+    TaskLabels cast_labels = lab;
+    cast_labels.op = "fp8_cast";
+    const TaskId cast =
+        add(ti, name + "/fp8_cast", StreamRef{StreamKind::compute, 0},
+            ComputeTask{model::ElementwiseKernel{"fp8_cast", 3 * operand, static_cast<Flops>(operand), gemm->m},
+                        topo::Dtype::bf16, recompute_},
+            std::move(cast_labels), -1, deps);
     return add(ti, std::move(name), StreamRef{StreamKind::compute, 0},
-               ComputeTask{std::move(kernel), sh_.dtype, recompute_}, std::move(lab), data_op, deps);
+               ComputeTask{std::move(kernel), sh_.dtype, recompute_}, std::move(lab), data_op, {cast});
   }
 
   StreamRef p2p_stream() const {
@@ -1202,7 +1218,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   if (step)
     extra = std::make_unique<StepEmitter>(
         g_, next_instance_,
-        StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.dtype, req_.schedule.collective_engine, comm_sms(),
+        StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.activation_dtype(), req_.schedule.collective_engine, comm_sms(),
                            grad_dtype()});
   const auto L = static_cast<std::size_t>(layers);
   Deps ready(static_cast<std::size_t>(t_));
@@ -1356,7 +1372,7 @@ void Builder::generate() {
     cfg.sharding = req_.step.dp_sharding;
     cfg.kind = req_.dp_kind;
     cfg.schedule = req_.schedule;
-    cfg.dtype = sh_.dtype;
+    cfg.dtype = sh_.activation_dtype();
     cfg.grad_dtype = grad_dtype();
     cfg.as_p2p = req_.options.dp_as_p2p || req_.options.mirror_dp;
     cfg.mirror = req_.options.mirror_dp;

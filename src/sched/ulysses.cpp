@@ -52,7 +52,7 @@ UlyssesEmitter::UlyssesEmitter(const TpspRequest& req, TaskGraph& graph, Dataflo
                                TagCounter& tags, std::int64_t& next_instance)
     : req_(req), sh_(req.shape), g_(graph), prog_(program), tags_(tags), next_instance_(next_instance),
       tp_(req.shape.tp), up_(req.shape.up), k_(req.up_kind == model::ScheduleKind::slice ? req.schedule.slices : 1),
-      full_rows_(req.shape.rows()), elem_(topo::bytes_per_element(req.shape.dtype)) {}
+      full_rows_(req.shape.rows()), elem_(topo::bytes_per_element(req.shape.activation_dtype())) {}
 
 void UlyssesEmitter::set_position(int dp_index, int up_index) {
   d_ = dp_index;
@@ -405,7 +405,7 @@ UpDeps UlyssesEmitter::attention_forward(int layer, bool data, const UpPerRank& 
     }
     model::AttentionKernel k{b, qh, kvh, q_len, kv_len, sh_.head_dim, sh_.causal, q_pos0, model::Pass::forward};
     k.unfused = sh_.unfused_attention;
-    return add(ti, pre + "/" + name, StreamRef{StreamKind::compute, 0}, ComputeTask{k, sh_.dtype, false},
+    return add(ti, pre + "/" + name, StreamRef{StreamKind::compute, 0}, ComputeTask{k, sh_.activation_dtype(), false},
                labels(layer, true, region, "attention"), op(data, std::move(a)), deps);
   };
   auto hs_o = [&](int ti, std::int64_t row0, std::int64_t rows) {
@@ -465,7 +465,7 @@ UpDeps UlyssesEmitter::attention_forward(int layer, bool data, const UpPerRank& 
           TaskLabels cl = labels(layer, true, region, "copy");
           cl.chunk = u_;
           add(ti, pre + "/attn+a2a/copy", StreamRef{StreamKind::compute, 0},
-              ComputeTask{model::ElementwiseKernel{"copy", bytes(2 * S_loc * qg()), 0.0}, sh_.dtype, false},
+              ComputeTask{model::ElementwiseKernel{"copy", bytes(2 * S_loc * qg()), 0.0}, sh_.activation_dtype(), false},
               std::move(cl), op(data, CopyOp{attn_at(ti, 0, S_loc, u_), hs_o(ti, u_ * S_loc, S_loc)}), {own});
           break;
         }
@@ -568,7 +568,7 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
     model::AttentionKernel k{b, qh, kvh, sh_.seq, sh_.seq, sh_.head_dim, sh_.causal, 0, model::Pass::backward};
     k.unfused = sh_.unfused_attention;
     const TaskId ab_id = add(ti, pre + "/attention_bwd", StreamRef{StreamKind::compute, 0},
-                             ComputeTask{k, sh_.dtype, false}, labels(layer, false, region, "attention_bwd"),
+                             ComputeTask{k, sh_.activation_dtype(), false}, labels(layer, false, region, "attention_bwd"),
                              op(data, std::move(ab)), wait[i]);
     if (kind() == model::ScheduleKind::baseline) {
       done[i] = {a2a(ti, 0, S_loc, {ab_id}, "a2a", -1)};

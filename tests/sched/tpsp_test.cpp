@@ -247,6 +247,50 @@ TEST_CASE("GEMM shapes of Llama-3-70B at TP 8 count GQA and the gated MLP", "[sc
   CHECK(r.shape.kv_head0(3) == 1);  // rank 3 holds query heads 12..15, group of 8 -> kv head 1
 }
 
+TEST_CASE("fp8 as Transformer Engine runs it: fp8 GEMMs after a cast, everything else bf16", "[sched][tpsp]") {
+  TpspRequest r;
+  r.shape = TpspShape{8, 1, 1, 8192, 1, 8192, 64, 8, 128, 28672, true, true, 2, topo::Dtype::fp8, false};
+  r.kind = ScheduleKind::baseline;
+  const auto g = generate_tpsp(r).graph;
+  r.shape.dtype = topo::Dtype::bf16;
+  const auto bf16 = generate_tpsp(r).graph;
+  const auto dtype_of = [](const Task* t) { return std::get<ComputeTask>(t->kind).dtype; };
+  // Every GEMM runs in fp8 and depends on a cast of its [m, k] operand: 3 bytes per element (bf16 read,
+  // e4m3 written), FC1's forward on rank 0 m = 8192, k = 8192.
+  const auto casts = ops_on(g, 0, "fp8_cast");
+  REQUIRE_FALSE(casts.empty());
+  const Task* fc1 = ops_on(g, 0, "fc1").at(0);
+  CHECK(dtype_of(fc1) == topo::Dtype::fp8);
+  const auto find = [&](const std::string& name) {
+    for (TaskId id = 0; id < g.size(); ++id)
+      if (g.task(id).name == name) return id;
+    return kNoTask;
+  };
+  const TaskId fc1_id = find(fc1->name);
+  const TaskId cast_id = find(fc1->name + "/fp8_cast");
+  REQUIRE(cast_id != kNoTask);
+  CHECK(g.predecessors(fc1_id) == std::vector<TaskId>{cast_id});
+  const auto cast = std::get<model::ElementwiseKernel>(std::get<ComputeTask>(g.task(cast_id).kind).kernel);
+  CHECK(cast.bytes == 3 * 8192 * 8192);
+  CHECK(dtype_of(&g.task(cast_id)) == topo::Dtype::bf16);
+  // One cast per GEMM, and the bf16 graph has the same GEMMs and no casts.
+  std::size_t gemms = 0;
+  for (TaskId id = 0; id < g.size(); ++id)
+    if (const auto* c = std::get_if<ComputeTask>(&g.task(id).kind); c && std::holds_alternative<model::GemmKernel>(c->kernel))
+      ++gemms;
+  CHECK(g.size() == bf16.size() + gemms);
+  CHECK(ops_on(bf16, 0, "fp8_cast").empty());
+  // Attention, norms and the TP collectives stay in bf16: the same bytes as the bf16 graph's.
+  CHECK(dtype_of(ops_on(g, 0, "attention").at(0)) == topo::Dtype::bf16);
+  const auto collective_bytes = [](const TaskGraph& graph) {
+    Bytes b = 0;
+    for (TaskId id = 0; id < graph.size(); ++id)
+      if (const auto* c = std::get_if<CollectiveTask>(&graph.task(id).kind)) b += c->bytes;
+    return b;
+  };
+  CHECK(collective_bytes(g) == collective_bytes(bf16));
+}
+
 TEST_CASE("slice and CommFuse cut the GEMM rows, the sum is the whole sequence", "[sched][tpsp]") {
   // AG+GEMM on t = 4, S = 32 rows: slice k = 4 gives 4 GEMMs of 8 rows (2 positions from each of 4
   // chunks); CommFuse gives 4 GEMMs of one chunk of 8 rows.

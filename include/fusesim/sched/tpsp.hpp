@@ -35,6 +35,11 @@ struct TpspShape {
   topo::Dtype dtype = topo::Dtype::bf16;
   bool unfused_attention = false;   // $.training.attention "unfused" (model::AttentionKernel::unfused)
 
+  // fp8 training as Transformer Engine runs it: the GEMMs of the layers take e4m3 operands, cast from
+  // bf16 just before; activations, attention, norms, communication and the embedding and LM head stay
+  // in bf16. Every other dtype runs everything in itself.
+  topo::Dtype activation_dtype() const { return dtype == topo::Dtype::fp8 ? topo::Dtype::bf16 : dtype; }
+
   std::int64_t rows() const { return seq * batch; }            // S: token rows of the full sequence
   std::int64_t chunk_rows() const { return rows() / tp; }       // n: rows of one sequence chunk
   std::int64_t q_local() const { return heads / tp * head_dim; }
