@@ -208,13 +208,14 @@ class Builder {
     // Transformer Engine casts the GEMM's activation-side operand [m, k] from bf16 to e4m3 (read 2
     // bytes, write 1, with the amax for the next scale) in a kernel of its own before the fp8 GEMM.
     // The weight's cast is cached across micro-batches and left out; a wgrad's operand, cast and
-    // transposed together with its forward input by TE, is charged here again (a few us per GEMM).
+    // transposed together with its forward input by TE, is charged here again (a few us per GEMM). No
+    // FLOPs: a cast is no model math, and MFU counts none of it.
     const std::int64_t operand = gemm->m * gemm->k * gemm->batch;
     TaskLabels cast_labels = lab;
     cast_labels.op = "fp8_cast";
     const TaskId cast =
         add(ti, name + "/fp8_cast", StreamRef{StreamKind::compute, 0},
-            ComputeTask{model::ElementwiseKernel{"fp8_cast", 3 * operand, static_cast<Flops>(operand), gemm->m},
+            ComputeTask{model::ElementwiseKernel{"fp8_cast", 3 * operand, 0.0, gemm->m},
                         topo::Dtype::bf16, recompute_},
             std::move(cast_labels), -1, deps);
     return add(ti, std::move(name), StreamRef{StreamKind::compute, 0},
