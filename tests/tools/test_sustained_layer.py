@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
-"""tools/microbench/sustained.py's layer: the GEMM shapes one TP rank runs, forward and backward, and
-its summary ratios, against hand-derived values; runs without torch (only main() imports it)."""
+"""tools/microbench/sustained.py without a GPU: the GEMM shapes one TP rank runs in a layer, forward
+and backward, against hand-derived values; and --apply, which turns the committed step-mix runs into
+the shipped profiles' device.step_rate_fraction (runs without torch: only a measuring main() imports it)."""
+import glob
+import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "microbench"))
 import sustained  # noqa: E402
@@ -22,4 +28,21 @@ assert got == forward + backward, got
 flops = {name: 2 * m * n * k for name, m, n, k in got}
 for name in ("qkv", "attn_out", "mlp_up", "mlp_down"):
     assert flops["fwd_" + name] == flops["dgrad_" + name] == flops["wgrad_" + name], name
-print("sustained.py layer shapes: ok")
+
+# --apply: the mean of the committed runs per kind, rounded to 3 places, is what each shipped profile
+# carries (H100: GEMM (0.962 + 0.985) / 2 = 0.973, attention 0.911, element-wise 0.977).
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+for device in ("h100", "h200"):
+    runs = sorted(glob.glob(os.path.join(root, "tools", "calibration", "raw", "microbench",
+                                         device + "-sxm-2026-11-26-step-mix-*.json")))
+    assert len(runs) == 2, runs
+    shipped = json.load(open(os.path.join(root, "profiles", device + "-sxm.json")))["device"]["step_rate_fraction"]
+    with tempfile.TemporaryDirectory() as tmp:
+        profile = os.path.join(tmp, "p.json")
+        shutil.copy(os.path.join(root, "profiles", device + "-sxm.json"), profile)
+        subprocess.run([sys.executable, os.path.join(root, "tools", "microbench", "sustained.py"), "--apply", *runs,
+                        "--profile", profile], check=True)
+        written = json.load(open(profile))["device"]["step_rate_fraction"]
+    assert {k: v["value"] for k, v in written.items()} == {k: v["value"] for k, v in shipped.items()}, (written, shipped)
+    assert all(os.path.basename(runs[0]) in v["source"] for v in written.values())
+print("sustained.py layer shapes and --apply: ok")

@@ -90,9 +90,54 @@ class SmiSampler:
         return self.rows
 
 
+# sustained.py's kinds and the profile's step_rate_fraction keys (docs/calibration.md).
+PROFILE_KIND = {"gemm": "gemm", "attention": "attention", "memory": "elementwise"}
+
+
+def step_rate_fractions(runs):
+    """{profile kind: (mean ratio rounded to 3 places, source text)} over sustained.py outputs."""
+    by_kind = {}
+    for path, doc in runs:
+        for kind, ratio in doc["summary"].get("rate_ratio_by_kind", {}).items():
+            by_kind.setdefault(PROFILE_KIND[kind], []).append((path, doc, ratio))
+    out = {}
+    for kind, rows in sorted(by_kind.items()):
+        mean = round(sum(r for _, _, r in rows) / len(rows), 3)
+        parts = ["%s: %.3f (%s, %s, %s)" % (os.path.basename(path), r, doc["device"]["name"], doc["date"],
+                                            " ".join(doc["tool"].split()[1:]))
+                 for path, doc, r in rows]
+        out[kind] = (mean, "measured with tools/microbench/sustained.py (burst time / in-step time of the %s "
+                           "kernels of a layer loop at the power limit), mean of %s" % (kind, "; ".join(parts)))
+    return out
+
+
+def apply_to_profile(profile_path, run_paths):
+    """Writes device.step_rate_fraction of a calibration profile from sustained.py outputs."""
+    runs = []
+    for path in run_paths:
+        with open(path) as f:
+            runs.append((path, json.load(f)))
+    with open(profile_path) as f:
+        profile = json.load(f)
+    fractions = step_rate_fractions(runs)
+    if not fractions:
+        raise SystemExit("sustained: no rate_ratio_by_kind in %s" % ", ".join(run_paths))
+    profile["device"]["step_rate_fraction"] = {k: {"value": v, "source": src} for k, (v, src) in fractions.items()}
+    tmp = profile_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(profile, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, profile_path)
+    log("wrote device.step_rate_fraction of %s: %s" % (
+        profile_path, ", ".join("%s %.3f" % (k, v) for k, (v, _) in fractions.items())))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("-o", "--output", required=True)
+    p.add_argument("-o", "--output", help="JSON of this run (required unless --apply)")
+    p.add_argument("--apply", nargs="+", metavar="RUN", help="no GPU: write the mean ratios of these runs' outputs "
+                   "into --profile as device.step_rate_fraction, and exit")
+    p.add_argument("--profile", help="with --apply: the calibration profile to write into")
     p.add_argument("--tokens", type=int, default=8192, help="tokens per micro-batch (GEMM M)")
     p.add_argument("--hidden", type=int, default=8192)
     p.add_argument("--ffn", type=int, default=28672)
@@ -107,6 +152,13 @@ def main():
     p.add_argument("--smi-period-ms", type=int, default=250)
     p.add_argument("--kinds", default="gemm", help="comma list: gemm (always), attention, memory")
     args = p.parse_args()
+    if args.apply:
+        if not args.profile:
+            p.error("--apply needs --profile")
+        apply_to_profile(args.profile, args.apply)
+        return 0
+    if not args.output:
+        p.error("-o/--output is required")
 
     import torch
     import torch.nn.functional as F
