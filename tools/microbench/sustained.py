@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
-"""Does a GPU hold its GEMM rate when it runs a training step's GEMMs back to back for a minute?
+"""How fast does each kind of kernel run inside a training step, against the burst a profile times?
 
-Kernel profiles (vidur's, microbench.py's) time each shape for a fraction of a second on a GPU that
-was idle just before; a training step keeps the GPU busy for seconds at full power, where power and
-temperature limits may lower the SM clock. This script measures both on one GPU:
+Kernel profiles (vidur's, microbench.py's) time each op repeated back to back for a fraction of a
+second, often on a GPU that was idle just before: its operands stay in the L2 and the clock is high.
+Inside a step each op follows another and the GPU has run at full power for seconds, where its power
+limit lowers the SM clock. This script measures both on one GPU:
 
-  burst:     each GEMM of the mix timed alone after the GPU idled (warm-up, then `--burst-repeats`
+  burst:     each op of the mix timed alone after the GPU idled (warm-up, then `--burst-repeats`
              launches), as a kernel profile times it;
-  sustained: the whole mix (a layer's forward and backward GEMMs) looped for `--seconds`, its rate
+  in step:   the whole mix (one layer) looped for `--seconds`, every op timed in place, its rate
              recorded per window, while `nvidia-smi` samples SM clock, power, temperature and the
              active clock-event (throttle) reasons.
 
-  python3 tools/microbench/sustained.py -o sustained.json                      # Llama-3-70B, TP 8
-  python3 tools/microbench/sustained.py -o s.json --hidden 4096 --ffn 14336 --tp 1 --kv-heads 8
+  python3 tools/microbench/sustained.py -o s70b.json --kinds gemm,attention,memory       # Llama-3-70B, TP 8
+  python3 tools/microbench/sustained.py -o s8b.json --kinds gemm,attention,memory \
+      --hidden 4096 --ffn 14336 --heads 32 --kv-heads 8 --tp 1                            # Llama-3-8B, TP 1
+  python3 tools/microbench/sustained.py --apply s70b.json s8b.json --profile h100.json   # no GPU
 
 The mix is one transformer layer of a Llama-style model under tensor parallelism: QKV, attention
 output, gated MLP up (gate and up fused) and down projections, forward (Y = X W) and backward (dgrad
