@@ -458,15 +458,11 @@ class ValidateCommand final : public Command {
   static KernelModelReport kernel_model_report(const model::Profile& p) {
     KernelModelReport r;
     r.profile = p.label;
-    const auto gemm = model::gemm_timings(p);
-    if (p.gemm_model) {
-      r.parts.push_back({"gemm", p.gemm_model->samples, p.gemm_model->in_sample_mape_pct,
-                         model::leave_one_group_out_gemm(gemm, p.sm_count, p.gemm_model->element_bytes)});
-    }
-    if (p.gemm_model_fp8) {
-      r.parts.push_back({"gemm fp8", p.gemm_model_fp8->samples, p.gemm_model_fp8->in_sample_mape_pct,
-                         model::leave_one_group_out_gemm(model::gemm_timings(p, model::GemmFamily::fp8), p.sm_count,
-                                                         p.gemm_model_fp8->element_bytes)});
+    for (auto [family, name] : {std::pair{model::GemmFamily::sixteen_bit, "gemm"}, std::pair{model::GemmFamily::fp8, "gemm fp8"}}) {
+      const std::optional<model::GemmModel>& gm = p.gemm_model_of(family);
+      if (!gm) continue;
+      r.parts.push_back({name, gm->samples, gm->in_sample_mape_pct,
+                         model::leave_one_group_out_gemm(model::gemm_timings(p, family), p.sm_count, gm->element_bytes)});
     }
     if (!p.elementwise_models.empty()) {
       double sum = 0;

@@ -166,9 +166,10 @@ const SmallKernelModel* small_kernel_model(const Profile& p, const std::string& 
 
 // The learned GEMM model of the dtype's family, if the profile has one.
 const GemmModel* learned_gemm_model(const Profile& p, topo::Dtype dtype) {
-  if (dtype == topo::Dtype::fp8) return p.gemm_model_fp8 ? &*p.gemm_model_fp8 : nullptr;
-  if (dtype == topo::Dtype::bf16 || dtype == topo::Dtype::fp16) return p.gemm_model ? &*p.gemm_model : nullptr;
-  return nullptr;
+  const std::optional<GemmFamily> family = gemm_family(dtype);
+  if (!family) return nullptr;
+  const std::optional<GemmModel>& m = p.gemm_model_of(*family);
+  return m ? &*m : nullptr;
 }
 
 }  // namespace

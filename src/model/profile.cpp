@@ -187,11 +187,16 @@ void fit_missing(const Profile& in, Profile& p, const JsonObject& root) {
 
 }  // namespace
 
+std::optional<GemmFamily> gemm_family(topo::Dtype dtype) {
+  if (dtype == topo::Dtype::bf16 || dtype == topo::Dtype::fp16) return GemmFamily::sixteen_bit;
+  if (dtype == topo::Dtype::fp8) return GemmFamily::fp8;
+  return std::nullopt;
+}
+
 std::vector<GemmTiming> gemm_timings(const Profile& profile, GemmFamily family) {
   std::vector<GemmTiming> out;
   for (const ProfileGemm& g : profile.gemm) {
-    const bool sixteen_bit = g.dtype == topo::Dtype::bf16 || g.dtype == topo::Dtype::fp16;
-    if (family == GemmFamily::sixteen_bit ? !sixteen_bit : g.dtype != topo::Dtype::fp8) continue;
+    if (gemm_family(g.dtype) != family) continue;
     const double flops = 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
                          static_cast<double>(g.batch);
     out.push_back({static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k),

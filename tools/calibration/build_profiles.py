@@ -161,6 +161,11 @@ def render(doc):
     return "\n".join(lines) + "\n"
 
 
+def without_measured(rows):
+    """The samples a build keeps: those that did not come from this project's microbench runs."""
+    return [x for x in rows if "tools/microbench/microbench.py" not in x.get("source", "")]
+
+
 def build_measured(device, doc):
     measured = {}
     for name in MEASURED[device]:
@@ -171,8 +176,7 @@ def build_measured(device, doc):
         if section == "stream_wait":
             out[section] = rows
             continue
-        kept = [x for x in doc.get(section, []) if "tools/microbench/microbench.py" not in x.get("source", "")]
-        out[section] = kept + rows
+        out[section] = without_measured(doc.get(section, [])) + rows
     return out
 
 
@@ -180,16 +184,9 @@ def measured_fp8(device):
     return measured_samples(device, MEASURED_FP8[device])["gemm"] if device in MEASURED_FP8 else []
 
 
-def build(device, current):
-    doc = json.loads(current)
-    order = ["schema", "schema_version", "device", "provenance", "gemm", "attention", "elementwise", "copy",
-             "contention", "collectives", "stream_wait", "fitted"]
-    if device in MEASURED:
-        out = build_measured(device, doc)
-        return render({k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order})
+def build_vidur(device, doc):
     gemm, small = samples(device)
-    kept = [g for g in doc.get("gemm", []) if not g.get("source", "").startswith("vidur@") and
-            "tools/microbench/microbench.py" not in g.get("source", "")]
+    kept = [g for g in without_measured(doc.get("gemm", [])) if not g.get("source", "").startswith("vidur@")]
     out = {}
     for key in doc:
         out[key] = doc[key]
@@ -199,7 +196,15 @@ def build(device, current):
                                   " data/profiling, converted by tools/calibration/build_profiles.py")
     out["gemm"] = kept + gemm + measured_fp8(device)
     out["elementwise"] = small
+    return out
+
+
+def build(device, current):
+    doc = json.loads(current)
+    out = build_measured(device, doc) if device in MEASURED else build_vidur(device, doc)
     # Keep the schema's order: samples before "fitted".
+    order = ["schema", "schema_version", "device", "provenance", "gemm", "attention", "elementwise", "copy",
+             "contention", "collectives", "stream_wait", "fitted"]
     return render({k: out[k] for k in order if k in out} | {k: v for k, v in out.items() if k not in order})
 
 

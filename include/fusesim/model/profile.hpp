@@ -60,6 +60,11 @@ struct FittedCollective {
   double max_rel_error = 0;
 };
 
+// The GEMMs one learned model serves: bf16 and fp16 together (they run the same tensor-core rate), or
+// fp8; nullopt for a dtype no learned model serves (fp32, tf32).
+enum class GemmFamily { sixteen_bit, fp8 };
+std::optional<GemmFamily> gemm_family(topo::Dtype dtype);
+
 struct Profile {
   std::string label;         // the file (or <embedded:profiles/...>) it came from, for errors
   std::string device_name;   // "H100 SXM5"
@@ -106,12 +111,13 @@ struct Profile {
   // model of the 16-bit samples (bf16 and fp16 run the same tensor-core rate), one model per small op.
   std::optional<GemmModel> gemm_model;
   std::optional<GemmModel> gemm_model_fp8;  // the same from the fp8 samples (one-byte operands)
+  const std::optional<GemmModel>& gemm_model_of(GemmFamily f) const {
+    return f == GemmFamily::fp8 ? gemm_model_fp8 : gemm_model;
+  }
   std::map<std::string, SmallKernelModel> elementwise_models;
 };
 
-// The GEMM samples of a profile as the fitter takes them: bf16 and fp16 together (they run the same
-// tensor-core rate), or fp8.
-enum class GemmFamily { sixteen_bit, fp8 };
+// The GEMM samples of a profile of one family, as the fitter takes them.
 std::vector<GemmTiming> gemm_timings(const Profile& profile, GemmFamily family = GemmFamily::sixteen_bit);
 
 // Strict reading: every error an InputError naming the file and the JSON path.
