@@ -96,7 +96,6 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
   const int t = cfg_.dp, r = replica(rank);
   if (kind == CollectiveKind::all_to_all) throw std::logic_error("DpSync: no all-to-all in DP");
   const int rs_steps = kind == CollectiveKind::all_gather ? 0 : t - 1;
-  const int steps = rs_steps + (kind == CollectiveKind::reduce_scatter ? 0 : t - 1);
   const Bytes chunk = total / t;
   RankState& st = ranks_[rank];
   const std::int64_t k = st.collectives++;
@@ -137,31 +136,34 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
     }
     return out;
   };
-  // Ring step s sends what step s-1 received (reduced, or as gathered); every receive is posted when
-  // the collective would start, as NCCL's kernel posts its buffers.
-  TaskId prev_recv = kNoTask;
-  for (int s = 0; s < steps; ++s) {
+  // Ring step s sends what step s-1 received (reduced, or as gathered): sched/ring.hpp's ring_collective.
+  auto step_labels = [&](const RingMessage& m) {
     TaskLabels l = labels;
-    l.step = s;
-    const std::int64_t base = ring.tag(tag0, s, 0);
-    std::int32_t send_op = -1, recv_op = -1;
-    if (data && s < rs_steps) {
-      const int cs = ring.reduce_chunk(r, s), cr = ring.reduce_chunk(r, s + 1);
-      send_op = op(SendPartsOp{s == 0 ? parts(0, cs, true) : parts(1, cs, false)});
-      recv_op = op(RecvPartsOp{parts(s == rs_steps - 1 ? 2 : 1, cr, false), parts(0, cr, true)});
-    } else if (data) {
-      const int a = s - rs_steps, cs = ring.gather_chunk(r, a), cr = ring.gather_recv_chunk(r, a);
-      send_op = op(SendPartsOp{parts(2, cs, a == 0)});
-      recv_op = op(RecvPartsOp{parts(2, cr, false), {}});
-    }
-    add(rank, fmt::format("{}/send{}", name, s), stream,
-        SendTask{next, chunk, base + r, cfg_.schedule.collective_engine, sms}, l, send_op,
-        s == 0 ? deps : std::vector<TaskId>{prev_recv});
-    prev_recv = ring_recv(rank, fmt::format("{}/recv{}", name, s), stream, chunk, [&](int) { return chunk; }, base, l,
-                          recv_op, deps);
-  }
-  return prev_recv;
+    l.step = m.step;
+    return l;
+  };
+  RingPorts ports;
+  ports.send = [&](const RingMessage& m, const std::vector<TaskId>& after) {
+    std::int32_t send_op = -1;
+    if (data && m.step < rs_steps)
+      send_op = op(SendPartsOp{m.step == 0 ? parts(0, m.chunk, true) : parts(1, m.chunk, false)});
+    else if (data)
+      send_op = op(SendPartsOp{parts(2, m.chunk, m.step == rs_steps)});
+    return add(rank, fmt::format("{}/send{}", name, m.step), stream,
+               SendTask{next, chunk, m.tag(), cfg_.schedule.collective_engine, sms}, step_labels(m), send_op, after);
+  };
+  ports.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
+    std::int32_t recv_op = -1;
+    if (data && m.step < rs_steps)
+      recv_op = op(RecvPartsOp{parts(m.step == rs_steps - 1 ? 2 : 1, m.chunk, false), parts(0, m.chunk, true)});
+    else if (data)
+      recv_op = op(RecvPartsOp{parts(2, m.chunk, false), {}});
+    return ring_recv(rank, fmt::format("{}/recv{}", name, m.step), stream, chunk, [&](int) { return chunk; },
+                     m.tag_base, step_labels(m), recv_op, posted);
+  };
+  return ring_collective(ring, r, rs_steps > 0, kind != CollectiveKind::reduce_scatter, tag0, deps, ports);
 }
+
 
 std::vector<int> DpSync::group(int rank) const {
   std::vector<int> out;
@@ -212,6 +214,7 @@ TaskId DpSync::add(int rank, std::string name, StreamRef stream, TaskKind kind, 
   return id;
 }
 
+
 void DpSync::gradient(int rank, const DpGradient& g, TaskId done) {
   Grad gr;
   gr.g = g;
@@ -254,7 +257,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     return l;
   };
   const int sms = cfg_.schedule.comm_sms.value_or(-1);
-  TaskId last_compute = kNoTask, end = kNoTask;
+  TaskId last_compute = kNoTask;
   // Fuse-RS over the DP ring (the reduce order of sched/ring.hpp): step i computes the part it reduces
   // of the last accumulation step;
   // from step 1 on the running sum of that part received from r-1 is added and passed to r+1; the
@@ -273,12 +276,11 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   const std::int64_t part_rows = g.rows / t;
   const int group = part_rows < cfg_.schedule.dp_fuse_min_rows ? t : 1;
   std::vector<std::pair<RowPart, TaskId>> pieces;  // the current group's GEMMs and the rows they computed
-  for (int i = 0; i < t; ++i) {
-    const int c = ring.reduce_chunk(r, i);
-    const auto computed = [&](int step) {
-      const int part = ring.reduce_chunk(r, step);
-      return (cfg_.fault.replica == r && cfg_.fault.step == step) ? ring.wrap(part + cfg_.fault.shift) : part;
-    };
+  const auto computed = [&](int step) {
+    const int part = ring.reduce_chunk(r, step);
+    return (cfg_.fault.replica == r && cfg_.fault.step == step) ? ring.wrap(part + cfg_.fault.shift) : part;
+  };
+  const auto compute = [&](int i, int) {
     if (i % group == 0) {
       // The group's parts as maximal runs of adjacent rows, each one GEMM, in ascending row order.
       std::vector<RowPart> parts;
@@ -299,52 +301,53 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
         last_compute = pieces.back().second;
       }
     }
-    const RowPart pc = row_part(g.rows, t, c), pcc = row_part(g.rows, t, computed(i));
+    const RowPart pcc = row_part(g.rows, t, computed(i));
     TaskId value = kNoTask;
     for (const auto& [run, task] : pieces)
       if (run.row0 <= pcc.row0 && pcc.row0 < run.row0 + run.rows) value = task;
-    BufferId value_buf = g.buffer;
-    if (i > 0) {
-      const TaskId recv =
-          ring_recv(rank, fmt::format("{}/dp_recv/c{}", g.name, c), p2p_stream(), bytes(pc.rows * g.cols), sent_at(i),
-                    ring.tag(tag0, i - 1, 0), labels("dp_recv", c, i),
-                    data ? op(RecvOp{Ref{recv_buf, part_rect(pc, g.cols)}}) : -1, {});
-      const bool last = i == t - 1;
-      const BufferId dst = last ? gr.synced : sum_buf;
-      const std::int64_t n = pc.rows * g.cols;
-      value = add(rank, fmt::format("{}/dp_add/c{}", g.name, c), kDpAddStream,
-                  ComputeTask{model::ElementwiseKernel{"add", bytes(3 * n), static_cast<Flops>(n)}, cfg_.grad_dtype, false},
-                  labels("dp_add", c, i),
-                  data ? op(AddOp{Ref{g.buffer, part_rect(pc, g.cols)}, Ref{recv_buf, part_rect(pc, g.cols)},
-                                  Ref{dst, part_rect(pc, g.cols)}})
-                       : -1,
-                  {value, recv});
-      value_buf = sum_buf;
-      if (last) {
-        end = value;
-        break;
-      }
-    }
-    add(rank, fmt::format("{}/dp_send/c{}", g.name, c), p2p_stream(),
-        SendTask{next, bytes(pc.rows * g.cols), ring.tag(tag0, i, r), cfg_.schedule.p2p_engine, sms},
-        labels("dp_send", c, i), data ? op(SendOp{Ref{value_buf, part_rect(pc, g.cols)}}) : -1, {value});
-  }
+    return value;
+  };
+  auto part_bytes = [&](int c) { return bytes(row_part(g.rows, t, c).rows * g.cols); };
+  auto part_ref = [&](BufferId b, int c) { return Ref{b, part_rect(row_part(g.rows, t, c), g.cols)}; };
+  RingPorts rs;
+  rs.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
+    return ring_recv(rank, fmt::format("{}/dp_recv/c{}", g.name, m.chunk), p2p_stream(), part_bytes(m.chunk),
+                     sent_at(m.step), m.tag_base, labels("dp_recv", m.chunk, m.step),
+                     data ? op(RecvOp{part_ref(recv_buf, m.chunk)}) : -1, posted);
+  };
+  rs.add = [&](const RingMessage& m, TaskId partial, TaskId received, bool last) {
+    const std::int64_t n = row_part(g.rows, t, m.chunk).rows * g.cols;
+    return add(rank, fmt::format("{}/dp_add/c{}", g.name, m.chunk), kDpAddStream,
+               ComputeTask{model::ElementwiseKernel{"add", bytes(3 * n), static_cast<Flops>(n)}, cfg_.grad_dtype, false},
+               labels("dp_add", m.chunk, m.step),
+               data ? op(AddOp{part_ref(g.buffer, m.chunk), part_ref(recv_buf, m.chunk),
+                               part_ref(last ? gr.synced : sum_buf, m.chunk)})
+                    : -1,
+               {partial, received});
+  };
+  rs.send = [&](const RingMessage& m, const std::vector<TaskId>& after) {
+    // Step 0 passes on the own part of the gradient, later steps the running sum.
+    return add(rank, fmt::format("{}/dp_send/c{}", g.name, m.chunk), p2p_stream(),
+               SendTask{next, part_bytes(m.chunk), m.tag(), cfg_.schedule.p2p_engine, sms},
+               labels("dp_send", m.chunk, m.step),
+               data ? op(SendOp{part_ref(m.step == 0 ? g.buffer : sum_buf, m.chunk)}) : -1, after);
+  };
+  TaskId end = ring_reduce_scatter(ring, r, tag0, compute, rs);
   if (ddp) {
     // The all-gather half as ring P2P (the gather order of sched/ring.hpp), copy engines only; the
     // compute stream goes on meanwhile.
-    TaskId have = end;
-    for (int i = 0; i + 1 < t; ++i) {
-      const int cs = ring.gather_chunk(r, i), cr = ring.gather_recv_chunk(r, i);
-      const RowPart ps = row_part(g.rows, t, cs), pr = row_part(g.rows, t, cr);
-      add(rank, fmt::format("{}/dp_ag_send/c{}", g.name, cs), p2p_stream(),
-          SendTask{next, bytes(ps.rows * g.cols), ring.tag(ag_tag0, i, r), cfg_.schedule.p2p_engine, sms},
-          labels("dp_ag_send", cs, i), data ? op(SendOp{Ref{gr.synced, part_rect(ps, g.cols)}}) : -1, {have});
-      have = ring_recv(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, cr), p2p_stream(), bytes(pr.rows * g.cols),
-                       sent_at(i),
-                       ring.tag(ag_tag0, i, 0), labels("dp_ag_recv", cr, i),
-                       data ? op(RecvOp{Ref{gr.synced, part_rect(pr, g.cols)}}) : -1, {});
-    }
-    end = have;
+    RingPorts ag;
+    ag.send = [&](const RingMessage& m, const std::vector<TaskId>& after) {
+      return add(rank, fmt::format("{}/dp_ag_send/c{}", g.name, m.chunk), p2p_stream(),
+                 SendTask{next, part_bytes(m.chunk), m.tag(), cfg_.schedule.p2p_engine, sms},
+                 labels("dp_ag_send", m.chunk, m.step), data ? op(SendOp{part_ref(gr.synced, m.chunk)}) : -1, after);
+    };
+    ag.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
+      return ring_recv(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, m.chunk), p2p_stream(), part_bytes(m.chunk),
+                       sent_at(m.step), m.tag_base, labels("dp_ag_recv", m.chunk, m.step),
+                       data ? op(RecvOp{part_ref(gr.synced, m.chunk)}) : -1, posted);
+    };
+    end = ring_all_gather(ring, r, ag_tag0, {end}, nullptr, ag).at(0);
   }
   gr.done = end;
   st.ends.push_back(end);

@@ -227,6 +227,32 @@ class Builder {
                                                                         : StreamRef{StreamKind::comm, 0};
   }
   int comm_sms() const { return req_.schedule.comm_sms.value_or(-1); }
+  // The Send and Recv of a TP ring exchange (Fuse-AG, Fuse-RS) on `ti`, on the P2P stream; `send_data`
+  // and `recv_data` say where each message's rows are.
+  RingPorts ring_ports(const OpCtx& ctx, int region, int ti, Bytes chunk_bytes,
+                       std::function<Ref(const RingMessage&)> send_data,
+                       std::function<Ref(const RingMessage&)> recv_data) {
+    auto step_labels = [this, ctx, region](const char* name, const RingMessage& m) {
+      TaskLabels l = labels(ctx, region, name);
+      l.chunk = m.chunk;
+      l.step = m.step;
+      return l;
+    };
+    RingPorts p;
+    p.send = [this, ctx, ti, chunk_bytes, step_labels, send_data = std::move(send_data)](
+                 const RingMessage& m, const std::vector<TaskId>& deps) {
+      return add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, m.chunk), p2p_stream(),
+                 SendTask{rank(Ring{t_}.next(ti)), chunk_bytes, m.tag(), req_.schedule.p2p_engine, comm_sms()},
+                 step_labels("send", m), op(ctx, SendOp{send_data(m)}), deps);
+    };
+    p.recv = [this, ctx, ti, chunk_bytes, step_labels, recv_data = std::move(recv_data)](
+                 const RingMessage& m, const std::vector<TaskId>& deps) {
+      return add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, m.chunk), p2p_stream(),
+                 RecvTask{rank(m.sender), chunk_bytes, m.tag()}, step_labels("recv", m), op(ctx, RecvOp{recv_data(m)}),
+                 deps);
+    };
+    return p;
+  }
   topo::Dtype grad_dtype() const { return req_.step.grad_dtype.value_or(model::default_grad_reduce_dtype(sh_.dtype)); }
   std::vector<int> group() const {
     std::vector<int> gr;
@@ -489,42 +515,36 @@ Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, con
   // the member holds, passes it on and receives the next; step 0 computes the own chunk from the shard.
   const Ring ring{t_};
   const std::int64_t tag0 = tags_.reserve(ring.tags_per_exchange());
-  const Bytes chunk_bytes = bytes(n() * width);
   for (int ti = 0; ti < t_; ++ti) {
-    std::vector<TaskId> have = ready[static_cast<std::size_t>(ti)];  // the chunk computed at this step is here
+    const RingPorts ports = ring_ports(
+        ctx, region, ti, bytes(n() * width),
+        [this, g, ti, width](const RingMessage& m) {
+          const Loc src = at(g, ti, chunk_span(m.chunk));
+          return Ref{src.buffer, rows_rect(src.row0, n(), width)};
+        },
+        [this, g, ti, width](const RingMessage& m) { return ref(g.full, ti, chunk_span(m.chunk), width); });
     auto& d = done[static_cast<std::size_t>(ti)];
+    if (plan == nullptr) {
+      ring_all_gather(ring, ti, tag0, ready[static_cast<std::size_t>(ti)],
+                      [&](int i, int c, const std::vector<TaskId>& have) {
+                        const std::int64_t cc = chunk_at(ti, region_index, i, c);
+                        auto ids = emit_work(ctx, ti, region, work, static_cast<int>(cc), {chunk_span(cc)},
+                                             fmt::format("/c{}", cc), i, -1, i == 0, have);
+                        d.insert(d.end(), ids.begin(), ids.end());
+                      },
+                      ports);
+      continue;
+    }
     for (int i = 0; i < t_; ++i) {
-      const std::int64_t c = ring.gather_chunk(ti, i);
-      const std::int64_t cc = chunk_at(ti, region_index, i, c);
+      const std::int64_t cc = chunk_at(ti, region_index, i, ring.gather_chunk(ti, i));
       AgCall::Transfer transfer;
       if (i < t_ - 1)
-        transfer = [this, ctx, g, width, region, tag0, chunk_bytes, ring, ti, i, c](const std::vector<TaskId>& at_step) {
-          TaskLabels sl = labels(ctx, region, "send");
-          sl.chunk = static_cast<int>(c);
-          sl.step = i;
-          const Loc src = at(g, ti, chunk_span(c));
-          add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, c), p2p_stream(),
-              SendTask{rank(ring.next(ti)), chunk_bytes, ring.tag(tag0, i, ti), req_.schedule.p2p_engine, comm_sms()},
-              std::move(sl), op(ctx, SendOp{Ref{src.buffer, rows_rect(src.row0, n(), width)}}), at_step);
-          const std::int64_t rc = ring.gather_recv_chunk(ti, i);
-          TaskLabels rl = labels(ctx, region, "recv");
-          rl.chunk = static_cast<int>(rc);
-          rl.step = i;
-          return add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, rc), p2p_stream(),
-                     RecvTask{rank(ring.prev(ti)), chunk_bytes, ring.tag(tag0, i, ring.prev(ti))}, std::move(rl),
-                     op(ctx, RecvOp{ref(g.full, ti, chunk_span(rc), width)}), {});
+        transfer = [ring, ti, i, tag0, ports](const std::vector<TaskId>& at_step) {
+          return ring_gather_step(ring, ti, i, tag0, at_step, ports);
         };
-      if (plan != nullptr) {
-        (*plan)[static_cast<std::size_t>(ti)].push_back(AgCall{region, static_cast<int>(cc), {chunk_span(cc)},
-                                                               fmt::format("/c{}", cc), i,
-                                                               i == 0 ? have : std::vector<TaskId>{}, transfer});
-        continue;
-      }
-      auto ids = emit_work(ctx, ti, region, work, static_cast<int>(cc), {chunk_span(cc)}, fmt::format("/c{}", cc), i,
-                           -1, i == 0, have);
-      d.insert(d.end(), ids.begin(), ids.end());
-      if (i == t_ - 1) break;
-      have = {transfer(have)};
+      (*plan)[static_cast<std::size_t>(ti)].push_back(
+          AgCall{region, static_cast<int>(cc), {chunk_span(cc)}, fmt::format("/c{}", cc), i,
+                 i == 0 ? ready[static_cast<std::size_t>(ti)] : std::vector<TaskId>{}, transfer});
     }
   }
   return done;
@@ -579,47 +599,33 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
   PerRank sum_buf = alloc(ctx, ctx.region + "/sum", S(), width);
   const Ring ring{t_};
   const std::int64_t tag0 = tags_.reserve(ring.tags_per_exchange());
-  const Bytes chunk_bytes = bytes(n() * width);
   const model::ElementwiseKernel add_kernel{"add", bytes(3 * n() * width), static_cast<Flops>(n() * width)};
   for (int ti = 0; ti < t_; ++ti) {
-    for (int i = 0; i < t_; ++i) {
-      const std::int64_t c = ring.reduce_chunk(ti, i);
-      const std::int64_t cc = chunk_at(ti, region_index, i, c);
-      auto ids = emit_work(ctx, ti, region, work, static_cast<int>(cc), {chunk_span(cc)}, fmt::format("/c{}", cc), i,
-                           -1, i == 0, i == 0 ? ready[static_cast<std::size_t>(ti)] : std::vector<TaskId>{});
-      TaskId value = ids.back();  // the task after which chunk c's running sum is complete here
-      const PerRank* value_buf = &pbuf;
-      Span value_span = chunk_span(c);
-      if (i > 0) {
-        TaskLabels rl = labels(ctx, region, "recv");
-        rl.chunk = static_cast<int>(c);
-        rl.step = i;
-        const TaskId recv = add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, c), p2p_stream(),
-                                RecvTask{rank(ring.prev(ti)), chunk_bytes, ring.tag(tag0, i - 1, ring.prev(ti))},
-                                std::move(rl), op(ctx, RecvOp{ref(recv_buf, ti, chunk_span(c), width)}), {});
-        const bool last = i == t_ - 1;
-        const PerRank& dst = last ? out : sum_buf;
-        const Span dst_span = last ? Span{0, n()} : chunk_span(c);
-        TaskLabels al = labels(ctx, region, "add");
-        al.chunk = static_cast<int>(c);
-        al.step = i;
-        value = compute(ti, fmt::format("{}/{}/add/c{}", prefix(ctx), ctx.region, c), add_kernel, std::move(al),
-                        op(ctx, AddOp{ref(pbuf, ti, chunk_span(c), width), ref(recv_buf, ti, chunk_span(c), width),
-                                      ref(dst, ti, dst_span, width)}),
-                        {ids.back(), recv});
-        value_buf = &sum_buf;
-        if (last) {
-          done[static_cast<std::size_t>(ti)].push_back(value);
-          break;
-        }
-      }
-      TaskLabels sl = labels(ctx, region, "send");
-      sl.chunk = static_cast<int>(c);
-      sl.step = i;
-      add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, c), p2p_stream(),
-          SendTask{rank(ring.next(ti)), chunk_bytes, ring.tag(tag0, i, ti), req_.schedule.p2p_engine, comm_sms()},
-          std::move(sl), op(ctx, SendOp{ref(*value_buf, ti, value_span, width)}), {value});
-    }
+    RingPorts ports = ring_ports(
+        ctx, region, ti, bytes(n() * width),
+        // Step 0 passes on the own partial, later steps the running sum.
+        [&, ti](const RingMessage& m) { return ref(m.step == 0 ? pbuf : sum_buf, ti, chunk_span(m.chunk), width); },
+        [&, ti](const RingMessage& m) { return ref(recv_buf, ti, chunk_span(m.chunk), width); });
+    ports.add = [&, ti](const RingMessage& m, TaskId partial, TaskId received, bool last) {
+      TaskLabels al = labels(ctx, region, "add");
+      al.chunk = m.chunk;
+      al.step = m.step;
+      const Span span = chunk_span(m.chunk);
+      return compute(ti, fmt::format("{}/{}/add/c{}", prefix(ctx), ctx.region, m.chunk), add_kernel, std::move(al),
+                     op(ctx, AddOp{ref(pbuf, ti, span, width), ref(recv_buf, ti, span, width),
+                                   last ? ref(out, ti, Span{0, n()}, width) : ref(sum_buf, ti, span, width)}),
+                     {partial, received});
+    };
+    const TaskId result = ring_reduce_scatter(
+        ring, ti, tag0,
+        [&](int i, int c) {
+          const std::int64_t cc = chunk_at(ti, region_index, i, c);
+          return emit_work(ctx, ti, region, work, static_cast<int>(cc), {chunk_span(cc)}, fmt::format("/c{}", cc), i,
+                           -1, i == 0, i == 0 ? ready[static_cast<std::size_t>(ti)] : std::vector<TaskId>{})
+              .back();
+        },
+        ports);
+    done[static_cast<std::size_t>(ti)].push_back(result);
   }
   return done;
 }
