@@ -1,25 +1,21 @@
 // TPSP generator. The structure follows docs/schedules.md: a layer is a sequence of element-wise
 // tasks and four overlapped regions per pass (AG -> column-parallel GEMM, row-parallel GEMM -> RS);
-// each region is emitted by ag_region() or rs_region() in the requested schedule, with a callback
-// that emits the compute on a given set of sequence rows. The same region code therefore serves the
-// forward GEMMs, the backward dgrad/wgrad GEMMs and the query-split attention.
+// the layer builder (sched/tpsp_builder.hpp) describes each region's compute as a callback on given
+// sequence rows and hands the region to the requested schedule's strategy (sched/strategy.hpp), which
+// lowers its communication. The same region code therefore serves the forward GEMMs, the backward
+// dgrad/wgrad GEMMs and the query-split attention.
 #include "fusesim/sched/tpsp.hpp"
 
 #include <algorithm>
 #include <functional>
-#include <map>
 #include <memory>
 #include <stdexcept>
 #include <utility>
 
 #include <fmt/format.h>
 
-#include "fusesim/sched/dataflow.hpp"
-#include "fusesim/sched/dp.hpp"
-#include "fusesim/sched/ring.hpp"
-#include "fusesim/sched/step.hpp"
-#include "fusesim/sched/tags.hpp"
-#include "fusesim/sched/ulysses.hpp"
+#include "fusesim/sched/strategy.hpp"
+#include "fusesim/sched/tpsp_builder.hpp"
 #include "fusesim/util/error.hpp"
 
 namespace fusesim::sched {
@@ -36,517 +32,28 @@ std::int64_t TpspShape::kv_head0(int r) const {
   return (r * (heads / tp)) / group;
 }
 
-namespace {
+namespace tpsp {
 
-using model::ScheduleKind;
-using PerRank = std::vector<BufferId>;          // one buffer per TP index; empty when no dataflow
-using Deps = std::vector<std::vector<TaskId>>;  // per TP index
-
-struct Span {
-  std::int64_t row0 = 0, rows = 0;
-};
-
-// One compute task of a region step. data_op -1: timing only.
-struct Work {
-  std::string op;
-  model::Kernel kernel;
-  std::int32_t data_op = -1;
-  // When set, emits the task(s) itself (a weight gradient handed to the DP sync) and returns the
-  // last one on the compute stream; emit_work passes the name, labels and dependencies it would use.
-  std::function<TaskId(std::string name, TaskLabels labels, const std::vector<TaskId>& deps)> emit = {};
-  std::function<void(TaskId)> after = {};  // called with the task's id (Ulysses: issue its all-to-all or Send)
-  std::vector<TaskId> wait = {};  // further dependencies (Ulysses Fuse-A2A backward: the Recvs of its block)
-};
-// Emits the compute for TP index `ti` on the given rows of the full sequence (chunk: the ring
-// chunk, -1 when the rows span several chunks). `first`: the rank's first call in the region (a
-// weight gradient accumulated over the steps is written by the first and added to by the others).
-using WorkFn = std::function<std::vector<Work>(int ti, int chunk, const std::vector<Span>& rows, bool first)>;
-
-// A sequence-long operand [S, w] as tasks read it. A plain one lives in `full` at its own rows. A
-// gathered one starts as the local shard [n, w] of the own chunk; the region gathers the other
-// chunks into `full`, and the own chunk too in baseline and slice (their collectives copy every
-// member's part), but not in Fuse-AG (and t = 1), which reads the own chunk from the shard.
-struct Rows {
-  PerRank full;
-  PerRank shard;  // empty for a plain operand
-};
-// Where a row range lies in a rank's buffers.
-struct Loc {
-  BufferId buffer = -1;
-  std::int64_t row0 = 0;
-};
-
-// The buffers of a forward layer that its backward reads (empty without dataflow).
-struct LayerData {
-  PerRank x;                     // layer input shard [n, h]
-  PerRank w_qkv, w_o, w1, w2;    // weight shards
-  PerRank ln1, ln2;              // LayerNorm output shards [n, h] (re-gathered by the backward)
-  PerRank qkv, attn, fc1, act;   // [S, qkv_local], [S, q_local], [S, fc1_local], [S, ffn_local]
-  PerRank h1;                    // [n, h]
-};
-
-struct OpCtx {
-  int layer = 0;
-  bool forward = true;
-  std::string region;  // "ag+qkv"
-  bool data = true;    // emit data ops
-};
-
-Rect rows_rect(std::int64_t row0, std::int64_t rows, std::int64_t cols) { return Rect{row0, 0, rows, cols}; }
-
-class Builder {
- public:
-  Builder(const TpspRequest& req, Schedule& out, DataflowProgram& prog)
-      : req_(req), sh_(req.shape), g_(out.graph), prog_(prog),
-        t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.activation_dtype())),
-        up_(req, out.graph, prog, tags_, next_instance_) {
-    k_ = req.kind == ScheduleKind::slice ? req.schedule.slices : 1;
-  }
-
-  void set_replica(int d) { replica_ = d; region_count_ = 0; }
-  // Ulysses: the TP group of UP index u holds positions [u seq/up, (u+1) seq/up) of every sample.
-  void set_up_index(int u) { up_index_ = u; region_count_ = 0; up_.set_position(replica_, u); }
-  int rank(int ti) const { return RankLayout{t_, sh_.up, sh_.dp}.rank(ti, up_index_, replica_); }
-
-  void generate();
-
- private:
-  const TpspRequest& req_;
-  const TpspShape& sh_;
-  TaskGraph& g_;
-  DataflowProgram& prog_;
-  int t_;
-  int k_;
-  int elem_;
-  int replica_ = 0;
-  int region_count_ = 0;
-  // Step scope and DP (docs/schedules.md "DP", "Step"): the gradient sync, whether this micro-batch
-  // syncs (the last one), whether tasks carry data ops, recomputation, the micro-batch's name prefix.
-  std::unique_ptr<DpSync> dp_;
-  bool dp_active_ = false;
-  bool data_ = true;
-  bool recompute_ = false;
-  int micro_batch_ = -1;
-  std::string mb_prefix_;
-  TagCounter tags_{TagSpace::tpsp};
-  std::int64_t next_instance_ = 0;
-  int up_index_ = 0;
-  UlyssesEmitter up_;
-  std::map<std::string, int> region_ids_;
-
-  std::int64_t S() const { return sh_.rows() / sh_.up; }  // rows of this UP index's sequence share
-  std::int64_t global_row(int ti) const { return up_index_ * S() + ti * n(); }  // of TP index ti's chunk
-  // Calls an AG region makes to its work per rank: one per ring step (Fuse-AG), per slice, or one.
-  int ag_calls() const {
-    if (t_ == 1) return 1;
-    return req_.kind == ScheduleKind::commfuse ? t_ : (req_.kind == ScheduleKind::slice ? k_ : 1);
-  }
-  std::int64_t n() const { return S() / t_; }
-  Span chunk_span(std::int64_t c) const { return Span{c * n(), n()}; }
-  // Slice j of chunk c: slices cut along positions so that every row of a position stays together.
-  Span slice_span(std::int64_t c, int j) const {
-    const std::int64_t positions = sh_.seq / sh_.up / t_;
-    const std::int64_t p0 = j * positions / k_, p1 = (j + 1) * positions / k_;
-    return Span{c * n() + p0 * sh_.batch, (p1 - p0) * sh_.batch};
-  }
-  Bytes bytes(std::int64_t elements) const { return elements * elem_; }
-
-  std::string prefix(const OpCtx& ctx) const {
-    return fmt::format("{}L{}/{}", mb_prefix_, ctx.layer, ctx.forward ? (recompute_ ? "rcp" : "fwd") : "bwd");
-  }
-  int region_id(const OpCtx& ctx) {
-    const std::string name = prefix(ctx) + "/" + ctx.region;
-    auto it = region_ids_.find(name);
-    if (it != region_ids_.end()) return it->second;
-    const int id = g_.add_region(Region{name, Parallelism::tpsp});
-    region_ids_.emplace(name, id);
-    return id;
-  }
-  // The test hook (TpspFault): the chunk index used at `step` of the current region on `ti`.
-  std::int64_t chunk_at(int ti, int region_index, int step, std::int64_t c) const {
-    const TpspFault& f = req_.fault;
-    if (f.tp_index == ti && replica_ == 0 && f.region == region_index && f.step == step) return ring_mod(c + f.shift, t_);
-    return c;
-  }
-  // For a collective's member list the fault swaps the places of members `step` and step + shift.
-  std::int64_t member_chunk(int ti, int region_index, int p) const {
-    const TpspFault& f = req_.fault;
-    if (f.tp_index != ti || replica_ != 0 || f.region != region_index) return p;
-    return Ring{t_}.swapped(p, f.step, f.shift);
-  }
-
-  TaskLabels labels(const OpCtx& ctx, int region, std::string op) const {
-    TaskLabels l;
-    l.region = region;
-    l.layer = ctx.layer;
-    l.micro_batch = micro_batch_;
-    l.phase = ctx.forward ? Phase::forward : Phase::backward;
-    l.op = std::move(op);
-    return l;
-  }
-
-  TaskId add(int ti, std::string name, StreamRef stream, TaskKind kind, TaskLabels lab, std::int32_t data_op,
-             const std::vector<TaskId>& deps) {
-    Task task;
-    task.name = fmt::format("r{}/{}", rank(ti), name);
-    task.rank = rank(ti);
-    task.stream = stream;
-    task.kind = std::move(kind);
-    task.labels = std::move(lab);
-    task.data_op = data_op;
-    const TaskId id = g_.add(std::move(task));
-    for (TaskId d : deps) g_.depend(d, id);
-    return id;
-  }
-
-  TaskId compute(int ti, std::string name, model::Kernel kernel, TaskLabels lab, std::int32_t data_op,
-                 const std::vector<TaskId>& deps) {
-    const auto* gemm = std::get_if<model::GemmKernel>(&kernel);
-    if (gemm == nullptr || sh_.dtype != topo::Dtype::fp8)
-      return add(ti, std::move(name), StreamRef{StreamKind::compute, 0},
-                 ComputeTask{std::move(kernel), sh_.activation_dtype(), recompute_}, std::move(lab), data_op, deps);
-    // Transformer Engine casts the GEMM's activation-side operand [m, k] from bf16 to e4m3 (read 2
-    // bytes, write 1, with the amax for the next scale) in a kernel of its own before the fp8 GEMM.
-    // The weight's cast is cached across micro-batches and left out; a wgrad's operand, cast and
-    // transposed together with its forward input by TE, is charged here again (a few us per GEMM). No
-    // FLOPs: a cast is no model math, and MFU counts none of it.
-    const std::int64_t operand = gemm->m * gemm->k * gemm->batch;
-    TaskLabels cast_labels = lab;
-    cast_labels.op = "fp8_cast";
-    const TaskId cast =
-        add(ti, name + "/fp8_cast", StreamRef{StreamKind::compute, 0},
-            ComputeTask{model::ElementwiseKernel{"fp8_cast", 3 * operand, 0.0, gemm->m},
-                        topo::Dtype::bf16, recompute_},
-            std::move(cast_labels), -1, deps);
-    return add(ti, std::move(name), StreamRef{StreamKind::compute, 0},
-               ComputeTask{std::move(kernel), sh_.dtype, recompute_}, std::move(lab), data_op, {cast});
-  }
-
-  StreamRef p2p_stream() const {
-    return req_.schedule.p2p_engine == model::CommEngine::copy_engine ? StreamRef{StreamKind::copy, 0}
-                                                                        : StreamRef{StreamKind::comm, 0};
-  }
-  int comm_sms() const { return req_.schedule.comm_sms.value_or(-1); }
-  // The Send and Recv of a TP ring exchange (Fuse-AG, Fuse-RS) on `ti`, on the P2P stream; `send_data`
-  // and `recv_data` say where each message's rows are.
-  RingPorts ring_ports(const OpCtx& ctx, int region, int ti, Bytes chunk_bytes,
-                       std::function<Ref(const RingMessage&)> send_data,
-                       std::function<Ref(const RingMessage&)> recv_data) {
-    auto step_labels = [this, ctx, region](const char* name, const RingMessage& m) {
-      TaskLabels l = labels(ctx, region, name);
-      l.chunk = m.chunk;
-      l.step = m.step;
-      return l;
-    };
-    RingPorts p;
-    p.send = [this, ctx, ti, chunk_bytes, step_labels, send_data = std::move(send_data)](
-                 const RingMessage& m, const std::vector<TaskId>& deps) {
-      return add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, m.chunk), p2p_stream(),
-                 SendTask{rank(Ring{t_}.next(ti)), chunk_bytes, m.tag(), req_.schedule.p2p_engine, comm_sms()},
-                 step_labels("send", m), op(ctx, SendOp{send_data(m)}), deps);
-    };
-    p.recv = [this, ctx, ti, chunk_bytes, step_labels, recv_data = std::move(recv_data)](
-                 const RingMessage& m, const std::vector<TaskId>& deps) {
-      return add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, m.chunk), p2p_stream(),
-                 RecvTask{rank(m.sender), chunk_bytes, m.tag()}, step_labels("recv", m), op(ctx, RecvOp{recv_data(m)}),
-                 deps);
-    };
-    return p;
-  }
-  topo::Dtype grad_dtype() const { return req_.step.grad_dtype.value_or(model::default_grad_reduce_dtype(sh_.dtype)); }
-  std::vector<int> group() const {
-    std::vector<int> gr;
-    for (int ti = 0; ti < t_; ++ti) gr.push_back(rank(ti));
-    return gr;
-  }
-
-  PerRank alloc(const OpCtx& ctx, const std::string& name, std::int64_t rows, std::int64_t cols,
-                const std::function<std::vector<Piece>(int ti)>& init = {}) {
-    PerRank out;
-    if (!ctx.data) return out;
-    for (int ti = 0; ti < t_; ++ti) {
-      BufferDecl b;
-      b.name = fmt::format("r{}/{}/{}", rank(ti), prefix(ctx), name);
-      b.rank = rank(ti);
-      b.rows = rows;
-      b.cols = cols;
-      if (init) b.init = init(ti);
-      out.push_back(prog_.add_buffer(std::move(b)));
-    }
-    return out;
-  }
-  std::int32_t op(const OpCtx& ctx, DataOp d) { return ctx.data ? prog_.add_op(std::move(d)) : -1; }
-  Ref ref(const PerRank& b, int ti, Span s, std::int64_t width) const {
-    return b.empty() ? Ref{} : Ref{b[static_cast<std::size_t>(ti)], rows_rect(s.row0, s.rows, width)};
-  }
-
-  // Whether a gathered operand's own chunk stays in the shard only (see Rows).
-  bool own_in_shard() const { return t_ == 1 || req_.kind == ScheduleKind::commfuse; }
-  // Rows `s` of operand `r` on `ti`. Where the own chunk lives in the shard only, a range touching
-  // it must lie within it (callers cut at chunk boundaries).
-  Loc at(const Rows& r, int ti, Span s) const {
-    const auto i = static_cast<std::size_t>(ti);
-    const std::int64_t own0 = ti * n(), own1 = own0 + n();
-    if (!r.shard.empty() && own_in_shard() && s.row0 < own1 && s.row0 + s.rows > own0) {
-      if (s.row0 < own0 || s.row0 + s.rows > own1)
-        throw std::logic_error("TPSP generator: a row range straddles the own chunk of a gathered operand");
-      return Loc{r.shard[i], s.row0 - own0};
-    }
-    if (r.full.empty()) return Loc{-1, s.row0};  // no dataflow
-    return Loc{r.full[i], s.row0};
-  }
-  // The blocks of A^T B over `rows`, cut at chunk boundaries so that each block reads one buffer of
-  // each operand, and merged again where consecutive pieces continue in the same buffers.
-  std::vector<WgradBlock> wgrad_blocks(const Rows& a, const Rows& b, int ti, const std::vector<Span>& rows) const {
-    std::vector<WgradBlock> out;
-    for (const Span& s : rows)
-      for (std::int64_t r = s.row0; r < s.row0 + s.rows;) {
-        const std::int64_t end = std::min(s.row0 + s.rows, (r / n() + 1) * n());
-        const Span piece{r, end - r};
-        const Loc la = at(a, ti, piece), lb = at(b, ti, piece);
-        r = end;
-        if (!out.empty()) {
-          WgradBlock& p = out.back();
-          if (p.a == la.buffer && p.a_row0 + p.rows == la.row0 && p.b == lb.buffer && p.b_row0 + p.rows == lb.row0) {
-            p.rows += piece.rows;
-            continue;
-          }
-        }
-        out.push_back(WgradBlock{la.buffer, la.row0, lb.buffer, lb.row0, piece.rows});
-      }
-    return out;
-  }
-
-  std::vector<TaskId> emit_work(const OpCtx& ctx, int ti, int region, const WorkFn& work, int chunk,
-                                const std::vector<Span>& rows, const std::string& suffix, int step, int slice,
-                                bool first, std::vector<TaskId> deps) {
-    std::vector<TaskId> ids;
-    for (Work& w : work(ti, chunk, rows, first)) {
-      deps.insert(deps.end(), w.wait.begin(), w.wait.end());
-      TaskLabels lab = labels(ctx, region, w.op);
-      lab.chunk = chunk;
-      lab.step = step;
-      lab.slice = slice;
-      std::string name = fmt::format("{}/{}{}", prefix(ctx), w.op, suffix);
-      const TaskId id = w.emit ? w.emit(std::move(name), std::move(lab), deps)
-                               : compute(ti, std::move(name), std::move(w.kernel), std::move(lab), w.data_op, deps);
-      if (w.after) w.after(id);
-      ids.push_back(id);
-      deps = {id};
-    }
-    return ids;
-  }
-
-  // `rows`: the token rows the kernel runs over (a row-wise kernel gives each to one block).
-  TaskId elementwise(const OpCtx& ctx, int ti, const std::string& name, std::string kind, std::int64_t traffic_elems,
-                     std::int64_t rows, Flops flops, std::int32_t data_op, const std::vector<TaskId>& deps) {
-    return compute(ti, fmt::format("{}/{}", prefix(ctx), name),
-                   model::ElementwiseKernel{std::move(kind), bytes(traffic_elems), flops, rows}, labels(ctx, -1, name),
-                   data_op, deps);
-  }
-
-  // Ulysses (sched/ulysses.hpp): the emitter's work on rows of `a`, or `plain` where it gives none.
-  WorkFn up_work(UpWorkFn f, WorkFn plain) {
-    if (!f) return plain;
-    return [f = std::move(f)](int ti, int, const std::vector<Span>& rows, bool first) {
-      std::vector<UpSpan> r;
-      for (const Span& s : rows) r.push_back(UpSpan{s.row0, s.rows});
-      std::vector<Work> out;
-      for (UpWork& w : f(ti, r, first))
-        out.push_back(Work{std::move(w.op), std::move(w.kernel), w.data_op, {}, std::move(w.after)});
-      return out;
-    };
-  }
-  UpLocate up_locate(const Rows& a) const {
-    return [this, a](int ti, UpSpan s) {
-      const Loc l = at(a, ti, Span{s.row0, s.rows});
-      return std::pair<BufferId, std::int64_t>{l.buffer, l.row0};
-    };
-  }
-  void up_naming() { up_.set_naming(mb_prefix_, recompute_, micro_batch_); }
-
-  // One call an AG region makes to its work, recorded instead of emitted (ag_region's `plan`).
-  struct AgCall {
-    // Emits the step's Send and Recv, the Send waiting for `at_step`; returns the Recv.
-    using Transfer = std::function<TaskId(const std::vector<TaskId>& at_step)>;
-    int region = -1;
-    int chunk = -1;
-    std::vector<Span> rows;
-    std::string suffix;
-    int step = -1;
-    std::vector<TaskId> deps;  // step 0: the region's `ready`; a later step waits for the previous one's Recv
-    Transfer transfer;         // empty at the last step (and t = 1)
-  };
-  // `plan` (Fuse-AG and t = 1 only): nothing is emitted; each rank's calls go into (*plan)[ti] in step
-  // order, with their transfers, for the caller to emit where it wants them: step i's transfer before
-  // the call of step i + 1, which waits for its Recv.
-  // `comm_index`: the comm stream its collectives go on (baseline and slice). The baseline backward's
-  // re-gather runs on a second one, so that it is issued beside the dgrad (see backward_layer).
-  Deps ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work,
-                 std::vector<std::vector<AgCall>>* plan = nullptr, int comm_index = 0);
-  Deps rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std::int64_t width, const Deps& ready,
-                 const WorkFn& work);
-
-  struct LayerOut {
-    PerRank y;
-    Deps done;
-    LayerData saved;
-  };
-  struct LayerGrad {
-    PerRank dx;  // gradient of the layer input, shard [n, h]
-    Deps done;
-  };
-  LayerOut forward_layer(int l, const PerRank& x, const Deps& ready);
-  LayerGrad backward_layer(int l, const LayerData& fw, const PerRank& dy, const Deps& ready);
-  void piece_ag_gemm();
-  void piece_gemm_rs();
-
-  // C[rows, :nn] = A[rows, :k] x op(B): a forward GEMM, or a dgrad (transpose_b: the weight shard
-  // used as B^T). One buffer of A per call: the rows of one call never mix the shard and the gather
-  // buffer (Fuse-AG and t = 1 pass one chunk, baseline and slice read the gather buffer only).
-  WorkFn gemm_work(const OpCtx& ctx, std::string name, const Rows& a, const PerRank& b, const PerRank& c,
-                   std::int64_t k, std::int64_t nn, bool transpose_b = false) {
-    return [this, ctx, name, a, b, c, k, nn, transpose_b](int ti, int, const std::vector<Span>& rows, bool) {
-      GemmOp g;
-      std::int64_t m = 0;
-      for (const Span& s : rows) {
-        const Loc src = at(a, ti, s);
-        if (!g.blocks.empty() && src.buffer != g.a)
-          throw std::logic_error("TPSP generator: one GEMM reads rows from two buffers of A");
-        g.a = src.buffer;
-        g.blocks.push_back(RowBlock{src.row0, s.row0, s.rows});
-        m += s.rows;
-      }
-      if (ctx.data) {
-        g.b = b[static_cast<std::size_t>(ti)];
-        g.c = c[static_cast<std::size_t>(ti)];
-        g.a_cols = k;
-        g.c_cols = nn;
-        g.transpose_b = transpose_b;
-      }
-      return std::vector<Work>{Work{name, model::GemmKernel{m, nn, k, 1}, op(ctx, std::move(g))}};
-    };
-  }
-  // dW[a_cols, b_cols] (+)= A[rows]^T B[rows]: a weight gradient, written by the region's first call
-  // and accumulated by the later ones. `calls`: how many calls per rank the region makes; the last
-  // one completes the gradient and hands it to the DP sync (dp_wgrad).
-  WorkFn wgrad_work(const OpCtx& ctx, std::string name, const Rows& a, const Rows& b, const PerRank& c,
-                    std::int64_t a_cols, std::int64_t b_cols, int calls = 1) {
-    auto seen = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
-    return [this, ctx, name, a, b, c, a_cols, b_cols, calls, seen](int ti, int, const std::vector<Span>& rows,
-                                                                    bool first) {
-      WgradOp w;
-      std::int64_t k = 0;
-      for (const Span& s : rows) k += s.rows;
-      if (ctx.data) {
-        w.c = c[static_cast<std::size_t>(ti)];
-        w.a_cols = a_cols;
-        w.b_cols = b_cols;
-        w.accumulate = !first;
-        w.blocks = wgrad_blocks(a, b, ti, rows);
-      }
-      if (dp_active_ && ++(*seen)[static_cast<std::size_t>(ti)] == calls)
-        return std::vector<Work>{dp_wgrad(ctx, name, c, ti, a_cols, b_cols, k, std::move(w))};
-      return std::vector<Work>{Work{name, model::GemmKernel{a_cols, b_cols, k, 1, /*accumulate_fp32=*/true}, op(ctx, std::move(w)), {}}};
-    };
-  }
-  // `gemm_cols`: the GEMM's width when it computes only a column block of the gradient (0: all).
-  Work dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank& c, int ti, std::int64_t a_cols,
-                std::int64_t b_cols, std::int64_t k, WgradOp w, std::int64_t gemm_cols = 0);
-  void up_gradient_checks(std::int64_t layers);
-  std::int64_t layer_params() const;  // weights of one layer on one TP rank
-  void replica_step(std::int64_t layers, bool train);
-};
 
 // AG -> GEMM. Every rank's shard `g.shard` [n, width] holds its own chunk once `ready` is done; the
 // region gathers the chunks into `g.full` [S, width] (see Rows for the own chunk) and runs `work` on
-// them.
+// them, lowered by the schedule's strategy.
 Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work,
                         std::vector<std::vector<AgCall>>* plan, int comm_index) {
   const int region = region_id(ctx);
   const int region_index = region_count_++;
-  Deps done(static_cast<std::size_t>(t_));
-  const auto kind = t_ == 1 ? ScheduleKind::baseline : req_.kind;
   if (plan != nullptr) {
-    if (t_ > 1 && kind != ScheduleKind::commfuse)
+    if (t_ > 1 && !strategy_.ring_steps())
       throw std::logic_error("TPSP generator: an AG region's calls recorded outside Fuse-AG");
     plan->assign(static_cast<std::size_t>(t_), {});
   }
-  if (t_ == 1) {
-    // One rank: nothing to gather.
-    if (plan != nullptr)
-      (*plan)[0].push_back(AgCall{region, -1, {Span{0, S()}}, "", -1, ready[0], {}});
-    else
-      done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, true, ready[0]);
-    return done;
-  }
-  const StreamRef comm{StreamKind::comm, comm_index};
-  if (kind == ScheduleKind::baseline || kind == ScheduleKind::slice) {
-    const int slices = kind == ScheduleKind::slice ? k_ : 1;
-    for (int j = 0; j < slices; ++j) {
-      const std::int64_t instance = next_instance_++;
-      for (int ti = 0; ti < t_; ++ti) {
-        auto span = [&](std::int64_t c) { return slices == 1 ? chunk_span(c) : slice_span(c, j); };
-        CollectiveOp cop;
-        std::vector<Span> rows;
-        if (ctx.data) {
-          const Span own = span(ti);
-          cop.in.push_back(ref(g.shard, ti, Span{own.row0 - ti * n(), own.rows}, width));
-        }
-        for (int p = 0; p < t_; ++p) {
-          if (ctx.data) cop.out.push_back(ref(g.full, ti, span(member_chunk(ti, region_index, p)), width));
-          rows.push_back(span(p));
-        }
-        TaskLabels lab = labels(ctx, region, "all_gather");
-        lab.slice = slices == 1 ? -1 : j;
-        const std::string suffix = slices == 1 ? "" : fmt::format("/k{}", j);
-        const TaskId ag = add(ti, fmt::format("{}/{}/ag{}", prefix(ctx), ctx.region, suffix), comm,
-                              CollectiveTask{CollectiveKind::all_gather, group(), bytes(t_ * rows[0].rows * width),
-                                             instance, req_.schedule.collective_engine, comm_sms()},
-                              std::move(lab), op(ctx, std::move(cop)), ready[static_cast<std::size_t>(ti)]);
-        auto ids = emit_work(ctx, ti, region, work, -1, rows, suffix, -1, slices == 1 ? -1 : j, j == 0, {ag});
-        auto& d = done[static_cast<std::size_t>(ti)];
-        d.insert(d.end(), ids.begin(), ids.end());
-      }
-    }
-    return done;
-  }
-  // Fuse-AG (design note section 2; the gather order of sched/ring.hpp): step i computes the chunk
-  // the member holds, passes it on and receives the next; step 0 computes the own chunk from the shard.
-  const Ring ring{t_};
-  const std::int64_t tag0 = tags_.reserve(ring.tags_per_exchange());
-  for (int ti = 0; ti < t_; ++ti) {
-    const RingPorts ports = ring_ports(
-        ctx, region, ti, bytes(n() * width),
-        [this, g, ti, width](const RingMessage& m) {
-          const Loc src = at(g, ti, chunk_span(m.chunk));
-          return Ref{src.buffer, rows_rect(src.row0, n(), width)};
-        },
-        [this, g, ti, width](const RingMessage& m) { return ref(g.full, ti, chunk_span(m.chunk), width); });
-    auto& d = done[static_cast<std::size_t>(ti)];
-    if (plan == nullptr) {
-      ring_all_gather(ring, ti, tag0, ready[static_cast<std::size_t>(ti)],
-                      [&](int i, int c, const std::vector<TaskId>& have) {
-                        const std::int64_t cc = chunk_at(ti, region_index, i, c);
-                        auto ids = emit_work(ctx, ti, region, work, static_cast<int>(cc), {chunk_span(cc)},
-                                             fmt::format("/c{}", cc), i, -1, i == 0, have);
-                        d.insert(d.end(), ids.begin(), ids.end());
-                      },
-                      ports);
-      continue;
-    }
-    for (int i = 0; i < t_; ++i) {
-      const std::int64_t cc = chunk_at(ti, region_index, i, ring.gather_chunk(ti, i));
-      AgCall::Transfer transfer;
-      if (i < t_ - 1)
-        transfer = [ring, ti, i, tag0, ports](const std::vector<TaskId>& at_step) {
-          return ring_gather_step(ring, ti, i, tag0, at_step, ports);
-        };
-      (*plan)[static_cast<std::size_t>(ti)].push_back(
-          AgCall{region, static_cast<int>(cc), {chunk_span(cc)}, fmt::format("/c{}", cc), i,
-                 i == 0 ? ready[static_cast<std::size_t>(ti)] : std::vector<TaskId>{}, transfer});
-    }
-  }
+  if (t_ > 1) return strategy_.all_gather(*this, RegionCall{ctx, region, region_index, width, ready, work}, g, plan, comm_index);
+  // One rank: nothing to gather.
+  Deps done(1);
+  if (plan != nullptr)
+    (*plan)[0].push_back(AgCall{region, -1, {Span{0, S()}}, "", -1, ready[0], {}});
+  else
+    done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, true, ready[0]);
   return done;
 }
 
@@ -556,78 +63,14 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
                         const WorkFn& work) {
   const int region = region_id(ctx);
   const int region_index = region_count_++;
-  Deps done(static_cast<std::size_t>(t_));
   if (t_ == 1) {
+    Deps done(1);
     done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, true, ready[0]);
     out = pbuf;
     return done;
   }
   out = alloc(ctx, ctx.region + "/out", n(), width);
-  const StreamRef comm{StreamKind::comm, 0};
-  if (req_.kind == ScheduleKind::baseline || req_.kind == ScheduleKind::slice) {
-    const int slices = req_.kind == ScheduleKind::slice ? k_ : 1;
-    for (int j = 0; j < slices; ++j) {
-      const std::int64_t instance = next_instance_++;
-      for (int ti = 0; ti < t_; ++ti) {
-        auto span = [&](std::int64_t c) { return slices == 1 ? chunk_span(c) : slice_span(c, j); };
-        std::vector<Span> rows;
-        for (int p = 0; p < t_; ++p) rows.push_back(span(p));
-        const std::string suffix = slices == 1 ? "" : fmt::format("/k{}", j);
-        auto ids = emit_work(ctx, ti, region, work, -1, rows, suffix, -1, slices == 1 ? -1 : j, j == 0,
-                             ready[static_cast<std::size_t>(ti)]);
-        CollectiveOp cop;
-        if (ctx.data) {
-          for (int p = 0; p < t_; ++p) cop.in.push_back(ref(pbuf, ti, span(member_chunk(ti, region_index, p)), width));
-          const Span own = span(ti);
-          cop.out.push_back(ref(out, ti, Span{own.row0 - ti * n(), own.rows}, width));
-        }
-        TaskLabels lab = labels(ctx, region, "reduce_scatter");
-        lab.slice = slices == 1 ? -1 : j;
-        const TaskId rs = add(ti, fmt::format("{}/{}/rs{}", prefix(ctx), ctx.region, suffix), comm,
-                              CollectiveTask{CollectiveKind::reduce_scatter, group(), bytes(t_ * rows[0].rows * width),
-                                             instance, req_.schedule.collective_engine, comm_sms()},
-                              std::move(lab), op(ctx, std::move(cop)), ids);
-        done[static_cast<std::size_t>(ti)].push_back(rs);
-      }
-    }
-    return done;
-  }
-  // Fuse-RS (design note section 2; the reduce order of sched/ring.hpp): step i computes the partial of
-  // the chunk the member reduces; from step 1 on it adds the running sum received from r-1 and passes it
-  // to r+1; the own chunk comes last and its add is the result.
-  PerRank recv_buf = alloc(ctx, ctx.region + "/recv", S(), width);
-  PerRank sum_buf = alloc(ctx, ctx.region + "/sum", S(), width);
-  const Ring ring{t_};
-  const std::int64_t tag0 = tags_.reserve(ring.tags_per_exchange());
-  const model::ElementwiseKernel add_kernel{"add", bytes(3 * n() * width), static_cast<Flops>(n() * width)};
-  for (int ti = 0; ti < t_; ++ti) {
-    RingPorts ports = ring_ports(
-        ctx, region, ti, bytes(n() * width),
-        // Step 0 passes on the own partial, later steps the running sum.
-        [&, ti](const RingMessage& m) { return ref(m.step == 0 ? pbuf : sum_buf, ti, chunk_span(m.chunk), width); },
-        [&, ti](const RingMessage& m) { return ref(recv_buf, ti, chunk_span(m.chunk), width); });
-    ports.add = [&, ti](const RingMessage& m, TaskId partial, TaskId received, bool last) {
-      TaskLabels al = labels(ctx, region, "add");
-      al.chunk = m.chunk;
-      al.step = m.step;
-      const Span span = chunk_span(m.chunk);
-      return compute(ti, fmt::format("{}/{}/add/c{}", prefix(ctx), ctx.region, m.chunk), add_kernel, std::move(al),
-                     op(ctx, AddOp{ref(pbuf, ti, span, width), ref(recv_buf, ti, span, width),
-                                   last ? ref(out, ti, Span{0, n()}, width) : ref(sum_buf, ti, span, width)}),
-                     {partial, received});
-    };
-    const TaskId result = ring_reduce_scatter(
-        ring, ti, tag0,
-        [&](int i, int c) {
-          const std::int64_t cc = chunk_at(ti, region_index, i, c);
-          return emit_work(ctx, ti, region, work, static_cast<int>(cc), {chunk_span(cc)}, fmt::format("/c{}", cc), i,
-                           -1, i == 0, i == 0 ? ready[static_cast<std::size_t>(ti)] : std::vector<TaskId>{})
-              .back();
-        },
-        ports);
-    done[static_cast<std::size_t>(ti)].push_back(result);
-  }
-  return done;
+  return strategy_.reduce_scatter(*this, RegionCall{ctx, region, region_index, width, ready, work}, pbuf, out);
 }
 
 Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& ready) {
@@ -707,7 +150,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
     // Ulysses: all-to-all, attention on heads/(tp up) heads of the whole sequence, all-to-all back.
     d_attn_rs = rs_region(with("out_proj+rs"), po, attn_out, h, up_.attention_forward(l, ctx.data, qkv, attn, d_qkv),
                           gemm_work(ctx, "out_proj", Rows{attn, {}}, w_o, po, qn, h));
-  } else if (req_.kind == ScheduleKind::commfuse && req_.schedule.query_split_attention && t_ > 1) {
+  } else if (strategy_.ring_steps() && req_.schedule.query_split_attention && t_ > 1) {
     // Query-split: attention and out-projection of one query chunk per Fuse-RS step.
     WorkFn proj = gemm_work(ctx, "out_proj", Rows{attn, {}}, w_o, po, qn, h);
     WorkFn fused = [attention, proj](int ti, int chunk, const std::vector<Span>& rows, bool first) {
@@ -783,7 +226,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     c.region = std::move(region);
     return c;
   };
-  const bool baseline = req_.kind == ScheduleKind::baseline;
+
   // The backward of a column-parallel GEMM (QKV, FC1): the dgrad's partial sum reduce-scattered
   // into the input gradient, then the weight gradient over the re-gathered saved input shard
   // (Megatron saves the shard, not the gathered input). The baseline is what Megatron-LM does without
@@ -808,7 +251,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     const Rows gathered{alloc(ctx, "ag+" + name + "_wgrad/gather", S_, h), saved_shard};
     ag_region(with("ag+" + name + "_wgrad"), gathered, h, after,
               wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls()), nullptr,
-              baseline ? 1 : 0);
+              strategy_.async_regather() ? 1 : 0);
     return g;
   };
   auto each = [&](auto fn) {
@@ -1002,9 +445,9 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     // the whole re-gather. Baseline (Megatron's asynchronous re-gather beside the dgrad, on the second
     // comm stream, as column_parallel_backward) and slice (one collective per slice) keep the regions
     // one after the other on the compute stream.
-    if (baseline || (t_ > 1 && req_.kind != ScheduleKind::commfuse)) {
+    if (strategy_.async_regather() || (t_ > 1 && !strategy_.ring_steps())) {
       g.dgrad_done = rs_region(with("qkv_dgrad+rs"), partial, g.d_in, h, d_att, dgrad);
-      ag_region(with("ag+qkv_wgrad"), gathered, h, d_att, wgrad, nullptr, baseline ? 1 : 0);
+      ag_region(with("ag+qkv_wgrad"), gathered, h, d_att, wgrad, nullptr, strategy_.async_regather() ? 1 : 0);
       return g;
     }
     region_id(with("qkv_dgrad+rs"));  // the regions keep their order in the graph
@@ -1424,6 +867,12 @@ void Builder::generate() {
   }
 }
 
+}  // namespace tpsp
+
+namespace {
+
+using model::ScheduleKind;
+
 [[noreturn]] void refuse(const TpspRequest& r, const std::string& path, const std::string& msg) {
   throw InputError(r.label, path, msg);
 }
@@ -1497,7 +946,7 @@ Schedule generate_tpsp(const TpspRequest& request) {
              (request.options.scope == Scope::step ? std::max<std::int64_t>(1, request.step.micro_batches) : 1);
   s.gpus = request.shape.tp * request.shape.up * request.shape.dp;
   auto program = std::make_shared<DataflowProgram>();
-  Builder(request, s, *program).generate();
+  tpsp::Builder(request, s, *program).generate();
   // The P2P form of the DP sync carries no data: without it the program would not compute a step.
   const bool dp_p2p =
       request.shape.dp * request.shape.up > 1 && (request.options.dp_as_p2p || request.options.mirror_dp);

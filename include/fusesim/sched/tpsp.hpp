@@ -73,6 +73,10 @@ struct TpspFault {
   int shift = 1;
 };
 
+namespace tpsp {
+class TpStrategy;  // sched/strategy.hpp
+}
+
 struct TpspRequest {
   TpspShape shape;
   model::ScheduleKind kind = model::ScheduleKind::baseline;       // the TPSP collectives' schedule
@@ -84,6 +88,8 @@ struct TpspRequest {
   TpspPiece piece = TpspPiece::layers;
   std::int64_t piece_k = 0, piece_n = 0;
   TpspFault fault;
+  // A TP strategy of one's own in place of `kind`'s (docs/extending.md); not owned.
+  const tpsp::TpStrategy* tp_strategy = nullptr;
   std::string label = "<tpsp>";         // file named by InputErrors
 };
 

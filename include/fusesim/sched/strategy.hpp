@@ -1,0 +1,127 @@
+#pragma once
+// Schedules as strategies: how a schedule lowers the TP communication patterns of a layer
+// (docs/schedules.md "TPSP"): the all-gather before a column-parallel GEMM (an AG region) and the
+// reduce-scatter after a row-parallel GEMM (an RS region). The layer builder (sched/tpsp_builder.hpp)
+// describes a layer's ops and hands each region to the strategy of the requested schedule; the
+// strategies live one per file in src/sched/strategy/ and are registered in tp_strategy()
+// (docs/extending.md).
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fusesim/model/workload.hpp"
+#include "fusesim/sched/dag.hpp"
+#include "fusesim/sched/dataflow.hpp"
+
+namespace fusesim::sched::tpsp {
+
+class Builder;  // sched/tpsp_builder.hpp
+
+using PerRank = std::vector<BufferId>;          // one buffer per TP index; empty when no dataflow
+using Deps = std::vector<std::vector<TaskId>>;  // per TP index
+
+struct Span {
+  std::int64_t row0 = 0, rows = 0;
+};
+
+// One compute task of a region step. data_op -1: timing only.
+struct Work {
+  std::string op;
+  model::Kernel kernel;
+  std::int32_t data_op = -1;
+  // When set, emits the task(s) itself (a weight gradient handed to the DP sync) and returns the
+  // last one on the compute stream; emit_work passes the name, labels and dependencies it would use.
+  std::function<TaskId(std::string name, TaskLabels labels, const std::vector<TaskId>& deps)> emit = {};
+  std::function<void(TaskId)> after = {};  // called with the task's id (Ulysses: issue its all-to-all or Send)
+  std::vector<TaskId> wait = {};  // further dependencies (Ulysses Fuse-A2A backward: the Recvs of its block)
+};
+// Emits the compute for TP index `ti` on the given rows of the full sequence (chunk: the ring
+// chunk, -1 when the rows span several chunks). `first`: the rank's first call in the region (a
+// weight gradient accumulated over the steps is written by the first and added to by the others).
+using WorkFn = std::function<std::vector<Work>(int ti, int chunk, const std::vector<Span>& rows, bool first)>;
+
+// A sequence-long operand [S, w] as tasks read it. A plain one lives in `full` at its own rows. A
+// gathered one starts as the local shard [n, w] of the own chunk; the region gathers the other
+// chunks into `full`, and the own chunk too in baseline and slice (their collectives copy every
+// member's part), but not in Fuse-AG (and t = 1), which reads the own chunk from the shard.
+struct Rows {
+  PerRank full;
+  PerRank shard;  // empty for a plain operand
+};
+// Where a row range lies in a rank's buffers.
+struct Loc {
+  BufferId buffer = -1;
+  std::int64_t row0 = 0;
+};
+
+struct OpCtx {
+  int layer = 0;
+  bool forward = true;
+  std::string region;  // "ag+qkv"
+  bool data = true;    // emit data ops
+};
+
+inline Rect rows_rect(std::int64_t row0, std::int64_t rows, std::int64_t cols) { return Rect{row0, 0, rows, cols}; }
+
+// One call an AG region makes to its work, recorded instead of emitted (ag_region's `plan`).
+struct AgCall {
+  // Emits the step's Send and Recv, the Send waiting for `at_step`; returns the Recv.
+  using Transfer = std::function<TaskId(const std::vector<TaskId>& at_step)>;
+  int region = -1;
+  int chunk = -1;
+  std::vector<Span> rows;
+  std::string suffix;
+  int step = -1;
+  std::vector<TaskId> deps;  // step 0: the region's `ready`; a later step waits for the previous one's Recv
+  Transfer transfer;         // empty at the last step (and t = 1)
+};
+
+// One region as the builder hands it to a strategy: the tasks of TP index ti wait for ready[ti];
+// work(ti, chunk, rows, first) emits the compute on the given rows of the full sequence.
+struct RegionCall {
+  const OpCtx& ctx;
+  int region = -1;         // the graph's region id
+  int region_index = 0;    // the region's place in the pass (the fault hooks of the tests)
+  std::int64_t width = 0;  // columns of the communicated operand
+  const Deps& ready;
+  const WorkFn& work;
+};
+
+class TpStrategy {
+ public:
+  virtual ~TpStrategy() = default;
+  // Slices the regions' collectives are cut into (slice-overlap's k); 1: one collective per region.
+  virtual int slices(const model::ScheduleOptions&) const { return 1; }
+  // Calls an AG region makes to its work per rank with t > 1 ranks and `slices` slices.
+  virtual int ag_calls(int t, int slices) const = 0;
+  // Whether a gathered operand's own chunk is read from its shard (a ring reads it where it is)
+  // rather than copied into the gathered buffer with the others (a collective copies every part).
+  virtual bool own_chunk_in_shard() const = 0;
+  // Whether the regions exchange chunks over the ring step by step (Fuse-AG, Fuse-RS): the
+  // query-split attention and the interleaved QKV dgrad and wgrad of the Ulysses backward build on it,
+  // and only such a strategy records an AG region's calls (`plan`).
+  virtual bool ring_steps() const = 0;
+  // Megatron-LM without --tp-comm-overlap: the backward's re-gather of a column-parallel GEMM's input
+  // is launched asynchronously beside the dgrad, on a second comm stream (Builder::backward_layer).
+  virtual bool async_regather() const { return false; }
+  // AG -> GEMM with t > 1: gathers g's chunks (shard -> full) and runs r.work on them. `plan`
+  // (ring_steps() only): records each rank's calls instead of emitting them (Builder::ag_region).
+  // `comm_index`: the comm stream of collectives.
+  virtual Deps all_gather(Builder& b, const RegionCall& r, const Rows& g, std::vector<std::vector<AgCall>>* plan,
+                          int comm_index) const = 0;
+  // GEMM -> RS with t > 1: r.work writes the partial sums into `pbuf` [S, width]; the reduced own
+  // chunk goes into `out` [n, width].
+  virtual Deps reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out) const = 0;
+};
+
+// The strategy of a schedule; the registration of every strategy (src/sched/strategy/registry.cpp).
+const TpStrategy& tp_strategy(model::ScheduleKind kind);
+
+// The collective lowering baseline and slice share (src/sched/strategy/collective_regions.cpp):
+// each region as `slices` collectives, the work of slice j after its all-gather or before its
+// reduce-scatter.
+Deps collective_all_gather(Builder& b, const RegionCall& r, const Rows& g, int slices, int comm_index);
+Deps collective_reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out, int slices);
+
+}  // namespace fusesim::sched::tpsp

@@ -1,0 +1,385 @@
+#pragma once
+// The TPSP layer builder (sched/tpsp.cpp), shared with the schedule strategies (sched/strategy.hpp)
+// that lower its communication regions: not an interface for other callers.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "fusesim/sched/dataflow.hpp"
+#include "fusesim/sched/strategy.hpp"
+#include "fusesim/sched/dp.hpp"
+#include "fusesim/sched/ring.hpp"
+#include "fusesim/sched/step.hpp"
+#include "fusesim/sched/tags.hpp"
+#include "fusesim/sched/tpsp.hpp"
+#include "fusesim/sched/ulysses.hpp"
+
+namespace fusesim::sched::tpsp {
+
+// The buffers of a forward layer that its backward reads (empty without dataflow).
+struct LayerData {
+  PerRank x;                     // layer input shard [n, h]
+  PerRank w_qkv, w_o, w1, w2;    // weight shards
+  PerRank ln1, ln2;              // LayerNorm output shards [n, h] (re-gathered by the backward)
+  PerRank qkv, attn, fc1, act;   // [S, qkv_local], [S, q_local], [S, fc1_local], [S, ffn_local]
+  PerRank h1;                    // [n, h]
+};
+
+class Builder {
+ public:
+  Builder(const TpspRequest& req, Schedule& out, DataflowProgram& prog)
+      : req_(req), sh_(req.shape), g_(out.graph), prog_(prog), strategy_(req.tp_strategy != nullptr ? *req.tp_strategy : tp_strategy(req.kind)),
+        t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.activation_dtype())),
+        up_(req, out.graph, prog, tags_, next_instance_) {
+    k_ = strategy_.slices(req.schedule);
+  }
+
+  void set_replica(int d) { replica_ = d; region_count_ = 0; }
+  // Ulysses: the TP group of UP index u holds positions [u seq/up, (u+1) seq/up) of every sample.
+  void set_up_index(int u) { up_index_ = u; region_count_ = 0; up_.set_position(replica_, u); }
+  int rank(int ti) const { return RankLayout{t_, sh_.up, sh_.dp}.rank(ti, up_index_, replica_); }
+
+  void generate();
+
+ // What the schedule strategies (sched/strategy.hpp) lower a region with: the builder's state and
+ // its task, buffer and naming helpers.
+  const TpspRequest& req_;
+  const TpspShape& sh_;
+  TaskGraph& g_;
+  DataflowProgram& prog_;
+  const TpStrategy& strategy_;
+  int t_;
+  int k_;
+  int elem_;
+  int replica_ = 0;
+  int region_count_ = 0;
+  // Step scope and DP (docs/schedules.md "DP", "Step"): the gradient sync, whether this micro-batch
+  // syncs (the last one), whether tasks carry data ops, recomputation, the micro-batch's name prefix.
+  std::unique_ptr<DpSync> dp_;
+  bool dp_active_ = false;
+  bool data_ = true;
+  bool recompute_ = false;
+  int micro_batch_ = -1;
+  std::string mb_prefix_;
+  TagCounter tags_{TagSpace::tpsp};
+  std::int64_t next_instance_ = 0;
+  int up_index_ = 0;
+  UlyssesEmitter up_;
+  std::map<std::string, int> region_ids_;
+
+  std::int64_t S() const { return sh_.rows() / sh_.up; }  // rows of this UP index's sequence share
+  std::int64_t global_row(int ti) const { return up_index_ * S() + ti * n(); }  // of TP index ti's chunk
+  // Calls an AG region makes to its work per rank: one per ring step (Fuse-AG), per slice, or one.
+  int ag_calls() const { return t_ == 1 ? 1 : strategy_.ag_calls(t_, k_); }
+  std::int64_t n() const { return S() / t_; }
+  Span chunk_span(std::int64_t c) const { return Span{c * n(), n()}; }
+  // Slice j of chunk c: slices cut along positions so that every row of a position stays together.
+  Span slice_span(std::int64_t c, int j) const {
+    const std::int64_t positions = sh_.seq / sh_.up / t_;
+    const std::int64_t p0 = j * positions / k_, p1 = (j + 1) * positions / k_;
+    return Span{c * n() + p0 * sh_.batch, (p1 - p0) * sh_.batch};
+  }
+  Bytes bytes(std::int64_t elements) const { return elements * elem_; }
+
+  std::string prefix(const OpCtx& ctx) const {
+    return fmt::format("{}L{}/{}", mb_prefix_, ctx.layer, ctx.forward ? (recompute_ ? "rcp" : "fwd") : "bwd");
+  }
+  int region_id(const OpCtx& ctx) {
+    const std::string name = prefix(ctx) + "/" + ctx.region;
+    auto it = region_ids_.find(name);
+    if (it != region_ids_.end()) return it->second;
+    const int id = g_.add_region(Region{name, Parallelism::tpsp});
+    region_ids_.emplace(name, id);
+    return id;
+  }
+  // The test hook (TpspFault): the chunk index used at `step` of the current region on `ti`.
+  std::int64_t chunk_at(int ti, int region_index, int step, std::int64_t c) const {
+    const TpspFault& f = req_.fault;
+    if (f.tp_index == ti && replica_ == 0 && f.region == region_index && f.step == step) return ring_mod(c + f.shift, t_);
+    return c;
+  }
+  // For a collective's member list the fault swaps the places of members `step` and step + shift.
+  std::int64_t member_chunk(int ti, int region_index, int p) const {
+    const TpspFault& f = req_.fault;
+    if (f.tp_index != ti || replica_ != 0 || f.region != region_index) return p;
+    return Ring{t_}.swapped(p, f.step, f.shift);
+  }
+
+  TaskLabels labels(const OpCtx& ctx, int region, std::string op) const {
+    TaskLabels l;
+    l.region = region;
+    l.layer = ctx.layer;
+    l.micro_batch = micro_batch_;
+    l.phase = ctx.forward ? Phase::forward : Phase::backward;
+    l.op = std::move(op);
+    return l;
+  }
+
+  TaskId add(int ti, std::string name, StreamRef stream, TaskKind kind, TaskLabels lab, std::int32_t data_op,
+             const std::vector<TaskId>& deps) {
+    Task task;
+    task.name = fmt::format("r{}/{}", rank(ti), name);
+    task.rank = rank(ti);
+    task.stream = stream;
+    task.kind = std::move(kind);
+    task.labels = std::move(lab);
+    task.data_op = data_op;
+    const TaskId id = g_.add(std::move(task));
+    for (TaskId d : deps) g_.depend(d, id);
+    return id;
+  }
+
+  TaskId compute(int ti, std::string name, model::Kernel kernel, TaskLabels lab, std::int32_t data_op,
+                 const std::vector<TaskId>& deps) {
+    const auto* gemm = std::get_if<model::GemmKernel>(&kernel);
+    if (gemm == nullptr || sh_.dtype != topo::Dtype::fp8)
+      return add(ti, std::move(name), StreamRef{StreamKind::compute, 0},
+                 ComputeTask{std::move(kernel), sh_.activation_dtype(), recompute_}, std::move(lab), data_op, deps);
+    // Transformer Engine casts the GEMM's activation-side operand [m, k] from bf16 to e4m3 (read 2
+    // bytes, write 1, with the amax for the next scale) in a kernel of its own before the fp8 GEMM.
+    // The weight's cast is cached across micro-batches and left out; a wgrad's operand, cast and
+    // transposed together with its forward input by TE, is charged here again (a few us per GEMM). No
+    // FLOPs: a cast is no model math, and MFU counts none of it.
+    const std::int64_t operand = gemm->m * gemm->k * gemm->batch;
+    TaskLabels cast_labels = lab;
+    cast_labels.op = "fp8_cast";
+    const TaskId cast =
+        add(ti, name + "/fp8_cast", StreamRef{StreamKind::compute, 0},
+            ComputeTask{model::ElementwiseKernel{"fp8_cast", 3 * operand, 0.0, gemm->m},
+                        topo::Dtype::bf16, recompute_},
+            std::move(cast_labels), -1, deps);
+    return add(ti, std::move(name), StreamRef{StreamKind::compute, 0},
+               ComputeTask{std::move(kernel), sh_.dtype, recompute_}, std::move(lab), data_op, {cast});
+  }
+
+  StreamRef p2p_stream() const {
+    return req_.schedule.p2p_engine == model::CommEngine::copy_engine ? StreamRef{StreamKind::copy, 0}
+                                                                        : StreamRef{StreamKind::comm, 0};
+  }
+  int comm_sms() const { return req_.schedule.comm_sms.value_or(-1); }
+  // The Send and Recv of a TP ring exchange (Fuse-AG, Fuse-RS) on `ti`, on the P2P stream; `send_data`
+  // and `recv_data` say where each message's rows are.
+  RingPorts ring_ports(const OpCtx& ctx, int region, int ti, Bytes chunk_bytes,
+                       std::function<Ref(const RingMessage&)> send_data,
+                       std::function<Ref(const RingMessage&)> recv_data) {
+    auto step_labels = [this, ctx, region](const char* name, const RingMessage& m) {
+      TaskLabels l = labels(ctx, region, name);
+      l.chunk = m.chunk;
+      l.step = m.step;
+      return l;
+    };
+    RingPorts p;
+    p.send = [this, ctx, ti, chunk_bytes, step_labels, send_data = std::move(send_data)](
+                 const RingMessage& m, const std::vector<TaskId>& deps) {
+      return add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, m.chunk), p2p_stream(),
+                 SendTask{rank(Ring{t_}.next(ti)), chunk_bytes, m.tag(), req_.schedule.p2p_engine, comm_sms()},
+                 step_labels("send", m), op(ctx, SendOp{send_data(m)}), deps);
+    };
+    p.recv = [this, ctx, ti, chunk_bytes, step_labels, recv_data = std::move(recv_data)](
+                 const RingMessage& m, const std::vector<TaskId>& deps) {
+      return add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, m.chunk), p2p_stream(),
+                 RecvTask{rank(m.sender), chunk_bytes, m.tag()}, step_labels("recv", m), op(ctx, RecvOp{recv_data(m)}),
+                 deps);
+    };
+    return p;
+  }
+  topo::Dtype grad_dtype() const { return req_.step.grad_dtype.value_or(model::default_grad_reduce_dtype(sh_.dtype)); }
+  std::vector<int> group() const {
+    std::vector<int> gr;
+    for (int ti = 0; ti < t_; ++ti) gr.push_back(rank(ti));
+    return gr;
+  }
+
+  PerRank alloc(const OpCtx& ctx, const std::string& name, std::int64_t rows, std::int64_t cols,
+                const std::function<std::vector<Piece>(int ti)>& init = {}) {
+    PerRank out;
+    if (!ctx.data) return out;
+    for (int ti = 0; ti < t_; ++ti) {
+      BufferDecl b;
+      b.name = fmt::format("r{}/{}/{}", rank(ti), prefix(ctx), name);
+      b.rank = rank(ti);
+      b.rows = rows;
+      b.cols = cols;
+      if (init) b.init = init(ti);
+      out.push_back(prog_.add_buffer(std::move(b)));
+    }
+    return out;
+  }
+  std::int32_t op(const OpCtx& ctx, DataOp d) { return ctx.data ? prog_.add_op(std::move(d)) : -1; }
+  Ref ref(const PerRank& b, int ti, Span s, std::int64_t width) const {
+    return b.empty() ? Ref{} : Ref{b[static_cast<std::size_t>(ti)], rows_rect(s.row0, s.rows, width)};
+  }
+
+  // Whether a gathered operand's own chunk stays in the shard only (see Rows).
+  bool own_in_shard() const { return t_ == 1 || strategy_.own_chunk_in_shard(); }
+  // Rows `s` of operand `r` on `ti`. Where the own chunk lives in the shard only, a range touching
+  // it must lie within it (callers cut at chunk boundaries).
+  Loc at(const Rows& r, int ti, Span s) const {
+    const auto i = static_cast<std::size_t>(ti);
+    const std::int64_t own0 = ti * n(), own1 = own0 + n();
+    if (!r.shard.empty() && own_in_shard() && s.row0 < own1 && s.row0 + s.rows > own0) {
+      if (s.row0 < own0 || s.row0 + s.rows > own1)
+        throw std::logic_error("TPSP generator: a row range straddles the own chunk of a gathered operand");
+      return Loc{r.shard[i], s.row0 - own0};
+    }
+    if (r.full.empty()) return Loc{-1, s.row0};  // no dataflow
+    return Loc{r.full[i], s.row0};
+  }
+  // The blocks of A^T B over `rows`, cut at chunk boundaries so that each block reads one buffer of
+  // each operand, and merged again where consecutive pieces continue in the same buffers.
+  std::vector<WgradBlock> wgrad_blocks(const Rows& a, const Rows& b, int ti, const std::vector<Span>& rows) const {
+    std::vector<WgradBlock> out;
+    for (const Span& s : rows)
+      for (std::int64_t r = s.row0; r < s.row0 + s.rows;) {
+        const std::int64_t end = std::min(s.row0 + s.rows, (r / n() + 1) * n());
+        const Span piece{r, end - r};
+        const Loc la = at(a, ti, piece), lb = at(b, ti, piece);
+        r = end;
+        if (!out.empty()) {
+          WgradBlock& p = out.back();
+          if (p.a == la.buffer && p.a_row0 + p.rows == la.row0 && p.b == lb.buffer && p.b_row0 + p.rows == lb.row0) {
+            p.rows += piece.rows;
+            continue;
+          }
+        }
+        out.push_back(WgradBlock{la.buffer, la.row0, lb.buffer, lb.row0, piece.rows});
+      }
+    return out;
+  }
+
+  std::vector<TaskId> emit_work(const OpCtx& ctx, int ti, int region, const WorkFn& work, int chunk,
+                                const std::vector<Span>& rows, const std::string& suffix, int step, int slice,
+                                bool first, std::vector<TaskId> deps) {
+    std::vector<TaskId> ids;
+    for (Work& w : work(ti, chunk, rows, first)) {
+      deps.insert(deps.end(), w.wait.begin(), w.wait.end());
+      TaskLabels lab = labels(ctx, region, w.op);
+      lab.chunk = chunk;
+      lab.step = step;
+      lab.slice = slice;
+      std::string name = fmt::format("{}/{}{}", prefix(ctx), w.op, suffix);
+      const TaskId id = w.emit ? w.emit(std::move(name), std::move(lab), deps)
+                               : compute(ti, std::move(name), std::move(w.kernel), std::move(lab), w.data_op, deps);
+      if (w.after) w.after(id);
+      ids.push_back(id);
+      deps = {id};
+    }
+    return ids;
+  }
+
+  // `rows`: the token rows the kernel runs over (a row-wise kernel gives each to one block).
+  TaskId elementwise(const OpCtx& ctx, int ti, const std::string& name, std::string kind, std::int64_t traffic_elems,
+                     std::int64_t rows, Flops flops, std::int32_t data_op, const std::vector<TaskId>& deps) {
+    return compute(ti, fmt::format("{}/{}", prefix(ctx), name),
+                   model::ElementwiseKernel{std::move(kind), bytes(traffic_elems), flops, rows}, labels(ctx, -1, name),
+                   data_op, deps);
+  }
+
+  // Ulysses (sched/ulysses.hpp): the emitter's work on rows of `a`, or `plain` where it gives none.
+  WorkFn up_work(UpWorkFn f, WorkFn plain) {
+    if (!f) return plain;
+    return [f = std::move(f)](int ti, int, const std::vector<Span>& rows, bool first) {
+      std::vector<UpSpan> r;
+      for (const Span& s : rows) r.push_back(UpSpan{s.row0, s.rows});
+      std::vector<Work> out;
+      for (UpWork& w : f(ti, r, first))
+        out.push_back(Work{std::move(w.op), std::move(w.kernel), w.data_op, {}, std::move(w.after)});
+      return out;
+    };
+  }
+  UpLocate up_locate(const Rows& a) const {
+    return [this, a](int ti, UpSpan s) {
+      const Loc l = at(a, ti, Span{s.row0, s.rows});
+      return std::pair<BufferId, std::int64_t>{l.buffer, l.row0};
+    };
+  }
+  void up_naming() { up_.set_naming(mb_prefix_, recompute_, micro_batch_); }
+
+  // `plan` (Fuse-AG and t = 1 only): nothing is emitted; each rank's calls go into (*plan)[ti] in step
+  // order, with their transfers, for the caller to emit where it wants them: step i's transfer before
+  // the call of step i + 1, which waits for its Recv.
+  // `comm_index`: the comm stream its collectives go on (baseline and slice). The baseline backward's
+  // re-gather runs on a second one, so that it is issued beside the dgrad (see backward_layer).
+  Deps ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work,
+                 std::vector<std::vector<AgCall>>* plan = nullptr, int comm_index = 0);
+  Deps rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std::int64_t width, const Deps& ready,
+                 const WorkFn& work);
+
+  struct LayerOut {
+    PerRank y;
+    Deps done;
+    LayerData saved;
+  };
+  struct LayerGrad {
+    PerRank dx;  // gradient of the layer input, shard [n, h]
+    Deps done;
+  };
+  LayerOut forward_layer(int l, const PerRank& x, const Deps& ready);
+  LayerGrad backward_layer(int l, const LayerData& fw, const PerRank& dy, const Deps& ready);
+  void piece_ag_gemm();
+  void piece_gemm_rs();
+
+  // C[rows, :nn] = A[rows, :k] x op(B): a forward GEMM, or a dgrad (transpose_b: the weight shard
+  // used as B^T). One buffer of A per call: the rows of one call never mix the shard and the gather
+  // buffer (Fuse-AG and t = 1 pass one chunk, baseline and slice read the gather buffer only).
+  WorkFn gemm_work(const OpCtx& ctx, std::string name, const Rows& a, const PerRank& b, const PerRank& c,
+                   std::int64_t k, std::int64_t nn, bool transpose_b = false) {
+    return [this, ctx, name, a, b, c, k, nn, transpose_b](int ti, int, const std::vector<Span>& rows, bool) {
+      GemmOp g;
+      std::int64_t m = 0;
+      for (const Span& s : rows) {
+        const Loc src = at(a, ti, s);
+        if (!g.blocks.empty() && src.buffer != g.a)
+          throw std::logic_error("TPSP generator: one GEMM reads rows from two buffers of A");
+        g.a = src.buffer;
+        g.blocks.push_back(RowBlock{src.row0, s.row0, s.rows});
+        m += s.rows;
+      }
+      if (ctx.data) {
+        g.b = b[static_cast<std::size_t>(ti)];
+        g.c = c[static_cast<std::size_t>(ti)];
+        g.a_cols = k;
+        g.c_cols = nn;
+        g.transpose_b = transpose_b;
+      }
+      return std::vector<Work>{Work{name, model::GemmKernel{m, nn, k, 1}, op(ctx, std::move(g))}};
+    };
+  }
+  // dW[a_cols, b_cols] (+)= A[rows]^T B[rows]: a weight gradient, written by the region's first call
+  // and accumulated by the later ones. `calls`: how many calls per rank the region makes; the last
+  // one completes the gradient and hands it to the DP sync (dp_wgrad).
+  WorkFn wgrad_work(const OpCtx& ctx, std::string name, const Rows& a, const Rows& b, const PerRank& c,
+                    std::int64_t a_cols, std::int64_t b_cols, int calls = 1) {
+    auto seen = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
+    return [this, ctx, name, a, b, c, a_cols, b_cols, calls, seen](int ti, int, const std::vector<Span>& rows,
+                                                                    bool first) {
+      WgradOp w;
+      std::int64_t k = 0;
+      for (const Span& s : rows) k += s.rows;
+      if (ctx.data) {
+        w.c = c[static_cast<std::size_t>(ti)];
+        w.a_cols = a_cols;
+        w.b_cols = b_cols;
+        w.accumulate = !first;
+        w.blocks = wgrad_blocks(a, b, ti, rows);
+      }
+      if (dp_active_ && ++(*seen)[static_cast<std::size_t>(ti)] == calls)
+        return std::vector<Work>{dp_wgrad(ctx, name, c, ti, a_cols, b_cols, k, std::move(w))};
+      return std::vector<Work>{Work{name, model::GemmKernel{a_cols, b_cols, k, 1, /*accumulate_fp32=*/true}, op(ctx, std::move(w)), {}}};
+    };
+  }
+  // `gemm_cols`: the GEMM's width when it computes only a column block of the gradient (0: all).
+  Work dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank& c, int ti, std::int64_t a_cols,
+                std::int64_t b_cols, std::int64_t k, WgradOp w, std::int64_t gemm_cols = 0);
+  void up_gradient_checks(std::int64_t layers);
+  std::int64_t layer_params() const;  // weights of one layer on one TP rank
+  void replica_step(std::int64_t layers, bool train);
+};
+}  // namespace fusesim::sched::tpsp

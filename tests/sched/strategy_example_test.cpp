@@ -1,0 +1,112 @@
+// docs/extending.md's example of a fourth TP schedule, written in this one file and nowhere else:
+// "Fuse-RS only" keeps the all-gathers as baseline collectives and lowers every reduce-scatter to
+// CommFuse's Fuse-RS ring, by delegating to the shipped lowerings. What a user asks of it: does it
+// compute what the unpartitioned layer computes (the reference executor), and is it the graph its
+// description says.
+#include <catch2/catch.hpp>
+
+#include "fusesim/sched/strategy.hpp"
+#include "fusesim/sched/tpsp.hpp"
+#include "fusesim/sched/verify.hpp"
+
+using namespace fusesim;
+using namespace fusesim::sched;
+
+namespace {
+
+class FuseRsOnly final : public tpsp::TpStrategy {
+ public:
+  int ag_calls(int, int) const override { return 1; }
+  bool own_chunk_in_shard() const override { return false; }  // a collective all-gather copies every chunk
+  bool ring_steps() const override { return false; }         // its AG regions are not rings
+  tpsp::Deps all_gather(tpsp::Builder& b, const tpsp::RegionCall& r, const tpsp::Rows& g,
+                        std::vector<std::vector<tpsp::AgCall>>*, int comm_index) const override {
+    return tpsp::collective_all_gather(b, r, g, 1, comm_index);
+  }
+  tpsp::Deps reduce_scatter(tpsp::Builder& b, const tpsp::RegionCall& r, const tpsp::PerRank& pbuf,
+                            const tpsp::PerRank& out) const override {
+    return tpsp::tp_strategy(model::ScheduleKind::commfuse).reduce_scatter(b, r, pbuf, out);
+  }
+};
+
+TpspRequest request(int t, TpspPiece piece, const tpsp::TpStrategy& strategy) {
+  TpspRequest r;
+  TpspShape& s = r.shape;
+  s.tp = t;
+  s.seq = 8 * t;
+  s.batch = 2;
+  s.hidden = 32;
+  s.heads = 2 * t;
+  s.kv_heads = t;
+  s.head_dim = 8;
+  s.ffn = 16 * t;
+  s.gated = true;
+  s.layers = 2;
+  r.options.scope = Scope::stack;
+  r.piece = piece;
+  r.piece_k = 16 * t;
+  r.piece_n = 16 * t;
+  r.tp_strategy = &strategy;
+  return r;
+}
+
+struct Count {
+  int collectives = 0, sends = 0, recvs = 0, adds = 0;
+};
+Count on_rank(const TaskGraph& g, int rank) {
+  Count c;
+  for (TaskId id = 0; id < g.size(); ++id) {
+    const Task& task = g.task(id);
+    if (task.rank != rank) continue;
+    c.collectives += std::holds_alternative<CollectiveTask>(task.kind) ? 1 : 0;
+    c.sends += std::holds_alternative<SendTask>(task.kind) ? 1 : 0;
+    c.recvs += std::holds_alternative<RecvTask>(task.kind) ? 1 : 0;
+    c.adds += task.labels.op == "add" ? 1 : 0;
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("a schedule of one's own in one file: Fuse-RS only", "[sched][strategy]") {
+  const FuseRsOnly fuse_rs_only;
+  for (int t : {2, 3, 4}) {
+    CAPTURE(t);
+    // AG+GEMM: one all-gather collective per rank, no P2P. GEMM+RS: the Fuse-RS ring, t - 1 Sends,
+    // Recvs and running-sum adds per rank, no collective.
+    const Schedule ag = generate_tpsp(request(t, TpspPiece::ag_gemm, fuse_rs_only));
+    const Schedule rs = generate_tpsp(request(t, TpspPiece::gemm_rs, fuse_rs_only));
+    for (int rank = 0; rank < t; ++rank) {
+      const Count a = on_rank(ag.graph, rank), r = on_rank(rs.graph, rank);
+      CHECK((a.collectives == 1 && a.sends == 0 && a.recvs == 0));
+      CHECK((r.collectives == 0 && r.sends == t - 1 && r.recvs == t - 1 && r.adds == t - 1));
+    }
+    // A two-layer stack, forward and backward: per layer and rank, forward AG+QKV, AG+FC1 and the
+    // backward's AG+FC2-dgrad, AG+out-proj-dgrad and the two re-gathers are 6 collectives; forward
+    // out-proj+RS, FC2+RS and the backward's FC1 and QKV dgrad+RS are 4 Fuse-RS rings of t - 1 Sends.
+    const Schedule stack = generate_tpsp(request(t, TpspPiece::layers, fuse_rs_only));
+    for (int rank = 0; rank < t; ++rank) {
+      const Count c = on_rank(stack.graph, rank);
+      CHECK(c.collectives == 2 * 6);
+      CHECK(c.sends == 2 * 4 * (t - 1));
+      CHECK(c.recvs == 2 * 4 * (t - 1));
+    }
+    // Each computes exactly what the unpartitioned computation does, in every visiting order.
+    for (const Schedule* s : {&ag, &rs, &stack}) {
+      const ExecuteResult result = execute(*s, ExecuteOptions{});
+      INFO(result.error);
+      CHECK(result.passed);
+      CHECK(result.orders_run == 3);
+    }
+  }
+}
+
+TEST_CASE("the example schedule's ring is checked like the shipped ones", "[sched][strategy]") {
+  // A wrong chunk at ring step 1 of rank 1's reduce-scatter (the fault hook) gives a wrong result.
+  const FuseRsOnly fuse_rs_only;
+  TpspRequest r = request(4, TpspPiece::gemm_rs, fuse_rs_only);
+  r.fault = TpspFault{1, 0, 1, 1};
+  const ExecuteResult result = execute(generate_tpsp(r), ExecuteOptions{});
+  CHECK_FALSE(result.passed);
+  CHECK_FALSE(result.error.empty());
+}
