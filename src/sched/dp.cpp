@@ -18,22 +18,6 @@ namespace {
 // collides with them (tags: sched/tags.hpp).
 constexpr std::int64_t kDpInstance0 = std::int64_t{1} << 44;
 
-// The running-sum adds of CommFuse over DP run on a second compute stream. On the backward's own
-// stream each add, which must wait for its DP hop, would hold back every later kernel of the
-// backward: a NIC hop of a dp-th of a gradient takes longer than a dp-th of its last wgrad step, so
-// the whole backward would slow to the DP ring's pace (docs/schedules.md "DP"). Here the backward
-// goes on while the ring advances, and the adds share the device with it when they run.
-constexpr StreamRef kDpAddStream{StreamKind::compute, 1};
-
-// DP's own streams, as its own NCCL communicators would have: gradient collectives, ZeRO-3 parameter
-// gathers, and ring P2P (copy engine, or an SM-kernel stream). Index 1 of comm and copy belongs to
-// the Ulysses exchanges (sched/ulysses.cpp), which a DP transfer must not queue behind in stream
-// order, nor they behind it: with tp x up x dp both run in the same backward.
-constexpr StreamRef kDpCollectiveStream{StreamKind::comm, 3};
-constexpr StreamRef kDpGatherStream{StreamKind::comm, 2};
-constexpr StreamRef kDpCopyStream{StreamKind::copy, 2};
-constexpr StreamRef kDpSmP2pStream{StreamKind::comm, 4};
-
 Rect part_rect(const RowPart& p, std::int64_t cols) { return Rect{p.row0, 0, p.rows, cols}; }
 
 }  // namespace
@@ -58,7 +42,7 @@ std::vector<std::vector<int>> dp_buckets(const std::vector<Bytes>& gradient_byte
 }
 
 DpSync::DpSync(TaskGraph& graph, DataflowProgram* program, DpConfig config)
-    : g_(graph), prog_(program), cfg_(std::move(config)) {
+    : g_(graph), prog_(program), cfg_(std::move(config)), comm_(make_communicators(cfg_.schedule).dp) {
   if (cfg_.dp < 1 || cfg_.members < 1) throw std::logic_error("DpSync: dp and members must be >= 1");
   if (cfg_.schedule.dp_bucket_bytes < 1) throw std::logic_error("DpSync: the bucket size must be positive");
   if (cfg_.mirror) cfg_.as_p2p = true;
@@ -103,7 +87,7 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
   // Two exchanges' tags per collective: a reduce-scatter and an all-gather half (all-reduce).
   const std::int64_t tag0 = tag_block(TagSpace::dp_collective, k, 2 * ring.tags_per_exchange());
   const int next = peer(rank, ring.next(r));
-  const int sms = cfg_.schedule.comm_sms.value_or(-1);
+  const int sms = comm_.sms;
   // Dataflow: ring chunk c is row part c of every gradient of the collective (the bytes stay
   // total / t per step, NCCL's even split of the flat buffer), in the orders of sched/ring.hpp.
   // Reduce-scatter step s sends the chunk it reduces (the rank's own gradient at step 0, else the
@@ -150,7 +134,7 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
     else if (data)
       send_op = op(SendPartsOp{parts(2, m.chunk, m.step == rs_steps)});
     return add(rank, fmt::format("{}/send{}", name, m.step), stream,
-               SendTask{next, chunk, m.tag(), cfg_.schedule.collective_engine, sms}, step_labels(m), send_op, after);
+               SendTask{next, chunk, m.tag(), comm_.collective_engine, sms}, step_labels(m), send_op, after);
   };
   ports.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
     std::int32_t recv_op = -1;
@@ -197,7 +181,7 @@ int DpSync::fault_part(int rank, int part) const {
 }
 
 StreamRef DpSync::p2p_stream() const {
-  return cfg_.schedule.p2p_engine == model::CommEngine::copy_engine ? kDpCopyStream : kDpSmP2pStream;
+  return comm_.p2p_stream();
 }
 
 TaskId DpSync::add(int rank, std::string name, StreamRef stream, TaskKind kind, TaskLabels labels,
@@ -256,7 +240,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     l.op = op_name;
     return l;
   };
-  const int sms = cfg_.schedule.comm_sms.value_or(-1);
+  const int sms = comm_.sms;
   TaskId last_compute = kNoTask;
   // Fuse-RS over the DP ring (the reduce order of sched/ring.hpp): step i computes the part it reduces
   // of the last accumulation step;
@@ -317,7 +301,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   };
   rs.add = [&](const RingMessage& m, TaskId partial, TaskId received, bool last) {
     const std::int64_t n = row_part(g.rows, t, m.chunk).rows * g.cols;
-    return add(rank, fmt::format("{}/dp_add/c{}", g.name, m.chunk), kDpAddStream,
+    return add(rank, fmt::format("{}/dp_add/c{}", g.name, m.chunk), comm_.add_stream,
                ComputeTask{model::ElementwiseKernel{"add", bytes(3 * n), static_cast<Flops>(n)}, cfg_.grad_dtype, false},
                labels("dp_add", m.chunk, m.step),
                data ? op(AddOp{part_ref(g.buffer, m.chunk), part_ref(recv_buf, m.chunk),
@@ -328,7 +312,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   rs.send = [&](const RingMessage& m, const std::vector<TaskId>& after) {
     // Step 0 passes on the own part of the gradient, later steps the running sum.
     return add(rank, fmt::format("{}/dp_send/c{}", g.name, m.chunk), p2p_stream(),
-               SendTask{next, part_bytes(m.chunk), m.tag(), cfg_.schedule.p2p_engine, sms},
+               SendTask{next, part_bytes(m.chunk), m.tag(), comm_.p2p_engine, sms},
                labels("dp_send", m.chunk, m.step),
                data ? op(SendOp{part_ref(m.step == 0 ? g.buffer : sum_buf, m.chunk)}) : -1, after);
   };
@@ -339,7 +323,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     RingPorts ag;
     ag.send = [&](const RingMessage& m, const std::vector<TaskId>& after) {
       return add(rank, fmt::format("{}/dp_ag_send/c{}", g.name, m.chunk), p2p_stream(),
-                 SendTask{next, part_bytes(m.chunk), m.tag(), cfg_.schedule.p2p_engine, sms},
+                 SendTask{next, part_bytes(m.chunk), m.tag(), comm_.p2p_engine, sms},
                  labels("dp_ag_send", m.chunk, m.step), data ? op(SendOp{part_ref(gr.synced, m.chunk)}) : -1, after);
     };
     ag.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
@@ -373,7 +357,7 @@ TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>&
     l.phase = params ? Phase::optimizer : Phase::backward;
     l.op = "dp_" + to_string(kind);
     return p2p_collective(rank, kind, total, fmt::format("{}/{}", region_name, to_string(kind)),
-                          kDpCollectiveStream, l, deps, idx);
+                          comm_.collective_stream, l, deps, idx);
   }
   const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
   std::int32_t data_op = -1;
@@ -425,9 +409,9 @@ TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>&
   l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
   l.phase = params ? Phase::optimizer : Phase::backward;
   l.op = "dp_" + to_string(kind);
-  return add(rank, fmt::format("{}/{}", region_name, to_string(kind)), kDpCollectiveStream,
-             CollectiveTask{kind, group(rank), total, instance, cfg_.schedule.collective_engine,
-                            cfg_.schedule.comm_sms.value_or(-1)},
+  return add(rank, fmt::format("{}/{}", region_name, to_string(kind)), comm_.collective_stream,
+             CollectiveTask{kind, group(rank), total, instance, comm_.collective_engine,
+                            comm_.sms},
              std::move(l), data_op, deps);
 }
 
@@ -493,11 +477,11 @@ TaskId DpSync::gather_layer(int rank, const std::string& name, int layer, std::i
   l.op = "dp_param_all_gather";
   if (cfg_.as_p2p)
     return p2p_collective(rank, CollectiveKind::all_gather, param_bytes(elements), name + "/dp_param_ag",
-                          kDpGatherStream, l, deps, {});
+                          comm_.gather_stream, l, deps, {});
   const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
-  return add(rank, name + "/dp_param_ag", kDpGatherStream,
+  return add(rank, name + "/dp_param_ag", comm_.gather_stream,
              CollectiveTask{CollectiveKind::all_gather, group(rank), param_bytes(elements), instance,
-                            cfg_.schedule.collective_engine, cfg_.schedule.comm_sms.value_or(-1)},
+                            comm_.collective_engine, comm_.sms},
              std::move(l), -1, deps);
 }
 

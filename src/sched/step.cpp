@@ -53,8 +53,8 @@ std::vector<TaskId> StepEmitter::collective(const std::string& name, CollectiveK
     l.micro_batch = micro_batch;
     l.phase = phase;
     l.op = to_string(kind);
-    out.push_back(add(ti, name, StreamRef{StreamKind::comm, 0},
-                      CollectiveTask{kind, grp_.ranks, bytes, instance, grp_.collective_engine, grp_.comm_sms},
+    out.push_back(add(ti, name, grp_.comm.collective_stream,
+                      CollectiveTask{kind, grp_.ranks, bytes, instance, grp_.comm.collective_engine, grp_.comm.sms},
                       std::move(l), deps[static_cast<std::size_t>(ti)]));
   }
   return out;

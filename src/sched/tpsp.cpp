@@ -39,7 +39,7 @@ namespace tpsp {
 // region gathers the chunks into `g.full` [S, width] (see Rows for the own chunk) and runs `work` on
 // them, lowered by the schedule's strategy.
 Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work,
-                        std::vector<std::vector<AgCall>>* plan, int comm_index) {
+                        std::vector<std::vector<AgCall>>* plan, bool beside_dgrad) {
   const int region = region_id(ctx);
   const int region_index = region_count_++;
   if (plan != nullptr) {
@@ -47,7 +47,9 @@ Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, con
       throw std::logic_error("TPSP generator: an AG region's calls recorded outside Fuse-AG");
     plan->assign(static_cast<std::size_t>(t_), {});
   }
-  if (t_ > 1) return strategy_.all_gather(*this, RegionCall{ctx, region, region_index, width, ready, work}, g, plan, comm_index);
+  if (t_ > 1)
+    return strategy_.all_gather(*this, RegionCall{ctx, region, region_index, width, ready, work}, g, plan,
+                                beside_dgrad ? comms_.tp.regather_stream : comms_.tp.collective_stream);
   // One rank: nothing to gather.
   Deps done(1);
   if (plan != nullptr)
@@ -251,7 +253,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     const Rows gathered{alloc(ctx, "ag+" + name + "_wgrad/gather", S_, h), saved_shard};
     ag_region(with("ag+" + name + "_wgrad"), gathered, h, after,
               wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls()), nullptr,
-              strategy_.async_regather() ? 1 : 0);
+              strategy_.async_regather());
     return g;
   };
   auto each = [&](auto fn) {
@@ -447,7 +449,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     // one after the other on the compute stream.
     if (strategy_.async_regather() || (t_ > 1 && !strategy_.ring_steps())) {
       g.dgrad_done = rs_region(with("qkv_dgrad+rs"), partial, g.d_in, h, d_att, dgrad);
-      ag_region(with("ag+qkv_wgrad"), gathered, h, d_att, wgrad, nullptr, strategy_.async_regather() ? 1 : 0);
+      ag_region(with("ag+qkv_wgrad"), gathered, h, d_att, wgrad, nullptr, strategy_.async_regather());
       return g;
     }
     region_id(with("qkv_dgrad+rs"));  // the regions keep their order in the graph
@@ -668,7 +670,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   if (step)
     extra = std::make_unique<StepEmitter>(
         g_, next_instance_,
-        StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.activation_dtype(), req_.schedule.collective_engine, comm_sms(),
+        StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.activation_dtype(), comms_.tp,
                            grad_dtype()});
   const auto L = static_cast<std::size_t>(layers);
   Deps ready(static_cast<std::size_t>(t_));

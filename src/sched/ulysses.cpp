@@ -52,7 +52,8 @@ UlyssesEmitter::UlyssesEmitter(const TpspRequest& req, TaskGraph& graph, Dataflo
                                TagCounter& tags, std::int64_t& next_instance)
     : req_(req), sh_(req.shape), g_(graph), prog_(program), tags_(tags), next_instance_(next_instance),
       tp_(req.shape.tp), up_(req.shape.up), k_(req.up_kind == model::ScheduleKind::slice ? req.schedule.slices : 1),
-      full_rows_(req.shape.rows()), elem_(topo::bytes_per_element(req.shape.activation_dtype())) {}
+      full_rows_(req.shape.rows()), elem_(topo::bytes_per_element(req.shape.activation_dtype())),
+      comm_(make_communicators(req.schedule).up) {}
 
 void UlyssesEmitter::set_position(int dp_index, int up_index) {
   d_ = dp_index;
@@ -161,8 +162,7 @@ UpPerRank UlyssesEmitter::alloc(bool data, const std::string& name, std::int64_t
 // Stream index 1 (a second copy engine, a second communicator's stream): the UP transfers must not
 // queue behind the TP ring's P2P steps and collectives on stream 0, which run at the same time.
 StreamRef UlyssesEmitter::p2p_stream() const {
-  return req_.schedule.p2p_engine == model::CommEngine::copy_engine ? StreamRef{StreamKind::copy, 1}
-                                                                      : StreamRef{StreamKind::comm, 1};
+  return comm_.p2p_stream();
 }
 
 std::vector<int> UlyssesEmitter::group(int ti) const {
@@ -244,10 +244,10 @@ UpWorkFn UlyssesEmitter::producer(int layer, bool forward, bool data, UpLocate a
             TaskLabels lab = labels(layer, forward, region, "all_to_all");
             lab.slice = s;
             const TaskId x = add(ti, fmt::format("{}/{}+a2a/a2a/r{}", pre, name, run.row0),
-                                 StreamRef{StreamKind::comm, 1},
+                                 comm_.collective_stream,
                                  CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(run.rows * gc * up_),
-                                                next_instance_++, req_.schedule.collective_engine,
-                                                req_.schedule.comm_sms.value_or(-1)},
+                                                next_instance_++, comm_.collective_engine,
+                                                comm_.sms},
                                  std::move(lab), op(data, std::move(cop)), {id});
             pend->transfers[static_cast<std::size_t>(ti)].push_back(x);
           }
@@ -298,8 +298,8 @@ UpWorkFn UlyssesEmitter::producer(int layer, bool forward, bool data, UpLocate a
           lab.step = step;
           lab.chunk = p;
           add(ti, fmt::format("{}/{}+a2a/send/g{}/r{}", pre, name, p, run.row0), p2p_stream(),
-              SendTask{rank(ti, p), bytes(run.rows * gc), tag(*pend, run.row0, u_, p), req_.schedule.p2p_engine,
-                       req_.schedule.comm_sms.value_or(-1)},
+              SendTask{rank(ti, p), bytes(run.rows * gc), tag(*pend, run.row0, u_, p), comm_.p2p_engine,
+                       comm_.sms},
               std::move(lab),
               op(data, SendOp{Ref{at(c, ti), Rect{run.row0, src_block * gc, run.rows, gc}}}), {id});
         }
@@ -327,9 +327,9 @@ void UlyssesEmitter::finish_pre(int layer, bool forward, bool data, const UpPerR
           cop.in.push_back(Ref{src[i], Rect{0, p * gc, S_loc, gc}});
           cop.out.push_back(Ref{pending.dst[i], Rect{fault_swap(pending.region_index, p) * S_loc, 0, S_loc, gc}});
         }
-      w = {add(ti, region_name + "/a2a", StreamRef{StreamKind::comm, 1},
+      w = {add(ti, region_name + "/a2a", comm_.collective_stream,
                CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(S_loc * gc * up_), next_instance_++,
-                              req_.schedule.collective_engine, req_.schedule.comm_sms.value_or(-1)},
+                              comm_.collective_engine, comm_.sms},
                labels(layer, forward, pending.region, "all_to_all"), op(data, std::move(cop)), ready[i])};
       continue;
     }
@@ -424,9 +424,9 @@ UpDeps UlyssesEmitter::attention_forward(int layer, bool data, const UpPerRank& 
       }
     TaskLabels lab = labels(layer, true, region, "all_to_all");
     lab.slice = slice;
-    return add(ti, pre + "/attn+a2a/" + name, StreamRef{StreamKind::comm, 1},
+    return add(ti, pre + "/attn+a2a/" + name, comm_.collective_stream,
                CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(rows * qg() * up_), next_instance_++,
-                              req_.schedule.collective_engine, req_.schedule.comm_sms.value_or(-1)},
+                              comm_.collective_engine, comm_.sms},
                std::move(lab), op(data, std::move(cop)), deps);
   };
   UpDeps done(static_cast<std::size_t>(tp_));
@@ -476,8 +476,8 @@ UpDeps UlyssesEmitter::attention_forward(int layer, bool data, const UpPerRank& 
         lab.chunk = p;
         const int src_chunk = fault_shift(post.region_index, d, p);
         add(ti, fmt::format("{}/attn+a2a/send/q{}", pre, p), p2p_stream(),
-            SendTask{rank(ti, p), bytes(S_loc * qg()), tag(post, 0, u_, p), req_.schedule.p2p_engine,
-                     req_.schedule.comm_sms.value_or(-1)},
+            SendTask{rank(ti, p), bytes(S_loc * qg()), tag(post, 0, u_, p), comm_.p2p_engine,
+                     comm_.sms},
             std::move(lab), op(data, SendOp{hs_o(ti, src_chunk * S_loc, S_loc)}), {at});
       }
       for (int step = 1; step < up_; ++step) {
@@ -535,9 +535,9 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
       }
     TaskLabels lab = labels(layer, false, region, "all_to_all");
     lab.slice = slice;
-    return add(ti, pre + "/attn_bwd+a2a/" + name, StreamRef{StreamKind::comm, 1},
+    return add(ti, pre + "/attn_bwd+a2a/" + name, comm_.collective_stream,
                CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(rows * Wc * up_), next_instance_++,
-                              req_.schedule.collective_engine, req_.schedule.comm_sms.value_or(-1)},
+                              comm_.collective_engine, comm_.sms},
                std::move(lab), op(data, std::move(cop)), deps);
   };
   UpDeps done(static_cast<std::size_t>(tp_));
@@ -594,8 +594,8 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
           lab.chunk = p;
           const int src_chunk = fault_shift(post.region_index, d, p);
           add(ti, fmt::format("{}/attn_bwd+a2a/send/q{}/r{}", pre, p, c * n), p2p_stream(),
-              SendTask{rank(ti, p), bytes(n * Wc), tag(post, c * n, u_, p), req_.schedule.p2p_engine,
-                       req_.schedule.comm_sms.value_or(-1)},
+              SendTask{rank(ti, p), bytes(n * Wc), tag(post, c * n, u_, p), comm_.p2p_engine,
+                       comm_.sms},
               std::move(lab), op(data, SendOp{dhs(ti, src_chunk * S_loc + c * n, n)}), {ab_id});
         }
         for (int d = 1; d < up_; ++d) {

@@ -20,8 +20,8 @@ class FuseRsOnly final : public tpsp::TpStrategy {
   bool own_chunk_in_shard() const override { return false; }  // a collective all-gather copies every chunk
   bool ring_steps() const override { return false; }         // its AG regions are not rings
   tpsp::Deps all_gather(tpsp::Builder& b, const tpsp::RegionCall& r, const tpsp::Rows& g,
-                        std::vector<std::vector<tpsp::AgCall>>*, int comm_index) const override {
-    return tpsp::collective_all_gather(b, r, g, 1, comm_index);
+                        std::vector<std::vector<tpsp::AgCall>>*, StreamRef stream) const override {
+    return tpsp::collective_all_gather(b, r, g, 1, stream);
   }
   tpsp::Deps reduce_scatter(tpsp::Builder& b, const tpsp::RegionCall& r, const tpsp::PerRank& pbuf,
                             const tpsp::PerRank& out) const override {

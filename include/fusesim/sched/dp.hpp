@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "fusesim/model/workload.hpp"
+#include "fusesim/sched/communicator.hpp"
 #include "fusesim/sched/dag.hpp"
 #include "fusesim/sched/dataflow.hpp"
 #include "fusesim/sched/generate.hpp"
@@ -171,6 +172,7 @@ class DpSync {
   TaskGraph& g_;
   DataflowProgram* prog_;
   DpConfig cfg_;
+  DpCommunicator comm_;  // DP's streams and engines (sched/communicator.hpp)
   std::map<int, RankState> ranks_;
   std::map<std::string, int> regions_;
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "fusesim/model/workload.hpp"
+#include "fusesim/sched/communicator.hpp"
 #include "fusesim/sched/dag.hpp"
 #include "fusesim/sched/dp.hpp"
 
@@ -50,8 +51,7 @@ class StepEmitter {
     std::int64_t hidden = 0;
     std::int64_t vocab = 0;          // the whole (padded) vocabulary (each TP rank holds vocab/tp rows)
     topo::Dtype dtype = topo::Dtype::bf16;
-    model::CommEngine collective_engine = model::CommEngine::sm_kernel;
-    int comm_sms = -1;
+    Communicator comm;  // the TP group's (sched/communicator.hpp)
     topo::Dtype grad_dtype = topo::Dtype::fp32;  // what the optimizer reads the gradients as
   };
   // `next_instance`: the generator's collective instance counter (TP collectives of this group).
@@ -72,7 +72,7 @@ class StepEmitter {
              const std::vector<TaskId>& deps);
   TaskId compute(int ti, const std::string& name, model::Kernel k, Phase phase, int micro_batch,
                  const std::vector<TaskId>& deps, int region = -1);
-  // One collective over the group on comm stream 0; returns the task of each TP index.
+  // One collective over the group on its communicator's collective stream; returns the task of each TP index.
   std::vector<TaskId> collective(const std::string& name, CollectiveKind kind, Bytes bytes, Phase phase,
                                  int micro_batch, const Deps& deps);
   // Gradient `dg` of every TP index, complete after `emit(ti, row0, rows, region, deps)` has run over

@@ -107,9 +107,9 @@ class TpStrategy {
   virtual bool async_regather() const { return false; }
   // AG -> GEMM with t > 1: gathers g's chunks (shard -> full) and runs r.work on them. `plan`
   // (ring_steps() only): records each rank's calls instead of emitting them (Builder::ag_region).
-  // `comm_index`: the comm stream of collectives.
+  // `collective_stream`: where collectives go (the TP communicator's, or its re-gather stream).
   virtual Deps all_gather(Builder& b, const RegionCall& r, const Rows& g, std::vector<std::vector<AgCall>>* plan,
-                          int comm_index) const = 0;
+                          StreamRef collective_stream) const = 0;
   // GEMM -> RS with t > 1: r.work writes the partial sums into `pbuf` [S, width]; the reduced own
   // chunk goes into `out` [n, width].
   virtual Deps reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out) const = 0;
@@ -121,7 +121,7 @@ const TpStrategy& tp_strategy(model::ScheduleKind kind);
 // The collective lowering baseline and slice share (src/sched/strategy/collective_regions.cpp):
 // each region as `slices` collectives, the work of slice j after its all-gather or before its
 // reduce-scatter.
-Deps collective_all_gather(Builder& b, const RegionCall& r, const Rows& g, int slices, int comm_index);
+Deps collective_all_gather(Builder& b, const RegionCall& r, const Rows& g, int slices, StreamRef stream);
 Deps collective_reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out, int slices);
 
 }  // namespace fusesim::sched::tpsp

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "fusesim/sched/communicator.hpp"
 #include "fusesim/sched/dataflow.hpp"
 #include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/dp.hpp"
@@ -36,6 +37,7 @@ class Builder {
  public:
   Builder(const TpspRequest& req, Schedule& out, DataflowProgram& prog)
       : req_(req), sh_(req.shape), g_(out.graph), prog_(prog), strategy_(req.tp_strategy != nullptr ? *req.tp_strategy : tp_strategy(req.kind)),
+        comms_(make_communicators(req.schedule)),
         t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.activation_dtype())),
         up_(req, out.graph, prog, tags_, next_instance_) {
     k_ = strategy_.slices(req.schedule);
@@ -55,6 +57,7 @@ class Builder {
   TaskGraph& g_;
   DataflowProgram& prog_;
   const TpStrategy& strategy_;
+  const Communicators comms_;  // the TP group's streams and engines (and UP's, DP's: their emitters)
   int t_;
   int k_;
   int elem_;
@@ -159,11 +162,8 @@ class Builder {
                ComputeTask{std::move(kernel), sh_.dtype, recompute_}, std::move(lab), data_op, {cast});
   }
 
-  StreamRef p2p_stream() const {
-    return req_.schedule.p2p_engine == model::CommEngine::copy_engine ? StreamRef{StreamKind::copy, 0}
-                                                                        : StreamRef{StreamKind::comm, 0};
-  }
-  int comm_sms() const { return req_.schedule.comm_sms.value_or(-1); }
+  StreamRef p2p_stream() const { return comms_.tp.p2p_stream(); }
+  int comm_sms() const { return comms_.tp.sms; }
   // The Send and Recv of a TP ring exchange (Fuse-AG, Fuse-RS) on `ti`, on the P2P stream; `send_data`
   // and `recv_data` say where each message's rows are.
   RingPorts ring_ports(const OpCtx& ctx, int region, int ti, Bytes chunk_bytes,
@@ -179,7 +179,7 @@ class Builder {
     p.send = [this, ctx, ti, chunk_bytes, step_labels, send_data = std::move(send_data)](
                  const RingMessage& m, const std::vector<TaskId>& deps) {
       return add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, m.chunk), p2p_stream(),
-                 SendTask{rank(Ring{t_}.next(ti)), chunk_bytes, m.tag(), req_.schedule.p2p_engine, comm_sms()},
+                 SendTask{rank(Ring{t_}.next(ti)), chunk_bytes, m.tag(), comms_.tp.p2p_engine, comm_sms()},
                  step_labels("send", m), op(ctx, SendOp{send_data(m)}), deps);
     };
     p.recv = [this, ctx, ti, chunk_bytes, step_labels, recv_data = std::move(recv_data)](
@@ -305,10 +305,11 @@ class Builder {
   // `plan` (Fuse-AG and t = 1 only): nothing is emitted; each rank's calls go into (*plan)[ti] in step
   // order, with their transfers, for the caller to emit where it wants them: step i's transfer before
   // the call of step i + 1, which waits for its Recv.
-  // `comm_index`: the comm stream its collectives go on (baseline and slice). The baseline backward's
-  // re-gather runs on a second one, so that it is issued beside the dgrad (see backward_layer).
+  // `beside_dgrad`: its collectives go on the TP communicator's re-gather stream rather than its
+  // collective stream, so that the baseline backward's re-gather is issued beside the dgrad (see
+  // backward_layer).
   Deps ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, const Deps& ready, const WorkFn& work,
-                 std::vector<std::vector<AgCall>>* plan = nullptr, int comm_index = 0);
+                 std::vector<std::vector<AgCall>>* plan = nullptr, bool beside_dgrad = false);
   Deps rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std::int64_t width, const Deps& ready,
                  const WorkFn& work);
 

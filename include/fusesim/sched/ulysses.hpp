@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "fusesim/sched/communicator.hpp"
 #include "fusesim/sched/dag.hpp"
 #include "fusesim/sched/dataflow.hpp"
 #include "fusesim/sched/tags.hpp"
@@ -117,6 +118,7 @@ class UlyssesEmitter {
   int tp_, up_, k_;
   std::int64_t full_rows_;
   int elem_;
+  Communicator comm_;  // the UP group's streams and engines
   int d_ = 0, u_ = 0;
   int region_count_ = 0;
   std::string mb_prefix_;

@@ -12,8 +12,8 @@ class Baseline final : public TpStrategy {
   bool ring_steps() const override { return false; }
   bool async_regather() const override { return true; }
   Deps all_gather(Builder& b, const RegionCall& r, const Rows& g, std::vector<std::vector<AgCall>>*,
-                  int comm_index) const override {
-    return collective_all_gather(b, r, g, 1, comm_index);
+                  StreamRef stream) const override {
+    return collective_all_gather(b, r, g, 1, stream);
   }
   Deps reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out) const override {
     return collective_reduce_scatter(b, r, pbuf, out, 1);

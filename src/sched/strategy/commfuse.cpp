@@ -19,7 +19,7 @@ class CommFuse final : public TpStrategy {
   // Fuse-AG: step i computes the chunk the member holds, passes it on and receives the next; step 0
   // computes the own chunk from the shard.
   Deps all_gather(Builder& b, const RegionCall& r, const Rows& g, std::vector<std::vector<AgCall>>* plan,
-                  int) const override {
+                  StreamRef) const override {
     const int t = b.t_;
     const std::int64_t width = r.width;
     const Ring ring{t};

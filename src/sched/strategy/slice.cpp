@@ -14,8 +14,8 @@ class Slice final : public TpStrategy {
   bool own_chunk_in_shard() const override { return false; }
   bool ring_steps() const override { return false; }
   Deps all_gather(Builder& b, const RegionCall& r, const Rows& g, std::vector<std::vector<AgCall>>*,
-                  int comm_index) const override {
-    return collective_all_gather(b, r, g, b.k_, comm_index);
+                  StreamRef stream) const override {
+    return collective_all_gather(b, r, g, b.k_, stream);
   }
   Deps reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out) const override {
     return collective_reduce_scatter(b, r, pbuf, out, b.k_);
