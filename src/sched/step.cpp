@@ -12,6 +12,22 @@
 
 namespace fusesim::sched {
 
+std::vector<StepWork> accumulation_order(std::int64_t micro_batches, std::int64_t layers, bool forward, bool backward) {
+  std::vector<StepWork> out;
+  for (std::int64_t mb = 0; mb < micro_batches; ++mb) {
+    if (forward) {
+      out.push_back(StepWork{StepPhase::forward_begin, mb, -1});
+      for (std::int64_t l = 0; l < layers; ++l) out.push_back(StepWork{StepPhase::forward_layer, mb, l});
+    }
+    if (backward) {
+      out.push_back(StepWork{StepPhase::backward_begin, mb, -1});
+      for (std::int64_t l = layers - 1; l >= 0; --l) out.push_back(StepWork{StepPhase::backward_layer, mb, l});
+      out.push_back(StepWork{StepPhase::backward_end, mb, -1});
+    }
+  }
+  return out;
+}
+
 std::int64_t adam_bytes_per_param(topo::Dtype dtype, topo::Dtype grad_dtype) {
   return 2 * 3 * 4 + topo::bytes_per_element(dtype) + topo::bytes_per_element(grad_dtype);
 }

@@ -687,60 +687,76 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     for (int ti = 0; ti < t_; ++ti) a[ti].insert(a[ti].end(), b[ti].begin(), b[ti].end());
     return a;
   };
-  for (std::int64_t mb = 0; mb < mbs; ++mb) {
+  // The embedding's or the LM head's rows (vocab / tp) of each TP rank, gathered once `issue` is done.
+  auto gather_table = [&](const std::string& name, const Deps& issue) {
+    Deps out(static_cast<std::size_t>(t_));
+    for (int ti = 0; ti < t_; ++ti)
+      out[ti] = {dp_->gather_layer(rank(ti), name, -1, (req_.step.vocab / t_) * h, issue[ti])};
+    return out;
+  };
+  // What a micro-batch carries from one piece of work to the next.
+  struct MicroBatch {
+    std::vector<LayerData> saved;
+    std::vector<PerRank> inputs;
+    PerRank x, dy;
+    Deps head_params;  // overlapped ZeRO-1/2 gather of the LM head's rows (first micro-batch)
+  };
+  std::vector<MicroBatch> state(static_cast<std::size_t>(mbs));
+  Deps next_params;  // the prefetched parameters of the next layer (ZeRO-3, overlapped ZeRO-1/2)
+  // The order is the step assembler's (sched/step.hpp); the layer builder does each piece.
+  for (const StepWork& work : accumulation_order(mbs, layers, req_.options.forward, req_.options.backward)) {
+    const std::int64_t mb = work.micro_batch, l = work.layer;
+    MicroBatch& m = state[static_cast<std::size_t>(mb)];
     micro_batch_ = step ? static_cast<int>(mb) : -1;
     mb_prefix_ = mb > 0 ? fmt::format("mb{}/", mb) : "";
     dp_active_ = dp_ != nullptr && mb == mbs - 1;  // DDP's no_sync on the others
     const int mbi = static_cast<int>(mb);
-    std::vector<LayerData> saved(L);
-    std::vector<PerRank> inputs(L);
-    Deps head_params;  // overlapped ZeRO-1/2 gather of the LM head's rows (first micro-batch)
-    if (req_.options.forward) {
-      OpCtx ctx{0, true, "", data_};
-      PerRank x = alloc(ctx, "x", n(), h, [&](int ti) {
-        return std::vector<Piece>{Piece{"x", Rect{global_row(ti), 0, n(), h}, 0, 0}};
-      });
-      const bool gathers = zero3 || (overlap_gather && mb == 0);
-      // The embedding's or the LM head's rows (vocab / tp) of each TP rank, gathered once `issue` is done.
-      auto gather_table = [&](const std::string& name, const Deps& issue) {
-        Deps out(static_cast<std::size_t>(t_));
-        for (int ti = 0; ti < t_; ++ti)
-          out[ti] = {dp_->gather_layer(rank(ti), name, -1, (req_.step.vocab / t_) * h, issue[ti])};
-        return out;
-      };
-      if (overlap_gather && mb == 0) ready = merge(ready, gather_table("embedding", ready));
-      if (extra) ready = extra->embedding_forward(mb_prefix_, mbi, ready);
-      Deps next_params;
-      if (gathers) next_params = gather(0, true, ready);
-      for (std::int64_t l = 0; l < layers; ++l) {
+    const bool gathers = zero3 || (overlap_gather && mb == 0);
+    switch (work.phase) {
+      case StepPhase::forward_begin: {
+        m.saved.assign(L, LayerData{});
+        m.inputs.assign(L, PerRank{});
+        OpCtx ctx{0, true, "", data_};
+        m.x = alloc(ctx, "x", n(), h, [&](int ti) {
+          return std::vector<Piece>{Piece{"x", Rect{global_row(ti), 0, n(), h}, 0, 0}};
+        });
+        if (overlap_gather && mb == 0) ready = merge(ready, gather_table("embedding", ready));
+        if (extra) ready = extra->embedding_forward(mb_prefix_, mbi, ready);
+        if (gathers) next_params = gather(0, true, ready);
+        break;
+      }
+      case StepPhase::forward_layer: {
         Deps lr = ready;
         if (gathers) {
           lr = merge(lr, next_params);
           if (l + 1 < layers) next_params = gather(l + 1, true, ready);
           // Overlapped ZeRO-1/2 gather: the LM head one layer ahead of its use too.
-          if (l + 1 == layers && overlap_gather && mb == 0 && extra) head_params = gather_table("lm_head", ready);
+          if (l + 1 == layers && overlap_gather && mb == 0 && extra) m.head_params = gather_table("lm_head", ready);
         }
-        inputs[static_cast<std::size_t>(l)] = x;
-        LayerOut out = forward_layer(static_cast<int>(l), x, lr);
+        m.inputs[static_cast<std::size_t>(l)] = m.x;
+        LayerOut out = forward_layer(static_cast<int>(l), m.x, lr);
         if (data_)
           for (int ti = 0; ti < t_; ++ti)
             prog_.outputs.push_back(
                 OutputCheck{out.y[ti], {Piece{fmt::format("L{}/y", l), Rect{global_row(ti), 0, n(), h}, 0, 0}}});
-        x = out.y;
+        m.x = out.y;
         ready = out.done;
-        saved[static_cast<std::size_t>(l)] = std::move(out.saved);
+        m.saved[static_cast<std::size_t>(l)] = std::move(out.saved);
+        break;
       }
-    }
-    if (req_.options.backward) {
-      if (!head_params.empty()) ready = merge(ready, head_params);
-      if (extra) ready = extra->head(mb_prefix_, mbi, ready, dp_active_ ? dp_.get() : nullptr);
-      OpCtx ctx{static_cast<int>(layers - 1), false, "", train && data_};
-      PerRank dy = alloc(ctx, "y_grad", n(), h, [&](int ti) {
-        return std::vector<Piece>{Piece{"dy", Rect{global_row(ti), 0, n(), h}, 0, 0}};
-      });
-      Deps next_params;
-      if (zero3) next_params = gather(layers - 1, false, ready);
-      for (std::int64_t l = layers - 1; l >= 0; --l) {
+      case StepPhase::backward_begin: {
+        if (m.saved.empty()) m.saved.assign(L, LayerData{});  // a backward generated without its forward
+        if (m.inputs.empty()) m.inputs.assign(L, PerRank{});
+        if (!m.head_params.empty()) ready = merge(ready, m.head_params);
+        if (extra) ready = extra->head(mb_prefix_, mbi, ready, dp_active_ ? dp_.get() : nullptr);
+        OpCtx ctx{static_cast<int>(layers - 1), false, "", train && data_};
+        m.dy = alloc(ctx, "y_grad", n(), h, [&](int ti) {
+          return std::vector<Piece>{Piece{"dy", Rect{global_row(ti), 0, n(), h}, 0, 0}};
+        });
+        if (zero3) next_params = gather(layers - 1, false, ready);
+        break;
+      }
+      case StepPhase::backward_layer: {
         Deps lr = ready;
         if (zero3) {
           lr = merge(lr, next_params);
@@ -752,7 +768,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           const bool data = data_;
           data_ = false;
           recompute_ = true;
-          lr = forward_layer(static_cast<int>(l), inputs[static_cast<std::size_t>(l)], lr).done;
+          lr = forward_layer(static_cast<int>(l), m.inputs[static_cast<std::size_t>(l)], lr).done;
           recompute_ = false;
           data_ = data;
         } else if (req_.step.recompute == model::Recompute::selective) {
@@ -769,11 +785,14 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           }
           recompute_ = false;
         }
-        LayerGrad g = backward_layer(static_cast<int>(l), saved[static_cast<std::size_t>(l)], dy, lr);
-        dy = std::move(g.dx);
+        LayerGrad g = backward_layer(static_cast<int>(l), m.saved[static_cast<std::size_t>(l)], m.dy, lr);
+        m.dy = std::move(g.dx);
         ready = std::move(g.done);
+        break;
       }
-      if (extra) ready = extra->embedding_backward(mb_prefix_, mbi, ready, dp_active_ ? dp_.get() : nullptr);
+      case StepPhase::backward_end:
+        if (extra) ready = extra->embedding_backward(mb_prefix_, mbi, ready, dp_active_ ? dp_.get() : nullptr);
+        break;
     }
   }
   micro_batch_ = -1;

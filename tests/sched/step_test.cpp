@@ -225,3 +225,21 @@ TEST_CASE("A step generated from a workload uses Megatron's padded vocabulary", 
     CHECK(wgrads == 8);
   }
 }
+
+TEST_CASE("the step assembler's accumulation order, by hand", "[sched][step]") {
+  // Two micro-batches of two layers: mb 0 forward (begin, L0, L1), backward (begin, L1, L0, end),
+  // then mb 1 likewise: 2 x (3 + 4) = 14 pieces.
+  using sched::StepPhase;
+  using sched::StepWork;
+  const std::vector<StepWork> want = {
+      {StepPhase::forward_begin, 0, -1},  {StepPhase::forward_layer, 0, 0},  {StepPhase::forward_layer, 0, 1},
+      {StepPhase::backward_begin, 0, -1}, {StepPhase::backward_layer, 0, 1}, {StepPhase::backward_layer, 0, 0},
+      {StepPhase::backward_end, 0, -1},   {StepPhase::forward_begin, 1, -1}, {StepPhase::forward_layer, 1, 0},
+      {StepPhase::forward_layer, 1, 1},   {StepPhase::backward_begin, 1, -1}, {StepPhase::backward_layer, 1, 1},
+      {StepPhase::backward_layer, 1, 0},  {StepPhase::backward_end, 1, -1}};
+  CHECK(sched::accumulation_order(2, 2, true, true) == want);
+  // Forward only: begin and the layers per micro-batch; backward only: the backward's pieces.
+  CHECK(sched::accumulation_order(1, 3, true, false).size() == 4);
+  const std::vector<StepWork> bwd = sched::accumulation_order(1, 2, false, true);
+  CHECK(bwd == std::vector<StepWork>(want.begin() + 3, want.begin() + 7));
+}

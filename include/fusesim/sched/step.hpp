@@ -35,6 +35,26 @@ struct StepOptions {
   std::int64_t recompute_every = 1;
 };
 
+// The step assembler: the order a replica runs its work in. The layer builder does each piece
+// (sched/tpsp.cpp, Builder::replica_step) and carries each micro-batch's state between its pieces,
+// so that a pipeline schedule is another order, not another builder (docs/extending.md).
+enum class StepPhase : std::uint8_t {
+  forward_begin,   // the micro-batch's input (and, in a step, the embedding)
+  forward_layer,   // `layer`'s forward
+  backward_begin,  // the loss's gradient (in a step, the LM head, loss and their backward)
+  backward_layer,  // `layer`'s backward (with its recomputation)
+  backward_end,    // in a step, the embedding's backward
+};
+struct StepWork {
+  StepPhase phase = StepPhase::forward_begin;
+  std::int64_t micro_batch = 0;
+  std::int64_t layer = -1;  // -1 outside forward_layer and backward_layer
+  friend bool operator==(const StepWork&, const StepWork&) = default;
+};
+// Gradient accumulation without a pipeline: micro-batch after micro-batch, each its forward over
+// layers 0 .. layers - 1, then its backward over layers - 1 .. 0 (what `forward` and `backward` ask).
+std::vector<StepWork> accumulation_order(std::int64_t micro_batches, std::int64_t layers, bool forward, bool backward);
+
 // Adam with fp32 master weights and moments: per parameter it reads and writes the master weight and
 // both moments (3 x 4 B each way), reads the gradient and writes the low-precision copy of the
 // weight (2 x element size) and reads the gradient (its reduction type). Memory-bound.
