@@ -19,6 +19,20 @@
 
 namespace fusesim::sched {
 
+TaskId add_rank_task(TaskGraph& graph, int rank, std::string_view name, StreamRef stream, TaskKind kind,
+                     TaskLabels labels, std::int32_t data_op, const std::vector<TaskId>& deps) {
+  Task task;
+  task.name = fmt::format("r{}/{}", rank, name);
+  task.rank = rank;
+  task.stream = stream;
+  task.kind = std::move(kind);
+  task.labels = std::move(labels);
+  task.data_op = data_op;
+  const TaskId id = graph.add(std::move(task));
+  for (TaskId d : deps) graph.depend(d, id);
+  return id;
+}
+
 TaskId TaskGraph::add(Task task) {
   if (boost::num_vertices(graph_) >= static_cast<std::size_t>(std::numeric_limits<TaskId>::max()))
     throw GraphError("task graph is full: more than 2^32 - 1 tasks");

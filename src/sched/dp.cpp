@@ -186,16 +186,7 @@ StreamRef DpSync::p2p_stream() const {
 
 TaskId DpSync::add(int rank, std::string name, StreamRef stream, TaskKind kind, TaskLabels labels,
                    std::int32_t data_op, const std::vector<TaskId>& deps) {
-  Task task;
-  task.name = fmt::format("r{}/{}", rank, name);
-  task.rank = rank;
-  task.stream = stream;
-  task.kind = std::move(kind);
-  task.labels = std::move(labels);
-  task.data_op = data_op;
-  const TaskId id = g_.add(std::move(task));
-  for (TaskId d : deps) g_.depend(d, id);
-  return id;
+  return add_rank_task(g_, rank, name, stream, std::move(kind), std::move(labels), data_op, deps);
 }
 
 

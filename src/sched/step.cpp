@@ -37,16 +37,8 @@ StepEmitter::StepEmitter(TaskGraph& graph, std::int64_t& next_instance, Group gr
 
 TaskId StepEmitter::add(int ti, const std::string& name, StreamRef stream, TaskKind kind, TaskLabels labels,
                         const std::vector<TaskId>& deps) {
-  Task task;
-  const int rank = grp_.ranks[static_cast<std::size_t>(ti)];
-  task.name = fmt::format("r{}/{}", rank, name);
-  task.rank = rank;
-  task.stream = stream;
-  task.kind = std::move(kind);
-  task.labels = std::move(labels);
-  const TaskId id = g_.add(std::move(task));
-  for (TaskId d : deps) g_.depend(d, id);
-  return id;
+  return add_rank_task(g_, grp_.ranks[static_cast<std::size_t>(ti)], name, stream, std::move(kind),
+                       std::move(labels), -1, deps);
 }
 
 TaskId StepEmitter::compute(int ti, const std::string& name, model::Kernel k, Phase phase,

@@ -131,16 +131,7 @@ TaskLabels UlyssesEmitter::labels(int layer, bool forward, int region, std::stri
 
 TaskId UlyssesEmitter::add(int ti, std::string name, StreamRef stream, TaskKind kind, TaskLabels lab,
                            std::int32_t data_op, const std::vector<TaskId>& deps) {
-  Task task;
-  task.rank = rank(ti, u_);
-  task.name = fmt::format("r{}/{}", task.rank, name);
-  task.stream = stream;
-  task.kind = std::move(kind);
-  task.labels = std::move(lab);
-  task.data_op = data_op;
-  const TaskId id = g_.add(std::move(task));
-  for (TaskId d : deps) g_.depend(d, id);
-  return id;
+  return add_rank_task(g_, rank(ti, u_), name, stream, std::move(kind), std::move(lab), data_op, deps);
 }
 
 UpPerRank UlyssesEmitter::alloc(bool data, const std::string& name, std::int64_t rows, std::int64_t cols,

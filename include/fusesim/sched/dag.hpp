@@ -150,6 +150,11 @@ class TaskGraph {
   std::vector<int> load_alias_;
 };
 
+// A generator's task: on `rank`, named "r<rank>/<name>", after `deps`. `data_op`: its op in the
+// dataflow program, -1 for none.
+TaskId add_rank_task(TaskGraph& graph, int rank, std::string_view name, StreamRef stream, TaskKind kind,
+                     TaskLabels labels, std::int32_t data_op, const std::vector<TaskId>& deps);
+
 // True for the tasks that occupy their (rank, stream) while they run: every kind but Recv.
 bool holds_stream(const Task& task);
 

@@ -127,16 +127,7 @@ class Builder {
 
   TaskId add(int ti, std::string name, StreamRef stream, TaskKind kind, TaskLabels lab, std::int32_t data_op,
              const std::vector<TaskId>& deps) {
-    Task task;
-    task.name = fmt::format("r{}/{}", rank(ti), name);
-    task.rank = rank(ti);
-    task.stream = stream;
-    task.kind = std::move(kind);
-    task.labels = std::move(lab);
-    task.data_op = data_op;
-    const TaskId id = g_.add(std::move(task));
-    for (TaskId d : deps) g_.depend(d, id);
-    return id;
+    return add_rank_task(g_, rank(ti), name, stream, std::move(kind), std::move(lab), data_op, deps);
   }
 
   TaskId compute(int ti, std::string name, model::Kernel kernel, TaskLabels lab, std::int32_t data_op,
