@@ -3,8 +3,9 @@
 //
 //   build-sim/bench_engine --benchmark_counters_tabular=true
 //
-// Everything here is self-contained (a hand-built star cluster and a flop-counting cost model) so
-// that the figures measure the engine, not the topology loader or the roofline model.
+// Everything here but BM_GenerateStep is self-contained (a hand-built star cluster and a
+// flop-counting cost model) so that the figures measure the engine, not the topology loader or the
+// roofline model; BM_GenerateStep times the schedule generators on a shipped workload.
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -17,7 +18,9 @@
 #include <fmt/format.h>
 
 #include "fusesim/model/kernel.hpp"
+#include "fusesim/model/workload.hpp"
 #include "fusesim/sched/dag.hpp"
+#include "fusesim/sched/generate.hpp"
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/sim/event_queue.hpp"
 #include "fusesim/topo/cluster.hpp"
@@ -346,6 +349,26 @@ void BM_EngineCompute(benchmark::State& state) {
   run_engine(state, cluster, graph);
 }
 BENCHMARK(BM_EngineCompute)->Args({64, 16384})->Unit(benchmark::kMillisecond);
+
+// The schedule generators' whole job on a real configuration: a training step of the shipped
+// llama-3-70b-4node (TP 8 x DP 4 on dgx-h100-4node, Scope::step) in schedule 0 baseline, 1 slice,
+// 2 commfuse; items are tasks.
+void BM_GenerateStep(benchmark::State& state) {
+  const auto cluster = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  const model::Workload workload = model::load_workload("llama-3-70b-4node");
+  sched::GenerateOptions options;
+  options.scope = sched::Scope::step;
+  const auto kind = static_cast<model::ScheduleKind>(state.range(0));
+  double tasks = 0.0;
+  for (auto _ : state) {
+    const sched::Schedule s = sched::generate(workload, "llama-3-70b-4node", cluster, kind, options);
+    tasks = static_cast<double>(s.graph.size());
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(tasks));
+  state.counters["tasks"] = tasks;
+}
+BENCHMARK(BM_GenerateStep)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

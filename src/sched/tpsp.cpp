@@ -49,7 +49,7 @@ Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, con
   }
   if (t_ > 1)
     return strategy_.all_gather(*this, RegionCall{ctx, region, region_index, width, ready, work}, g, plan,
-                                beside_dgrad ? comms_.tp.regather_stream : comms_.tp.collective_stream);
+                                beside_dgrad ? comm_.regather_stream : comm_.collective_stream);
   // One rank: nothing to gather.
   Deps done(1);
   if (plan != nullptr)
@@ -670,7 +670,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   if (step)
     extra = std::make_unique<StepEmitter>(
         g_, next_instance_,
-        StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.activation_dtype(), comms_.tp,
+        StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.activation_dtype(), comm_,
                            grad_dtype()});
   const auto L = static_cast<std::size_t>(layers);
   Deps ready(static_cast<std::size_t>(t_));

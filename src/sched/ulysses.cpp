@@ -156,11 +156,7 @@ StreamRef UlyssesEmitter::p2p_stream() const {
   return comm_.p2p_stream();
 }
 
-std::vector<int> UlyssesEmitter::group(int ti) const {
-  std::vector<int> gr;
-  for (int u = 0; u < up_; ++u) gr.push_back(rank(ti, u));
-  return gr;
-}
+std::vector<int> UlyssesEmitter::group(int ti) const { return RankLayout{tp_, up_, sh_.dp}.up_group(ti, d_); }
 
 std::int64_t UlyssesEmitter::tag(const Pending& p, std::int64_t row0, int src, int dst) const {
   return p.tag0 + (row0 * up_ + src) * up_ + dst;

@@ -4,8 +4,10 @@
 
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "fusesim/sched/communicator.hpp"
+#include "fusesim/sched/generate.hpp"
 
 using namespace fusesim;
 using namespace fusesim::sched;
@@ -48,4 +50,22 @@ TEST_CASE("each group's streams are its own", "[sched][communicator]") {
   // Copy-engine P2P by default.
   CHECK(make_communicators(model::ScheduleOptions{}).dp.p2p_stream() == StreamRef{StreamKind::copy, 2});
   CHECK(make_communicators(model::ScheduleOptions{}).tp.sms == -1);
+}
+
+TEST_CASE("group members from the rank layout, by hand", "[sched][communicator]") {
+  // tp 2 x up 2 x dp 2: rank = (d x 2 + u) x 2 + t. The TP group of (u 1, d 1) is (1 x 2 + 1) x 2 + {0, 1}
+  // = {6, 7}; the UP group of (t 1, d 0) is (0 + u) x 2 + 1 = {1, 3}; of (t 0, d 1): {4, 6}.
+  const RankLayout layout{2, 2, 2};
+  CHECK(layout.tp_group(1, 1) == std::vector<int>{6, 7});
+  CHECK(layout.up_group(1, 0) == std::vector<int>{1, 3});
+  CHECK(layout.up_group(0, 1) == std::vector<int>{4, 6});
+  // Every rank is in exactly one TP group and one UP group.
+  std::vector<int> in_tp(8, 0), in_up(8, 0);
+  for (int a = 0; a < 2; ++a)
+    for (int d = 0; d < 2; ++d) {
+      for (int r : layout.tp_group(a, d)) ++in_tp[static_cast<std::size_t>(r)];
+      for (int r : layout.up_group(a, d)) ++in_up[static_cast<std::size_t>(r)];
+    }
+  CHECK(in_tp == std::vector<int>(8, 1));
+  CHECK(in_up == std::vector<int>(8, 1));
 }

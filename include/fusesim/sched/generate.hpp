@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fusesim/model/workload.hpp"
 #include "fusesim/sched/dag.hpp"
@@ -61,6 +62,18 @@ struct RankLayout {
   int tp = 1, up = 1, dp = 1;
   int rank(int tp_index, int up_index, int dp_index) const { return (dp_index * up + up_index) * tp + tp_index; }
   int world() const { return tp * up * dp; }
+  // The members of a group, in ring order: the TP group of (up_index, dp_index), the UP group of
+  // (tp_index, dp_index).
+  std::vector<int> tp_group(int up_index, int dp_index) const {
+    std::vector<int> out;
+    for (int t = 0; t < tp; ++t) out.push_back(rank(t, up_index, dp_index));
+    return out;
+  }
+  std::vector<int> up_group(int tp_index, int dp_index) const {
+    std::vector<int> out;
+    for (int u = 0; u < up; ++u) out.push_back(rank(tp_index, u, dp_index));
+    return out;
+  }
 };
 
 // Copy engines cannot drive the network: NCCL's send/recv between nodes runs an SM kernel that hands

@@ -14,10 +14,10 @@
 
 #include "fusesim/sched/communicator.hpp"
 #include "fusesim/sched/dataflow.hpp"
-#include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/dp.hpp"
 #include "fusesim/sched/ring.hpp"
 #include "fusesim/sched/step.hpp"
+#include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/tags.hpp"
 #include "fusesim/sched/tpsp.hpp"
 #include "fusesim/sched/ulysses.hpp"
@@ -36,8 +36,9 @@ struct LayerData {
 class Builder {
  public:
   Builder(const TpspRequest& req, Schedule& out, DataflowProgram& prog)
-      : req_(req), sh_(req.shape), g_(out.graph), prog_(prog), strategy_(req.tp_strategy != nullptr ? *req.tp_strategy : tp_strategy(req.kind)),
-        comms_(make_communicators(req.schedule)),
+      : req_(req), sh_(req.shape), g_(out.graph), prog_(prog),
+        strategy_(req.tp_strategy != nullptr ? *req.tp_strategy : tp_strategy(req.kind)),
+        comm_(make_communicators(req.schedule).tp),
         t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.activation_dtype())),
         up_(req, out.graph, prog, tags_, next_instance_) {
     k_ = strategy_.slices(req.schedule);
@@ -50,14 +51,14 @@ class Builder {
 
   void generate();
 
- // What the schedule strategies (sched/strategy.hpp) lower a region with: the builder's state and
- // its task, buffer and naming helpers.
+  // What the schedule strategies (sched/strategy.hpp) lower a region with: the builder's state and
+  // its task, buffer and naming helpers.
   const TpspRequest& req_;
   const TpspShape& sh_;
   TaskGraph& g_;
   DataflowProgram& prog_;
   const TpStrategy& strategy_;
-  const Communicators comms_;  // the TP group's streams and engines (and UP's, DP's: their emitters)
+  const TpCommunicator comm_;  // the TP group's streams and engines (UP's and DP's: their emitters')
   int t_;
   int k_;
   int elem_;
@@ -153,8 +154,8 @@ class Builder {
                ComputeTask{std::move(kernel), sh_.dtype, recompute_}, std::move(lab), data_op, {cast});
   }
 
-  StreamRef p2p_stream() const { return comms_.tp.p2p_stream(); }
-  int comm_sms() const { return comms_.tp.sms; }
+  StreamRef p2p_stream() const { return comm_.p2p_stream(); }
+  int comm_sms() const { return comm_.sms; }
   // The Send and Recv of a TP ring exchange (Fuse-AG, Fuse-RS) on `ti`, on the P2P stream; `send_data`
   // and `recv_data` say where each message's rows are.
   RingPorts ring_ports(const OpCtx& ctx, int region, int ti, Bytes chunk_bytes,
@@ -170,7 +171,7 @@ class Builder {
     p.send = [this, ctx, ti, chunk_bytes, step_labels, send_data = std::move(send_data)](
                  const RingMessage& m, const std::vector<TaskId>& deps) {
       return add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, m.chunk), p2p_stream(),
-                 SendTask{rank(Ring{t_}.next(ti)), chunk_bytes, m.tag(), comms_.tp.p2p_engine, comm_sms()},
+                 SendTask{rank(Ring{t_}.next(ti)), chunk_bytes, m.tag(), comm_.p2p_engine, comm_sms()},
                  step_labels("send", m), op(ctx, SendOp{send_data(m)}), deps);
     };
     p.recv = [this, ctx, ti, chunk_bytes, step_labels, recv_data = std::move(recv_data)](
@@ -182,11 +183,7 @@ class Builder {
     return p;
   }
   topo::Dtype grad_dtype() const { return req_.step.grad_dtype.value_or(model::default_grad_reduce_dtype(sh_.dtype)); }
-  std::vector<int> group() const {
-    std::vector<int> gr;
-    for (int ti = 0; ti < t_; ++ti) gr.push_back(rank(ti));
-    return gr;
-  }
+  std::vector<int> group() const { return RankLayout{t_, sh_.up, sh_.dp}.tp_group(up_index_, replica_); }
 
   PerRank alloc(const OpCtx& ctx, const std::string& name, std::int64_t rows, std::int64_t cols,
                 const std::function<std::vector<Piece>(int ti)>& init = {}) {

@@ -42,7 +42,7 @@ Deps collective_all_gather(Builder& b, const RegionCall& r, const Rows& g, int s
       const std::string suffix = slice_suffix(slices, j);
       const TaskId ag = b.add(ti, fmt::format("{}/{}/ag{}", b.prefix(ctx), ctx.region, suffix), comm,
                               CollectiveTask{CollectiveKind::all_gather, b.group(), b.bytes(t * rows[0].rows * width),
-                                             instance, b.comms_.tp.collective_engine, b.comm_sms()},
+                                             instance, b.comm_.collective_engine, b.comm_sms()},
                               std::move(lab), b.op(ctx, std::move(cop)), r.ready[static_cast<std::size_t>(ti)]);
       auto ids = b.emit_work(ctx, ti, r.region, r.work, -1, rows, suffix, -1, slices == 1 ? -1 : j, j == 0, {ag});
       auto& d = done[static_cast<std::size_t>(ti)];
@@ -56,7 +56,7 @@ Deps collective_reduce_scatter(Builder& b, const RegionCall& r, const PerRank& p
   const int t = b.t_;
   const OpCtx& ctx = r.ctx;
   const std::int64_t width = r.width;
-  const StreamRef comm = b.comms_.tp.collective_stream;
+  const StreamRef comm = b.comm_.collective_stream;
   Deps done(static_cast<std::size_t>(t));
   for (int j = 0; j < slices; ++j) {
     const std::int64_t instance = b.next_instance_++;
@@ -78,7 +78,7 @@ Deps collective_reduce_scatter(Builder& b, const RegionCall& r, const PerRank& p
       lab.slice = slices == 1 ? -1 : j;
       const TaskId rs = b.add(ti, fmt::format("{}/{}/rs{}", b.prefix(ctx), ctx.region, suffix), comm,
                               CollectiveTask{CollectiveKind::reduce_scatter, b.group(), b.bytes(t * rows[0].rows * width),
-                                             instance, b.comms_.tp.collective_engine, b.comm_sms()},
+                                             instance, b.comm_.collective_engine, b.comm_sms()},
                               std::move(lab), b.op(ctx, std::move(cop)), ids);
       done[static_cast<std::size_t>(ti)].push_back(rs);
     }
