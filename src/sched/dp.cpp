@@ -87,7 +87,6 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
   // Two exchanges' tags per collective: a reduce-scatter and an all-gather half (all-reduce).
   const std::int64_t tag0 = tag_block(TagSpace::dp_collective, k, 2 * ring.tags_per_exchange());
   const int next = peer(rank, ring.next(r));
-  const int sms = comm_.sms;
   // Dataflow: ring chunk c is row part c of every gradient of the collective (the bytes stay
   // total / t per step, NCCL's even split of the flat buffer), in the orders of sched/ring.hpp.
   // Reduce-scatter step s sends the chunk it reduces (the rank's own gradient at step 0, else the
@@ -134,7 +133,7 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
     else if (data)
       send_op = op(SendPartsOp{parts(2, m.chunk, m.step == rs_steps)});
     return add(rank, fmt::format("{}/send{}", name, m.step), stream,
-               SendTask{next, chunk, m.tag(), comm_.collective_engine, sms}, step_labels(m), send_op, after);
+               SendTask{next, chunk, m.tag(), comm_.collective_engine, comm_.sms}, step_labels(m), send_op, after);
   };
   ports.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
     std::int32_t recv_op = -1;
@@ -147,7 +146,6 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
   };
   return ring_collective(ring, r, rs_steps > 0, kind != CollectiveKind::reduce_scatter, tag0, deps, ports);
 }
-
 
 std::vector<int> DpSync::group(int rank) const {
   std::vector<int> out;
@@ -180,15 +178,10 @@ int DpSync::fault_part(int rank, int part) const {
   return Ring{cfg_.dp}.swapped(part, f.step, f.shift);
 }
 
-StreamRef DpSync::p2p_stream() const {
-  return comm_.p2p_stream();
-}
-
 TaskId DpSync::add(int rank, std::string name, StreamRef stream, TaskKind kind, TaskLabels labels,
                    std::int32_t data_op, const std::vector<TaskId>& deps) {
   return add_rank_task(g_, rank, name, stream, std::move(kind), std::move(labels), data_op, deps);
 }
-
 
 void DpSync::gradient(int rank, const DpGradient& g, TaskId done) {
   Grad gr;
@@ -231,7 +224,6 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     l.op = op_name;
     return l;
   };
-  const int sms = comm_.sms;
   TaskId last_compute = kNoTask;
   // Fuse-RS over the DP ring (the reduce order of sched/ring.hpp): step i computes the part it reduces
   // of the last accumulation step;
@@ -286,7 +278,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   auto part_ref = [&](BufferId b, int c) { return Ref{b, part_rect(row_part(g.rows, t, c), g.cols)}; };
   RingPorts rs;
   rs.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
-    return ring_recv(rank, fmt::format("{}/dp_recv/c{}", g.name, m.chunk), p2p_stream(), part_bytes(m.chunk),
+    return ring_recv(rank, fmt::format("{}/dp_recv/c{}", g.name, m.chunk), comm_.p2p_stream(), part_bytes(m.chunk),
                      sent_at(m.step), m.tag_base, labels("dp_recv", m.chunk, m.step),
                      data ? op(RecvOp{part_ref(recv_buf, m.chunk)}) : -1, posted);
   };
@@ -302,8 +294,8 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   };
   rs.send = [&](const RingMessage& m, const std::vector<TaskId>& after) {
     // Step 0 passes on the own part of the gradient, later steps the running sum.
-    return add(rank, fmt::format("{}/dp_send/c{}", g.name, m.chunk), p2p_stream(),
-               SendTask{next, part_bytes(m.chunk), m.tag(), comm_.p2p_engine, sms},
+    return add(rank, fmt::format("{}/dp_send/c{}", g.name, m.chunk), comm_.p2p_stream(),
+               SendTask{next, part_bytes(m.chunk), m.tag(), comm_.p2p_engine, comm_.sms},
                labels("dp_send", m.chunk, m.step),
                data ? op(SendOp{part_ref(m.step == 0 ? g.buffer : sum_buf, m.chunk)}) : -1, after);
   };
@@ -313,12 +305,12 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     // compute stream goes on meanwhile.
     RingPorts ag;
     ag.send = [&](const RingMessage& m, const std::vector<TaskId>& after) {
-      return add(rank, fmt::format("{}/dp_ag_send/c{}", g.name, m.chunk), p2p_stream(),
-                 SendTask{next, part_bytes(m.chunk), m.tag(), comm_.p2p_engine, sms},
+      return add(rank, fmt::format("{}/dp_ag_send/c{}", g.name, m.chunk), comm_.p2p_stream(),
+                 SendTask{next, part_bytes(m.chunk), m.tag(), comm_.p2p_engine, comm_.sms},
                  labels("dp_ag_send", m.chunk, m.step), data ? op(SendOp{part_ref(gr.synced, m.chunk)}) : -1, after);
     };
     ag.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
-      return ring_recv(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, m.chunk), p2p_stream(), part_bytes(m.chunk),
+      return ring_recv(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, m.chunk), comm_.p2p_stream(), part_bytes(m.chunk),
                        sent_at(m.step), m.tag_base, labels("dp_ag_recv", m.chunk, m.step),
                        data ? op(RecvOp{part_ref(gr.synced, m.chunk)}) : -1, posted);
     };

@@ -53,9 +53,9 @@ Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, con
   // One rank: nothing to gather.
   Deps done(1);
   if (plan != nullptr)
-    (*plan)[0].push_back(AgCall{region, -1, {Span{0, S()}}, "", -1, ready[0], {}});
+    (*plan)[0].push_back(AgCall{region, -1, {RowSpan{0, S()}}, "", -1, ready[0], {}});
   else
-    done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, true, ready[0]);
+    done[0] = emit_work(ctx, 0, region, work, -1, {RowSpan{0, S()}}, "", -1, -1, true, ready[0]);
   return done;
 }
 
@@ -67,7 +67,7 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
   const int region_index = region_count_++;
   if (t_ == 1) {
     Deps done(1);
-    done[0] = emit_work(ctx, 0, region, work, -1, {Span{0, S()}}, "", -1, -1, true, ready[0]);
+    done[0] = emit_work(ctx, 0, region, work, -1, {RowSpan{0, S()}}, "", -1, -1, true, ready[0]);
     out = pbuf;
     return done;
   }
@@ -111,7 +111,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   Deps d_ln1(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti)
     d_ln1[ti] = {elementwise(ctx, ti, "ln1", "layernorm", 2 * n_ * h, n_, 8.0 * n_ * h,
-                             op(ctx, NormOp{ref(x, ti, Span{0, n_}, h), ref(g1.shard, ti, Span{0, n_}, h)}), ready[ti])};
+                             op(ctx, NormOp{ref(x, ti, RowSpan{0, n_}, h), ref(g1.shard, ti, RowSpan{0, n_}, h)}), ready[ti])};
 
   PerRank qkv = alloc(ctx, "qkv", S_, qkvn);
   WorkFn qkv_work = gemm_work(ctx, "qkv", g1, w_qkv, qkv, h, qkvn);
@@ -123,7 +123,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
 
   PerRank attn = alloc(ctx, "attn", S_, qn);
   PerRank po = alloc(ctx, "out_proj_partial", S_, h);
-  auto attention = [this, ctx, qkv, attn, qn, kvn](int ti, const Span& s) {
+  auto attention = [this, ctx, qkv, attn, qn, kvn](int ti, const RowSpan& s) {
     const std::int64_t q_pos0 = s.row0 / sh_.batch, q_len = s.rows / sh_.batch;
     const std::int64_t kv_len = sh_.causal ? q_pos0 + q_len : sh_.seq;
     AttentionOp a;
@@ -155,7 +155,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   } else if (strategy_.ring_steps() && req_.schedule.query_split_attention && t_ > 1) {
     // Query-split: attention and out-projection of one query chunk per Fuse-RS step.
     WorkFn proj = gemm_work(ctx, "out_proj", Rows{attn, {}}, w_o, po, qn, h);
-    WorkFn fused = [attention, proj](int ti, int chunk, const std::vector<Span>& rows, bool first) {
+    WorkFn fused = [attention, proj](int ti, int chunk, const std::vector<RowSpan>& rows, bool first) {
       std::vector<Work> w{attention(ti, rows.at(0))};
       for (Work& p : proj(ti, chunk, rows, first)) w.push_back(std::move(p));
       return w;
@@ -164,7 +164,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   } else {
     Deps d_att(static_cast<std::size_t>(t_));
     for (int ti = 0; ti < t_; ++ti) {
-      Work w = attention(ti, Span{0, S_});
+      Work w = attention(ti, RowSpan{0, S_});
       d_att[ti] = {compute(ti, prefix(ctx) + "/attention", std::move(w.kernel), labels(ctx, -1, "attention"), w.data_op,
                            d_qkv[ti])};
     }
@@ -177,11 +177,11 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   Deps d_ln2(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti) {
     const TaskId a = elementwise(ctx, ti, "residual1", "add", 3 * n_ * h, n_, 1.0 * n_ * h,
-                                 op(ctx, AddOp{ref(x, ti, Span{0, n_}, h), ref(attn_out, ti, Span{0, n_}, h),
-                                               ref(h1, ti, Span{0, n_}, h)}),
+                                 op(ctx, AddOp{ref(x, ti, RowSpan{0, n_}, h), ref(attn_out, ti, RowSpan{0, n_}, h),
+                                               ref(h1, ti, RowSpan{0, n_}, h)}),
                                  d_attn_rs[ti]);
     d_ln2[ti] = {elementwise(ctx, ti, "ln2", "layernorm", 2 * n_ * h, n_, 8.0 * n_ * h,
-                             op(ctx, NormOp{ref(h1, ti, Span{0, n_}, h), ref(g2.shard, ti, Span{0, n_}, h)}), {a})};
+                             op(ctx, NormOp{ref(h1, ti, RowSpan{0, n_}, h), ref(g2.shard, ti, RowSpan{0, n_}, h)}), {a})};
   }
 
   PerRank f = alloc(ctx, "fc1_out", S_, f1);
@@ -193,7 +193,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
     // SwiGLU reads gate and up, writes one; GELU reads and writes one. FLOPs: a handful per element.
     const std::string kind = sh_.gated ? "swiglu" : "gelu";
     d_act[ti] = {elementwise(ctx, ti, "act", kind, S_ * (f1 + fl), S_, (sh_.gated ? 6.0 : 8.0) * S_ * fl,
-                             op(ctx, ActivationOp{kind, ref(f, ti, Span{0, S_}, f1), ref(act, ti, Span{0, S_}, fl)}),
+                             op(ctx, ActivationOp{kind, ref(f, ti, RowSpan{0, S_}, f1), ref(act, ti, RowSpan{0, S_}, fl)}),
                              d_fc1[ti])};
   }
 
@@ -206,8 +206,8 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   out.done.resize(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti)
     out.done[ti] = {elementwise(ctx, ti, "residual2", "add", 3 * n_ * h, n_, 1.0 * n_ * h,
-                                op(ctx, AddOp{ref(h1, ti, Span{0, n_}, h), ref(mlp_out, ti, Span{0, n_}, h),
-                                              ref(out.y, ti, Span{0, n_}, h)}),
+                                op(ctx, AddOp{ref(h1, ti, RowSpan{0, n_}, h), ref(mlp_out, ti, RowSpan{0, n_}, h),
+                                              ref(out.y, ti, RowSpan{0, n_}, h)}),
                                 d_fc2[ti])};
   out.saved = LayerData{x, w_qkv, w_o, w1, w2, g1.shard, g2.shard, qkv, attn, f, act, h1};
   return out;
@@ -261,7 +261,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     for (int ti = 0; ti < t_; ++ti) d[ti] = fn(ti);
     return d;
   };
-  const Span all{0, S_}, own{0, n_};
+  const RowSpan all{0, S_}, own{0, n_};
   // A weight gradient over the whole sequence, outside a region.
   auto full_wgrad = [&](int ti, const std::string& name, const WorkFn& work, const std::vector<TaskId>& deps) {
     Work w = std::move(work(ti, -1, {all}, true).at(0));
@@ -355,21 +355,17 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   auto up_qkv_backward = [&] {
     ColumnGrad g;
     const std::int64_t Wc = up_.group_cols();
-    auto blocks_of = [this](int ti, const std::vector<Span>& rows) {
-      std::vector<UpSpan> r;
-      for (const Span& sp : rows) r.push_back(UpSpan{sp.row0, sp.rows});
-      return up_.qkv_grad_blocks(ti, r);
-    };
+    auto blocks_of = [this](int ti, const std::vector<RowSpan>& rows) { return up_.qkv_grad_blocks(ti, rows); };
     auto in_region = [this](int region) -> std::function<void(TaskId)> {
       if (region < 0) return {};
       return [this, region](TaskId id) { g_.task(id).labels.region = region; };
     };
     PerRank partial = alloc(ctx, "qkv_dgrad_partial", S_, h);
     const PerRank w_qkv = fw.w_qkv;
-    const WorkFn dgrad = [this, ctx, blocks_of, in_region, partial, w_qkv, Wc, h](int ti, int, const std::vector<Span>& rows,
+    const WorkFn dgrad = [this, ctx, blocks_of, in_region, partial, w_qkv, Wc, h](int ti, int, const std::vector<RowSpan>& rows,
                                                                                bool) {
       std::int64_t m = 0;
-      for (const Span& sp : rows) m += sp.rows;
+      for (const RowSpan& sp : rows) m += sp.rows;
       std::vector<Work> out;
       for (const UlyssesEmitter::GradBlock& b : blocks_of(ti, rows)) {
         GemmOp gop;
@@ -385,7 +381,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
           gop.c_cols = h;
           gop.transpose_b = true;
           gop.accumulate = !out.empty();
-          for (const Span& sp : rows) gop.blocks.push_back(RowBlock{sp.row0 + b.row_offset, sp.row0, sp.rows});
+          for (const RowSpan& sp : rows) gop.blocks.push_back(RowBlock{sp.row0 + b.row_offset, sp.row0, sp.rows});
         }
         Work w{fmt::format("qkv_dgrad/g{}", b.member), model::GemmKernel{m, h, Wc, 1}, op(ctx, std::move(gop))};
         w.after = in_region(b.region);
@@ -399,9 +395,9 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     auto seen = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
     const int calls = ag_calls();
     const WorkFn wgrad = [this, ctx, blocks_of, in_region, gathered, dw = g.dw, Wc, h, qkvn, seen, calls](
-                             int ti, int, const std::vector<Span>& rows, bool first) {
+                             int ti, int, const std::vector<RowSpan>& rows, bool first) {
       std::int64_t k = 0;
-      for (const Span& sp : rows) k += sp.rows;
+      for (const RowSpan& sp : rows) k += sp.rows;
       // The rank's last call completes the gradient: its last block goes to the DP sync.
       const bool hand_off = dp_active_ && ++(*seen)[static_cast<std::size_t>(ti)] == calls;
       const std::vector<UlyssesEmitter::GradBlock> blocks = blocks_of(ti, rows);
@@ -417,10 +413,10 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
           w.c_col0 = b.member * Wc;
           w.accumulate = !first;
           // Cut at chunk boundaries: the own chunk of the gathered input lives in the shard.
-          for (const Span& sp : rows)
+          for (const RowSpan& sp : rows)
             for (std::int64_t r = sp.row0; r < sp.row0 + sp.rows;) {
               const std::int64_t end = std::min(sp.row0 + sp.rows, (r / n() + 1) * n());
-              const Loc la = at(gathered, ti, Span{r, end - r});
+              const Loc la = at(gathered, ti, RowSpan{r, end - r});
               w.blocks.push_back(WgradBlock{la.buffer, la.row0, b.buffer, r + b.row_offset, end - r});
               r = end;
             }
@@ -457,7 +453,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     auto plan = std::make_shared<std::vector<std::vector<AgCall>>>();
     ag_region(wctx, gathered, h, d_att, wgrad, plan.get());
     auto rs_step = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
-    const WorkFn both = [this, dgrad, wgrad, wctx, plan, rs_step](int ti, int chunk, const std::vector<Span>& rows,
+    const WorkFn both = [this, dgrad, wgrad, wctx, plan, rs_step](int ti, int chunk, const std::vector<RowSpan>& rows,
                                                                    bool first) {
       const auto i = static_cast<std::size_t>(ti);
       const int step = (*rs_step)[i]++;

@@ -34,9 +34,9 @@ std::int64_t TpspShape::up_group_cols() const { return (heads / tp / up + 2 * kv
 namespace {
 
 // Adjacent spans merged: one transfer per contiguous run of rows.
-std::vector<UpSpan> runs_of(const std::vector<UpSpan>& rows) {
-  std::vector<UpSpan> out;
-  for (const UpSpan& s : rows) {
+std::vector<RowSpan> runs_of(const std::vector<RowSpan>& rows) {
+  std::vector<RowSpan> out;
+  for (const RowSpan& s : rows) {
     if (s.rows == 0) continue;
     if (!out.empty() && out.back().row0 + out.back().rows == s.row0)
       out.back().rows += s.rows;
@@ -152,10 +152,6 @@ UpPerRank UlyssesEmitter::alloc(bool data, const std::string& name, std::int64_t
 
 // Stream index 1 (a second copy engine, a second communicator's stream): the UP transfers must not
 // queue behind the TP ring's P2P steps and collectives on stream 0, which run at the same time.
-StreamRef UlyssesEmitter::p2p_stream() const {
-  return comm_.p2p_stream();
-}
-
 std::vector<int> UlyssesEmitter::group(int ti) const { return RankLayout{tp_, up_, sh_.dp}.up_group(ti, d_); }
 
 std::int64_t UlyssesEmitter::tag(const Pending& p, std::int64_t row0, int src, int dst) const {
@@ -163,13 +159,13 @@ std::int64_t UlyssesEmitter::tag(const Pending& p, std::int64_t row0, int src, i
 }
 
 // Slice s of k of every span, cut at position boundaries (the samples of a position stay together).
-std::vector<UpSpan> UlyssesEmitter::sub_slices(const std::vector<UpSpan>& rows, int s) const {
-  std::vector<UpSpan> out;
+std::vector<RowSpan> UlyssesEmitter::sub_slices(const std::vector<RowSpan>& rows, int s) const {
+  std::vector<RowSpan> out;
   const std::int64_t b = sh_.batch;
-  for (const UpSpan& span : rows) {
+  for (const RowSpan& span : rows) {
     const std::int64_t positions = span.rows / b;
     const std::int64_t p0 = s * positions / k_, p1 = (s + 1) * positions / k_;
-    if (p1 > p0) out.push_back(UpSpan{span.row0 + p0 * b, (p1 - p0) * b});
+    if (p1 > p0) out.push_back(RowSpan{span.row0 + p0 * b, (p1 - p0) * b});
   }
   return out;
 }
@@ -187,12 +183,12 @@ UpWorkFn UlyssesEmitter::producer(int layer, bool forward, bool data, UpLocate a
   Pending* pend = &pending;
   const std::int64_t S_loc = local_rows();
   // One GEMM over `rows`: C[rows (+ c_row_offset), c_col0 .. + n) = A[rows] x op(B).
-  auto gemm = [this, a, k, transpose_b, data](int ti, const std::vector<UpSpan>& rows, BufferId b, BufferId cbuf,
+  auto gemm = [this, a, k, transpose_b, data](int ti, const std::vector<RowSpan>& rows, BufferId b, BufferId cbuf,
                                               std::int64_t c_row_offset, std::int64_t c_col0, std::int64_t n,
                                               std::string opname) {
     GemmOp g;
     std::int64_t m = 0;
-    for (const UpSpan& s : rows) {
+    for (const RowSpan& s : rows) {
       m += s.rows;
       if (!data) continue;
       const auto [buf, row0] = a(ti, s);
@@ -212,15 +208,15 @@ UpWorkFn UlyssesEmitter::producer(int layer, bool forward, bool data, UpLocate a
   auto at = [data](const UpPerRank& v, int ti) { return data ? v[static_cast<std::size_t>(ti)] : BufferId{-1}; };
 
   if (kind() == model::ScheduleKind::slice) {
-    return [=, this](int ti, const std::vector<UpSpan>& rows, bool) {
+    return [=, this](int ti, const std::vector<RowSpan>& rows, bool) {
       std::vector<UpWork> works;
       for (int s = 0; s < k_; ++s) {
-        const std::vector<UpSpan> sub = sub_slices(rows, s);
+        const std::vector<RowSpan> sub = sub_slices(rows, s);
         if (sub.empty()) continue;
         UpWork w = gemm(ti, sub, at(b_whole, ti), at(c, ti), 0, 0, gc * up_, fmt::format("{}/s{}", name, s));
         w.after = [=, this](TaskId id) {
           if (tp_ == 1) g_.task(id).labels.region = region;
-          for (const UpSpan& run : runs_of(sub)) {
+          for (const RowSpan& run : runs_of(sub)) {
             CollectiveOp cop;
             if (data)
               for (int p = 0; p < up_; ++p) {
@@ -257,8 +253,8 @@ UpWorkFn UlyssesEmitter::producer(int layer, bool forward, bool data, UpLocate a
         bd.init = b_group(ti, p);
         wg[static_cast<std::size_t>(ti)].push_back(prog_.add_buffer(std::move(bd)));
       }
-  return [=, this](int ti, const std::vector<UpSpan>& rows, bool) {
-    const std::vector<UpSpan> runs = runs_of(rows);
+  return [=, this](int ti, const std::vector<RowSpan>& rows, bool) {
+    const std::vector<RowSpan> runs = runs_of(rows);
     auto& rec = pend->runs[static_cast<std::size_t>(ti)];
     rec.insert(rec.end(), runs.begin(), runs.end());
     std::vector<UpWork> works;
@@ -280,11 +276,11 @@ UpWorkFn UlyssesEmitter::producer(int layer, bool forward, bool data, UpLocate a
       w.after = [=, this](TaskId id) {
         if (tp_ == 1) g_.task(id).labels.region = region;
         const int src_block = fault_shift(pend->region_index, step, p);
-        for (const UpSpan& run : runs) {
+        for (const RowSpan& run : runs) {
           TaskLabels lab = labels(layer, forward, region, "send");
           lab.step = step;
           lab.chunk = p;
-          add(ti, fmt::format("{}/{}+a2a/send/g{}/r{}", pre, name, p, run.row0), p2p_stream(),
+          add(ti, fmt::format("{}/{}+a2a/send/g{}/r{}", pre, name, p, run.row0), comm_.p2p_stream(),
               SendTask{rank(ti, p), bytes(run.rows * gc), tag(*pend, run.row0, u_, p), comm_.p2p_engine,
                        comm_.sms},
               std::move(lab),
@@ -324,13 +320,13 @@ void UlyssesEmitter::finish_pre(int layer, bool forward, bool data, const UpPerR
       w.insert(w.end(), pending.transfers[i].begin(), pending.transfers[i].end());
       continue;
     }
-    for (const UpSpan& run : pending.runs[i])
+    for (const RowSpan& run : pending.runs[i])
       for (int step = 1; step < up_; ++step) {
         const int from = static_cast<int>(ring_mod(u_ - step, up_));
         TaskLabels lab = labels(layer, forward, pending.region, "recv");
         lab.step = step;
         lab.chunk = u_;
-        w.push_back(add(ti, fmt::format("{}/recv/u{}/r{}", region_name, from, run.row0), p2p_stream(),
+        w.push_back(add(ti, fmt::format("{}/recv/u{}/r{}", region_name, from, run.row0), comm_.p2p_stream(),
                         RecvTask{rank(ti, from), bytes(run.rows * gc), tag(pending, run.row0, from, u_)},
                         std::move(lab),
                         op(data, RecvOp{Ref{data ? pending.dst[i] : -1, Rect{from * S_loc + run.row0, 0, run.rows, gc}}}),
@@ -462,7 +458,7 @@ UpDeps UlyssesEmitter::attention_forward(int layer, bool data, const UpPerRank& 
         lab.step = d;
         lab.chunk = p;
         const int src_chunk = fault_shift(post.region_index, d, p);
-        add(ti, fmt::format("{}/attn+a2a/send/q{}", pre, p), p2p_stream(),
+        add(ti, fmt::format("{}/attn+a2a/send/q{}", pre, p), comm_.p2p_stream(),
             SendTask{rank(ti, p), bytes(S_loc * qg()), tag(post, 0, u_, p), comm_.p2p_engine,
                      comm_.sms},
             std::move(lab), op(data, SendOp{hs_o(ti, src_chunk * S_loc, S_loc)}), {at});
@@ -472,7 +468,7 @@ UpDeps UlyssesEmitter::attention_forward(int layer, bool data, const UpPerRank& 
         TaskLabels lab = labels(layer, true, region, "recv");
         lab.step = step;
         lab.chunk = u_;
-        done[i].push_back(add(ti, fmt::format("{}/attn+a2a/recv/u{}", pre, from), p2p_stream(),
+        done[i].push_back(add(ti, fmt::format("{}/attn+a2a/recv/u{}", pre, from), comm_.p2p_stream(),
                               RecvTask{rank(ti, from), bytes(S_loc * qg()), tag(post, 0, from, u_)}, std::move(lab),
                               op(data, RecvOp{attn_at(ti, 0, S_loc, from)}), {}));
       }
@@ -580,7 +576,7 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
           lab.step = d;
           lab.chunk = p;
           const int src_chunk = fault_shift(post.region_index, d, p);
-          add(ti, fmt::format("{}/attn_bwd+a2a/send/q{}/r{}", pre, p, c * n), p2p_stream(),
+          add(ti, fmt::format("{}/attn_bwd+a2a/send/q{}/r{}", pre, p, c * n), comm_.p2p_stream(),
               SendTask{rank(ti, p), bytes(n * Wc), tag(post, c * n, u_, p), comm_.p2p_engine,
                        comm_.sms},
               std::move(lab), op(data, SendOp{dhs(ti, src_chunk * S_loc + c * n, n)}), {ab_id});
@@ -591,7 +587,7 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
           lab.step = d;
           lab.chunk = u_;
           bwd_recv_[{ti, c, from}] =
-              add(ti, fmt::format("{}/attn_bwd+a2a/recv/u{}/r{}", pre, from, c * n), p2p_stream(),
+              add(ti, fmt::format("{}/attn_bwd+a2a/recv/u{}/r{}", pre, from, c * n), comm_.p2p_stream(),
                   RecvTask{rank(ti, from), bytes(n * Wc), tag(post, c * n, from, u_)}, std::move(lab),
                   op(data, RecvOp{dq_at(ti, c * n, n, from)}), {});
         }
@@ -607,7 +603,7 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
   return done;
 }
 
-std::vector<UlyssesEmitter::GradBlock> UlyssesEmitter::qkv_grad_blocks(int ti, const std::vector<UpSpan>& rows) const {
+std::vector<UlyssesEmitter::GradBlock> UlyssesEmitter::qkv_grad_blocks(int ti, const std::vector<RowSpan>& rows) const {
   if (!fused_backward()) throw std::logic_error("Ulysses generator: dQKV blocks outside the Fuse-A2A backward");
   const auto i = static_cast<std::size_t>(ti);
   const std::int64_t n = local_rows() / tp_;
@@ -622,7 +618,7 @@ std::vector<UlyssesEmitter::GradBlock> UlyssesEmitter::qkv_grad_blocks(int ti, c
     } else {
       b.buffer = bwd_dqkv_.empty() ? -1 : bwd_dqkv_[i];
       b.col0 = b.member * W();
-      for (const UpSpan& s : rows)
+      for (const RowSpan& s : rows)
         for (std::int64_t c = s.row0 / n; s.rows > 0 && c <= (s.row0 + s.rows - 1) / n; ++c) {
           const TaskId r = bwd_recv_.at({ti, c, b.member});
           if (std::find(b.deps.begin(), b.deps.end(), r) == b.deps.end()) b.deps.push_back(r);

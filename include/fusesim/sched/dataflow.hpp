@@ -49,6 +49,11 @@ struct Ref {
   Rect rect;
 };
 
+// Rows [row0, row0 + rows) of a sequence-long operand, as the generators hand them to their work.
+struct RowSpan {
+  std::int64_t row0 = 0, rows = 0;
+};
+
 // C[c_rows, c_cols] (+)= A[a_rows, a_cols] x op(B), for each row block: the rows of A in a block
 // land in the rows of C in the same block. B is used whole (op(B) = B or B^T).
 struct RowBlock {

@@ -155,7 +155,6 @@ class DpSync {
              const std::vector<TaskId>& deps);
   TaskId collective(int rank, CollectiveKind kind, const std::vector<int>& grads, const std::string& region_name,
                     const std::vector<TaskId>& deps, bool params);
-  StreamRef p2p_stream() const;
   // The receive of one DP ring step on `rank` (from its ring predecessor, the Send tagged
   // `tag_base` + the sender's replica; `sent_bytes(sender)`: what that replica's Send carries).
   // Mirror mode, on replica 0: a proxy on replica `simulated` receiving the Send of replica

@@ -21,10 +21,6 @@ class Builder;  // sched/tpsp_builder.hpp
 using PerRank = std::vector<BufferId>;          // one buffer per TP index; empty when no dataflow
 using Deps = std::vector<std::vector<TaskId>>;  // per TP index
 
-struct Span {
-  std::int64_t row0 = 0, rows = 0;
-};
-
 // One compute task of a region step. data_op -1: timing only.
 struct Work {
   std::string op;
@@ -39,7 +35,7 @@ struct Work {
 // Emits the compute for TP index `ti` on the given rows of the full sequence (chunk: the ring
 // chunk, -1 when the rows span several chunks). `first`: the rank's first call in the region (a
 // weight gradient accumulated over the steps is written by the first and added to by the others).
-using WorkFn = std::function<std::vector<Work>(int ti, int chunk, const std::vector<Span>& rows, bool first)>;
+using WorkFn = std::function<std::vector<Work>(int ti, int chunk, const std::vector<RowSpan>& rows, bool first)>;
 
 // A sequence-long operand [S, w] as tasks read it. A plain one lives in `full` at its own rows. A
 // gathered one starts as the local shard [n, w] of the own chunk; the region gathers the other
@@ -70,7 +66,7 @@ struct AgCall {
   using Transfer = std::function<TaskId(const std::vector<TaskId>& at_step)>;
   int region = -1;
   int chunk = -1;
-  std::vector<Span> rows;
+  std::vector<RowSpan> rows;
   std::string suffix;
   int step = -1;
   std::vector<TaskId> deps;  // step 0: the region's `ready`; a later step waits for the previous one's Recv

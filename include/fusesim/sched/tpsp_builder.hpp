@@ -83,12 +83,12 @@ class Builder {
   // Calls an AG region makes to its work per rank: one per ring step (Fuse-AG), per slice, or one.
   int ag_calls() const { return t_ == 1 ? 1 : strategy_.ag_calls(t_, k_); }
   std::int64_t n() const { return S() / t_; }
-  Span chunk_span(std::int64_t c) const { return Span{c * n(), n()}; }
+  RowSpan chunk_span(std::int64_t c) const { return RowSpan{c * n(), n()}; }
   // Slice j of chunk c: slices cut along positions so that every row of a position stays together.
-  Span slice_span(std::int64_t c, int j) const {
+  RowSpan slice_span(std::int64_t c, int j) const {
     const std::int64_t positions = sh_.seq / sh_.up / t_;
     const std::int64_t p0 = j * positions / k_, p1 = (j + 1) * positions / k_;
-    return Span{c * n() + p0 * sh_.batch, (p1 - p0) * sh_.batch};
+    return RowSpan{c * n() + p0 * sh_.batch, (p1 - p0) * sh_.batch};
   }
   Bytes bytes(std::int64_t elements) const { return elements * elem_; }
 
@@ -154,8 +154,6 @@ class Builder {
                ComputeTask{std::move(kernel), sh_.dtype, recompute_}, std::move(lab), data_op, {cast});
   }
 
-  StreamRef p2p_stream() const { return comm_.p2p_stream(); }
-  int comm_sms() const { return comm_.sms; }
   // The Send and Recv of a TP ring exchange (Fuse-AG, Fuse-RS) on `ti`, on the P2P stream; `send_data`
   // and `recv_data` say where each message's rows are.
   RingPorts ring_ports(const OpCtx& ctx, int region, int ti, Bytes chunk_bytes,
@@ -170,13 +168,13 @@ class Builder {
     RingPorts p;
     p.send = [this, ctx, ti, chunk_bytes, step_labels, send_data = std::move(send_data)](
                  const RingMessage& m, const std::vector<TaskId>& deps) {
-      return add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, m.chunk), p2p_stream(),
-                 SendTask{rank(Ring{t_}.next(ti)), chunk_bytes, m.tag(), comm_.p2p_engine, comm_sms()},
+      return add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, m.chunk), comm_.p2p_stream(),
+                 SendTask{rank(Ring{t_}.next(ti)), chunk_bytes, m.tag(), comm_.p2p_engine, comm_.sms},
                  step_labels("send", m), op(ctx, SendOp{send_data(m)}), deps);
     };
     p.recv = [this, ctx, ti, chunk_bytes, step_labels, recv_data = std::move(recv_data)](
                  const RingMessage& m, const std::vector<TaskId>& deps) {
-      return add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, m.chunk), p2p_stream(),
+      return add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, m.chunk), comm_.p2p_stream(),
                  RecvTask{rank(m.sender), chunk_bytes, m.tag()}, step_labels("recv", m), op(ctx, RecvOp{recv_data(m)}),
                  deps);
     };
@@ -201,7 +199,7 @@ class Builder {
     return out;
   }
   std::int32_t op(const OpCtx& ctx, DataOp d) { return ctx.data ? prog_.add_op(std::move(d)) : -1; }
-  Ref ref(const PerRank& b, int ti, Span s, std::int64_t width) const {
+  Ref ref(const PerRank& b, int ti, RowSpan s, std::int64_t width) const {
     return b.empty() ? Ref{} : Ref{b[static_cast<std::size_t>(ti)], rows_rect(s.row0, s.rows, width)};
   }
 
@@ -209,7 +207,7 @@ class Builder {
   bool own_in_shard() const { return t_ == 1 || strategy_.own_chunk_in_shard(); }
   // Rows `s` of operand `r` on `ti`. Where the own chunk lives in the shard only, a range touching
   // it must lie within it (callers cut at chunk boundaries).
-  Loc at(const Rows& r, int ti, Span s) const {
+  Loc at(const Rows& r, int ti, RowSpan s) const {
     const auto i = static_cast<std::size_t>(ti);
     const std::int64_t own0 = ti * n(), own1 = own0 + n();
     if (!r.shard.empty() && own_in_shard() && s.row0 < own1 && s.row0 + s.rows > own0) {
@@ -222,12 +220,12 @@ class Builder {
   }
   // The blocks of A^T B over `rows`, cut at chunk boundaries so that each block reads one buffer of
   // each operand, and merged again where consecutive pieces continue in the same buffers.
-  std::vector<WgradBlock> wgrad_blocks(const Rows& a, const Rows& b, int ti, const std::vector<Span>& rows) const {
+  std::vector<WgradBlock> wgrad_blocks(const Rows& a, const Rows& b, int ti, const std::vector<RowSpan>& rows) const {
     std::vector<WgradBlock> out;
-    for (const Span& s : rows)
+    for (const RowSpan& s : rows)
       for (std::int64_t r = s.row0; r < s.row0 + s.rows;) {
         const std::int64_t end = std::min(s.row0 + s.rows, (r / n() + 1) * n());
-        const Span piece{r, end - r};
+        const RowSpan piece{r, end - r};
         const Loc la = at(a, ti, piece), lb = at(b, ti, piece);
         r = end;
         if (!out.empty()) {
@@ -243,7 +241,7 @@ class Builder {
   }
 
   std::vector<TaskId> emit_work(const OpCtx& ctx, int ti, int region, const WorkFn& work, int chunk,
-                                const std::vector<Span>& rows, const std::string& suffix, int step, int slice,
+                                const std::vector<RowSpan>& rows, const std::string& suffix, int step, int slice,
                                 bool first, std::vector<TaskId> deps) {
     std::vector<TaskId> ids;
     for (Work& w : work(ti, chunk, rows, first)) {
@@ -273,18 +271,16 @@ class Builder {
   // Ulysses (sched/ulysses.hpp): the emitter's work on rows of `a`, or `plain` where it gives none.
   WorkFn up_work(UpWorkFn f, WorkFn plain) {
     if (!f) return plain;
-    return [f = std::move(f)](int ti, int, const std::vector<Span>& rows, bool first) {
-      std::vector<UpSpan> r;
-      for (const Span& s : rows) r.push_back(UpSpan{s.row0, s.rows});
+    return [f = std::move(f)](int ti, int, const std::vector<RowSpan>& rows, bool first) {
       std::vector<Work> out;
-      for (UpWork& w : f(ti, r, first))
+      for (UpWork& w : f(ti, rows, first))
         out.push_back(Work{std::move(w.op), std::move(w.kernel), w.data_op, {}, std::move(w.after)});
       return out;
     };
   }
   UpLocate up_locate(const Rows& a) const {
-    return [this, a](int ti, UpSpan s) {
-      const Loc l = at(a, ti, Span{s.row0, s.rows});
+    return [this, a](int ti, RowSpan s) {
+      const Loc l = at(a, ti, s);
       return std::pair<BufferId, std::int64_t>{l.buffer, l.row0};
     };
   }
@@ -320,10 +316,10 @@ class Builder {
   // buffer (Fuse-AG and t = 1 pass one chunk, baseline and slice read the gather buffer only).
   WorkFn gemm_work(const OpCtx& ctx, std::string name, const Rows& a, const PerRank& b, const PerRank& c,
                    std::int64_t k, std::int64_t nn, bool transpose_b = false) {
-    return [this, ctx, name, a, b, c, k, nn, transpose_b](int ti, int, const std::vector<Span>& rows, bool) {
+    return [this, ctx, name, a, b, c, k, nn, transpose_b](int ti, int, const std::vector<RowSpan>& rows, bool) {
       GemmOp g;
       std::int64_t m = 0;
-      for (const Span& s : rows) {
+      for (const RowSpan& s : rows) {
         const Loc src = at(a, ti, s);
         if (!g.blocks.empty() && src.buffer != g.a)
           throw std::logic_error("TPSP generator: one GEMM reads rows from two buffers of A");
@@ -347,11 +343,11 @@ class Builder {
   WorkFn wgrad_work(const OpCtx& ctx, std::string name, const Rows& a, const Rows& b, const PerRank& c,
                     std::int64_t a_cols, std::int64_t b_cols, int calls = 1) {
     auto seen = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
-    return [this, ctx, name, a, b, c, a_cols, b_cols, calls, seen](int ti, int, const std::vector<Span>& rows,
+    return [this, ctx, name, a, b, c, a_cols, b_cols, calls, seen](int ti, int, const std::vector<RowSpan>& rows,
                                                                     bool first) {
       WgradOp w;
       std::int64_t k = 0;
-      for (const Span& s : rows) k += s.rows;
+      for (const RowSpan& s : rows) k += s.rows;
       if (ctx.data) {
         w.c = c[static_cast<std::size_t>(ti)];
         w.a_cols = a_cols;

@@ -26,9 +26,6 @@
 
 namespace fusesim::sched {
 
-struct UpSpan {
-  std::int64_t row0 = 0, rows = 0;
-};
 // One compute task the TPSP Builder emits for the emitter (its WorkFn), and what to do once it has an
 // id (issue the all-to-all or the Send of what it produced).
 struct UpWork {
@@ -37,9 +34,9 @@ struct UpWork {
   std::int32_t data_op = -1;
   std::function<void(TaskId)> after;
 };
-using UpWorkFn = std::function<std::vector<UpWork>(int ti, const std::vector<UpSpan>& rows, bool first)>;
+using UpWorkFn = std::function<std::vector<UpWork>(int ti, const std::vector<RowSpan>& rows, bool first)>;
 // Where rows of a (possibly TP-gathered) operand lie on TP index ti: buffer and first row.
-using UpLocate = std::function<std::pair<BufferId, std::int64_t>(int ti, UpSpan rows)>;
+using UpLocate = std::function<std::pair<BufferId, std::int64_t>(int ti, RowSpan rows)>;
 using UpPerRank = std::vector<BufferId>;
 using UpDeps = std::vector<std::vector<TaskId>>;
 
@@ -94,7 +91,7 @@ class UlyssesEmitter {
   };
   bool fused_backward() const { return up_ > 1 && kind() == model::ScheduleKind::commfuse; }
   std::int64_t group_cols() const { return W(); }
-  std::vector<GradBlock> qkv_grad_blocks(int ti, const std::vector<UpSpan>& rows) const;
+  std::vector<GradBlock> qkv_grad_blocks(int ti, const std::vector<RowSpan>& rows) const;
 
  private:
   struct Saved {
@@ -102,7 +99,7 @@ class UlyssesEmitter {
   };
   struct Pending {
     std::vector<std::vector<TaskId>> transfers;  // per TP index: all-to-alls or Sends issued by hooks
-    std::vector<std::vector<UpSpan>> runs;       // per TP index: contiguous row runs sent (commfuse)
+    std::vector<std::vector<RowSpan>> runs;       // per TP index: contiguous row runs sent (commfuse)
     std::int64_t tag0 = 0;
     int region = -1;
     int region_index = 0;
@@ -148,10 +145,9 @@ class UlyssesEmitter {
   UpPerRank alloc(bool data, const std::string& name, std::int64_t rows, std::int64_t cols,
                   const std::function<std::vector<Piece>(int ti)>& init = {});
   std::int32_t op(bool data, DataOp d) { return data ? prog_.add_op(std::move(d)) : -1; }
-  StreamRef p2p_stream() const;
   std::vector<int> group(int ti) const;
   std::int64_t tag(const Pending& p, std::int64_t row0, int src, int dst) const;
-  std::vector<UpSpan> sub_slices(const std::vector<UpSpan>& rows, int s) const;
+  std::vector<RowSpan> sub_slices(const std::vector<RowSpan>& rows, int s) const;
   // Producer side shared by the QKV projection and the out-projection dgrad.
   UpWorkFn producer(int layer, bool forward, bool data, UpLocate a, const UpPerRank& b_whole, std::int64_t k,
                     bool transpose_b, const std::function<std::vector<Piece>(int ti, int p)>& b_group,

@@ -10,7 +10,7 @@
 namespace fusesim::sched::tpsp {
 namespace {
 
-Span slice_or_chunk(const Builder& b, int slices, std::int64_t c, int j) {
+RowSpan slice_or_chunk(const Builder& b, int slices, std::int64_t c, int j) {
   return slices == 1 ? b.chunk_span(c) : b.slice_span(c, j);
 }
 
@@ -28,10 +28,10 @@ Deps collective_all_gather(Builder& b, const RegionCall& r, const Rows& g, int s
     for (int ti = 0; ti < t; ++ti) {
       auto span = [&](std::int64_t c) { return slice_or_chunk(b, slices, c, j); };
       CollectiveOp cop;
-      std::vector<Span> rows;
+      std::vector<RowSpan> rows;
       if (ctx.data) {
-        const Span own = span(ti);
-        cop.in.push_back(b.ref(g.shard, ti, Span{own.row0 - ti * b.n(), own.rows}, width));
+        const RowSpan own = span(ti);
+        cop.in.push_back(b.ref(g.shard, ti, RowSpan{own.row0 - ti * b.n(), own.rows}, width));
       }
       for (int p = 0; p < t; ++p) {
         if (ctx.data) cop.out.push_back(b.ref(g.full, ti, span(b.member_chunk(ti, r.region_index, p)), width));
@@ -42,7 +42,7 @@ Deps collective_all_gather(Builder& b, const RegionCall& r, const Rows& g, int s
       const std::string suffix = slice_suffix(slices, j);
       const TaskId ag = b.add(ti, fmt::format("{}/{}/ag{}", b.prefix(ctx), ctx.region, suffix), comm,
                               CollectiveTask{CollectiveKind::all_gather, b.group(), b.bytes(t * rows[0].rows * width),
-                                             instance, b.comm_.collective_engine, b.comm_sms()},
+                                             instance, b.comm_.collective_engine, b.comm_.sms},
                               std::move(lab), b.op(ctx, std::move(cop)), r.ready[static_cast<std::size_t>(ti)]);
       auto ids = b.emit_work(ctx, ti, r.region, r.work, -1, rows, suffix, -1, slices == 1 ? -1 : j, j == 0, {ag});
       auto& d = done[static_cast<std::size_t>(ti)];
@@ -62,7 +62,7 @@ Deps collective_reduce_scatter(Builder& b, const RegionCall& r, const PerRank& p
     const std::int64_t instance = b.next_instance_++;
     for (int ti = 0; ti < t; ++ti) {
       auto span = [&](std::int64_t c) { return slice_or_chunk(b, slices, c, j); };
-      std::vector<Span> rows;
+      std::vector<RowSpan> rows;
       for (int p = 0; p < t; ++p) rows.push_back(span(p));
       const std::string suffix = slice_suffix(slices, j);
       auto ids = b.emit_work(ctx, ti, r.region, r.work, -1, rows, suffix, -1, slices == 1 ? -1 : j, j == 0,
@@ -71,14 +71,14 @@ Deps collective_reduce_scatter(Builder& b, const RegionCall& r, const PerRank& p
       if (ctx.data) {
         for (int p = 0; p < t; ++p)
           cop.in.push_back(b.ref(pbuf, ti, span(b.member_chunk(ti, r.region_index, p)), width));
-        const Span own = span(ti);
-        cop.out.push_back(b.ref(out, ti, Span{own.row0 - ti * b.n(), own.rows}, width));
+        const RowSpan own = span(ti);
+        cop.out.push_back(b.ref(out, ti, RowSpan{own.row0 - ti * b.n(), own.rows}, width));
       }
       TaskLabels lab = b.labels(ctx, r.region, "reduce_scatter");
       lab.slice = slices == 1 ? -1 : j;
       const TaskId rs = b.add(ti, fmt::format("{}/{}/rs{}", b.prefix(ctx), ctx.region, suffix), comm,
                               CollectiveTask{CollectiveKind::reduce_scatter, b.group(), b.bytes(t * rows[0].rows * width),
-                                             instance, b.comm_.collective_engine, b.comm_sms()},
+                                             instance, b.comm_.collective_engine, b.comm_.sms},
                               std::move(lab), b.op(ctx, std::move(cop)), ids);
       done[static_cast<std::size_t>(ti)].push_back(rs);
     }

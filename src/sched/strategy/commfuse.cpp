@@ -85,11 +85,11 @@ class CommFuse final : public TpStrategy {
         TaskLabels al = b.labels(ctx, r.region, "add");
         al.chunk = m.chunk;
         al.step = m.step;
-        const Span span = b.chunk_span(m.chunk);
+        const RowSpan span = b.chunk_span(m.chunk);
         return b.compute(ti, fmt::format("{}/{}/add/c{}", b.prefix(ctx), ctx.region, m.chunk), add_kernel,
                          std::move(al),
                          b.op(ctx, AddOp{b.ref(pbuf, ti, span, width), b.ref(recv_buf, ti, span, width),
-                                         last ? b.ref(out, ti, Span{0, b.n()}, width) : b.ref(sum_buf, ti, span, width)}),
+                                         last ? b.ref(out, ti, RowSpan{0, b.n()}, width) : b.ref(sum_buf, ti, span, width)}),
                          {partial, received});
       };
       const TaskId result = ring_reduce_scatter(
