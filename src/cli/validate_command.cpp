@@ -58,6 +58,12 @@ struct Case {
   std::optional<int> tp;
   std::optional<std::int64_t> micro_batch, sequence_length;
   std::optional<std::string> engines;  // model::kEngineModes: what the measured framework ran communication on
+  // Whose schedule the case sets ("parallelism"); empty: every parallelism of the workload.
+  std::vector<sched::Parallelism> parallelisms;
+  // "speedup_over": the id of the case this one is a published speed-up over (the same run with
+  // another schedule); validate prints measured and predicted ratios side by side.
+  std::string speedup_over;
+  std::optional<JsonValue> speedup_over_at;
 };
 
 double positive(const JsonObject& o, std::string_view key) {
@@ -138,6 +144,12 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
       // The workload reader's own limit (16M tokens, model/workload.cpp).
       if (o.has("sequence_length")) c.sequence_length = o.integer("sequence_length", 1, 16 * 1024 * 1024);
       if (o.has("engine")) c.engines = o.choice("engine", model::kEngineModes);
+      if (o.has("parallelism"))
+        c.parallelisms = {*sched::parse_parallelism(o.choice("parallelism", {"tpsp", "up", "dp"}))};
+      if (auto v = o.find("speedup_over")) {
+        c.speedup_over = v->as_string();
+        c.speedup_over_at = *v;
+      }
       o.integer_or("gpus", 1, 1 << 24, 1);  // the measured system's size, for the reader
       if (auto n = o.find("needs")) {
         const JsonArray a = n->as_array();
@@ -148,6 +160,12 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
     out.push_back(std::move(c));
   }
   root.finish();
+  for (const Case& c : out) {
+    if (c.speedup_over.empty()) continue;
+    const auto base = std::find_if(out.begin(), out.end(), [&](const Case& b) { return b.id == c.speedup_over; });
+    if (base == out.end() || base->category != "end_to_end" || base->metric != c.metric || &*base == &c)
+      c.speedup_over_at->fail(fmt::format("'{}' is not another end-to-end case with metric {}", c.speedup_over, c.metric));
+  }
   return out;
 }
 
@@ -232,6 +250,7 @@ std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const
   req.micro_batch = c.micro_batch;
   req.sequence_length = c.sequence_length;
   req.engine = c.engines;
+  req.parallelisms = c.parallelisms;
   const SimulateReport rep = simulate(req);
   const analysis::StepMetrics& m = rep.runs.front().metrics;
   if (mfu != nullptr) *mfu = m.mfu;
@@ -559,6 +578,7 @@ class ValidateCommand final : public Command {
                    {"profile_held_out", s.held_out.json()},
                    {"cases", s.roofline.n}};
     doc["mape_pct"] = std::move(mape);
+    doc["speedups"] = speedups_json(rows);
     const MfuRanking rank = rank_mfu(rows);
     if (rank.cases > 0) {
       const auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
@@ -566,6 +586,59 @@ class ValidateCommand final : public Command {
                                         {"cases", rank.cases}};
     }
     return doc;
+  }
+
+  // Published speed-ups of one schedule over another (issue 12: within 3 points): each case with
+  // speedup_over against its base, measured ratio and predicted ratios, and their difference in
+  // percentage points of the ratio.
+  struct Speedup {
+    const Row* row = nullptr;
+    const Row* base = nullptr;
+    double measured() const { return row->c->measured / base->c->measured; }
+    std::optional<double> roofline() const { return ratio(row->roofline, base->roofline); }
+    std::optional<double> profile() const { return ratio(row->calibrated, base->calibrated); }
+    static std::optional<double> ratio(const std::optional<double>& a, const std::optional<double>& b) {
+      if (!a || !b || *b <= 0.0) return std::nullopt;
+      return *a / *b;
+    }
+  };
+  static std::vector<Speedup> speedups(const std::vector<Row>& rows) {
+    std::vector<Speedup> out;
+    for (const Row& r : rows) {
+      if (r.c->speedup_over.empty()) continue;
+      for (const Row& b : rows)
+        if (b.c->id == r.c->speedup_over) out.push_back({&r, &b});
+    }
+    return out;
+  }
+  static nlohmann::json speedups_json(const std::vector<Row>& rows) {
+    nlohmann::json arr = nlohmann::json::array();
+    const auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+    for (const Speedup& s : speedups(rows))
+      arr.push_back({{"case", s.row->c->id}, {"over", s.base->c->id}, {"status", s.row->status},
+                     {"measured", s.measured()}, {"roofline", opt(s.roofline())}, {"profile", opt(s.profile())}});
+    return arr;
+  }
+  static std::string speedups_text(const std::vector<Row>& rows) {
+    const std::vector<Speedup> all = speedups(rows);
+    if (all.empty()) return "";
+    analysis::Table t({{"speed-up", analysis::Align::left},
+                       {"over", analysis::Align::left},
+                       {"measured", analysis::Align::right},
+                       {"roofline", analysis::Align::right},
+                       {"points", analysis::Align::right},
+                       {"profile", analysis::Align::right},
+                       {"points", analysis::Align::right},
+                       {"status", analysis::Align::left}});
+    const auto x = [](const std::optional<double>& v) { return v ? fmt::format("{:.3f}x", *v) : "-"; };
+    for (const Speedup& s : all) {
+      const double m = s.measured();
+      const auto pts = [m](const std::optional<double>& v) { return v ? fmt::format("{:+.1f}", (*v - m) * 100.0) : "-"; };
+      t.add_row({s.row->c->id, s.base->c->id, x(m), x(s.roofline()), pts(s.roofline()), x(s.profile()),
+                 pts(s.profile()), s.row->status});
+    }
+    return "\npublished speed-ups of one schedule over another (points: predicted minus measured ratio, x 100):\n" +
+           t.render();
   }
 
   // The MFU of each end-to-end case, measured and predicted, and Spearman's rho over them.
@@ -619,7 +692,7 @@ class ValidateCommand final : public Command {
     return fmt::format("validation cases: {}\n\n", label) + t.render() +
            (needs.empty() ? ""
                           : "\nfeatures the model lacks (partial cases are kept out of the overall MAPE):\n" + needs) +
-           "\nmean absolute percentage error (cases):\n" + s.render() + mfu_ranking_text(rows);
+           "\nmean absolute percentage error (cases):\n" + s.render() + mfu_ranking_text(rows) + speedups_text(rows);
   }
 
   std::string cases_ = "published";

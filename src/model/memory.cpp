@@ -108,6 +108,29 @@ Bytes layer_activation_bytes(const Workload& w) {
   return add(inputs, attention, softmax, mlp);
 }
 
+// Recompute::op (torchtitan's per-op checkpointing): what a layer keeps when it saves its matmuls'
+// outputs but every second one, and attention's. Of the norm and GEMM inputs the layer input (the
+// first norm's) and the out-projection's reduced output (the residual add's, from which the second
+// norm's input is recomputed); of Q, K, V and the attention output all but K (the second matmul);
+// the log-sum-exp; of the MLP the gate half (or the ungated FC1 output), not the up half nor the
+// activation's output.
+Bytes op_checkpointed_layer_bytes(const Workload& w) {
+  const Architecture& a = w.arch;
+  const std::int64_t tp = w.parallel.tp, up = w.parallel.up, n = tp * up;
+  const std::int64_t tokens = w.tokens_per_microbatch();
+  const std::int64_t shard = ceil_div(tokens, n);
+  const std::int64_t gemm_tokens = ceil_div(tokens, up);
+  const std::int64_t heads = ceil_div(a.heads, n);
+  const std::int64_t kv = kv_heads_local(a, n);
+  const std::int64_t ffn = ceil_div(a.ffn_hidden, tp);
+  const Bytes e = storage_bytes(w.dtype);
+  const Bytes inputs = mul(2, shard, a.hidden, e);
+  const Bytes attention = mul(tokens, add(mul(2, heads), kv), a.head_dim, e);
+  const Bytes softmax = mul(tokens, heads, 4);
+  const Bytes mlp = mul(gemm_tokens, ffn, e);
+  return add(inputs, attention, softmax, mlp);
+}
+
 // Bytes of the activations outside the layers: final norm input and output (LM head input) and the
 // fp32 logits the vocab-parallel cross entropy keeps for its backward.
 Bytes head_activation_bytes(const Workload& w) {
@@ -157,6 +180,8 @@ Bytes activation_bytes_per_rank(const Workload& w) {
       // Selective recomputation drops the attention-score term 5as/h of Korthikanti et al.; with
       // FlashAttention nothing of that size is ever stored, so it saves nothing there.
       return add(mul(w.arch.layers, layer - attention_score_bytes(w)), head);
+    case Recompute::op:
+      return add(mul(w.arch.layers, op_checkpointed_layer_bytes(w)), head);
     case Recompute::full: {
       // A recomputed layer keeps only its input, [s/(tp up), h]; the backward rebuilds one layer at a
       // time. With recompute_every k only every k-th layer is recomputed; the others keep everything.

@@ -62,6 +62,7 @@ std::string to_string(Recompute r) {
     case Recompute::none: return "none";
     case Recompute::selective: return "selective";
     case Recompute::full: return "full";
+    case Recompute::op: return "op";
   }
   return "?";
 }

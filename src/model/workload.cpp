@@ -43,7 +43,7 @@ constexpr int kSchemaVersion = 1;
 const std::vector<std::string> kScheduleKinds = {"baseline", "slice", "commfuse"};
 const std::vector<std::string> kEngines = {"sm_kernel", "copy_engine"};
 const std::vector<std::string> kDpShardings = {"ddp", "zero1", "zero2", "zero3"};
-const std::vector<std::string> kRecomputes = {"none", "selective", "full"};
+const std::vector<std::string> kRecomputes = {"none", "selective", "full", "op"};
 const std::vector<std::string> kOptimizers = {"adam", "sgd"};
 const std::vector<std::string> kGradReduceDtypes = {"fp32", "bf16", "fp16"};
 // A gradient bucket larger than 1 TiB is no bucket; the bound also keeps bucket counts and buffer
@@ -71,6 +71,7 @@ namespace {
 Recompute parse_recompute(const std::string& s) {
   if (s == "selective") return Recompute::selective;
   if (s == "full") return Recompute::full;
+  if (s == "op") return Recompute::op;
   return Recompute::none;
 }
 
@@ -232,9 +233,19 @@ Workload parse_workload(const JsonDocument& doc) {
   }
   w.optimizer = t.choice_or("optimizer", kOptimizers, "adam") == "sgd" ? Optimizer::sgd : Optimizer::adam;
   w.unfused_attention = t.choice_or("attention", {"flash", "unfused"}, "flash") == "unfused";
+  // torchtitan's per-op policy saves the output of the fused attention kernel (SDPA); an unfused
+  // attention's score GEMMs and softmax are not ops it names.
+  if (w.recompute == Recompute::op && w.unfused_attention)
+    t.at("recompute").fail("recompute \"op\" is torchtitan's per-op checkpointing, which saves a fused attention's output: it needs training.attention \"flash\"");
   if (t.has("grad_reduce_dtype")) {
     const std::string g = t.choice("grad_reduce_dtype", kGradReduceDtypes);
     w.grad_reduce_dtype = g == "fp32" ? topo::Dtype::fp32 : g == "bf16" ? topo::Dtype::bf16 : topo::Dtype::fp16;
+  }
+  const std::optional<JsonValue> fp8_gather = t.has("fp8_param_gather") ? std::optional<JsonValue>(t.at("fp8_param_gather")) : std::nullopt;
+  if (fp8_gather) {
+    w.fp8_param_gather = fp8_gather->as_bool();
+    if (w.fp8_param_gather && w.dtype != topo::Dtype::fp8)
+      fp8_gather->fail("fp8_param_gather needs training.dtype \"fp8\" (the gathered weights feed fp8 GEMMs)");
   }
   t.finish();
 
@@ -254,6 +265,9 @@ Workload parse_workload(const JsonDocument& doc) {
                          to_string(w.parallel.dp_sharding)));
   }
   p.finish();
+  if (w.fp8_param_gather && w.parallel.dp_sharding != DpSharding::zero3)
+    fp8_gather->fail(fmt::format("fp8_param_gather needs parallel.dp_sharding zero3 (it is how FSDP gathers layers), not {}",
+                                 to_string(w.parallel.dp_sharding)));
 
   const JsonObject s = root.object("schedule");
   w.schedule.kind = parse_kind(s.choice("kind", kScheduleKinds));

@@ -458,12 +458,15 @@ TaskId DpSync::gather_layer(int rank, const std::string& name, int layer, std::i
   l.layer = layer;
   l.phase = name.find("/bwd") != std::string::npos ? Phase::backward : Phase::forward;
   l.op = "dp_param_all_gather";
+  const Bytes gathered = layer >= 0 && cfg_.layer_gather_dtype
+                             ? elements * topo::bytes_per_element(*cfg_.layer_gather_dtype)
+                             : param_bytes(elements);
   if (cfg_.as_p2p)
-    return p2p_collective(rank, CollectiveKind::all_gather, param_bytes(elements), name + "/dp_param_ag",
+    return p2p_collective(rank, CollectiveKind::all_gather, gathered, name + "/dp_param_ag",
                           comm_.gather_stream, l, deps, {});
   const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
   return add(rank, name + "/dp_param_ag", comm_.gather_stream,
-             CollectiveTask{CollectiveKind::all_gather, group(rank), param_bytes(elements), instance,
+             CollectiveTask{CollectiveKind::all_gather, group(rank), gathered, instance,
                             comm_.collective_engine, comm_.sms},
              std::move(l), -1, deps);
 }

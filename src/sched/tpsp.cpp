@@ -213,6 +213,37 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   return out;
 }
 
+// torchtitan's per-op selective checkpointing (activation_checkpoint.selective_ac_option "op",
+// _apply_ac_to_transformer_block): a block saves the outputs of its matmuls except every second one
+// (in forward order wq, wk, wv, wo, w1, w3, w2: wk, wo and w3 are not saved) and of attention; with
+// torch.compile only what the backward reads runs again. That is the norms and the first residual add
+// (the GEMM inputs), K's projection, the up half of a gated FC1 and the activation: wo's output feeds
+// nothing the backward reads. The TP all-gather of a norm's output is not repeated here: the backward
+// gathers each column-parallel GEMM's input again anyway (backward_layer), which is the gather the
+// recomputation would run.
+Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
+  const std::int64_t h = sh_.hidden, S_ = S(), n_ = n();
+  const std::int64_t f1 = sh_.fc1_local(), fl = sh_.ffn_local();
+  const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
+  // K's columns of this rank's QKV GEMM (with Ulysses its layout holds every group's Q, K, V).
+  const std::int64_t k_cols = sh_.up > 1 ? sh_.qkv_local() * KV / (Q + 2 * KV) : sh_.kv_local();
+  recompute_ = true;
+  const OpCtx rc{l, true, "", false};
+  for (int ti = 0; ti < t_; ++ti) {
+    TaskId d = elementwise(rc, ti, "ln1", "layernorm", 2 * n_ * h, n_, 8.0 * n_ * h, -1, ready[ti]);
+    d = compute(ti, prefix(rc) + "/k_proj", model::GemmKernel{S_, k_cols, h, 1}, labels(rc, -1, "k_proj"), -1, {d});
+    d = elementwise(rc, ti, "residual1", "add", 3 * n_ * h, n_, 1.0 * n_ * h, -1, {d});
+    d = elementwise(rc, ti, "ln2", "layernorm", 2 * n_ * h, n_, 8.0 * n_ * h, -1, {d});
+    if (sh_.gated)
+      d = compute(ti, prefix(rc) + "/fc1_up", model::GemmKernel{S_, fl, h, 1}, labels(rc, -1, "fc1_up"), -1, {d});
+    const std::string kind = sh_.gated ? "swiglu" : "gelu";
+    d = elementwise(rc, ti, "act", kind, S_ * (f1 + fl), S_, (sh_.gated ? 6.0 : 8.0) * S_ * fl, -1, {d});
+    ready[ti] = {d};
+  }
+  recompute_ = false;
+  return ready;
+}
+
 // Backward of one layer. Megatron's sequence-parallel linear layers save the local shard of a
 // column-parallel GEMM's input and re-gather it for the wgrad; the re-gather is its own AG region
 // fused with the (accumulating) wgrad GEMM per chunk. `fw` holds the forward's buffers and `dy` the
@@ -780,6 +811,8 @@ void Builder::replica_step(std::int64_t layers, bool train) {
             lr[ti] = {compute(ti, prefix(rc) + "/attention", k, labels(rc, -1, "attention"), -1, lr[ti])};
           }
           recompute_ = false;
+        } else if (req_.step.recompute == model::Recompute::op && req_.options.forward) {
+          lr = recompute_unsaved_ops(static_cast<int>(l), lr);
         }
         LayerGrad g = backward_layer(static_cast<int>(l), m.saved[static_cast<std::size_t>(l)], m.dy, lr);
         m.dy = std::move(g.dx);
@@ -841,6 +874,7 @@ void Builder::generate() {
     cfg.schedule = req_.schedule;
     cfg.dtype = sh_.activation_dtype();
     cfg.grad_dtype = grad_dtype();
+    if (req_.step.fp8_param_gather) cfg.layer_gather_dtype = topo::Dtype::fp8;
     cfg.as_p2p = req_.options.dp_as_p2p || req_.options.mirror_dp;
     cfg.mirror = req_.options.mirror_dp;
     cfg.simulated = sh_.up;  // mirror mode: DP replica 0, i.e. sync replicas (u, 0) for every u
@@ -1001,7 +1035,8 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   r.schedule = w.schedule;
   r.options = options;
   r.step = StepOptions{w.grad_accumulation, w.recompute,      w.parallel.dp_sharding,          a.vocab,
-                       w.gradient_dtype(),  w.parallel.overlap_param_gather, w.recompute_every};
+                       w.gradient_dtype(),  w.parallel.overlap_param_gather, w.recompute_every,
+                       w.fp8_param_gather};
   return r;
 }
 

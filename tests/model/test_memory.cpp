@@ -111,6 +111,12 @@ TEST_CASE("Recomputation: selective saves nothing under FlashAttention, full kee
   // Full: 32 layer inputs of [1024, 4096] bf16 = 32 x 8,388,608 = 268,435,456, plus one layer rebuilt
   // in the backward (142,737,408) and the head (545,259,520) -> 956,432,384.
   CHECK(full == 956'432'384);
+  // Per-op (torchtitan's "op" policy) keeps of each layer: the layer input and the out-projection's
+  // reduced output 2 x [1024, 4096] bf16 = 16,777,216; Q, V and O but not K: 8192 x (2 x 4 + 1) x 128
+  // x 2 B = 18,874,368; the log-sum-exp 131,072; the gate half of FC1, 8192 x 1792 x 2 B = 29,360,128
+  // -> 65,142,784 per layer, x 32 = 2,084,569,088, plus the head 545,259,520 -> 2,629,828,608.
+  const Bytes op = activation_bytes_per_rank(llama("llama-3-8b", 8, 1, DpSharding::ddp, Recompute::op));
+  CHECK(op == 2'629'828'608);
 }
 
 TEST_CASE("Activations match Korthikanti et al. for a GPT-style layer without dropout", "[model][memory]") {

@@ -564,7 +564,7 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
   CHECK(w.schedule.dp_bucket_bytes == 50'000'000);
   for (const char* s : {"ddp", "zero1", "zero2", "zero3"})
     CHECK(to_string(parse(with([&](json& x) { x["parallel"]["dp_sharding"] = s; })).parallel.dp_sharding) == s);
-  for (const char* s : {"none", "selective", "full"})
+  for (const char* s : {"none", "selective", "full", "op"})
     CHECK(to_string(parse(with([&](json& x) { x["training"]["recompute"] = s; })).recompute) == s);
   for (const char* s : {"adam", "sgd"})
     CHECK(to_string(parse(with([&](json& x) { x["training"]["optimizer"] = s; })).optimizer) == s);
@@ -627,6 +627,24 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
                }),
                "$.parallel.overlap_param_gather");
   expect_error(with([](json& j) { j["training"]["attention"] = false; }), "$.training.attention");
+  // torchtitan's per-op policy saves a fused attention kernel's output.
+  expect_error(with([](json& j) {
+                 j["training"]["recompute"] = "op";
+                 j["training"]["attention"] = "unfused";
+               }),
+               "$.training.recompute");
+  // fp8 parameter gathers: fp8 GEMMs and FSDP (ZeRO-3) only.
+  expect_error(with([](json& j) {
+                 j["parallel"]["dp_sharding"] = "zero3";
+                 j["training"]["fp8_param_gather"] = true;
+               }),
+               "$.training.fp8_param_gather");
+  expect_error(with([](json& j) {
+                 j["training"]["dtype"] = "fp8";
+                 j["training"]["fp8_param_gather"] = true;
+               }),
+               "$.training.fp8_param_gather");
+  expect_error(with([](json& j) { j["training"]["fp8_param_gather"] = 1; }), "$.training.fp8_param_gather");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 0; }), "$.schedule.dp_bucket_bytes");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = -25000000; }), "$.schedule.dp_bucket_bytes");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 1.5; }), "$.schedule.dp_bucket_bytes");

@@ -52,6 +52,8 @@ const std::vector<Expected> kShipped = {
     // Device variants of published runs (issue 12): the H800 (NVLink cut to 400 GB/s), the A100 40 GB.
     {"dgx-h800", 1, 8, "h800-sxm", 989e12, 132, false},
     {"dgx-a100-40gb", 1, 8, "a100-sxm-40gb", 312e12, 108, false},
+    // Trainy's H200 hosts of torchtitan's H200 benchmark: hgx-h200 boards with a 400 Gb/s NIC per GPU.
+    {"hgx-h200-8node", 8, 8, "h200-sxm", 989e12, 132, false},
 };
 
 std::string shipped_path(const std::string& name) {

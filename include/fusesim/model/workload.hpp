@@ -82,7 +82,10 @@ enum class DpSharding { ddp, zero1, zero2, zero3 };
 std::string to_string(DpSharding s);
 
 // Activation recomputation in backward: counted in HFU, not in MFU.
-enum class Recompute { none, selective, full };
+// op: torchtitan's per-op selective activation checkpointing (selective_ac_option "op"): a layer
+// saves the outputs of its matmuls except every second one, and of attention; the rest of its
+// forward that the backward needs runs again (docs/workload.md).
+enum class Recompute { none, selective, full, op };
 std::string to_string(Recompute r);
 
 // The optimizer whose state each rank keeps ($.training.optimizer; memory model: docs/memory.md).
@@ -135,6 +138,9 @@ struct Workload {
   // $.training.attention: "flash" (FlashAttention, the default) or "unfused" (Megatron-LM before
   // FlashAttention: the scores through HBM, model::unfused_attention_parts).
   bool unfused_attention = false;
+  // $.training.fp8_param_gather (dtype fp8 with ZeRO-3 only): the layers' parameters gathered in e4m3,
+  // as torchao's float8 training does with enable_fsdp_float8_all_gather.
+  bool fp8_param_gather = false;
 
   topo::Dtype gradient_dtype() const { return grad_reduce_dtype.value_or(default_grad_reduce_dtype(dtype)); }
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,8 @@ struct DpConfig {
   model::ScheduleOptions schedule;  // dp_bucket_bytes, engines, comm_sms
   topo::Dtype dtype = topo::Dtype::bf16;       // of the parameters gathered (ZeRO)
   topo::Dtype grad_dtype = topo::Dtype::fp32;  // of the gradients reduced (Workload::gradient_dtype())
+  // Of a layer's parameters gathered (ZeRO-3, gather_layer with layer >= 0); unset: `dtype`.
+  std::optional<topo::Dtype> layer_gather_dtype;
   DpFault fault;
   // GenerateOptions::dp_as_p2p / mirror_dp (docs/schedules.md, "Symmetry"): collectives as ring P2P
   // steps (with dataflow when the program is given: `fusesim verify` checks it); with `mirror` only

@@ -33,6 +33,10 @@ struct StepOptions {
   bool overlap_param_gather = false;
   // Recompute::full: only layers l with (l + 1) % recompute_every == 0 (Workload::recompute_every).
   std::int64_t recompute_every = 1;
+  // ZeRO-3 with fp8 GEMMs: each layer's parameters gathered in e4m3, 1 byte (torchao's
+  // enable_fsdp_float8_all_gather; Workload::fp8_param_gather). The embedding and the LM head stay
+  // in the activation type.
+  bool fp8_param_gather = false;
 };
 
 // The step assembler: the order a replica runs its work in. The layer builder does each piece

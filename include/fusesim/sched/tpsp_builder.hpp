@@ -308,6 +308,8 @@ class Builder {
   };
   LayerOut forward_layer(int l, const PerRank& x, const Deps& ready);
   LayerGrad backward_layer(int l, const LayerData& fw, const PerRank& dy, const Deps& ready);
+  // Recompute::op: the forward ops of layer l the backward reads and the layer did not save.
+  Deps recompute_unsaved_ops(int l, Deps ready);
   void piece_ag_gemm();
   void piece_gemm_rs();
 
