@@ -239,8 +239,11 @@ Bytes comm_buffer_bytes_per_rank(const Workload& w, ScheduleKind kind, Bytes com
     }
     // The baseline reduces the gradient buffer in place once the backward is over: nothing more.
     if (p.dp_sharding == DpSharding::zero3) {
-      // ZeRO-3 gathers each layer's parameters before use; the next layer's are prefetched.
+      // ZeRO-3 gathers each layer's parameters before use; the next layer's are prefetched. The root
+      // module (embedding, final norm, LM head rows of the TP rank) stays gathered through the
+      // micro-batch (sched/tpsp.cpp).
       total = add(total, mul(2, layer_params, e));
+      if (a.vocab > 0) total = add(total, mul(add(mul(2, a.padded_vocab(p.tp) / p.tp, a.hidden), a.hidden), e));
     }
   }
   return total;

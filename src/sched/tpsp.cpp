@@ -748,6 +748,16 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           return std::vector<Piece>{Piece{"x", Rect{global_row(ti), 0, n(), h}, 0, 0}};
         });
         if (overlap_gather && mb == 0) ready = merge(ready, gather_table("embedding", ready));
+        // ZeRO-3 as FSDP runs it: the root module (embedding, final norm, LM head) all-gathered when the
+        // micro-batch's forward begins, before anything can overlap it, and kept through its backward
+        // (FSDP2 does not reshard the root after forward, "its parameters would typically be
+        // immediately all-gathered for backward": torch.distributed.fsdp.fully_shard).
+        if (zero3 && extra) {
+          Deps root(static_cast<std::size_t>(t_));
+          for (int ti = 0; ti < t_; ++ti)
+            root[ti] = {dp_->gather_layer(rank(ti), mb_prefix_ + "root", -1, 2 * (req_.step.vocab / t_) * h + h, ready[ti])};
+          ready = merge(ready, root);
+        }
         if (extra) ready = extra->embedding_forward(mb_prefix_, mbi, ready);
         if (gathers) next_params = gather(0, true, ready);
         break;

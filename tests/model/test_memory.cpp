@@ -215,7 +215,8 @@ TEST_CASE("Communication buffers per schedule", "[model][memory]") {
 
   // DP 4 on top: one more communicator; slice (bucketed) 2 x 25 MB buckets; CommFuse 2 chunks of one
   // layer's fp32 gradient / 4: 2 x 26,742,784 x 4 B = 213,942,272; ZeRO-3 adds 2 gathered layers
-  // 2 x 106,971,136 x 2 B = 427,884,544.
+  // 2 x 106,971,136 x 2 B = 427,884,544 and the gathered root module, kept through the micro-batch:
+  // embedding and LM head rows 2 x 16,128 x 8192 plus the final norm 8192, x 2 B = 528,498,688.
   const Workload dp4 = llama("llama-3-70b", 8, 4);
   const Bytes tp_part = nccl + 134'217'728;
   CHECK(comm_buffer_bytes_per_rank(dp4, ScheduleKind::baseline, nccl) == tp_part + 134'217'728 + nccl);
@@ -224,7 +225,7 @@ TEST_CASE("Communication buffers per schedule", "[model][memory]") {
         tp_part + 33'554'432 + nccl + 213'942'272);
   const Workload z3 = llama("llama-3-70b", 8, 4, DpSharding::zero3);
   CHECK(comm_buffer_bytes_per_rank(z3, ScheduleKind::baseline, nccl) ==
-        tp_part + 134'217'728 + nccl + 427'884'544);
+        tp_part + 134'217'728 + nccl + 427'884'544 + 528'498'688);
 
   // Ulysses (tp 8, up 2 on Llama-3-70B): each TP group holds s/up = 4096 tokens: gathered [4096, 8192]
   // bf16 = 67,108,864, Fuse-RS 2 x [512, 8192] bf16 = 16,777,216; the Q, K, V all-to-all receive buffer
