@@ -236,12 +236,15 @@ Workload parse_workload(const JsonDocument& doc) {
   // torchtitan's per-op policy saves the output of the fused attention kernel (SDPA); an unfused
   // attention's score GEMMs and softmax are not ops it names.
   if (w.recompute == Recompute::op && w.unfused_attention)
-    t.at("recompute").fail("recompute \"op\" is torchtitan's per-op checkpointing, which saves a fused attention's output: it needs training.attention \"flash\"");
+    t.at("recompute").fail(
+        "recompute \"op\" is torchtitan's per-op checkpointing, which saves a fused attention's output: "
+        "it needs training.attention \"flash\"");
   if (t.has("grad_reduce_dtype")) {
     const std::string g = t.choice("grad_reduce_dtype", kGradReduceDtypes);
     w.grad_reduce_dtype = g == "fp32" ? topo::Dtype::fp32 : g == "bf16" ? topo::Dtype::bf16 : topo::Dtype::fp16;
   }
-  const std::optional<JsonValue> fp8_gather = t.has("fp8_param_gather") ? std::optional<JsonValue>(t.at("fp8_param_gather")) : std::nullopt;
+  const std::optional<JsonValue> fp8_gather =
+      t.has("fp8_param_gather") ? std::optional<JsonValue>(t.at("fp8_param_gather")) : std::nullopt;
   if (fp8_gather) {
     w.fp8_param_gather = fp8_gather->as_bool();
     if (w.fp8_param_gather && w.dtype != topo::Dtype::fp8)
@@ -266,8 +269,9 @@ Workload parse_workload(const JsonDocument& doc) {
   }
   p.finish();
   if (w.fp8_param_gather && w.parallel.dp_sharding != DpSharding::zero3)
-    fp8_gather->fail(fmt::format("fp8_param_gather needs parallel.dp_sharding zero3 (it is how FSDP gathers layers), not {}",
-                                 to_string(w.parallel.dp_sharding)));
+    fp8_gather->fail(fmt::format(
+        "fp8_param_gather needs parallel.dp_sharding zero3 (it is how FSDP gathers layers), not {}",
+        to_string(w.parallel.dp_sharding)));
 
   const JsonObject s = root.object("schedule");
   w.schedule.kind = parse_kind(s.choice("kind", kScheduleKinds));

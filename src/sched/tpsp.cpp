@@ -224,9 +224,8 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
 Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
   const std::int64_t h = sh_.hidden, S_ = S(), n_ = n();
   const std::int64_t f1 = sh_.fc1_local(), fl = sh_.ffn_local();
-  const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
-  // K's columns of this rank's QKV GEMM (with Ulysses its layout holds every group's Q, K, V).
-  const std::int64_t k_cols = sh_.up > 1 ? sh_.qkv_local() * KV / (Q + 2 * KV) : sh_.kv_local();
+  // K's columns of this rank's QKV GEMM (up 1: tpsp_request refuses Ulysses with this policy).
+  const std::int64_t k_cols = sh_.kv_local();
   recompute_ = true;
   const OpCtx rc{l, true, "", false};
   for (int ti = 0; ti < t_; ++ti) {
@@ -755,7 +754,8 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         if (zero3 && extra) {
           Deps root(static_cast<std::size_t>(t_));
           for (int ti = 0; ti < t_; ++ti)
-            root[ti] = {dp_->gather_layer(rank(ti), mb_prefix_ + "root", -1, 2 * (req_.step.vocab / t_) * h + h, ready[ti])};
+            root[ti] = {
+                dp_->gather_layer(rank(ti), mb_prefix_ + "root", -1, 2 * (req_.step.vocab / t_) * h + h, ready[ti])};
           ready = merge(ready, root);
         }
         if (extra) ready = extra->embedding_forward(mb_prefix_, mbi, ready);
@@ -1033,6 +1033,11 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
     throw InputError(label, "$.parallel",
                      fmt::format("tp x up x dp = {} ranks, but cluster '{}' has {}", w.parallel.world(), cluster.name,
                                  cluster.num_ranks()));
+  // With Ulysses the recomputed K would cross the all-to-all again, which recompute_unsaved_ops does
+  // not emit; torchtitan, whose policy it is, has no Ulysses.
+  if (w.recompute == model::Recompute::op && w.parallel.up > 1)
+    throw InputError(label, "$.training.recompute",
+                     fmt::format("recompute \"op\" (torchtitan's per-op checkpointing) needs up 1, not {}", w.parallel.up));
   const model::Architecture& a = w.arch;
   r.shape = TpspShape{w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden,
                       a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,

@@ -222,6 +222,26 @@ TEST_CASE("ZeRO-3 gathers the root module once per micro-batch; fp8 gathers halv
   }
 }
 
+TEST_CASE("Per-op recomputation is refused with Ulysses, naming the key", "[step]") {
+  // torchtitan's policy re-runs K's projection; with Ulysses K would also cross the all-to-all again,
+  // which the recomputation does not emit: the generator refuses rather than under-count.
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  model::Workload w = model::load_workload("llama-3-8b-ulysses");
+  w.arch.layers = 1;
+  w.recompute = model::Recompute::op;
+  GenerateOptions o;
+  o.scope = Scope::layer;
+  try {
+    generate(w, "llama-3-8b-ulysses", c, ScheduleKind::baseline, o);
+    FAIL("per-op recomputation with up 4 was accepted");
+  } catch (const fusesim::InputError& e) {
+    CHECK(e.json_path() == "$.training.recompute");
+    CHECK(e.file() == "llama-3-8b-ulysses");
+  }
+  w.parallel.up = 1;
+  CHECK_NOTHROW(generate(w, "llama-3-8b-ulysses", c, ScheduleKind::baseline, o));
+}
+
 TEST_CASE("A step refuses a vocabulary that does not split over tp", "[step]") {
   TpspRequest r = request(4, 1, Scope::step);
   r.step.vocab = 30;
