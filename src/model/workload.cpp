@@ -291,6 +291,8 @@ Workload parse_workload(const JsonDocument& doc) {
   w.schedule.query_split_attention = s.boolean_or("query_split_attention", false);
   w.schedule.dp_bucket_bytes = s.integer_or("dp_bucket_bytes", 1, kMaxBucketBytes, kDefaultBucketBytes);
   w.schedule.dp_serial_baseline = s.choice_or("dp_baseline", {"bucketed", "serial"}, "bucketed") == "serial";
+  w.schedule.tp_baseline_te_userbuffers =
+      s.choice_or("tp_baseline", {"collective", "te_userbuffers"}, "collective") == "te_userbuffers";
   // 128: the M of the GEMM tiles the shipped device models use first (gemm_tile.m): a piece of
   // fewer rows leaves part of every tile idle (docs/schedules.md "DP").
   w.schedule.dp_fuse_min_rows = s.integer_or("dp_fuse_min_rows", 1, kMaxFfn, 128);

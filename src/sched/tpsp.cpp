@@ -1047,6 +1047,13 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   r.kind = compared(Parallelism::tpsp) ? kind : w.schedule.kind;
   r.up_kind = compared(Parallelism::up) ? kind : w.schedule.kind;
   r.dp_kind = compared(Parallelism::dp) ? kind : w.schedule.kind;
+  // TE's pipelined reduce-scatter cuts each TP chunk into 4 along positions (te_userbuffers.cpp).
+  if (r.kind == model::ScheduleKind::baseline && w.schedule.tp_baseline_te_userbuffers && w.parallel.tp > 1 &&
+      w.sequence_length % (std::int64_t{w.parallel.tp} * w.parallel.up * 4) != 0)
+    throw InputError(label, "$.schedule.tp_baseline",
+                     fmt::format("te_userbuffers splits each TP chunk in 4: the sequence {} must be divisible by "
+                                 "tp x up x 4 = {}",
+                                 w.sequence_length, std::int64_t{w.parallel.tp} * w.parallel.up * 4));
   r.schedule = w.schedule;
   r.options = options;
   r.step = StepOptions{w.grad_accumulation, w.recompute,      w.parallel.dp_sharding,          a.vocab,

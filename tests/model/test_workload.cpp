@@ -645,6 +645,8 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
                }),
                "$.training.fp8_param_gather");
   expect_error(with([](json& j) { j["training"]["fp8_param_gather"] = 1; }), "$.training.fp8_param_gather");
+  expect_error(with([](json& j) { j["schedule"]["tp_baseline"] = "userbuffers"; }), "$.schedule.tp_baseline");
+  expect_error(with([](json& j) { j["schedule"]["tp_baseline"] = true; }), "$.schedule.tp_baseline");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 0; }), "$.schedule.dp_bucket_bytes");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = -25000000; }), "$.schedule.dp_bucket_bytes");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 1.5; }), "$.schedule.dp_bucket_bytes");

@@ -62,6 +62,11 @@ struct ScheduleOptions {
   // after the whole backward, and one parameter all-gather after the optimizer: nobody runs it, but it
   // is the no-overlap reference).
   bool dp_serial_baseline = false;
+  // What the TP baseline is ($.schedule.tp_baseline): "collective" (the default: each region's
+  // collective whole, Megatron-LM without --tp-comm-overlap) or "te_userbuffers" (Megatron-LM with
+  // --tp-comm-overlap: TransformerEngine's ring exchange, pipelined and bulk overlaps per GEMM,
+  // src/sched/strategy/te_userbuffers.cpp).
+  bool tp_baseline_te_userbuffers = false;
   // CommFuse over DP: fewest rows a ring part may have to be its own wgrad piece GEMM
   // ($.schedule.dp_fuse_min_rows); a gradient with thinner parts is computed whole before its ring.
   std::int64_t dp_fuse_min_rows = 128;

@@ -111,8 +111,9 @@ class TpStrategy {
   virtual Deps reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out) const = 0;
 };
 
-// The strategy of a schedule; the registration of every strategy (src/sched/strategy/registry.cpp).
-const TpStrategy& tp_strategy(model::ScheduleKind kind);
+// The strategy of a schedule (the baseline's as the options' tp_baseline says); the registration of
+// every strategy (src/sched/strategy/registry.cpp).
+const TpStrategy& tp_strategy(model::ScheduleKind kind, const model::ScheduleOptions& options);
 
 // The collective lowering baseline and slice share (src/sched/strategy/collective_regions.cpp):
 // each region as `slices` collectives, the work of slice j after its all-gather or before its

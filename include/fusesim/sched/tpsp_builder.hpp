@@ -37,7 +37,7 @@ class Builder {
  public:
   Builder(const TpspRequest& req, Schedule& out, DataflowProgram& prog)
       : req_(req), sh_(req.shape), g_(out.graph), prog_(prog),
-        strategy_(req.tp_strategy != nullptr ? *req.tp_strategy : tp_strategy(req.kind)),
+        strategy_(req.tp_strategy != nullptr ? *req.tp_strategy : tp_strategy(req.kind, req.schedule)),
         comm_(make_communicators(req.schedule).tp),
         t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.activation_dtype())),
         up_(req, out.graph, prog, tags_, next_instance_) {

@@ -1,0 +1,56 @@
+// TransformerEngine's TP communication overlap (Megatron-LM --tp-comm-overlap, userbuffers), a
+// method per GEMM as TE assigns them by default (transformer_engine/pytorch/module/base.py,
+// initialize_ub): "ring_exchange" for the all-gather before qkv_fprop, fc1_fprop, proj_dgrad and
+// fc2_dgrad (copy-engine P2P around the ring, each chunk's GEMM while the next moves: Fuse-AG);
+// "pipeline" for the reduce-scatter after proj_fprop and fc2_fprop (num_splits 4: the GEMM in four
+// chunks along the sequence, each chunk's reduce-scatter beside the next chunk's GEMM, on 16 SMs);
+// "bulk" for qkv/fc1 dgrad and wgrad (the re-gather of the saved input beside the dgrad, the dgrad's
+// reduce-scatter beside the wgrad, on 16 SMs). It is what the TP baseline is with
+// schedule.tp_baseline "te_userbuffers".
+#include <string>
+
+#include "fusesim/sched/strategy.hpp"
+#include "fusesim/sched/tpsp_builder.hpp"
+
+namespace fusesim::sched::tpsp {
+
+const TpStrategy& commfuse_strategy();  // strategy/commfuse.cpp: its Fuse-AG is TE's ring exchange
+
+namespace {
+
+// TE's num_splits default for the pipeline method.
+constexpr int kPipelineSplits = 4;
+
+bool is_wgrad_regather(const OpCtx& ctx) {
+  const std::string suffix = "_wgrad";
+  return !ctx.forward && ctx.region.size() > suffix.size() &&
+         ctx.region.compare(ctx.region.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+class TeUserbuffers final : public TpStrategy {
+ public:
+  int slices(const model::ScheduleOptions&) const override { return kPipelineSplits; }
+  // Only the wgrad re-gathers count their calls (Builder::ag_calls): one bulk collective each.
+  int ag_calls(int, int) const override { return 1; }
+  // The ring exchange reads the own chunk where it is, as Fuse-AG does.
+  bool own_chunk_in_shard() const override { return true; }
+  bool ring_steps() const override { return false; }
+  bool async_regather() const override { return true; }
+  Deps all_gather(Builder& b, const RegionCall& r, const Rows& g, std::vector<std::vector<AgCall>>*,
+                  StreamRef stream) const override {
+    if (is_wgrad_regather(r.ctx)) return collective_all_gather(b, r, g, 1, stream);
+    return commfuse_strategy().all_gather(b, r, g, nullptr, stream);
+  }
+  Deps reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out) const override {
+    return collective_reduce_scatter(b, r, pbuf, out, r.ctx.forward ? kPipelineSplits : 1);
+  }
+};
+
+}  // namespace
+
+const TpStrategy& te_userbuffers_strategy() {
+  static const TeUserbuffers s;
+  return s;
+}
+
+}  // namespace fusesim::sched::tpsp
