@@ -48,7 +48,7 @@ Deps Builder::ag_region(const OpCtx& ctx, const Rows& g, std::int64_t width, con
     plan->assign(static_cast<std::size_t>(t_), {});
   }
   if (t_ > 1)
-    return strategy_.all_gather(*this, RegionCall{ctx, region, region_index, width, ready, work}, g, plan,
+    return strategy_.all_gather(*this, RegionCall{ctx, region, region_index, width, ready, work, beside_dgrad}, g, plan,
                                 beside_dgrad ? comm_.regather_stream : comm_.collective_stream);
   // One rank: nothing to gather.
   Deps done(1);

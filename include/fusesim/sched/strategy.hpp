@@ -82,6 +82,9 @@ struct RegionCall {
   std::int64_t width = 0;  // columns of the communicated operand
   const Deps& ready;
   const WorkFn& work;
+  // An AG region that is the backward's re-gather of a column-parallel GEMM's saved input, run
+  // beside the dgrad (async_regather strategies only).
+  bool regather = false;
 };
 
 class TpStrategy {

@@ -7,8 +7,6 @@
 // "bulk" for qkv/fc1 dgrad and wgrad (the re-gather of the saved input beside the dgrad, the dgrad's
 // reduce-scatter beside the wgrad, on 16 SMs). It is what the TP baseline is with
 // schedule.tp_baseline "te_userbuffers".
-#include <string>
-
 #include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/tpsp_builder.hpp"
 
@@ -21,12 +19,6 @@ namespace {
 // TE's num_splits default for the pipeline method.
 constexpr int kPipelineSplits = 4;
 
-bool is_wgrad_regather(const OpCtx& ctx) {
-  const std::string suffix = "_wgrad";
-  return !ctx.forward && ctx.region.size() > suffix.size() &&
-         ctx.region.compare(ctx.region.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 class TeUserbuffers final : public TpStrategy {
  public:
   int slices(const model::ScheduleOptions&) const override { return kPipelineSplits; }
@@ -38,7 +30,7 @@ class TeUserbuffers final : public TpStrategy {
   bool async_regather() const override { return true; }
   Deps all_gather(Builder& b, const RegionCall& r, const Rows& g, std::vector<std::vector<AgCall>>*,
                   StreamRef stream) const override {
-    if (is_wgrad_regather(r.ctx)) return collective_all_gather(b, r, g, 1, stream);
+    if (r.regather) return collective_all_gather(b, r, g, 1, stream);
     return commfuse_strategy().all_gather(b, r, g, nullptr, stream);
   }
   Deps reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out) const override {
