@@ -243,6 +243,7 @@ Workload parse_workload(const JsonDocument& doc) {
     const std::string g = t.choice("grad_reduce_dtype", kGradReduceDtypes);
     w.grad_reduce_dtype = g == "fp32" ? topo::Dtype::fp32 : g == "bf16" ? topo::Dtype::bf16 : topo::Dtype::fp16;
   }
+  w.clip_grad = t.boolean_or("clip_grad", true);
   const std::optional<JsonValue> fp8_gather =
       t.has("fp8_param_gather") ? std::optional<JsonValue>(t.at("fp8_param_gather")) : std::nullopt;
   if (fp8_gather) {

@@ -28,8 +28,10 @@ std::vector<StepWork> accumulation_order(std::int64_t micro_batches, std::int64_
   return out;
 }
 
-std::int64_t adam_bytes_per_param(topo::Dtype dtype, topo::Dtype grad_dtype) {
-  return 2 * 3 * 4 + topo::bytes_per_element(dtype) + topo::bytes_per_element(grad_dtype);
+std::int64_t adam_bytes_per_param(topo::Dtype grad_dtype) { return 2 * 3 * 4 + topo::bytes_per_element(grad_dtype); }
+
+std::int64_t master_copy_bytes_per_param(topo::Dtype dtype) {
+  return dtype == topo::Dtype::fp32 ? 0 : 4 + topo::bytes_per_element(dtype);
 }
 
 StepEmitter::StepEmitter(TaskGraph& graph, std::int64_t& next_instance, Group group)
@@ -116,9 +118,11 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   }
   for (int ti = 0; ti < tp(); ++ti) {
     const TaskId logits = compute(ti, mb + "head/fwd/lm_head", model::GemmKernel{S, V, h, 1}, Phase::forward, micro_batch, d[ti]);
-    // Softmax cross-entropy over the local logits: read them, write the probabilities' gradient.
+    // Softmax cross-entropy in fp32 as the frameworks compute it (Megatron's vocab-parallel
+    // cross-entropy and F.cross_entropy on logits.float()): the logits cast to fp32 (read, write 4 B)
+    // and their log-softmax written (read 4 B, write 4 B) per logit (docs/schedules.md, "Step").
     d[ti] = {compute(ti, mb + "head/fwd/cross_entropy",
-                     model::ElementwiseKernel{"cross_entropy", bytes(2 * S * V), 5.0 * static_cast<double>(S * V)},
+                     model::ElementwiseKernel{"cross_entropy", S * V * (bytes(1) + 3 * 4), 5.0 * static_cast<double>(S * V)},
                      Phase::forward, micro_batch, {logits})};
   }
   if (tp() > 1) {
@@ -130,8 +134,10 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   // the sequence shard), the weight gradient over the gathered input, the final norm's backward.
   Deps dlog(static_cast<std::size_t>(tp()));
   for (int ti = 0; ti < tp(); ++ti)
+    // The loss's dense fp32 gradient zeroed (4 B), the log-softmax backward (reads it and the saved
+    // log-softmax, writes the gradient: 3 x 4 B), the cast back to the logits' type (4 B + element).
     dlog[ti] = {compute(ti, mb + "head/bwd/cross_entropy_bwd",
-                        model::ElementwiseKernel{"cross_entropy_bwd", bytes(2 * S * V), 2.0 * static_cast<double>(S * V)},
+                        model::ElementwiseKernel{"cross_entropy_bwd", S * V * (5 * 4 + bytes(1)), 2.0 * static_cast<double>(S * V)},
                         Phase::backward, micro_batch, d[ti])};
   Deps dgrad(static_cast<std::size_t>(tp()));
   for (int ti = 0; ti < tp(); ++ti)
@@ -179,12 +185,38 @@ StepEmitter::Deps StepEmitter::embedding_backward(const std::string& mb, int mic
 
 StepEmitter::Deps StepEmitter::optimizer(const std::vector<std::int64_t>& elements, const Deps& ready) {
   Deps d(static_cast<std::size_t>(tp()));
+  const auto n_of = [&](int ti) { return elements[static_cast<std::size_t>(ti)]; };
+  const std::int64_t grad_bytes = topo::bytes_per_element(grp_.grad_dtype);
+  Deps ready_for_adam = ready;
+  if (grp_.clip_grad) {
+    // The global norm: every rank sums the squares of its gradients (one read), the sums meet in an
+    // all-reduce of one fp32 value over the group, every rank scales its gradients (read, write).
+    // Over DP the ZeRO shards' sums meet too: a few microseconds, not emitted (docs/schedules.md).
+    Deps norm(static_cast<std::size_t>(tp()));
+    for (int ti = 0; ti < tp(); ++ti)
+      norm[ti] = {compute(ti, "optimizer/grad_norm",
+                          model::ElementwiseKernel{"grad_norm", n_of(ti) * grad_bytes, 2.0 * static_cast<double>(n_of(ti))},
+                          Phase::optimizer, -1, ready[static_cast<std::size_t>(ti)])};
+    if (tp() > 1) {
+      const auto ar = collective("optimizer/grad_norm_ar", CollectiveKind::all_reduce, 4, Phase::optimizer, -1, norm);
+      for (int ti = 0; ti < tp(); ++ti) norm[ti] = {ar[static_cast<std::size_t>(ti)]};
+    }
+    for (int ti = 0; ti < tp(); ++ti)
+      ready_for_adam[ti] = {compute(ti, "optimizer/grad_scale",
+                                    model::ElementwiseKernel{"grad_scale", 2 * n_of(ti) * grad_bytes,
+                                                             static_cast<double>(n_of(ti))},
+                                    Phase::optimizer, -1, norm[static_cast<std::size_t>(ti)])};
+  }
+  const std::int64_t copy_bytes = master_copy_bytes_per_param(grp_.dtype);
   for (int ti = 0; ti < tp(); ++ti) {
-    const std::int64_t n = elements[static_cast<std::size_t>(ti)];
+    const std::int64_t n = n_of(ti);
     d[ti] = {compute(ti, "optimizer/adam",
-                     model::ElementwiseKernel{"adam", n * adam_bytes_per_param(grp_.dtype, grp_.grad_dtype),
+                     model::ElementwiseKernel{"adam", n * adam_bytes_per_param(grp_.grad_dtype),
                                               kAdamFlopsPerParam * static_cast<double>(n)},
-                     Phase::optimizer, -1, ready[static_cast<std::size_t>(ti)])};
+                     Phase::optimizer, -1, ready_for_adam[static_cast<std::size_t>(ti)])};
+    if (copy_bytes > 0)
+      d[ti] = {compute(ti, "optimizer/master_copy",
+                       model::ElementwiseKernel{"copy", n * copy_bytes, 0.0}, Phase::optimizer, -1, d[ti])};
   }
   return d;
 }

@@ -697,7 +697,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     extra = std::make_unique<StepEmitter>(
         g_, next_instance_,
         StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.activation_dtype(), comm_,
-                           grad_dtype()});
+                           grad_dtype(), req_.step.clip_grad});
   const auto L = static_cast<std::size_t>(layers);
   Deps ready(static_cast<std::size_t>(t_));
   // ZeRO-3: the layer's parameters, gathered on a stream of their own once `issue` is done (the
@@ -1058,7 +1058,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   r.options = options;
   r.step = StepOptions{w.grad_accumulation, w.recompute,      w.parallel.dp_sharding,          a.vocab,
                        w.gradient_dtype(),  w.parallel.overlap_param_gather, w.recompute_every,
-                       w.fp8_param_gather};
+                       w.fp8_param_gather,  w.clip_grad};
   return r;
 }
 

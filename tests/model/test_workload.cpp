@@ -594,6 +594,10 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
           x["parallel"]["dp_sharding"] = "zero2";
           x["parallel"]["overlap_param_gather"] = true;
         })).parallel.overlap_param_gather);
+  // Clipping: on unless the run turns it off (Megatron-LM, torchtitan and llm-foundry clip by default).
+  CHECK(d.clip_grad);
+  CHECK(!parse(with([](json& x) { x["training"]["clip_grad"] = false; })).clip_grad);
+  expect_error(with([](json& x) { x["training"]["clip_grad"] = 1.0; }), "$.training.clip_grad");
 }
 
 TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key", "[model][workload][errors]") {

@@ -45,19 +45,63 @@ TpspRequest request(int tp, int dp, Scope scope, std::int64_t micro_batches = 1,
 
 }  // namespace
 
-TEST_CASE("A step's tasks: per micro-batch the layers plus 15 per rank, then one optimizer task", "[step]") {
+TEST_CASE("A step's tasks: per micro-batch the layers plus 14 per rank, then the optimizer's 5", "[step]") {
   // Per micro-batch and TP rank (tp > 1): embedding lookup + its reduce-scatter (2); head forward:
   // final norm, all-gather, LM head GEMM, cross-entropy, the loss all-reduce (5); head backward:
   // cross-entropy backward, dgrad GEMM, its reduce-scatter, wgrad GEMM, final norm backward (5);
   // embedding backward: all-gather + scatter-add (2). 14 per rank... plus nothing else: the layers'
-  // tasks are those of the stack scope. After the last micro-batch: one Adam task per rank.
+  // tasks are those of the stack scope. After the last micro-batch, per rank: the gradient norm, its
+  // all-reduce over TP, the clipping scale, Adam, the copy of the master weights (5).
   for (int tp : {2, 4}) {
     const std::size_t stack = generate_tpsp(request(tp, 1, Scope::stack)).graph.size();
     for (std::int64_t mbs : {1, 2, 3}) {
       const Schedule s = generate_tpsp(request(tp, 1, Scope::step, mbs));
       validate(s.graph);
-      CHECK(s.graph.size() == static_cast<std::size_t>(mbs) * (stack + 14 * tp) + tp);
+      CHECK(s.graph.size() == static_cast<std::size_t>(mbs) * (stack + 14 * tp) + 5 * tp);
       CHECK(s.tokens == 8 * tp * mbs);
+    }
+  }
+}
+
+TEST_CASE("The optimizer's passes and the loss carry the bytes derived by hand", "[step]") {
+  // tp 2, one micro-batch, fp32 gradients (bf16 training's default), bf16 weights. Per rank the
+  // optimizer updates n = 3 layers x (QKV 32 x 32 + proj 16 x 32 + FC1 32 x 32 + FC2 16 x 32 = 3,072)
+  // + embedding and LM head 2 x (vocab 128 / tp 2 = 64 rows) x 32 = 9,216 + 4,096 = 13,312 parameters
+  // (norm gains are not in the shards the optimizer sees: layer_params counts the GEMM weights).
+  // grad_norm reads them (4 B each), grad_scale reads and writes (8 B), Adam reads and writes the
+  // master weight and moments and reads the gradient (28 B), master_copy reads fp32, writes bf16
+  // (6 B); the norm's all-reduce moves one fp32 value. The loss: S = 16 rows x 64 local logits =
+  // 1,024 logits, 14 B each forward (cast 2 + 4, log-softmax 4 + 4), 22 B backward (zeroed gradient
+  // 4, log-softmax backward 12, cast back 4 + 2).
+  for (bool clip : {true, false}) {
+    TpspRequest r = request(2, 1, Scope::step);
+    r.step.clip_grad = clip;
+    const Schedule s = generate_tpsp(r);
+    validate(s.graph);
+    std::map<std::string, std::int64_t> bytes;
+    std::int64_t norm_ar = -1;
+    for (TaskId id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      if (t.rank != 0) continue;
+      const std::string name = t.name.substr(t.name.find('/') + 1);  // without "r0/"
+      if (const auto* c = std::get_if<ComputeTask>(&t.kind))
+        if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel)) bytes[name] = e->bytes;
+      if (const auto* c = std::get_if<CollectiveTask>(&t.kind); c && name == "optimizer/grad_norm_ar")
+        norm_ar = c->bytes;
+    }
+    constexpr std::int64_t n = 13'312;
+    CHECK(bytes.at("optimizer/adam") == 28 * n);
+    CHECK(bytes.at("optimizer/master_copy") == 6 * n);
+    CHECK(bytes.at("head/fwd/cross_entropy") == 14 * 1'024);
+    CHECK(bytes.at("head/bwd/cross_entropy_bwd") == 22 * 1'024);
+    if (clip) {
+      CHECK(bytes.at("optimizer/grad_norm") == 4 * n);
+      CHECK(bytes.at("optimizer/grad_scale") == 8 * n);
+      CHECK(norm_ar == 4);
+    } else {
+      CHECK(bytes.count("optimizer/grad_norm") == 0);
+      CHECK(bytes.count("optimizer/grad_scale") == 0);
+      CHECK(norm_ar == -1);
     }
   }
 }

@@ -146,6 +146,10 @@ struct Workload {
   // $.training.fp8_param_gather (dtype fp8 with ZeRO-3 only): the layers' parameters gathered in e4m3,
   // as torchao's float8 training does with enable_fsdp_float8_all_gather.
   bool fp8_param_gather = false;
+  // $.training.clip_grad: global-norm gradient clipping before the optimizer, what Megatron-LM
+  // (--clip-grad 1.0), torchtitan (max_norm 1.0) and llm-foundry's yamls (gradient_clipping, norm 1.0)
+  // run by default: a pass reading every gradient, an all-reduce of the norm, a pass scaling them.
+  bool clip_grad = true;
 
   topo::Dtype gradient_dtype() const { return grad_reduce_dtype.value_or(default_grad_reduce_dtype(dtype)); }
 

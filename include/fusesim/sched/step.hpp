@@ -37,6 +37,8 @@ struct StepOptions {
   // enable_fsdp_float8_all_gather; Workload::fp8_param_gather). The embedding and the LM head stay
   // in the activation type.
   bool fp8_param_gather = false;
+  // Scope::step: global-norm clipping before the optimizer (Workload::clip_grad).
+  bool clip_grad = true;
 };
 
 // The step assembler: the order a replica runs its work in. The layer builder does each piece
@@ -59,10 +61,14 @@ struct StepWork {
 // layers 0 .. layers - 1, then its backward over layers - 1 .. 0 (what `forward` and `backward` ask).
 std::vector<StepWork> accumulation_order(std::int64_t micro_batches, std::int64_t layers, bool forward, bool backward);
 
-// Adam with fp32 master weights and moments: per parameter it reads and writes the master weight and
-// both moments (3 x 4 B each way), reads the gradient and writes the low-precision copy of the
-// weight (2 x element size) and reads the gradient (its reduction type). Memory-bound.
-std::int64_t adam_bytes_per_param(topo::Dtype dtype, topo::Dtype grad_dtype);
+// Adam with fp32 master weights and moments, as the fused kernels run it (apex/TE FusedAdam, PyTorch's
+// fused AdamW): per parameter it reads and writes the master weight and both moments (3 x 4 B each
+// way) and reads the gradient (its reduction type). Memory-bound. The low-precision copy of the
+// weights is another pass (master_copy_bytes_per_param).
+std::int64_t adam_bytes_per_param(topo::Dtype grad_dtype);
+// Megatron's _copy_main_params_to_model_params (and FSDP's cast of its fp32 shards): read the fp32
+// master weight, write the training type's copy. 0 when the parameters are fp32 themselves.
+std::int64_t master_copy_bytes_per_param(topo::Dtype dtype);
 inline constexpr double kAdamFlopsPerParam = 12.0;
 
 // The tasks of a step outside the layers, for one TP group (one DP replica, one UP position).
@@ -77,6 +83,7 @@ class StepEmitter {
     topo::Dtype dtype = topo::Dtype::bf16;
     Communicator comm;  // the TP group's (sched/communicator.hpp)
     topo::Dtype grad_dtype = topo::Dtype::fp32;  // what the optimizer reads the gradients as
+    bool clip_grad = true;                       // global-norm clipping before the optimizer
   };
   // `next_instance`: the generator's collective instance counter (TP collectives of this group).
   StepEmitter(TaskGraph& graph, std::int64_t& next_instance, Group group);
@@ -88,7 +95,8 @@ class StepEmitter {
   Deps embedding_forward(const std::string& mb, int micro_batch, const Deps& ready);
   Deps head(const std::string& mb, int micro_batch, const Deps& ready, DpSync* dp);
   Deps embedding_backward(const std::string& mb, int micro_batch, const Deps& ready, DpSync* dp);
-  // One Adam task per rank over `elements[ti]` parameters.
+  // Per rank over `elements[ti]` parameters: the gradient norm (and its all-reduce over the TP group)
+  // and the scaling of clipping when the group clips, Adam, the copy of the master weights.
   Deps optimizer(const std::vector<std::int64_t>& elements, const Deps& ready);
 
  private:
