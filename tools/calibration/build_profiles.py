@@ -29,6 +29,18 @@ MEASURED = {"h200": ["h200-sxm-2026-11-26.json", "h200-sxm-2026-11-26-fp8.json"]
 # fp8 GEMMs this project measured on a vidur profile's device: vidur has none, so they join its samples.
 MEASURED_FP8 = {"h100": "h100-sxm-2026-11-26-fp8.json"}
 MEASURED_SECTIONS = ["gemm", "attention", "elementwise", "copy", "stream_wait"]
+# Whole training steps this project measured on a vidur profile's device (tools/microbench/train_step.py):
+# the optimizer's multi-tensor kernels, which vidur (inference) never ran, join its samples. Each
+# profiled step's kernels of one kind, summed, are one sample of `kernels` launches; the bytes are
+# what the kernel moves per parameter (fp32 master weights, moments and gradients, bf16 weights).
+MEASURED_STEPS = {"h100": "h100-sxm-2026-11-26-train-steps.json"}
+STEP_KERNELS = [
+    # (op, what the kernel name holds, bytes per parameter)
+    ("adam", "FusedAdamMathFunctor<float", 28),        # master weight, m, v read and written; gradient read
+    ("grad_norm", "LpNormFunctor<float", 4),            # the gradients read
+    ("grad_scale", "BinaryOpScalarTensorFunctor<float, 1, 1, 0>, std::multiplies<float>", 8),  # read, written
+    ("copy", "CopyFunctor<c10::BFloat16, float, 2, 1, 1>", 6),  # fp32 master read, bf16 weight written
+]
 # microbench.py's layernorm sample normalises rows of this width (TorchBackend.elementwise).
 MICROBENCH_NORM_HIDDEN = 4096
 # Copies of a few MiB stay in a Hopper's 50-60 MB L2 and time the launch and the L2 (the H200's 16 MiB
@@ -144,6 +156,32 @@ def measured_samples(device, name):
     return out
 
 
+def step_samples(device):
+    """The optimizer kernels of the whole steps measured on `device`, one sample per case and op."""
+    if device not in MEASURED_STEPS:
+        return []
+    name = MEASURED_STEPS[device]
+    with open(os.path.join(MICROBENCH_RAW, name)) as f:
+        raw = json.load(f)
+    prov = raw["provenance"]
+    where = (f"measured by this project: tools/microbench/train_step.py on one {prov['device']} (torch "
+             f"{prov['torch']}, driver {prov['smi_before']['driver_version']}), {prov['date']}, in a profiled "
+             f"training step; tools/calibration/raw/microbench/{name}")
+    out = []
+    for case, result in raw["cases"].items():
+        if "error" in result:
+            continue
+        for op, marker, per_param in STEP_KERNELS:
+            rows = [r for r in result["profiled_step"]["by_name"] if marker in r["name"]]
+            if len(rows) != 1:
+                raise SystemExit(f"{name}: case {case}: {len(rows)} kernels match {marker!r}, want 1")
+            r = rows[0]
+            out.append({"op": op, "bytes": per_param * result["parameters"], "kernels": r["count"],
+                        "time_s": [float(f"{r['total_us'] * 1e-6:.6g}")], "group": f"train-step-{case}",
+                        "source": f"{where} cases.{case}: {r['count']} launches of {marker}"})
+    return out
+
+
 def render(doc):
     lines = ["{"]
     keys = list(doc)
@@ -195,7 +233,7 @@ def build_vidur(device, doc):
             out[key]["source"] = (doc[key].get("source", "") + "; kernel samples: " + VIDUR +
                                   " data/profiling, converted by tools/calibration/build_profiles.py")
     out["gemm"] = kept + gemm + measured_fp8(device)
-    out["elementwise"] = small
+    out["elementwise"] = small + step_samples(device)
     return out
 
 
