@@ -56,6 +56,16 @@ def main():
               "%s: classes sum to %.6f ms, the kernels to %.6f" % (name, sum(m["by_class_ms"].values()), total))
         check(all(v >= 0 for v in m["by_class_ms"].values()), "%s: a negative class" % name)
 
+    # The measured configurations are what train_step.py builds from the workload files today: a
+    # workload edited since the measurement would make the comparison price another model.
+    spec = importlib.util.spec_from_file_location("ts", os.path.join(ROOT, "tools/microbench/train_step.py"))
+    ts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ts)  # the module imports torch only inside main()
+    for name, case in doc["cases"].items():
+        want = ts.model_config(ROOT, ts.CASES[name])
+        got = dict(case["config"])
+        check(got == want, "%s: measured with %s, train_step.py builds %s" % (name, got, want))
+
     out = subprocess.run([sys.executable, os.path.join(ROOT, "tools/calibration/train_step_compare.py"), MEASURED,
                           "--fusesim", fusesim, "--format", "json"], capture_output=True, text=True)
     check(out.returncode == 0, "compare failed: " + out.stderr)
