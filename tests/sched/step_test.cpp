@@ -15,6 +15,7 @@
 #include "fusesim/sched/tpsp.hpp"
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/util/error.hpp"
+#include "sched_test_util.hpp"
 
 using namespace fusesim;
 using namespace fusesim::sched;
@@ -25,16 +26,8 @@ namespace {
 TpspRequest request(int tp, int dp, Scope scope, std::int64_t micro_batches = 1,
                     model::Recompute rc = model::Recompute::none) {
   TpspRequest r;
-  r.shape.tp = tp;
+  r.shape = test::small_tp_shape(tp);
   r.shape.dp = dp;
-  r.shape.seq = 8 * tp;
-  r.shape.batch = 1;
-  r.shape.hidden = 32;
-  r.shape.heads = 2 * tp;
-  r.shape.kv_heads = tp;
-  r.shape.head_dim = 8;
-  r.shape.ffn = 16 * tp;
-  r.shape.gated = true;
   r.shape.layers = 3;
   r.kind = r.dp_kind = ScheduleKind::baseline;
   r.schedule.kind = ScheduleKind::baseline;

@@ -8,6 +8,7 @@
 #include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/tpsp.hpp"
 #include "fusesim/sched/verify.hpp"
+#include "sched_test_util.hpp"
 
 using namespace fusesim;
 using namespace fusesim::sched;
@@ -31,39 +32,13 @@ class FuseRsOnly final : public tpsp::TpStrategy {
 
 TpspRequest request(int t, TpspPiece piece, const tpsp::TpStrategy& strategy) {
   TpspRequest r;
-  TpspShape& s = r.shape;
-  s.tp = t;
-  s.seq = 8 * t;
-  s.batch = 2;
-  s.hidden = 32;
-  s.heads = 2 * t;
-  s.kv_heads = t;
-  s.head_dim = 8;
-  s.ffn = 16 * t;
-  s.gated = true;
-  s.layers = 2;
+  r.shape = test::small_tp_shape(t, 2);
   r.options.scope = Scope::stack;
   r.piece = piece;
   r.piece_k = 16 * t;
   r.piece_n = 16 * t;
   r.tp_strategy = &strategy;
   return r;
-}
-
-struct Count {
-  int collectives = 0, sends = 0, recvs = 0, adds = 0;
-};
-Count on_rank(const TaskGraph& g, int rank) {
-  Count c;
-  for (TaskId id = 0; id < g.size(); ++id) {
-    const Task& task = g.task(id);
-    if (task.rank != rank) continue;
-    c.collectives += std::holds_alternative<CollectiveTask>(task.kind) ? 1 : 0;
-    c.sends += std::holds_alternative<SendTask>(task.kind) ? 1 : 0;
-    c.recvs += std::holds_alternative<RecvTask>(task.kind) ? 1 : 0;
-    c.adds += task.labels.op == "add" ? 1 : 0;
-  }
-  return c;
 }
 
 }  // namespace
@@ -77,7 +52,7 @@ TEST_CASE("a schedule of one's own in one file: Fuse-RS only", "[sched][strategy
     const Schedule ag = generate_tpsp(request(t, TpspPiece::ag_gemm, fuse_rs_only));
     const Schedule rs = generate_tpsp(request(t, TpspPiece::gemm_rs, fuse_rs_only));
     for (int rank = 0; rank < t; ++rank) {
-      const Count a = on_rank(ag.graph, rank), r = on_rank(rs.graph, rank);
+      const test::TaskCount a = test::count_on_rank(ag.graph, rank), r = test::count_on_rank(rs.graph, rank);
       CHECK((a.collectives == 1 && a.sends == 0 && a.recvs == 0));
       CHECK((r.collectives == 0 && r.sends == t - 1 && r.recvs == t - 1 && r.adds == t - 1));
     }
@@ -86,7 +61,7 @@ TEST_CASE("a schedule of one's own in one file: Fuse-RS only", "[sched][strategy
     // out-proj+RS, FC2+RS and the backward's FC1 and QKV dgrad+RS are 4 Fuse-RS rings of t - 1 Sends.
     const Schedule stack = generate_tpsp(request(t, TpspPiece::layers, fuse_rs_only));
     for (int rank = 0; rank < t; ++rank) {
-      const Count c = on_rank(stack.graph, rank);
+      const test::TaskCount c = test::count_on_rank(stack.graph, rank);
       CHECK(c.collectives == 2 * 6);
       CHECK(c.sends == 2 * 4 * (t - 1));
       CHECK(c.recvs == 2 * 4 * (t - 1));

@@ -8,6 +8,7 @@
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/sched/verify.hpp"
+#include "sched_test_util.hpp"
 
 using namespace fusesim;
 using namespace fusesim::sched;
@@ -16,40 +17,12 @@ namespace {
 
 TpspRequest request(int t) {
   TpspRequest r;
-  TpspShape& s = r.shape;
-  s.tp = t;
-  s.seq = 8 * t;  // 8 positions per TP chunk: TE's 4 pipeline splits of 2 positions
-  s.batch = 2;
-  s.hidden = 32;
-  s.heads = 2 * t;
-  s.kv_heads = t;
-  s.head_dim = 8;
-  s.ffn = 16 * t;
-  s.gated = true;
-  s.layers = 2;
+  r.shape = test::small_tp_shape(t, 2);  // 8 positions per TP chunk: TE's 4 pipeline splits of 2 positions
   r.kind = r.up_kind = r.dp_kind = model::ScheduleKind::baseline;
   r.schedule.kind = model::ScheduleKind::baseline;
   r.schedule.tp_baseline_te_userbuffers = true;
   r.options.scope = Scope::stack;
   return r;
-}
-
-struct Count {
-  int all_gathers = 0, reduce_scatters = 0, sends = 0, recvs = 0;
-};
-Count on_rank(const TaskGraph& g, int rank) {
-  Count c;
-  for (TaskId id = 0; id < g.size(); ++id) {
-    const Task& task = g.task(id);
-    if (task.rank != rank) continue;
-    if (const auto* col = std::get_if<CollectiveTask>(&task.kind)) {
-      c.all_gathers += col->kind == CollectiveKind::all_gather ? 1 : 0;
-      c.reduce_scatters += col->kind == CollectiveKind::reduce_scatter ? 1 : 0;
-    }
-    c.sends += std::holds_alternative<SendTask>(task.kind) ? 1 : 0;
-    c.recvs += std::holds_alternative<RecvTask>(task.kind) ? 1 : 0;
-  }
-  return c;
 }
 
 }  // namespace
@@ -64,7 +37,7 @@ TEST_CASE("te_userbuffers: ring exchange, pipelined and bulk overlaps per GEMM",
     // and wgrad (the 2 re-gathers of the saved LayerNorm outputs). Two layers: twice that.
     const Schedule s = generate_tpsp(request(t));
     for (int rank = 0; rank < t; ++rank) {
-      const Count c = on_rank(s.graph, rank);
+      const test::TaskCount c = test::count_on_rank(s.graph, rank);
       CHECK(c.sends == 2 * 4 * (t - 1));
       CHECK(c.recvs == 2 * 4 * (t - 1));
       CHECK(c.reduce_scatters == 2 * (8 + 2));

@@ -9,6 +9,7 @@
 #include "fusesim/sched/dataflow.hpp"
 #include "fusesim/sched/tpsp.hpp"
 #include "fusesim/util/error.hpp"
+#include "sched_test_util.hpp"
 
 using namespace fusesim;
 using namespace fusesim::sched;
@@ -16,49 +17,15 @@ using model::ScheduleKind;
 
 namespace {
 
-TpspShape small_shape(int t) {
-  TpspShape s;
-  s.tp = t;
-  s.seq = 8 * t;
-  s.batch = 1;
-  s.hidden = 32;
-  s.heads = 2 * t;
-  s.kv_heads = t;
-  s.head_dim = 8;
-  s.ffn = 16 * t;
-  s.gated = true;
-  s.layers = 2;
-  return s;
-}
-
 TpspRequest piece(TpspPiece p, int t, ScheduleKind kind, int k = 1) {
   TpspRequest r;
-  r.shape = small_shape(t);
+  r.shape = test::small_tp_shape(t);
   r.kind = kind;
   r.schedule.slices = k;
   r.piece = p;
   r.piece_k = 16 * t;
   r.piece_n = 16 * t;
   return r;
-}
-
-struct Count {
-  int compute = 0, send = 0, recv = 0, collective = 0, add = 0;
-};
-std::map<int, Count> per_rank(const TaskGraph& g) {
-  std::map<int, Count> m;
-  for (TaskId id = 0; id < g.size(); ++id) {
-    const Task& t = g.task(id);
-    Count& c = m[t.rank];
-    if (std::holds_alternative<ComputeTask>(t.kind)) {
-      ++c.compute;
-      if (t.labels.op == "add") ++c.add;
-    }
-    if (std::holds_alternative<SendTask>(t.kind)) ++c.send;
-    if (std::holds_alternative<RecvTask>(t.kind)) ++c.recv;
-    if (std::holds_alternative<CollectiveTask>(t.kind)) ++c.collective;
-  }
-  return m;
 }
 
 // Compute tasks of one op on one rank, in the order they were added (= compute stream order).
@@ -75,43 +42,47 @@ TEST_CASE("task counts per rank of AG+GEMM and GEMM+RS in every schedule", "[sch
   for (int t : {2, 4, 8}) {
     // Baseline: one collective and one GEMM per rank.
     for (auto p : {TpspPiece::ag_gemm, TpspPiece::gemm_rs}) {
-      auto c = per_rank(generate_tpsp(piece(p, t, ScheduleKind::baseline)).graph);
+      auto c = test::count_per_rank(generate_tpsp(piece(p, t, ScheduleKind::baseline)).graph);
       REQUIRE(c.size() == static_cast<std::size_t>(t));
       for (auto& [r, n] : c) {
-        CHECK(n.collective == 1);
+        CHECK(n.collectives == 1);
         CHECK(n.compute == 1);
-        CHECK(n.send + n.recv == 0);
+        CHECK(n.sends + n.recvs == 0);
       }
     }
     // Slice-overlap with k slices: k collectives and k GEMM slices per rank.
     for (int k : {1, 2, 4})
       for (auto p : {TpspPiece::ag_gemm, TpspPiece::gemm_rs}) {
-        auto c = per_rank(generate_tpsp(piece(p, t, ScheduleKind::slice, k)).graph);
+        auto c = test::count_per_rank(generate_tpsp(piece(p, t, ScheduleKind::slice, k)).graph);
         for (auto& [r, n] : c) {
-          CHECK(n.collective == k);
+          CHECK(n.collectives == k);
           CHECK(n.compute == k);
         }
       }
     // Fuse-AG: t GEMM steps, t-1 sends, t-1 receives per rank, no collective.
-    for (auto& [r, n] : per_rank(generate_tpsp(piece(TpspPiece::ag_gemm, t, ScheduleKind::commfuse)).graph)) {
+    const auto counts_ag_gemm =
+        test::count_per_rank(generate_tpsp(piece(TpspPiece::ag_gemm, t, ScheduleKind::commfuse)).graph);
+    for (auto& [r, n] : counts_ag_gemm) {
       CHECK(n.compute == t);
-      CHECK(n.send == t - 1);
-      CHECK(n.recv == t - 1);
-      CHECK(n.collective == 0);
+      CHECK(n.sends == t - 1);
+      CHECK(n.recvs == t - 1);
+      CHECK(n.collectives == 0);
     }
     // Fuse-RS: t GEMM steps plus t-1 adds (steps 1..t-1), t-1 sends (steps 0..t-2), t-1 receives.
-    for (auto& [r, n] : per_rank(generate_tpsp(piece(TpspPiece::gemm_rs, t, ScheduleKind::commfuse)).graph)) {
+    const auto counts_gemm_rs =
+        test::count_per_rank(generate_tpsp(piece(TpspPiece::gemm_rs, t, ScheduleKind::commfuse)).graph);
+    for (auto& [r, n] : counts_gemm_rs) {
       CHECK(n.compute == t + (t - 1));
-      CHECK(n.add == t - 1);
-      CHECK(n.send == t - 1);
-      CHECK(n.recv == t - 1);
+      CHECK(n.adds == t - 1);
+      CHECK(n.sends == t - 1);
+      CHECK(n.recvs == t - 1);
     }
   }
 }
 
 TEST_CASE("task counts of a whole layer, forward and backward", "[sched][tpsp]") {
   TpspRequest r;
-  r.shape = small_shape(4);
+  r.shape = test::small_tp_shape(4);
   r.options.scope = Scope::layer;
   r.options.backward = false;
   // Forward baseline per rank: ln1, AG, qkv, attention, out_proj, RS, residual1, ln2, AG, fc1, act,
@@ -178,7 +149,7 @@ TEST_CASE("every generated graph passes validate() with unique names and tags", 
     for (auto kind : {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse})
       for (bool qs : {false, true}) {
         TpspRequest r;
-        r.shape = small_shape(t);
+        r.shape = test::small_tp_shape(t);
         r.shape.kv_heads = 1;  // GQA replicated on every rank
         r.shape.dp = 2;
         r.kind = kind;
@@ -304,7 +275,7 @@ TEST_CASE("slice and CommFuse cut the GEMM rows, the sum is the whole sequence",
   CHECK(rows(generate_tpsp(piece(TpspPiece::ag_gemm, 4, ScheduleKind::baseline)).graph) == std::vector<std::int64_t>{32});
   // Causal query-split attention, t = 4, s = 32: chunk c sees (c + 1) x 8 keys from position 8c.
   TpspRequest r;
-  r.shape = small_shape(4);
+  r.shape = test::small_tp_shape(4);
   r.kind = ScheduleKind::commfuse;
   r.schedule.query_split_attention = true;
   r.options.backward = false;
@@ -346,13 +317,13 @@ TEST_CASE("bad shapes and parallelisms are refused with the JSON path", "[sched]
   };
   TpspRequest r;
   r.label = "w.json";
-  r.shape = small_shape(4);
+  r.shape = test::small_tp_shape(4);
   r.shape.heads = 6;  // 6 heads over 4 ranks
   CHECK(path_of(r) == "$.parallel.tp");
-  r.shape = small_shape(4);
+  r.shape = test::small_tp_shape(4);
   r.shape.seq = 30;
   CHECK(path_of(r) == "$.training.sequence_length");
-  r.shape = small_shape(4);
+  r.shape = test::small_tp_shape(4);
   r.kind = ScheduleKind::slice;
   r.schedule.slices = 16;  // 8 positions per chunk
   CHECK(path_of(r) == "$.schedule.slices");
@@ -398,26 +369,26 @@ TEST_CASE("task counts per rank of a layer, forward and backward, in every sched
         for (bool qs : {false, true}) {
           if ((kind != ScheduleKind::slice && k > 1) || (qs && kind != ScheduleKind::commfuse)) continue;
           TpspRequest r;
-          r.shape = small_shape(t);
+          r.shape = test::small_tp_shape(t);
           r.shape.layers = 1;
           r.kind = kind;
           r.schedule.slices = k;
           r.schedule.query_split_attention = qs;
-          const auto c = per_rank(generate_tpsp(r).graph);
+          const auto c = test::count_per_rank(generate_tpsp(r).graph);
           INFO("t=" << t << " " << model::to_string(kind) << " k=" << k << " qs=" << qs);
           REQUIRE(c.size() == static_cast<std::size_t>(t));
           for (const auto& [rank, n] : c) {
             if (kind == ScheduleKind::commfuse) {
               CHECK(n.compute == 10 + 14 * t + (qs ? t - 1 : 0));
-              CHECK(n.add == 4 * (t - 1));
-              CHECK(n.send == 10 * (t - 1));
-              CHECK(n.recv == 10 * (t - 1));
-              CHECK(n.collective == 0);
+              CHECK(n.adds == 4 * (t - 1));
+              CHECK(n.sends == 10 * (t - 1));
+              CHECK(n.recvs == 10 * (t - 1));
+              CHECK(n.collectives == 0);
             } else {
               const int kk = kind == ScheduleKind::slice ? k : 1;
               CHECK(n.compute == 14 + 10 * kk);
-              CHECK(n.collective == 10 * kk);
-              CHECK(n.send + n.recv + n.add == 0);
+              CHECK(n.collectives == 10 * kk);
+              CHECK(n.sends + n.recvs + n.adds == 0);
             }
           }
         }
