@@ -31,20 +31,20 @@ def main():
 
     # Names as they appear in the committed traces.
     cases = [
-        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NTT", False, "gemm"),
+        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NTT", "gemm"),
         ("void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, "
-         "128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t", False, "attention"),  # cutlass inside: still attention
-        ("void at::native::vectorized_elementwise_kernel<8, at::native::GeluBackwardCUDAKernelImpl", False, "activation"),
-        ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>", False, "residual"),
-        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float", False, "loss"),
-        ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float, false>", False, "norm"),
-        ("void at::native::(anonymous namespace)::compute_grad_weight<c10::BFloat16, long>", False, "embedding"),
-        ("void at::native::(anonymous namespace)::CatArrayBatchedCopy_vectorized", False, "other"),
+         "128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t", "attention"),  # cutlass inside: still attention
+        ("void at::native::vectorized_elementwise_kernel<8, at::native::GeluBackwardCUDAKernelImpl", "activation"),
+        ("void at::native::vectorized_elementwise_kernel<8, at::native::CUDAFunctor_add<c10::BFloat16>", "residual"),
+        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float", "loss"),
+        ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float, false>", "norm"),
+        ("void at::native::(anonymous namespace)::compute_grad_weight<c10::BFloat16, long>", "embedding"),
+        ("void at::native::(anonymous namespace)::CatArrayBatchedCopy_vectorized", "other"),
         ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
-         "FusedOptimizerTensorListMetadata<4>", True, "optimizer"),
+         "FusedOptimizerTensorListMetadata<4>", "optimizer"),
     ]
-    for name, opt, want in cases:
-        got = cmp.measured_class(name, cmp.optimizer_kernel(name) or opt)
+    for name, want in cases:
+        got = cmp.measured_class(name)
         check(got == want, "measured_class(%s...) = %s, want %s" % (name[:40], got, want))
 
     with open(MEASURED) as f:

@@ -124,10 +124,15 @@ def samples(device):
     return gemm, small
 
 
+def microbench_raw(name):
+    """A committed output of this project's tools under raw/microbench/."""
+    with open(os.path.join(MICROBENCH_RAW, name)) as f:
+        return json.load(f)
+
+
 def measured_samples(device, name):
     """The kernel sections of a microbench run, each sample naming the file and its index in it."""
-    with open(os.path.join(MICROBENCH_RAW, name)) as f:
-        raw = json.load(f)
+    raw = microbench_raw(name)
     prov = raw["provenance"]
     where = (f"measured by this project: tools/microbench/microbench.py on one {raw['device']['name']} (machine "
              f"'{prov['machine']}', driver {prov['driver']}, torch {prov['libraries']['torch']}), {prov['date']}; "
@@ -161,8 +166,7 @@ def step_samples(device):
     if device not in MEASURED_STEPS:
         return []
     name = MEASURED_STEPS[device]
-    with open(os.path.join(MICROBENCH_RAW, name)) as f:
-        raw = json.load(f)
+    raw = microbench_raw(name)
     prov = raw["provenance"]
     where = (f"measured by this project: tools/microbench/train_step.py on one {prov['device']} (torch "
              f"{prov['torch']}, driver {prov['smi_before']['driver_version']}), {prov['date']}, in a profiled "

@@ -30,10 +30,10 @@ import tempfile
 CLASSES = ["gemm", "attention", "norm", "activation", "residual", "loss", "embedding", "optimizer", "other"]
 
 
-def measured_class(name, in_optimizer):
+def measured_class(name):
     """The class of a measured kernel by its name (PyTorch 2.x / cuBLAS / FlashAttention names)."""
     n = name.lower()
-    if in_optimizer:
+    if optimizer_kernel(name):
         return "optimizer"
     if "flash" in n or "fmha" in n:
         return "attention"
@@ -63,7 +63,7 @@ def measured_summary(case):
     ps = case["profiled_step"]
     by_class = dict.fromkeys(CLASSES, 0.0)
     for row in ps["by_name"]:
-        by_class[measured_class(row["name"], optimizer_kernel(row["name"]))] += row["total_us"] / 1e3
+        by_class[measured_class(row["name"])] += row["total_us"] / 1e3
     phases = ps.get("phases_gpu_us", {})
     opt_ms = phases.get("optimizer", 0.0) / 1e3
     return {
