@@ -351,7 +351,7 @@ class CalibrateCommand final : public Command {
     if (sequence_) request.sequence_length = *sequence_;
     const std::vector<sched::Scope> scopes = parse_scopes(scope_);
     if (scopes.size() != 1) throw InputError(kCommandLine, "--scope", "name one scope: layer or stack");
-    request.schedules = {model::ScheduleKind::baseline, model::ScheduleKind::slice, model::ScheduleKind::commfuse};
+    request.schedules = model::all_schedule_kinds();
 
     std::vector<int> slice_counts;
     if (!slices_.empty()) {

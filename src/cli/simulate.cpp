@@ -69,11 +69,11 @@ void apply_overrides(const SimulateRequest& r, model::Workload& w, const std::st
 
 std::vector<model::ScheduleKind> parse_schedules(const std::string& value) {
   using model::ScheduleKind;
-  if (value == "all") return {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse};
+  if (value == "all") return model::all_schedule_kinds();
   std::vector<ScheduleKind> out;
   for (const std::string& name : split_commas(value)) {
     bool found = false;
-    for (ScheduleKind k : {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse}) {
+    for (ScheduleKind k : model::all_schedule_kinds()) {
       if (model::to_string(k) == name) {
         if (std::find(out.begin(), out.end(), k) != out.end())
           throw InputError(kCommandLine, "--schedule", fmt::format("'{}' is given twice", name));
@@ -83,7 +83,8 @@ std::vector<model::ScheduleKind> parse_schedules(const std::string& value) {
     }
     if (!found)
       throw InputError(kCommandLine, "--schedule",
-                       fmt::format("'{}' is not one of baseline, slice, commfuse, all (or a comma list)", name));
+                       fmt::format("'{}' is not one of {}, all (or a comma list)", name,
+                                   fmt::join(model::schedule_names(), ", ")));
   }
   return out;
 }

@@ -133,10 +133,7 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
       c.measured = positive(o, "measured");
       c.unit = c.metric == "mfu" ? "MFU" : "tokens/s/GPU";
       c.workload = o.string_or("workload", "");
-      const std::string kind = o.choice_or("schedule", {"baseline", "slice", "commfuse"}, "baseline");
-      c.schedule = kind == "baseline" ? model::ScheduleKind::baseline
-                   : kind == "slice"  ? model::ScheduleKind::slice
-                                      : model::ScheduleKind::commfuse;
+      c.schedule = model::parse_schedule_kind(o.choice_or("schedule", model::schedule_names(), "baseline"));
       // A whole training step (embedding, layers, head, DP sync, optimizer) by default.
       c.scope = parse_scopes(o.choice_or("scope", {"layer", "stack", "step"}, "step")).front();
       if (o.has("tp")) c.tp = static_cast<int>(o.integer("tp", 1, 1 << 20));

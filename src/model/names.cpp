@@ -17,6 +17,23 @@ std::string to_string(ScheduleKind k) {
   return "?";
 }
 
+const std::vector<ScheduleKind>& all_schedule_kinds() {
+  static const std::vector<ScheduleKind> kinds = {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse};
+  return kinds;
+}
+
+std::vector<std::string> schedule_names() {
+  std::vector<std::string> out;
+  for (ScheduleKind k : all_schedule_kinds()) out.push_back(to_string(k));
+  return out;
+}
+
+ScheduleKind parse_schedule_kind(const std::string& name) {
+  for (ScheduleKind k : all_schedule_kinds())
+    if (to_string(k) == name) return k;
+  throw std::logic_error("no schedule named '" + name + "'");
+}
+
 std::string to_string(CommEngine e) {
   switch (e) {
     case CommEngine::sm_kernel: return "sm_kernel";

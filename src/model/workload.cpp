@@ -40,7 +40,6 @@ constexpr std::int64_t kMaxActivationElements = std::int64_t{1} << 48;
 
 constexpr int kSchemaVersion = 1;
 
-const std::vector<std::string> kScheduleKinds = {"baseline", "slice", "commfuse"};
 const std::vector<std::string> kEngines = {"sm_kernel", "copy_engine"};
 const std::vector<std::string> kDpShardings = {"ddp", "zero1", "zero2", "zero3"};
 const std::vector<std::string> kRecomputes = {"none", "selective", "full", "op"};
@@ -73,12 +72,6 @@ Recompute parse_recompute(const std::string& s) {
   if (s == "full") return Recompute::full;
   if (s == "op") return Recompute::op;
   return Recompute::none;
-}
-
-ScheduleKind parse_kind(const std::string& s) {
-  if (s == "baseline") return ScheduleKind::baseline;
-  if (s == "slice") return ScheduleKind::slice;
-  return ScheduleKind::commfuse;
 }
 
 CommEngine parse_engine(const std::string& s) {
@@ -275,7 +268,7 @@ Workload parse_workload(const JsonDocument& doc) {
         to_string(w.parallel.dp_sharding)));
 
   const JsonObject s = root.object("schedule");
-  w.schedule.kind = parse_kind(s.choice("kind", kScheduleKinds));
+  w.schedule.kind = parse_schedule_kind(s.choice("kind", schedule_names()));
   w.schedule.slices = static_cast<int>(s.integer_or("slices", 1, kMaxSlices, 4));
   if (auto mode = s.find("engine")) {
     const std::string m = s.choice("engine", kEngineModes);

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "fusesim/sched/ring.hpp"
+#include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/tags.hpp"
 
 namespace fusesim::sched {
@@ -41,8 +42,12 @@ std::vector<std::vector<int>> dp_buckets(const std::vector<Bytes>& gradient_byte
   return out;
 }
 
+bool DpSync::fused() const { return strategy_.dp_fused(); }
+bool DpSync::serial() const { return strategy_.dp_serial(cfg_.schedule); }
+
 DpSync::DpSync(TaskGraph& graph, DataflowProgram* program, DpConfig config)
-    : g_(graph), prog_(program), cfg_(std::move(config)), comm_(make_communicators(cfg_.schedule).dp) {
+    : g_(graph), prog_(program), cfg_(std::move(config)), strategy_(schedule_strategy(cfg_.kind, cfg_.schedule)),
+      comm_(make_communicators(cfg_.schedule).dp) {
   if (cfg_.dp < 1 || cfg_.members < 1) throw std::logic_error("DpSync: dp and members must be >= 1");
   if (cfg_.schedule.dp_bucket_bytes < 1) throw std::logic_error("DpSync: the bucket size must be positive");
   if (cfg_.mirror) cfg_.as_p2p = true;

@@ -932,8 +932,6 @@ void Builder::generate() {
 
 namespace {
 
-using model::ScheduleKind;
-
 [[noreturn]] void refuse(const TpspRequest& r, const std::string& path, const std::string& msg) {
   throw InputError(r.label, path, msg);
 }
@@ -947,7 +945,7 @@ void check(const TpspRequest& r) {
     refuse(r, "$.training.sequence_length",
            fmt::format("sequence length {} is not a positive multiple of tp x up = {}", s.seq, s.tp * s.up));
   if (s.batch < 1) refuse(r, "$.training.micro_batch", "micro batch must be >= 1");
-  if (r.kind == ScheduleKind::slice || (s.up > 1 && r.up_kind == ScheduleKind::slice)) {
+  if (schedule_strategy(r.kind, r.schedule).sliced() || (s.up > 1 && schedule_strategy(r.up_kind, r.schedule).sliced())) {
     if (r.schedule.slices < 1) refuse(r, "$.schedule.slices", "slices must be >= 1");
     if (s.seq / (s.tp * s.up) < r.schedule.slices)
       refuse(r, "$.schedule.slices",

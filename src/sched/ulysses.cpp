@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "fusesim/sched/ring.hpp"
+#include "fusesim/sched/strategy.hpp"
 
 namespace fusesim::sched {
 
@@ -50,8 +51,9 @@ std::vector<RowSpan> runs_of(const std::vector<RowSpan>& rows) {
 
 UlyssesEmitter::UlyssesEmitter(const TpspRequest& req, TaskGraph& graph, DataflowProgram& program,
                                TagCounter& tags, std::int64_t& next_instance)
-    : req_(req), sh_(req.shape), g_(graph), prog_(program), tags_(tags), next_instance_(next_instance),
-      tp_(req.shape.tp), up_(req.shape.up), k_(req.up_kind == model::ScheduleKind::slice ? req.schedule.slices : 1),
+    : req_(req), strategy_(schedule_strategy(req.up_kind, req.schedule)), sh_(req.shape), g_(graph), prog_(program),
+      tags_(tags), next_instance_(next_instance), tp_(req.shape.tp), up_(req.shape.up),
+      k_(strategy_.up_slices(req.schedule)),
       full_rows_(req.shape.rows()), elem_(topo::bytes_per_element(req.shape.activation_dtype())),
       comm_(make_communicators(req.schedule).up) {}
 
@@ -170,87 +172,110 @@ std::vector<RowSpan> UlyssesEmitter::sub_slices(const std::vector<RowSpan>& rows
   return out;
 }
 
+UpWork UlyssesEmitter::producer_gemm(const UpProducer& p, int ti, const std::vector<RowSpan>& rows, BufferId b,
+                                     BufferId cbuf, std::int64_t c_row_offset, std::int64_t c_col0, std::int64_t n,
+                                     std::string opname) {
+  GemmOp g;
+  std::int64_t m = 0;
+  for (const RowSpan& s : rows) {
+    m += s.rows;
+    if (!p.data) continue;
+    const auto [buf, row0] = p.a(ti, s);
+    if (!g.blocks.empty() && buf != g.a) throw std::logic_error("Ulysses generator: one GEMM reads rows from two buffers of A");
+    g.a = buf;
+    g.blocks.push_back(RowBlock{row0, s.row0 + c_row_offset, s.rows});
+  }
+  g.b = b;
+  g.c = cbuf;
+  g.a_cols = p.k;
+  g.c_col0 = c_col0;
+  g.c_cols = n;
+  g.transpose_b = p.transpose_b;
+  return UpWork{std::move(opname), model::GemmKernel{m, n, p.k, 1}, op(p.data, std::move(g)), {}};
+}
+
 UpWorkFn UlyssesEmitter::producer(int layer, bool forward, bool data, UpLocate a, const UpPerRank& b_whole,
                                   std::int64_t k, bool transpose_b,
                                   const std::function<std::vector<Piece>(int ti, int p)>& b_group, std::int64_t b_rows,
                                   std::int64_t b_cols, const UpPerRank& c, std::int64_t gc, const std::string& name,
                                   Pending& pending) {
-  const std::string pre = prefix(layer, forward);
-  const int region = open_region(pre + "/" + name + "+a2a", pending);
-  pending.dst = alloc(data, fmt::format("{}/up/{}_heads", pre, name), full_rows_, gc);
-  if (kind() == model::ScheduleKind::baseline) return {};
-  const UpPerRank dst = pending.dst;
-  Pending* pend = &pending;
-  const std::int64_t S_loc = local_rows();
-  // One GEMM over `rows`: C[rows (+ c_row_offset), c_col0 .. + n) = A[rows] x op(B).
-  auto gemm = [this, a, k, transpose_b, data](int ti, const std::vector<RowSpan>& rows, BufferId b, BufferId cbuf,
-                                              std::int64_t c_row_offset, std::int64_t c_col0, std::int64_t n,
-                                              std::string opname) {
-    GemmOp g;
-    std::int64_t m = 0;
-    for (const RowSpan& s : rows) {
-      m += s.rows;
-      if (!data) continue;
-      const auto [buf, row0] = a(ti, s);
-      if (!g.blocks.empty() && buf != g.a)
-        throw std::logic_error("Ulysses generator: one GEMM reads rows from two buffers of A");
-      g.a = buf;
-      g.blocks.push_back(RowBlock{row0, s.row0 + c_row_offset, s.rows});
-    }
-    g.b = b;
-    g.c = cbuf;
-    g.a_cols = k;
-    g.c_col0 = c_col0;
-    g.c_cols = n;
-    g.transpose_b = transpose_b;
-    return UpWork{std::move(opname), model::GemmKernel{m, n, k, 1}, op(data, std::move(g)), {}};
-  };
-  auto at = [data](const UpPerRank& v, int ti) { return data ? v[static_cast<std::size_t>(ti)] : BufferId{-1}; };
+  UpProducer p;
+  p.layer = layer;
+  p.forward = forward;
+  p.data = data;
+  p.prefix = prefix(layer, forward);
+  p.name = name;
+  p.region = open_region(p.prefix + "/" + name + "+a2a", pending);
+  pending.dst = alloc(data, fmt::format("{}/up/{}_heads", p.prefix, name), full_rows_, gc);
+  p.a = std::move(a);
+  p.b_whole = b_whole;
+  p.k = k;
+  p.transpose_b = transpose_b;
+  p.b_group = b_group;
+  p.b_rows = b_rows;
+  p.b_cols = b_cols;
+  p.c = c;
+  p.group_cols = gc;
+  p.pending = &pending;
+  return strategy_.up_producer(*this, p);
+}
 
-  if (kind() == model::ScheduleKind::slice) {
-    return [=, this](int ti, const std::vector<RowSpan>& rows, bool) {
-      std::vector<UpWork> works;
-      for (int s = 0; s < k_; ++s) {
-        const std::vector<RowSpan> sub = sub_slices(rows, s);
-        if (sub.empty()) continue;
-        UpWork w = gemm(ti, sub, at(b_whole, ti), at(c, ti), 0, 0, gc * up_, fmt::format("{}/s{}", name, s));
-        w.after = [=, this](TaskId id) {
-          if (tp_ == 1) g_.task(id).labels.region = region;
-          for (const RowSpan& run : runs_of(sub)) {
-            CollectiveOp cop;
-            if (data)
-              for (int p = 0; p < up_; ++p) {
-                cop.in.push_back(Ref{at(c, ti), Rect{run.row0, p * gc, run.rows, gc}});
-                cop.out.push_back(Ref{at(dst, ti), Rect{fault_swap(pend->region_index, p) * S_loc + run.row0, 0,
-                                                        run.rows, gc}});
-              }
-            TaskLabels lab = labels(layer, forward, region, "all_to_all");
-            lab.slice = s;
-            const TaskId x = add(ti, fmt::format("{}/{}+a2a/a2a/r{}", pre, name, run.row0),
-                                 comm_.collective_stream,
-                                 CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(run.rows * gc * up_),
-                                                next_instance_++, comm_.collective_engine,
-                                                comm_.sms},
-                                 std::move(lab), op(data, std::move(cop)), {id});
-            pend->transfers[static_cast<std::size_t>(ti)].push_back(x);
-          }
-        };
-        works.push_back(std::move(w));
-      }
-      return works;
-    };
-  }
-  // Fuse-A2A: one weight block per destination, computed in ring order, the own one last.
+namespace {
+BufferId at(bool data, const UpPerRank& v, int ti) { return data ? v[static_cast<std::size_t>(ti)] : BufferId{-1}; }
+}  // namespace
+
+UpWorkFn UlyssesEmitter::sliced_producer(const UpProducer& pr) {
+  const UpPerRank dst = pr.pending->dst;
+  Pending* pend = pr.pending;
+  const std::int64_t S_loc = local_rows(), gc = pr.group_cols;
+  return [=, this](int ti, const std::vector<RowSpan>& rows, bool) {
+    std::vector<UpWork> works;
+    for (int s = 0; s < k_; ++s) {
+      const std::vector<RowSpan> sub = sub_slices(rows, s);
+      if (sub.empty()) continue;
+      UpWork w = producer_gemm(pr, ti, sub, at(pr.data, pr.b_whole, ti), at(pr.data, pr.c, ti), 0, 0, gc * up_,
+                               fmt::format("{}/s{}", pr.name, s));
+      w.after = [=, this](TaskId id) {
+        if (tp_ == 1) g_.task(id).labels.region = pr.region;
+        for (const RowSpan& run : runs_of(sub)) {
+          CollectiveOp cop;
+          if (pr.data)
+            for (int p = 0; p < up_; ++p) {
+              cop.in.push_back(Ref{at(pr.data, pr.c, ti), Rect{run.row0, p * gc, run.rows, gc}});
+              cop.out.push_back(Ref{at(pr.data, dst, ti), Rect{fault_swap(pend->region_index, p) * S_loc + run.row0,
+                                                               0, run.rows, gc}});
+            }
+          TaskLabels lab = labels(pr.layer, pr.forward, pr.region, "all_to_all");
+          lab.slice = s;
+          const TaskId x = add(ti, fmt::format("{}/{}+a2a/a2a/r{}", pr.prefix, pr.name, run.row0),
+                               comm_.collective_stream,
+                               CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(run.rows * gc * up_),
+                                              next_instance_++, comm_.collective_engine, comm_.sms},
+                               std::move(lab), op(pr.data, std::move(cop)), {id});
+          pend->transfers[static_cast<std::size_t>(ti)].push_back(x);
+        }
+      };
+      works.push_back(std::move(w));
+    }
+    return works;
+  };
+}
+
+UpWorkFn UlyssesEmitter::ring_producer(const UpProducer& pr) {
+  const UpPerRank dst = pr.pending->dst;
+  Pending* pend = pr.pending;
+  const std::int64_t S_loc = local_rows(), gc = pr.group_cols;
+  // One weight block per destination, computed in ring order, the own one last.
   std::vector<std::vector<BufferId>> wg(static_cast<std::size_t>(tp_));
-  if (data)
+  if (pr.data)
     for (int ti = 0; ti < tp_; ++ti)
       for (int p = 0; p < up_; ++p) {
         BufferDecl bd;
         bd.rank = rank(ti, u_);
-        bd.name = fmt::format("r{}/{}/up/{}_w/g{}", bd.rank, pre, name, p);
-        bd.rows = b_rows;
-        bd.cols = b_cols;
-        bd.init = b_group(ti, p);
+        bd.name = fmt::format("r{}/{}/up/{}_w/g{}", bd.rank, pr.prefix, pr.name, p);
+        bd.rows = pr.b_rows;
+        bd.cols = pr.b_cols;
+        bd.init = pr.b_group(ti, p);
         wg[static_cast<std::size_t>(ti)].push_back(prog_.add_buffer(std::move(bd)));
       }
   return [=, this](int ti, const std::vector<RowSpan>& rows, bool) {
@@ -261,30 +286,31 @@ UpWorkFn UlyssesEmitter::producer(int layer, bool forward, bool data, UpLocate a
     for (int i = 1; i <= up_; ++i) {
       const int step = i % up_;  // ring distance; the own piece (distance 0) comes last
       const int p = static_cast<int>(ring_mod(u_ + step, up_));
-      const BufferId b = data ? wg[static_cast<std::size_t>(ti)][static_cast<std::size_t>(p)] : -1;
+      const BufferId b = pr.data ? wg[static_cast<std::size_t>(ti)][static_cast<std::size_t>(p)] : -1;
       const std::string rows_tag = runs.empty() ? "" : fmt::format("/r{}", runs.front().row0);
       if (step == 0) {
         // The own head group goes straight to its place among the head-sharded rows.
-        UpWork w = gemm(ti, rows, b, at(dst, ti), u_ * S_loc, 0, gc, fmt::format("{}/g{}{}", name, p, rows_tag));
+        UpWork w = producer_gemm(pr, ti, rows, b, at(pr.data, dst, ti), u_ * S_loc, 0, gc,
+                                 fmt::format("{}/g{}{}", pr.name, p, rows_tag));
         w.after = [=, this](TaskId id) {
-          if (tp_ == 1) g_.task(id).labels.region = region;
+          if (tp_ == 1) g_.task(id).labels.region = pr.region;
         };
         works.push_back(std::move(w));
         continue;
       }
-      UpWork w = gemm(ti, rows, b, at(c, ti), 0, p * gc, gc, fmt::format("{}/g{}{}", name, p, rows_tag));
+      UpWork w = producer_gemm(pr, ti, rows, b, at(pr.data, pr.c, ti), 0, p * gc, gc,
+                               fmt::format("{}/g{}{}", pr.name, p, rows_tag));
       w.after = [=, this](TaskId id) {
-        if (tp_ == 1) g_.task(id).labels.region = region;
+        if (tp_ == 1) g_.task(id).labels.region = pr.region;
         const int src_block = fault_shift(pend->region_index, step, p);
         for (const RowSpan& run : runs) {
-          TaskLabels lab = labels(layer, forward, region, "send");
+          TaskLabels lab = labels(pr.layer, pr.forward, pr.region, "send");
           lab.step = step;
           lab.chunk = p;
-          add(ti, fmt::format("{}/{}+a2a/send/g{}/r{}", pre, name, p, run.row0), comm_.p2p_stream(),
-              SendTask{rank(ti, p), bytes(run.rows * gc), tag(*pend, run.row0, u_, p), comm_.p2p_engine,
-                       comm_.sms},
-              std::move(lab),
-              op(data, SendOp{Ref{at(c, ti), Rect{run.row0, src_block * gc, run.rows, gc}}}), {id});
+          add(ti, fmt::format("{}/{}+a2a/send/g{}/r{}", pr.prefix, pr.name, p, run.row0), comm_.p2p_stream(),
+              SendTask{rank(ti, p), bytes(run.rows * gc), tag(*pend, run.row0, u_, p), comm_.p2p_engine, comm_.sms},
+              std::move(lab), op(pr.data, SendOp{Ref{at(pr.data, pr.c, ti), Rect{run.row0, src_block * gc, run.rows, gc}}}),
+              {id});
         }
       };
       works.push_back(std::move(w));
@@ -295,45 +321,52 @@ UpWorkFn UlyssesEmitter::producer(int layer, bool forward, bool data, UpLocate a
 
 void UlyssesEmitter::finish_pre(int layer, bool forward, bool data, const UpPerRank& src, std::int64_t gc,
                                 const UpDeps& ready, Pending& pending, std::vector<std::vector<TaskId>>& wait) {
-  const std::string pre = prefix(layer, forward);
-  const std::int64_t S_loc = local_rows();
+  const UpExchange x{layer, forward, data, src, gc, ready, pending,
+                     g_.regions()[static_cast<std::size_t>(pending.region)].name};
   wait.assign(static_cast<std::size_t>(tp_), {});
-  const std::string region_name = g_.regions()[static_cast<std::size_t>(pending.region)].name;
-  for (int ti = 0; ti < tp_; ++ti) {
-    const auto i = static_cast<std::size_t>(ti);
-    auto& w = wait[i];
-    w = ready[i];
-    if (kind() == model::ScheduleKind::baseline) {
-      CollectiveOp cop;
-      if (data)
-        for (int p = 0; p < up_; ++p) {
-          cop.in.push_back(Ref{src[i], Rect{0, p * gc, S_loc, gc}});
-          cop.out.push_back(Ref{pending.dst[i], Rect{fault_swap(pending.region_index, p) * S_loc, 0, S_loc, gc}});
-        }
-      w = {add(ti, region_name + "/a2a", comm_.collective_stream,
-               CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(S_loc * gc * up_), next_instance_++,
-                              comm_.collective_engine, comm_.sms},
-               labels(layer, forward, pending.region, "all_to_all"), op(data, std::move(cop)), ready[i])};
-      continue;
+  for (int ti = 0; ti < tp_; ++ti) wait[static_cast<std::size_t>(ti)] = strategy_.up_exchange(*this, x, ti);
+}
+
+std::vector<TaskId> UlyssesEmitter::collective_exchange(const UpExchange& x, int ti) {
+  const auto i = static_cast<std::size_t>(ti);
+  const std::int64_t S_loc = local_rows(), gc = x.group_cols;
+  CollectiveOp cop;
+  if (x.data)
+    for (int p = 0; p < up_; ++p) {
+      cop.in.push_back(Ref{x.src[i], Rect{0, p * gc, S_loc, gc}});
+      cop.out.push_back(Ref{x.pending.dst[i], Rect{fault_swap(x.pending.region_index, p) * S_loc, 0, S_loc, gc}});
     }
-    if (kind() == model::ScheduleKind::slice) {
-      w.insert(w.end(), pending.transfers[i].begin(), pending.transfers[i].end());
-      continue;
+  return {add(ti, x.region_name + "/a2a", comm_.collective_stream,
+              CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(S_loc * gc * up_), next_instance_++,
+                             comm_.collective_engine, comm_.sms},
+              labels(x.layer, x.forward, x.pending.region, "all_to_all"), op(x.data, std::move(cop)), x.ready[i])};
+}
+
+std::vector<TaskId> UlyssesEmitter::issued_exchange(const UpExchange& x, int ti) {
+  const auto i = static_cast<std::size_t>(ti);
+  std::vector<TaskId> w = x.ready[i];
+  w.insert(w.end(), x.pending.transfers[i].begin(), x.pending.transfers[i].end());
+  return w;
+}
+
+std::vector<TaskId> UlyssesEmitter::ring_exchange(const UpExchange& x, int ti) {
+  const auto i = static_cast<std::size_t>(ti);
+  const std::int64_t S_loc = local_rows(), gc = x.group_cols;
+  std::vector<TaskId> w = x.ready[i];
+  for (const RowSpan& run : x.pending.runs[i])
+    for (int step = 1; step < up_; ++step) {
+      const int from = static_cast<int>(ring_mod(u_ - step, up_));
+      TaskLabels lab = labels(x.layer, x.forward, x.pending.region, "recv");
+      lab.step = step;
+      lab.chunk = u_;
+      w.push_back(add(ti, fmt::format("{}/recv/u{}/r{}", x.region_name, from, run.row0), comm_.p2p_stream(),
+                      RecvTask{rank(ti, from), bytes(run.rows * gc), tag(x.pending, run.row0, from, u_)},
+                      std::move(lab),
+                      op(x.data, RecvOp{Ref{x.data ? x.pending.dst[i] : -1,
+                                            Rect{from * S_loc + run.row0, 0, run.rows, gc}}}),
+                      {}));
     }
-    for (const RowSpan& run : pending.runs[i])
-      for (int step = 1; step < up_; ++step) {
-        const int from = static_cast<int>(ring_mod(u_ - step, up_));
-        TaskLabels lab = labels(layer, forward, pending.region, "recv");
-        lab.step = step;
-        lab.chunk = u_;
-        w.push_back(add(ti, fmt::format("{}/recv/u{}/r{}", region_name, from, run.row0), comm_.p2p_stream(),
-                        RecvTask{rank(ti, from), bytes(run.rows * gc), tag(pending, run.row0, from, u_)},
-                        std::move(lab),
-                        op(data, RecvOp{Ref{data ? pending.dst[i] : -1, Rect{from * S_loc + run.row0, 0, run.rows, gc}}}),
-                        {}));
-      }
-  }
-  (void)pre;
+  return w;
 }
 
 UpWorkFn UlyssesEmitter::qkv_work(int layer, bool data, UpLocate ln, const UpPerRank& w_qkv, const UpPerRank& qkv) {
@@ -355,7 +388,7 @@ UpDeps UlyssesEmitter::attention_forward(int layer, bool data, const UpPerRank& 
                                          const UpDeps& ready) {
   if (pre_.region < 0) throw std::logic_error("Ulysses generator: attention before the QKV projection");
   const std::string pre = prefix(layer, true);
-  const std::int64_t S_loc = local_rows(), b = sh_.batch, P = sh_.seq / up_;
+  const std::int64_t S_loc = local_rows(), b = sh_.batch;
   std::vector<std::vector<TaskId>> wait;
   finish_pre(layer, true, data, qkv, W(), ready, pre_, wait);
   Saved& sv = saved_[{d_, u_, layer}];
@@ -412,67 +445,80 @@ UpDeps UlyssesEmitter::attention_forward(int layer, bool data, const UpPerRank& 
                               comm_.collective_engine, comm_.sms},
                std::move(lab), op(data, std::move(cop)), deps);
   };
+  const UpAttention site{layer, data, region, post, wait, attention, a2a, hs_o, attn_at};
   UpDeps done(static_cast<std::size_t>(tp_));
-  for (int ti = 0; ti < tp_; ++ti) {
-    const auto i = static_cast<std::size_t>(ti);
-    if (kind() == model::ScheduleKind::baseline) {
-      const TaskId at = attention(ti, 0, full_rows_, hs_o(ti, 0, full_rows_), wait[i], "attention");
-      done[i] = {a2a(ti, 0, S_loc, {at}, "a2a", -1)};
-    } else if (kind() == model::ScheduleKind::slice) {
-      // Slice s: positions [s P/k, (s+1) P/k) of every member's shard; its all-to-all overlaps slice s+1.
-      for (int s = 0; s < k_; ++s) {
-        const std::int64_t p0 = s * P / k_, p1 = (s + 1) * P / k_;
-        if (p1 == p0) continue;
-        std::vector<TaskId> deps = wait[i];
-        TaskId last = 0;
-        for (int p = 0; p < up_; ++p) {
-          const std::int64_t row0 = p * S_loc + p0 * b;
-          last = attention(ti, row0, (p1 - p0) * b, hs_o(ti, row0, (p1 - p0) * b), deps,
-                           fmt::format("attention/s{}/q{}", s, p));
-          deps = {last};
-        }
-        done[i].push_back(a2a(ti, p0 * b, (p1 - p0) * b, {last}, fmt::format("a2a/s{}", s), s));
-      }
-    } else {
-      // Fuse-A2A after attention: the query chunk of member u+1, u+2, ... is computed and sent to its
-      // owner while the next one is computed; the own chunk comes last, written in place.
-      std::vector<TaskId> deps = wait[i];
-      for (int step = 1; step <= up_; ++step) {
-        const int d = step % up_;
-        const int p = static_cast<int>(ring_mod(u_ + d, up_));
-        if (d == 0) {
-          // Straight into its place; a copy keeps the head-sharded output whole for the backward.
-          const TaskId own =
-              attention(ti, p * S_loc, S_loc, attn_at(ti, 0, S_loc, u_), deps, fmt::format("attention/q{}", p));
-          done[i].push_back(own);
-          TaskLabels cl = labels(layer, true, region, "copy");
-          cl.chunk = u_;
-          add(ti, pre + "/attn+a2a/copy", StreamRef{StreamKind::compute, 0},
-              ComputeTask{model::ElementwiseKernel{"copy", bytes(2 * S_loc * qg()), 0.0}, sh_.activation_dtype(), false},
-              std::move(cl), op(data, CopyOp{attn_at(ti, 0, S_loc, u_), hs_o(ti, u_ * S_loc, S_loc)}), {own});
-          break;
-        }
-        const TaskId at = attention(ti, p * S_loc, S_loc, hs_o(ti, p * S_loc, S_loc), deps, fmt::format("attention/q{}", p));
-        deps = {at};
-        TaskLabels lab = labels(layer, true, region, "send");
-        lab.step = d;
-        lab.chunk = p;
-        const int src_chunk = fault_shift(post.region_index, d, p);
-        add(ti, fmt::format("{}/attn+a2a/send/q{}", pre, p), comm_.p2p_stream(),
-            SendTask{rank(ti, p), bytes(S_loc * qg()), tag(post, 0, u_, p), comm_.p2p_engine,
-                     comm_.sms},
-            std::move(lab), op(data, SendOp{hs_o(ti, src_chunk * S_loc, S_loc)}), {at});
-      }
-      for (int step = 1; step < up_; ++step) {
-        const int from = static_cast<int>(ring_mod(u_ - step, up_));
-        TaskLabels lab = labels(layer, true, region, "recv");
-        lab.step = step;
-        lab.chunk = u_;
-        done[i].push_back(add(ti, fmt::format("{}/attn+a2a/recv/u{}", pre, from), comm_.p2p_stream(),
-                              RecvTask{rank(ti, from), bytes(S_loc * qg()), tag(post, 0, from, u_)}, std::move(lab),
-                              op(data, RecvOp{attn_at(ti, 0, S_loc, from)}), {}));
-      }
+  for (int ti = 0; ti < tp_; ++ti) done[static_cast<std::size_t>(ti)] = strategy_.up_attention_forward(*this, site, ti);
+  return done;
+}
+
+std::vector<TaskId> UlyssesEmitter::collective_attention(const UpAttention& a, int ti) {
+  const std::int64_t S_loc = local_rows();
+  const TaskId at = a.attention(ti, 0, full_rows_, a.heads_out(ti, 0, full_rows_),
+                                a.wait[static_cast<std::size_t>(ti)], "attention");
+  return {a.all_to_all(ti, 0, S_loc, {at}, "a2a", -1)};
+}
+
+// Slice s: positions [s P/k, (s+1) P/k) of every member's shard; its all-to-all overlaps slice s+1.
+std::vector<TaskId> UlyssesEmitter::sliced_attention(const UpAttention& a, int ti) {
+  const std::int64_t S_loc = local_rows(), b = sh_.batch, P = sh_.seq / up_;
+  std::vector<TaskId> done;
+  for (int s = 0; s < k_; ++s) {
+    const std::int64_t p0 = s * P / k_, p1 = (s + 1) * P / k_;
+    if (p1 == p0) continue;
+    std::vector<TaskId> deps = a.wait[static_cast<std::size_t>(ti)];
+    TaskId last = 0;
+    for (int p = 0; p < up_; ++p) {
+      const std::int64_t row0 = p * S_loc + p0 * b;
+      last = a.attention(ti, row0, (p1 - p0) * b, a.heads_out(ti, row0, (p1 - p0) * b), deps,
+                         fmt::format("attention/s{}/q{}", s, p));
+      deps = {last};
     }
+    done.push_back(a.all_to_all(ti, p0 * b, (p1 - p0) * b, {last}, fmt::format("a2a/s{}", s), s));
+  }
+  return done;
+}
+
+// Fuse-A2A after attention: the query chunk of member u+1, u+2, ... is computed and sent to its owner
+// while the next one is computed; the own chunk comes last, written in place.
+std::vector<TaskId> UlyssesEmitter::ring_attention(const UpAttention& a, int ti) {
+  const std::int64_t S_loc = local_rows();
+  const std::string pre = prefix(a.layer, true);
+  std::vector<TaskId> done;
+  std::vector<TaskId> deps = a.wait[static_cast<std::size_t>(ti)];
+  for (int step = 1; step <= up_; ++step) {
+    const int d = step % up_;
+    const int p = static_cast<int>(ring_mod(u_ + d, up_));
+    if (d == 0) {
+      // Straight into its place; a copy keeps the head-sharded output whole for the backward.
+      const TaskId own =
+          a.attention(ti, p * S_loc, S_loc, a.out_at(ti, 0, S_loc, u_), deps, fmt::format("attention/q{}", p));
+      done.push_back(own);
+      TaskLabels cl = labels(a.layer, true, a.region, "copy");
+      cl.chunk = u_;
+      add(ti, pre + "/attn+a2a/copy", StreamRef{StreamKind::compute, 0},
+          ComputeTask{model::ElementwiseKernel{"copy", bytes(2 * S_loc * qg()), 0.0}, sh_.activation_dtype(), false},
+          std::move(cl), op(a.data, CopyOp{a.out_at(ti, 0, S_loc, u_), a.heads_out(ti, u_ * S_loc, S_loc)}), {own});
+      break;
+    }
+    const TaskId at = a.attention(ti, p * S_loc, S_loc, a.heads_out(ti, p * S_loc, S_loc), deps,
+                                  fmt::format("attention/q{}", p));
+    deps = {at};
+    TaskLabels lab = labels(a.layer, true, a.region, "send");
+    lab.step = d;
+    lab.chunk = p;
+    const int src_chunk = fault_shift(a.post.region_index, d, p);
+    add(ti, fmt::format("{}/attn+a2a/send/q{}", pre, p), comm_.p2p_stream(),
+        SendTask{rank(ti, p), bytes(S_loc * qg()), tag(a.post, 0, u_, p), comm_.p2p_engine, comm_.sms},
+        std::move(lab), op(a.data, SendOp{a.heads_out(ti, src_chunk * S_loc, S_loc)}), {at});
+  }
+  for (int step = 1; step < up_; ++step) {
+    const int from = static_cast<int>(ring_mod(u_ - step, up_));
+    TaskLabels lab = labels(a.layer, true, a.region, "recv");
+    lab.step = step;
+    lab.chunk = u_;
+    done.push_back(add(ti, fmt::format("{}/attn+a2a/recv/u{}", pre, from), comm_.p2p_stream(),
+                       RecvTask{rank(ti, from), bytes(S_loc * qg()), tag(a.post, 0, from, u_)}, std::move(lab),
+                       op(a.data, RecvOp{a.out_at(ti, 0, S_loc, from)}), {}));
   }
   return done;
 }
@@ -491,7 +537,7 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
                                           const UpDeps& ready) {
   if (dout_.region < 0) throw std::logic_error("Ulysses generator: attention backward before the out-projection dgrad");
   const std::string pre = prefix(layer, false);
-  const std::int64_t S_loc = local_rows(), b = sh_.batch, P = sh_.seq / up_, Wc = W();
+  const std::int64_t S_loc = local_rows(), b = sh_.batch, Wc = W();
   std::vector<std::vector<TaskId>> wait;
   finish_pre(layer, false, data, d_attn, qg(), ready, dout_, wait);
   const UpPerRank d_o = dout_.dst;
@@ -523,6 +569,7 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
                               comm_.collective_engine, comm_.sms},
                std::move(lab), op(data, std::move(cop)), deps);
   };
+  const UpAttentionBwd site{layer, data, region, post, a2a, dhs, dq_at};
   UpDeps done(static_cast<std::size_t>(tp_));
   for (int ti = 0; ti < tp_; ++ti) {
     const auto i = static_cast<std::size_t>(ti);
@@ -553,55 +600,67 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
     const TaskId ab_id = add(ti, pre + "/attention_bwd", StreamRef{StreamKind::compute, 0},
                              ComputeTask{k, sh_.activation_dtype(), false}, labels(layer, false, region, "attention_bwd"),
                              op(data, std::move(ab)), wait[i]);
-    if (kind() == model::ScheduleKind::baseline) {
-      done[i] = {a2a(ti, 0, S_loc, {ab_id}, "a2a", -1)};
-    } else if (kind() == model::ScheduleKind::slice) {
-      // dK and dV are complete only once every query is done: the slices' all-to-alls pipeline with
-      // each other, not with the attention backward.
-      for (int s = 0; s < k_; ++s) {
-        const std::int64_t p0 = s * P / k_, p1 = (s + 1) * P / k_;
-        if (p1 > p0) done[i].push_back(a2a(ti, p0 * b, (p1 - p0) * b, {ab_id}, fmt::format("a2a/s{}", s), s));
-      }
-    } else {
-      // Fuse-A2A backward: one Send per (TP chunk, destination), chunks in the order the QKV dgrad's
-      // TP region consumes them (Fuse-RS: (ti - 1 - i) mod tp at step i), destinations in ring order;
-      // the own group's rows never move (qkv_grad_blocks reads them from the head-sharded gradient).
-      const std::int64_t n = S_loc / tp_;
-      const bool fuse_rs = req_.kind == model::ScheduleKind::commfuse && tp_ > 1;
-      for (int i = 0; i < tp_; ++i) {
-        const std::int64_t c = fuse_rs ? ring_mod(ti - 1 - i, tp_) : i;
-        for (int d = 1; d < up_; ++d) {
-          const int p = static_cast<int>(ring_mod(u_ + d, up_));
-          TaskLabels lab = labels(layer, false, region, "send");
-          lab.step = d;
-          lab.chunk = p;
-          const int src_chunk = fault_shift(post.region_index, d, p);
-          add(ti, fmt::format("{}/attn_bwd+a2a/send/q{}/r{}", pre, p, c * n), comm_.p2p_stream(),
-              SendTask{rank(ti, p), bytes(n * Wc), tag(post, c * n, u_, p), comm_.p2p_engine,
-                       comm_.sms},
-              std::move(lab), op(data, SendOp{dhs(ti, src_chunk * S_loc + c * n, n)}), {ab_id});
-        }
-        for (int d = 1; d < up_; ++d) {
-          const int from = static_cast<int>(ring_mod(u_ - d, up_));
-          TaskLabels lab = labels(layer, false, region, "recv");
-          lab.step = d;
-          lab.chunk = u_;
-          bwd_recv_[{ti, c, from}] =
-              add(ti, fmt::format("{}/attn_bwd+a2a/recv/u{}/r{}", pre, from, c * n), comm_.p2p_stream(),
-                  RecvTask{rank(ti, from), bytes(n * Wc), tag(post, c * n, from, u_)}, std::move(lab),
-                  op(data, RecvOp{dq_at(ti, c * n, n, from)}), {});
-        }
-      }
-      done[i] = {ab_id};
-    }
+    done[i] = strategy_.up_attention_backward(*this, site, ti, ab_id);
   }
-  if (kind() == model::ScheduleKind::commfuse) {
+  if (strategy_.up_fused_backward()) {
     bwd_hs_ = d_hs;
     bwd_dqkv_ = data ? d_qkv : UpPerRank{};
     bwd_region_ = region;
   }
   return done;
 }
+
+std::vector<TaskId> UlyssesEmitter::collective_attention_bwd(const UpAttentionBwd& a, int ti, TaskId attention_bwd) {
+  return {a.all_to_all(ti, 0, local_rows(), {attention_bwd}, "a2a", -1)};
+}
+
+// dK and dV are complete only once every query is done: the slices' all-to-alls pipeline with each
+// other, not with the attention backward.
+std::vector<TaskId> UlyssesEmitter::sliced_attention_bwd(const UpAttentionBwd& a, int ti, TaskId attention_bwd) {
+  const std::int64_t b = sh_.batch, P = sh_.seq / up_;
+  std::vector<TaskId> done;
+  for (int s = 0; s < k_; ++s) {
+    const std::int64_t p0 = s * P / k_, p1 = (s + 1) * P / k_;
+    if (p1 > p0) done.push_back(a.all_to_all(ti, p0 * b, (p1 - p0) * b, {attention_bwd}, fmt::format("a2a/s{}", s), s));
+  }
+  return done;
+}
+
+// Fuse-A2A backward: one Send per (TP chunk, destination), chunks in the order the QKV dgrad's TP
+// region consumes them (a ring reduce-scatter: (ti - 1 - i) mod tp at step i), destinations in ring
+// order; the own group's rows never move (qkv_grad_blocks reads them from the head-sharded gradient).
+std::vector<TaskId> UlyssesEmitter::ring_attention_bwd(const UpAttentionBwd& a, int ti, TaskId attention_bwd) {
+  const std::int64_t S_loc = local_rows(), Wc = W(), n = S_loc / tp_;
+  const std::string pre = prefix(a.layer, false);
+  const tpsp::TpStrategy& tp = req_.tp_strategy != nullptr ? *req_.tp_strategy : tpsp::tp_strategy(req_.kind, req_.schedule);
+  const bool ring_rs = tp.ring_steps() && tp_ > 1;
+  for (int i = 0; i < tp_; ++i) {
+    const std::int64_t c = ring_rs ? ring_mod(ti - 1 - i, tp_) : i;
+    for (int d = 1; d < up_; ++d) {
+      const int p = static_cast<int>(ring_mod(u_ + d, up_));
+      TaskLabels lab = labels(a.layer, false, a.region, "send");
+      lab.step = d;
+      lab.chunk = p;
+      const int src_chunk = fault_shift(a.post.region_index, d, p);
+      add(ti, fmt::format("{}/attn_bwd+a2a/send/q{}/r{}", pre, p, c * n), comm_.p2p_stream(),
+          SendTask{rank(ti, p), bytes(n * Wc), tag(a.post, c * n, u_, p), comm_.p2p_engine, comm_.sms},
+          std::move(lab), op(a.data, SendOp{a.d_heads(ti, src_chunk * S_loc + c * n, n)}), {attention_bwd});
+    }
+    for (int d = 1; d < up_; ++d) {
+      const int from = static_cast<int>(ring_mod(u_ - d, up_));
+      TaskLabels lab = labels(a.layer, false, a.region, "recv");
+      lab.step = d;
+      lab.chunk = u_;
+      bwd_recv_[{ti, c, from}] =
+          add(ti, fmt::format("{}/attn_bwd+a2a/recv/u{}/r{}", pre, from, c * n), comm_.p2p_stream(),
+              RecvTask{rank(ti, from), bytes(n * Wc), tag(a.post, c * n, from, u_)}, std::move(lab),
+              op(a.data, RecvOp{a.d_qkv_at(ti, c * n, n, from)}), {});
+    }
+  }
+  return {attention_bwd};
+}
+
+bool UlyssesEmitter::fused_backward() const { return up_ > 1 && strategy_.up_fused_backward(); }
 
 std::vector<UlyssesEmitter::GradBlock> UlyssesEmitter::qkv_grad_blocks(int ti, const std::vector<RowSpan>& rows) const {
   if (!fused_backward()) throw std::logic_error("Ulysses generator: dQKV blocks outside the Fuse-A2A backward");

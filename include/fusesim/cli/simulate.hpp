@@ -26,8 +26,7 @@ enum class OutputFormat { table, json };
 struct SimulateRequest {
   std::string topology = "dgx-h100-4node";  // path or shipped name
   std::string workload = "llama-3-70b-4node";  // path or shipped name
-  std::vector<model::ScheduleKind> schedules{model::ScheduleKind::baseline, model::ScheduleKind::slice,
-                                             model::ScheduleKind::commfuse};
+  std::vector<model::ScheduleKind> schedules = model::all_schedule_kinds();
   std::vector<sched::Scope> scopes{sched::Scope::layer, sched::Scope::stack};
   std::optional<int> slices;               // overrides the workload's schedule.slices
   bool forward_only = false;

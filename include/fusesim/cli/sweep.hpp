@@ -36,8 +36,7 @@ struct SweepSpec {
   std::vector<std::int64_t> tps, ups, dps;
   std::vector<std::int64_t> micro_batches;
   std::vector<std::int64_t> slices;
-  std::vector<model::ScheduleKind> schedules{model::ScheduleKind::baseline, model::ScheduleKind::slice,
-                                             model::ScheduleKind::commfuse};
+  std::vector<model::ScheduleKind> schedules = model::all_schedule_kinds();
   std::vector<sched::Scope> scopes{sched::Scope::layer};
   bool forward_only = false;
   std::string profile;     // --profile (see SimulateRequest::pricing)

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/json_reader.hpp"
@@ -42,6 +43,12 @@ struct Architecture {
 
 enum class ScheduleKind { baseline, slice, commfuse };
 std::string to_string(ScheduleKind k);
+// Every schedule in the order the CLI, workload files and tables list them ("all"); a schedule's
+// strategy is registered in sched::schedule_strategy (docs/extending.md).
+const std::vector<ScheduleKind>& all_schedule_kinds();
+std::vector<std::string> schedule_names();
+// The schedule named `name`, one of schedule_names() (callers check the name first).
+ScheduleKind parse_schedule_kind(const std::string& name);
 
 // Which engine carries a transfer.
 enum class CommEngine { sm_kernel, copy_engine };

@@ -1,7 +1,7 @@
 #pragma once
 // Data-parallel gradient synchronisation (docs/schedules.md, "DP"). A DpSync is told, rank by rank,
 // when the backward finishes each weight gradient, and emits the synchronisation across the DP
-// replicas in the requested schedule:
+// replicas as the requested schedule's strategy (sched/strategy.hpp, dp_*) chooses:
 //   baseline  one collective over the rank's whole gradient after the backward;
 //   slice     buckets of ScheduleOptions::dp_bucket_bytes in the order the backward produces the
 //             gradients, one collective per bucket, issued when the bucket's last gradient is done;
@@ -31,6 +31,8 @@
 #include "fusesim/sched/generate.hpp"
 
 namespace fusesim::sched {
+
+class Strategy;  // sched/strategy.hpp
 
 // Test hook: on DP index `replica`, in every synchronisation, the part used at ring step / member
 // position `step` is shifted by `shift` (CommFuse: the piece computed; collectives: members `step`
@@ -91,10 +93,10 @@ class DpSync {
   DpSync(TaskGraph& graph, DataflowProgram* program, DpConfig config);
 
   const DpConfig& config() const { return cfg_; }
-  bool fused() const { return cfg_.kind == model::ScheduleKind::commfuse; }
-  // The baseline is the bucketed overlap users run unless the workload asks for the serial reference
-  // ($.schedule.dp_baseline); slice is the bucketed overlap too (bucketing is DP's data slicing).
-  bool serial() const { return cfg_.kind == model::ScheduleKind::baseline && cfg_.schedule.dp_serial_baseline; }
+  // The gradients fused with a ring reduce-scatter in the backward (fused_gradient), or collectives
+  // after the backward (serial) or per bucket as gradients complete: the strategy's choice.
+  bool fused() const;
+  bool serial() const;
 
   // Non-fused schedules: gradient `g` is final on `rank` once `done` has run.
   void gradient(int rank, const DpGradient& g, TaskId done);
@@ -174,6 +176,7 @@ class DpSync {
   TaskGraph& g_;
   DataflowProgram* prog_;
   DpConfig cfg_;
+  const Strategy& strategy_;  // cfg_.kind's
   DpCommunicator comm_;  // DP's streams and engines (sched/communicator.hpp)
   std::map<int, RankState> ranks_;
   std::map<std::string, int> regions_;

@@ -1,10 +1,11 @@
 #pragma once
-// Schedules as strategies: how a schedule lowers the TP communication patterns of a layer
-// (docs/schedules.md "TPSP"): the all-gather before a column-parallel GEMM (an AG region) and the
-// reduce-scatter after a row-parallel GEMM (an RS region). The layer builder (sched/tpsp_builder.hpp)
-// describes a layer's ops and hands each region to the strategy of the requested schedule; the
-// strategies live one per file in src/sched/strategy/ and are registered in tp_strategy()
-// (docs/extending.md).
+// Schedules as strategies: how a schedule lowers each communication pattern of a step
+// (docs/schedules.md): TP's all-gather before a column-parallel GEMM (an AG region) and reduce-scatter
+// after a row-parallel GEMM (an RS region), Ulysses' all-to-alls around attention, and DP's gradient
+// sync. The generators describe the ops (the layer builder, sched/tpsp_builder.hpp; the Ulysses
+// emitter, sched/ulysses.hpp; the DP sync, sched/dp.hpp) and hand each pattern to the strategy of the
+// schedule requested for its group; the strategies live one per file in src/sched/strategy/ and are
+// registered in schedule_strategy() (docs/extending.md).
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "fusesim/model/workload.hpp"
 #include "fusesim/sched/dag.hpp"
 #include "fusesim/sched/dataflow.hpp"
+#include "fusesim/sched/ulysses.hpp"
 
 namespace fusesim::sched::tpsp {
 
@@ -114,8 +116,7 @@ class TpStrategy {
   virtual Deps reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out) const = 0;
 };
 
-// The strategy of a schedule (the baseline's as the options' tp_baseline says); the registration of
-// every strategy (src/sched/strategy/registry.cpp).
+// The TP part of schedule_strategy(kind, options).
 const TpStrategy& tp_strategy(model::ScheduleKind kind, const model::ScheduleOptions& options);
 
 // The collective lowering baseline and slice share (src/sched/strategy/collective_regions.cpp):
@@ -125,3 +126,44 @@ Deps collective_all_gather(Builder& b, const RegionCall& r, const Rows& g, int s
 Deps collective_reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out, int slices);
 
 }  // namespace fusesim::sched::tpsp
+
+namespace fusesim::sched {
+
+// A schedule's lowering of every pattern: TP's regions (the TpStrategy it is), Ulysses' all-to-alls
+// (up_*) and DP's gradient sync (dp_*). The Ulysses lowerings to choose from are the emitter's
+// building blocks (collective, sliced, ring: UlyssesEmitter); DP's are the DpSync's (one collective
+// after the backward, bucketed collectives as gradients complete, the ring fused with the weight
+// gradient).
+class Strategy : public tpsp::TpStrategy {
+ public:
+  // Whether the schedule cuts its communication into ScheduleOptions::slices slices (the option
+  // must then fit a sequence chunk).
+  virtual bool sliced() const { return false; }
+  int up_slices(const model::ScheduleOptions& o) const { return sliced() ? o.slices : 1; }
+
+  // Ulysses. The producer of an exchange (QKV projection, out-projection dgrad) on rows of the local
+  // sequence; an empty function: the layer builder's plain GEMM (the exchange comes in up_exchange).
+  virtual UpWorkFn up_producer(UlyssesEmitter& e, const UpProducer& p) const = 0;
+  // What attention (or its backward) on TP index ti waits for once the producer has run.
+  virtual std::vector<TaskId> up_exchange(UlyssesEmitter& e, const UpExchange& x, int ti) const = 0;
+  // Attention and the exchange of its output back; returns what the out-projection waits for.
+  virtual std::vector<TaskId> up_attention_forward(UlyssesEmitter& e, const UpAttention& a, int ti) const = 0;
+  // The dQ/dK/dV exchange after the attention backward; returns what the QKV backward waits for.
+  virtual std::vector<TaskId> up_attention_backward(UlyssesEmitter& e, const UpAttentionBwd& a, int ti,
+                                                    TaskId attention_bwd) const = 0;
+  // Whether the QKV backward consumes dQKV block by block as it lands (UlyssesEmitter::qkv_grad_blocks).
+  virtual bool up_fused_backward() const { return false; }
+
+  // DP. Whether each weight gradient's last accumulation step is fused with a ring reduce-scatter
+  // over DP (DpSync::fused_gradient) rather than synchronised by collectives.
+  virtual bool dp_fused() const { return false; }
+  // Whether the collectives wait for the whole backward, one over all gradients (the serial
+  // reference), rather than one per bucket as the bucket's gradients complete.
+  virtual bool dp_serial(const model::ScheduleOptions&) const { return false; }
+};
+
+// The strategy of a schedule (the baseline's as the options' tp_baseline says); the registration of
+// every strategy (src/sched/strategy/registry.cpp).
+const Strategy& schedule_strategy(model::ScheduleKind kind, const model::ScheduleOptions& options);
+
+}  // namespace fusesim::sched

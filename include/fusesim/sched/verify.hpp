@@ -59,8 +59,7 @@ ExecuteResult execute(const Schedule& schedule, const ExecuteOptions& options);
 struct VerifyOptions {
   std::vector<int> tps{2, 3, 4, 8};
   std::vector<int> slices{1, 2, 4};
-  std::vector<model::ScheduleKind> kinds{model::ScheduleKind::baseline, model::ScheduleKind::slice,
-                                         model::ScheduleKind::commfuse};
+  std::vector<model::ScheduleKind> kinds = model::all_schedule_kinds();
   bool pieces = true;   // AG+GEMM and GEMM+RS alone
   bool layers = true;   // whole TPSP layers, forward and backward (activation and weight gradients)
   // Ulysses: whole layers (QKV projection + all-to-all, attention + all-to-all, forward and backward)

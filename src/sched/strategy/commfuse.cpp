@@ -1,7 +1,10 @@
 // CommFuse (design note section 2): the regions' collectives replaced by ring-ordered P2P steps fused
 // with the compute, in the orders of sched/ring.hpp. Fuse-AG computes the chunk a member holds while
 // passing it on; Fuse-RS computes the partial of the chunk a member reduces, adds the running sum
-// received and passes it on. No collective is left exposed at the end of the region.
+// received and passes it on. No collective is left exposed at the end of the region. Ulysses
+// (Fuse-A2A): the producer computed per destination in ring order, each piece sent while the next is
+// computed, the own piece last; the QKV backward consumes dQKV block by block. DP: each weight
+// gradient's last accumulation step fused with a ring reduce-scatter (Fuse-RS over DP).
 #include <fmt/format.h>
 
 #include "fusesim/sched/strategy.hpp"
@@ -10,7 +13,7 @@
 namespace fusesim::sched::tpsp {
 namespace {
 
-class CommFuse final : public TpStrategy {
+class CommFuse final : public Strategy {
  public:
   int ag_calls(int t, int) const override { return t; }
   bool own_chunk_in_shard() const override { return true; }
@@ -106,11 +109,26 @@ class CommFuse final : public TpStrategy {
     }
     return done;
   }
+
+  UpWorkFn up_producer(UlyssesEmitter& e, const UpProducer& p) const override { return e.ring_producer(p); }
+  std::vector<TaskId> up_exchange(UlyssesEmitter& e, const UpExchange& x, int ti) const override {
+    return e.ring_exchange(x, ti);
+  }
+  std::vector<TaskId> up_attention_forward(UlyssesEmitter& e, const UpAttention& a, int ti) const override {
+    return e.ring_attention(a, ti);
+  }
+  std::vector<TaskId> up_attention_backward(UlyssesEmitter& e, const UpAttentionBwd& a, int ti,
+                                            TaskId attention_bwd) const override {
+    return e.ring_attention_bwd(a, ti, attention_bwd);
+  }
+  bool up_fused_backward() const override { return true; }
+
+  bool dp_fused() const override { return true; }
 };
 
 }  // namespace
 
-const TpStrategy& commfuse_strategy() {
+const Strategy& commfuse_strategy() {
   static const CommFuse s;
   return s;
 }

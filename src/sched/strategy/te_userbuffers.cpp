@@ -6,20 +6,21 @@
 // chunks along the sequence, each chunk's reduce-scatter beside the next chunk's GEMM, on 16 SMs);
 // "bulk" for qkv/fc1 dgrad and wgrad (the re-gather of the saved input beside the dgrad, the dgrad's
 // reduce-scatter beside the wgrad, on 16 SMs). It is what the TP baseline is with
-// schedule.tp_baseline "te_userbuffers".
+// schedule.tp_baseline "te_userbuffers". Ulysses and DP: the baseline's (TE's overlap is TP's only).
 #include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/tpsp_builder.hpp"
 
 namespace fusesim::sched::tpsp {
 
-const TpStrategy& commfuse_strategy();  // strategy/commfuse.cpp: its Fuse-AG is TE's ring exchange
+const Strategy& baseline_strategy();  // strategy/baseline.cpp: Ulysses and DP as the baseline runs them
+const Strategy& commfuse_strategy();  // strategy/commfuse.cpp: its Fuse-AG is TE's ring exchange
 
 namespace {
 
 // TE's num_splits default for the pipeline method.
 constexpr int kPipelineSplits = 4;
 
-class TeUserbuffers final : public TpStrategy {
+class TeUserbuffers final : public Strategy {
  public:
   int slices(const model::ScheduleOptions&) const override { return kPipelineSplits; }
   // Only the wgrad re-gathers count their calls (Builder::ag_calls): one bulk collective each.
@@ -36,11 +37,26 @@ class TeUserbuffers final : public TpStrategy {
   Deps reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out) const override {
     return collective_reduce_scatter(b, r, pbuf, out, r.ctx.forward ? kPipelineSplits : 1);
   }
+
+  UpWorkFn up_producer(UlyssesEmitter& e, const UpProducer& p) const override {
+    return baseline_strategy().up_producer(e, p);
+  }
+  std::vector<TaskId> up_exchange(UlyssesEmitter& e, const UpExchange& x, int ti) const override {
+    return baseline_strategy().up_exchange(e, x, ti);
+  }
+  std::vector<TaskId> up_attention_forward(UlyssesEmitter& e, const UpAttention& a, int ti) const override {
+    return baseline_strategy().up_attention_forward(e, a, ti);
+  }
+  std::vector<TaskId> up_attention_backward(UlyssesEmitter& e, const UpAttentionBwd& a, int ti,
+                                            TaskId attention_bwd) const override {
+    return baseline_strategy().up_attention_backward(e, a, ti, attention_bwd);
+  }
+  bool dp_serial(const model::ScheduleOptions& o) const override { return baseline_strategy().dp_serial(o); }
 };
 
 }  // namespace
 
-const TpStrategy& te_userbuffers_strategy() {
+const Strategy& te_userbuffers_strategy() {
   static const TeUserbuffers s;
   return s;
 }
