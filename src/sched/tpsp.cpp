@@ -253,39 +253,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   const std::int64_t qn = sh_.q_local(), kvn = sh_.kv_local(), qkvn = sh_.qkv_local();
   const std::int64_t f1 = sh_.fc1_local(), fl = sh_.ffn_local();
   OpCtx ctx{l, false, "", req_.options.forward && data_};
-  auto with = [&](std::string region) {
-    OpCtx c = ctx;
-    c.region = std::move(region);
-    return c;
-  };
-
-  // The backward of a column-parallel GEMM (QKV, FC1): the dgrad's partial sum reduce-scattered
-  // into the input gradient, then the weight gradient over the re-gathered saved input shard
-  // (Megatron saves the shard, not the gathered input). The baseline is what Megatron-LM does without
-  // --tp-comm-overlap (LinearWithGradAccumulationAndAsyncCommunication.backward, sequence parallel):
-  // the re-gather is launched asynchronously before the dgrad and runs beside it, and the dgrad's
-  // reduce-scatter is launched asynchronously before the wgrad and runs beside it. The re-gather
-  // goes on a second comm stream because this builder emits the dgrad region (compute, then its RS)
-  // before the wgrad region (AG, then compute), and one stream would queue the AG behind the RS.
-  struct ColumnGrad {
-    Deps dgrad_done;
-    PerRank d_in;
-    PerRank dw;
-  };
-  auto column_parallel_backward = [&](const std::string& name, const std::string& dw_name, const PerRank& d_out,
-                                      const PerRank& weight, const PerRank& saved_shard, std::int64_t n_out,
-                                      const Deps& after) {
-    ColumnGrad g;
-    PerRank partial = alloc(ctx, name + "_dgrad_partial", S_, h);
-    g.dgrad_done = rs_region(with(name + "_dgrad+rs"), partial, g.d_in, h, after,
-                             gemm_work(ctx, name + "_dgrad", Rows{d_out, {}}, weight, partial, n_out, h, true));
-    g.dw = alloc(ctx, dw_name, h, n_out);
-    const Rows gathered{alloc(ctx, "ag+" + name + "_wgrad/gather", S_, h), saved_shard};
-    ag_region(with("ag+" + name + "_wgrad"), gathered, h, after,
-              wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls()), nullptr,
-              strategy_.async_regather());
-    return g;
-  };
+  auto with = [&](std::string region) { return with_region(ctx, std::move(region)); };
   auto each = [&](auto fn) {
     Deps d(static_cast<std::size_t>(t_));
     for (int ti = 0; ti < t_; ++ti) d[ti] = fn(ti);
@@ -318,7 +286,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
         d_fc2[ti])};
   });
   // FC1 (column-parallel): dgrad ends in an RS; wgrad needs the re-gathered LayerNorm output.
-  const ColumnGrad fc1_grad = column_parallel_backward("fc1", "dw1", d_fc1_out, fw.w1, fw.ln2, f1, d_act);
+  const ColumnGrad fc1_grad = column_parallel_backward(ctx, "fc1", "dw1", d_fc1_out, fw.w1, fw.ln2, f1, d_act);
   const PerRank& d_ln2_out = fc1_grad.d_in;
   const Deps& d_fc1 = fc1_grad.dgrad_done;
   const PerRank& dw1 = fc1_grad.dw;
@@ -378,162 +346,10 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
                                        op(ctx, std::move(ab)), d_o[ti])};
   });
   if (sh_.up > 1) d_att = up_.attention_backward(l, ctx.data, d_attn, d_qkv_out, d_o);
-  // Ulysses Fuse-A2A: the QKV dgrad and wgrad consume dQKV one head group block at a time, the own
-  // group first, then each block as the exchange delivers it (UlyssesEmitter::qkv_grad_blocks):
-  // dX += dQKV[:, p] W_qkv[:, p]^T and dW[:, p] (+)= X^T dQKV[:, p], the mirror image of the forward's
-  // per-destination projection. The TP regions around them are column_parallel_backward's.
-  auto up_qkv_backward = [&] {
-    ColumnGrad g;
-    const std::int64_t Wc = up_.group_cols();
-    auto blocks_of = [this](int ti, const std::vector<RowSpan>& rows) { return up_.qkv_grad_blocks(ti, rows); };
-    auto in_region = [this](int region) -> std::function<void(TaskId)> {
-      if (region < 0) return {};
-      return [this, region](TaskId id) { g_.task(id).labels.region = region; };
-    };
-    PerRank partial = alloc(ctx, "qkv_dgrad_partial", S_, h);
-    const PerRank w_qkv = fw.w_qkv;
-    const WorkFn dgrad = [this, ctx, blocks_of, in_region, partial, w_qkv, Wc, h](int ti, int, const std::vector<RowSpan>& rows,
-                                                                               bool) {
-      std::int64_t m = 0;
-      for (const RowSpan& sp : rows) m += sp.rows;
-      std::vector<Work> out;
-      for (const UlyssesEmitter::GradBlock& b : blocks_of(ti, rows)) {
-        GemmOp gop;
-        if (ctx.data) {
-          const auto i = static_cast<std::size_t>(ti);
-          gop.a = b.buffer;
-          gop.a_col0 = b.col0;
-          gop.a_cols = Wc;
-          gop.b = w_qkv[i];
-          gop.b_col0 = b.member * Wc;
-          gop.b_cols = Wc;
-          gop.c = partial[i];
-          gop.c_cols = h;
-          gop.transpose_b = true;
-          gop.accumulate = !out.empty();
-          for (const RowSpan& sp : rows) gop.blocks.push_back(RowBlock{sp.row0 + b.row_offset, sp.row0, sp.rows});
-        }
-        Work w{fmt::format("qkv_dgrad/g{}", b.member), model::GemmKernel{m, h, Wc, 1}, op(ctx, std::move(gop))};
-        w.after = in_region(b.region);
-        w.wait = b.deps;
-        out.push_back(std::move(w));
-      }
-      return out;
-    };
-    g.dw = alloc(ctx, "dw_qkv", h, qkvn);
-    const Rows gathered{alloc(ctx, "ag+qkv_wgrad/gather", S_, h), fw.ln1};
-    auto seen = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
-    const int calls = ag_calls();
-    const WorkFn wgrad = [this, ctx, blocks_of, in_region, gathered, dw = g.dw, Wc, h, qkvn, seen, calls](
-                             int ti, int, const std::vector<RowSpan>& rows, bool first) {
-      std::int64_t k = 0;
-      for (const RowSpan& sp : rows) k += sp.rows;
-      // The rank's last call completes the gradient: its last block goes to the DP sync.
-      const bool hand_off = dp_active_ && ++(*seen)[static_cast<std::size_t>(ti)] == calls;
-      const std::vector<UlyssesEmitter::GradBlock> blocks = blocks_of(ti, rows);
-      std::vector<Work> out;
-      for (std::size_t j = 0; j < blocks.size(); ++j) {
-        const UlyssesEmitter::GradBlock& b = blocks[j];
-        WgradOp w;
-        if (ctx.data) {
-          w.c = dw[static_cast<std::size_t>(ti)];
-          w.a_cols = h;
-          w.b_col0 = b.col0;
-          w.b_cols = Wc;
-          w.c_col0 = b.member * Wc;
-          w.accumulate = !first;
-          // Cut at chunk boundaries: the own chunk of the gathered input lives in the shard.
-          for (const RowSpan& sp : rows)
-            for (std::int64_t r = sp.row0; r < sp.row0 + sp.rows;) {
-              const std::int64_t end = std::min(sp.row0 + sp.rows, (r / n() + 1) * n());
-              const Loc la = at(gathered, ti, RowSpan{r, end - r});
-              w.blocks.push_back(WgradBlock{la.buffer, la.row0, b.buffer, r + b.row_offset, end - r});
-              r = end;
-            }
-        }
-        const std::string name = fmt::format("qkv_wgrad/g{}", b.member);
-        const bool last = hand_off && j + 1 == blocks.size();
-        Work wk = last ? dp_wgrad(ctx, "qkv_wgrad", dw, ti, h, qkvn, k, std::move(w), Wc)
-                       : Work{name, model::GemmKernel{h, Wc, k, 1, /*accumulate_fp32=*/true}, op(ctx, std::move(w))};
-        wk.op = name;
-        if (!last || !dp_->fused()) wk.after = in_region(b.region);  // (fused: the DP sync's pieces)
-        wk.wait = b.deps;
-        out.push_back(std::move(wk));
-      }
-      return out;
-    };
-    // The dgrad waits for each block's arrival; the wgrad of a block already here fills that wait,
-    // but a stream runs its tasks in the order added, so the two regions' GEMMs go onto the compute
-    // stream interleaved: at Fuse-RS step i (chunk c = (ti - 1 - i) mod t), for each block in ring
-    // order, dgrad(c, p) then wgrad(c, p), the latter from the Fuse-AG step that holds chunk c
-    // ((i + 1) mod t: the own chunk, AG step 0, comes with the last RS step, as the exchange delivers
-    // it last). The two rings share the copy engine, whose stream is in order too: the re-gather's
-    // Send of AG step i + 1 goes before the RS Send of step i (AG steps 0 and 1 before RS step 0),
-    // so that chunk c's X is there when RS step i starts and the running sum does not queue behind
-    // the whole re-gather. Baseline (Megatron's asynchronous re-gather beside the dgrad, on the second
-    // comm stream, as column_parallel_backward) and slice (one collective per slice) keep the regions
-    // one after the other on the compute stream.
-    if (strategy_.async_regather() || (t_ > 1 && !strategy_.ring_steps())) {
-      g.dgrad_done = rs_region(with("qkv_dgrad+rs"), partial, g.d_in, h, d_att, dgrad);
-      ag_region(with("ag+qkv_wgrad"), gathered, h, d_att, wgrad, nullptr, strategy_.async_regather());
-      return g;
-    }
-    region_id(with("qkv_dgrad+rs"));  // the regions keep their order in the graph
-    const OpCtx wctx = with("ag+qkv_wgrad");
-    auto plan = std::make_shared<std::vector<std::vector<AgCall>>>();
-    ag_region(wctx, gathered, h, d_att, wgrad, plan.get());
-    auto rs_step = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
-    const WorkFn both = [this, dgrad, wgrad, wctx, plan, rs_step](int ti, int chunk, const std::vector<RowSpan>& rows,
-                                                                   bool first) {
-      const auto i = static_cast<std::size_t>(ti);
-      const int step = (*rs_step)[i]++;
-      std::vector<AgCall>& calls = (*plan)[i];
-      // AG transfers up to step + 1 (each once; the last AG step has none): AG step s + 1 waits for
-      // the Recv of step s.
-      for (int s = 0; s <= std::min(step + 1, t_ - 2); ++s) {
-        AgCall& c = calls.at(static_cast<std::size_t>(s));
-        if (!c.transfer) continue;
-        calls.at(static_cast<std::size_t>(s + 1)).deps = {c.transfer(c.deps)};
-        c.transfer = {};
-      }
-      const AgCall& call = calls.at(static_cast<std::size_t>(t_ == 1 ? 0 : (step + 1) % t_));
-      std::vector<Work> d = dgrad(ti, chunk, rows, first);
-      // The first call emitted writes dW, the later ones add to it (AG step 0 now comes last).
-      std::vector<Work> w = wgrad(ti, call.chunk, call.rows, step == 0);
-      if (d.size() != w.size()) throw std::logic_error("TPSP generator: QKV dgrad and wgrad blocks differ");
-      std::vector<Work> out;
-      for (std::size_t j = 0; j < d.size(); ++j) {
-        out.push_back(std::move(d[j]));
-        // Emitted under the wgrad region's name and labels, waiting for its chunk of X as well.
-        auto wk = std::make_shared<Work>(std::move(w[j]));
-        Work e{wk->op, wk->kernel, -1};
-        e.emit = [this, ti, wctx, call, wk](std::string, TaskLabels, const std::vector<TaskId>& chain) {
-          std::vector<TaskId> deps = chain;
-          deps.insert(deps.end(), call.deps.begin(), call.deps.end());
-          deps.insert(deps.end(), wk->wait.begin(), wk->wait.end());
-          TaskLabels lab = labels(wctx, call.region, wk->op);
-          lab.chunk = call.chunk;
-          lab.step = call.step;
-          std::string name = fmt::format("{}/{}{}", prefix(wctx), wk->op, call.suffix);
-          const TaskId id = wk->emit ? wk->emit(std::move(name), std::move(lab), deps)
-                                     : compute(ti, std::move(name), wk->kernel, std::move(lab), wk->data_op, deps);
-          if (wk->after) wk->after(id);
-          return id;
-        };
-        out.push_back(std::move(e));
-      }
-      return out;
-    };
-    g.dgrad_done = rs_region(with("qkv_dgrad+rs"), partial, g.d_in, h, d_att, both);
-    for (int ti = 0; ti < t_; ++ti)
-      if ((*rs_step)[static_cast<std::size_t>(ti)] != std::max(1, t_))
-        throw std::logic_error("TPSP generator: a QKV wgrad step was not emitted");
-    return g;
-  };
   // QKV (column-parallel).
-  const ColumnGrad qkv_grad = up_.fused_backward()
-                                  ? up_qkv_backward()
-                                  : column_parallel_backward("qkv", "dw_qkv", d_qkv_out, fw.w_qkv, fw.ln1, qkvn, d_att);
+  const ColumnGrad qkv_grad = up_.fused_backward() ? up_qkv_backward(ctx, fw, d_att)
+                                                   : column_parallel_backward(ctx, "qkv", "dw_qkv", d_qkv_out, fw.w_qkv,
+                                                                              fw.ln1, qkvn, d_att);
   const PerRank& d_ln1_out = qkv_grad.d_in;
   const Deps& d_qkv = qkv_grad.dgrad_done;
   const PerRank& dw_qkv = qkv_grad.dw;
@@ -549,34 +365,218 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
         op(ctx, AddOp{ref(dh1, ti, own, h), ref(d_ln1_in, ti, own, h), ref(out.dx, ti, own, h)}), {ln})};
   });
 
-  if (ctx.data) {
-    // What each rank must hold: its chunk of the input gradient and its shards of the weight
-    // gradients, laid out as the weight shards of forward_layer(). With kv heads replicated
-    // (kv_heads < t) a rank's kv columns of dw_qkv hold only its own query heads' part, whose sum
-    // over the sharing ranks is not generated (docs/schedules.md): those columns are not compared.
-    const std::string wp = fmt::format("L{}/", l);
-    const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
-    for (int ti = 0; ti < t_; ++ti) {
-      const auto i = static_cast<std::size_t>(ti);
-      prog_.outputs.push_back(OutputCheck{out.dx[i], {Piece{wp + "dx", Rect{global_row(ti), 0, n_, h}, 0, 0}}});
-      // Ulysses: a rank's weight gradients cover its seq/up positions only; their sum over the UP
-      // group is the gradient sync's result, compared in up_gradient_checks().
-      if (sh_.up > 1) continue;
-      std::vector<Piece> qkv{Piece{wp + "dw_qkv", Rect{0, ti * qn, h, qn}, 0, 0}};
-      if (sh_.kv_heads >= t_) {
-        const std::int64_t kv0 = sh_.kv_head0(ti) * sh_.head_dim;
-        qkv.push_back(Piece{wp + "dw_qkv", Rect{0, Q + kv0, h, kvn}, 0, qn});
-        qkv.push_back(Piece{wp + "dw_qkv", Rect{0, Q + KV + kv0, h, kvn}, 0, qn + kvn});
-      }
-      prog_.outputs.push_back(OutputCheck{dw_qkv[i], std::move(qkv)});
-      prog_.outputs.push_back(OutputCheck{dw_o[i], {Piece{wp + "dw_o", Rect{ti * qn, 0, qn, h}, 0, 0}}});
-      std::vector<Piece> w1{Piece{wp + "dw1", Rect{0, ti * fl, h, fl}, 0, 0}};
-      if (sh_.gated) w1.push_back(Piece{wp + "dw1", Rect{0, sh_.ffn + ti * fl, h, fl}, 0, fl});
-      prog_.outputs.push_back(OutputCheck{dw1[i], std::move(w1)});
-      prog_.outputs.push_back(OutputCheck{dw2[i], {Piece{wp + "dw2", Rect{ti * fl, 0, fl, h}, 0, 0}}});
-    }
-  }
+  if (ctx.data) backward_checks(l, out.dx, dw_qkv, dw_o, dw1, dw2);
   return out;
+}
+
+
+// The backward of a column-parallel GEMM (QKV, FC1): the dgrad's partial sum reduce-scattered
+// into the input gradient, then the weight gradient over the re-gathered saved input shard
+// (Megatron saves the shard, not the gathered input). The baseline is what Megatron-LM does without
+// --tp-comm-overlap (LinearWithGradAccumulationAndAsyncCommunication.backward, sequence parallel):
+// the re-gather is launched asynchronously before the dgrad and runs beside it, and the dgrad's
+// reduce-scatter is launched asynchronously before the wgrad and runs beside it. The re-gather
+// goes on a second comm stream because this builder emits the dgrad region (compute, then its RS)
+// before the wgrad region (AG, then compute), and one stream would queue the AG behind the RS.
+Builder::ColumnGrad Builder::column_parallel_backward(const OpCtx& ctx, const std::string& name,
+                                                     const std::string& dw_name, const PerRank& d_out,
+                                                     const PerRank& weight, const PerRank& saved_shard,
+                                                     std::int64_t n_out, const Deps& after) {
+  const std::int64_t h = sh_.hidden, S_ = S();
+  ColumnGrad g;
+  PerRank partial = alloc(ctx, name + "_dgrad_partial", S_, h);
+  g.dgrad_done = rs_region(with_region(ctx, name + "_dgrad+rs"), partial, g.d_in, h, after,
+                           gemm_work(ctx, name + "_dgrad", Rows{d_out, {}}, weight, partial, n_out, h, true));
+  g.dw = alloc(ctx, dw_name, h, n_out);
+  const Rows gathered{alloc(ctx, "ag+" + name + "_wgrad/gather", S_, h), saved_shard};
+  ag_region(with_region(ctx, "ag+" + name + "_wgrad"), gathered, h, after,
+            wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls()), nullptr,
+            strategy_.async_regather());
+  return g;
+}
+
+// Ulysses Fuse-A2A: the QKV dgrad and wgrad consume dQKV one head group block at a time, the own
+// group first, then each block as the exchange delivers it (UlyssesEmitter::qkv_grad_blocks):
+// dX += dQKV[:, p] W_qkv[:, p]^T and dW[:, p] (+)= X^T dQKV[:, p], the mirror image of the forward's
+// per-destination projection. The TP regions around them are column_parallel_backward's.
+Builder::ColumnGrad Builder::up_qkv_backward(const OpCtx& ctx, const LayerData& fw, const Deps& d_att) {
+  const std::int64_t h = sh_.hidden, S_ = S(), qkvn = sh_.qkv_local();
+  ColumnGrad g;
+  const std::int64_t Wc = up_.group_cols();
+  auto blocks_of = [this](int ti, const std::vector<RowSpan>& rows) { return up_.qkv_grad_blocks(ti, rows); };
+  auto in_region = [this](int region) -> std::function<void(TaskId)> {
+    if (region < 0) return {};
+    return [this, region](TaskId id) { g_.task(id).labels.region = region; };
+  };
+  PerRank partial = alloc(ctx, "qkv_dgrad_partial", S_, h);
+  const PerRank w_qkv = fw.w_qkv;
+  const WorkFn dgrad = [this, ctx, blocks_of, in_region, partial, w_qkv, Wc, h](int ti, int, const std::vector<RowSpan>& rows,
+                                                                             bool) {
+    std::int64_t m = 0;
+    for (const RowSpan& sp : rows) m += sp.rows;
+    std::vector<Work> out;
+    for (const UlyssesEmitter::GradBlock& b : blocks_of(ti, rows)) {
+      GemmOp gop;
+      if (ctx.data) {
+        const auto i = static_cast<std::size_t>(ti);
+        gop.a = b.buffer;
+        gop.a_col0 = b.col0;
+        gop.a_cols = Wc;
+        gop.b = w_qkv[i];
+        gop.b_col0 = b.member * Wc;
+        gop.b_cols = Wc;
+        gop.c = partial[i];
+        gop.c_cols = h;
+        gop.transpose_b = true;
+        gop.accumulate = !out.empty();
+        for (const RowSpan& sp : rows) gop.blocks.push_back(RowBlock{sp.row0 + b.row_offset, sp.row0, sp.rows});
+      }
+      Work w{fmt::format("qkv_dgrad/g{}", b.member), model::GemmKernel{m, h, Wc, 1}, op(ctx, std::move(gop))};
+      w.after = in_region(b.region);
+      w.wait = b.deps;
+      out.push_back(std::move(w));
+    }
+    return out;
+  };
+  g.dw = alloc(ctx, "dw_qkv", h, qkvn);
+  const Rows gathered{alloc(ctx, "ag+qkv_wgrad/gather", S_, h), fw.ln1};
+  auto seen = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
+  const int calls = ag_calls();
+  const WorkFn wgrad = [this, ctx, blocks_of, in_region, gathered, dw = g.dw, Wc, h, qkvn, seen, calls](
+                           int ti, int, const std::vector<RowSpan>& rows, bool first) {
+    std::int64_t k = 0;
+    for (const RowSpan& sp : rows) k += sp.rows;
+    // The rank's last call completes the gradient: its last block goes to the DP sync.
+    const bool hand_off = dp_active_ && ++(*seen)[static_cast<std::size_t>(ti)] == calls;
+    const std::vector<UlyssesEmitter::GradBlock> blocks = blocks_of(ti, rows);
+    std::vector<Work> out;
+    for (std::size_t j = 0; j < blocks.size(); ++j) {
+      const UlyssesEmitter::GradBlock& b = blocks[j];
+      WgradOp w;
+      if (ctx.data) {
+        w.c = dw[static_cast<std::size_t>(ti)];
+        w.a_cols = h;
+        w.b_col0 = b.col0;
+        w.b_cols = Wc;
+        w.c_col0 = b.member * Wc;
+        w.accumulate = !first;
+        // Cut at chunk boundaries: the own chunk of the gathered input lives in the shard.
+        for (const RowSpan& sp : rows)
+          for (std::int64_t r = sp.row0; r < sp.row0 + sp.rows;) {
+            const std::int64_t end = std::min(sp.row0 + sp.rows, (r / n() + 1) * n());
+            const Loc la = at(gathered, ti, RowSpan{r, end - r});
+            w.blocks.push_back(WgradBlock{la.buffer, la.row0, b.buffer, r + b.row_offset, end - r});
+            r = end;
+          }
+      }
+      const std::string name = fmt::format("qkv_wgrad/g{}", b.member);
+      const bool last = hand_off && j + 1 == blocks.size();
+      Work wk = last ? dp_wgrad(ctx, "qkv_wgrad", dw, ti, h, qkvn, k, std::move(w), Wc)
+                     : Work{name, model::GemmKernel{h, Wc, k, 1, /*accumulate_fp32=*/true}, op(ctx, std::move(w))};
+      wk.op = name;
+      if (!last || !dp_->fused()) wk.after = in_region(b.region);  // (fused: the DP sync's pieces)
+      wk.wait = b.deps;
+      out.push_back(std::move(wk));
+    }
+    return out;
+  };
+  // The dgrad waits for each block's arrival; the wgrad of a block already here fills that wait,
+  // but a stream runs its tasks in the order added, so the two regions' GEMMs go onto the compute
+  // stream interleaved: at Fuse-RS step i (chunk c = (ti - 1 - i) mod t), for each block in ring
+  // order, dgrad(c, p) then wgrad(c, p), the latter from the Fuse-AG step that holds chunk c
+  // ((i + 1) mod t: the own chunk, AG step 0, comes with the last RS step, as the exchange delivers
+  // it last). The two rings share the copy engine, whose stream is in order too: the re-gather's
+  // Send of AG step i + 1 goes before the RS Send of step i (AG steps 0 and 1 before RS step 0),
+  // so that chunk c's X is there when RS step i starts and the running sum does not queue behind
+  // the whole re-gather. Baseline (Megatron's asynchronous re-gather beside the dgrad, on the second
+  // comm stream, as column_parallel_backward) and slice (one collective per slice) keep the regions
+  // one after the other on the compute stream.
+  if (strategy_.async_regather() || (t_ > 1 && !strategy_.ring_steps())) {
+    g.dgrad_done = rs_region(with_region(ctx, "qkv_dgrad+rs"), partial, g.d_in, h, d_att, dgrad);
+    ag_region(with_region(ctx, "ag+qkv_wgrad"), gathered, h, d_att, wgrad, nullptr, strategy_.async_regather());
+    return g;
+  }
+  region_id(with_region(ctx, "qkv_dgrad+rs"));  // the regions keep their order in the graph
+  const OpCtx wctx = with_region(ctx, "ag+qkv_wgrad");
+  auto plan = std::make_shared<std::vector<std::vector<AgCall>>>();
+  ag_region(wctx, gathered, h, d_att, wgrad, plan.get());
+  auto rs_step = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
+  const WorkFn both = [this, dgrad, wgrad, wctx, plan, rs_step](int ti, int chunk, const std::vector<RowSpan>& rows,
+                                                                 bool first) {
+    const auto i = static_cast<std::size_t>(ti);
+    const int step = (*rs_step)[i]++;
+    std::vector<AgCall>& calls = (*plan)[i];
+    // AG transfers up to step + 1 (each once; the last AG step has none): AG step s + 1 waits for
+    // the Recv of step s.
+    for (int s = 0; s <= std::min(step + 1, t_ - 2); ++s) {
+      AgCall& c = calls.at(static_cast<std::size_t>(s));
+      if (!c.transfer) continue;
+      calls.at(static_cast<std::size_t>(s + 1)).deps = {c.transfer(c.deps)};
+      c.transfer = {};
+    }
+    const AgCall& call = calls.at(static_cast<std::size_t>(t_ == 1 ? 0 : (step + 1) % t_));
+    std::vector<Work> d = dgrad(ti, chunk, rows, first);
+    // The first call emitted writes dW, the later ones add to it (AG step 0 now comes last).
+    std::vector<Work> w = wgrad(ti, call.chunk, call.rows, step == 0);
+    if (d.size() != w.size()) throw std::logic_error("TPSP generator: QKV dgrad and wgrad blocks differ");
+    std::vector<Work> out;
+    for (std::size_t j = 0; j < d.size(); ++j) {
+      out.push_back(std::move(d[j]));
+      // Emitted under the wgrad region's name and labels, waiting for its chunk of X as well.
+      auto wk = std::make_shared<Work>(std::move(w[j]));
+      Work e{wk->op, wk->kernel, -1};
+      e.emit = [this, ti, wctx, call, wk](std::string, TaskLabels, const std::vector<TaskId>& chain) {
+        std::vector<TaskId> deps = chain;
+        deps.insert(deps.end(), call.deps.begin(), call.deps.end());
+        deps.insert(deps.end(), wk->wait.begin(), wk->wait.end());
+        TaskLabels lab = labels(wctx, call.region, wk->op);
+        lab.chunk = call.chunk;
+        lab.step = call.step;
+        std::string name = fmt::format("{}/{}{}", prefix(wctx), wk->op, call.suffix);
+        const TaskId id = wk->emit ? wk->emit(std::move(name), std::move(lab), deps)
+                                   : compute(ti, std::move(name), wk->kernel, std::move(lab), wk->data_op, deps);
+        if (wk->after) wk->after(id);
+        return id;
+      };
+      out.push_back(std::move(e));
+    }
+    return out;
+  };
+  g.dgrad_done = rs_region(with_region(ctx, "qkv_dgrad+rs"), partial, g.d_in, h, d_att, both);
+  for (int ti = 0; ti < t_; ++ti)
+    if ((*rs_step)[static_cast<std::size_t>(ti)] != std::max(1, t_))
+      throw std::logic_error("TPSP generator: a QKV wgrad step was not emitted");
+  return g;
+}
+
+// What each rank must hold: its chunk of the input gradient and its shards of the weight
+// gradients, laid out as the weight shards of forward_layer(). With kv heads replicated
+// (kv_heads < t) a rank's kv columns of dw_qkv hold only its own query heads' part, whose sum
+// over the sharing ranks is not generated (docs/schedules.md): those columns are not compared.
+void Builder::backward_checks(int l, const PerRank& dx, const PerRank& dw_qkv, const PerRank& dw_o, const PerRank& dw1,
+                              const PerRank& dw2) {
+  const std::int64_t h = sh_.hidden, n_ = n(), qn = sh_.q_local(), kvn = sh_.kv_local(), fl = sh_.ffn_local();
+  const std::string wp = fmt::format("L{}/", l);
+  const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
+  for (int ti = 0; ti < t_; ++ti) {
+    const auto i = static_cast<std::size_t>(ti);
+    prog_.outputs.push_back(OutputCheck{dx[i], {Piece{wp + "dx", Rect{global_row(ti), 0, n_, h}, 0, 0}}});
+    // Ulysses: a rank's weight gradients cover its seq/up positions only; their sum over the UP
+    // group is the gradient sync's result, compared in up_gradient_checks().
+    if (sh_.up > 1) continue;
+    std::vector<Piece> qkv{Piece{wp + "dw_qkv", Rect{0, ti * qn, h, qn}, 0, 0}};
+    if (sh_.kv_heads >= t_) {
+      const std::int64_t kv0 = sh_.kv_head0(ti) * sh_.head_dim;
+      qkv.push_back(Piece{wp + "dw_qkv", Rect{0, Q + kv0, h, kvn}, 0, qn});
+      qkv.push_back(Piece{wp + "dw_qkv", Rect{0, Q + KV + kv0, h, kvn}, 0, qn + kvn});
+    }
+    prog_.outputs.push_back(OutputCheck{dw_qkv[i], std::move(qkv)});
+    prog_.outputs.push_back(OutputCheck{dw_o[i], {Piece{wp + "dw_o", Rect{ti * qn, 0, qn, h}, 0, 0}}});
+    std::vector<Piece> w1{Piece{wp + "dw1", Rect{0, ti * fl, h, fl}, 0, 0}};
+    if (sh_.gated) w1.push_back(Piece{wp + "dw1", Rect{0, sh_.ffn + ti * fl, h, fl}, 0, fl});
+    prog_.outputs.push_back(OutputCheck{dw1[i], std::move(w1)});
+    prog_.outputs.push_back(OutputCheck{dw2[i], {Piece{wp + "dw2", Rect{ti * fl, 0, fl, h}, 0, 0}}});
+  }
 }
 
 void Builder::piece_ag_gemm() {
@@ -945,7 +945,7 @@ void check(const TpspRequest& r) {
     refuse(r, "$.training.sequence_length",
            fmt::format("sequence length {} is not a positive multiple of tp x up = {}", s.seq, s.tp * s.up));
   if (s.batch < 1) refuse(r, "$.training.micro_batch", "micro batch must be >= 1");
-  if (schedule_strategy(r.kind, r.schedule).sliced() || (s.up > 1 && schedule_strategy(r.up_kind, r.schedule).sliced())) {
+  if (schedule_strategy(r.kind, r.schedule).sliced() || (s.up > 1 && up_strategy(r).sliced())) {
     if (r.schedule.slices < 1) refuse(r, "$.schedule.slices", "slices must be >= 1");
     if (s.seq / (s.tp * s.up) < r.schedule.slices)
       refuse(r, "$.schedule.slices",

@@ -51,7 +51,7 @@ std::vector<RowSpan> runs_of(const std::vector<RowSpan>& rows) {
 
 UlyssesEmitter::UlyssesEmitter(const TpspRequest& req, TaskGraph& graph, DataflowProgram& program,
                                TagCounter& tags, std::int64_t& next_instance)
-    : req_(req), strategy_(schedule_strategy(req.up_kind, req.schedule)), sh_(req.shape), g_(graph), prog_(program),
+    : req_(req), strategy_(up_strategy(req)), sh_(req.shape), g_(graph), prog_(program),
       tags_(tags), next_instance_(next_instance), tp_(req.shape.tp), up_(req.shape.up),
       k_(strategy_.up_slices(req.schedule)),
       full_rows_(req.shape.rows()), elem_(topo::bytes_per_element(req.shape.activation_dtype())),

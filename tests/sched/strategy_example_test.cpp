@@ -85,3 +85,84 @@ TEST_CASE("the example schedule's ring is checked like the shipped ones", "[sche
   CHECK_FALSE(result.passed);
   CHECK_FALSE(result.error.empty());
 }
+
+namespace {
+
+// docs/extending.md's example of a Ulysses schedule of one's own: Fuse-A2A in the forward (the QKV
+// projection and attention computed per destination in ring order, each piece sent while the next is
+// computed), DeepSpeed-Ulysses' collective all-to-alls in the backward. Each exchange's producer and
+// receiver are lowered alike (a ring's Sends need the ring's Recvs); TP runs its own kind's strategy,
+// so the TP part only delegates.
+class FuseA2aForwardOnly final : public Strategy {
+ public:
+  int ag_calls(int t, int slices) const override { return tp().ag_calls(t, slices); }
+  bool own_chunk_in_shard() const override { return tp().own_chunk_in_shard(); }
+  bool ring_steps() const override { return tp().ring_steps(); }
+  tpsp::Deps all_gather(tpsp::Builder& b, const tpsp::RegionCall& r, const tpsp::Rows& g,
+                        std::vector<std::vector<tpsp::AgCall>>* plan, StreamRef stream) const override {
+    return tp().all_gather(b, r, g, plan, stream);
+  }
+  tpsp::Deps reduce_scatter(tpsp::Builder& b, const tpsp::RegionCall& r, const tpsp::PerRank& pbuf,
+                            const tpsp::PerRank& out) const override {
+    return tp().reduce_scatter(b, r, pbuf, out);
+  }
+
+  UpWorkFn up_producer(UlyssesEmitter& e, const UpProducer& p) const override {
+    return p.forward ? e.ring_producer(p) : UpWorkFn{};
+  }
+  std::vector<TaskId> up_exchange(UlyssesEmitter& e, const UpExchange& x, int ti) const override {
+    return x.forward ? e.ring_exchange(x, ti) : e.collective_exchange(x, ti);
+  }
+  std::vector<TaskId> up_attention_forward(UlyssesEmitter& e, const UpAttention& a, int ti) const override {
+    return e.ring_attention(a, ti);
+  }
+  std::vector<TaskId> up_attention_backward(UlyssesEmitter& e, const UpAttentionBwd& a, int ti,
+                                            TaskId attention_bwd) const override {
+    return e.collective_attention_bwd(a, ti, attention_bwd);
+  }
+
+ private:
+  static const Strategy& tp() { return schedule_strategy(model::ScheduleKind::baseline, model::ScheduleOptions{}); }
+};
+
+int all_to_alls_on_rank(const TaskGraph& g, int rank) {
+  int n = 0;
+  for (TaskId id = 0; id < g.size(); ++id) {
+    const auto* c = std::get_if<CollectiveTask>(&g.task(id).kind);
+    if (g.task(id).rank == rank && c != nullptr && c->kind == CollectiveKind::all_to_all) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a Ulysses schedule of one's own in one file: Fuse-A2A forward, collectives backward", "[sched][strategy]") {
+  const FuseA2aForwardOnly strategy;
+  for (int up : {2, 3, 4}) {
+    CAPTURE(up);
+    TpspRequest r;
+    r.shape = test::small_tp_shape(1);
+    r.shape.up = up;
+    r.shape.seq = 8 * up;
+    r.shape.heads = 2 * up;
+    r.shape.kv_heads = up;
+    r.options.scope = Scope::stack;
+    r.up_strategy = &strategy;
+    const Schedule s = generate_tpsp(r);
+    // Per layer and rank (tp 1: each producer runs once over the rank's seq/up rows): the forward's
+    // QKV projection sends its block to each of the up - 1 other members and receives theirs, and
+    // attention does the same with its output: 2 (up - 1) Sends and Recvs. The backward: one
+    // all-to-all after the out-projection dgrad and one after the attention backward. Two layers.
+    // (The DP sync over the up ranks is collectives of other kinds: all-reduces.)
+    for (int rank = 0; rank < up; ++rank) {
+      const test::TaskCount c = test::count_on_rank(s.graph, rank);
+      CHECK(c.sends == 2 * 2 * (up - 1));
+      CHECK(c.recvs == 2 * 2 * (up - 1));
+      CHECK(all_to_alls_on_rank(s.graph, rank) == 2 * 2);
+    }
+    const ExecuteResult result = execute(s, ExecuteOptions{});
+    INFO(result.error);
+    CHECK(result.passed);
+    CHECK(result.orders_run == 3);
+  }
+}

@@ -165,5 +165,7 @@ class Strategy : public tpsp::TpStrategy {
 // The strategy of a schedule (the baseline's as the options' tp_baseline says); the registration of
 // every strategy (src/sched/strategy/registry.cpp).
 const Strategy& schedule_strategy(model::ScheduleKind kind, const model::ScheduleOptions& options);
+// The strategy that lowers a request's Ulysses exchanges: its own (up_strategy) or up_kind's.
+const Strategy& up_strategy(const TpspRequest& request);
 
 }  // namespace fusesim::sched

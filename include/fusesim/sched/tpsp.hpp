@@ -76,6 +76,7 @@ struct TpspFault {
 namespace tpsp {
 class TpStrategy;  // sched/strategy.hpp
 }
+class Strategy;  // sched/strategy.hpp
 
 struct TpspRequest {
   TpspShape shape;
@@ -90,6 +91,8 @@ struct TpspRequest {
   TpspFault fault;
   // A TP strategy of one's own in place of `kind`'s (docs/extending.md); not owned.
   const tpsp::TpStrategy* tp_strategy = nullptr;
+  // A Ulysses schedule of one's own in place of `up_kind`'s (its up_* lowerings); not owned.
+  const Strategy* up_strategy = nullptr;
   std::string label = "<tpsp>";         // file named by InputErrors
 };
 

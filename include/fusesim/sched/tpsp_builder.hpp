@@ -308,6 +308,25 @@ class Builder {
   };
   LayerOut forward_layer(int l, const PerRank& x, const Deps& ready);
   LayerGrad backward_layer(int l, const LayerData& fw, const PerRank& dy, const Deps& ready);
+  // The backward of a column-parallel GEMM (QKV, FC1): the dgrad's reduce-scattered input gradient,
+  // when the dgrad is done, and the weight gradient.
+  struct ColumnGrad {
+    Deps dgrad_done;
+    PerRank d_in;
+    PerRank dw;
+  };
+  ColumnGrad column_parallel_backward(const OpCtx& ctx, const std::string& name, const std::string& dw_name,
+                                      const PerRank& d_out, const PerRank& weight, const PerRank& saved_shard,
+                                      std::int64_t n_out, const Deps& after);
+  // Ulysses Fuse-A2A: the QKV backward consuming dQKV block by block (backward_layer).
+  ColumnGrad up_qkv_backward(const OpCtx& ctx, const LayerData& fw, const Deps& after);
+  // What each rank must hold after layer l's backward (the reference executor compares it).
+  void backward_checks(int l, const PerRank& dx, const PerRank& dw_qkv, const PerRank& dw_o, const PerRank& dw1,
+                       const PerRank& dw2);
+  static OpCtx with_region(OpCtx ctx, std::string region) {
+    ctx.region = std::move(region);
+    return ctx;
+  }
   // Recompute::op: the forward ops of layer l the backward reads and the layer did not save.
   Deps recompute_unsaved_ops(int l, Deps ready);
   void piece_ag_gemm();

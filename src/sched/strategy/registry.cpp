@@ -26,4 +26,8 @@ const Strategy& schedule_strategy(model::ScheduleKind kind, const model::Schedul
   throw std::logic_error("no strategy for this schedule");
 }
 
+const Strategy& up_strategy(const TpspRequest& r) {
+  return r.up_strategy != nullptr ? *r.up_strategy : schedule_strategy(r.up_kind, r.schedule);
+}
+
 }  // namespace fusesim::sched
