@@ -304,6 +304,12 @@ SimulateReport simulate(const SimulateRequest& request) {
       options.mirror_dp = request.mirror_dp;
       const sched::Schedule schedule = sched::generate(w, wl, cluster, kind, options);
       network_sends_on_sm = std::max(network_sends_on_sm, schedule.network_sends_on_sm);
+      if (!schedule.symmetry_fallback.empty()) {
+        const std::string note = "--symmetry mirror: every rank simulated, the DP sync as collectives (--symmetry "
+                                 "none), because " + schedule.symmetry_fallback;
+        if (std::find(report.notes.begin(), report.notes.end(), note) == report.notes.end())
+          report.notes.push_back(note);
+      }
       std::optional<analysis::ChromeTraceRecorder> recorder;
       if (request.record_traces) recorder.emplace(cluster, &costs, schedule.graph.regions(), request.trace_filter);
       const sim::SimResult result = simulator.run(schedule.graph, recorder ? &*recorder : nullptr);

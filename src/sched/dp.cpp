@@ -188,7 +188,16 @@ TaskId DpSync::add(int rank, std::string name, StreamRef stream, TaskKind kind, 
   return add_rank_task(g_, rank, name, stream, std::move(kind), std::move(labels), data_op, deps);
 }
 
+void DpSync::note_rows(const DpGradient& g, bool cut_by_rows) {
+  if (!cfg_.mirror || !mirror_inexact_.empty() || cfg_.dp < 2 || g.rows % cfg_.dp == 0) return;
+  if (!cut_by_rows && cfg_.sharding == model::DpSharding::ddp) return;  // a collective splits the flat buffer evenly
+  mirror_inexact_ = fmt::format("gradient {} has {} rows, not a multiple of the {} DP ring members: their row parts "
+                                "differ in size",
+                                g.name, g.rows, cfg_.dp);
+}
+
 void DpSync::gradient(int rank, const DpGradient& g, TaskId done) {
+  note_rows(g, false);
   Grad gr;
   gr.g = g;
   gr.done = done;
@@ -196,6 +205,7 @@ void DpSync::gradient(int rank, const DpGradient& g, TaskId done) {
 }
 
 TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piece, const std::vector<TaskId>& deps) {
+  note_rows(g, true);
   RankState& st = ranks_[rank];
   Grad gr;
   gr.g = g;

@@ -48,6 +48,25 @@ void refuse_oversized(const TpspRequest& r, const std::string& workload_label) {
                                memory / 1e9));
 }
 
+// Mirrored DP replicas are exact when every DP ring hop from one replica to the next is like the hop
+// from replica 0 to 1, the one the mirrored ring simulates: all inside a node or all between nodes.
+// With fewer ranks per replica than per node (TP < 8 on DGX nodes) some hops stay on NVLink and the
+// others cross the NICs. Returns why not, or empty.
+std::string mirror_asymmetry(const TpspShape& sh, const topo::Cluster& cluster) {
+  const RankLayout layout{sh.tp, sh.up, sh.dp};
+  const auto crosses = [&](int ti, int d) {
+    return cluster.node_of(layout.rank(ti, sh.up - 1, d)) != cluster.node_of(layout.rank(ti, 0, (d + 1) % sh.dp));
+  };
+  for (int ti = 0; ti < sh.tp; ++ti)
+    for (int d = 1; d < sh.dp; ++d)
+      if (crosses(ti, d) != crosses(ti, 0))
+        return fmt::format("the DP ring's hop from replica 0 to 1 {} nodes but the hop from replica {} to {} {} "
+                           "(tp x up = {} ranks per replica)",
+                           crosses(ti, 0) ? "crosses" : "stays inside", d, (d + 1) % sh.dp,
+                           crosses(ti, d) ? "crosses them" : "does not", layout.tp * layout.up);
+  return {};
+}
+
 }  // namespace
 
 Schedule generate(const model::Workload& workload, const std::string& workload_label, const topo::Cluster& cluster,
@@ -59,7 +78,33 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   // (megatron/training/training.py).
   r.step.vocab = workload.arch.padded_vocab(workload.parallel.tp);
   refuse_oversized(r, workload_label);
-  Schedule s = generate_tpsp(r);
+  Schedule s;
+  bool built = false;
+  std::string fallback;
+  if (r.options.mirror_dp && r.shape.dp > 1) {
+    fallback = mirror_asymmetry(r.shape, cluster);
+    if (fallback.empty()) {
+      s = generate_tpsp(r);
+      built = true;
+      fallback = s.mirror_inexact;
+    }
+  }
+  if (!fallback.empty()) {
+    // Every rank, the DP sync as the collectives NCCL runs (--symmetry none): replica 0 would not
+    // stand for the others, and a wrong step is worse than a slower simulation.
+    r.options.mirror_dp = false;
+    r.options.dp_as_p2p = false;
+    try {
+      refuse_oversized(r, workload_label);
+    } catch (const InputError& e) {
+      throw InputError(e.file(), e.json_path(),
+                       fmt::format("{} (--symmetry mirror cannot stand in: {})", e.message(), fallback));
+    }
+    s = generate_tpsp(r);
+    s.symmetry_fallback = fallback;
+  } else if (!built) {
+    s = generate_tpsp(r);
+  }
   s.network_sends_on_sm = network_sends_to_sm_kernels(s.graph, cluster);
   return s;
 }

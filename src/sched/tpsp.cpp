@@ -1005,7 +1005,9 @@ Schedule generate_tpsp(const TpspRequest& request) {
              (request.options.scope == Scope::step ? std::max<std::int64_t>(1, request.step.micro_batches) : 1);
   s.gpus = request.shape.tp * request.shape.up * request.shape.dp;
   auto program = std::make_shared<DataflowProgram>();
-  tpsp::Builder(request, s, *program).generate();
+  tpsp::Builder builder(request, s, *program);
+  builder.generate();
+  if (builder.dp_) s.mirror_inexact = builder.dp_->mirror_inexact();
   // The P2P form of the DP sync carries no data: without it the program would not compute a step.
   const bool dp_p2p =
       request.shape.dp * request.shape.up > 1 && (request.options.dp_as_p2p || request.options.mirror_dp);

@@ -316,3 +316,63 @@ TEST_CASE("With Megatron's padded vocabulary every Llama-3-70B gradient splits i
     CHECK(recv->bytes == *send_bytes[grad].begin());
   }
 }
+
+namespace {
+
+// The schedule generate() builds for `o`, and the one it builds for every rank with the DP sync as
+// collectives (--symmetry none).
+std::pair<Schedule, Schedule> mirror_and_none(const model::Workload& w, const topo::Cluster& c, model::ScheduleKind kind) {
+  GenerateOptions o;
+  o.scope = Scope::step;
+  o.parallelism = Parallelism::dp;
+  o.mirror_dp = true;
+  Schedule mirrored = generate(w, "w", c, kind, o);
+  o.mirror_dp = false;
+  return {std::move(mirrored), generate(w, "w", c, kind, o)};
+}
+
+sim::SimResult run(const Schedule& s, const topo::Cluster& c) {
+  const model::RooflineCostModel costs;
+  sim::Simulator sim(c, costs);
+  return sim.run(s.graph);
+}
+
+}  // namespace
+
+TEST_CASE("Mirror falls back to every rank where replica 0 does not stand for the others", "[symmetry][dp]") {
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  SECTION("DP replicas sharing a node: TP 2 x DP 8, four replicas per DGX") {
+    // Replica d is ranks 2d, 2d + 1: the hop from replica 0 to 1 (rank 1 -> 3) stays on NVLink, the
+    // hop from replica 3 to 4 (rank 7 -> 9) crosses the NICs. Mirroring the first for all would make
+    // the DP sync as fast as NVLink everywhere.
+    model::Workload w = small_llama(model::DpSharding::ddp, 1);
+    w.parallel.tp = 2;
+    w.parallel.dp = 8;
+    for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse}) {
+      const auto [mirrored, none] = mirror_and_none(w, c, kind);
+      INFO(mirrored.symmetry_fallback);
+      CHECK(mirrored.symmetry_fallback.find("hop from replica 0 to 1 stays inside nodes") != std::string::npos);
+      CHECK(mirrored.symmetry_fallback.find("replica 3 to 4 crosses them") != std::string::npos);
+      CHECK(mirrored.simulated_ranks == 0);
+      CHECK(none.symmetry_fallback.empty());
+      REQUIRE(mirrored.graph.size() == none.graph.size());
+      CHECK(run(mirrored, c).makespan_ps == run(none, c).makespan_ps);
+    }
+  }
+  SECTION("rows that do not split evenly: an unpadded vocabulary of 16,033 rows per TP rank at DP 4") {
+    model::Workload w = small_llama(model::DpSharding::ddp, 1);
+    w.arch.vocab_divisible_by = 1;
+    w.arch.vocab = 8 * 16'033;
+    REQUIRE(w.arch.padded_vocab(8) == 8 * 16'033);
+    // CommFuse cuts each weight gradient's rows into 4 ring parts: 16,033 = 4 x 4008 + 1, so
+    // replica 0's parts are not every replica's.
+    const auto [fused, fused_none] = mirror_and_none(w, c, model::ScheduleKind::commfuse);
+    INFO(fused.symmetry_fallback);
+    CHECK(fused.symmetry_fallback.find("16033 rows, not a multiple of the 4 DP ring members") != std::string::npos);
+    CHECK(fused.graph.size() == fused_none.graph.size());
+    // DDP's bucketed collectives split the flat buffer evenly whatever the rows: mirror stays exact.
+    const auto [bucketed, bucketed_none] = mirror_and_none(w, c, model::ScheduleKind::baseline);
+    CHECK(bucketed.symmetry_fallback.empty());
+    CHECK(bucketed.simulated_ranks == 8);
+  }
+}

@@ -132,6 +132,11 @@ class DpSync {
   BufferId synced(int rank, int j) const;
   BufferId gathered(int rank, int j) const;
 
+  // Mirror mode: why the replicas' ring steps or optimizer parts differ (a gradient whose rows do not
+  // split evenly into dp row parts where the sync cuts rows: the fused ring, ZeRO's own parts), so
+  // that replica 0 does not stand for the others; empty when they are alike.
+  const std::string& mirror_inexact() const { return mirror_inexact_; }
+
  private:
   struct Grad {
     DpGradient g;
@@ -180,6 +185,8 @@ class DpSync {
   DpCommunicator comm_;  // DP's streams and engines (sched/communicator.hpp)
   std::map<int, RankState> ranks_;
   std::map<std::string, int> regions_;
+  std::string mirror_inexact_;
+  void note_rows(const DpGradient& g, bool cut_by_rows);
 };
 
 }  // namespace fusesim::sched

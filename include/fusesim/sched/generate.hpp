@@ -51,6 +51,11 @@ struct Schedule {
   // Point-to-point sends between nodes that the schedule asked to run on copy engines and that run on
   // SM kernels instead (see network_sends_to_sm_kernels).
   std::int64_t network_sends_on_sm = 0;
+  // Why generate() built every rank although GenerateOptions::mirror_dp asked for replica 0 only (the
+  // mirrored replicas would not be exact, docs/schedules.md "Symmetry"); empty otherwise.
+  std::string symmetry_fallback;
+  // Set by the generator in mirror mode: why the mirrored ring is not exact (uneven row parts).
+  std::string mirror_inexact;
   // What the tasks compute (Task::data_op indexes its ops), for the reference executor behind
   // `fusesim verify`; null when the generator provides none.
   std::shared_ptr<const DataflowProgram> dataflow;
