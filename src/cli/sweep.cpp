@@ -293,6 +293,7 @@ SimulateRequest SweepSpec::configuration(std::size_t index) const {
   r.forward_only = forward_only;
   r.pricing = model::pricing_choice(profile, roofline);
   r.force_memory = force_memory;
+  apply_symmetry(symmetry, r);
   return r;
 }
 
@@ -312,7 +313,8 @@ nlohmann::json SweepSpec::to_json() const {
           {"forward_only", forward_only},
           {"profile", profile},
           {"roofline", roofline},
-          {"force_memory", force_memory}};
+          {"force_memory", force_memory},
+          {"symmetry", symmetry}};
 }
 
 const std::vector<std::string>& row_columns() {

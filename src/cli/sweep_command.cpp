@@ -86,6 +86,11 @@ class SweepCommand final : public Command {
         ->type_name("FILE|NAME");
     sub.add_flag("--roofline", roofline_, "price kernels with the roofline, no profile");
     sub.add_flag("--force-memory", force_memory_, "run configurations that exceed the device memory");
+    sub.add_option("--symmetry", symmetry_,
+                   "none, p2p or mirror, every configuration (see simulate; mirror runs every rank where it "
+                   "would not be exact)")
+        ->type_name("MODE")
+        ->capture_default_str();
     sub.add_option("--output", output_, "result file, .csv or .json (default: CSV on standard output)")
         ->type_name("FILE");
     sub.add_option("--format", format_, "csv or json (default: from the --output extension)")->type_name("FORMAT");
@@ -131,6 +136,9 @@ class SweepCommand final : public Command {
     spec.roofline = roofline_;
     (void)model::pricing_choice(profile_, roofline_);  // both given: refused before the sweep starts
     spec.force_memory = force_memory_;
+    SimulateRequest symmetry_check;
+    apply_symmetry(symmetry_, symmetry_check);  // a bad mode is refused before the sweep starts
+    spec.symmetry = symmetry_;
 
     SweepOptions options;
     options.jobs = jobs_.empty() ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
@@ -202,6 +210,7 @@ class SweepCommand final : public Command {
   std::string schedule_ = "all";
   std::string scope_ = "layer";
   bool forward_only_ = false;
+  std::string symmetry_ = "none";
   std::string profile_;
   bool roofline_ = false;
   bool force_memory_ = false;

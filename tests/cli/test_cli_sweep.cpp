@@ -327,3 +327,61 @@ TEST_CASE("sweep --engine is an axis; each row names its engine and what priced 
 
   CHECK(error_path([] { (void)parse_engine_mode("--engine", "nvlink"); }) == "<command line> --engine");
 }
+
+TEST_CASE("sweep --symmetry reaches every configuration; mirror runs every rank where it would not be exact",
+          "[cli][sweep][symmetry]") {
+  SweepSpec spec;
+  spec.topologies = {"dgx-h100-4node"};
+  spec.workloads = {"llama-3-8b"};
+  spec.parallelisms = {sched::Parallelism::dp};
+  spec.tps = {2, 8};
+  spec.dps = {4};
+  spec.schedules = {model::ScheduleKind::baseline};
+  spec.force_memory = true;
+  spec.symmetry = "mirror";
+  REQUIRE(spec.size() == 2);
+  CHECK(spec.configuration(0).mirror_dp);
+  CHECK(spec.configuration(0).dp_as_p2p);
+  CHECK(spec.to_json().at("symmetry") == "mirror");
+  SweepOptions opt;
+  opt.jobs = 2;
+  const SweepResult mirrored = run_sweep(spec, opt);
+  spec.symmetry = "none";
+  const SweepResult none = run_sweep(spec, opt);
+  REQUIRE(mirrored.rows.size() == 2);
+  REQUIRE(none.rows.size() == 2);
+  // TP 2 x DP 4: four replicas in the first DGX, every DP hop on NVLink but the wrap-around from
+  // replica 3 to 0, which stays inside too: all hops alike, mirrored (replica 0's 2 ranks).
+  // TP 8 x DP 4: a replica per DGX, every hop across the NICs: mirrored (replica 0's 8 ranks).
+  // Either way the row is simulate()'s for that request.
+  for (std::size_t c = 0; c < 2; ++c) {
+    SimulateRequest r = spec.configuration(c);
+    apply_symmetry("mirror", r);
+    const SimulateReport rep = simulate(r);
+    REQUIRE(rep.runs.size() == 1);
+    CHECK(row_number(mirrored.rows[c], "step_time_s") == ps_to_seconds(rep.runs[0].metrics.step_time_ps));
+    CHECK(rep.notes.empty());
+  }
+  // TP 2 x DP 8 spans two DGX: the hop from replica 3 to 4 crosses the NICs, the one from 0 to 1 does
+  // not; mirror gives what none gives, and says so.
+  spec.tps = {2};
+  spec.dps = {8};
+  SimulateRequest r = spec.configuration(0);
+  apply_symmetry("mirror", r);
+  const SimulateReport fallback = simulate(r);
+  spec.symmetry = "mirror";
+  const SweepResult mirrored8 = run_sweep(spec, opt);
+  spec.symmetry = "none";
+  const SweepResult none8 = run_sweep(spec, opt);
+  REQUIRE(mirrored8.rows.size() == 1);
+  CHECK(row_number(mirrored8.rows[0], "step_time_s") == row_number(none8.rows[0], "step_time_s"));
+  CHECK(row_number(mirrored8.rows[0], "exposed_comm_s") == row_number(none8.rows[0], "exposed_comm_s"));
+  REQUIRE(fallback.notes.size() == 1);
+  CHECK(fallback.notes[0].find("every rank simulated") != std::string::npos);
+  // A mode that is not one is refused before anything runs.
+  ScratchDir dir;
+  const auto bad = run_fusesim({"sweep", "--symmetry", "mirrored", "--output", "x.json"}, dir);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("<command line>: --symmetry") != std::string::npos);
+  CHECK(dir.entries().empty());
+}
