@@ -70,6 +70,8 @@ seed fuzz_nccl_tests tests/data/calibrate/*.log
 seed fuzz_validation validation/*.json tests/data/validation/*.json
 seed fuzz_baseline baselines/*.json
 seed fuzz_sweep_part "$gen"/sweep*.json
+for f in tests/data/kineto/*.json.gz; do zcat "$f" >"$gen/kineto-$(basename "$f" .gz)"; done
+seed fuzz_kineto "$gen"/kineto-*.json
 
 status=0
 printf '%-18s %12s %10s  %s\n' target executions exec/s result

@@ -27,6 +27,9 @@ std::vector<CommandSpec> registered_commands() {
       {"list", "list the shipped topologies and workloads", make_list_command},
       {"routes", "print the route between two ranks of a cluster (links, bottleneck, latency) or a summary of all",
        make_routes_command},
+      {"trace", "read measured Kineto traces (a file per rank): compute, communication, overlap, exposed "
+                "communication and idle time per step, time by kernel class",
+       make_trace_command},
       {"calibrate", "fit a calibration profile from microbenchmark samples or nccl-tests logs, or plan the shapes to measure",
        make_calibrate_command},
   };

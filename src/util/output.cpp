@@ -226,6 +226,41 @@ std::string gzip_compress(std::string_view content) {
   return out;
 }
 
+std::string gzip_decompress(std::string_view compressed, std::uint64_t max_bytes) {
+  z_stream z{};
+  // windowBits 15 + 32: detect a gzip or a zlib header.
+  if (inflateInit2(&z, 15 + 32) != Z_OK) throw std::runtime_error("zlib: inflateInit2 failed");
+  std::string out;
+  std::string buffer(std::size_t{1} << 20, '\0');
+  constexpr std::size_t kPiece = std::size_t{1} << 30;
+  std::size_t in_pos = 0;
+  int rc = Z_OK;
+  while (rc != Z_STREAM_END) {
+    if (z.avail_in == 0) {
+      if (in_pos == compressed.size()) break;
+      const std::size_t in_now = std::min(kPiece, compressed.size() - in_pos);
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data() + in_pos));
+      z.avail_in = static_cast<uInt>(in_now);
+      in_pos += in_now;
+    }
+    z.next_out = reinterpret_cast<Bytef*>(buffer.data());
+    z.avail_out = static_cast<uInt>(buffer.size());
+    rc = inflate(&z, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END && !(rc == Z_BUF_ERROR && z.avail_in == 0)) {
+      inflateEnd(&z);
+      throw std::runtime_error("not a valid gzip stream");
+    }
+    out.append(buffer.data(), buffer.size() - z.avail_out);
+    if (out.size() > max_bytes) {
+      inflateEnd(&z);
+      throw std::length_error("decompressed content exceeds the limit");
+    }
+  }
+  inflateEnd(&z);
+  if (rc != Z_STREAM_END) throw std::runtime_error("the gzip stream ends early");
+  return out;
+}
+
 void write_maybe_gzipped(const std::string& path, std::string_view content, std::string_view option) {
   const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
   if (gz)

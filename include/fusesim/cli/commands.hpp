@@ -16,6 +16,7 @@ std::unique_ptr<Command> make_validate_command();       // src/cli/validate_comm
 std::unique_ptr<Command> make_sweep_command();          // src/cli/sweep_command.cpp
 std::unique_ptr<Command> make_merge_command();          // src/cli/merge_command.cpp
 std::unique_ptr<Command> make_check_command();          // src/cli/check_command.cpp
+std::unique_ptr<Command> make_trace_command();          // src/cli/trace_command.cpp
 std::unique_ptr<Command> make_plot_command();           // src/cli/plot_command.cpp
 std::unique_ptr<Command> make_routes_command();         // src/cli/routes_command.cpp
 

@@ -11,6 +11,7 @@
 //   - a character device, FIFO or socket (/dev/null, /dev/stdout, a pipe) is written to in place;
 //   - a directory, a block device, or a path whose folder does not exist is refused: InputError
 //     (file = the path, json path = the option, e.g. "--output"), exit 2.
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,9 @@ void check_output_path(const std::string& path, std::string_view option = "--out
 // `content` as a gzip member (RFC 1952; zlib, best compression). The header carries no time stamp
 // or name, so the same content gives the same bytes.
 std::string gzip_compress(std::string_view content);
+// The content of a gzip (or zlib) stream; std::length_error once it would exceed `max_bytes`,
+// std::runtime_error when it is not a valid stream.
+std::string gzip_decompress(std::string_view compressed, std::uint64_t max_bytes);
 
 // write_output_file, gzip-compressed when the path ends in ".gz" (Perfetto and chrome://tracing
 // open a gzip-compressed trace as it is).

@@ -1,0 +1,57 @@
+#pragma once
+// Measured traces in: PyTorch profiler (Kineto) traces of training steps, one file per rank, read into
+// the same measures the simulated steps report (docs/metrics.md, Holistic Trace Analysis's definitions):
+// per rank and profiler step, compute |C|, communication |M|, overlapped |C ∩ M|, exposed |M \ C|, idle
+// (the step's span with no GPU activity) and the time by kernel class. docs/traces.md describes the
+// format read and the classes.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fusesim/util/units.hpp"
+
+namespace fusesim::analysis {
+
+// What a GPU activity is, by its kernel name (NCCL, cuBLAS/CUTLASS, FlashAttention, PyTorch's
+// kernels) or its Kineto category (memcpy, memset).
+enum class MeasuredClass { gemm, attention, norm, activation, elementwise, optimizer, embedding, loss, collective,
+                           memcpy, memset, other };
+std::string to_string(MeasuredClass c);
+MeasuredClass classify_kernel(const std::string& name);
+// Compute: everything but communication and memory movement (HTA counts memcpy/memset apart).
+bool is_compute(MeasuredClass c);
+
+struct MeasuredStep {
+  int rank = 0;
+  int step = -1;  // ProfilerStep#N; -1: the trace has no ProfilerStep, the step is the whole trace
+  TimePs span_ps = 0;  // first GPU activity's start to the last one's end
+  TimePs compute_ps = 0, comm_ps = 0, overlapped_comm_ps = 0, exposed_comm_ps = 0, memory_ps = 0, idle_ps = 0;
+  std::int64_t kernels = 0;                     // GPU activities (kernels, memcpy, memset)
+  std::map<MeasuredClass, TimePs> by_class_ps;  // busy time (union) per class
+};
+
+struct MeasuredTrace {
+  std::string file;
+  int rank = 0;
+  std::string device;  // deviceProperties[0].name when the trace has it
+  std::vector<MeasuredStep> steps;
+};
+
+// The largest trace file read whole (bytes on disk, or uncompressed for .gz): larger ones are refused
+// with this limit in the message.
+inline constexpr std::uint64_t kMaxTraceBytes = std::uint64_t{2} << 30;
+
+// Reads a Kineto / Chrome trace (`.json` or `.json.gz`). `rank`: the rank when the trace does not say
+// (distributedInfo.rank). InputError (file, JSON path) on a malformed trace.
+MeasuredTrace import_kineto(const std::string& path, int rank);
+// The same from the trace's text, or from a document (`file` names it in errors).
+MeasuredTrace import_kineto_text(std::string_view text, const std::string& file, int rank);
+MeasuredTrace import_kineto(const nlohmann::json& doc, const std::string& file, int rank);
+
+nlohmann::json to_json(const MeasuredTrace& trace);
+
+}  // namespace fusesim::analysis

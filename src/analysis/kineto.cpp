@@ -1,0 +1,477 @@
+// Kineto (PyTorch profiler) traces in (docs/traces.md). What is read: the "X" (complete) events of
+// `traceEvents`: GPU activities (categories kernel, gpu_memcpy, gpu_memset), the CUDA runtime and
+// driver calls that launched them (matched by args.correlation), and the ProfilerStep#N ranges of the
+// CPU timeline that cut the trace into steps. A kernel belongs to the step during which the CPU
+// launched it, as Holistic Trace Analysis assigns iterations; without a launch record, to the step its
+// own start falls in. Everything else in the trace (CPU ops, flows, metadata) is left alone.
+#include "fusesim/analysis/kineto.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "fusesim/analysis/intervals.hpp"
+#include "fusesim/util/error.hpp"
+#include "fusesim/util/json_reader.hpp"
+#include "fusesim/util/output.hpp"
+
+namespace fusesim::analysis {
+
+std::string to_string(MeasuredClass c) {
+  switch (c) {
+    case MeasuredClass::gemm: return "gemm";
+    case MeasuredClass::attention: return "attention";
+    case MeasuredClass::norm: return "norm";
+    case MeasuredClass::activation: return "activation";
+    case MeasuredClass::elementwise: return "elementwise";
+    case MeasuredClass::optimizer: return "optimizer";
+    case MeasuredClass::embedding: return "embedding";
+    case MeasuredClass::loss: return "loss";
+    case MeasuredClass::collective: return "collective";
+    case MeasuredClass::memcpy: return "memcpy";
+    case MeasuredClass::memset: return "memset";
+    case MeasuredClass::other: return "other";
+  }
+  return "?";
+}
+
+bool is_compute(MeasuredClass c) {
+  return c != MeasuredClass::collective && c != MeasuredClass::memcpy && c != MeasuredClass::memset;
+}
+
+namespace {
+
+bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+}  // namespace
+
+// The names of PyTorch 2.x, cuBLAS (nvjet, sm90_xmma, cutlass), FlashAttention, Apex/PyTorch's
+// multi-tensor optimizer kernels and NCCL; the same rules as tools/calibration/train_step_compare.py.
+MeasuredClass classify_kernel(const std::string& name) {
+  const std::string n = lower(name);
+  if (has(n, "nccl")) return MeasuredClass::collective;
+  if (has(n, "multi_tensor_apply") || has(n, "lpnorm")) return MeasuredClass::optimizer;
+  if (has(n, "flash") || has(n, "fmha")) return MeasuredClass::attention;
+  if (n.rfind("nvjet", 0) == 0 || has(n, "gemm") || has(n, "cutlass") || has(n, "xmma")) return MeasuredClass::gemm;
+  if (has(n, "layer_norm") || has(n, "gammabeta") || has(n, "rms_norm")) return MeasuredClass::norm;
+  if (has(n, "gelu") || has(n, "silu")) return MeasuredClass::activation;
+  if (has(n, "softmax") || has(n, "nll_loss") || has(n, "cross_entropy")) return MeasuredClass::loss;
+  for (const char* k : {"compute_grad_weight", "sum_and_scatter", "radix_sort", "unique_by_key", "vectorized_gather",
+                        "krn_partial", "devicescan", "indexselect", "embedding"})
+    if (has(n, k)) return MeasuredClass::embedding;
+  if (has(n, "elementwise") || has(n, "reduce_kernel") || has(n, "cudafunctor")) return MeasuredClass::elementwise;
+  return MeasuredClass::other;
+}
+
+namespace {
+
+struct Activity {
+  MeasuredClass cls = MeasuredClass::other;
+  double ts_us = 0, dur_us = 0;
+  std::optional<std::int64_t> correlation;
+};
+struct Range {
+  int step = -1;
+  double begin_us = 0, end_us = 0;
+};
+
+// One "X" event's fields as the parser meets them.
+struct Event {
+  std::string ph, cat, name;
+  std::optional<double> ts, dur;
+  std::optional<std::int64_t> correlation;
+  bool has_ph = false, has_ts = false, has_dur = false;
+};
+
+// Reads the trace as a stream of SAX events (nlohmann::json::sax_parse): no document is built, each
+// event's few fields are kept until its object closes. Returns false to stop the parser at the first
+// error, which `error` and `error_path` then describe.
+class Reader final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  explicit Reader(int rank) { out_.rank = rank; }
+
+  std::string error, error_path;
+
+  MeasuredTrace finish(const std::string& file) {
+    if (!seen_events_) {
+      error_path = "$";
+      error = top_ == Top::object ? "no \"traceEvents\": not a Chrome or Kineto trace"
+                                  : "expected an object with \"traceEvents\" or an array of events";
+      throw InputError(file, error_path, error);
+    }
+    out_.file = file;
+    steps();
+    return std::move(out_);
+  }
+
+  // Scalars.
+  bool null() override { return scalar(Value{}); }
+  bool boolean(bool) override { return scalar(Value{}); }
+  bool number_integer(number_integer_t v) override { return scalar(Value{Kind::integer, static_cast<double>(v), v}); }
+  bool number_unsigned(number_unsigned_t v) override {
+    const auto i = v > static_cast<number_unsigned_t>(std::numeric_limits<std::int64_t>::max())
+                       ? std::numeric_limits<std::int64_t>::max()
+                       : static_cast<std::int64_t>(v);
+    return scalar(Value{Kind::integer, static_cast<double>(v), i});
+  }
+  bool number_float(number_float_t v, const string_t&) override { return scalar(Value{Kind::real, v, 0}); }
+  bool string(string_t& v) override {
+    Value x{Kind::string, 0, 0};
+    x.text = &v;
+    return scalar(x);
+  }
+  bool binary(binary_t&) override { return scalar(Value{}); }
+
+  bool start_object(std::size_t) override {
+    const std::size_t element = element_index();
+    if (top_ == Top::object && depth() == 1 && key_ == "traceEvents") return fail("$.traceEvents", "expected an array of events");
+    enter(Frame::object);
+    if (depth() == 1) {
+      top_ = Top::object;
+    } else if (in_events_ && !in_event_ && depth() == event_depth_) {
+      event_ = Event{};
+      in_event_ = true;
+    } else if (in_event_ && depth() == event_depth_ + 1 && key_ == "args") {
+      in_args_ = true;
+    } else if (top_ == Top::object && depth() == 2 && key_ == "distributedInfo") {
+      in_distributed_ = true;
+    } else if (in_devices_ && depth() == 3 && element == 0) {
+      in_device0_ = true;
+    }
+    return true;
+  }
+  bool key(string_t& k) override {
+    key_ = k;
+    return true;
+  }
+  bool end_object() override {
+    bool ok = true;
+    if (in_event_ && depth() == event_depth_) {
+      ok = close_event();
+      in_event_ = false;
+      ++event_index_;
+    } else if (in_args_ && depth() == event_depth_ + 1) {
+      in_args_ = false;
+    } else if (in_distributed_ && depth() == 2) {
+      in_distributed_ = false;
+    } else if (in_device0_ && depth() == 3) {
+      in_device0_ = false;
+    }
+    leave();
+    return ok;
+  }
+  bool start_array(std::size_t) override {
+    if (in_events_ && !in_event_ && depth() == event_depth_ - 1) return fail(event_path(), "expected an event object");
+    enter(Frame::array);
+    if (depth() == 1) {
+      top_ = Top::array;
+      open_events(2, "$");
+    } else if (top_ == Top::object && depth() == 2 && key_ == "traceEvents") {
+      open_events(3, "$.traceEvents");
+    } else if (top_ == Top::object && depth() == 2 && key_ == "deviceProperties") {
+      in_devices_ = true;
+    }
+    return true;
+  }
+  bool end_array() override {
+    if (in_devices_ && depth() == 2) in_devices_ = false;
+    if (in_events_ && depth() == event_depth_ - 1) in_events_ = false;
+    leave();
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
+    syntax_position = position;
+    syntax_what = e.what();
+    return false;
+  }
+
+  std::size_t syntax_position = 0;
+  std::string syntax_what;
+
+ private:
+  enum class Frame { object, array };
+  enum class Top { none, object, array };
+  enum class Kind { other, integer, real, string };
+  struct Value {
+    Kind kind = Kind::other;
+    double number = 0;
+    std::int64_t integer = 0;
+    const std::string* text = nullptr;
+  };
+  struct Level {
+    Frame frame;
+    std::size_t index = 0;  // arrays: the element being read
+  };
+
+  int depth() const { return static_cast<int>(stack_.size()); }
+  // The index of the element about to start in the innermost array (0 outside arrays).
+  std::size_t element_index() const { return !stack_.empty() && stack_.back().frame == Frame::array ? stack_.back().index : 0; }
+  void enter(Frame f) { stack_.push_back(Level{f, 0}); }
+  void leave() {
+    stack_.pop_back();
+    if (!stack_.empty() && stack_.back().frame == Frame::array) ++stack_.back().index;
+  }
+  // The events are the elements of the array at depth `depth` - 1: their objects open at `depth`.
+  void open_events(int depth, std::string path) {
+    seen_events_ = in_events_ = true;
+    event_depth_ = depth;
+    events_path_ = std::move(path);
+  }
+  std::string event_path() const { return fmt::format("{}[{}]", events_path_, event_index_); }
+
+  bool fail(std::string path, std::string msg) {
+    error_path = std::move(path);
+    error = std::move(msg);
+    return false;
+  }
+
+  bool scalar(const Value& v) {
+    const bool in_array = !stack_.empty() && stack_.back().frame == Frame::array;
+    if (top_ == Top::object && depth() == 1 && key_ == "traceEvents") return fail("$.traceEvents", "expected an array of events");
+    // An element of the events array that is not an object.
+    if (in_events_ && !in_event_ && in_array && depth() == event_depth_ - 1) return fail(event_path(), "expected an event object");
+    if (in_event_ && !in_array) {
+      if (depth() == event_depth_) return event_field(v);
+      if (in_args_ && depth() == event_depth_ + 1 && key_ == "correlation") {
+        if (v.kind != Kind::integer) return fail(event_path() + ".args.correlation", "expected an integer");
+        event_.correlation = v.integer;
+      }
+    } else if (in_distributed_ && depth() == 2 && key_ == "rank") {
+      if (v.kind != Kind::integer || v.integer < 0 || v.integer > (1 << 24))
+        return fail("$.distributedInfo.rank", "expected a rank, an integer from 0");
+      out_.rank = static_cast<int>(v.integer);
+    } else if (in_device0_ && depth() == 3 && key_ == "name" && v.kind == Kind::string) {
+      out_.device = *v.text;
+    }
+    if (in_array) ++stack_.back().index;
+    return true;
+  }
+
+  bool event_field(const Value& v) {
+    const std::string path = event_path();
+    if (key_ == "ph") {
+      if (v.kind != Kind::string) return fail(path + ".ph", "expected the event's phase, a string");
+      event_.ph = *v.text;
+      event_.has_ph = true;
+    } else if (key_ == "cat") {
+      if (v.kind != Kind::string) return fail(path + ".cat", "expected a string");
+      event_.cat = lower(*v.text);
+    } else if (key_ == "name") {
+      if (v.kind != Kind::string) return fail(path + ".name", "expected a string");
+      event_.name = *v.text;
+    } else if (key_ == "ts" || key_ == "dur") {
+      const bool ts = key_ == "ts";
+      event_.has_ts = event_.has_ts || ts;
+      event_.has_dur = event_.has_dur || !ts;
+      if (v.kind != Kind::integer && v.kind != Kind::real)
+        return fail(path + "." + key_, "expected a number (microseconds)");
+      const double min = ts ? -1e17 : 0.0;
+      if (!std::isfinite(v.number) || v.number < min || v.number > 1e17)
+        return fail(path + "." + key_, fmt::format("{} is not a time in microseconds", v.number));
+      (ts ? event_.ts : event_.dur) = v.number;
+    }
+    return true;
+  }
+
+  bool close_event() {
+    const std::string path = event_path();
+    if (!event_.has_ph) return fail(path + ".ph", "expected the event's phase, a string");
+    if (event_.ph != "X") return true;
+    for (const char* k : {"ts", "dur"})
+      if ((k[0] == 't' ? !event_.ts : !event_.dur))
+        return fail(path, fmt::format("a complete (\"X\") event needs \"{}\"", k));
+    const std::string& cat = event_.cat;
+    if (cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset" || cat == "memcpy" || cat == "memset") {
+      Activity a;
+      a.cls = cat == "kernel" ? classify_kernel(event_.name)
+              : has(cat, "memcpy") ? MeasuredClass::memcpy
+                                   : MeasuredClass::memset;
+      a.ts_us = *event_.ts;
+      a.dur_us = *event_.dur;
+      a.correlation = event_.correlation;
+      activities_.push_back(a);
+    } else if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "runtime") {
+      if (event_.correlation) launches_[*event_.correlation] = *event_.ts;
+    } else if (event_.name.rfind("ProfilerStep#", 0) == 0) {
+      const std::string n = event_.name.substr(13);
+      int step = 0;
+      const auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), step);
+      if (ec != std::errc() || p != n.data() + n.size() || step < 0) return fail(path + ".name", "expected ProfilerStep#N");
+      if (cat != "gpu_user_annotation") ranges_.push_back(Range{step, *event_.ts, *event_.ts + *event_.dur});
+    }
+    return true;
+  }
+
+  // Integer picoseconds from the earliest activity (Kineto's microseconds count from an epoch that
+  // would overflow picoseconds), rounded to Kineto's resolution, the nanosecond: the double holding
+  // an epoch-based time has no finer digits.
+  TimePs ps(double us) const { return static_cast<TimePs>(std::llround((us - origin_us_) * 1e3)) * 1000; }
+
+  int step_of(const Activity& a) const {
+    if (ranges_.empty()) return -1;
+    double at = a.ts_us;
+    if (a.correlation)
+      if (const auto it = launches_.find(*a.correlation); it != launches_.end()) at = it->second;
+    for (const Range& r : ranges_)
+      if (at >= r.begin_us && at < r.end_us) return r.step;
+    return std::numeric_limits<int>::min();  // launched outside every profiled step: not counted
+  }
+
+  void steps() {
+    if (activities_.empty()) return;
+    origin_us_ = activities_.front().ts_us;
+    for (const Activity& a : activities_) origin_us_ = std::min(origin_us_, a.ts_us);
+    std::sort(ranges_.begin(), ranges_.end(), [](const Range& x, const Range& y) { return x.step < y.step; });
+    std::map<int, std::vector<const Activity*>> by_step;
+    for (const Activity& a : activities_) {
+      const int s = step_of(a);
+      if (s != std::numeric_limits<int>::min()) by_step[s].push_back(&a);
+    }
+    for (const auto& [step, acts] : by_step) {
+      MeasuredStep m;
+      m.rank = out_.rank;
+      m.step = step;
+      m.kernels = static_cast<std::int64_t>(acts.size());
+      std::map<MeasuredClass, std::vector<Interval>> per_class;
+      std::vector<Interval> compute, comm, memory, all;
+      TimePs begin = std::numeric_limits<TimePs>::max(), end = std::numeric_limits<TimePs>::min();
+      for (const Activity* a : acts) {
+        const Interval iv{ps(a->ts_us), ps(a->ts_us + a->dur_us)};
+        begin = std::min(begin, iv.begin_ps);
+        end = std::max(end, iv.end_ps);
+        per_class[a->cls].push_back(iv);
+        all.push_back(iv);
+        if (a->cls == MeasuredClass::collective)
+          comm.push_back(iv);
+        else if (is_compute(a->cls))
+          compute.push_back(iv);
+        else
+          memory.push_back(iv);
+      }
+      const IntervalSet C(std::move(compute)), M(std::move(comm)), busy(std::move(all));
+      m.span_ps = end - begin;
+      m.compute_ps = C.measure_ps();
+      m.comm_ps = M.measure_ps();
+      m.overlapped_comm_ps = C.intersect(M).measure_ps();
+      m.exposed_comm_ps = m.comm_ps - m.overlapped_comm_ps;
+      m.memory_ps = IntervalSet(std::move(memory)).measure_ps();
+      m.idle_ps = m.span_ps - busy.measure_ps();
+      for (auto& [cls, ivs] : per_class) m.by_class_ps[cls] = IntervalSet(std::move(ivs)).measure_ps();
+      out_.steps.push_back(std::move(m));
+    }
+  }
+
+  MeasuredTrace out_;
+  std::vector<Level> stack_;
+  Top top_ = Top::none;
+  std::string key_;
+  bool seen_events_ = false, in_events_ = false;
+  int event_depth_ = 0;
+  std::string events_path_ = "$";
+  std::int64_t event_index_ = 0;
+  bool in_event_ = false, in_args_ = false, in_distributed_ = false, in_devices_ = false, in_device0_ = false;
+  Event event_;
+  std::vector<Activity> activities_;
+  std::unordered_map<std::int64_t, double> launches_;
+  std::vector<Range> ranges_;
+  double origin_us_ = 0;
+};
+
+std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size_t byte) {
+  std::size_t line = 1, column = 1;
+  for (std::size_t i = 0; i < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return {line, column};
+}
+
+MeasuredTrace read_text(std::string_view text, const std::string& file, int rank) {
+  Reader reader(rank);
+  const bool ok = nlohmann::json::sax_parse(text, &reader);
+  if (!ok) {
+    if (!reader.error.empty()) throw InputError(file, reader.error_path, reader.error);
+    std::string what = reader.syntax_what;
+    const auto pos = what.find("syntax error");
+    if (pos != std::string::npos) what = what.substr(pos);
+    const auto [line, column] = line_column(text, reader.syntax_position == 0 ? 0 : reader.syntax_position - 1);
+    throw InputError(file, "$", fmt::format("JSON syntax error at line {}, column {}: {}", line, column, what));
+  }
+  return reader.finish(file);
+}
+
+}  // namespace
+
+MeasuredTrace import_kineto_text(std::string_view text, const std::string& file, int rank) {
+  return read_text(text, file, rank);
+}
+
+MeasuredTrace import_kineto(const nlohmann::json& doc, const std::string& file, int rank) {
+  return read_text(doc.dump(), file, rank);
+}
+
+MeasuredTrace import_kineto(const std::string& path, int rank) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxTraceBytes)
+    throw InputError(path, "$",
+                     fmt::format("{:.1f} GB: traces above {:.1f} GB are not read (profile fewer steps, or one "
+                                 "rank per file)",
+                                 static_cast<double>(size) / 1e9, static_cast<double>(kMaxTraceBytes) / 1e9));
+  std::string text = read_text_file(path);
+  const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  if (gz) {
+    try {
+      text = gzip_decompress(text, kMaxTraceBytes);
+    } catch (const std::length_error&) {
+      throw InputError(path, "$",
+                       fmt::format("uncompressed above {:.1f} GB: not read (profile fewer steps, or one rank per "
+                                   "file)",
+                                   static_cast<double>(kMaxTraceBytes) / 1e9));
+    } catch (const std::runtime_error& e) {
+      throw InputError(path, "$", fmt::format("a .gz file that does not decompress: {}", e.what()));
+    }
+  }
+  return read_text(text, path, rank);
+}
+
+nlohmann::json to_json(const MeasuredTrace& t) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const MeasuredStep& m : t.steps) {
+    nlohmann::json by_class = nlohmann::json::object();
+    for (const auto& [cls, v] : m.by_class_ps) by_class[to_string(cls)] = ps_to_seconds(v);
+    steps.push_back({{"step", m.step},
+                     {"span_s", ps_to_seconds(m.span_ps)},
+                     {"compute_s", ps_to_seconds(m.compute_ps)},
+                     {"comm_s", ps_to_seconds(m.comm_ps)},
+                     {"overlapped_comm_s", ps_to_seconds(m.overlapped_comm_ps)},
+                     {"exposed_comm_s", ps_to_seconds(m.exposed_comm_ps)},
+                     {"overlap_ratio", m.comm_ps > 0 ? static_cast<double>(m.overlapped_comm_ps) /
+                                                           static_cast<double>(m.comm_ps)
+                                                     : 0.0},
+                     {"memory_s", ps_to_seconds(m.memory_ps)},
+                     {"idle_s", ps_to_seconds(m.idle_ps)},
+                     {"kernels", m.kernels},
+                     {"by_class_s", std::move(by_class)}});
+  }
+  return {{"file", t.file}, {"rank", t.rank}, {"device", t.device}, {"steps", std::move(steps)}};
+}
+
+}  // namespace fusesim::analysis

@@ -1,0 +1,163 @@
+// Measured traces in (analysis/kineto.hpp): a hand-built trace whose measures are derived by hand, the
+// real H100 traces of tests/data/kineto (invariants, counts), and malformed traces named by path.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "fusesim/analysis/kineto.hpp"
+#include "fusesim/util/error.hpp"
+
+using namespace fusesim;
+using namespace fusesim::analysis;
+using nlohmann::json;
+
+namespace {
+
+constexpr TimePs kUs = 1'000'000;  // picoseconds per microsecond
+
+json x(const std::string& cat, const std::string& name, double ts, double dur, int correlation = -1) {
+  json e = {{"ph", "X"}, {"cat", cat}, {"name", name}, {"ts", ts}, {"dur", dur}, {"pid", 0}, {"tid", 7}};
+  if (correlation >= 0) e["args"] = {{"correlation", correlation}};
+  return e;
+}
+
+// Two profiler steps on the CPU, [1000, 1100) and [1100, 1200) us; the GPU runs behind the CPU:
+//   step 1 launches (CPU ts 1010..1040) a GEMM [1100, 1150), an NCCL all-reduce [1120, 1200) on another
+//   stream, a memset [1200, 1205) and an element-wise kernel [1210, 1220);
+//   step 2 launches (CPU ts 1110, 1120) an all-reduce [1300, 1340) and a GEMM [1330, 1360);
+//   a kernel without a launch record at [1500, 1510) starts in no step and is not counted.
+json two_steps() {
+  json ev = json::array();
+  ev.push_back(x("user_annotation", "ProfilerStep#1", 1000, 100));
+  ev.push_back(x("user_annotation", "ProfilerStep#2", 1100, 100));
+  ev.push_back(x("gpu_user_annotation", "ProfilerStep#1", 1100, 120));  // the GPU-side copy: ignored
+  for (int c = 1; c <= 4; ++c) ev.push_back(x("cuda_runtime", "cudaLaunchKernel", 1000 + 10 * c, 2, c));
+  for (int c = 5; c <= 6; ++c) ev.push_back(x("cuda_runtime", "cudaLaunchKernel", 1060 + 10 * c, 2, c));
+  ev.push_back(x("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32", 1100, 50, 1));
+  ev.push_back(x("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 1120, 80, 2));
+  ev.push_back(x("gpu_memset", "Memset (Device)", 1200, 5, 3));
+  ev.push_back(x("kernel", "void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add>", 1210, 10, 4));
+  ev.push_back(x("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 1300, 40, 5));
+  ev.push_back(x("kernel", "nvjet_tst_192x192_64x3_2x1_v_bz_coopB_TNT", 1330, 30, 6));
+  ev.push_back(x("kernel", "void at::native::vectorized_elementwise_kernel<4, FillFunctor>", 1500, 10));
+  ev.push_back({{"ph", "s"}, {"cat", "ac2g"}, {"id", 1}, {"ts", 1010}});  // flows are not activities
+  return json{{"traceEvents", ev}, {"distributedInfo", {{"rank", 3}}}};
+}
+
+}  // namespace
+
+TEST_CASE("a hand-built trace: compute, communication, overlap, exposure and idle by hand", "[analysis][kineto]") {
+  const MeasuredTrace t = import_kineto(two_steps(), "two-steps.json", 0);
+  CHECK(t.rank == 3);  // distributedInfo wins over the position
+  REQUIRE(t.steps.size() == 2);
+  const MeasuredStep& s1 = t.steps[0];
+  CHECK(s1.step == 1);
+  CHECK(s1.kernels == 4);
+  // C = [1100, 1150) u [1210, 1220) = 60 us; M = [1120, 1200) = 80; C n M = [1120, 1150) = 30;
+  // exposed 80 - 30 = 50; span [1100, 1220) = 120; busy = [1100, 1205) u [1210, 1220) = 115: idle 5.
+  CHECK(s1.compute_ps == 60 * kUs);
+  CHECK(s1.comm_ps == 80 * kUs);
+  CHECK(s1.overlapped_comm_ps == 30 * kUs);
+  CHECK(s1.exposed_comm_ps == 50 * kUs);
+  CHECK(s1.memory_ps == 5 * kUs);
+  CHECK(s1.span_ps == 120 * kUs);
+  CHECK(s1.idle_ps == 5 * kUs);
+  CHECK(s1.by_class_ps.at(MeasuredClass::gemm) == 50 * kUs);
+  CHECK(s1.by_class_ps.at(MeasuredClass::collective) == 80 * kUs);
+  CHECK(s1.by_class_ps.at(MeasuredClass::elementwise) == 10 * kUs);
+  CHECK(s1.by_class_ps.at(MeasuredClass::memset) == 5 * kUs);
+  // Step 2 (the kernel at 1500 belongs to neither): C = [1330, 1360) = 30, M = [1300, 1340) = 40,
+  // overlapped [1330, 1340) = 10, exposed 30, span [1300, 1360) = 60, no idle.
+  const MeasuredStep& s2 = t.steps[1];
+  CHECK(s2.step == 2);
+  CHECK(s2.kernels == 2);
+  CHECK(s2.compute_ps == 30 * kUs);
+  CHECK(s2.comm_ps == 40 * kUs);
+  CHECK(s2.overlapped_comm_ps == 10 * kUs);
+  CHECK(s2.exposed_comm_ps == 30 * kUs);
+  CHECK(s2.span_ps == 60 * kUs);
+  CHECK(s2.idle_ps == 0);
+}
+
+TEST_CASE("a trace without profiler steps is one step over every GPU activity", "[analysis][kineto]") {
+  json doc = two_steps();
+  json kept = json::array();
+  for (const json& e : doc["traceEvents"])
+    if (e.value("name", "").rfind("ProfilerStep#", 0) != 0) kept.push_back(e);
+  const MeasuredTrace t = import_kineto(json{{"traceEvents", kept}}, "no-steps.json", 5);
+  CHECK(t.rank == 5);
+  REQUIRE(t.steps.size() == 1);
+  CHECK(t.steps[0].step == -1);
+  CHECK(t.steps[0].kernels == 7);
+  // Span [1100, 1510) = 410; busy 115 + [1300, 1360) 60 + [1500, 1510) 10 = 185: idle 225.
+  CHECK(t.steps[0].span_ps == 410 * kUs);
+  CHECK(t.steps[0].idle_ps == 225 * kUs);
+  CHECK(t.steps[0].overlapped_comm_ps == 40 * kUs);
+}
+
+TEST_CASE("kernel names classify as the calibration tools class them", "[analysis][kineto]") {
+  CHECK(classify_kernel("ncclKernel_AllGather_RING_LL_Sum_int8_t") == MeasuredClass::collective);
+  CHECK(classify_kernel("nvjet_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == MeasuredClass::gemm);
+  CHECK(classify_kernel("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n") == MeasuredClass::gemm);
+  CHECK(classify_kernel("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128>>") == MeasuredClass::attention);
+  CHECK(classify_kernel("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16>") ==
+        MeasuredClass::norm);
+  CHECK(classify_kernel("void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor>") == MeasuredClass::optimizer);
+  CHECK(classify_kernel("void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>") ==
+        MeasuredClass::activation);
+  CHECK(classify_kernel("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4>") == MeasuredClass::loss);
+  CHECK(classify_kernel("some_custom_kernel") == MeasuredClass::other);
+}
+
+TEST_CASE("the real H100 training-step traces: every activity counted once, the measures add up", "[analysis][kineto]") {
+  // tests/data/kineto/README.md: MPT-1B, 1,086 kernels and 277 memsets (1,363 GPU activities), one
+  // profiled step without ProfilerStep ranges; one GPU, no NCCL.
+  const MeasuredTrace t = import_kineto(FUSESIM_SOURCE_DIR "/tests/data/kineto/h100-train-step-mpt-1b-plain.json.gz", 0);
+  CHECK(t.device == "NVIDIA H100 80GB HBM3");
+  REQUIRE(t.steps.size() == 1);
+  const MeasuredStep& s = t.steps[0];
+  CHECK(s.kernels == 1363);
+  CHECK(s.comm_ps == 0);
+  CHECK(s.exposed_comm_ps == 0);
+  // One stream: no two activities overlap, so the classes' busy times add up to compute + memory,
+  // and span = compute + memory + idle.
+  TimePs classes = 0;
+  for (const auto& [cls, v] : s.by_class_ps) classes += v;
+  CHECK(classes == s.compute_ps + s.memory_ps);
+  CHECK(s.span_ps == s.compute_ps + s.memory_ps + s.idle_ps);
+  CHECK(s.by_class_ps.at(MeasuredClass::memset) == s.memory_ps);
+  // GEMMs are the largest class of a training step at this size, then attention.
+  CHECK(s.by_class_ps.at(MeasuredClass::gemm) > s.by_class_ps.at(MeasuredClass::attention));
+  CHECK(s.by_class_ps.at(MeasuredClass::attention) > s.by_class_ps.at(MeasuredClass::optimizer));
+  CHECK(s.idle_ps > 0);
+  CHECK(s.idle_ps < s.span_ps / 50);  // an eager step on one GPU keeps it busy (under 2% idle)
+}
+
+TEST_CASE("malformed traces are refused with the file and the JSON path", "[analysis][kineto]") {
+  auto path_of = [](const json& doc) {
+    try {
+      import_kineto(doc, "t.json", 0);
+    } catch (const InputError& e) {
+      return e.file() + " " + e.json_path();
+    }
+    return std::string("no error");
+  };
+  CHECK(path_of(json(3)) == "t.json $");
+  CHECK(path_of(json::object()) == "t.json $");
+  CHECK(path_of(json{{"traceEvents", 1}}) == "t.json $.traceEvents");
+  CHECK(path_of(json{{"traceEvents", {1}}}) == "t.json $.traceEvents[0]");
+  CHECK(path_of(json{{"traceEvents", {{{"ts", 1}}}}}) == "t.json $.traceEvents[0].ph");
+  CHECK(path_of(json{{"traceEvents", {x("kernel", "k", 1, 1), {{"ph", "X"}, {"cat", "kernel"}, {"ts", 1}}}}}) ==
+        "t.json $.traceEvents[1]");
+  json neg = x("kernel", "k", 1, -2);
+  CHECK(path_of(json{{"traceEvents", {neg}}}) == "t.json $.traceEvents[0].dur");
+  json bad_ts = x("kernel", "k", 1, 2);
+  bad_ts["ts"] = "1";
+  CHECK(path_of(json{{"traceEvents", {bad_ts}}}) == "t.json $.traceEvents[0].ts");
+  CHECK(path_of(json{{"traceEvents", {x("cpu_op", "ProfilerStep#x", 1, 2)}}}) == "t.json $.traceEvents[0].name");
+  json corr = x("kernel", "k", 1, 2);
+  corr["args"] = {{"correlation", "7"}};
+  CHECK(path_of(json{{"traceEvents", {corr}}}) == "t.json $.traceEvents[0].args.correlation");
+  CHECK(path_of(json{{"traceEvents", json::array()}, {"distributedInfo", {{"rank", -1}}}}) ==
+        "t.json $.distributedInfo.rank");
+}
