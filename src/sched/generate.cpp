@@ -78,33 +78,32 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   // (megatron/training/training.py).
   r.step.vocab = workload.arch.padded_vocab(workload.parallel.tp);
   refuse_oversized(r, workload_label);
-  Schedule s;
-  bool built = false;
   std::string fallback;
   if (r.options.mirror_dp && r.shape.dp > 1) {
     fallback = mirror_asymmetry(r.shape, cluster);
     if (fallback.empty()) {
-      s = generate_tpsp(r);
-      built = true;
-      fallback = s.mirror_inexact;
+      // The rows the sync cuts are the same in every layer and micro-batch: one of each tells.
+      TpspRequest probe = r;
+      probe.shape.layers = 1;
+      probe.step.micro_batches = 1;
+      fallback = generate_tpsp(probe).mirror_inexact;
+    }
+    if (!fallback.empty()) {
+      // Every rank, the DP sync as the collectives NCCL runs (--symmetry none): replica 0 would not
+      // stand for the others, and a wrong step is worse than a slower simulation.
+      r.options.mirror_dp = false;
+      r.options.dp_as_p2p = false;
+      try {
+        refuse_oversized(r, workload_label);
+      } catch (const InputError& e) {
+        throw InputError(e.file(), e.json_path(),
+                         fmt::format("{} (--symmetry mirror cannot stand in: {})", e.message(), fallback));
+      }
     }
   }
-  if (!fallback.empty()) {
-    // Every rank, the DP sync as the collectives NCCL runs (--symmetry none): replica 0 would not
-    // stand for the others, and a wrong step is worse than a slower simulation.
-    r.options.mirror_dp = false;
-    r.options.dp_as_p2p = false;
-    try {
-      refuse_oversized(r, workload_label);
-    } catch (const InputError& e) {
-      throw InputError(e.file(), e.json_path(),
-                       fmt::format("{} (--symmetry mirror cannot stand in: {})", e.message(), fallback));
-    }
-    s = generate_tpsp(r);
-    s.symmetry_fallback = fallback;
-  } else if (!built) {
-    s = generate_tpsp(r);
-  }
+  // Built once and returned as it is: a TaskGraph (a Boost adjacency_list) has no move, only copies.
+  Schedule s = generate_tpsp(r);
+  s.symmetry_fallback = fallback;
   s.network_sends_on_sm = network_sends_to_sm_kernels(s.graph, cluster);
   return s;
 }
