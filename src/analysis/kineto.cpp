@@ -10,7 +10,6 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -22,6 +21,7 @@
 #include "fusesim/analysis/intervals.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/json_reader.hpp"
+#include "fusesim/util/json_syntax.hpp"
 #include "fusesim/util/output.hpp"
 
 namespace fusesim::analysis {
@@ -390,41 +390,19 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   double origin_us_ = 0;
 };
 
-std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size_t byte) {
-  std::size_t line = 1, column = 1;
-  for (std::size_t i = 0; i < byte && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return {line, column};
-}
+}  // namespace
 
-MeasuredTrace read_text(std::string_view text, const std::string& file, int rank) {
+MeasuredTrace import_kineto_text(std::string_view text, const std::string& file, int rank) {
   Reader reader(rank);
-  const bool ok = nlohmann::json::sax_parse(text, &reader);
-  if (!ok) {
+  if (!nlohmann::json::sax_parse(text, &reader)) {
     if (!reader.error.empty()) throw InputError(file, reader.error_path, reader.error);
-    std::string what = reader.syntax_what;
-    const auto pos = what.find("syntax error");
-    if (pos != std::string::npos) what = what.substr(pos);
-    const auto [line, column] = line_column(text, reader.syntax_position == 0 ? 0 : reader.syntax_position - 1);
-    throw InputError(file, "$", fmt::format("JSON syntax error at line {}, column {}: {}", line, column, what));
+    throw json_syntax_error(file, text, reader.syntax_position, reader.syntax_what);
   }
   return reader.finish(file);
 }
 
-}  // namespace
-
-MeasuredTrace import_kineto_text(std::string_view text, const std::string& file, int rank) {
-  return read_text(text, file, rank);
-}
-
 MeasuredTrace import_kineto(const nlohmann::json& doc, const std::string& file, int rank) {
-  return read_text(doc.dump(), file, rank);
+  return import_kineto_text(doc.dump(), file, rank);
 }
 
 MeasuredTrace import_kineto(const std::string& path, int rank) {
@@ -435,20 +413,7 @@ MeasuredTrace import_kineto(const std::string& path, int rank) {
                      fmt::format("{:.1f} GB: traces above {:.1f} GB are not read (profile fewer steps, or one "
                                  "rank per file)",
                                  static_cast<double>(size) / 1e9, static_cast<double>(kMaxTraceBytes) / 1e9));
-  std::string text;
-  {
-    // One read into a buffer of the file's size (read_text_file's stream copy costs a second pass).
-    std::FILE* f = ec ? nullptr : std::fopen(path.c_str(), "rb");
-    if (f == nullptr || std::filesystem::is_directory(path, ec)) {
-      if (f != nullptr) std::fclose(f);
-      text = read_text_file(path);  // its errors: a folder, a file that cannot be opened
-    } else {
-      text.resize(static_cast<std::size_t>(size));
-      const std::size_t got = text.empty() ? 0 : std::fread(text.data(), 1, text.size(), f);
-      std::fclose(f);
-      if (got != text.size()) throw InputError(path, "$", "cannot read the file");
-    }
-  }
+  std::string text = read_text_file(path);
   const bool gz = path.size() >= 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
   if (gz) {
     try {
@@ -462,7 +427,7 @@ MeasuredTrace import_kineto(const std::string& path, int rank) {
       throw InputError(path, "$", fmt::format("a .gz file that does not decompress: {}", e.what()));
     }
   }
-  return read_text(text, path, rank);
+  return import_kineto_text(text, path, rank);
 }
 
 nlohmann::json to_json(const MeasuredTrace& t) {

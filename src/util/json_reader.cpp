@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "fusesim/util/error.hpp"
+#include "fusesim/util/json_syntax.hpp"
 
 namespace fusesim {
 namespace {
@@ -294,12 +295,30 @@ void JsonArray::require_size(std::size_t min, std::size_t max) const {
   }
 }
 
+InputError json_syntax_error(std::string file, std::string_view text, std::size_t byte, const std::string& what) {
+  // `what` repeats nlohmann's own prefix; keep the part after "parse error".
+  const auto pos = what.find("syntax error");
+  const std::string detail = pos == std::string::npos ? what : what.substr(pos);
+  const auto [line, column] = line_and_column(text, byte == 0 ? 0 : byte - 1);
+  return InputError(std::move(file), "$", fmt::format("JSON syntax error at line {}, column {}: {}", line, column, detail));
+}
+
 std::string read_text_file(const std::string& file_path) {
   // An input that is a folder opens and reads as empty: say what it is instead of "syntax error".
   std::error_code ec;
   if (std::filesystem::is_directory(file_path, ec)) throw InputError(file_path, "$", "is a directory, not a file");
   std::ifstream in(file_path, std::ios::binary);
   if (!in) throw InputError(file_path, "$", "cannot open the file");
+  // A regular file in one read of its size (a stream copy would pass over a large trace twice);
+  // anything else (a pipe, /dev/stdin) through the stream buffer.
+  const auto size = std::filesystem::is_regular_file(file_path, ec) ? std::filesystem::file_size(file_path, ec) : 0;
+  if (!ec && size > 0) {
+    std::string text(static_cast<std::size_t>(size), '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    if (in.bad() || static_cast<std::size_t>(in.gcount()) != text.size())
+      throw InputError(file_path, "$", "cannot read the file");
+    return text;
+  }
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw InputError(file_path, "$", "cannot read the file");
@@ -317,13 +336,7 @@ JsonDocument JsonDocument::parse(std::string_view text, std::string file_label) 
     nlohmann::json::sax_parse(text, &sax);
     if (!sax.error().empty()) throw InputError(file_label, sax.error_path(), sax.error());
   } catch (const nlohmann::json::parse_error& e) {
-    // e.what() repeats nlohmann's own prefix; keep the part after "parse error".
-    std::string what = e.what();
-    auto pos = what.find("syntax error");
-    std::string detail = pos == std::string::npos ? what : what.substr(pos);
-    auto [line, column] = line_and_column(text, e.byte == 0 ? 0 : e.byte - 1);
-    throw InputError(std::move(file_label), "$",
-                     fmt::format("JSON syntax error at line {}, column {}: {}", line, column, detail));
+    throw json_syntax_error(std::move(file_label), text, e.byte, e.what());
   }
   return from_json(std::move(parsed), std::move(file_label));
 }
