@@ -168,6 +168,7 @@ StepMetrics analyze(const AnalysisInput& in) {
     rm.comm_ps = comm.measure_ps();
     rm.overlap_ps = compute.intersect(comm).measure_ps();
     rm.exposed_comm_ps = comm.subtract(compute).measure_ps();
+    rm.idle_ps = T - (rm.compute_ps + rm.exposed_comm_ps);
     rm.overlap_ratio = safe_ratio(static_cast<double>(rm.overlap_ps), static_cast<double>(rm.comm_ps));
 
     for (const auto& [region, s] : region_spans[r]) {
@@ -210,6 +211,15 @@ StepMetrics analyze(const AnalysisInput& in) {
                                          topo::to_string(in.dtype)));
     m.peak_flops_per_s += it->second.value;
   }
+  if (in.pipeline_stages > 1) {
+    const int per_stage = static_cast<int>(ranks) / in.pipeline_stages;
+    for (int s = 0; s < in.pipeline_stages; ++s) {
+      const RankMetrics& rm = m.ranks.at(static_cast<std::size_t>(s * per_stage));
+      m.stages.push_back(StageMetrics{s, rm.rank, rm.idle_ps,
+                                      safe_ratio(static_cast<double>(rm.idle_ps), static_cast<double>(T)),
+                                      rm.compute_ps, rm.exposed_comm_ps});
+    }
+  }
   m.model_flops *= replicas;
   m.hardware_flops *= replicas;
   const double seconds = ps_to_seconds(T);
@@ -224,7 +234,7 @@ StepMetrics analyze(const sched::Schedule& schedule, const sim::SimResult& resul
                     const model::KernelCostModel& costs, topo::Dtype dtype) {
   AnalysisInput in{schedule.graph, result, cluster, costs, dtype, schedule.tokens, schedule.gpus,
                    model::to_string(schedule.kind), sched::to_string(schedule.parallelism), sched::to_string(schedule.scope),
-                   schedule.simulated_ranks, schedule.replicas};
+                   schedule.simulated_ranks, schedule.replicas, schedule.pipeline_stages};
   return analyze(in);
 }
 
@@ -284,6 +294,7 @@ nlohmann::json to_json(const StepMetrics& m) {
                      {"comm_s", s(rm.comm_ps)},
                      {"overlapped_comm_s", s(rm.overlap_ps)},
                      {"exposed_comm_s", s(rm.exposed_comm_ps)},
+                     {"idle_s", s(rm.idle_ps)},
                      {"overlap_ratio", rm.overlap_ratio},
                      {"head_latency_s", s(rm.head_ps)},
                      {"tail_only_latency_s", s(rm.tail_ps)},
@@ -291,6 +302,17 @@ nlohmann::json to_json(const StepMetrics& m) {
                      {"tail_latency_s", s(rm.head_ps + rm.tail_ps)}});
   }
   row["ranks"] = std::move(ranks);
+  if (!m.stages.empty()) {
+    json stages = json::array();
+    for (const StageMetrics& st : m.stages)
+      stages.push_back({{"stage", st.stage},
+                        {"rank", st.rank},
+                        {"bubble_s", s(st.bubble_ps)},
+                        {"bubble_fraction", st.bubble_fraction},
+                        {"compute_s", s(st.compute_ps)},
+                        {"exposed_comm_s", s(st.exposed_comm_ps)}});
+    row["stages"] = std::move(stages);
+  }
   return row;
 }
 

@@ -87,7 +87,8 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
   if (auto p = o.find("parallelism")) {
     e.parallelism = p->as_string();
     const std::optional<sched::Parallelism> par = sched::parse_parallelism(e.parallelism);
-    if (!par || *par == sched::Parallelism::custom)  // custom names a user's graph, not a generator
+    // custom names a user's graph, pp the stage transfers: neither has schedules to compare
+    if (!par || *par == sched::Parallelism::custom || *par == sched::Parallelism::pp)
       p->fail(fmt::format("'{}' is not one of tpsp, up, dp", e.parallelism));
     r.parallelisms = {*par};
     e.config["parallelism"] = e.parallelism;

@@ -41,7 +41,9 @@ std::vector<std::string> split_commas(const std::string& value) {
   else if (path == "$.parallel.tp" && r.tp) option = "--tp";
   else if (path == "$.parallel.up" && r.up) option = "--up";
   else if (path == "$.parallel.dp" && r.dp) option = "--dp";
-  else if (path.rfind("$.parallel", 0) == 0 && (r.tp || r.up || r.dp)) option = r.tp ? "--tp" : r.up ? "--up" : "--dp";
+  else if (path == "$.parallel.pp" && r.pp) option = "--pp";
+  else if (path.rfind("$.parallel", 0) == 0 && (r.tp || r.up || r.dp || r.pp))
+    option = r.tp ? "--tp" : r.up ? "--up" : r.dp ? "--dp" : "--pp";
   else if (path == "$.schedule.slices" && r.sequence_length) option = "--seq";
   if (option.empty()) throw e;
   throw InputError(kCommandLine, option, fmt::format("{} (workload {})", e.message(), wl));
@@ -56,8 +58,9 @@ void apply_overrides(const SimulateRequest& r, model::Workload& w, const std::st
   if (r.tp) positive("--tp", *r.tp), w.parallel.tp = *r.tp;
   if (r.up) positive("--up", *r.up), w.parallel.up = *r.up;
   if (r.dp) positive("--dp", *r.dp), w.parallel.dp = *r.dp;
+  if (r.pp) positive("--pp", *r.pp), w.parallel.pp = *r.pp;
   if (r.engine) model::set_engine_mode(w.schedule, parse_engine_mode("--engine", *r.engine));
-  if (!(r.sequence_length || r.micro_batch || r.tp || r.up || r.dp)) return;
+  if (!(r.sequence_length || r.micro_batch || r.tp || r.up || r.dp || r.pp)) return;
   try {
     model::validate_workload(w, wl);
   } catch (const InputError& e) {
@@ -102,7 +105,8 @@ std::vector<sched::Parallelism> parse_parallelisms(const std::string& value) {
   std::vector<sched::Parallelism> out;
   for (const std::string& name : split_commas(value)) {
     const std::optional<sched::Parallelism> p = sched::parse_parallelism(name);
-    if (!p || *p == sched::Parallelism::custom)  // custom names a user's graph, not a generator
+    // custom names a user's graph, pp the stage transfers: neither has schedules to compare
+    if (!p || *p == sched::Parallelism::custom || *p == sched::Parallelism::pp)
       throw InputError(kCommandLine, "--parallelism",
                        fmt::format("'{}' is not one of tpsp, up, dp, all (or a comma list)", name));
     if (std::find(out.begin(), out.end(), *p) != out.end())
@@ -292,8 +296,16 @@ SimulateReport simulate(const SimulateRequest& request) {
   const model::KernelCostModel& costs = *pricing.costs;
   sim::Simulator simulator(cluster, costs);
   std::int64_t network_sends_on_sm = 0;
+  // A pipeline passes micro-batches between stages: only a whole step has them. The default scopes
+  // (layer and stack) become the step; a scope asked for by name is refused by the generator.
+  std::vector<sched::Scope> scopes = request.scopes;
+  if (w.parallel.pp > 1 && scopes == std::vector<sched::Scope>{sched::Scope::layer, sched::Scope::stack}) {
+    scopes = {sched::Scope::step};
+    report.notes.push_back(fmt::format("pp {}: the whole step is simulated (a pipeline has no layer or stack scope)",
+                                       w.parallel.pp));
+  }
   for (sched::Parallelism parallelism : parallelisms_for(request, w))
-  for (sched::Scope scope : request.scopes) {
+  for (sched::Scope scope : scopes) {
     for (model::ScheduleKind kind : request.schedules) {
       sched::GenerateOptions options;
       options.parallelism = parallelism;
@@ -345,6 +357,11 @@ nlohmann::json report_json(const SimulateReport& report) {
   doc["sequence_length"] = w.sequence_length;
   doc["micro_batch"] = w.micro_batch;
   doc["parallel"] = {{"tp", w.parallel.tp}, {"up", w.parallel.up}, {"dp", w.parallel.dp}};
+  if (w.parallel.pp > 1) {
+    doc["parallel"]["pp"] = w.parallel.pp;
+    doc["parallel"]["pp_schedule"] = model::to_string(w.parallel.pp_schedule);
+    doc["parallel"]["virtual_stages"] = w.parallel.virtual_stages;
+  }
   doc["backward"] = w.backward;
   doc["engine"] = model::engine_name(w.schedule);
   doc["slices"] = w.schedule.slices;
@@ -363,6 +380,11 @@ std::string report_table(const SimulateReport& report, bool regions) {
       w.name, w.arch.name, report.cluster_name, w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length,
       w.micro_batch, topo::to_string(w.dtype), w.backward ? "forward+backward" : "forward only", w.schedule.slices,
       model::engine_name(w.schedule));
+  if (w.parallel.pp > 1)
+    out.insert(out.size() - 2, fmt::format(", pp {} ({}{}, {} micro-batches)", w.parallel.pp,
+                                           model::to_string(w.parallel.pp_schedule),
+                                           w.parallel.virtual_stages > 1 ? fmt::format(" v {}", w.parallel.virtual_stages) : "",
+                                           w.grad_accumulation));
   out.insert(out.size() - 1, "kernels priced by " + report.pricing + "\n");
   std::vector<analysis::StepMetrics> rows;
   for (const SimulateRun& run : report.runs) rows.push_back(run.metrics);
@@ -375,6 +397,15 @@ std::string report_table(const SimulateReport& report, bool regions) {
                                            "workload's schedule.kind, {}\n",
                                            model::to_string(w.schedule.kind)));
   out += analysis::format_table(rows);
+  for (const SimulateRun& run : report.runs) {
+    if (run.metrics.stages.empty()) continue;
+    std::string line = fmt::format("pipeline bubble, {} {} ({}):", run.metrics.schedule, run.metrics.parallelism,
+                                   run.metrics.scope);
+    for (const analysis::StageMetrics& st : run.metrics.stages)
+      line += fmt::format(" stage {} {:.1f} ms ({:.1f}%){}", st.stage, ps_to_seconds(st.bubble_ps) * 1e3,
+                          st.bubble_fraction * 100.0, st.stage + 1 < static_cast<int>(run.metrics.stages.size()) ? "," : "");
+    out += line + "\n";
+  }
   out += "\n" + model::format_memory_line(report.memory) + "\n";
   for (const std::string& note : report.notes) out += "note: " + note + "\n";
   if (regions) {

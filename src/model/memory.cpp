@@ -170,29 +170,49 @@ std::int64_t params_per_tp_rank(const Architecture& a, int tp) {
   return a.layers * layer_params_per_tp_rank(a, tp) + 2 * (a.padded_vocab(tp) / tp) * a.hidden + a.hidden;
 }
 
-Bytes activation_bytes_per_rank(const Workload& w) {
+namespace {
+// `layers` layers' worth of saved activations (layer x micro-batch units), and the LM head's when `head`.
+Bytes activation_bytes(const Workload& w, std::int64_t layers, bool head_too) {
   const Bytes layer = layer_activation_bytes(w);
-  const Bytes head = head_activation_bytes(w);
+  const Bytes head = head_too ? head_activation_bytes(w) : 0;
   switch (w.recompute) {
     case Recompute::none:
-      return add(mul(w.arch.layers, layer), head);
+      return add(mul(layers, layer), head);
     case Recompute::selective:
       // Selective recomputation drops the attention-score term 5as/h of Korthikanti et al.; with
       // FlashAttention nothing of that size is ever stored, so it saves nothing there.
-      return add(mul(w.arch.layers, layer - attention_score_bytes(w)), head);
+      return add(mul(layers, layer - attention_score_bytes(w)), head);
     case Recompute::op:
-      return add(mul(w.arch.layers, op_checkpointed_layer_bytes(w)), head);
+      return add(mul(layers, op_checkpointed_layer_bytes(w)), head);
     case Recompute::full: {
       // A recomputed layer keeps only its input, [s/(tp up), h]; the backward rebuilds one layer at a
       // time. With recompute_every k only every k-th layer is recomputed; the others keep everything.
       const Bytes input =
           mul(ceil_div(w.tokens_per_microbatch(), std::int64_t{w.parallel.tp} * w.parallel.up), w.arch.hidden,
               storage_bytes(w.dtype));
-      const std::int64_t recomputed = w.arch.layers / std::max<std::int64_t>(1, w.recompute_every);
-      return add(mul(recomputed, input), mul(w.arch.layers - recomputed, layer), recomputed > 0 ? layer : 0, head);
+      const std::int64_t recomputed = layers / std::max<std::int64_t>(1, w.recompute_every);
+      return add(mul(recomputed, input), mul(layers - recomputed, layer), recomputed > 0 ? layer : 0, head);
     }
   }
   return 0;
+}
+}  // namespace
+
+Bytes activation_bytes_per_rank(const Workload& w) { return activation_bytes(w, w.arch.layers, true); }
+
+std::int64_t stage_params_per_tp_rank(const Architecture& a, const Parallelism& p, int stage) {
+  const std::int64_t table = (a.padded_vocab(p.tp) / p.tp) * a.hidden;
+  return a.layers / p.pp * layer_params_per_tp_rank(a, p.tp) + (stage == 0 ? table : 0) +
+         (stage == p.pp - 1 ? table + a.hidden : 0);
+}
+
+std::int64_t stage_layers_in_flight(const Workload& w, int stage) {
+  const std::int64_t pp = w.parallel.pp, v = w.parallel.virtual_stages, m = w.grad_accumulation;
+  if (pp == 1) return w.arch.layers;
+  if (v == 1) return std::min(pp - stage, m) * (w.arch.layers / pp);
+  const std::int64_t total = m * v;
+  const std::int64_t warmup = m == pp ? total : std::min(total, (pp - stage - 1) * 2 + (v - 1) * pp);
+  return std::min(total, warmup + 1) * (w.arch.layers / (pp * v));
 }
 
 Bytes communicator_buffer_bytes(const Workload& w, const topo::DeviceModel& device) {
@@ -226,6 +246,11 @@ Bytes comm_buffer_bytes_per_rank(const Workload& w, ScheduleKind kind, Bytes com
     const std::int64_t width = (ceil_div(a.heads, p.tp) + 2 * kv_heads_local(a, p.tp)) * a.head_dim;
     total = add(total, communicator_bytes, mul(ceil_div(tokens, p.up), width, e));
   }
+  if (p.pp > 1) {
+    // The pipeline's communicator and the activation received and the gradient sent, [s/(tp up), h]
+    // each (Megatron's p2p buffers under sequence parallelism).
+    total = add(total, communicator_bytes, mul(2, ceil_div(tokens, std::int64_t{p.tp} * p.up), a.hidden, e));
+  }
   const std::int64_t sync_ranks = static_cast<std::int64_t>(p.dp) * p.up;  // the gradient sync's group
   if (sync_ranks > 1) {
     total = add(total, communicator_bytes);
@@ -251,10 +276,27 @@ Bytes comm_buffer_bytes_per_rank(const Workload& w, ScheduleKind kind, Bytes com
 
 MemoryReport memory_per_rank(const Workload& w, const topo::DeviceModel& device,
                              const std::vector<ScheduleKind>& kinds) {
+  const Parallelism& p = w.parallel;
+  if (p.pp > 1) {
+    // Every stage's own report; the one that needs most is the run's.
+    MemoryReport worst;
+    for (int s = 0; s < p.pp; ++s) {
+      MemoryReport r = stage_memory(w, device, kinds, s);
+      if (s == 0 || r.total_bytes > worst.total_bytes) worst = std::move(r);
+    }
+    return worst;
+  }
+  return stage_memory(w, device, kinds, 0);
+}
+
+MemoryReport stage_memory(const Workload& w, const topo::DeviceModel& device, const std::vector<ScheduleKind>& kinds,
+                          int stage) {
   MemoryReport r;
   const Parallelism& p = w.parallel;
   const Bytes e = storage_bytes(w.dtype);
-  r.params_per_rank = params_per_tp_rank(w.arch, p.tp);
+  r.stage = stage;
+  r.stages = p.pp;
+  r.params_per_rank = p.pp > 1 ? stage_params_per_tp_rank(w.arch, p, stage) : params_per_tp_rank(w.arch, p.tp);
   const std::int64_t held_params = sharded_over_dp(r.params_per_rank, p, DpSharding::zero3);
   const std::int64_t held_grads = sharded_over_dp(r.params_per_rank, p, DpSharding::zero2);
   const std::int64_t held_states = sharded_over_dp(r.params_per_rank, p, DpSharding::zero1);
@@ -264,7 +306,8 @@ MemoryReport memory_per_rank(const Workload& w, const topo::DeviceModel& device,
   const Bytes ge = topo::bytes_per_element(w.gradient_dtype());
   r.gradients_bytes = mul(held_grads, ge);
   r.optimizer_bytes = mul(held_states, k);
-  r.activations_bytes = activation_bytes_per_rank(w);
+  const std::int64_t held_layers = stage_layers_in_flight(w, stage);
+  r.activations_bytes = activation_bytes(w, held_layers, stage == p.pp - 1);
   const Bytes communicator = communicator_buffer_bytes(w, device);
   for (ScheduleKind kind : kinds) {
     const Bytes b = comm_buffer_bytes_per_rank(w, kind, communicator);
@@ -281,8 +324,9 @@ MemoryReport memory_per_rank(const Workload& w, const topo::DeviceModel& device,
   const std::string dtype = topo::to_string(w.dtype);
   const std::string dp_note = p.up > 1 ? fmt::format("{} over up x dp = {}", to_string(p.dp_sharding), p.up * p.dp)
                                        : fmt::format("{} over dp {}", to_string(p.dp_sharding), p.dp);
+  const std::string stage_note = p.pp > 1 ? fmt::format(", stage {} of pp {}", stage, p.pp) : "";
   r.breakdown.push_back({"parameters", r.parameters_bytes,
-                         fmt::format("{} params (tp {}){} x {} B", with_commas(r.params_per_rank), p.tp,
+                         fmt::format("{} params (tp {}{}){} x {} B", with_commas(r.params_per_rank), p.tp, stage_note,
                                      held_params != r.params_per_rank ? ", " + dp_note : "", e)});
   r.breakdown.push_back({"gradients", r.gradients_bytes,
                          fmt::format("{} params{} x {} B ({})", with_commas(held_grads),
@@ -295,10 +339,12 @@ MemoryReport memory_per_rank(const Workload& w, const topo::DeviceModel& device,
                    e < 4 ? ", fp32 master weights" : "")});
   r.breakdown.push_back(
       {"activations", r.activations_bytes,
-       fmt::format("{} layers, {} tokens per micro-batch, sequence sharded over tp x up = {}, recompute {}, "
+       fmt::format("{} layers{}, {} tokens per micro-batch, sequence sharded over tp x up = {}, recompute {}, "
                    "{} ({} B)",
-                   w.arch.layers, w.tokens_per_microbatch(), p.tp * p.up, to_string(w.recompute), dtype,
-                   storage_bytes(w.dtype))});
+                   held_layers,
+                   p.pp > 1 ? fmt::format(" x micro-batches in flight ({} {})", to_string(p.pp_schedule), stage_note.substr(2))
+                            : "",
+                   w.tokens_per_microbatch(), p.tp * p.up, to_string(w.recompute), dtype, storage_bytes(w.dtype))});
   r.breakdown.push_back({"communication buffers", r.comm_buffers_bytes,
                          fmt::format("schedule {} (the largest of those run), {} MiB per communicator",
                                      r.comm_buffers_schedule.empty() ? "-" : r.comm_buffers_schedule,
@@ -320,7 +366,7 @@ MemoryReport memory_per_rank(const Workload& w, const topo::Cluster& c, const st
 void check_memory(const MemoryReport& r, const Workload& w, const std::string& workload_file) {
   if (r.fits()) return;
   const auto gb = [](Bytes b) { return fmt::format("{:.1f}", static_cast<double>(b) / 1e9); };
-  std::string advice = "raise tp or dp";
+  std::string advice = w.parallel.pp > 1 ? "raise tp, dp or pp" : "raise tp or dp";
   if (w.parallel.dp > 1 && w.parallel.dp_sharding != DpSharding::zero3) advice += ", use a higher dp_sharding";
   if (w.parallel.dp == 1) advice += " (with dp_sharding zero1..zero3 to shard the training state over dp)";
   if (w.recompute != Recompute::full) advice += ", set training.recompute to full";
@@ -354,9 +400,9 @@ nlohmann::json to_json(const MemoryReport& r) {
 std::string format_memory_line(const MemoryReport& r) {
   const auto gb = [](Bytes b) { return fmt::format("{:.1f}", static_cast<double>(b) / 1e9); };
   return fmt::format(
-      "memory per rank: {} of {} ({}){}: parameters {}, gradients {}, optimizer {}, activations {}, "
+      "memory per rank{}: {} of {} ({}){}: parameters {}, gradients {}, optimizer {}, activations {}, "
       "comm buffers {} GB\n",
-      format_gb(r.total_bytes), format_gb(r.capacity_bytes), r.device_model, r.fits() ? "" : ", DOES NOT FIT",
+      r.stages > 1 ? fmt::format(" (pipeline stage {} of {}, the fullest)", r.stage, r.stages) : "", format_gb(r.total_bytes), format_gb(r.capacity_bytes), r.device_model, r.fits() ? "" : ", DOES NOT FIT",
       gb(r.parameters_bytes), gb(r.gradients_bytes), gb(r.optimizer_bytes), gb(r.activations_bytes),
       gb(r.comm_buffers_bytes));
 }

@@ -64,6 +64,14 @@ void set_engine_mode(ScheduleOptions& s, const std::string& mode) {
   }
 }
 
+std::string to_string(PipelineSchedule s) {
+  switch (s) {
+    case PipelineSchedule::one_f_one_b: return "1f1b";
+    case PipelineSchedule::interleaved: return "interleaved";
+  }
+  return "?";
+}
+
 std::string to_string(DpSharding s) {
   switch (s) {
     case DpSharding::ddp: return "ddp";

@@ -42,6 +42,7 @@ constexpr int kSchemaVersion = 1;
 
 const std::vector<std::string> kEngines = {"sm_kernel", "copy_engine"};
 const std::vector<std::string> kDpShardings = {"ddp", "zero1", "zero2", "zero3"};
+const std::vector<std::string> kPipelineSchedules = {"1f1b", "interleaved"};
 const std::vector<std::string> kRecomputes = {"none", "selective", "full", "op"};
 const std::vector<std::string> kOptimizers = {"adam", "sgd"};
 const std::vector<std::string> kGradReduceDtypes = {"fp32", "bf16", "fp16"};
@@ -51,6 +52,14 @@ constexpr std::int64_t kMaxBucketBytes = std::int64_t{1} << 40;
 // PyTorch DDP's bucket_cap_mb default, 25 MB (torch.nn.parallel.DistributedDataParallel,
 // https://pytorch.org/docs/1.7.0/generated/torch.nn.parallel.DistributedDataParallel.html).
 constexpr std::int64_t kDefaultBucketBytes = 25'000'000;
+
+// "tp x up x dp = 2 x 1 x 4 = 8", with "x pp" when there are pipeline stages.
+std::string degrees(const Parallelism& p) {
+  if (p.pp == 1)
+    return fmt::format("tp x up x dp = {} x {} x {} = {}", p.tp, p.up, p.dp, std::int64_t{p.tp} * p.up * p.dp);
+  return fmt::format("tp x up x dp x pp = {} x {} x {} x {} = {}", p.tp, p.up, p.dp, p.pp,
+                     std::int64_t{p.tp} * p.up * p.dp * p.pp);
+}
 
 DpSharding parse_dp_sharding(const std::string& s) {
   if (s == "zero1") return DpSharding::zero1;
@@ -148,12 +157,41 @@ std::int64_t Architecture::padded_vocab(std::int64_t tp) const {
 void validate_workload(const Workload& w, const std::string& file) {
   const Architecture& a = w.arch;
   const Parallelism& p = w.parallel;
-  const std::int64_t tp = p.tp, up = p.up, dp = p.dp;
-  const std::int64_t world = tp * up * dp;
+  const std::int64_t tp = p.tp, up = p.up, dp = p.dp, pp = p.pp;
+  const std::int64_t world = tp * up * dp * pp;
   if (world > kMaxWorld)
     fail_at(file, "$.parallel",
-            fmt::format("tp x up x dp = {} x {} x {} = {} ranks exceeds the limit of {}", tp, up, dp, world,
-                        kMaxWorld));
+            fmt::format("{} ranks exceeds the limit of {}", degrees(p), kMaxWorld));
+  // Pipeline stages hold equal shares of the layers; interleaved 1F1B cuts each stage's share into
+  // virtual_stages chunks and, as Megatron-LM requires (megatron/core/pipeline_parallel/schedules.py,
+  // forward_backward_pipelining_with_interleaving), runs micro-batches in groups of pp.
+  const std::int64_t chunks = pp * p.virtual_stages;
+  if (a.layers % chunks != 0)
+    fail_at(file, "$.parallel.pp",
+            p.virtual_stages > 1
+                ? fmt::format("model.layers {} is not divisible by pp x virtual_stages = {} x {} = {}", a.layers, pp,
+                              p.virtual_stages, chunks)
+                : fmt::format("model.layers {} is not divisible by pp {}", a.layers, pp));
+  if (p.pp_schedule == PipelineSchedule::interleaved) {
+    if (pp < 2) fail_at(file, "$.parallel.pp_schedule", "the interleaved schedule needs pp >= 2");
+    if (p.virtual_stages < 2)
+      fail_at(file, "$.parallel.virtual_stages",
+              fmt::format("the interleaved schedule needs virtual_stages >= 2, not {}", p.virtual_stages));
+    if (w.grad_accumulation % pp != 0)
+      fail_at(file, "$.training.grad_accumulation",
+              fmt::format("the interleaved schedule runs micro-batches in groups of pp: grad_accumulation {} is "
+                          "not a multiple of pp {}",
+                          w.grad_accumulation, pp));
+  } else if (p.virtual_stages != 1) {
+    fail_at(file, "$.parallel.virtual_stages",
+            fmt::format("virtual_stages {} needs pp_schedule \"interleaved\"", p.virtual_stages));
+  }
+  // Not modelled with stages yet: the per-layer parameter gathers prefetch across the stage's layers
+  // in model order, which a pipeline breaks up.
+  if (pp > 1 && p.dp_sharding == DpSharding::zero3)
+    fail_at(file, "$.parallel.dp_sharding", "dp_sharding zero3 with pp > 1 is not supported (use zero1 or zero2)");
+  if (pp > 1 && p.overlap_param_gather)
+    fail_at(file, "$.parallel.overlap_param_gather", "overlap_param_gather with pp > 1 is not supported");
   // Query heads are split over the tensor-parallel ranks, then over the Ulysses ranks.
   if (a.heads % tp != 0)
     fail_at(file, "$.parallel.tp",
@@ -251,6 +289,11 @@ Workload parse_workload(const JsonDocument& doc) {
   w.parallel.up = static_cast<int>(p.integer("up", 1, kMaxDegree));
   w.parallel.dp = static_cast<int>(p.integer("dp", 1, kMaxDegree));
   w.parallel.dp_sharding = parse_dp_sharding(p.choice_or("dp_sharding", kDpShardings, "ddp"));
+  w.parallel.pp = static_cast<int>(p.integer_or("pp", 1, kMaxDegree, 1));
+  w.parallel.pp_schedule = p.choice_or("pp_schedule", kPipelineSchedules, "1f1b") == "interleaved"
+                               ? PipelineSchedule::interleaved
+                               : PipelineSchedule::one_f_one_b;
+  w.parallel.virtual_stages = static_cast<int>(p.integer_or("virtual_stages", 1, kMaxLayers, 1));
   if (p.has("overlap_param_gather")) {
     const JsonValue v = p.at("overlap_param_gather");
     w.parallel.overlap_param_gather = v.as_bool();
@@ -305,11 +348,10 @@ Workload load_workload(const std::string& name_or_path) {
 }
 
 void check_fits(const Workload& w, const std::string& workload_file, const topo::Cluster& c) {
-  const std::int64_t world = static_cast<std::int64_t>(w.parallel.tp) * w.parallel.up * w.parallel.dp;
+  const std::int64_t world = static_cast<std::int64_t>(w.parallel.tp) * w.parallel.up * w.parallel.dp * w.parallel.pp;
   if (world > c.num_ranks())
     fail_at(workload_file, "$.parallel",
-            fmt::format("tp x up x dp = {} x {} x {} = {} ranks, but cluster '{}' has {}", w.parallel.tp,
-                        w.parallel.up, w.parallel.dp, world, c.name, c.num_ranks()));
+            fmt::format("{} ranks, but cluster '{}' has {}", degrees(w.parallel), c.name, c.num_ranks()));
   // A tensor-parallel group exchanges activations every layer: it must sit on the scale-up domain of
   // one node, and the groups must tile the node.
   if (w.parallel.tp > c.devices_per_node || c.devices_per_node % w.parallel.tp != 0)

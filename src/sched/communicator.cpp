@@ -26,6 +26,11 @@ Communicators make_communicators(const model::ScheduleOptions& schedule) {
   // the whole backward would slow to the DP ring's pace (docs/schedules.md "DP"). There the backward
   // goes on while the ring advances, and the adds share the device with it when they run.
   out.dp.add_stream = StreamRef{StreamKind::compute, 1};
+  // Megatron-LM sends activations and gradients between stages with NCCL's send/recv
+  // (megatron/core/pipeline_parallel/p2p_communication.py): SM kernels, whatever the overlap
+  // schedule compared inside the stages uses.
+  out.pp = group(Parallelism::pp, 5, 3, 5);
+  out.pp.p2p_engine = schedule.collective_engine;
   return out;
 }
 

@@ -35,6 +35,9 @@ void refuse_oversized(const TpspRequest& r, const std::string& workload_label) {
   TpspRequest probe = r;
   probe.shape.layers = 1;
   probe.step.micro_batches = 1;
+  // Pipeline stages hold the layers between them: one layer on one stage stands for each.
+  probe.shape.pp = 1;
+  probe.shape.virtual_stages = 1;
   const double tasks = static_cast<double>(generate_tpsp(probe).graph.size()) * copies;
   const double bytes = tasks * kGraphBytesPerTask;
   const double memory = physical_memory_bytes();
@@ -79,8 +82,11 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   r.step.vocab = workload.arch.padded_vocab(workload.parallel.tp);
   refuse_oversized(r, workload_label);
   std::string fallback;
-  if (r.options.mirror_dp && r.shape.dp > 1) {
-    fallback = mirror_asymmetry(r.shape, cluster);
+  if (r.options.mirror_dp && r.shape.pp > 1 && r.shape.dp == 1) {
+    r.options.mirror_dp = false;  // nothing to mirror
+  } else if (r.options.mirror_dp && r.shape.dp > 1) {
+    fallback = r.shape.pp > 1 ? fmt::format("the {} pipeline stages are not mirrored", r.shape.pp)
+                              : mirror_asymmetry(r.shape, cluster);
     if (fallback.empty()) {
       // The rows the sync cuts are the same in every layer and micro-batch: one of each tells.
       TpspRequest probe = r;

@@ -38,12 +38,13 @@ std::string to_string(Parallelism p) {
     case Parallelism::up: return "up";
     case Parallelism::dp: return "dp";
     case Parallelism::custom: return "custom";
+    case Parallelism::pp: return "pp";
   }
   return "?";
 }
 
 std::optional<Parallelism> parse_parallelism(std::string_view name) {
-  for (Parallelism p : {Parallelism::tpsp, Parallelism::up, Parallelism::dp, Parallelism::custom})
+  for (Parallelism p : {Parallelism::tpsp, Parallelism::up, Parallelism::dp, Parallelism::custom, Parallelism::pp})
     if (name == to_string(p)) return p;
   return std::nullopt;
 }

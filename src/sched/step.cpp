@@ -28,6 +28,58 @@ std::vector<StepWork> accumulation_order(std::int64_t micro_batches, std::int64_
   return out;
 }
 
+std::string to_string(StepPhase p) {
+  switch (p) {
+    case StepPhase::forward_begin: return "forward_begin";
+    case StepPhase::forward_layer: return "forward_layer";
+    case StepPhase::backward_begin: return "backward_begin";
+    case StepPhase::backward_layer: return "backward_layer";
+    case StepPhase::backward_end: return "backward_end";
+    case StepPhase::forward_recv: return "forward_recv";
+    case StepPhase::forward_send: return "forward_send";
+    case StepPhase::backward_recv: return "backward_recv";
+    case StepPhase::backward_send: return "backward_send";
+  }
+  return "?";
+}
+
+std::vector<StepWork> pipeline_order(const PipelineShape& shape, std::int64_t stage) {
+  const std::int64_t p = shape.stages, v = shape.virtual_stages, m = shape.micro_batches, n = shape.chunk_layers();
+  const std::int64_t last_virtual = p * v - 1, total = m * v;
+  // The k-th forward (backward) of this stage: which micro-batch, which chunk.
+  const auto micro_batch = [&](std::int64_t k) { return v == 1 ? k : (k / (p * v)) * p + k % p; };
+  const auto chunk = [&](std::int64_t k, bool forward) {
+    if (v == 1) return std::int64_t{0};
+    const std::int64_t c = (k / p) % v;
+    return forward ? c : v - 1 - c;
+  };
+  std::vector<StepWork> out;
+  const auto forward = [&](std::int64_t k) {
+    const std::int64_t mb = micro_batch(k), c = chunk(k, true), vs = c * p + stage, l0 = shape.first_layer(stage, c);
+    out.push_back(vs == 0 ? StepWork{StepPhase::forward_begin, mb, -1} : StepWork{StepPhase::forward_recv, mb, l0});
+    for (std::int64_t l = l0; l < l0 + n; ++l) out.push_back(StepWork{StepPhase::forward_layer, mb, l});
+    if (vs != last_virtual) out.push_back(StepWork{StepPhase::forward_send, mb, l0 + n});
+  };
+  const auto backward = [&](std::int64_t k) {
+    const std::int64_t mb = micro_batch(k), c = chunk(k, false), vs = c * p + stage, l0 = shape.first_layer(stage, c);
+    out.push_back(vs == last_virtual ? StepWork{StepPhase::backward_begin, mb, -1}
+                                     : StepWork{StepPhase::backward_recv, mb, l0 + n - 1});
+    for (std::int64_t l = l0 + n - 1; l >= l0; --l) out.push_back(StepWork{StepPhase::backward_layer, mb, l});
+    out.push_back(vs == 0 ? StepWork{StepPhase::backward_end, mb, -1} : StepWork{StepPhase::backward_send, mb, l0 - 1});
+  };
+  // Megatron runs every forward first when the interleaved schedule has only one group of micro-batches.
+  const std::int64_t warmup =
+      v == 1 ? std::min(total, p - stage - 1)
+             : (m == p ? total : std::min(total, (p - stage - 1) * 2 + (v - 1) * p));
+  for (std::int64_t k = 0; k < warmup; ++k) forward(k);
+  for (std::int64_t k = 0; k < total - warmup; ++k) {
+    forward(warmup + k);
+    backward(k);
+  }
+  for (std::int64_t k = total - warmup; k < total; ++k) backward(k);
+  return out;
+}
+
 std::int64_t adam_bytes_per_param(topo::Dtype grad_dtype) { return 2 * 3 * 4 + topo::bytes_per_element(grad_dtype); }
 
 std::int64_t master_copy_bytes_per_param(topo::Dtype dtype) {

@@ -729,8 +729,15 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   };
   std::vector<MicroBatch> state(static_cast<std::size_t>(mbs));
   Deps next_params;  // the prefetched parameters of the next layer (ZeRO-3, overlapped ZeRO-1/2)
+  const int stages = sh_.pp;
+  const PipelineShape pipe{stages, sh_.virtual_stages, mbs, layers};
+  const auto fresh = [&](MicroBatch& m) {  // the micro-batch's first piece of work on this stage
+    if (m.saved.empty()) m.saved.assign(L, LayerData{});
+    if (m.inputs.empty()) m.inputs.assign(L, PerRank{});
+  };
   // The order is the step assembler's (sched/step.hpp); the layer builder does each piece.
-  for (const StepWork& work : accumulation_order(mbs, layers, req_.options.forward, req_.options.backward)) {
+  for (const StepWork& work : stages > 1 ? pipeline_order(pipe, stage_)
+                                         : accumulation_order(mbs, layers, req_.options.forward, req_.options.backward)) {
     const std::int64_t mb = work.micro_batch, l = work.layer;
     MicroBatch& m = state[static_cast<std::size_t>(mb)];
     micro_batch_ = step ? static_cast<int>(mb) : -1;
@@ -832,6 +839,26 @@ void Builder::replica_step(std::int64_t layers, bool train) {
       case StepPhase::backward_end:
         if (extra) ready = extra->embedding_backward(mb_prefix_, mbi, ready, dp_active_ ? dp_.get() : nullptr);
         break;
+      case StepPhase::forward_recv: {
+        fresh(m);
+        ready = merge(ready, stage_transfer(false, (stage_ + stages - 1) % stages, true, mb, l, {}));
+        OpCtx ctx{static_cast<int>(l), true, "", false};
+        m.x = alloc(ctx, "x", n(), h, [](int) { return std::vector<Piece>{}; });
+        break;
+      }
+      case StepPhase::forward_send:
+        stage_transfer(true, (stage_ + 1) % stages, true, mb, l, ready);
+        break;
+      case StepPhase::backward_recv: {
+        fresh(m);
+        ready = merge(ready, stage_transfer(false, (stage_ + 1) % stages, false, mb, l, {}));
+        OpCtx ctx{static_cast<int>(l), false, "", false};
+        m.dy = alloc(ctx, "y_grad", n(), h, [](int) { return std::vector<Piece>{}; });
+        break;
+      }
+      case StepPhase::backward_send:
+        stage_transfer(true, (stage_ + stages - 1) % stages, false, mb, l, ready);
+        break;
     }
   }
   micro_batch_ = -1;
@@ -846,13 +873,69 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     }
   if (dp_ && train && data_) up_gradient_checks(layers);
   if (!step) return;
+  // The stage's layers, the embedding on the first stage, the LM head on the last.
+  const std::int64_t table = (req_.step.vocab / t_) * h;
+  const std::int64_t own = layers / stages * layer_params() + (stage_ == 0 ? table : 0) + (stage_ == stages - 1 ? table : 0);
   std::vector<std::int64_t> elements(static_cast<std::size_t>(t_));
-  for (int ti = 0; ti < t_; ++ti)
-    elements[ti] = dp_ ? dp_->optimizer_elements(rank(ti))
-                       : layers * layer_params() + 2 * (req_.step.vocab / t_) * h;  // layers, embedding, LM head
+  for (int ti = 0; ti < t_; ++ti) elements[ti] = dp_ ? dp_->optimizer_elements(rank(ti)) : own;
   const Deps opt = extra->optimizer(elements, synced);
   if (dp_ && !overlap_gather)
     for (int ti = 0; ti < t_; ++ti) dp_->gather_updated(rank(ti), opt[ti]);
+}
+
+std::int64_t Builder::stage_tag(bool forward, std::int64_t mb, std::int64_t layer) const {
+  // One tag per (micro-batch, boundary layer, direction); the ranks at both ends tell the positions apart.
+  return tag_block(TagSpace::pipeline, (mb * (sh_.layers + 2) + layer + 1) * 2 + (forward ? 1 : 0), 1);
+}
+
+// With sequence parallelism each TP rank sends its own n rows (Megatron's p2p tensor shape is
+// seq / tp under --sequence-parallel: megatron/core/pipeline_parallel/schedules.py get_tensor_shapes).
+// A receive is posted when the step begins (no dependencies): the transfer runs as soon as its
+// sender reaches it, and the work that needs it waits for it. A send waits for `after`.
+Deps Builder::stage_transfer(bool send, int peer_stage, bool forward, std::int64_t mb, std::int64_t layer,
+                             const Deps& after) {
+  const Communicator pp = make_communicators(req_.schedule).pp;
+  const RankLayout peer{t_, sh_.up, sh_.dp, peer_stage * t_ * sh_.up * sh_.dp};
+  const Bytes size = bytes(n() * sh_.hidden);
+  const std::int64_t tag = stage_tag(forward, mb, layer);
+  const std::string what = std::string(forward ? "" : "grad_") + (send ? "send" : "recv");
+  Deps out(static_cast<std::size_t>(t_));
+  for (int ti = 0; ti < t_; ++ti) {
+    TaskLabels lab;
+    lab.layer = static_cast<int>(layer);
+    lab.micro_batch = micro_batch_;
+    lab.phase = forward ? Phase::forward : Phase::backward;
+    lab.op = "pp_" + what;
+    const int other = peer.rank(ti, up_index_, replica_);
+    TaskKind kind = send ? TaskKind{SendTask{other, size, tag, pp.p2p_engine, pp.sms}} : TaskKind{RecvTask{other, size, tag}};
+    out[ti] = {add(ti, fmt::format("{}pp/{}/L{}", mb_prefix_, what, layer), pp.p2p_stream(), std::move(kind),
+                   std::move(lab), -1, send ? after[ti] : std::vector<TaskId>{})};
+  }
+  return out;
+}
+
+// Every rank of a TP position holds the same weight shard, whichever UP index and DP replica it
+// is in; each computed its gradient over its own tokens, so the gradients are summed over the
+// up x dp ranks of that position (DeepSpeed-Ulysses syncs over the sequence-parallel ranks too).
+// rank = (d * up + u) * tp + ti: the sync's "replicas" are the up x dp pairs (u, d), tp members each.
+// A pipeline stage syncs its own layers among its ranks.
+void Builder::make_dp_sync() {
+  dp_.reset();
+  if (sh_.dp * sh_.up <= 1 || !req_.options.backward) return;
+  DpConfig cfg;
+  cfg.dp = sh_.dp * sh_.up;
+  cfg.members = sh_.tp;
+  cfg.first_rank = stage_first();
+  cfg.sharding = req_.step.dp_sharding;
+  cfg.kind = req_.dp_kind;
+  cfg.schedule = req_.schedule;
+  cfg.dtype = sh_.activation_dtype();
+  cfg.grad_dtype = grad_dtype();
+  if (req_.step.fp8_param_gather) cfg.layer_gather_dtype = topo::Dtype::fp8;
+  cfg.as_p2p = req_.options.dp_as_p2p || req_.options.mirror_dp;
+  cfg.mirror = req_.options.mirror_dp;
+  cfg.simulated = sh_.up;  // mirror mode: DP replica 0, i.e. sync replicas (u, 0) for every u
+  dp_ = std::make_unique<DpSync>(g_, &prog_, cfg);
 }
 
 void Builder::generate() {
@@ -871,25 +954,7 @@ void Builder::generate() {
   const bool train = req_.options.forward && req_.options.backward;
   // A step carries timing only (its micro-batches would repeat the same data); DP syncs the gradients.
   data_ = req_.options.scope != Scope::step;
-  // Every rank of a TP position holds the same weight shard, whichever UP index and DP replica it
-  // is in; each computed its gradient over its own tokens, so the gradients are summed over the
-  // up x dp ranks of that position (DeepSpeed-Ulysses syncs over the sequence-parallel ranks too).
-  // rank = (d * up + u) * tp + ti: the sync's "replicas" are the up x dp pairs (u, d), tp members each.
-  if (sh_.dp * sh_.up > 1 && req_.options.backward) {
-    DpConfig cfg;
-    cfg.dp = sh_.dp * sh_.up;
-    cfg.members = sh_.tp;
-    cfg.sharding = req_.step.dp_sharding;
-    cfg.kind = req_.dp_kind;
-    cfg.schedule = req_.schedule;
-    cfg.dtype = sh_.activation_dtype();
-    cfg.grad_dtype = grad_dtype();
-    if (req_.step.fp8_param_gather) cfg.layer_gather_dtype = topo::Dtype::fp8;
-    cfg.as_p2p = req_.options.dp_as_p2p || req_.options.mirror_dp;
-    cfg.mirror = req_.options.mirror_dp;
-    cfg.simulated = sh_.up;  // mirror mode: DP replica 0, i.e. sync replicas (u, 0) for every u
-    dp_ = std::make_unique<DpSync>(g_, &prog_, cfg);
-  }
+  make_dp_sync();
   if (req_.options.forward) {
     prog_.computation = train ? "tpsp_train" : "tpsp_forward";
     prog_.attributes = {{"batch", sh_.batch},   {"heads", sh_.heads}, {"kv_heads", sh_.kv_heads},
@@ -908,24 +973,29 @@ void Builder::generate() {
   }
   // Mirror mode: replica 0 alone; the others are its images (docs/schedules.md, "Symmetry").
   const int replicas = req_.options.mirror_dp ? 1 : sh_.dp;  // (the single-GEMM pieces above: every replica)
-  for (int d = 0; d < replicas; ++d) {
-    set_replica(d);
-    // Every UP index of the replica draws the same tags and collective instances, so that the
-    // Ulysses transfers of one pass match those of the others (TP transfers and collectives of
-    // different UP indices involve different ranks and cannot collide).
-    const std::int64_t tag0 = tags_.position(), instance0 = next_instance_;
-    std::int64_t tag1 = tag0, instance1 = instance0;
-    for (int u = 0; u < sh_.up; ++u) {
-      tags_.set_position(tag0);
-      next_instance_ = instance0;
-      set_up_index(u);
-      replica_step(layers, train);
-      tag1 = std::max(tag1, tags_.position());
-      instance1 = std::max(instance1, next_instance_);
+  // Pipeline stages one after the other, each with its own DP sync (a stage syncs its own layers).
+  for (stage_ = 0; stage_ < sh_.pp; ++stage_) {
+    if (stage_ > 0) make_dp_sync();
+    for (int d = 0; d < replicas; ++d) {
+      set_replica(d);
+      // Every UP index of the replica draws the same tags and collective instances, so that the
+      // Ulysses transfers of one pass match those of the others (TP transfers and collectives of
+      // different UP indices involve different ranks and cannot collide).
+      const std::int64_t tag0 = tags_.position(), instance0 = next_instance_;
+      std::int64_t tag1 = tag0, instance1 = instance0;
+      for (int u = 0; u < sh_.up; ++u) {
+        tags_.set_position(tag0);
+        next_instance_ = instance0;
+        set_up_index(u);
+        replica_step(layers, train);
+        tag1 = std::max(tag1, tags_.position());
+        instance1 = std::max(instance1, next_instance_);
+      }
+      tags_.set_position(tag1);
+      next_instance_ = instance1;
     }
-    tags_.set_position(tag1);
-    next_instance_ = instance1;
   }
+  stage_ = sh_.pp - 1;  // dp_ is the last stage's
 }
 
 }  // namespace tpsp
@@ -981,6 +1051,26 @@ void check(const TpspRequest& r) {
   }
   if (s.dp > 1 && r.schedule.dp_bucket_bytes < 1)
     refuse(r, "$.schedule.dp_bucket_bytes", "the DP bucket size must be >= 1 byte");
+  if (s.pp < 1) refuse(r, "$.parallel.pp", "pp must be >= 1");
+  if (s.pp > 1) {
+    if (r.options.scope != Scope::step)
+      refuse(r, "$.parallel.pp", "pipeline parallelism needs a whole step (scope step): stages pass micro-batches");
+    if (!r.options.forward || !r.options.backward)
+      refuse(r, "$.parallel.pp", "pipeline parallelism is simulated for training (forward and backward)");
+    if (r.options.mirror_dp)
+      refuse(r, "$.parallel.pp", "the mirrored DP sync (--symmetry mirror) does not cover pipeline stages");
+    if (s.layers % (std::int64_t{s.pp} * s.virtual_stages) != 0)
+      refuse(r, "$.parallel.pp",
+             fmt::format("model.layers {} is not divisible by pp x virtual_stages = {}", s.layers,
+                         std::int64_t{s.pp} * s.virtual_stages));
+    if (s.virtual_stages > 1 && r.step.micro_batches % s.pp != 0)
+      refuse(r, "$.training.grad_accumulation",
+             fmt::format("the interleaved schedule runs micro-batches in groups of pp: {} is not a multiple of {}",
+                         r.step.micro_batches, s.pp));
+    if (r.step.dp_sharding == model::DpSharding::zero3 || r.step.overlap_param_gather)
+      refuse(r, "$.parallel.dp_sharding", "ZeRO-3 and overlapped parameter gathers are not supported with pp > 1");
+  }
+  if (s.virtual_stages < 1) refuse(r, "$.parallel.virtual_stages", "virtual_stages must be >= 1");
   if (r.options.scope == Scope::step) {
     if (r.step.vocab < 1 || r.step.vocab % s.tp != 0)
       refuse(r, "$.model.vocab",
@@ -994,7 +1084,7 @@ void check(const TpspRequest& r) {
 Schedule generate_tpsp(const TpspRequest& request) {
   check(request);
   Schedule s;
-  s.graph = TaskGraph(request.shape.tp * request.shape.up * request.shape.dp);
+  s.graph = TaskGraph(request.shape.tp * request.shape.up * request.shape.dp * request.shape.pp);
   const std::optional<Parallelism>& par = request.options.parallelism;
   s.parallelism = par.value_or(Parallelism::tpsp);
   s.kind = s.parallelism == Parallelism::dp ? request.dp_kind
@@ -1003,7 +1093,8 @@ Schedule generate_tpsp(const TpspRequest& request) {
   s.scope = request.options.scope;
   s.tokens = request.shape.rows() * request.shape.dp *
              (request.options.scope == Scope::step ? std::max<std::int64_t>(1, request.step.micro_batches) : 1);
-  s.gpus = request.shape.tp * request.shape.up * request.shape.dp;
+  s.gpus = request.shape.tp * request.shape.up * request.shape.dp * request.shape.pp;
+  s.pipeline_stages = request.shape.pp;
   auto program = std::make_shared<DataflowProgram>();
   tpsp::Builder builder(request, s, *program);
   builder.generate();
@@ -1031,7 +1122,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   r.label = label;
   if (w.parallel.world() > cluster.num_ranks())
     throw InputError(label, "$.parallel",
-                     fmt::format("tp x up x dp = {} ranks, but cluster '{}' has {}", w.parallel.world(), cluster.name,
+                     fmt::format("tp x up x dp x pp = {} ranks, but cluster '{}' has {}", w.parallel.world(), cluster.name,
                                  cluster.num_ranks()));
   // With Ulysses the recomputed K would cross the all-to-all again, which recompute_unsaved_ops does
   // not emit; torchtitan, whose policy it is, has no Ulysses.
@@ -1041,7 +1132,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   const model::Architecture& a = w.arch;
   r.shape = TpspShape{w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden,
                       a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,
-                      w.unfused_attention};
+                      w.unfused_attention, w.parallel.pp, w.parallel.virtual_stages};
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };
   r.kind = compared(Parallelism::tpsp) ? kind : w.schedule.kind;

@@ -57,7 +57,8 @@ UlyssesEmitter::UlyssesEmitter(const TpspRequest& req, TaskGraph& graph, Dataflo
       full_rows_(req.shape.rows()), elem_(topo::bytes_per_element(req.shape.activation_dtype())),
       comm_(make_communicators(req.schedule).up) {}
 
-void UlyssesEmitter::set_position(int dp_index, int up_index) {
+void UlyssesEmitter::set_position(int dp_index, int up_index, int first_rank) {
+  first_rank_ = first_rank;
   d_ = dp_index;
   u_ = up_index;
   region_count_ = 0;
@@ -69,7 +70,7 @@ void UlyssesEmitter::set_naming(std::string micro_batch_prefix, bool recompute, 
   micro_batch_ = micro_batch;
 }
 
-int UlyssesEmitter::rank(int ti, int u) const { return RankLayout{tp_, up_, sh_.dp}.rank(ti, u, d_); }
+int UlyssesEmitter::rank(int ti, int u) const { return RankLayout{tp_, up_, sh_.dp, first_rank_}.rank(ti, u, d_); }
 
 std::int64_t UlyssesEmitter::qg() const { return sh_.heads / tp_ / up_ * sh_.head_dim; }
 std::int64_t UlyssesEmitter::kvg() const { return sh_.kv_heads_up() * sh_.head_dim; }
@@ -154,7 +155,9 @@ UpPerRank UlyssesEmitter::alloc(bool data, const std::string& name, std::int64_t
 
 // Stream index 1 (a second copy engine, a second communicator's stream): the UP transfers must not
 // queue behind the TP ring's P2P steps and collectives on stream 0, which run at the same time.
-std::vector<int> UlyssesEmitter::group(int ti) const { return RankLayout{tp_, up_, sh_.dp}.up_group(ti, d_); }
+std::vector<int> UlyssesEmitter::group(int ti) const {
+  return RankLayout{tp_, up_, sh_.dp, first_rank_}.up_group(ti, d_);
+}
 
 std::int64_t UlyssesEmitter::tag(const Pending& p, std::int64_t row0, int src, int dst) const {
   return p.tag0 + (row0 * up_ + src) * up_ + dst;

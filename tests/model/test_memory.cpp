@@ -299,3 +299,51 @@ TEST_CASE("Extreme shapes saturate instead of wrapping", "[model][memory]") {
   CHECK(r.total_bytes == std::numeric_limits<Bytes>::max());
   CHECK(!r.fits());
 }
+
+TEST_CASE("Pipeline stages: each holds its layers' parameters and the micro-batches it has in flight",
+          "[model][memory][pipeline]") {
+  // Llama-3-8B (32 layers), TP 8, PP 4, 8 micro-batches: 8 layers per stage.
+  Workload w = llama("llama-3-8b", 8, 1);
+  w.parallel.pp = 4;
+  w.grad_accumulation = 8;
+  const Architecture& a = w.arch;
+  // The stages' parameters add up to the unpipelined rank's: the embedding rows on stage 0, the final
+  // norm and the LM head rows on stage 3, a quarter of the layers on each.
+  std::int64_t sum = 0;
+  for (int s = 0; s < 4; ++s) sum += stage_params_per_tp_rank(a, w.parallel, s);
+  CHECK(sum == params_per_tp_rank(a, 8));
+  CHECK(stage_params_per_tp_rank(a, w.parallel, 1) == stage_params_per_tp_rank(a, w.parallel, 2));
+  CHECK(stage_params_per_tp_rank(a, w.parallel, 3) - stage_params_per_tp_rank(a, w.parallel, 0) == a.hidden);
+  // 1F1B: stage s has min(4 - s, 8) micro-batches in flight, 8 layers each: 32, 24, 16, 8 layers' worth.
+  CHECK(stage_layers_in_flight(w, 0) == 32);
+  CHECK(stage_layers_in_flight(w, 1) == 24);
+  CHECK(stage_layers_in_flight(w, 3) == 8);
+  // Interleaved, v 2 (4 layers a chunk): stage 0 runs (4 - 0 - 1) 2 + (2 - 1) 4 = 10 warm-up chunk
+  // forwards and one more before its first backward: 11 chunks, 44 layers; stage 3: 4 + 1 = 5, 20.
+  w.parallel.pp_schedule = PipelineSchedule::interleaved;
+  w.parallel.virtual_stages = 2;
+  CHECK(stage_layers_in_flight(w, 0) == 44);
+  CHECK(stage_layers_in_flight(w, 3) == 20);
+  // m = pp: every forward first, all 4 x 2 chunks of 4 layers.
+  w.grad_accumulation = 4;
+  CHECK(stage_layers_in_flight(w, 3) == 32);
+  // The report is the fullest stage's: 1F1B stage 0 holds as many activations as the unpipelined rank
+  // (without the head's) and a quarter of the training state.
+  w.parallel.pp_schedule = PipelineSchedule::one_f_one_b;
+  w.parallel.virtual_stages = 1;
+  w.grad_accumulation = 8;
+  const MemoryReport r = memory_per_rank(w, h100(), kCommFuse);
+  CHECK(r.stages == 4);
+  CHECK(r.stage == 0);
+  CHECK(r.params_per_rank == stage_params_per_tp_rank(a, w.parallel, 0));
+  // Without recomputation a layer's activations are one amount x: stage 0 keeps 32 x, stage 1 24 x,
+  // stage 3 8 x and the LM head's; the unpipelined rank 32 x and the head's.
+  const Bytes act0 = stage_memory(w, h100(), kCommFuse, 0).activations_bytes;
+  const Bytes act1 = stage_memory(w, h100(), kCommFuse, 1).activations_bytes;
+  const Bytes act3 = stage_memory(w, h100(), kCommFuse, 3).activations_bytes;
+  CHECK(r.activations_bytes == act0);
+  CHECK(act0 == 4 * (act0 - act1));
+  Workload flat = w;
+  flat.parallel.pp = 1;
+  CHECK(activation_bytes_per_rank(flat) == act0 + act3 - (act0 - act1));
+}

@@ -316,8 +316,58 @@ TEST_CASE("Loader errors name the file and the JSON path", "[model][workload][er
   SECTION("unknown keys") {
     expect_error(with([](json& j) { j["optimizer"] = "adam"; }), "$.optimizer");
     expect_error(with([](json& j) { j["training"]["seq_len"] = 4096; }), "$.training.seq_len");
-    expect_error(with([](json& j) { j["parallel"]["pp"] = 2; }), "$.parallel.pp");
+    expect_error(with([](json& j) { j["parallel"]["pipeline"] = 2; }), "$.parallel.pipeline");
     expect_error(with([](json& j) { j["schedule"]["slice"] = 2; }), "$.schedule.slice");
+  }
+  SECTION("pipeline stages") {
+    // 32 layers: pp 3 does not divide them, pp 4 x virtual_stages 3 neither.
+    expect_error(with([](json& j) { j["parallel"]["pp"] = 3; }), "$.parallel.pp");
+    expect_error(with([](json& j) { j["parallel"]["pp"] = 0; }), "$.parallel.pp");
+    expect_error(with([](json& j) { j["parallel"]["pp"] = "4"; }), "$.parallel.pp");
+    expect_error(with([](json& j) { j["parallel"]["pp_schedule"] = "gpipe"; }), "$.parallel.pp_schedule");
+    expect_error(with([](json& j) {
+                   j["parallel"]["pp"] = 4;
+                   j["parallel"]["pp_schedule"] = "interleaved";
+                   j["parallel"]["virtual_stages"] = 3;
+                   j["training"]["grad_accumulation"] = 8;
+                 }),
+                 "$.parallel.pp");
+    expect_error(with([](json& j) {
+                   j["parallel"]["pp"] = 4;
+                   j["parallel"]["pp_schedule"] = "interleaved";
+                   j["parallel"]["virtual_stages"] = 2;
+                   j["training"]["grad_accumulation"] = 6;
+                 }),
+                 "$.training.grad_accumulation");
+    expect_error(with([](json& j) {
+                   j["parallel"]["pp"] = 4;
+                   j["parallel"]["pp_schedule"] = "interleaved";
+                   j["training"]["grad_accumulation"] = 8;
+                 }),
+                 "$.parallel.virtual_stages");
+    expect_error(with([](json& j) { j["parallel"]["pp_schedule"] = "interleaved"; }), "$.parallel.pp_schedule");
+    expect_error(with([](json& j) {
+                   j["parallel"]["pp"] = 4;
+                   j["parallel"]["virtual_stages"] = 2;
+                 }),
+                 "$.parallel.virtual_stages");
+    expect_error(with([](json& j) {
+                   j["parallel"]["pp"] = 2;
+                   j["parallel"]["dp"] = 2;
+                   j["parallel"]["dp_sharding"] = "zero3";
+                 }),
+                 "$.parallel.dp_sharding");
+    const Workload w = parse(with([](json& j) {
+      j["parallel"]["pp"] = 4;
+      j["parallel"]["pp_schedule"] = "interleaved";
+      j["parallel"]["virtual_stages"] = 2;
+      j["training"]["grad_accumulation"] = 8;
+    }));
+    CHECK(w.parallel.pp == 4);
+    CHECK(w.parallel.pp_schedule == PipelineSchedule::interleaved);
+    CHECK(w.parallel.virtual_stages == 2);
+    CHECK(w.parallel.world() == 32);
+    CHECK(w.parallel.stage_ranks() == 8);
   }
   SECTION("wrong types") {
     expect_error(with([](json& j) { j["model"]["layers"] = "32"; }), "$.model.layers");

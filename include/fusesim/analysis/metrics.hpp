@@ -39,10 +39,22 @@ struct RankMetrics {
   TimePs comm_ps = 0;           // |M|, M = union of communication intervals
   TimePs overlap_ps = 0;        // |C ∩ M|
   TimePs exposed_comm_ps = 0;   // |M \ C|
+  TimePs idle_ps = 0;           // T - |C ∪ M|: neither computing nor communicating (a pipeline's bubble)
   double overlap_ratio = 0.0;   // |C ∩ M| / |M|, 0 when M is empty
   TimePs head_ps = 0;           // sums over the regions present on this rank
   TimePs tail_ps = 0;
   std::vector<RegionMetrics> regions;  // in region index order
+};
+
+// A pipeline stage (docs/metrics.md "Pipeline"): its bubble is the idle time of its first rank (TP,
+// UP and DP index 0), the time that rank neither computes nor communicates during the step.
+struct StageMetrics {
+  int stage = 0;
+  int rank = 0;               // the stage's first rank, whose figures these are
+  TimePs bubble_ps = 0;       // RankMetrics::idle_ps of that rank
+  double bubble_fraction = 0.0;  // bubble_ps / T
+  TimePs compute_ps = 0;
+  TimePs exposed_comm_ps = 0;
 };
 
 struct StepMetrics {
@@ -61,6 +73,7 @@ struct StepMetrics {
   double tokens_per_s = 0.0;
   double tokens_per_s_per_gpu = 0.0;
   std::vector<RankMetrics> ranks;  // every rank of the graph
+  std::vector<StageMetrics> stages;  // pipeline stages, stage 0 first; empty without pipeline parallelism
   // Step-level figures are those of the critical rank.
   const RankMetrics& critical() const { return ranks.at(static_cast<std::size_t>(critical_rank)); }
 };
@@ -79,6 +92,9 @@ struct AnalysisInput {
   std::string scope;
   int simulated_ranks = 0;  // Schedule::simulated_ranks: metrics of ranks 0..n-1 only (0: all)
   int replicas = 1;         // Schedule::replicas: the FLOPs count this many times
+  // Schedule::pipeline_stages: > 1 splits the ranks into that many equal stages, stage-major
+  // (sched::RankLayout), and fills StepMetrics::stages.
+  int pipeline_stages = 1;
 };
 
 // Throws std::logic_error when the result does not belong to the graph (sizes differ, a task never

@@ -36,7 +36,7 @@ struct SimulateRequest {
   // prepare_job() like the file's own values, the command line named as the culprit.
   std::optional<std::int64_t> sequence_length;
   std::optional<std::int64_t> micro_batch;
-  std::optional<int> tp, up, dp;
+  std::optional<int> tp, up, dp, pp;
   std::optional<std::string> engine;  // --engine: one of model::kEngineModes, for every parallelism
   // Whose schedules are compared: "tpsp", "up", "dp"; empty: every parallelism the workload uses.
   // The parallelisms not compared run the workload file's schedule.kind.

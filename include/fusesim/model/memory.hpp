@@ -22,6 +22,8 @@ struct MemoryItem {
 
 struct MemoryReport {
   std::int64_t params_per_rank = 0;  // weights the rank owns before ZeRO-3 sharding (TP shards only)
+  int stage = 0;                     // pipeline parallelism: the stage reported, the one needing most
+  int stages = 1;                    // pp
   Bytes parameters_bytes = 0;
   Bytes gradients_bytes = 0;
   Bytes optimizer_bytes = 0;
@@ -43,6 +45,14 @@ std::int64_t params_per_tp_rank(const Architecture& a, int tp);
 // one micro-batch in flight), with the workload's recomputation.
 Bytes activation_bytes_per_rank(const Workload& w);
 
+// Pipeline parallelism (docs/memory.md "Pipeline"): the parameters the ranks of `stage` hold (its
+// layers, the embedding on the first stage, the final norm and LM head on the last) and the layers'
+// worth of activations it keeps at its peak, in layer x micro-batch units: 1F1B keeps min(pp - stage,
+// m) micro-batches in flight (PipeDream-flush), the interleaved schedule its warm-up chunks plus one,
+// each of layers / (pp v) layers (sched/step.hpp pipeline_order).
+std::int64_t stage_params_per_tp_rank(const Architecture& a, const Parallelism& p, int stage);
+std::int64_t stage_layers_in_flight(const Workload& w, int stage);
+
 // The buffers the collective library allocates for one communicator on one rank: NCCL, channels x
 // NCCL_BUFFSIZE (4 MiB), channels = the SMs a collective kernel holds; HCCL (vendor "huawei"),
 // HCCL_BUFFSIZE (200 MiB).
@@ -57,6 +67,9 @@ Bytes comm_buffer_bytes_per_rank(const Workload& w, ScheduleKind kind, Bytes com
 // largest of them).
 MemoryReport memory_per_rank(const Workload& w, const topo::DeviceModel& device,
                              const std::vector<ScheduleKind>& kinds);
+// The ranks of pipeline stage `stage` (memory_per_rank reports the stage that needs most).
+MemoryReport stage_memory(const Workload& w, const topo::DeviceModel& device, const std::vector<ScheduleKind>& kinds,
+                          int stage);
 // The same on the ranks the workload uses (0 .. world-1) of `c`: the device model with the smallest
 // HBM among them. The workload must already fit the cluster (check_fits).
 MemoryReport memory_per_rank(const Workload& w, const topo::Cluster& c, const std::vector<ScheduleKind>& kinds);

@@ -115,16 +115,29 @@ std::string to_string(Optimizer o);
 // Megatron's bf16 rule. fp32 and tf32 training have fp32 gradients.
 topo::Dtype default_grad_reduce_dtype(topo::Dtype compute);
 
+// The order a pipeline stage runs its micro-batches in ($.parallel.pp_schedule; docs/schedules.md
+// "Pipeline"). one_f_one_b: PipeDream-flush, Megatron-LM's forward_backward_pipelining_without_
+// interleaving (warm-up forwards, one forward one backward, cool-down backwards); interleaved: Megatron's
+// interleaved 1F1B, each rank holding `virtual_stages` chunks of layers (Narayanan et al., SC'21).
+enum class PipelineSchedule { one_f_one_b, interleaved };
+std::string to_string(PipelineSchedule s);  // "1f1b", "interleaved"
+
 struct Parallelism {
   int tp = 1;  // tensor (+ sequence) parallel degree
   int up = 1;  // Ulysses sequence parallel degree
   int dp = 1;  // data parallel degree
+  // Pipeline parallel degree: stages of contiguous layers, the embedding on the first, the LM head and
+  // the loss on the last ($.parallel.pp). Ranks: the stage is outermost (Megatron's tp-cp-dp-pp order).
+  int pp = 1;
+  PipelineSchedule pp_schedule = PipelineSchedule::one_f_one_b;  // $.parallel.pp_schedule
+  int virtual_stages = 1;  // interleaved: chunks of layers per rank ($.parallel.virtual_stages)
   DpSharding dp_sharding = DpSharding::ddp;  // $.parallel.dp_sharding
   // ZeRO-1/2: the updated parameters' all-gather overlapped with the next step's forward, layer by
   // layer, as Megatron-LM's --overlap-param-gather does ($.parallel.overlap_param_gather); otherwise
   // it runs after the optimizer, exposed.
   bool overlap_param_gather = false;
-  int world() const { return tp * up * dp; }
+  int world() const { return tp * up * dp * pp; }
+  int stage_ranks() const { return tp * up * dp; }  // the ranks of one pipeline stage
 };
 
 struct Workload {

@@ -37,10 +37,13 @@ struct DpCommunicator : Communicator {
   StreamRef gather_stream;
   StreamRef add_stream;
 };
+// Pipeline stages: their activation and gradient sends on comm stream 5 (NCCL send/recv kernels, the
+// run's collective engine), apart from every other group's.
 struct Communicators {
   TpCommunicator tp;
   Communicator up;
   DpCommunicator dp;
+  Communicator pp;
 };
 
 Communicators make_communicators(const model::ScheduleOptions& schedule);

@@ -103,8 +103,9 @@ struct Task {
 };
 
 // Whose communication a region overlaps, or whose schedule a generated graph compares: tensor +
-// sequence parallelism, Ulysses attention, data parallelism; custom for a graph from a user's file.
-enum class Parallelism : std::uint8_t { tpsp, up, dp, custom };
+// sequence parallelism, Ulysses attention, data parallelism; custom for a graph from a user's file;
+// pp for the transfers between pipeline stages (no overlap schedule to compare: not a generator's).
+enum class Parallelism : std::uint8_t { tpsp, up, dp, custom, pp };
 std::string to_string(Parallelism p);
 std::optional<Parallelism> parse_parallelism(std::string_view name);  // the names to_string gives
 

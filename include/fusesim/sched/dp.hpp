@@ -48,7 +48,8 @@ struct DpFault {
 
 struct DpConfig {
   int dp = 1;
-  int members = 1;  // ranks per replica (tp x up): rank = replica x members + member
+  int members = 1;  // ranks per replica (tp x up): rank = first_rank + replica x members + member
+  int first_rank = 0;  // the pipeline stage's first rank
   model::DpSharding sharding = model::DpSharding::ddp;
   model::ScheduleKind kind = model::ScheduleKind::baseline;
   model::ScheduleOptions schedule;  // dp_bucket_bytes, engines, comm_sms
@@ -150,9 +151,9 @@ class DpSync {
     std::int64_t fused = 0;
   };
 
-  int replica(int rank) const { return rank / cfg_.members; }
-  int member(int rank) const { return rank % cfg_.members; }
-  int peer(int rank, int dp_index) const { return dp_index * cfg_.members + member(rank); }
+  int replica(int rank) const { return (rank - cfg_.first_rank) / cfg_.members; }
+  int member(int rank) const { return (rank - cfg_.first_rank) % cfg_.members; }
+  int peer(int rank, int dp_index) const { return cfg_.first_rank + dp_index * cfg_.members + member(rank); }
   std::vector<int> group(int rank) const;
   int region(const std::string& name);
   // Gradient bytes (reductions, the fused ring, buckets) and parameter bytes (ZeRO gathers).

@@ -48,6 +48,7 @@ struct Schedule {
   // the job runs (FLOPs of the simulated ranks times replicas are the job's).
   int simulated_ranks = 0;
   int replicas = 1;
+  int pipeline_stages = 1;  // pp: ranks stage-major (RankLayout), metrics per stage
   // Point-to-point sends between nodes that the schedule asked to run on copy engines and that run on
   // SM kernels instead (see network_sends_to_sm_kernels).
   std::int64_t network_sends_on_sm = 0;
@@ -61,12 +62,16 @@ struct Schedule {
   std::shared_ptr<const DataflowProgram> dataflow;
 };
 
-// Rank layout: TP innermost (inside a node), then UP, then DP:
-// rank = (dp_index * up + up_index) * tp + tp_index.
+// Rank layout: TP innermost (inside a node), then UP, then DP, then the pipeline stage (Megatron-LM's
+// default order tp-cp-ep-dp-pp): rank = ((stage * dp + dp_index) * up + up_index) * tp + tp_index.
+// `first`: the first rank of the stage a layout describes (stage x tp x up x dp).
 struct RankLayout {
   int tp = 1, up = 1, dp = 1;
-  int rank(int tp_index, int up_index, int dp_index) const { return (dp_index * up + up_index) * tp + tp_index; }
-  int world() const { return tp * up * dp; }
+  int first = 0;
+  int rank(int tp_index, int up_index, int dp_index) const {
+    return first + (dp_index * up + up_index) * tp + tp_index;
+  }
+  int world() const { return tp * up * dp; }  // of one stage
   // The members of a group, in ring order: the TP group of (up_index, dp_index), the UP group of
   // (tp_index, dp_index).
   std::vector<int> tp_group(int up_index, int dp_index) const {

@@ -50,16 +50,54 @@ enum class StepPhase : std::uint8_t {
   backward_begin,  // the loss's gradient (in a step, the LM head, loss and their backward)
   backward_layer,  // `layer`'s backward (with its recomputation)
   backward_end,    // in a step, the embedding's backward
+  // Pipeline stages: the activation of the micro-batch from the previous (virtual) stage, or to the
+  // next; its gradient from the next stage, or to the previous. `layer`: on the receiving side, the
+  // first layer of the chunk the activation enters, or the last layer of the chunk the gradient enters.
+  forward_recv,
+  forward_send,
+  backward_recv,
+  backward_send,
 };
+std::string to_string(StepPhase p);
 struct StepWork {
   StepPhase phase = StepPhase::forward_begin;
   std::int64_t micro_batch = 0;
-  std::int64_t layer = -1;  // -1 outside forward_layer and backward_layer
+  std::int64_t layer = -1;  // -1 outside forward_layer and backward_layer and the stage transfers
   friend bool operator==(const StepWork&, const StepWork&) = default;
 };
 // Gradient accumulation without a pipeline: micro-batch after micro-batch, each its forward over
 // layers 0 .. layers - 1, then its backward over layers - 1 .. 0 (what `forward` and `backward` ask).
 std::vector<StepWork> accumulation_order(std::int64_t micro_batches, std::int64_t layers, bool forward, bool backward);
+
+// A pipeline: `stages` ranks' worth of stages, each holding `virtual_stages` chunks of
+// layers / (stages x virtual_stages) contiguous layers; virtual stage c x stages + s (chunk c of stage
+// s) holds layers [(c stages + s) n, (c stages + s + 1) n). The embedding is on virtual stage 0, the
+// LM head and loss on the last.
+struct PipelineShape {
+  std::int64_t stages = 1;
+  std::int64_t virtual_stages = 1;
+  std::int64_t micro_batches = 1;
+  std::int64_t layers = 1;
+  std::int64_t chunk_layers() const { return layers / (stages * virtual_stages); }
+  std::int64_t first_layer(std::int64_t stage, std::int64_t chunk) const {
+    return (chunk * stages + stage) * chunk_layers();
+  }
+};
+// What stage `stage` runs, in order, with forward and backward (a pipeline trains):
+// - virtual_stages 1: PipeDream-flush 1F1B as Megatron-LM runs it (forward_backward_pipelining_
+//   without_interleaving): min(stages - stage - 1, micro_batches) warm-up forwards, then a forward and
+//   a backward in turn, then the remaining backwards;
+// - virtual_stages v > 1: Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_
+//   interleaving): the k-th forward is micro-batch (k / (stages v)) stages + k % stages on chunk
+//   (k / stages) % v, the k-th backward the same micro-batch on chunk v - 1 - (k / stages) % v;
+//   (stages - stage - 1) x 2 + (v - 1) x stages warm-up forwards (all of them if that is more than
+//   there are), then 1F1B, then the remaining backwards. micro_batches must be a multiple of stages.
+// A forward on a chunk: its input (forward_begin on virtual stage 0, else forward_recv), its layers,
+// then forward_send unless it is the last virtual stage. A backward: backward_begin on the last
+// virtual stage (else backward_recv), its layers last first, then backward_end on virtual stage 0
+// (else backward_send). With virtual_stages > 1 and micro_batches == stages every forward comes
+// first, as Megatron-LM runs that case.
+std::vector<StepWork> pipeline_order(const PipelineShape& shape, std::int64_t stage);
 
 // Adam with fp32 master weights and moments, as the fused kernels run it (apex/TE FusedAdam, PyTorch's
 // fused AdamW): per parameter it reads and writes the master weight and both moments (3 x 4 B each

@@ -16,6 +16,7 @@ enum class TagSpace : std::uint8_t {
   tpsp,           // Fuse-AG, Fuse-RS and the Ulysses all-to-all steps, in emission order
   dp_fused,       // the DP fused gradient and DDP's all-gather half, two exchanges per gradient
   dp_collective,  // DP collectives lowered to ring P2P, two exchanges per collective
+  pipeline,       // activations and gradients between pipeline stages, one tag per (micro-batch, layer, direction)
 };
 
 struct TagRange {
@@ -28,6 +29,7 @@ constexpr TagRange tag_range(TagSpace space) {
     case TagSpace::tpsp: return {0, kDp};
     case TagSpace::dp_fused: return {kDp, kDpCollective};
     case TagSpace::dp_collective: return {kDpCollective, std::int64_t{1} << 62};
+    case TagSpace::pipeline: return {std::int64_t{1} << 62, (std::int64_t{1} << 62) + (std::int64_t{1} << 61)};
   }
   return {};
 }

@@ -34,6 +34,10 @@ struct TpspShape {
   std::int64_t layers = 1;
   topo::Dtype dtype = topo::Dtype::bf16;
   bool unfused_attention = false;   // $.training.attention "unfused" (model::AttentionKernel::unfused)
+  // Pipeline stages (Scope::step only): pp stages of tp x up x dp ranks each, the stage outermost in
+  // the rank order (RankLayout); virtual_stages > 1: interleaved 1F1B (sched/step.hpp pipeline_order).
+  int pp = 1;
+  int virtual_stages = 1;
 
   // fp8 training as Transformer Engine runs it: the GEMMs of the layers take e4m3 operands, cast from
   // bf16 just before; activations, attention, norms, communication and the embedding and LM head stay

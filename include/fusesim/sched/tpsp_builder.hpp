@@ -46,8 +46,10 @@ class Builder {
 
   void set_replica(int d) { replica_ = d; region_count_ = 0; }
   // Ulysses: the TP group of UP index u holds positions [u seq/up, (u+1) seq/up) of every sample.
-  void set_up_index(int u) { up_index_ = u; region_count_ = 0; up_.set_position(replica_, u); }
-  int rank(int ti) const { return RankLayout{t_, sh_.up, sh_.dp}.rank(ti, up_index_, replica_); }
+  void set_up_index(int u) { up_index_ = u; region_count_ = 0; up_.set_position(replica_, u, stage_first()); }
+  int stage_first() const { return stage_ * t_ * sh_.up * sh_.dp; }
+  RankLayout layout() const { return RankLayout{t_, sh_.up, sh_.dp, stage_first()}; }
+  int rank(int ti) const { return layout().rank(ti, up_index_, replica_); }
 
   void generate();
 
@@ -63,6 +65,7 @@ class Builder {
   int k_;
   int elem_;
   int replica_ = 0;
+  int stage_ = 0;  // pipeline stage
   int region_count_ = 0;
   // Step scope and DP (docs/schedules.md "DP", "Step"): the gradient sync, whether this micro-batch
   // syncs (the last one), whether tasks carry data ops, recomputation, the micro-batch's name prefix.
@@ -181,7 +184,7 @@ class Builder {
     return p;
   }
   topo::Dtype grad_dtype() const { return req_.step.grad_dtype.value_or(model::default_grad_reduce_dtype(sh_.dtype)); }
-  std::vector<int> group() const { return RankLayout{t_, sh_.up, sh_.dp}.tp_group(up_index_, replica_); }
+  std::vector<int> group() const { return layout().tp_group(up_index_, replica_); }
 
   PerRank alloc(const OpCtx& ctx, const std::string& name, std::int64_t rows, std::int64_t cols,
                 const std::function<std::vector<Piece>(int ti)>& init = {}) {
@@ -387,5 +390,11 @@ class Builder {
   void up_gradient_checks(std::int64_t layers);
   std::int64_t layer_params() const;  // weights of one layer on one TP rank
   void replica_step(std::int64_t layers, bool train);
+  // Pipeline stages: the activation (forward) or gradient (backward) of micro-batch `mb` at `layer`
+  // (StepWork::layer) sent to (`send`, after `after`), or received from, the same position of stage
+  // `peer_stage`.
+  Deps stage_transfer(bool send, int peer_stage, bool forward, std::int64_t mb, std::int64_t layer, const Deps& after);
+  std::int64_t stage_tag(bool forward, std::int64_t mb, std::int64_t layer) const;
+  void make_dp_sync();
 };
 }  // namespace fusesim::sched::tpsp

@@ -127,7 +127,7 @@ class UlyssesEmitter {
   UlyssesEmitter(const TpspRequest& req, TaskGraph& graph, DataflowProgram& program, TagCounter& tags,
                  std::int64_t& next_instance);
 
-  void set_position(int dp_index, int up_index);
+  void set_position(int dp_index, int up_index, int first_rank = 0);
   // Task names and labels follow the Builder's: micro-batch prefix ("mb1/"), recomputed forward ("rcp").
   void set_naming(std::string micro_batch_prefix, bool recompute, int micro_batch);
   int rank(int ti, int u) const;
@@ -212,6 +212,7 @@ class UlyssesEmitter {
   int elem_;
   Communicator comm_;  // the UP group's streams and engines
   int d_ = 0, u_ = 0;
+  int first_rank_ = 0;  // of the pipeline stage
   int region_count_ = 0;
   std::string mb_prefix_;
   bool recompute_ = false;

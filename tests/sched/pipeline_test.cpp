@@ -1,0 +1,310 @@
+// Pipeline parallelism: the order each stage runs its micro-batches in (sched/step.hpp
+// pipeline_order), the bubble it leaves, exact on a compute-only pipeline, and the generator's
+// stages (sched/tpsp.cpp).
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "../sim/sim_test_util.hpp"
+#include "fusesim/analysis/metrics.hpp"
+#include "fusesim/sched/generate.hpp"
+#include "fusesim/sched/step.hpp"
+#include "fusesim/sched/tpsp.hpp"
+#include "fusesim/sim/engine.hpp"
+#include "fusesim/util/error.hpp"
+#include "sched_test_util.hpp"
+
+using namespace fusesim;
+using namespace fusesim::sched;
+
+namespace {
+
+// "F0 F1 B0 ...": the forwards and backwards of a stage's order, by micro-batch, with ".c" and the
+// chunk when there are several (a forward is named at its first layer, a backward at its last).
+std::string compress(const std::vector<StepWork>& order, const PipelineShape& shape) {
+  std::string out;
+  const std::int64_t n = shape.chunk_layers();
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const StepWork& w = order[i];
+    const bool first_fwd = w.phase == StepPhase::forward_layer && w.layer % n == 0;
+    const bool first_bwd = w.phase == StepPhase::backward_layer && w.layer % n == n - 1;
+    if (!first_fwd && !first_bwd) continue;
+    const std::int64_t chunk = w.layer / (n * shape.stages);
+    if (!out.empty()) out += ' ';
+    out += fmt::format("{}{}", first_fwd ? 'F' : 'B', w.micro_batch);
+    if (shape.virtual_stages > 1) out += fmt::format(".{}", chunk);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("1F1B: warm-up forwards, one forward one backward, cool-down backwards", "[pipeline]") {
+  // p = 4, m = 8 (Megatron's forward_backward_pipelining_without_interleaving): stage s runs
+  // min(p - s - 1, m) forwards first; then F(w + i), B(i) for i < m - w; then the last w backwards.
+  const PipelineShape shape{4, 1, 8, 8};
+  CHECK(compress(pipeline_order(shape, 0), shape) == "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7");
+  CHECK(compress(pipeline_order(shape, 2), shape) == "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7");
+  CHECK(compress(pipeline_order(shape, 3), shape) == "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7");
+  // Fewer micro-batches than stages: every forward is warm-up on stage 0.
+  const PipelineShape few{4, 1, 2, 4};
+  CHECK(compress(pipeline_order(few, 0), few) == "F0 F1 B0 B1");
+  // The pieces around the layers of stage 1 of 4 (2 layers each): receive, layers, send; backward the
+  // same mirrored. Stage 0 has the embedding (forward_begin, backward_end), stage 3 the loss.
+  const std::vector<StepWork> s1 = pipeline_order(PipelineShape{4, 1, 1, 8}, 1);
+  const std::vector<StepWork> expect{
+      {StepPhase::forward_recv, 0, 2},   {StepPhase::forward_layer, 0, 2},  {StepPhase::forward_layer, 0, 3},
+      {StepPhase::forward_send, 0, 4},   {StepPhase::backward_recv, 0, 3}, {StepPhase::backward_layer, 0, 3},
+      {StepPhase::backward_layer, 0, 2}, {StepPhase::backward_send, 0, 1}};
+  CHECK(s1 == expect);
+  const std::vector<StepWork> s0 = pipeline_order(PipelineShape{4, 1, 1, 8}, 0);
+  CHECK(s0.front() == StepWork{StepPhase::forward_begin, 0, -1});
+  CHECK(s0.back() == StepWork{StepPhase::backward_end, 0, -1});
+  const std::vector<StepWork> s3 = pipeline_order(PipelineShape{4, 1, 1, 8}, 3);
+  CHECK(s3[3] == StepWork{StepPhase::backward_begin, 0, -1});
+}
+
+TEST_CASE("Interleaved 1F1B follows Megatron-LM's chunk order", "[pipeline]") {
+  // p = 2, v = 2, m = 4, 8 layers: chunk c of stage s holds layers [(2c + s) 2, (2c + s) 2 + 2).
+  // Forward k: chunk (k / p) % v, micro-batch (k / (p v)) p + k % p; backward k: chunk v - 1 - that.
+  // Stage 0: warm-up (p - 0 - 1) 2 + (v - 1) p = 4 forwards: F0.0 F1.0 F0.1 F1.1; then forward 4..7
+  // with backward 0..3: F2.0 B0.1, F3.0 B1.1, F2.1 B0.0, F3.1 B1.0; then backward 4..7: B2.1 B3.1 B2.0 B3.0.
+  const PipelineShape shape{2, 2, 4, 8};
+  CHECK(compress(pipeline_order(shape, 0), shape) ==
+        "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0");
+  // Stage 1: warm-up (v - 1) p = 2 forwards.
+  CHECK(compress(pipeline_order(shape, 1), shape) ==
+        "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0");
+  // m == p: every forward first (Megatron's all-warm-up case).
+  const PipelineShape one_group{2, 2, 2, 8};
+  CHECK(compress(pipeline_order(one_group, 1), one_group) == "F0.0 F1.0 F0.1 F1.1 B0.1 B1.1 B0.0 B1.0");
+}
+
+TEST_CASE("Every stage runs each of its layers once per micro-batch each way, and every send meets a receive",
+          "[pipeline]") {
+  for (const PipelineShape& shape : {PipelineShape{4, 1, 8, 8}, PipelineShape{3, 1, 2, 6}, PipelineShape{2, 2, 4, 8},
+                                     PipelineShape{4, 3, 8, 24}, PipelineShape{2, 4, 2, 8}}) {
+    std::multiset<std::tuple<std::int64_t, std::int64_t, bool, std::int64_t>> sent, received;  // (mb, layer, fwd, to)
+    for (std::int64_t s = 0; s < shape.stages; ++s) {
+      std::map<std::pair<std::int64_t, std::int64_t>, int> fwd, bwd;
+      for (const StepWork& w : pipeline_order(shape, s)) {
+        if (w.phase == StepPhase::forward_layer) ++fwd[{w.micro_batch, w.layer}];
+        if (w.phase == StepPhase::backward_layer) {
+          CHECK(fwd[{w.micro_batch, w.layer}] == 1);  // a layer's backward after its forward
+          ++bwd[{w.micro_batch, w.layer}];
+        }
+        const std::int64_t next = (s + 1) % shape.stages, prev = (s + shape.stages - 1) % shape.stages;
+        if (w.phase == StepPhase::forward_send) sent.insert({w.micro_batch, w.layer, true, next});
+        if (w.phase == StepPhase::backward_send) sent.insert({w.micro_batch, w.layer, false, prev});
+        if (w.phase == StepPhase::forward_recv || w.phase == StepPhase::backward_recv)
+          received.insert({w.micro_batch, w.layer, w.phase == StepPhase::forward_recv, s});
+      }
+      const auto per_stage = static_cast<std::size_t>(shape.micro_batches * shape.virtual_stages * shape.chunk_layers());
+      CHECK(fwd.size() == per_stage);
+      CHECK(bwd.size() == per_stage);
+      for (const auto& [key, count] : bwd) CHECK(count == 1);
+    }
+    CHECK(sent == received);
+    // (p v - 1) boundaries, each crossed by every micro-batch both ways.
+    CHECK(sent.size() == static_cast<std::size_t>(2 * (shape.stages * shape.virtual_stages - 1) * shape.micro_batches));
+  }
+}
+
+namespace {
+
+// A compute-only pipeline: one rank per stage, each layer's forward tf ps and backward tb ps, the
+// stage transfers as dependencies across ranks (no time). Returns the analysis with its stages.
+analysis::StepMetrics compute_only(const PipelineShape& shape, TimePs tf, TimePs tb) {
+  const auto stages = static_cast<int>(shape.stages);
+  const topo::Cluster cluster = sim_test::star(stages);
+  const sim_test::TestCostModel costs;
+  TaskGraph g(stages);
+  using Key = std::tuple<std::int64_t, std::int64_t, bool>;  // (micro-batch, layer, forward)
+  std::map<Key, TaskId> sender, receiver;
+  for (int s = 0; s < stages; ++s) {
+    TaskId last = kNoTask;
+    std::optional<Key> waiting;
+    for (const StepWork& w : pipeline_order(shape, s)) {
+      const bool fwd = w.phase == StepPhase::forward_layer;
+      if (fwd || w.phase == StepPhase::backward_layer) {
+        last = g.add(sim_test::compute(fmt::format("r{}/mb{}/L{}/{}", s, w.micro_batch, w.layer, fwd ? "fwd" : "bwd"), s,
+                                       static_cast<double>(fwd ? tf : tb)));
+        if (waiting) receiver[*waiting] = last;
+        waiting.reset();
+      } else if (w.phase == StepPhase::forward_send || w.phase == StepPhase::backward_send) {
+        sender[{w.micro_batch, w.layer, w.phase == StepPhase::forward_send}] = last;
+      } else if (w.phase == StepPhase::forward_recv || w.phase == StepPhase::backward_recv) {
+        waiting = Key{w.micro_batch, w.layer, w.phase == StepPhase::forward_recv};
+      }
+    }
+  }
+  REQUIRE(sender.size() == receiver.size());
+  for (const auto& [key, to] : receiver) g.depend(sender.at(key), to);
+  const sim::SimResult result = sim::Simulator(cluster, costs).run(g);
+  analysis::AnalysisInput in{g, result, cluster, costs, topo::Dtype::bf16, 1, stages, "x", "pp", "step"};
+  in.pipeline_stages = stages;
+  return analysis::analyze(in);
+}
+
+}  // namespace
+
+TEST_CASE("A compute-only 1F1B pipeline idles (p - 1) / (m + p - 1) of the step on every stage, exactly", "[pipeline]") {
+  // Every stage does m (tF + tB) of work, tF = n tf and tB = n tb for its n layers. The last stage
+  // cannot start micro-batch 0 before the p - 1 stages ahead of it have each run their forward, and
+  // stage 0 cannot end before micro-batch m - 1's gradient has come back through them:
+  // T = (m + p - 1)(tF + tB), every stage idle (p - 1)(tF + tB), a fraction (p - 1) / (m + p - 1).
+  for (const auto& [p, m, layers] : {std::tuple{4, 8, 8}, std::tuple{2, 3, 4}, std::tuple{4, 4, 4}, std::tuple{8, 16, 16}}) {
+    const PipelineShape shape{p, 1, m, layers};
+    const TimePs tf = 1'000'000, tb = 2'000'000;
+    const TimePs stage = shape.chunk_layers() * (tf + tb);
+    const analysis::StepMetrics r = compute_only(shape, tf, tb);
+    INFO("p " << p << " m " << m);
+    CHECK(r.step_time_ps == (m + p - 1) * stage);
+    REQUIRE(r.stages.size() == static_cast<std::size_t>(p));
+    for (const analysis::StageMetrics& st : r.stages) {
+      CHECK(st.bubble_ps == (p - 1) * stage);
+      CHECK(st.bubble_ps * (m + p - 1) == r.step_time_ps * (p - 1));
+      CHECK(st.bubble_fraction == Approx(static_cast<double>(p - 1) / (m + p - 1)).epsilon(1e-12));
+      CHECK(st.compute_ps == m * stage);
+    }
+  }
+}
+
+TEST_CASE("The interleaved schedule divides the compute-only bubble by v", "[pipeline]") {
+  // v chunks of n / v layers each: the bubble is (p - 1) chunk times, (p - 1)(tF + tB) / v, with the
+  // same per-stage work m (tF + tB): T = m (tF + tB) + (p - 1)(tF + tB) / v.
+  for (const auto& [p, v, m] : {std::tuple{4, 2, 8}, std::tuple{2, 2, 4}, std::tuple{4, 4, 8}, std::tuple{2, 3, 2}}) {
+    const std::int64_t layers = 4 * p * v;
+    const PipelineShape shape{p, v, m, layers};
+    const TimePs tf = 1'000'000, tb = 2'000'000;
+    const TimePs stage = layers / p * (tf + tb), chunk = shape.chunk_layers() * (tf + tb);
+    const analysis::StepMetrics r = compute_only(shape, tf, tb);
+    const analysis::StepMetrics flat = compute_only(PipelineShape{p, 1, m, layers}, tf, tb);
+    INFO("p " << p << " v " << v << " m " << m);
+    CHECK(r.step_time_ps == m * stage + (p - 1) * chunk);
+    for (std::size_t s = 0; s < r.stages.size(); ++s) {
+      CHECK(r.stages[s].bubble_ps == (p - 1) * chunk);
+      CHECK(r.stages[s].bubble_ps * v == flat.stages[s].bubble_ps);
+    }
+  }
+}
+
+namespace {
+
+TpspRequest pipeline_request(int tp, int dp, int pp, int v, std::int64_t micro_batches) {
+  TpspRequest r;
+  r.shape = test::small_tp_shape(tp);
+  r.shape.dp = dp;
+  r.shape.layers = 8;
+  r.shape.pp = pp;
+  r.shape.virtual_stages = v;
+  r.kind = r.dp_kind = r.up_kind = model::ScheduleKind::baseline;
+  r.schedule.kind = model::ScheduleKind::baseline;
+  r.options.scope = Scope::step;
+  r.step = StepOptions{micro_batches, model::Recompute::none, model::DpSharding::ddp, 64 * tp, std::nullopt, false, 1};
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("Generated stages: each rank runs its own layers, the embedding on the first, the loss on the last",
+          "[pipeline][step]") {
+  // tp 2 x dp 2 x pp 4 (16 ranks, stage-major: ranks 4s .. 4s + 3 are stage s), 8 layers, 4
+  // micro-batches, 1F1B: stage s holds layers 2s, 2s + 1.
+  const TpspRequest req = pipeline_request(2, 2, 4, 1, 4);
+  const Schedule s = generate_tpsp(req);
+  validate(s.graph);
+  CHECK(s.graph.num_ranks() == 16);
+  CHECK(s.gpus == 16);
+  CHECK(s.pipeline_stages == 4);
+  CHECK(s.tokens == 8 * 2 * 2 * 4);  // rows x dp x micro-batches: the stages share the tokens
+  std::map<int, std::set<int>> layers;
+  std::map<int, int> sends, recvs, embedding, head;
+  for (TaskId id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    if (t.labels.layer >= 0 && std::holds_alternative<ComputeTask>(t.kind)) layers[t.rank].insert(t.labels.layer);
+    if (t.labels.op == "pp_send" || t.labels.op == "pp_grad_send") ++sends[t.rank];
+    if (t.labels.op == "pp_recv" || t.labels.op == "pp_grad_recv") ++recvs[t.rank];
+    if (t.name.find("embedding/fwd/lookup") != std::string::npos) ++embedding[t.rank];
+    if (t.name.find("lm_head") != std::string::npos) ++head[t.rank];
+  }
+  for (int rank = 0; rank < 16; ++rank) {
+    const int stage = rank / 4;
+    INFO("rank " << rank);
+    CHECK(layers[rank] == std::set<int>{2 * stage, 2 * stage + 1});
+    // Activations forward from stages 0..2, gradients back from stages 1..3: one per micro-batch.
+    CHECK(sends[rank] == 4 * ((stage < 3) + (stage > 0)));
+    CHECK(recvs[rank] == sends[rank]);
+    CHECK(embedding[rank] == (stage == 0 ? 4 : 0));
+    CHECK((head[rank] > 0) == (stage == 3));
+  }
+  // The activation a TP rank sends is its sequence shard, [n, h] bf16: 8 rows x 32 x 2 B.
+  for (TaskId id = 0; id < s.graph.size(); ++id)
+    if (const auto* send = std::get_if<SendTask>(&s.graph.task(id).kind))
+      if (s.graph.task(id).labels.op == "pp_send") CHECK(send->bytes == 8 * 32 * 2);
+}
+
+TEST_CASE("Stages split the work without changing it", "[pipeline][step]") {
+  // The same model and micro-batches with pp 1, 2 and 4 (1F1B) and interleaved (pp 2, v 2): the
+  // FLOPs of the whole job agree, and each stage's ranks do a pp-th of the layers' work.
+  const topo::Cluster cluster = sim_test::star(16);
+  const sim_test::TestCostModel base;
+  struct Costs final : model::KernelCostModel {
+    const sim_test::TestCostModel& base;
+    explicit Costs(const sim_test::TestCostModel& b) : base(b) {}
+    model::KernelCost cost(const model::Kernel& k, topo::Dtype d, const topo::DeviceModel& dev) const override {
+      if (const auto* a = std::get_if<model::AttentionKernel>(&k)) {
+        model::KernelCost c;
+        c.flops = 4.0 * static_cast<double>(a->batch * a->heads * a->seq_q * a->seq_kv * a->head_dim);
+        c.duration_ps = static_cast<TimePs>(c.flops);
+        return c;
+      }
+      return base.cost(k, d, dev);
+    }
+    double rate(const model::KernelCost& c, const topo::DeviceModel& d, const model::DeviceLoad& l) const override {
+      return base.rate(c, d, l);
+    }
+  } costs(base);
+  sim::Simulator sim(cluster, costs);
+  double reference = 0.0;
+  for (const auto& [pp, v] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{4, 1}, std::pair{2, 2}}) {
+    const Schedule s = generate_tpsp(pipeline_request(2, 1, pp, v, 4));
+    const sim::SimResult res = sim.run(s.graph);
+    const analysis::StepMetrics m = analysis::analyze(s, res, cluster, costs, topo::Dtype::bf16);
+    INFO("pp " << pp << " v " << v);
+    if (pp == 1) reference = m.model_flops;
+    CHECK(m.model_flops == Approx(reference).epsilon(1e-12));
+    CHECK(m.stages.size() == static_cast<std::size_t>(pp > 1 ? pp : 0));
+    for (const analysis::StageMetrics& st : m.stages) {
+      CHECK(st.bubble_ps > 0);
+      CHECK(st.bubble_ps < m.step_time_ps);
+    }
+  }
+}
+
+TEST_CASE("Pipeline requests that cannot be built are refused with the key at fault", "[pipeline]") {
+  auto path_of = [](TpspRequest r) {
+    try {
+      generate_tpsp(r);
+    } catch (const InputError& e) {
+      return e.json_path();
+    }
+    return std::string("accepted");
+  };
+  TpspRequest r = pipeline_request(2, 1, 3, 1, 4);  // 8 layers over 3 stages
+  CHECK(path_of(r) == "$.parallel.pp");
+  r = pipeline_request(2, 1, 2, 2, 3);  // interleaved with 3 micro-batches over 2 stages
+  CHECK(path_of(r) == "$.training.grad_accumulation");
+  r = pipeline_request(2, 1, 2, 1, 4);
+  r.options.scope = Scope::stack;
+  CHECK(path_of(r) == "$.parallel.pp");
+  r = pipeline_request(2, 2, 2, 1, 4);
+  r.step.dp_sharding = model::DpSharding::zero3;
+  CHECK(path_of(r) == "$.parallel.dp_sharding");
+  CHECK(path_of(pipeline_request(2, 2, 2, 1, 4)) == "accepted");
+}
