@@ -186,6 +186,7 @@ json ChromeTraceRecorder::to_json() const {
     if (rank >= 0 && rank < cluster_.num_ranks())
       label = fmt::format("rank {} (node {}, {})", rank, cluster_.node_of(rank),
                           cluster_.rank_model.at(static_cast<std::size_t>(rank)));
+    if (ranks_per_stage_ > 0 && rank >= 0) label = fmt::format("stage {}, {}", rank / ranks_per_stage_, label);
     events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"tid", 0}, {"args", {{"name", label}}}});
     events.push_back(
         {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"tid", 0}, {"args", {{"sort_index", rank}}}});

@@ -20,6 +20,10 @@ std::vector<CommandSpec> registered_commands() {
       {"sweep", "simulate a grid of configurations (sequence, TP, UP, DP, micro-batch, slices, clusters, "
                 "workloads) and write one row per run as CSV or JSON",
        make_sweep_command},
+      {"search", "find the best configurations of a model on a cluster: tp x up x pp x dp x micro-batch x "
+                 "recompute x ZeRO x overlap schedule, pruned by memory and divisibility, simulated in the order "
+                 "of an exact lower bound",
+       make_search_command},
       {"merge", "join the parts of a sharded sweep (sweep --shard i/n) into one result file", make_merge_command},
       {"plot", "draw the figures of a sweep result with gnuplot (SVG and PNG, with data and scripts)",
        make_plot_command},

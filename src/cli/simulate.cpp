@@ -304,6 +304,7 @@ SimulateReport simulate(const SimulateRequest& request) {
     report.notes.push_back(fmt::format("pp {}: the whole step is simulated (a pipeline has no layer or stack scope)",
                                        w.parallel.pp));
   }
+  report.scopes = scopes;
   for (sched::Parallelism parallelism : parallelisms_for(request, w))
   for (sched::Scope scope : scopes) {
     for (model::ScheduleKind kind : request.schedules) {
@@ -323,7 +324,10 @@ SimulateReport simulate(const SimulateRequest& request) {
           report.notes.push_back(note);
       }
       std::optional<analysis::ChromeTraceRecorder> recorder;
-      if (request.record_traces) recorder.emplace(cluster, &costs, schedule.graph.regions(), request.trace_filter);
+      if (request.record_traces) {
+        recorder.emplace(cluster, &costs, schedule.graph.regions(), request.trace_filter);
+        if (schedule.pipeline_stages > 1) recorder->label_stages(schedule.gpus / schedule.pipeline_stages);
+      }
       const sim::SimResult result = simulator.run(schedule.graph, recorder ? &*recorder : nullptr);
       SimulateRun run;
       run.metrics = analysis::analyze(schedule, result, cluster, costs, w.dtype);

@@ -126,13 +126,18 @@ class SimulateCommand final : public Command {
         format == OutputFormat::json ? report_json(report).dump(2) + "\n" : report_table(report, regions_);
 
     if (request.record_traces) {
-      // One trace per run, in the order of the runs; the parallelism named when several are compared.
-      const std::vector<sched::Parallelism> pars = parallelisms_for(request, report.workload);
+      // One trace per run, in the order of the runs; the parallelism named when several are compared;
+      // named after the scopes that ran (a pipeline runs the step where the default scopes were asked).
+      SimulateRequest ran = request;
+      ran.scopes = report.scopes;
+      const std::vector<sched::Parallelism> pars = parallelisms_for(ran, report.workload);
       trace_files.clear();
       for (sched::Parallelism par : pars)
-        for (sched::Scope scope : request.scopes)
-          for (model::ScheduleKind kind : request.schedules)
-            trace_files.push_back(trace_path(trace_, request, pars.size() > 1 ? std::optional(par) : std::nullopt, kind, scope));
+        for (sched::Scope scope : ran.scopes)
+          for (model::ScheduleKind kind : ran.schedules)
+            trace_files.push_back(trace_path(trace_, ran, pars.size() > 1 ? std::optional(par) : std::nullopt, kind, scope));
+      if (trace_files.size() != report.runs.size())
+        throw std::logic_error(fmt::format("simulate: {} trace files for {} runs", trace_files.size(), report.runs.size()));
     }
     for (std::size_t i = 0; i < trace_files.size(); ++i) write_maybe_gzipped(trace_files[i], *report.runs[i].trace_json, "--trace");
     if (output_.empty()) {

@@ -1,5 +1,6 @@
 // `simulate` with pipeline stages ($.parallel.pp, --pp): the step, the bubble per stage, the errors.
 #include <fstream>
+#include <set>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -91,4 +92,20 @@ TEST_CASE("pipeline errors name the key or the option, exit 2", "[cli][simulate]
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("tp x up x dp x pp = 8 x 1 x 1 x 8 = 64 ranks") != std::string::npos);
   CHECK(dir.entries() == std::vector<std::string>{"pp.json"});
+}
+
+TEST_CASE("a pipeline's trace names each rank's stage", "[cli][simulate][pipeline][trace]") {
+  ScratchDir dir;
+  write_workload(dir, "pp.json", 2);
+  const auto r = run_fusesim({"simulate", "--workload", "pp.json", "--schedule", "baseline", "--trace", "t.json",
+                              "--trace-ranks", "0,8"},
+                             dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json trace = json::parse(slurp(dir.path() / "t.json"));
+  std::set<std::string> names;
+  for (const json& e : trace["traceEvents"])
+    if (e["ph"] == "M" && e["name"] == "process_name") names.insert(e["args"]["name"].get<std::string>());
+  CHECK(names.count("stage 0, rank 0 (node 0, h100-sxm)") == 1);
+  CHECK(names.count("stage 1, rank 8 (node 1, h100-sxm)") == 1);
 }

@@ -65,6 +65,10 @@ class ChromeTraceRecorder final : public sim::Observer {
   // (util/output.hpp).
   void write(const std::string& path) const;
 
+  // Pipeline parallelism: each process is labelled with its stage ("stage 1, rank 8 (...)"), the
+  // stages being consecutive blocks of `ranks_per_stage` ranks (sched::RankLayout).
+  void label_stages(int ranks_per_stage) { ranks_per_stage_ = ranks_per_stage; }
+
   std::size_t tasks_recorded() const { return tasks_.size(); }
   std::size_t transfers_recorded() const { return transfers_.size(); }
 
@@ -83,6 +87,7 @@ class ChromeTraceRecorder final : public sim::Observer {
   void add_link_counters(nlohmann::json& events) const;
 
   const topo::Cluster& cluster_;
+  int ranks_per_stage_ = 0;
   const model::KernelCostModel* costs_;
   std::vector<sched::Region> regions_;
   TraceFilter filter_;

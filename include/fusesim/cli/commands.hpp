@@ -14,6 +14,7 @@ std::unique_ptr<Command> make_simulate_dag_command();   // src/cli/generate_comm
 std::unique_ptr<Command> make_calibrate_command();      // src/cli/calibrate_command.cpp
 std::unique_ptr<Command> make_validate_command();       // src/cli/validate_command.cpp
 std::unique_ptr<Command> make_sweep_command();          // src/cli/sweep_command.cpp
+std::unique_ptr<Command> make_search_command();         // src/cli/search_command.cpp
 std::unique_ptr<Command> make_merge_command();          // src/cli/merge_command.cpp
 std::unique_ptr<Command> make_check_command();          // src/cli/check_command.cpp
 std::unique_ptr<Command> make_trace_command();          // src/cli/trace_command.cpp

@@ -66,6 +66,9 @@ struct SimulateReport {
   std::string cluster_name;
   model::Workload workload;                // after command-line overrides
   std::vector<SimulateRun> runs;           // parallelisms outer, then scopes, schedules inner, in request order
+  // The scopes run: the request's, except that a pipeline (pp > 1) runs the step when the default
+  // scopes (layer and stack) were asked for.
+  std::vector<sched::Scope> scopes;
   model::MemoryReport memory;              // per rank, for the schedules run (docs/memory.md)
   std::string profile_label;               // the calibration profile's file; empty: the roofline
   std::string pricing;                     // what priced the kernels, one line (model::Pricing::describe)

@@ -1,0 +1,92 @@
+#pragma once
+// `fusesim search` (docs/cli.md "search"): for a model, a cluster, a global batch and a sequence
+// length, every configuration tp x up x pp x dp x pipeline schedule x micro-batch x recompute x ZeRO
+// stage x overlap schedule that uses the GPUs asked for; those that cannot run are pruned, counted by
+// reason; the others are simulated (a whole step each) in the order of an exact lower bound on their
+// step time, until no configuration left can enter the best N (or improve its overlap schedule's
+// best): the best N are those an exhaustive simulation of every candidate would find.
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fusesim/model/pricing.hpp"
+#include "fusesim/model/workload.hpp"
+#include "fusesim/util/units.hpp"
+
+namespace fusesim::cli {
+
+struct SearchSpec {
+  std::string topology = "dgx-h100-4node";
+  std::string workload = "llama-3-70b-4node";
+  std::optional<int> gpus;                   // default: every rank of the cluster
+  std::optional<std::int64_t> global_batch;  // samples per step; default: the workload's micro_batch x grad_accumulation x dp
+  std::optional<std::int64_t> sequence_length;  // default: the workload's
+  // The axes; empty: tp every divisor of the devices per node, up 1, pp every divisor of the layers
+  // that divides the GPUs, micro-batch 1, 2, 4, 8, recompute none, selective, full, every ZeRO stage.
+  std::vector<int> tps, ups, pps;
+  std::vector<std::int64_t> micro_batches;
+  std::vector<model::Recompute> recomputes;
+  std::vector<model::DpSharding> shardings;
+  std::vector<model::ScheduleKind> schedules = model::all_schedule_kinds();
+  // Pipeline schedules with pp > 1: 1 is 1F1B, v > 1 interleaved 1F1B with v chunks per rank.
+  std::vector<int> virtual_stages{1, 2};
+  std::size_t top = 10;
+  model::PricingChoice pricing;
+};
+
+struct SearchCandidate {
+  std::size_t index = 0;  // in enumeration order (the tie-break)
+  model::Workload workload;
+  model::ScheduleKind kind = model::ScheduleKind::baseline;
+  // "tp 8 up 1 pp 2 dp 4 1f1b mb 1x16 recompute full zero1 commfuse"
+  std::string describe() const;
+};
+
+struct SearchRow {
+  SearchCandidate candidate;
+  TimePs lower_bound_ps = 0;
+  TimePs step_ps = 0;
+  double tokens_per_s_per_gpu = 0.0;
+  double mfu = 0.0;
+  TimePs exposed_comm_ps = 0;     // the critical rank's
+  double bubble_fraction = 0.0;   // the largest stage bubble's fraction of the step; 0 without pp
+  Bytes memory_bytes = 0;         // per rank, the fullest stage (docs/memory.md)
+};
+
+struct SearchResult {
+  std::string topology_label, workload_label, cluster_name, model_name;
+  int gpus = 0;
+  std::int64_t global_batch = 0;
+  std::int64_t sequence_length = 0;
+  std::size_t candidates = 0;
+  std::map<std::string, std::size_t> pruned;  // why a candidate cannot run -> how many
+  std::size_t simulated = 0;
+  std::size_t bounded = 0;   // could run, not simulated: their bound is above the N-th best and their schedule's best
+  std::vector<SearchRow> rows;  // simulated, shortest step first (ties: enumeration order)
+  std::size_t top = 10;
+  std::string pricing;          // what priced the kernels
+};
+
+// Called between batches with the result so far (rows unsorted) and the candidates left to look at.
+using SearchProgress = std::function<void(const SearchResult& so_far, std::size_t left)>;
+// Throws InputError for bad input (files, options: "<command line>" and the option).
+SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& progress = {});
+
+// The rows on the Pareto front of step time against memory per GPU: no other row has a shorter
+// step and no more memory, or less memory and no longer step. Indices into rows, by memory.
+std::vector<std::size_t> pareto_front(const std::vector<SearchRow>& rows);
+
+std::string search_table(const SearchResult& r);
+nlohmann::json search_json(const SearchResult& r);
+std::string search_csv(const SearchResult& r);
+// Step time against memory per GPU, the Pareto front marked: <dir>/search.dat, search.gp and, with
+// gnuplot on the PATH, search.svg. Returns the lines to print (files written, or why not drawn).
+std::string write_search_plot(const SearchResult& r, const std::string& dir);
+
+}  // namespace fusesim::cli

@@ -1,0 +1,550 @@
+// `fusesim search` (include/fusesim/cli/search.hpp): enumerate, prune, bound, simulate.
+#include "fusesim/cli/search.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "fusesim/analysis/metrics.hpp"
+#include "fusesim/analysis/table.hpp"
+#include "fusesim/cli/app.hpp"
+#include "fusesim/cli/plot.hpp"
+#include "fusesim/model/memory.hpp"
+#include "fusesim/sched/generate.hpp"
+#include "fusesim/sim/engine.hpp"
+#include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/embedded.hpp"
+#include "fusesim/util/error.hpp"
+#include "fusesim/util/output.hpp"
+
+namespace fusesim::cli {
+namespace {
+
+// Candidates simulated between two looks at the bound: fixed, so that which candidates are simulated
+// does not depend on the thread count.
+constexpr std::size_t kBatch = 8;
+
+std::vector<int> divisors(std::int64_t n, std::int64_t at_most) {
+  std::vector<int> out;
+  for (std::int64_t d = 1; d <= std::min(n, at_most); ++d)
+    if (n % d == 0) out.push_back(static_cast<int>(d));
+  return out;
+}
+
+std::string pipeline_name(const model::Parallelism& p) {
+  if (p.pp == 1) return "-";
+  return p.virtual_stages > 1 ? fmt::format("interleaved v{}", p.virtual_stages) : "1f1b";
+}
+
+// What one worker needs to simulate: its own copy of the cluster (pricing may fit links to it) and
+// cost model.
+struct Pricer {
+  topo::Cluster cluster;
+  model::Pricing pricing;
+  Pricer(const topo::Cluster& c, const model::PricingChoice& choice, model::ProfileCache& cache)
+      : cluster(c), pricing(model::pricing_for(choice, cluster, &cache)) {}
+};
+
+// The compute of one layer for one micro-batch on a rank's compute stream 0, each kernel alone on
+// the device: the forward, the backward with its recomputation, and the backward of the micro-batch
+// that carries the DP sync (CommFuse over DP cuts its weight-gradient GEMMs into ring pieces; the
+// other schedules run it as the others: DDP's no_sync, DP collectives and ZeRO gathers have streams
+// of their own). Probed on a one-layer stack without stages, priced as the simulation prices it.
+struct LayerCompute {
+  TimePs forward_ps = 0;
+  TimePs backward_ps = 0;
+  TimePs last_backward_ps = 0;
+};
+
+LayerCompute probe_layer(model::Workload probe, model::ScheduleKind kind, const std::string& label, const Pricer& p) {
+  probe.arch.layers = 1;
+  probe.parallel.pp = 1;
+  probe.parallel.virtual_stages = 1;
+  probe.parallel.pp_schedule = model::PipelineSchedule::one_f_one_b;
+  probe.parallel.overlap_param_gather = false;
+  probe.grad_accumulation = 1;
+  probe.recompute_every = 1;
+  sched::GenerateOptions options;
+  options.scope = sched::Scope::stack;
+  const sched::Schedule s = sched::generate(probe, label, p.cluster, kind, options);
+  LayerCompute out;
+  for (sched::TaskId id = 0; id < s.graph.size(); ++id) {
+    const sched::Task& t = s.graph.task(id);
+    if (t.rank != 0 || !(t.stream == sched::StreamRef{sched::StreamKind::compute, 0})) continue;
+    const auto* c = std::get_if<sched::ComputeTask>(&t.kind);
+    if (c == nullptr) continue;
+    const TimePs d = p.pricing.costs->cost(c->kernel, c->dtype, p.cluster.device(0)).duration_ps;
+    (t.labels.phase == sched::Phase::forward && !c->recompute ? out.forward_ps : out.backward_ps) += d;
+  }
+  out.last_backward_ps = out.backward_ps;
+  return out;
+}
+
+LayerCompute layer_compute(const model::Workload& w, model::ScheduleKind kind, const std::string& label, const Pricer& p) {
+  model::Workload alone = w;
+  alone.parallel.dp = 1;
+  alone.parallel.dp_sharding = model::DpSharding::ddp;
+  alone.fp8_param_gather = false;
+  LayerCompute out = probe_layer(alone, kind, label, p);
+  if (kind == model::ScheduleKind::commfuse && w.parallel.dp * w.parallel.up > 1)
+    out.last_backward_ps = probe_layer(w, kind, label, p).backward_ps;
+  return out;
+}
+
+// A lower bound on the step time that holds whatever the communication does. A stage's compute
+// stream runs its kernels one at a time, none faster than alone on the device; each stage runs the
+// forward (t_F) and the backward (t_B) of its L/pp layers for every one of the m micro-batches, so
+// the last stage computes m (t_F + t_B). It cannot start before micro-batch 0 has gone forward
+// through the p - 1 stages ahead of it, one chunk of L/(pp v) layers each, and the step cannot end
+// before the last backward has come back through them: (p - 1)(t_F + t_B)/v more (the compute-only
+// pipeline's bubble, docs/schedules.md "Pipeline"). The last micro-batch's backward is the one
+// carrying the DP sync. The embedding, the head and the optimizer are left out. run_search checks
+// every simulated step against its bound.
+TimePs lower_bound(const model::Workload& w, const LayerCompute& c) {
+  const std::int64_t m = w.grad_accumulation, pp = w.parallel.pp;
+  const std::int64_t stage_layers = w.arch.layers / pp, chunk_layers = stage_layers / w.parallel.virtual_stages;
+  return stage_layers * (m * c.forward_ps + (m - 1) * c.backward_ps + c.last_backward_ps) +
+         (pp - 1) * chunk_layers * (c.forward_ps + c.last_backward_ps);
+}
+
+SearchRow simulate_candidate(const SearchCandidate& c, const std::string& label, const Pricer& p) {
+  sched::GenerateOptions options;
+  options.scope = sched::Scope::step;
+  options.backward = c.workload.backward;
+  const sched::Schedule s = sched::generate(c.workload, label, p.cluster, c.kind, options);
+  sim::Simulator simulator(p.cluster, *p.pricing.costs);
+  const sim::SimResult result = simulator.run(s.graph);
+  const analysis::StepMetrics m = analysis::analyze(s, result, p.cluster, *p.pricing.costs, c.workload.dtype);
+  SearchRow row;
+  row.candidate = c;
+  row.step_ps = m.step_time_ps;
+  row.tokens_per_s_per_gpu = m.tokens_per_s_per_gpu;
+  row.mfu = m.mfu;
+  row.exposed_comm_ps = m.critical().exposed_comm_ps;
+  for (const analysis::StageMetrics& st : m.stages) row.bubble_fraction = std::max(row.bubble_fraction, st.bubble_fraction);
+  return row;
+}
+
+// What a refusal at `path` (docs/workload.md, "Consistency checks" and "Fit to the cluster") means
+// for a searched configuration.
+std::string prune_reason(const std::string& path) {
+  static const std::map<std::string, std::string> known{
+      {"$.parallel.tp", "tp: does not split the heads, kv heads or FFN, or a node"},
+      {"$.parallel.up", "up: does not split the heads or kv heads"},
+      {"$.parallel.pp", "pp: does not split the layers (x virtual stages)"},
+      {"$.training.sequence_length", "sequence: does not split over tp x up"},
+      {"$.training.grad_accumulation", "interleaved: micro-batches not a multiple of pp"},
+      {"$.parallel.dp_sharding", "zero3 with pp > 1: not supported"},
+      {"$.schedule.slices", "slice-overlap: the slices do not split the sequence shard"},
+      {"$.schedule.tp_baseline", "te_userbuffers: the sequence does not split into tp x up x 4"},
+      {"$.training.recompute", "recompute op: needs up 1"},
+      {"$.model.layers", "the task graph would be too large to build"},
+      {"$.parallel", "more ranks than the cluster has"},
+  };
+  auto it = known.find(path);
+  return it == known.end() ? path : it->second + " (" + path + ")";
+}
+
+bool better(const SearchRow& a, const SearchRow& b) {
+  return a.step_ps != b.step_ps ? a.step_ps < b.step_ps : a.candidate.index < b.candidate.index;
+}
+
+}  // namespace
+
+std::string SearchCandidate::describe() const {
+  const model::Parallelism& p = workload.parallel;
+  return fmt::format("tp {} up {} pp {} dp {} {} mb {}x{} recompute {} {} {}", p.tp, p.up, p.pp, p.dp, pipeline_name(p),
+                     workload.micro_batch, workload.grad_accumulation, model::to_string(workload.recompute),
+                     model::to_string(p.dp_sharding), model::to_string(kind));
+}
+
+SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& progress) {
+  SearchResult r;
+  const topo::Cluster cluster = topo::load_cluster_by_name_or_path(spec.topology);
+  model::Workload base = model::load_workload(spec.workload);
+  r.topology_label = resolve_input(spec.topology, "topologies").label;
+  r.workload_label = resolve_input(spec.workload, "workloads").label;
+  const std::string& label = r.workload_label;
+  r.cluster_name = cluster.name;
+  r.model_name = base.arch.name;
+  r.top = spec.top;
+  r.gpus = spec.gpus.value_or(cluster.num_ranks());
+  if (r.gpus < 1 || r.gpus > cluster.num_ranks())
+    throw InputError(kCommandLine, "--gpus",
+                     fmt::format("{} GPUs: cluster '{}' has {}", r.gpus, cluster.name, cluster.num_ranks()));
+  if (spec.sequence_length) base.sequence_length = *spec.sequence_length;
+  r.sequence_length = base.sequence_length;
+  r.global_batch = spec.global_batch.value_or(base.micro_batch * base.grad_accumulation * base.parallel.dp);
+  if (spec.top < 1) throw InputError(kCommandLine, "--top", "the number of configurations to show must be >= 1");
+
+  const std::vector<int> tps = spec.tps.empty() ? divisors(cluster.devices_per_node, cluster.devices_per_node) : spec.tps;
+  const std::vector<int> ups = spec.ups.empty() ? std::vector<int>{1} : spec.ups;
+  std::vector<int> pps = spec.pps;
+  if (pps.empty())
+    for (int d : divisors(base.arch.layers, r.gpus))
+      if (r.gpus % d == 0) pps.push_back(d);
+  const std::vector<std::int64_t> mbs = spec.micro_batches.empty() ? std::vector<std::int64_t>{1, 2, 4, 8} : spec.micro_batches;
+  const std::vector<model::Recompute> recomputes =
+      spec.recomputes.empty()
+          ? std::vector<model::Recompute>{model::Recompute::none, model::Recompute::selective, model::Recompute::full}
+          : spec.recomputes;
+  const std::vector<model::DpSharding> shardings =
+      spec.shardings.empty() ? std::vector<model::DpSharding>{model::DpSharding::ddp, model::DpSharding::zero1,
+                                                              model::DpSharding::zero2, model::DpSharding::zero3}
+                             : spec.shardings;
+
+  // Enumerate. A configuration that is the same run under two names (ZeRO stages without DP, pipeline
+  // schedules without stages) is listed once.
+  std::vector<SearchCandidate> valid;
+  auto prune = [&](const std::string& reason, std::size_t count) {
+    r.pruned[reason] += count;
+    r.candidates += count;
+  };
+  const std::size_t inner = recomputes.size() * spec.schedules.size();
+  std::size_t index = 0;
+  for (int tp : tps)
+    for (int up : ups)
+      for (int pp : pps) {
+        const std::int64_t per_replica = std::int64_t{tp} * up * pp;
+        const std::vector<int> vs = pp > 1 ? spec.virtual_stages : std::vector<int>{1};
+        if (r.gpus % per_replica != 0) {
+          prune("gpus: not a multiple of tp x up x pp", vs.size() * mbs.size() * shardings.size() * inner);
+          continue;
+        }
+        const int dp = static_cast<int>(r.gpus / per_replica);
+        const std::vector<model::DpSharding> zs = dp * up > 1 ? shardings : std::vector<model::DpSharding>{model::DpSharding::ddp};
+        for (int v : vs)
+          for (std::int64_t mb : mbs) {
+            if (r.global_batch % (std::int64_t{dp} * mb) != 0) {
+              prune("global batch: not a multiple of dp x micro-batch", zs.size() * inner);
+              continue;
+            }
+            for (model::DpSharding z : zs)
+              for (model::Recompute rc : recomputes)
+                for (model::ScheduleKind kind : spec.schedules) {
+                  SearchCandidate c{index++, base, kind};
+                  model::Workload& w = c.workload;
+                  w.parallel.tp = tp;
+                  w.parallel.up = up;
+                  w.parallel.pp = pp;
+                  w.parallel.dp = dp;
+                  w.parallel.virtual_stages = v;
+                  w.parallel.pp_schedule = v > 1 ? model::PipelineSchedule::interleaved : model::PipelineSchedule::one_f_one_b;
+                  w.parallel.dp_sharding = z;
+                  w.parallel.overlap_param_gather =
+                      base.parallel.overlap_param_gather && pp == 1 &&
+                      (z == model::DpSharding::zero1 || z == model::DpSharding::zero2);
+                  w.fp8_param_gather = base.fp8_param_gather && z == model::DpSharding::zero3;
+                  w.micro_batch = mb;
+                  w.grad_accumulation = r.global_batch / (std::int64_t{dp} * mb);
+                  w.recompute = rc;
+                  w.schedule.kind = kind;
+                  try {
+                    model::validate_workload(w, label);
+                    model::check_fits(w, label, cluster);
+                  } catch (const InputError& e) {
+                    prune(prune_reason(e.json_path()), 1);
+                    continue;
+                  }
+                  const model::MemoryReport mem = model::memory_per_rank(w, cluster, {kind});
+                  if (!mem.fits()) {
+                    prune("memory: more than the device's HBM (docs/memory.md)", 1);
+                    continue;
+                  }
+                  ++r.candidates;
+                  valid.push_back(std::move(c));
+                }
+          }
+      }
+
+  // Bound: one probe per layer shape, priced as the simulation prices it.
+  model::ProfileCache profiles;
+  std::vector<std::unique_ptr<Pricer>> pricers;
+  const int threads = std::max(1, jobs);
+  for (int t = 0; t < threads; ++t) pricers.push_back(std::make_unique<Pricer>(cluster, spec.pricing, profiles));
+  r.pricing = pricers.front()->pricing.describe();
+  std::map<std::string, LayerCompute> layer_cache;
+  std::vector<SearchRow> bounded;
+  for (SearchCandidate& c : valid) {
+    const model::Workload& w = c.workload;
+    // The DP degree and sharding matter only to CommFuse's last backward.
+    const bool fused = c.kind == model::ScheduleKind::commfuse && w.parallel.dp * w.parallel.up > 1;
+    const std::string key = fmt::format("{} {} {} {} {} {} {} {}", w.parallel.tp, w.parallel.up, w.micro_batch,
+                                        model::to_string(w.recompute), model::to_string(c.kind), w.sequence_length,
+                                        fused ? w.parallel.dp : 0, fused ? model::to_string(w.parallel.dp_sharding) : "");
+    auto it = layer_cache.find(key);
+    if (it == layer_cache.end()) {
+      LayerCompute layer;
+      try {
+        layer = layer_compute(w, c.kind, label, *pricers.front());
+      } catch (const InputError&) {
+        layer = LayerCompute{};  // the probe cannot be built alone: no bound
+      }
+      it = layer_cache.emplace(key, layer).first;
+    }
+    SearchRow row;
+    row.lower_bound_ps = lower_bound(w, it->second);
+    row.memory_bytes = model::memory_per_rank(w, cluster, {c.kind}).total_bytes;
+    row.candidate = std::move(c);
+    bounded.push_back(std::move(row));
+  }
+  std::stable_sort(bounded.begin(), bounded.end(), [](const SearchRow& a, const SearchRow& b) {
+    return a.lower_bound_ps != b.lower_bound_ps ? a.lower_bound_ps < b.lower_bound_ps : a.candidate.index < b.candidate.index;
+  });
+
+  // Simulate in bound order. A candidate is skipped when its bound is above the N-th best step found
+  // and above the best of its overlap schedule: it could enter neither list.
+  std::map<model::ScheduleKind, TimePs> best_of_kind;
+  std::vector<TimePs> best;  // sorted steps of the rows so far (the N shortest matter)
+  auto hopeless = [&](const SearchRow& row) {
+    const bool full = best.size() >= spec.top;
+    const TimePs nth = full ? best[spec.top - 1] : std::numeric_limits<TimePs>::max();
+    auto k = best_of_kind.find(row.candidate.kind);
+    const TimePs kind_best = k == best_of_kind.end() ? std::numeric_limits<TimePs>::max() : k->second;
+    return row.lower_bound_ps > nth && row.lower_bound_ps > kind_best;
+  };
+  std::size_t next = 0;
+  std::vector<std::string> failures;
+  while (next < bounded.size()) {
+    std::vector<std::size_t> batch;
+    while (next < bounded.size() && batch.size() < kBatch) {
+      if (hopeless(bounded[next])) {
+        ++r.bounded;
+      } else {
+        batch.push_back(next);
+      }
+      ++next;
+    }
+    if (batch.empty()) continue;
+    std::vector<std::optional<SearchRow>> out(batch.size());
+    std::vector<std::string> why(batch.size());
+    std::atomic<std::size_t> take{0};
+    auto work = [&](int t) {
+      for (std::size_t k = take.fetch_add(1); k < batch.size(); k = take.fetch_add(1)) {
+        const SearchRow& in = bounded[batch[k]];
+        try {
+          SearchRow row = simulate_candidate(in.candidate, label, *pricers[static_cast<std::size_t>(t)]);
+          row.lower_bound_ps = in.lower_bound_ps;
+          row.memory_bytes = in.memory_bytes;
+          out[k] = std::move(row);
+        } catch (const InputError& e) {
+          why[k] = e.json_path();
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < std::min<int>(threads, static_cast<int>(batch.size())); ++t) pool.emplace_back(work, t);
+    work(0);
+    for (auto& th : pool) th.join();
+    for (std::size_t k = 0; k < batch.size(); ++k) {
+      if (!out[k]) {
+        // Refused by the generator (a graph too large to build): it cannot run here.
+        r.pruned[prune_reason(why[k])] += 1;
+        continue;
+      }
+      SearchRow& row = *out[k];
+      if (row.step_ps < row.lower_bound_ps)
+        throw std::logic_error(fmt::format("search: the lower bound {} ps of '{}' is above its simulated step {} ps",
+                                           row.lower_bound_ps, row.candidate.describe(), row.step_ps));
+      ++r.simulated;
+      best.insert(std::upper_bound(best.begin(), best.end(), row.step_ps), row.step_ps);
+      auto [it, fresh] = best_of_kind.emplace(row.candidate.kind, row.step_ps);
+      if (!fresh) it->second = std::min(it->second, row.step_ps);
+      r.rows.push_back(std::move(row));
+    }
+    if (progress) progress(r, bounded.size() - next);
+  }
+  std::sort(r.rows.begin(), r.rows.end(), better);
+  return r;
+}
+
+std::vector<std::size_t> pareto_front(const std::vector<SearchRow>& rows) {
+  std::vector<std::size_t> order(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (rows[a].memory_bytes != rows[b].memory_bytes) return rows[a].memory_bytes < rows[b].memory_bytes;
+    return better(rows[a], rows[b]);
+  });
+  std::vector<std::size_t> front;
+  TimePs shortest = std::numeric_limits<TimePs>::max();
+  for (std::size_t i : order)
+    if (rows[i].step_ps < shortest) {
+      front.push_back(i);
+      shortest = rows[i].step_ps;
+    }
+  return front;
+}
+
+namespace {
+
+std::string ms(TimePs ps) { return fmt::format("{:.1f}", ps_to_seconds(ps) * 1e3); }
+std::string gb(Bytes b) { return fmt::format("{:.1f}", static_cast<double>(b) / 1e9); }
+
+}  // namespace
+
+std::string search_table(const SearchResult& r) {
+  using analysis::Align;
+  std::string out = fmt::format("{} ({}) on {}: {} GPUs, global batch {} x sequence {}; kernels priced by {}\n\n",
+                                r.workload_label, r.model_name, r.cluster_name, r.gpus, r.global_batch,
+                                r.sequence_length, r.pricing);
+  analysis::Table t({{"#", Align::right},        {"tp", Align::right},          {"up", Align::right},
+                     {"pp", Align::right},       {"dp", Align::right},          {"pipeline", Align::left},
+                     {"mb x m", Align::left},    {"recompute", Align::left},    {"zero", Align::left},
+                     {"schedule", Align::left},  {"step (ms)", Align::right},   {"tokens/s/GPU", Align::right},
+                     {"MFU (%)", Align::right},  {"bubble (%)", Align::right},  {"memory (GB)", Align::right},
+                     {"bound (ms)", Align::right}});
+  for (std::size_t i = 0; i < std::min(r.top, r.rows.size()); ++i) {
+    const SearchRow& row = r.rows[i];
+    const model::Workload& w = row.candidate.workload;
+    t.add_row({std::to_string(i + 1), std::to_string(w.parallel.tp), std::to_string(w.parallel.up),
+               std::to_string(w.parallel.pp), std::to_string(w.parallel.dp), pipeline_name(w.parallel),
+               fmt::format("{}x{}", w.micro_batch, w.grad_accumulation), model::to_string(w.recompute),
+               model::to_string(w.parallel.dp_sharding), model::to_string(row.candidate.kind), ms(row.step_ps),
+               fmt::format("{:.0f}", row.tokens_per_s_per_gpu), fmt::format("{:.1f}", row.mfu * 100.0),
+               w.parallel.pp > 1 ? fmt::format("{:.1f}", row.bubble_fraction * 100.0) : "-", gb(row.memory_bytes),
+               ms(row.lower_bound_ps)});
+  }
+  out += t.render();
+  // How much the overlap schedule moves the optimum: each schedule's best configuration.
+  std::map<model::ScheduleKind, const SearchRow*> by_kind;
+  for (const SearchRow& row : r.rows)
+    if (!by_kind.count(row.candidate.kind)) by_kind[row.candidate.kind] = &row;
+  if (!r.rows.empty()) {
+    out += "\nbest per overlap schedule:\n";
+    for (model::ScheduleKind k : model::all_schedule_kinds()) {
+      auto it = by_kind.find(k);
+      if (it == by_kind.end()) continue;
+      out += fmt::format("  {:<9} {} ms ({:+.1f}% against the best): {}\n", model::to_string(k), ms(it->second->step_ps),
+                         100.0 * (static_cast<double>(it->second->step_ps) / static_cast<double>(r.rows.front().step_ps) - 1.0),
+                         it->second->candidate.describe());
+    }
+  }
+  std::size_t pruned = 0;
+  for (const auto& [reason, n] : r.pruned) pruned += n;
+  out += fmt::format("\n{} candidates: {} pruned, {} simulated, {} not simulated (their lower bound is above the step "
+                     "ranked {} and their overlap schedule's best)\n",
+                     r.candidates, pruned, r.simulated, r.bounded, r.top);
+  std::vector<std::pair<std::size_t, std::string>> reasons;
+  for (const auto& [reason, n] : r.pruned) reasons.emplace_back(n, reason);
+  std::stable_sort(reasons.begin(), reasons.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& [n, reason] : reasons) out += fmt::format("  pruned {:>7}  {}\n", n, reason);
+  if (r.rows.empty()) out += "no configuration can run: see the reasons above\n";
+  return out;
+}
+
+namespace {
+nlohmann::json row_json(const SearchRow& row, std::size_t rank) {
+  const model::Workload& w = row.candidate.workload;
+  return {{"rank", rank},
+          {"tp", w.parallel.tp},
+          {"up", w.parallel.up},
+          {"pp", w.parallel.pp},
+          {"dp", w.parallel.dp},
+          {"pp_schedule", w.parallel.pp > 1 ? model::to_string(w.parallel.pp_schedule) : "-"},
+          {"virtual_stages", w.parallel.virtual_stages},
+          {"micro_batch", w.micro_batch},
+          {"grad_accumulation", w.grad_accumulation},
+          {"recompute", model::to_string(w.recompute)},
+          {"dp_sharding", model::to_string(w.parallel.dp_sharding)},
+          {"schedule", model::to_string(row.candidate.kind)},
+          {"step_time_s", ps_to_seconds(row.step_ps)},
+          {"lower_bound_s", ps_to_seconds(row.lower_bound_ps)},
+          {"tokens_per_s_per_gpu", row.tokens_per_s_per_gpu},
+          {"mfu", row.mfu},
+          {"exposed_comm_s", ps_to_seconds(row.exposed_comm_ps)},
+          {"bubble_fraction", row.bubble_fraction},
+          {"memory_bytes", row.memory_bytes}};
+}
+}  // namespace
+
+nlohmann::json search_json(const SearchResult& r) {
+  nlohmann::json doc;
+  doc["topology"] = r.cluster_name;
+  doc["topology_file"] = r.topology_label;
+  doc["workload_file"] = r.workload_label;
+  doc["model"] = r.model_name;
+  doc["gpus"] = r.gpus;
+  doc["global_batch"] = r.global_batch;
+  doc["sequence_length"] = r.sequence_length;
+  doc["pricing"] = r.pricing;
+  doc["candidates"] = r.candidates;
+  doc["simulated"] = r.simulated;
+  doc["not_simulated_by_bound"] = r.bounded;
+  nlohmann::json pruned = nlohmann::json::object();
+  for (const auto& [reason, n] : r.pruned) pruned[reason] = n;
+  doc["pruned"] = std::move(pruned);
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t i = 0; i < r.rows.size(); ++i) rows.push_back(row_json(r.rows[i], i + 1));
+  doc["results"] = std::move(rows);
+  nlohmann::json front = nlohmann::json::array();
+  for (std::size_t i : pareto_front(r.rows)) front.push_back(i + 1);
+  doc["pareto_front"] = std::move(front);  // ranks of the rows on it, by memory
+  return doc;
+}
+
+std::string search_csv(const SearchResult& r) {
+  const std::vector<std::string> columns{"rank", "tp", "up", "pp", "dp", "pp_schedule", "virtual_stages", "micro_batch",
+                                         "grad_accumulation", "recompute", "dp_sharding", "schedule", "step_time_s",
+                                         "lower_bound_s", "tokens_per_s_per_gpu", "mfu", "exposed_comm_s",
+                                         "bubble_fraction", "memory_bytes"};
+  std::string out;
+  for (std::size_t c = 0; c < columns.size(); ++c) out += (c ? "," : "") + columns[c];
+  out += "\n";
+  for (std::size_t i = 0; i < r.rows.size(); ++i) {
+    const nlohmann::json row = row_json(r.rows[i], i + 1);
+    for (std::size_t c = 0; c < columns.size(); ++c) {
+      const nlohmann::json& v = row.at(columns[c]);
+      out += c ? "," : "";
+      out += v.is_string() ? v.get<std::string>() : v.dump();
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string write_search_plot(const SearchResult& r, const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  const std::vector<std::size_t> front = pareto_front(r.rows);
+  std::string data = "# memory_GB step_ms schedule rank\n";
+  for (std::size_t i = 0; i < r.rows.size(); ++i)
+    data += fmt::format("{:.3f} {:.3f} {} {}\n", static_cast<double>(r.rows[i].memory_bytes) / 1e9,
+                        ps_to_seconds(r.rows[i].step_ps) * 1e3, model::to_string(r.rows[i].candidate.kind), i + 1);
+  data += "\n\n# Pareto front\n";
+  for (std::size_t i : front)
+    data += fmt::format("{:.3f} {:.3f} {} {}\n", static_cast<double>(r.rows[i].memory_bytes) / 1e9,
+                        ps_to_seconds(r.rows[i].step_ps) * 1e3, model::to_string(r.rows[i].candidate.kind), i + 1);
+  const std::string dat = (fs::path(dir) / "search.dat").string();
+  const std::string gp = (fs::path(dir) / "search.gp").string();
+  const std::string svg = (fs::path(dir) / "search.svg").string();
+  write_output_file(dat, data, "--plot");
+  const std::string script = fmt::format(
+      "set terminal svg size 900,600 dynamic\nset output '{}'\nset title \"{} on {} ({} GPUs): step time against memory "
+      "per GPU\"\nset xlabel 'memory per GPU (GB)'\nset ylabel 'step time (ms)'\nset key outside right\nset grid\n"
+      "plot '{}' index 0 using 1:2 with points pt 7 ps 0.5 title 'simulated', \\\n"
+      "     '{}' index 1 using 1:2 with linespoints lw 2 pt 6 ps 1.2 title 'Pareto front'\n",
+      fs::path(svg).filename().string(), r.model_name, r.cluster_name, r.gpus, fs::path(dat).filename().string(),
+      fs::path(dat).filename().string());
+  write_output_file(gp, script, "--plot");
+  std::string log = fmt::format("search: wrote {} and {}\n", dat, gp);
+  const std::string gnuplot = find_on_path("gnuplot");
+  if (gnuplot.empty()) return log + "search: gnuplot is not on the PATH: run `gnuplot search.gp` in that folder to draw search.svg\n";
+  const auto quote = [](const std::string& text) {
+    std::string q = "'";
+    for (char ch : text) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+    return q + "'";
+  };
+  const std::string cmd = fmt::format("cd {} && {} search.gp", quote(dir), quote(gnuplot));
+  if (std::system(cmd.c_str()) != 0) return log + "search: gnuplot failed on search.gp\n";
+  return log + fmt::format("search: drew {}\n", svg);
+}
+
+}  // namespace fusesim::cli

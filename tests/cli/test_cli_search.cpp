@@ -1,0 +1,145 @@
+// `fusesim search`: the bound-ordered search finds what simulating every candidate finds; pruning
+// counted by reason; the Pareto front; the command end to end.
+#include <fstream>
+#include <map>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "fusesim/cli/search.hpp"
+#include "process.hpp"
+
+using namespace fusesim;
+using namespace fusesim::cli;
+using namespace fusesim::testing;
+using nlohmann::json;
+
+namespace {
+
+// An 8-layer Llama-3-8B-shaped model: small enough to simulate every candidate on one DGX H100.
+std::string write_model(const ScratchDir& dir) {
+  const json w = json::parse(R"({
+    "schema_version": 1, "name": "search-test",
+    "model": {"name": "m", "layers": 8, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336,
+              "gated_mlp": true, "vocab": 128256, "source": "test"},
+    "training": {"sequence_length": 2048, "micro_batch": 1, "grad_accumulation": 8, "dtype": "bf16"},
+    "parallel": {"tp": 8, "up": 1, "dp": 1},
+    "schedule": {"kind": "commfuse"}
+  })");
+  const std::string path = dir.file("model.json");
+  std::ofstream(path) << w.dump();
+  return path;
+}
+
+SearchSpec small_space(const std::string& workload) {
+  SearchSpec spec;
+  spec.topology = "dgx-h100";
+  spec.workload = workload;
+  spec.global_batch = 8;
+  spec.micro_batches = {1, 2};
+  spec.recomputes = {model::Recompute::none, model::Recompute::full};
+  spec.shardings = {model::DpSharding::ddp, model::DpSharding::zero1};
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE("search returns the configurations that simulating every candidate ranks first", "[cli][search]") {
+  ScratchDir dir;
+  const std::string model = write_model(dir);
+  SearchSpec every = small_space(model);
+  every.top = 1'000'000;  // nothing can be left out by the bound
+  const SearchResult all = run_search(every, 2);
+  CHECK(all.bounded == 0);
+  SearchSpec spec = small_space(model);
+  spec.top = 5;
+  const SearchResult found = run_search(spec, 2);
+  // The same candidates, split differently between simulated and bounded.
+  CHECK(found.candidates == all.candidates);
+  CHECK(found.pruned == all.pruned);
+  CHECK(found.simulated + found.bounded == all.simulated);
+  CHECK(found.bounded > 0);
+  REQUIRE(all.rows.size() >= 5);
+  REQUIRE(found.rows.size() >= 5);
+  for (std::size_t i = 0; i < 5; ++i) {
+    INFO("rank " << i + 1);
+    CHECK(found.rows[i].candidate.describe() == all.rows[i].candidate.describe());
+    CHECK(found.rows[i].step_ps == all.rows[i].step_ps);
+  }
+  // And each overlap schedule's best.
+  std::map<model::ScheduleKind, std::string> best_all, best_found;
+  for (const SearchRow& r : all.rows) best_all.emplace(r.candidate.kind, r.candidate.describe());
+  for (const SearchRow& r : found.rows) best_found.emplace(r.candidate.kind, r.candidate.describe());
+  CHECK(best_found == best_all);
+  // Every simulated step is at least its bound (run_search refuses otherwise), and the bound is
+  // not empty where the candidate computes at all.
+  for (const SearchRow& r : all.rows) {
+    CHECK(r.lower_bound_ps <= r.step_ps);
+    CHECK(r.lower_bound_ps > 0);
+  }
+  // Counted by hand: tp in {1, 2, 4, 8} (divisors of 8 devices), pp in {1, 2, 4, 8} (divisors of the
+  // 8 layers dividing 8 GPUs). tp x pp > 8 for (2, 8), (4, 4), (4, 8), (8, 2), (8, 4), (8, 8): 6
+  // pairs, each with pp > 1 so 2 pipeline schedules (1F1B, interleaved v 2) x 2 micro-batches x 2
+  // shardings x 2 recomputes x 3 schedules = 48 candidates: 288.
+  CHECK(all.pruned.at("gpus: not a multiple of tp x up x pp") == 288);
+  std::size_t pruned = 0;
+  for (const auto& [reason, n] : all.pruned) pruned += n;
+  CHECK(all.candidates == pruned + all.simulated);
+}
+
+TEST_CASE("the Pareto front of step time against memory", "[cli][search]") {
+  // (memory GB, step ms): (10, 5), (20, 3), (15, 6), (30, 3), (5, 9). By memory: 5 -> 9 on the front;
+  // 10 -> 5 shorter, on; 15 -> 6 not shorter; 20 -> 3 on; 30 -> 3 not shorter.
+  std::vector<SearchRow> rows;
+  const std::vector<std::pair<double, double>> points{{10, 5}, {20, 3}, {15, 6}, {30, 3}, {5, 9}};
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    SearchRow r;
+    r.candidate.index = i;
+    r.memory_bytes = static_cast<Bytes>(points[i].first * 1e9);
+    r.step_ps = static_cast<TimePs>(points[i].second * 1e9);
+    rows.push_back(r);
+  }
+  CHECK(pareto_front(rows) == std::vector<std::size_t>{4, 0, 1});
+}
+
+TEST_CASE("fusesim search prints the best configurations and writes CSV and the plot data", "[cli][search]") {
+  ScratchDir dir;
+  write_model(dir);
+  const auto r = run_fusesim({"search", "--workload", "model.json", "--topology", "dgx-h100", "--global-batch", "8",
+                              "--tp", "4,8", "--micro-batch", "1", "--recompute", "none", "--zero", "ddp", "--top", "3",
+                              "--jobs", "2", "--output", "best.csv", "--plot", "fig"},
+                             dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("best per overlap schedule:") != std::string::npos);
+  CHECK(r.out.find(" candidates: ") != std::string::npos);
+  const std::string csv = slurp(dir.path() / "best.csv");
+  CHECK(csv.rfind("rank,tp,up,pp,dp,pp_schedule,virtual_stages,micro_batch,grad_accumulation,recompute,", 0) == 0);
+  CHECK(std::filesystem::exists(dir.path() / "fig" / "search.dat"));
+  CHECK(std::filesystem::exists(dir.path() / "fig" / "search.gp"));
+  // The same search at another thread count writes the same bytes.
+  const auto again = run_fusesim({"search", "--workload", "model.json", "--topology", "dgx-h100", "--global-batch",
+                                  "8", "--tp", "4,8", "--micro-batch", "1", "--recompute", "none", "--zero", "ddp",
+                                  "--top", "3", "--jobs", "1", "--format", "json"},
+                                 dir);
+  const auto json3 = run_fusesim({"search", "--workload", "model.json", "--topology", "dgx-h100", "--global-batch",
+                                  "8", "--tp", "4,8", "--micro-batch", "1", "--recompute", "none", "--zero", "ddp",
+                                  "--top", "3", "--jobs", "3", "--format", "json"},
+                                 dir);
+  REQUIRE(again.exit_code == 0);
+  CHECK(again.out == json3.out);
+}
+
+TEST_CASE("fusesim search refuses bad options with exit 2, naming them", "[cli][search][errors]") {
+  ScratchDir dir;
+  write_model(dir);
+  auto r = run_fusesim({"search", "--workload", "model.json", "--topology", "dgx-h100", "--recompute", "some"}, dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--recompute") != std::string::npos);
+  r = run_fusesim({"search", "--workload", "model.json", "--topology", "dgx-h100", "--gpus", "9"}, dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--gpus") != std::string::npos);
+  r = run_fusesim({"search", "--workload", "missing.json", "--topology", "dgx-h100"}, dir);
+  CHECK(r.exit_code == 2);
+  CHECK(dir.entries() == std::vector<std::string>{"model.json"});
+}
