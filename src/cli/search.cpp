@@ -184,6 +184,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
   r.sequence_length = base.sequence_length;
   r.global_batch = spec.global_batch.value_or(base.micro_batch * base.grad_accumulation * base.parallel.dp);
   if (spec.top < 1) throw InputError(kCommandLine, "--top", "the number of configurations to show must be >= 1");
+  if (r.global_batch < 1) throw InputError(kCommandLine, "--global-batch", "the global batch must be >= 1 sample");
 
   const std::vector<int> tps = spec.tps.empty() ? divisors(cluster.devices_per_node, cluster.devices_per_node) : spec.tps;
   const std::vector<int> ups = spec.ups.empty() ? std::vector<int>{1} : spec.ups;
