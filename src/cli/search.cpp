@@ -204,7 +204,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
 
   // Enumerate. A configuration that is the same run under two names (ZeRO stages without DP, pipeline
   // schedules without stages) is listed once.
-  std::vector<SearchCandidate> valid;
+  std::vector<SearchRow> bounded;  // the candidates that can run, with their memory, then their bound
   auto prune = [&](const std::string& reason, std::size_t count) {
     r.pruned[reason] += count;
     r.candidates += count;
@@ -261,7 +261,10 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
                     continue;
                   }
                   ++r.candidates;
-                  valid.push_back(std::move(c));
+                  SearchRow row;
+                  row.candidate = std::move(c);
+                  row.memory_bytes = mem.total_bytes;
+                  bounded.push_back(std::move(row));
                 }
           }
       }
@@ -273,8 +276,8 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
   for (int t = 0; t < threads; ++t) pricers.push_back(std::make_unique<Pricer>(cluster, spec.pricing, profiles));
   r.pricing = pricers.front()->pricing.describe();
   std::map<std::string, LayerCompute> layer_cache;
-  std::vector<SearchRow> bounded;
-  for (SearchCandidate& c : valid) {
+  for (SearchRow& row : bounded) {
+    const SearchCandidate& c = row.candidate;
     const model::Workload& w = c.workload;
     // The DP degree and sharding matter only to CommFuse's last backward.
     const bool fused = c.kind == model::ScheduleKind::commfuse && w.parallel.dp * w.parallel.up > 1;
@@ -291,11 +294,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
       }
       it = layer_cache.emplace(key, layer).first;
     }
-    SearchRow row;
     row.lower_bound_ps = lower_bound(w, it->second);
-    row.memory_bytes = model::memory_per_rank(w, cluster, {c.kind}).total_bytes;
-    row.candidate = std::move(c);
-    bounded.push_back(std::move(row));
   }
   std::stable_sort(bounded.begin(), bounded.end(), [](const SearchRow& a, const SearchRow& b) {
     return a.lower_bound_ps != b.lower_bound_ps ? a.lower_bound_ps < b.lower_bound_ps : a.candidate.index < b.candidate.index;

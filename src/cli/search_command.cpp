@@ -18,18 +18,19 @@ namespace {
 
 constexpr std::int64_t kMaxAxis = std::int64_t{1} << 20;
 
+// A comma list of `known` values, each named as model::to_string names it (and the workload files).
 template <typename T>
-std::vector<T> names(const std::string& option, const std::string& text, const std::vector<std::pair<std::string, T>>& known) {
+std::vector<T> names(const std::string& option, const std::string& text, const std::vector<T>& known) {
   std::vector<T> out;
   if (text.empty()) return out;
   for (const std::string& name : parse_name_axis(option, text)) {
-    auto it = std::find_if(known.begin(), known.end(), [&](const auto& k) { return k.first == name; });
+    auto it = std::find_if(known.begin(), known.end(), [&](T k) { return model::to_string(k) == name; });
     if (it == known.end()) {
       std::string list;
-      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k.first;
+      for (T k : known) list += (list.empty() ? "" : ", ") + model::to_string(k);
       throw InputError(kCommandLine, option, fmt::format("'{}' is not one of {}", name, list));
     }
-    out.push_back(it->second);
+    out.push_back(*it);
   }
   return out;
 }
@@ -92,16 +93,11 @@ class SearchCommand final : public Command {
     if (!virtual_stages_.empty()) spec.virtual_stages = ints("--virtual-stages", virtual_stages_);
     if (!micro_batch_.empty())
       for (int v : ints("--micro-batch", micro_batch_)) spec.micro_batches.push_back(v);
-    spec.recomputes = names<model::Recompute>("--recompute", recompute_,
-                                              {{"none", model::Recompute::none},
-                                               {"selective", model::Recompute::selective},
-                                               {"full", model::Recompute::full},
-                                               {"op", model::Recompute::op}});
-    spec.shardings = names<model::DpSharding>("--zero", zero_,
-                                              {{"ddp", model::DpSharding::ddp},
-                                               {"zero1", model::DpSharding::zero1},
-                                               {"zero2", model::DpSharding::zero2},
-                                               {"zero3", model::DpSharding::zero3}});
+    using model::DpSharding, model::Recompute;
+    spec.recomputes = names<Recompute>("--recompute", recompute_,
+                                       {Recompute::none, Recompute::selective, Recompute::full, Recompute::op});
+    spec.shardings = names<DpSharding>("--zero", zero_,
+                                       {DpSharding::ddp, DpSharding::zero1, DpSharding::zero2, DpSharding::zero3});
     spec.schedules = parse_schedules(schedule_);
     if (!top_.empty()) spec.top = static_cast<std::size_t>(parse_positive_int("--top", top_, 1 << 20));
     spec.pricing = model::pricing_choice(profile_, roofline_);

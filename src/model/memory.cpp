@@ -209,10 +209,8 @@ std::int64_t stage_params_per_tp_rank(const Architecture& a, const Parallelism& 
 std::int64_t stage_layers_in_flight(const Workload& w, int stage) {
   const std::int64_t pp = w.parallel.pp, v = w.parallel.virtual_stages, m = w.grad_accumulation;
   if (pp == 1) return w.arch.layers;
-  if (v == 1) return std::min(pp - stage, m) * (w.arch.layers / pp);
-  const std::int64_t total = m * v;
-  const std::int64_t warmup = m == pp ? total : std::min(total, (pp - stage - 1) * 2 + (v - 1) * pp);
-  return std::min(total, warmup + 1) * (w.arch.layers / (pp * v));
+  // The warm-up forwards and the first steady one, each a chunk of layers / (pp v) layers.
+  return std::min(m * v, pipeline_warmup_forwards(pp, v, m, stage) + 1) * (w.arch.layers / (pp * v));
 }
 
 Bytes communicator_buffer_bytes(const Workload& w, const topo::DeviceModel& device) {
@@ -276,17 +274,13 @@ Bytes comm_buffer_bytes_per_rank(const Workload& w, ScheduleKind kind, Bytes com
 
 MemoryReport memory_per_rank(const Workload& w, const topo::DeviceModel& device,
                              const std::vector<ScheduleKind>& kinds) {
-  const Parallelism& p = w.parallel;
-  if (p.pp > 1) {
-    // Every stage's own report; the one that needs most is the run's.
-    MemoryReport worst;
-    for (int s = 0; s < p.pp; ++s) {
-      MemoryReport r = stage_memory(w, device, kinds, s);
-      if (s == 0 || r.total_bytes > worst.total_bytes) worst = std::move(r);
-    }
-    return worst;
+  // Every stage's own report; the one that needs most is the run's.
+  MemoryReport worst = stage_memory(w, device, kinds, 0);
+  for (int s = 1; s < w.parallel.pp; ++s) {
+    MemoryReport r = stage_memory(w, device, kinds, s);
+    if (r.total_bytes > worst.total_bytes) worst = std::move(r);
   }
-  return stage_memory(w, device, kinds, 0);
+  return worst;
 }
 
 MemoryReport stage_memory(const Workload& w, const topo::DeviceModel& device, const std::vector<ScheduleKind>& kinds,
@@ -402,7 +396,8 @@ std::string format_memory_line(const MemoryReport& r) {
   return fmt::format(
       "memory per rank{}: {} of {} ({}){}: parameters {}, gradients {}, optimizer {}, activations {}, "
       "comm buffers {} GB\n",
-      r.stages > 1 ? fmt::format(" (pipeline stage {} of {}, the fullest)", r.stage, r.stages) : "", format_gb(r.total_bytes), format_gb(r.capacity_bytes), r.device_model, r.fits() ? "" : ", DOES NOT FIT",
+      r.stages > 1 ? fmt::format(" (pipeline stage {} of {}, the fullest)", r.stage, r.stages) : "",
+      format_gb(r.total_bytes), format_gb(r.capacity_bytes), r.device_model, r.fits() ? "" : ", DOES NOT FIT",
       gb(r.parameters_bytes), gb(r.gradients_bytes), gb(r.optimizer_bytes), gb(r.activations_bytes),
       gb(r.comm_buffers_bytes));
 }

@@ -72,6 +72,14 @@ std::string to_string(PipelineSchedule s) {
   return "?";
 }
 
+std::int64_t pipeline_warmup_forwards(std::int64_t stages, std::int64_t virtual_stages, std::int64_t micro_batches,
+                                      std::int64_t stage) {
+  const std::int64_t total = micro_batches * virtual_stages;
+  if (virtual_stages == 1) return std::min(total, stages - stage - 1);
+  if (micro_batches == stages) return total;
+  return std::min(total, (stages - stage - 1) * 2 + (virtual_stages - 1) * stages);
+}
+
 std::string to_string(DpSharding s) {
   switch (s) {
     case DpSharding::ddp: return "ddp";

@@ -67,10 +67,7 @@ std::vector<StepWork> pipeline_order(const PipelineShape& shape, std::int64_t st
     for (std::int64_t l = l0 + n - 1; l >= l0; --l) out.push_back(StepWork{StepPhase::backward_layer, mb, l});
     out.push_back(vs == 0 ? StepWork{StepPhase::backward_end, mb, -1} : StepWork{StepPhase::backward_send, mb, l0 - 1});
   };
-  // Megatron runs every forward first when the interleaved schedule has only one group of micro-batches.
-  const std::int64_t warmup =
-      v == 1 ? std::min(total, p - stage - 1)
-             : (m == p ? total : std::min(total, (p - stage - 1) * 2 + (v - 1) * p));
+  const std::int64_t warmup = model::pipeline_warmup_forwards(p, v, m, stage);
   for (std::int64_t k = 0; k < warmup; ++k) forward(k);
   for (std::int64_t k = 0; k < total - warmup; ++k) {
     forward(warmup + k);

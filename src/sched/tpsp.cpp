@@ -894,8 +894,7 @@ std::int64_t Builder::stage_tag(bool forward, std::int64_t mb, std::int64_t laye
 // sender reaches it, and the work that needs it waits for it. A send waits for `after`.
 Deps Builder::stage_transfer(bool send, int peer_stage, bool forward, std::int64_t mb, std::int64_t layer,
                              const Deps& after) {
-  const Communicator pp = make_communicators(req_.schedule).pp;
-  const RankLayout peer{t_, sh_.up, sh_.dp, peer_stage * t_ * sh_.up * sh_.dp};
+  const RankLayout peer = layout(peer_stage);
   const Bytes size = bytes(n() * sh_.hidden);
   const std::int64_t tag = stage_tag(forward, mb, layer);
   const std::string what = std::string(forward ? "" : "grad_") + (send ? "send" : "recv");
@@ -907,8 +906,9 @@ Deps Builder::stage_transfer(bool send, int peer_stage, bool forward, std::int64
     lab.phase = forward ? Phase::forward : Phase::backward;
     lab.op = "pp_" + what;
     const int other = peer.rank(ti, up_index_, replica_);
-    TaskKind kind = send ? TaskKind{SendTask{other, size, tag, pp.p2p_engine, pp.sms}} : TaskKind{RecvTask{other, size, tag}};
-    out[ti] = {add(ti, fmt::format("{}pp/{}/L{}", mb_prefix_, what, layer), pp.p2p_stream(), std::move(kind),
+    TaskKind kind = send ? TaskKind{SendTask{other, size, tag, pp_comm_.p2p_engine, pp_comm_.sms}}
+                         : TaskKind{RecvTask{other, size, tag}};
+    out[ti] = {add(ti, fmt::format("{}pp/{}/L{}", mb_prefix_, what, layer), pp_comm_.p2p_stream(), std::move(kind),
                    std::move(lab), -1, send ? after[ti] : std::vector<TaskId>{})};
   }
   return out;

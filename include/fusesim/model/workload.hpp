@@ -121,6 +121,13 @@ topo::Dtype default_grad_reduce_dtype(topo::Dtype compute);
 // interleaved 1F1B, each rank holding `virtual_stages` chunks of layers (Narayanan et al., SC'21).
 enum class PipelineSchedule { one_f_one_b, interleaved };
 std::string to_string(PipelineSchedule s);  // "1f1b", "interleaved"
+// The forwards stage `stage` of `stages` runs before its first backward, of the micro_batches x
+// virtual_stages chunk forwards it runs in all (virtual_stages 1: 1F1B). Megatron-LM's warm-up counts:
+// min(stages - stage - 1, m) for 1F1B; (stages - stage - 1) x 2 + (v - 1) x stages for the interleaved
+// schedule, or every forward when m == stages. The order (sched::pipeline_order) and the memory it
+// keeps (model::stage_layers_in_flight) both follow from it.
+std::int64_t pipeline_warmup_forwards(std::int64_t stages, std::int64_t virtual_stages, std::int64_t micro_batches,
+                                      std::int64_t stage);
 
 struct Parallelism {
   int tp = 1;  // tensor (+ sequence) parallel degree

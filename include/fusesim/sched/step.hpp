@@ -84,19 +84,18 @@ struct PipelineShape {
   }
 };
 // What stage `stage` runs, in order, with forward and backward (a pipeline trains):
+// model::pipeline_warmup_forwards forwards first, then a forward and a backward in turn, then the
+// remaining backwards:
 // - virtual_stages 1: PipeDream-flush 1F1B as Megatron-LM runs it (forward_backward_pipelining_
-//   without_interleaving): min(stages - stage - 1, micro_batches) warm-up forwards, then a forward and
-//   a backward in turn, then the remaining backwards;
+//   without_interleaving);
 // - virtual_stages v > 1: Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_
 //   interleaving): the k-th forward is micro-batch (k / (stages v)) stages + k % stages on chunk
-//   (k / stages) % v, the k-th backward the same micro-batch on chunk v - 1 - (k / stages) % v;
-//   (stages - stage - 1) x 2 + (v - 1) x stages warm-up forwards (all of them if that is more than
-//   there are), then 1F1B, then the remaining backwards. micro_batches must be a multiple of stages.
+//   (k / stages) % v, the k-th backward the same micro-batch on chunk v - 1 - (k / stages) % v.
+//   micro_batches must be a multiple of stages.
 // A forward on a chunk: its input (forward_begin on virtual stage 0, else forward_recv), its layers,
 // then forward_send unless it is the last virtual stage. A backward: backward_begin on the last
 // virtual stage (else backward_recv), its layers last first, then backward_end on virtual stage 0
-// (else backward_send). With virtual_stages > 1 and micro_batches == stages every forward comes
-// first, as Megatron-LM runs that case.
+// (else backward_send).
 std::vector<StepWork> pipeline_order(const PipelineShape& shape, std::int64_t stage);
 
 // Adam with fp32 master weights and moments, as the fused kernels run it (apex/TE FusedAdam, PyTorch's

@@ -38,7 +38,7 @@ class Builder {
   Builder(const TpspRequest& req, Schedule& out, DataflowProgram& prog)
       : req_(req), sh_(req.shape), g_(out.graph), prog_(prog),
         strategy_(req.tp_strategy != nullptr ? *req.tp_strategy : tp_strategy(req.kind, req.schedule)),
-        comm_(make_communicators(req.schedule).tp),
+        comm_(make_communicators(req.schedule).tp), pp_comm_(make_communicators(req.schedule).pp),
         t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.activation_dtype())),
         up_(req, out.graph, prog, tags_, next_instance_) {
     k_ = strategy_.slices(req.schedule);
@@ -47,8 +47,10 @@ class Builder {
   void set_replica(int d) { replica_ = d; region_count_ = 0; }
   // Ulysses: the TP group of UP index u holds positions [u seq/up, (u+1) seq/up) of every sample.
   void set_up_index(int u) { up_index_ = u; region_count_ = 0; up_.set_position(replica_, u, stage_first()); }
-  int stage_first() const { return stage_ * t_ * sh_.up * sh_.dp; }
-  RankLayout layout() const { return RankLayout{t_, sh_.up, sh_.dp, stage_first()}; }
+  int stage_first() const { return layout().first; }
+  // The ranks of pipeline stage `stage` (this builder's stage by default).
+  RankLayout layout(int stage) const { return RankLayout{t_, sh_.up, sh_.dp, stage * t_ * sh_.up * sh_.dp}; }
+  RankLayout layout() const { return layout(stage_); }
   int rank(int ti) const { return layout().rank(ti, up_index_, replica_); }
 
   void generate();
@@ -61,6 +63,7 @@ class Builder {
   DataflowProgram& prog_;
   const TpStrategy& strategy_;
   const TpCommunicator comm_;  // the TP group's streams and engines (UP's and DP's: their emitters')
+  const Communicator pp_comm_;  // the pipeline stages' transfers
   int t_;
   int k_;
   int elem_;
