@@ -38,6 +38,22 @@ std::size_t owner(const sched::TaskGraph& graph, int rank) {
 
 }  // namespace
 
+std::vector<int> counted_ranks(int graph_ranks, int simulated_ranks, int pipeline_stages) {
+  const int stages = std::max(1, pipeline_stages);
+  if (graph_ranks % stages != 0)
+    throw std::logic_error(fmt::format("analysis: {} ranks do not split into {} pipeline stages", graph_ranks, stages));
+  const int per_stage = graph_ranks / stages;
+  const int simulated = simulated_ranks > 0 ? simulated_ranks : graph_ranks;
+  if (simulated > graph_ranks || simulated % stages != 0)
+    throw std::logic_error(fmt::format("analysis: {} simulated ranks are not the same count in each of {} stages of {} "
+                                       "ranks", simulated, stages, per_stage));
+  std::vector<int> out;
+  out.reserve(static_cast<std::size_t>(simulated));
+  for (int s = 0; s < stages; ++s)
+    for (int i = 0; i < simulated / stages; ++i) out.push_back(s * per_stage + i);
+  return out;
+}
+
 std::vector<RankIntervals> rank_intervals(const sched::TaskGraph& graph, const sim::SimResult& result) {
   if (result.tasks.size() != graph.size())
     throw std::logic_error(fmt::format("analysis: the result has {} task timings for a graph of {} tasks",
@@ -90,6 +106,12 @@ std::vector<RankIntervals> rank_intervals(const sched::TaskGraph& graph, const s
   return out;
 }
 
+const RankMetrics& StepMetrics::critical() const {
+  for (const RankMetrics& rm : ranks)
+    if (rm.rank == critical_rank) return rm;
+  throw std::logic_error(fmt::format("analysis: the critical rank {} is not among the ranks counted", critical_rank));
+}
+
 StepMetrics analyze(const AnalysisInput& in) {
   const sched::TaskGraph& graph = in.graph;
   const sim::SimResult& result = in.result;
@@ -105,7 +127,10 @@ StepMetrics analyze(const AnalysisInput& in) {
 
   const std::vector<RankIntervals> sets = rank_intervals(graph, result);
   // A mirrored schedule: the simulated ranks' metrics, and their FLOPs as many times as the job runs them.
-  const auto ranks = static_cast<std::size_t>(in.simulated_ranks > 0 ? in.simulated_ranks : graph.num_ranks());
+  const std::vector<int> counted = counted_ranks(graph.num_ranks(), in.simulated_ranks, in.pipeline_stages);
+  const std::size_t ranks = counted.size();
+  std::vector<int> slot(static_cast<std::size_t>(graph.num_ranks()), -1);  // rank -> index in `counted`
+  for (std::size_t i = 0; i < ranks; ++i) slot[static_cast<std::size_t>(counted[i])] = static_cast<int>(i);
   const double replicas = in.replicas > 1 ? static_cast<double>(in.replicas) : 1.0;
 
   TimePs max_end = 0;
@@ -129,8 +154,11 @@ StepMetrics analyze(const AnalysisInput& in) {
   for (sched::TaskId id = 0; id < graph.size(); ++id) {
     const sched::Task& task = graph.task(id);
     const sim::TaskTiming& t = result.tasks[id];
-    const std::size_t r = owner(graph, task.rank);
-    if (r >= ranks) throw std::logic_error(fmt::format("analysis: task '{}' counts for rank {} of {}", task.name, r, ranks));
+    const int counted_as = slot[owner(graph, task.rank)];
+    if (counted_as < 0)
+      throw std::logic_error(fmt::format("analysis: task '{}' counts for rank {}, which is not simulated", task.name,
+                                         owner(graph, task.rank)));
+    const auto r = static_cast<std::size_t>(counted_as);
     last_end[r] = std::max(last_end[r], t.end_ps);
     const bool is_compute = std::holds_alternative<sched::ComputeTask>(task.kind);
 
@@ -160,10 +188,11 @@ StepMetrics analyze(const AnalysisInput& in) {
   bool critical_found = false;
   for (std::size_t r = 0; r < ranks; ++r) {
     RankMetrics& rm = m.ranks[r];
-    rm.rank = static_cast<int>(r);
+    rm.rank = counted[r];
     rm.last_end_ps = last_end[r];
-    const IntervalSet compute = sets[r].compute.clip(0, T);
-    const IntervalSet comm = sets[r].comm.clip(0, T);
+    const RankIntervals& own = sets[static_cast<std::size_t>(rm.rank)];
+    const IntervalSet compute = own.compute.clip(0, T);
+    const IntervalSet comm = own.comm.clip(0, T);
     rm.compute_ps = compute.measure_ps();
     rm.comm_ps = comm.measure_ps();
     rm.overlap_ps = compute.intersect(comm).measure_ps();
@@ -212,7 +241,7 @@ StepMetrics analyze(const AnalysisInput& in) {
     m.peak_flops_per_s += it->second.value;
   }
   if (in.pipeline_stages > 1) {
-    const int per_stage = static_cast<int>(ranks) / in.pipeline_stages;
+    const int per_stage = static_cast<int>(ranks) / in.pipeline_stages;  // counted ranks, stage-major
     for (int s = 0; s < in.pipeline_stages; ++s) {
       const RankMetrics& rm = m.ranks.at(static_cast<std::size_t>(s * per_stage));
       m.stages.push_back(StageMetrics{s, rm.rank, rm.idle_ps,

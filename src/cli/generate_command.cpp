@@ -61,7 +61,7 @@ class GenerateCommand final : public Command {
         sched::generate(job.workload, job.workload_label, job.cluster, request.schedules[0], options);
     sched::DagFile file{std::move(schedule.graph), job.workload.dtype, schedule.tokens,
                         model::to_string(schedule.kind), schedule.parallelism, topology_,
-                        schedule.gpus,   schedule.simulated_ranks, schedule.replicas};
+                        schedule.gpus,   schedule.simulated_ranks, schedule.replicas, schedule.pipeline_stages};
     write_output_file(output_, sched::dag_to_json(file).dump(1) + "\n");
     io.err << fmt::format("wrote {} tasks on {} ranks to {}\n", file.graph.size(), file.graph.num_ranks(), output_);
     if (!job.memory.fits()) io.err << "warning: " << model::format_memory_line(job.memory);
@@ -140,7 +140,8 @@ class SimulateDagCommand final : public Command {
                                         .parallelism = sched::to_string(dag.parallelism),
                                         .scope = "",
                                         .simulated_ranks = dag.simulated_ranks,
-                                        .replicas = dag.replicas};
+                                        .replicas = dag.replicas,
+                                        .pipeline_stages = dag.pipeline_stages};
     const analysis::StepMetrics metrics = analysis::analyze(input);
     nlohmann::json doc = analysis::to_json(metrics);
     doc["pricing"] = pricing.to_json();

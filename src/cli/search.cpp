@@ -115,10 +115,13 @@ TimePs lower_bound(const model::Workload& w, const LayerCompute& c) {
          (pp - 1) * chunk_layers * (c.forward_ps + c.last_backward_ps);
 }
 
-SearchRow simulate_candidate(const SearchCandidate& c, const std::string& label, const Pricer& p) {
+SearchRow simulate_candidate(const SearchCandidate& c, const std::string& label, const Pricer& p,
+                             const std::string& symmetry) {
   sched::GenerateOptions options;
   options.scope = sched::Scope::step;
   options.backward = c.workload.backward;
+  options.dp_as_p2p = symmetry != "none";
+  options.mirror_dp = symmetry == "mirror";
   const sched::Schedule s = sched::generate(c.workload, label, p.cluster, c.kind, options);
   sim::Simulator simulator(p.cluster, *p.pricing.costs);
   const sim::SimResult result = simulator.run(s.graph);
@@ -275,6 +278,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
   const int threads = std::max(1, jobs);
   for (int t = 0; t < threads; ++t) pricers.push_back(std::make_unique<Pricer>(cluster, spec.pricing, profiles));
   r.pricing = pricers.front()->pricing.describe();
+  r.symmetry = spec.symmetry;
   std::map<std::string, LayerCompute> layer_cache;
   for (SearchRow& row : bounded) {
     const SearchCandidate& c = row.candidate;
@@ -331,7 +335,8 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
       for (std::size_t k = take.fetch_add(1); k < batch.size(); k = take.fetch_add(1)) {
         const SearchRow& in = bounded[batch[k]];
         try {
-          SearchRow row = simulate_candidate(in.candidate, label, *pricers[static_cast<std::size_t>(t)]);
+          SearchRow row = simulate_candidate(in.candidate, label, *pricers[static_cast<std::size_t>(t)],
+                                             spec.symmetry);
           row.lower_bound_ps = in.lower_bound_ps;
           row.memory_bytes = in.memory_bytes;
           out[k] = std::move(row);
@@ -475,6 +480,7 @@ nlohmann::json search_json(const SearchResult& r) {
   doc["global_batch"] = r.global_batch;
   doc["sequence_length"] = r.sequence_length;
   doc["pricing"] = r.pricing;
+  doc["symmetry"] = r.symmetry;
   doc["candidates"] = r.candidates;
   doc["simulated"] = r.simulated;
   doc["not_simulated_by_bound"] = r.bounded;

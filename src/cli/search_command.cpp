@@ -73,6 +73,10 @@ class SearchCommand final : public Command {
     sub.add_option("--profile", profile_, "calibration profile (default: the shipped profile of the cluster's device)")
         ->type_name("FILE|NAME");
     sub.add_flag("--roofline", roofline_, "price kernels with the roofline, no profile");
+    sub.add_option("--symmetry", symmetry_,
+                   "none, p2p or mirror, as for simulate: mirror simulates DP replica 0 of each stage where exact")
+        ->type_name("MODE")
+        ->capture_default_str();
     sub.add_option("--format", format_, "table or json")->type_name("FORMAT")->capture_default_str();
     sub.add_option("--output", output_, "write every simulated configuration to this file: .csv or .json")->type_name("FILE");
     sub.add_flag("--quiet", quiet_, "no progress on standard error");
@@ -101,6 +105,9 @@ class SearchCommand final : public Command {
     spec.schedules = parse_schedules(schedule_);
     if (!top_.empty()) spec.top = static_cast<std::size_t>(parse_positive_int("--top", top_, 1 << 20));
     spec.pricing = model::pricing_choice(profile_, roofline_);
+    SimulateRequest symmetry_check;
+    apply_symmetry(symmetry_, symmetry_check);  // a bad mode is refused before the search starts
+    spec.symmetry = symmetry_;
     const OutputFormat format = parse_format(format_);
     const int jobs = jobs_.empty() ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
                                    : parse_positive_int("--jobs", jobs_, 1024);
@@ -145,6 +152,7 @@ class SearchCommand final : public Command {
   std::string schedule_ = "all";
   std::string top_, jobs_, profile_;
   bool roofline_ = false;
+  std::string symmetry_ = "none";
   std::string format_ = "table";
   std::string output_, plot_dir_;
   bool quiet_ = false;

@@ -156,6 +156,7 @@ nlohmann::json dag_to_json(const DagFile& dag) {
   if (dag.gpus > 0) doc["gpus"] = dag.gpus;
   if (dag.simulated_ranks > 0) doc["simulated_ranks"] = dag.simulated_ranks;
   if (dag.replicas != 1) doc["replicas"] = dag.replicas;
+  if (dag.pipeline_stages != 1) doc["pipeline_stages"] = dag.pipeline_stages;
   if (!g.load_alias().empty()) doc["load_alias"] = g.load_alias();
   json regions = json::array();
   for (const Region& r : g.regions()) regions.push_back({{"name", r.name}, {"parallelism", to_string(r.parallelism)}});
@@ -210,6 +211,14 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
   out.gpus = static_cast<int>(root.integer_or("gpus", 1, ranks, 0));
   out.simulated_ranks = static_cast<int>(root.integer_or("simulated_ranks", 1, ranks, 0));
   out.replicas = static_cast<int>(root.integer_or("replicas", 1, 1 << 20, 1));
+  out.pipeline_stages = static_cast<int>(root.integer_or("pipeline_stages", 1, ranks, 1));
+  if (ranks % out.pipeline_stages != 0)
+    root.at("pipeline_stages")
+        .fail(fmt::format("{} ranks do not split into {} equal pipeline stages", ranks, out.pipeline_stages));
+  if (out.simulated_ranks % out.pipeline_stages != 0)
+    root.at("simulated_ranks")
+        .fail(fmt::format("{} simulated ranks do not split evenly over {} pipeline stages", out.simulated_ranks,
+                          out.pipeline_stages));
   if (auto alias = root.find("load_alias")) {
     JsonArray list = alias->as_array();
     list.require_size(static_cast<std::size_t>(ranks), static_cast<std::size_t>(ranks));

@@ -54,19 +54,36 @@ void refuse_oversized(const TpspRequest& r, const std::string& workload_label) {
 // Mirrored DP replicas are exact when every DP ring hop from one replica to the next is like the hop
 // from replica 0 to 1, the one the mirrored ring simulates: all inside a node or all between nodes.
 // With fewer ranks per replica than per node (TP < 8 on DGX nodes) some hops stay on NVLink and the
-// others cross the NICs. Returns why not, or empty.
+// others cross the NICs. With pipeline stages the same holds in each stage, and every replica's hop
+// to the next stage must be like replica 0's, which alone is simulated. Returns why not, or empty.
 std::string mirror_asymmetry(const TpspShape& sh, const topo::Cluster& cluster) {
-  const RankLayout layout{sh.tp, sh.up, sh.dp};
-  const auto crosses = [&](int ti, int d) {
-    return cluster.node_of(layout.rank(ti, sh.up - 1, d)) != cluster.node_of(layout.rank(ti, 0, (d + 1) % sh.dp));
-  };
-  for (int ti = 0; ti < sh.tp; ++ti)
+  const int stage_ranks = sh.tp * sh.up * sh.dp;
+  const auto where = [&](int stage) { return sh.pp > 1 ? fmt::format(" in stage {}", stage) : std::string(); };
+  for (int stage = 0; stage < sh.pp; ++stage) {
+    const RankLayout layout{sh.tp, sh.up, sh.dp, stage * stage_ranks};
+    const auto crosses = [&](int ti, int d) {
+      return cluster.node_of(layout.rank(ti, sh.up - 1, d)) != cluster.node_of(layout.rank(ti, 0, (d + 1) % sh.dp));
+    };
+    for (int ti = 0; ti < sh.tp; ++ti)
+      for (int d = 1; d < sh.dp; ++d)
+        if (crosses(ti, d) != crosses(ti, 0))
+          return fmt::format("the DP ring's hop from replica 0 to 1{} {} nodes but the hop from replica {} to {} {} "
+                             "(tp x up = {} ranks per replica)",
+                             where(stage), crosses(ti, 0) ? "crosses" : "stays inside", d, (d + 1) % sh.dp,
+                             crosses(ti, d) ? "crosses them" : "does not", layout.tp * layout.up);
+    if (stage + 1 == sh.pp) continue;
+    const RankLayout next{sh.tp, sh.up, sh.dp, (stage + 1) * stage_ranks};
+    const auto to_next = [&](int ti, int u, int d) {
+      return cluster.node_of(layout.rank(ti, u, d)) != cluster.node_of(next.rank(ti, u, d));
+    };
     for (int d = 1; d < sh.dp; ++d)
-      if (crosses(ti, d) != crosses(ti, 0))
-        return fmt::format("the DP ring's hop from replica 0 to 1 {} nodes but the hop from replica {} to {} {} "
-                           "(tp x up = {} ranks per replica)",
-                           crosses(ti, 0) ? "crosses" : "stays inside", d, (d + 1) % sh.dp,
-                           crosses(ti, d) ? "crosses them" : "does not", layout.tp * layout.up);
+      for (int u = 0; u < sh.up; ++u)
+        for (int ti = 0; ti < sh.tp; ++ti)
+          if (to_next(ti, u, d) != to_next(ti, u, 0))
+            return fmt::format("replica 0's activations go from stage {} to {} {} nodes but replica {}'s {}", stage,
+                               stage + 1, to_next(ti, u, 0) ? "across" : "inside", d,
+                               to_next(ti, u, d) ? "cross them" : "do not");
+  }
   return {};
 }
 
@@ -85,13 +102,13 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   if (r.options.mirror_dp && r.shape.pp > 1 && r.shape.dp == 1) {
     r.options.mirror_dp = false;  // nothing to mirror
   } else if (r.options.mirror_dp && r.shape.dp > 1) {
-    fallback = r.shape.pp > 1 ? fmt::format("the {} pipeline stages are not mirrored", r.shape.pp)
-                              : mirror_asymmetry(r.shape, cluster);
+    fallback = mirror_asymmetry(r.shape, cluster);
     if (fallback.empty()) {
-      // The rows the sync cuts are the same in every layer and micro-batch: one of each tells.
+      // The rows the sync cuts are the same in every layer and micro-batch: one of each (one layer
+      // per stage and virtual stage, one group of micro-batches) tells.
       TpspRequest probe = r;
-      probe.shape.layers = 1;
-      probe.step.micro_batches = 1;
+      probe.shape.layers = std::int64_t{r.shape.pp} * r.shape.virtual_stages;
+      probe.step.micro_batches = r.shape.virtual_stages > 1 ? r.shape.pp : 1;
       fallback = generate_tpsp(probe).mirror_inexact;
     }
     if (!fallback.empty()) {

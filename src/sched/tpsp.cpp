@@ -920,6 +920,7 @@ Deps Builder::stage_transfer(bool send, int peer_stage, bool forward, std::int64
 // rank = (d * up + u) * tp + ti: the sync's "replicas" are the up x dp pairs (u, d), tp members each.
 // A pipeline stage syncs its own layers among its ranks.
 void Builder::make_dp_sync() {
+  if (dp_ && mirror_inexact_.empty()) mirror_inexact_ = dp_->mirror_inexact();
   dp_.reset();
   if (sh_.dp * sh_.up <= 1 || !req_.options.backward) return;
   DpConfig cfg;
@@ -996,6 +997,7 @@ void Builder::generate() {
     }
   }
   stage_ = sh_.pp - 1;  // dp_ is the last stage's
+  if (dp_ && mirror_inexact_.empty()) mirror_inexact_ = dp_->mirror_inexact();
 }
 
 }  // namespace tpsp
@@ -1057,8 +1059,6 @@ void check(const TpspRequest& r) {
       refuse(r, "$.parallel.pp", "pipeline parallelism needs a whole step (scope step): stages pass micro-batches");
     if (!r.options.forward || !r.options.backward)
       refuse(r, "$.parallel.pp", "pipeline parallelism is simulated for training (forward and backward)");
-    if (r.options.mirror_dp)
-      refuse(r, "$.parallel.pp", "the mirrored DP sync (--symmetry mirror) does not cover pipeline stages");
     if (s.layers % (std::int64_t{s.pp} * s.virtual_stages) != 0)
       refuse(r, "$.parallel.pp",
              fmt::format("model.layers {} is not divisible by pp x virtual_stages = {}", s.layers,
@@ -1098,19 +1098,23 @@ Schedule generate_tpsp(const TpspRequest& request) {
   auto program = std::make_shared<DataflowProgram>();
   tpsp::Builder builder(request, s, *program);
   builder.generate();
-  if (builder.dp_) s.mirror_inexact = builder.dp_->mirror_inexact();
+  s.mirror_inexact = builder.mirror_inexact_;
   // The P2P form of the DP sync carries no data: without it the program would not compute a step.
   const bool dp_p2p =
       request.shape.dp * request.shape.up > 1 && (request.options.dp_as_p2p || request.options.mirror_dp);
   if (!dp_p2p) s.dataflow = std::move(program);
   if (request.options.mirror_dp && request.shape.dp > 1 && request.piece == TpspPiece::layers) {
-    // Replica 0's ranks do the work; a transfer end on a proxy rank loads the replica-0 rank in the
-    // same (tp, up) position, as the mirrored transfer into that rank would.
+    // Replica 0's ranks of each stage do the work; a transfer end on a proxy rank loads the replica-0
+    // rank of its stage in the same (tp, up) position, as the mirrored transfer into that rank would.
     const int members = request.shape.tp * request.shape.up;
-    s.simulated_ranks = members;
+    const int stage_ranks = members * request.shape.dp;
+    s.simulated_ranks = members * request.shape.pp;
     s.replicas = request.shape.dp;
     std::vector<int> alias(static_cast<std::size_t>(s.graph.num_ranks()));
-    for (std::size_t r = 0; r < alias.size(); ++r) alias[r] = static_cast<int>(r) % members;
+    for (std::size_t r = 0; r < alias.size(); ++r) {
+      const int rank = static_cast<int>(r), first = rank / stage_ranks * stage_ranks;
+      alias[r] = first + (rank - first) % members;
+    }
     s.graph.set_load_alias(std::move(alias));
   }
   return s;

@@ -109,3 +109,72 @@ TEST_CASE("a pipeline's trace names each rank's stage", "[cli][simulate][pipelin
   CHECK(names.count("stage 0, rank 0 (node 0, h100-sxm)") == 1);
   CHECK(names.count("stage 1, rank 8 (node 1, h100-sxm)") == 1);
 }
+
+TEST_CASE("a mirrored pipeline reports what every rank reports, through a written DAG too",
+          "[cli][simulate][pipeline][symmetry][dag]") {
+  // TP 8 x PP 2 x DP 2 on dgx-h100-4node: stage s is nodes 2s and 2s + 1, a DP replica per node.
+  // Mirror simulates ranks 0-7 and 16-23 (replica 0 of each stage); p2p every rank with the same
+  // ring P2P DP sync. The stage bubbles are those of ranks 0 and 16 either way.
+  ScratchDir dir;
+  write_workload(dir, "pp.json", 2);
+  json w = json::parse(slurp((dir.path() / "pp.json").string()));
+  w["parallel"]["dp"] = 2;
+  w["schedule"]["kind"] = "baseline";  // every parallelism's: generate's graph is simulate's row
+  std::ofstream(dir.file("pp-dp2.json")) << w.dump();
+  auto run = [&](const std::string& symmetry) {
+    const auto r = run_fusesim({"simulate", "--workload", "pp-dp2.json", "--schedule", "baseline", "--symmetry",
+                                symmetry, "--format", "json"},
+                               dir);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return json::parse(r.out)["results"][0];
+  };
+  json full = run("p2p");
+  const json mirror = run("mirror");
+  REQUIRE(full["ranks"].size() == 32);
+  REQUIRE(mirror["ranks"].size() == 16);
+  std::set<int> simulated;
+  for (const json& rk : mirror["ranks"]) simulated.insert(rk["rank"].get<int>());
+  std::set<int> expect;
+  for (int r = 0; r < 8; ++r) expect.insert({r, 16 + r});
+  CHECK(simulated == expect);
+  json kept = json::array();
+  for (const json& rk : full["ranks"])
+    if (expect.count(rk["rank"].get<int>()) != 0) kept.push_back(rk);
+  full["ranks"] = kept;
+  CHECK(full.dump() == mirror.dump());
+  REQUIRE(mirror["stages"].size() == 2);
+  CHECK(mirror["stages"][1]["rank"].get<int>() == 16);
+
+  // generate writes the stages beside the simulated ranks; simulate-dag counts the same ranks.
+  const auto g = run_fusesim({"generate", "--workload", "pp-dp2.json", "--schedule", "baseline", "--scope", "step",
+                              "--symmetry", "mirror", "--output", "dag.json"},
+                             dir);
+  INFO(g.err);
+  REQUIRE(g.exit_code == 0);
+  const json dag = json::parse(slurp(dir.file("dag.json")));
+  CHECK(dag["pipeline_stages"].get<int>() == 2);
+  CHECK(dag["simulated_ranks"].get<int>() == 16);
+  const auto d = run_fusesim({"simulate-dag", "--dag", "dag.json", "--format", "json"}, dir);
+  INFO(d.err);
+  REQUIRE(d.exit_code == 0);
+  const json dj = json::parse(d.out);
+  CHECK(dj["step_time_s"] == mirror["step_time_s"]);
+  CHECK(dj["ranks"].size() == 16);
+  REQUIRE(dj["stages"].size() == 2);
+  CHECK(dj["stages"][1]["bubble_s"] == mirror["stages"][1]["bubble_s"]);
+
+  // A DAG whose simulated ranks do not split over its stages is refused at its key.
+  json bad = dag;
+  bad["simulated_ranks"] = 15;
+  std::ofstream(dir.file("bad.json")) << bad.dump();
+  const auto b = run_fusesim({"simulate-dag", "--dag", "bad.json"}, dir);
+  CHECK(b.exit_code == 2);
+  CHECK(b.err.find("$.simulated_ranks") != std::string::npos);
+  bad = dag;
+  bad["pipeline_stages"] = 3;
+  std::ofstream(dir.file("bad.json")) << bad.dump();
+  const auto b3 = run_fusesim({"simulate-dag", "--dag", "bad.json"}, dir);
+  CHECK(b3.exit_code == 2);
+  CHECK(b3.err.find("$.pipeline_stages") != std::string::npos);
+}

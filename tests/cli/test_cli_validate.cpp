@@ -210,22 +210,31 @@ TEST_CASE("every shipped end-to-end case names a workload that fits its cluster,
   // The published cases name their workloads by source-tree path (validation/workloads/...): they
   // resolve to the embedded files from a scratch folder too. Each must pass the workload reader and
   // the fit to its cluster (the memory check included): a case fusesim cannot run must say what it
-  // needs ("needs") rather than fail. Checked here on one layer, forward only, to stay fast.
+  // needs ("needs") rather than fail. Checked here on one layer, forward only, to stay fast; a run
+  // with pipeline stages has no layer scope, so its whole step runs as validate runs it ("symmetry").
   ScratchDir dir;
   const json cases = json::parse(*fusesim::embedded_file("validation/published.json"))["cases"];
-  std::size_t checked = 0;
+  std::size_t checked = 0, pipelined = 0;
   for (const json& c : cases) {
     if (c["category"] != "end_to_end" || !c.contains("workload")) continue;
     const std::string workload = c["workload"].get<std::string>();
     INFO(c["id"].get<std::string>());
-    const auto r = run_fusesim({"simulate", "--workload", workload, "--topology", c["topology"].get<std::string>(),
-                                "--scope", "layer", "--schedule", "baseline", "--forward-only"},
-                               dir);
+    const json w = json::parse(*fusesim::embedded_file(workload));
+    std::vector<std::string> args{"simulate", "--workload", workload, "--topology", c["topology"].get<std::string>(),
+                                  "--schedule", "baseline"};
+    if (w["parallel"].value("pp", 1) > 1) {
+      args.insert(args.end(), {"--scope", "step", "--symmetry", c.value("symmetry", std::string("none"))});
+      ++pipelined;
+    } else {
+      args.insert(args.end(), {"--scope", "layer", "--forward-only"});
+    }
+    const auto r = run_fusesim(args, dir);
     INFO(r.err);
     CHECK(r.exit_code == 0);
     ++checked;
   }
   CHECK(checked >= 20);
+  CHECK(pipelined >= 3);  // the SC21 runs of 39.1B to 145.6B parameters
 }
 
 TEST_CASE("fusesim validate: the MFU of end-to-end cases, measured by fusesim's FLOP count, and their rank "

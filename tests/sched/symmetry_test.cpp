@@ -376,3 +376,115 @@ TEST_CASE("Mirror falls back to every rank where replica 0 does not stand for th
     CHECK(bucketed.simulated_ranks == 8);
   }
 }
+
+namespace {
+
+// Every task of the mirrored graph against its namesake in the full graph (a proxy carries the name
+// of the receive it stands in for), to the picosecond; then the metrics of the simulated ranks.
+void require_same_timeline(const Outcome& full, const Outcome& mirror, const std::vector<int>& simulated) {
+  const std::set<int> sim_ranks(simulated.begin(), simulated.end());
+  std::map<std::string, TaskId> by_name;
+  for (TaskId id = 0; id < full.schedule.graph.size(); ++id) {
+    const Task& t = full.schedule.graph.task(id);
+    if (sim_ranks.count(t.rank) != 0) REQUIRE(by_name.emplace(t.name, id).second);
+  }
+  std::size_t compared = 0, proxies = 0;
+  for (TaskId id = 0; id < mirror.schedule.graph.size(); ++id) {
+    const Task& t = mirror.schedule.graph.task(id);
+    if (sim_ranks.count(t.rank) == 0) {
+      REQUIRE(std::holds_alternative<RecvTask>(t.kind));
+      ++proxies;
+    }
+    const auto it = by_name.find(t.name);
+    REQUIRE(it != by_name.end());
+    const sim::TaskTiming& a = mirror.result.tasks[id];
+    const sim::TaskTiming& b = full.result.tasks[it->second];
+    INFO(t.name);
+    REQUIRE(a.ready_ps == b.ready_ps);
+    REQUIRE(a.start_ps == b.start_ps);
+    REQUIRE(a.end_ps == b.end_ps);
+    ++compared;
+  }
+  CHECK(compared == by_name.size());
+  CHECK(proxies > 0);
+  CHECK(mirror.result.makespan_ps == full.result.makespan_ps);
+  CHECK(mirror.metrics.gpus == full.metrics.gpus);
+  CHECK(mirror.metrics.tokens == full.metrics.tokens);
+  CHECK(mirror.metrics.model_flops == Approx(full.metrics.model_flops).epsilon(1e-12));
+  CHECK(mirror.metrics.mfu == Approx(full.metrics.mfu).epsilon(1e-12));
+  REQUIRE(mirror.metrics.ranks.size() == simulated.size());
+  for (std::size_t i = 0; i < simulated.size(); ++i) {
+    const analysis::RankMetrics& a = mirror.metrics.ranks[i];
+    const analysis::RankMetrics& b = full.metrics.ranks[static_cast<std::size_t>(simulated[i])];
+    REQUIRE(a.rank == simulated[i]);
+    CHECK(a.compute_ps == b.compute_ps);
+    CHECK(a.comm_ps == b.comm_ps);
+    CHECK(a.exposed_comm_ps == b.exposed_comm_ps);
+    CHECK(a.idle_ps == b.idle_ps);
+  }
+  CHECK(mirror.metrics.critical_rank == full.metrics.critical_rank);
+  REQUIRE(mirror.metrics.stages.size() == full.metrics.stages.size());
+  for (std::size_t s = 0; s < full.metrics.stages.size(); ++s) {
+    CHECK(mirror.metrics.stages[s].rank == full.metrics.stages[s].rank);
+    CHECK(mirror.metrics.stages[s].bubble_ps == full.metrics.stages[s].bubble_ps);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Mirrored DP replicas of every pipeline stage reproduce the full-rank simulation exactly",
+          "[symmetry][dp][pipeline]") {
+  // Llama-3-70B's layer shapes, 4 layers, sequence 1024, 4 micro-batches on the four DGX H100 nodes.
+  // Stage s holds ranks s x (tp x dp) ...; mirror simulates replica 0 of each stage, i.e. ranks
+  // s x tp x dp + [0, tp), and the activations between replica 0's stages for real.
+  //   tp 8 dp 2 pp 2: a replica per node, both DP rings and the stage hops over the NICs;
+  //   tp 4 dp 2 pp 2: a stage per node, two replicas in it (DP ring on NVLink), stage hops across;
+  //   tp 2 dp 2 pp 2: all 8 ranks in one node, the stage hops on NVLink; interleaved (v 2) too.
+  // Every gradient's rows split evenly over dp 2 (the padded vocabulary 129024 / tp / 2).
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  struct Case {
+    int tp, dp, v;
+  };
+  for (const Case k : {Case{8, 2, 1}, Case{4, 2, 1}, Case{2, 2, 1}, Case{2, 2, 2}})
+    for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse}) {
+      model::Workload w = small_llama(model::DpSharding::zero1, 4);
+      w.arch.layers = 4;
+      w.parallel.tp = k.tp;
+      w.parallel.dp = k.dp;
+      w.parallel.pp = 2;
+      w.parallel.virtual_stages = k.v;
+      if (k.v > 1) w.parallel.pp_schedule = model::PipelineSchedule::interleaved;
+      INFO(fmt::format("tp {} dp {} pp 2 v {} {}", k.tp, k.dp, k.v, model::to_string(kind)));
+      const Outcome full = simulate(w, c, kind, false);
+      const Outcome mirror = simulate(w, c, kind, true);
+      INFO(mirror.schedule.symmetry_fallback);
+      REQUIRE(mirror.schedule.symmetry_fallback.empty());
+      CHECK(mirror.schedule.simulated_ranks == 2 * k.tp);
+      CHECK(mirror.schedule.replicas == k.dp);
+      std::vector<int> simulated;
+      for (int s = 0; s < 2; ++s)
+        for (int i = 0; i < k.tp; ++i) simulated.push_back(s * k.tp * k.dp + i);
+      CHECK(analysis::counted_ranks(mirror.schedule.graph.num_ranks(), mirror.schedule.simulated_ranks, 2) ==
+            simulated);
+      require_same_timeline(full, mirror, simulated);
+    }
+}
+
+TEST_CASE("Mirrored pipeline stages fall back to every rank where a replica's hops differ from replica 0's",
+          "[symmetry][dp][pipeline]") {
+  // tp 2 x dp 3 x pp 2 on 8-GPU nodes: stage 0 is ranks 0-5 (node 0), stage 1 ranks 6-11: its
+  // replica 0 (6, 7) sits in node 0 and replicas 1 and 2 in node 1. Replica 0's activations stay in
+  // node 0 (0, 1 -> 6, 7), replica 1's cross (2, 3 -> 8, 9): the first difference found (stage 1's DP
+  // ring, whose hop 0 -> 1 crosses nodes and 1 -> 2 does not, would be the next).
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  model::Workload w = small_llama(model::DpSharding::ddp, 2);
+  w.arch.layers = 2;
+  w.parallel.tp = 2;
+  w.parallel.dp = 3;
+  w.parallel.pp = 2;
+  const Outcome mirror = simulate(w, c, model::ScheduleKind::baseline, true);
+  INFO(mirror.schedule.symmetry_fallback);
+  CHECK(mirror.schedule.symmetry_fallback ==
+        "replica 0's activations go from stage 0 to 1 inside nodes but replica 1's cross them");
+  CHECK(mirror.schedule.simulated_ranks == 0);
+}

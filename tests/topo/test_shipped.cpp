@@ -49,6 +49,8 @@ const std::vector<Expected> kShipped = {
     {"dgx-b200-4node", 4, 8, "b200-sxm", 2250e12, 148, false},
     // Selene-like (the SC21 and Korthikanti et al. runs of docs/validation.md): 32 DGX A100 nodes.
     {"dgx-a100-32node", 32, 8, "a100-sxm-80gb", 312e12, 108, false},
+    // The SC21 runs with pipeline stages (39.1B-145.6B on 512-1536 GPUs): 192 nodes.
+    {"dgx-a100-192node", 192, 8, "a100-sxm-80gb", 312e12, 108, false},
     // Device variants of published runs (issue 12): the H800 (NVLink cut to 400 GB/s), the A100 40 GB.
     {"dgx-h800", 1, 8, "h800-sxm", 989e12, 132, false},
     {"dgx-a100-40gb", 1, 8, "a100-sxm-40gb", 312e12, 108, false},
@@ -265,7 +267,8 @@ TEST_CASE("the generated rail topologies are what tools/make_rail_topology.py wr
   };
   for (const Case& k : {Case{"--node dgx-b200 --nodes 4 --spines 4", "dgx-b200-4node"},
                         Case{"--nodes 128 --spines 16", "dgx-h100-128node"},
-                        Case{"--node dgx-a100 --nodes 32 --spines 32", "dgx-a100-32node"}}) {
+                        Case{"--node dgx-a100 --nodes 32 --spines 32", "dgx-a100-32node"},
+                        Case{"--node dgx-a100 --nodes 192 --spines 32", "dgx-a100-192node"}}) {
     INFO(k.file);
     const std::string cmd = fmt::format("python3 {}/tools/make_rail_topology.py {} > {}", src, k.args, out.string());
     REQUIRE(std::system(cmd.c_str()) == 0);

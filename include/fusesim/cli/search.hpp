@@ -38,6 +38,9 @@ struct SearchSpec {
   std::vector<int> virtual_stages{1, 2};
   std::size_t top = 10;
   model::PricingChoice pricing;
+  // simulate --symmetry for every candidate: none, p2p or mirror (DP replica 0 of each stage where
+  // exact, every rank where not; docs/schedules.md "Symmetry").
+  std::string symmetry = "none";
 };
 
 struct SearchCandidate {
@@ -71,6 +74,7 @@ struct SearchResult {
   std::vector<SearchRow> rows;  // simulated, shortest step first (ties: enumeration order)
   std::size_t top = 10;
   std::string pricing;          // what priced the kernels
+  std::string symmetry;         // SearchSpec::symmetry
 };
 
 // Called between batches with the result so far (rows unsorted) and the candidates left to look at.

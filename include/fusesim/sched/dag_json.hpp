@@ -28,6 +28,9 @@ struct DagFile {
   int gpus = 0;
   int simulated_ranks = 0;
   int replicas = 1;
+  // Pipeline stages: equal stage-major parts of the ranks (metrics per stage; a mirrored graph's
+  // simulated ranks are the first simulated_ranks / pipeline_stages of each stage).
+  int pipeline_stages = 1;
 };
 
 nlohmann::json dag_to_json(const DagFile& dag);

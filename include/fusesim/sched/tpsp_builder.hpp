@@ -73,6 +73,8 @@ class Builder {
   // Step scope and DP (docs/schedules.md "DP", "Step"): the gradient sync, whether this micro-batch
   // syncs (the last one), whether tasks carry data ops, recomputation, the micro-batch's name prefix.
   std::unique_ptr<DpSync> dp_;
+  // Why a mirrored DP sync of some stage would not be exact (DpSync::mirror_inexact), the first found.
+  std::string mirror_inexact_;
   bool dp_active_ = false;
   bool data_ = true;
   bool recompute_ = false;
