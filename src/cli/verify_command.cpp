@@ -35,6 +35,8 @@ class VerifyCommand final : public Command {
         ->capture_default_str();
     sub.add_option("--dp", dps_, "DP degrees of the gradient-sync cases, comma-separated; 0: none")
         ->capture_default_str();
+    sub.add_option("--pp", pps_, "pipeline stage counts of the pipeline-order cases, comma-separated; 0: none")
+        ->capture_default_str();
     sub.add_option("--slices", slices_, "slice counts k of slice-overlap, comma-separated")->capture_default_str();
     sub.add_option("--schedule", schedule_, "baseline, slice, commfuse, all, or a comma list")->capture_default_str();
     sub.add_option("--seed", seed_, "seed of the random inputs and of the random execution order")
@@ -43,7 +45,7 @@ class VerifyCommand final : public Command {
     sub.add_option("--output", output_, "write the report to this file instead of standard output");
     sub.add_flag("--inject-fault", inject_fault_,
                  "corrupt the generators on purpose (rank 1 computes the wrong chunk at ring step 1 of the "
-                 "first fused op): every case must then fail");
+                 "first fused op; the last pipeline stage starts with a loss gradient): every case must then fail");
     sub.add_flag("--failures-only", failures_only_, "table format: list only the failing cases");
   }
 
@@ -62,10 +64,17 @@ class VerifyCommand final : public Command {
     const OutputFormat format = parse_format(format_);
     if (inject_fault_) options.fault = sched::TpspFault{1, 0, 1, 1};
     if (inject_fault_) options.dp_fault = sched::DpFault{1, 0, 1};  // DP index 1 swaps parts 0 and 1
+    // The last pipeline stage starts with a loss gradient no forward has reached yet.
+    if (inject_fault_) options.pp_fault = sched::PipelineFault::loss_first;
     if (dps_ == "0") {
       options.dps.clear();
     } else {
       options.dps = parse_int_list("--dp", dps_, 64);
+    }
+    if (pps_ == "0") {
+      options.pps.clear();
+    } else {
+      options.pps = parse_int_list("--pp", pps_, 64);
     }
 
     const sched::VerifyReport report = sched::verify_tpsp(options);
@@ -122,6 +131,7 @@ class VerifyCommand final : public Command {
 
   std::string tps_ = "2,3,4,8";
   std::string dps_ = "2,4,8";
+  std::string pps_ = "2,3,4";
   std::string slices_ = "1,2,4";
   std::string ups_ = "2,4,8";
   std::string schedule_ = "all";

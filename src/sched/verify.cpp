@@ -938,6 +938,7 @@ VerifyReport verify_tpsp(const VerifyOptions& o) {
   }
   if (o.up_layers) verify_ulysses(o, report);
   verify_dp(o, report);
+  verify_pipeline(o, report);
   return report;
 }
 

@@ -139,6 +139,7 @@ TEST_CASE("a shifted chunk in any backward region is caught in every schedule", 
       o.pieces = false;
       o.up_layers = false;  // TPSP cases only (the Ulysses cases: ulysses_test.cpp)
       o.dps.clear();  // no DP sync cases (dp_test.cpp)
+      o.pps.clear();  // no pipeline cases (pipeline_test.cpp)
       o.fault = TpspFault{1, region, step, 1};
       const VerifyReport report = verify_tpsp(o);
       REQUIRE(report.cases.size() == 48u);

@@ -15,6 +15,7 @@
 #include "fusesim/sched/generate.hpp"
 #include "fusesim/sched/step.hpp"
 #include "fusesim/sched/tpsp.hpp"
+#include "fusesim/sched/verify.hpp"
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/util/error.hpp"
 #include "sched_test_util.hpp"
@@ -307,4 +308,48 @@ TEST_CASE("Pipeline requests that cannot be built are refused with the key at fa
   r.step.dp_sharding = model::DpSharding::zero3;
   CHECK(path_of(r) == "$.parallel.dp_sharding");
   CHECK(path_of(pipeline_request(2, 2, 2, 1, 4)) == "accepted");
+}
+
+TEST_CASE("every stage's pipeline order computes what the unpipelined model computes", "[pipeline][verify]") {
+  // 1F1B and interleaved 1F1B for 2-4 stages, fewer micro-batches than stages to several times as
+  // many: the stages' orders pass activations and gradients first in first out, and the outputs,
+  // input gradients and weight gradients summed over the micro-batches are those of the micro-batches
+  // run one after the other (the same floating-point operations in the same order: exactly equal).
+  for (std::int64_t p : {2, 3, 4})
+    for (std::int64_t v : {1, 2, 3})
+      for (std::int64_t m : {p, 2 * p, 3 * p}) {
+        const PipelineShape shape{p, v, m, p * v * 2};
+        INFO(fmt::format("p {} v {} m {}", p, v, m));
+        const ExecuteResult r = verify_pipeline_order(shape, 7);
+        INFO(r.error);
+        CHECK(r.passed);
+        CHECK(r.max_abs_error == 0.0);
+      }
+  for (std::int64_t m : {1, 2, 3, 5}) {  // 1F1B with any count, fewer than the stages too
+    const ExecuteResult r = verify_pipeline_order(PipelineShape{4, 1, m, 8}, 3);
+    INFO(r.error);
+    CHECK(r.passed);
+  }
+}
+
+TEST_CASE("a pipeline order that disagrees between stages or differentiates too early fails",
+          "[pipeline][verify]") {
+  // Stage 1 posts its receive of micro-batch 1's activation first; stage 0 sends micro-batch 0's
+  // first, and NCCL matches send/recv between two ranks in posting order.
+  const ExecuteResult swapped = verify_pipeline_order(PipelineShape{2, 1, 4, 4}, 1, PipelineFault::swap_receives);
+  CHECK_FALSE(swapped.passed);
+  CHECK(swapped.error ==
+        "stage 1, forward_recv of micro-batch 1 at layer 2: the next transfer from stage 0 is micro-batch 0's at "
+        "layer 2: the two stages' orders disagree");
+  const ExecuteResult early = verify_pipeline_order(PipelineShape{3, 2, 3, 12}, 1, PipelineFault::loss_first);
+  CHECK_FALSE(early.passed);
+  CHECK(early.error == "stage 2, backward_begin of micro-batch 0: the loss gradient before the forward reached the loss");
+  // verify_tpsp's report carries the pipeline cases: for 2 stages 1F1B at m 1, 2, 5 and interleaved
+  // v 2 at m 2, 4 and v 3 at m 4 (6); for 3 and 4 stages also 1F1B at m = p - 1 (7 each): 20.
+  VerifyOptions o;
+  o.pieces = o.layers = o.up_layers = false;
+  o.dps.clear();
+  const VerifyReport report = verify_tpsp(o);
+  CHECK(report.cases.size() == 20);
+  CHECK(report.passed());
 }

@@ -266,6 +266,7 @@ TEST_CASE("UP layers equal the unpartitioned layer (reference executor)", "[sche
   VerifyOptions o;
   o.tps = {};
   o.dps = {};  // the DP cases: dp's tests
+  o.pps = {};  // the pipeline cases: pipeline_test.cpp
   o.ups = {2, 4};
   o.slices = {1, 2};
   const VerifyReport report = verify_tpsp(o);

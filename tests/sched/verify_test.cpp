@@ -13,6 +13,7 @@ TEST_CASE("verify_tpsp: every schedule equals the unpartitioned computation", "[
   VerifyOptions options;
   options.up_layers = false;  // TPSP cases only (the Ulysses cases: ulysses_test.cpp)
   options.dps.clear();  // no DP sync cases (dp_test.cpp)
+  options.pps.clear();  // no pipeline cases (pipeline_test.cpp)
   const VerifyReport report = verify_tpsp(options);
   // Per t: AG+GEMM and GEMM+RS in baseline, slice k = 1, 2, 4 and commfuse (5 each); the two layer
   // cases (forward and backward: outputs, input and weight gradients) in those 5 and commfuse with
@@ -35,6 +36,7 @@ TEST_CASE("verify_tpsp fails on a shifted chunk index in every schedule", "[sche
       VerifyOptions o;
       o.up_layers = false;
       o.dps.clear();  // no DP sync cases (dp_test.cpp)
+      o.pps.clear();  // no pipeline cases (pipeline_test.cpp)
       o.pieces = region == 0;
       o.fault = TpspFault{1, region, step, 1};
       const VerifyReport report = verify_tpsp(o);
@@ -51,6 +53,7 @@ TEST_CASE("verify_tpsp fails on a shifted chunk index in every schedule", "[sche
   VerifyOptions o;
   o.up_layers = false;
   o.dps.clear();  // no DP sync cases (dp_test.cpp)
+  o.pps.clear();  // no pipeline cases (pipeline_test.cpp)
   o.tps = {8};
   o.fault = TpspFault{6, 0, 5, 3};
   CHECK(verify_tpsp(o).failures() == 22);

@@ -15,6 +15,7 @@
 #include "fusesim/sched/dataflow.hpp"
 #include "fusesim/sched/dp.hpp"
 #include "fusesim/sched/generate.hpp"
+#include "fusesim/sched/step.hpp"
 #include "fusesim/sched/tpsp.hpp"
 
 namespace fusesim::sched {
@@ -56,6 +57,11 @@ std::map<std::string, Matrix> reference(const DataflowProgram& program, std::map
 // wrong schedule: a failure is reported in the result.
 ExecuteResult execute(const Schedule& schedule, const ExecuteOptions& options);
 
+// Test hooks of verify_pipeline_order: `loss_first`, the last stage starts with its first loss
+// gradient (before any forward reached it); `swap_receives`, stage 1 expects its first two
+// activations in the other order (needs two stages and two micro-batches).
+enum class PipelineFault { none, loss_first, swap_receives };
+
 struct VerifyOptions {
   std::vector<int> tps{2, 3, 4, 8};
   std::vector<int> slices{1, 2, 4};
@@ -71,6 +77,10 @@ struct VerifyOptions {
   // DP: the gradient sync of every sharding and schedule for each dp (sched/dp.hpp, verify_dp).
   std::vector<int> dps{2, 4, 8};
   DpFault dp_fault;     // test hook applied to every DP case
+  // Pipeline parallelism: the micro-batch orders of 1F1B and interleaved 1F1B for each stage count
+  // (verify_pipeline).
+  std::vector<int> pps{2, 3, 4};
+  PipelineFault pp_fault = PipelineFault::none;
 };
 
 struct VerifyCase {
@@ -117,5 +127,20 @@ Schedule generate_dp_piece(const DpPieceRequest& request);
 // Appends the DP cases (dp in options.dps; ddp, zero1, zero3; options.kinds; collectives and their
 // ring P2P form) to `report`.
 void verify_dp(const VerifyOptions& options, VerifyReport& report);
+
+// Pipeline parallelism (docs/schedules.md, "Pipeline"): every stage runs sched::pipeline_order for
+// `shape` on small seeded matrices (layer l: y = tanh(x W_l), 3 x 4 micro-batches, 4 x 4 weights),
+// the stages passing each micro-batch's activation forward and its gradient back through first-in
+// first-out channels, one per (sender, receiver, direction), as NCCL matches send/recv between two
+// ranks in the order they are posted. Passes when no stage waits forever, every transfer is
+// received in the order it was sent, every forward is differentiated once, and each micro-batch's
+// output and input gradient and each layer's weight gradient summed over the micro-batches equal
+// those of the micro-batches run one after the other through the whole model (max abs error < 1e-9).
+ExecuteResult verify_pipeline_order(const PipelineShape& shape, std::uint64_t seed,
+                                    PipelineFault fault = PipelineFault::none);
+// Appends the pipeline cases: for each p in options.pps, 1F1B at m = 1, p - 1 (p > 2), p and 2p + 1
+// micro-batches, interleaved with 2 chunks at m = p and 2p, with 3 chunks at m = 2p; two layers a
+// chunk.
+void verify_pipeline(const VerifyOptions& options, VerifyReport& report);
 
 }  // namespace fusesim::sched
