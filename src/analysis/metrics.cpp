@@ -249,6 +249,7 @@ StepMetrics analyze(const AnalysisInput& in) {
                                       rm.compute_ps, rm.exposed_comm_ps});
     }
   }
+  if (in.pipeline_stages > 1) m.critical_path = critical_path(graph, result, in.pipeline_stages);
   m.model_flops *= replicas;
   m.hardware_flops *= replicas;
   const double seconds = ps_to_seconds(T);
@@ -341,6 +342,13 @@ nlohmann::json to_json(const StepMetrics& m) {
                         {"compute_s", s(st.compute_ps)},
                         {"exposed_comm_s", s(st.exposed_comm_ps)}});
     row["stages"] = std::move(stages);
+  }
+  if (m.critical_path) {
+    const CriticalPath& cp = *m.critical_path;
+    json by_stage = json::array();
+    for (TimePs ps : cp.stage_compute_ps) by_stage.push_back(s(ps));
+    row["critical_path"] = {{"compute_s", s(cp.compute_ps)}, {"comm_s", s(cp.comm_ps)}, {"wait_s", s(cp.wait_ps)},
+                            {"tasks", cp.tasks}, {"stage_compute_s", std::move(by_stage)}};
   }
   return row;
 }

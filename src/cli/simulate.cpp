@@ -410,6 +410,19 @@ std::string report_table(const SimulateReport& report, bool regions) {
                           st.bubble_fraction * 100.0, st.stage + 1 < static_cast<int>(run.metrics.stages.size()) ? "," : "");
     out += line + "\n";
   }
+  for (const SimulateRun& run : report.runs) {
+    if (!run.metrics.critical_path) continue;
+    const analysis::CriticalPath& cp = *run.metrics.critical_path;
+    const double T = static_cast<double>(run.metrics.step_time_ps);
+    const auto pct = [&](TimePs ps) { return 100.0 * static_cast<double>(ps) / T; };
+    std::string stages;
+    for (std::size_t st = 0; st < cp.stage_compute_ps.size(); ++st)
+      stages += fmt::format("{}stage {} {:.1f}%", st == 0 ? "" : ", ", st, pct(cp.stage_compute_ps[st]));
+    out += fmt::format("pipeline critical path, {} {} ({}): {} tasks, compute {:.1f}% ({}), communication {:.1f}%, "
+                       "waiting {:.1f}%\n",
+                       run.metrics.schedule, run.metrics.parallelism, run.metrics.scope, cp.tasks, pct(cp.compute_ps),
+                       stages, pct(cp.comm_ps), pct(cp.wait_ps));
+  }
   out += "\n" + model::format_memory_line(report.memory) + "\n";
   for (const std::string& note : report.notes) out += "note: " + note + "\n";
   if (regions) {

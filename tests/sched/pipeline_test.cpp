@@ -173,6 +173,15 @@ TEST_CASE("A compute-only 1F1B pipeline idles (p - 1) / (m + p - 1) of the step 
       CHECK(st.bubble_fraction == Approx(static_cast<double>(p - 1) / (m + p - 1)).epsilon(1e-12));
       CHECK(st.compute_ps == m * stage);
     }
+    // The critical path is compute alone (transfers take no time here): it ends with the last
+    // backward on stage 0 and, walking back, never waits.
+    REQUIRE(r.critical_path.has_value());
+    CHECK(r.critical_path->compute_ps == r.step_time_ps);
+    CHECK(r.critical_path->comm_ps == 0);
+    CHECK(r.critical_path->wait_ps == 0);
+    TimePs by_stage = 0;
+    for (TimePs ps : r.critical_path->stage_compute_ps) by_stage += ps;
+    CHECK(by_stage == r.step_time_ps);
   }
 }
 

@@ -4,11 +4,13 @@
 // their edge cases are in docs/metrics.md. All measures are exact on integer picoseconds; seconds
 // appear only in the output (JSON, table).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "fusesim/analysis/critical_path.hpp"
 #include "fusesim/analysis/intervals.hpp"
 #include "fusesim/model/kernel.hpp"
 #include "fusesim/sched/dag.hpp"
@@ -74,6 +76,8 @@ struct StepMetrics {
   double tokens_per_s_per_gpu = 0.0;
   std::vector<RankMetrics> ranks;  // every rank of the graph
   std::vector<StageMetrics> stages;  // pipeline stages, stage 0 first; empty without pipeline parallelism
+  // With pipeline stages: what the step's critical path spends (critical_path.hpp).
+  std::optional<CriticalPath> critical_path;
   // Step-level figures are those of the critical rank.
   const RankMetrics& critical() const;
 };
