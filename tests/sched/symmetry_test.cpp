@@ -57,6 +57,57 @@ Outcome simulate(const model::Workload& w, const topo::Cluster& c, model::Schedu
   return out;
 }
 
+// Every task of the mirrored graph against its namesake in the full graph (a proxy carries the name
+// of the receive it stands in for), to the picosecond; then the metrics of the simulated ranks.
+void require_same_timeline(const Outcome& full, const Outcome& mirror, const std::vector<int>& simulated) {
+  const std::set<int> sim_ranks(simulated.begin(), simulated.end());
+  std::map<std::string, TaskId> by_name;
+  for (TaskId id = 0; id < full.schedule.graph.size(); ++id) {
+    const Task& t = full.schedule.graph.task(id);
+    if (sim_ranks.count(t.rank) != 0) REQUIRE(by_name.emplace(t.name, id).second);
+  }
+  std::size_t compared = 0, proxies = 0;
+  for (TaskId id = 0; id < mirror.schedule.graph.size(); ++id) {
+    const Task& t = mirror.schedule.graph.task(id);
+    if (sim_ranks.count(t.rank) == 0) {
+      REQUIRE(std::holds_alternative<RecvTask>(t.kind));
+      ++proxies;
+    }
+    const auto it = by_name.find(t.name);
+    REQUIRE(it != by_name.end());
+    const sim::TaskTiming& a = mirror.result.tasks[id];
+    const sim::TaskTiming& b = full.result.tasks[it->second];
+    INFO(t.name);
+    REQUIRE(a.ready_ps == b.ready_ps);
+    REQUIRE(a.start_ps == b.start_ps);
+    REQUIRE(a.end_ps == b.end_ps);
+    ++compared;
+  }
+  CHECK(compared == by_name.size());
+  CHECK(proxies > 0);
+  CHECK(mirror.result.makespan_ps == full.result.makespan_ps);
+  CHECK(mirror.metrics.gpus == full.metrics.gpus);
+  CHECK(mirror.metrics.tokens == full.metrics.tokens);
+  CHECK(mirror.metrics.model_flops == Approx(full.metrics.model_flops).epsilon(1e-12));
+  CHECK(mirror.metrics.mfu == Approx(full.metrics.mfu).epsilon(1e-12));
+  REQUIRE(mirror.metrics.ranks.size() == simulated.size());
+  for (std::size_t i = 0; i < simulated.size(); ++i) {
+    const analysis::RankMetrics& a = mirror.metrics.ranks[i];
+    const analysis::RankMetrics& b = full.metrics.ranks[static_cast<std::size_t>(simulated[i])];
+    REQUIRE(a.rank == simulated[i]);
+    CHECK(a.compute_ps == b.compute_ps);
+    CHECK(a.comm_ps == b.comm_ps);
+    CHECK(a.exposed_comm_ps == b.exposed_comm_ps);
+    CHECK(a.idle_ps == b.idle_ps);
+  }
+  CHECK(mirror.metrics.critical_rank == full.metrics.critical_rank);
+  REQUIRE(mirror.metrics.stages.size() == full.metrics.stages.size());
+  for (std::size_t s = 0; s < full.metrics.stages.size(); ++s) {
+    CHECK(mirror.metrics.stages[s].rank == full.metrics.stages[s].rank);
+    CHECK(mirror.metrics.stages[s].bubble_ps == full.metrics.stages[s].bubble_ps);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("Mirrored DP replicas reproduce the full-rank simulation exactly", "[symmetry][dp]") {
@@ -75,46 +126,11 @@ TEST_CASE("Mirrored DP replicas reproduce the full-rank simulation exactly", "[s
       CHECK(mirror.schedule.simulated_ranks == kMembers);
       CHECK(full.schedule.simulated_ranks == 0);
 
-      std::map<std::string, TaskId> by_name;
-      for (TaskId id = 0; id < full.schedule.graph.size(); ++id) {
-        const Task& t = full.schedule.graph.task(id);
-        if (t.rank < kMembers) REQUIRE(by_name.emplace(t.name, id).second);
-      }
-      std::size_t compared = 0, proxies = 0;
-      for (TaskId id = 0; id < mirror.schedule.graph.size(); ++id) {
-        const Task& t = mirror.schedule.graph.task(id);
-        // A proxy lives on replica 1 and carries the name of replica 0's receive it stands in for.
-        if (t.rank >= kMembers) {
-          REQUIRE(std::holds_alternative<RecvTask>(t.kind));
-          ++proxies;
-        }
-        const auto it = by_name.find(t.name);
-        REQUIRE(it != by_name.end());
-        const sim::TaskTiming& a = mirror.result.tasks[id];
-        const sim::TaskTiming& b = full.result.tasks[it->second];
-        INFO(t.name);
-        REQUIRE(a.ready_ps == b.ready_ps);
-        REQUIRE(a.start_ps == b.start_ps);
-        REQUIRE(a.end_ps == b.end_ps);
-        ++compared;
-      }
-      // Every replica-0 task of the full graph has its counterpart (own task or proxy).
-      CHECK(compared == by_name.size());
-      CHECK(proxies > 0);
-      CHECK(mirror.result.makespan_ps == full.result.makespan_ps);
-      // Metrics: the same per-rank picture, and the whole job's tokens, GPUs and FLOPs.
-      CHECK(mirror.metrics.step_time_ps == full.metrics.step_time_ps);
-      CHECK(mirror.metrics.gpus == full.metrics.gpus);
-      CHECK(mirror.metrics.tokens == full.metrics.tokens);
-      CHECK(mirror.metrics.model_flops == Approx(full.metrics.model_flops).epsilon(1e-12));
-      CHECK(mirror.metrics.mfu == Approx(full.metrics.mfu).epsilon(1e-12));
-      REQUIRE(mirror.metrics.ranks.size() == kMembers);
-      for (int r = 0; r < kMembers; ++r) {
-        CHECK(mirror.metrics.ranks[r].compute_ps == full.metrics.ranks[r].compute_ps);
-        CHECK(mirror.metrics.ranks[r].comm_ps == full.metrics.ranks[r].comm_ps);
-        CHECK(mirror.metrics.ranks[r].exposed_comm_ps == full.metrics.ranks[r].exposed_comm_ps);
-      }
-      CHECK(mirror.metrics.critical_rank == full.metrics.critical_rank);
+      // Every replica-0 task to the picosecond (a proxy on replica 1 carries the name of replica 0's
+      // receive it stands in for); the same per-rank metrics, and the whole job's tokens, GPUs, FLOPs.
+      std::vector<int> replica0(kMembers);
+      for (int r = 0; r < kMembers; ++r) replica0[static_cast<std::size_t>(r)] = r;
+      require_same_timeline(full, mirror, replica0);
     }
 }
 
@@ -377,60 +393,6 @@ TEST_CASE("Mirror falls back to every rank where replica 0 does not stand for th
   }
 }
 
-namespace {
-
-// Every task of the mirrored graph against its namesake in the full graph (a proxy carries the name
-// of the receive it stands in for), to the picosecond; then the metrics of the simulated ranks.
-void require_same_timeline(const Outcome& full, const Outcome& mirror, const std::vector<int>& simulated) {
-  const std::set<int> sim_ranks(simulated.begin(), simulated.end());
-  std::map<std::string, TaskId> by_name;
-  for (TaskId id = 0; id < full.schedule.graph.size(); ++id) {
-    const Task& t = full.schedule.graph.task(id);
-    if (sim_ranks.count(t.rank) != 0) REQUIRE(by_name.emplace(t.name, id).second);
-  }
-  std::size_t compared = 0, proxies = 0;
-  for (TaskId id = 0; id < mirror.schedule.graph.size(); ++id) {
-    const Task& t = mirror.schedule.graph.task(id);
-    if (sim_ranks.count(t.rank) == 0) {
-      REQUIRE(std::holds_alternative<RecvTask>(t.kind));
-      ++proxies;
-    }
-    const auto it = by_name.find(t.name);
-    REQUIRE(it != by_name.end());
-    const sim::TaskTiming& a = mirror.result.tasks[id];
-    const sim::TaskTiming& b = full.result.tasks[it->second];
-    INFO(t.name);
-    REQUIRE(a.ready_ps == b.ready_ps);
-    REQUIRE(a.start_ps == b.start_ps);
-    REQUIRE(a.end_ps == b.end_ps);
-    ++compared;
-  }
-  CHECK(compared == by_name.size());
-  CHECK(proxies > 0);
-  CHECK(mirror.result.makespan_ps == full.result.makespan_ps);
-  CHECK(mirror.metrics.gpus == full.metrics.gpus);
-  CHECK(mirror.metrics.tokens == full.metrics.tokens);
-  CHECK(mirror.metrics.model_flops == Approx(full.metrics.model_flops).epsilon(1e-12));
-  CHECK(mirror.metrics.mfu == Approx(full.metrics.mfu).epsilon(1e-12));
-  REQUIRE(mirror.metrics.ranks.size() == simulated.size());
-  for (std::size_t i = 0; i < simulated.size(); ++i) {
-    const analysis::RankMetrics& a = mirror.metrics.ranks[i];
-    const analysis::RankMetrics& b = full.metrics.ranks[static_cast<std::size_t>(simulated[i])];
-    REQUIRE(a.rank == simulated[i]);
-    CHECK(a.compute_ps == b.compute_ps);
-    CHECK(a.comm_ps == b.comm_ps);
-    CHECK(a.exposed_comm_ps == b.exposed_comm_ps);
-    CHECK(a.idle_ps == b.idle_ps);
-  }
-  CHECK(mirror.metrics.critical_rank == full.metrics.critical_rank);
-  REQUIRE(mirror.metrics.stages.size() == full.metrics.stages.size());
-  for (std::size_t s = 0; s < full.metrics.stages.size(); ++s) {
-    CHECK(mirror.metrics.stages[s].rank == full.metrics.stages[s].rank);
-    CHECK(mirror.metrics.stages[s].bubble_ps == full.metrics.stages[s].bubble_ps);
-  }
-}
-
-}  // namespace
 
 TEST_CASE("Mirrored DP replicas of every pipeline stage reproduce the full-rank simulation exactly",
           "[symmetry][dp][pipeline]") {

@@ -35,6 +35,14 @@ def main():
     loaded = [c for r in clock["shapes"] for c in r["clk_sustained"]]
     assert min(loaded) >= 1095 and max(loaded) <= 1560 and max(r["clk_idle"] for r in clock["shapes"]) == 1980
 
+    # The second run (another lease, the committed script): the same shapes, the same picture.
+    again = json.load(open(os.path.join(RAW, "h100-sxm-2026-11-27-gemm-clock-2.json")))
+    assert [(r["m"], r["n"], r["k"]) for r in again["shapes"]] == shapes
+    ratio2 = [r["sustained_us"] / r["burst_us"] for r in again["shapes"]]
+    assert round(statistics.mean(ratio2), 2) == 1.20, statistics.mean(ratio2)
+    burst = [b["burst_us"] / a["burst_us"] for a, b in zip(clock["shapes"], again["shapes"])]
+    assert round(min(burst) - 1, 3) == -0.021 and round(max(burst) - 1, 3) == 0.030, (min(burst), max(burst))
+
     layout = json.load(open(os.path.join(RAW, "h100-sxm-2026-11-27-gemm-layout.json")))
     rows = layout["shapes"]
     assert len(rows) == 176

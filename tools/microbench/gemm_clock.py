@@ -26,6 +26,9 @@ import socket
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gemm_layout  # noqa: E402  (its timer and its writer)
+
 
 def read_shapes(plans):
     shapes = []
@@ -51,13 +54,7 @@ def main(argv=None):
     dev = torch.device("cuda", 0)
 
     def once(fn, inner):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(inner):
-            fn()
-        e.record()
-        e.synchronize()
-        return s.elapsed_time(e) / 1e3 / inner
+        return gemm_layout.once(torch, fn, inner)
 
     def clock_mhz():
         try:
@@ -117,11 +114,7 @@ def main(argv=None):
         },
         "shapes": rows,
     }
-    tmp = args.output + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, args.output)
+    gemm_layout.write_document(args.output, doc)
     return 0
 
 

@@ -61,6 +61,15 @@ def once(torch, fn, inner):
     return start.elapsed_time(end) / 1e3 / inner
 
 
+def write_document(path, doc):
+    """Writes `doc` whole, then renames it into place: no half-written file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("-o", "--output", required=True)
@@ -132,11 +141,7 @@ def main(argv=None):
         },
         "shapes": rows,
     }
-    tmp = args.output + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, args.output)
+    write_document(args.output, doc)
     return 0
 
 
