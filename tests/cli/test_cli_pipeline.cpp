@@ -177,4 +177,12 @@ TEST_CASE("a mirrored pipeline reports what every rank reports, through a writte
   const auto b3 = run_fusesim({"simulate-dag", "--dag", "bad.json"}, dir);
   CHECK(b3.exit_code == 2);
   CHECK(b3.err.find("$.pipeline_stages") != std::string::npos);
+  // Without its load alias the proxies on DP replica 1 stand for nobody the metrics count.
+  bad = dag;
+  bad.erase("load_alias");
+  std::ofstream(dir.file("bad.json")) << bad.dump();
+  const auto na = run_fusesim({"simulate-dag", "--dag", "bad.json"}, dir);
+  CHECK(na.exit_code == 2);
+  CHECK(na.err.find("].rank: rank 8 is not simulated: simulated_ranks are the first 8 of each of the 2 stage(s) of "
+                    "16 ranks") != std::string::npos);
 }
