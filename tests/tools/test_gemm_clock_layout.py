@@ -43,6 +43,13 @@ def main():
     burst = [b["burst_us"] / a["burst_us"] for a, b in zip(clock["shapes"], again["shapes"])]
     assert round(min(burst) - 1, 3) == -0.021 and round(max(burst) - 1, 3) == 0.030, (min(burst), max(burst))
 
+    # The H200: the same shapes, sustained 1.22x burst (1.15-1.39).
+    h200 = json.load(open(os.path.join(RAW, "h200-sxm-2026-11-27-gemm-clock.json")))
+    assert [(r["m"], r["n"], r["k"]) for r in h200["shapes"]] == shapes
+    ratio3 = [r["sustained_us"] / r["burst_us"] for r in h200["shapes"]]
+    assert round(statistics.mean(ratio3), 2) == 1.22, statistics.mean(ratio3)
+    assert round(min(ratio3), 2) == 1.15 and round(max(ratio3), 2) == 1.39, (min(ratio3), max(ratio3))
+
     layout = json.load(open(os.path.join(RAW, "h100-sxm-2026-11-27-gemm-layout.json")))
     rows = layout["shapes"]
     assert len(rows) == 176
