@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <unordered_map>
 #include <stdexcept>
 #include <variant>
 
@@ -21,23 +20,13 @@ CriticalPath critical_path(const sched::TaskGraph& graph, const sim::SimResult& 
   const TimePs T = result.makespan_ps;
   if (graph.size() == 0 || T <= 0) return out;
 
-  // Each task's stream predecessor: the stream-holding task added before it on its (rank, stream)
-  // (sched::execution_order's implicit edge); explicit predecessors come from the graph as needed.
+  // Each task's stream predecessor (the inverse of sched::stream_successors); explicit predecessors
+  // come from the graph as needed.
   std::vector<sched::TaskId> stream_prev(graph.size(), sched::kNoTask);
   {
-    std::unordered_map<std::uint64_t, sched::TaskId> last;
-    for (sched::TaskId id = 0; id < graph.size(); ++id) {
-      const sched::Task& task = graph.task(id);
-      if (!sched::holds_stream(task)) continue;
-      const std::uint64_t key = (static_cast<std::uint64_t>(task.rank) << 24) |
-                                (static_cast<std::uint64_t>(task.stream.kind) << 20) |
-                                static_cast<std::uint64_t>(task.stream.index & 0xFFFFF);
-      auto [it, fresh] = last.emplace(key, id);
-      if (!fresh) {
-        stream_prev[id] = it->second;
-        it->second = id;
-      }
-    }
+    const std::vector<sched::TaskId> next = sched::stream_successors(graph);
+    for (sched::TaskId id = 0; id < graph.size(); ++id)
+      if (next[id] != sched::kNoTask) stream_prev[next[id]] = id;
   }
   // A P2P transfer's two ends (from the transfer records), and the members of each collective.
   std::vector<sched::TaskId> partner(graph.size(), sched::kNoTask);

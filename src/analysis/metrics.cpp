@@ -38,22 +38,6 @@ std::size_t owner(const sched::TaskGraph& graph, int rank) {
 
 }  // namespace
 
-std::vector<int> counted_ranks(int graph_ranks, int simulated_ranks, int pipeline_stages) {
-  const int stages = std::max(1, pipeline_stages);
-  if (graph_ranks % stages != 0)
-    throw std::logic_error(fmt::format("analysis: {} ranks do not split into {} pipeline stages", graph_ranks, stages));
-  const int per_stage = graph_ranks / stages;
-  const int simulated = simulated_ranks > 0 ? simulated_ranks : graph_ranks;
-  if (simulated > graph_ranks || simulated % stages != 0)
-    throw std::logic_error(fmt::format("analysis: {} simulated ranks are not the same count in each of {} stages of {} "
-                                       "ranks", simulated, stages, per_stage));
-  std::vector<int> out;
-  out.reserve(static_cast<std::size_t>(simulated));
-  for (int s = 0; s < stages; ++s)
-    for (int i = 0; i < simulated / stages; ++i) out.push_back(s * per_stage + i);
-  return out;
-}
-
 std::vector<RankIntervals> rank_intervals(const sched::TaskGraph& graph, const sim::SimResult& result) {
   if (result.tasks.size() != graph.size())
     throw std::logic_error(fmt::format("analysis: the result has {} task timings for a graph of {} tasks",
@@ -127,7 +111,7 @@ StepMetrics analyze(const AnalysisInput& in) {
 
   const std::vector<RankIntervals> sets = rank_intervals(graph, result);
   // A mirrored schedule: the simulated ranks' metrics, and their FLOPs as many times as the job runs them.
-  const std::vector<int> counted = counted_ranks(graph.num_ranks(), in.simulated_ranks, in.pipeline_stages);
+  const std::vector<int> counted = sched::counted_ranks(graph.num_ranks(), in.simulated_ranks, in.pipeline_stages);
   const std::size_t ranks = counted.size();
   std::vector<int> slot(static_cast<std::size_t>(graph.num_ranks()), -1);  // rank -> index in `counted`
   for (std::size_t i = 0; i < ranks; ++i) slot[static_cast<std::size_t>(counted[i])] = static_cast<int>(i);

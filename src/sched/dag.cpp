@@ -81,11 +81,26 @@ std::vector<TaskId> TaskGraph::predecessors(TaskId id) const {
 
 bool holds_stream(const Task& task) { return !std::holds_alternative<RecvTask>(task.kind); }
 
-ExecutionOrder execution_order(const TaskGraph& graph) {
+std::vector<int> counted_ranks(int graph_ranks, int simulated_ranks, int pipeline_stages) {
+  const int stages = std::max(1, pipeline_stages);
+  if (graph_ranks % stages != 0)
+    throw std::logic_error(fmt::format("counted_ranks: {} ranks do not split into {} pipeline stages", graph_ranks, stages));
+  const int per_stage = graph_ranks / stages;
+  const int simulated = simulated_ranks > 0 ? simulated_ranks : graph_ranks;
+  if (simulated > graph_ranks || simulated % stages != 0)
+    throw std::logic_error(fmt::format("counted_ranks: {} simulated ranks are not the same count in each of {} stages of {} "
+                                       "ranks", simulated, stages, per_stage));
+  std::vector<int> out;
+  out.reserve(static_cast<std::size_t>(simulated));
+  for (int s = 0; s < stages; ++s)
+    for (int i = 0; i < simulated / stages; ++i) out.push_back(s * per_stage + i);
+  return out;
+}
+
+std::vector<TaskId> stream_successors(const TaskGraph& graph) {
   const std::size_t n = graph.size();
-  constexpr TaskId kNone = std::numeric_limits<TaskId>::max();
-  // The next task on the same (rank, stream), found in one pass in id (= insertion) order.
-  std::vector<TaskId> stream_next(n, kNone);
+  // Found in one pass in id (= insertion) order.
+  std::vector<TaskId> stream_next(n, kNoTask);
   std::unordered_map<std::uint64_t, TaskId> last_on_stream;
   for (TaskId id = 0; id < n; ++id) {
     const Task& t = graph.task(id);
@@ -99,6 +114,12 @@ ExecutionOrder execution_order(const TaskGraph& graph) {
       it->second = id;
     }
   }
+  return stream_next;
+}
+
+ExecutionOrder execution_order(const TaskGraph& graph) {
+  const std::size_t n = graph.size();
+  const std::vector<TaskId> stream_next = stream_successors(graph);
 
   ExecutionOrder order;
   order.offsets.assign(n + 1, 0);
@@ -106,12 +127,12 @@ ExecutionOrder execution_order(const TaskGraph& graph) {
   const auto& g = graph.graph();
   for (TaskId id = 0; id < n; ++id)
     order.offsets[id + 1] =
-        order.offsets[id] + static_cast<std::uint32_t>(boost::out_degree(id, g)) + (stream_next[id] != kNone ? 1u : 0u);
+        order.offsets[id] + static_cast<std::uint32_t>(boost::out_degree(id, g)) + (stream_next[id] != kNoTask ? 1u : 0u);
   order.targets.resize(order.offsets[n]);
   for (TaskId id = 0; id < n; ++id) {
     std::uint32_t pos = order.offsets[id];
     for (auto [it, end] = boost::adjacent_vertices(id, g); it != end; ++it) order.targets[pos++] = static_cast<TaskId>(*it);
-    if (stream_next[id] != kNone) order.targets[pos++] = stream_next[id];
+    if (stream_next[id] != kNoTask) order.targets[pos++] = stream_next[id];
   }
   for (TaskId t : order.targets) ++order.in_degree[t];
   return order;

@@ -237,6 +237,8 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
   }
   const int regions = static_cast<int>(out.graph.regions().size());
 
+  std::vector<bool> counted(static_cast<std::size_t>(ranks), false);  // the ranks the metrics count
+  for (int r : counted_ranks(ranks, out.simulated_ranks, out.pipeline_stages)) counted[static_cast<std::size_t>(r)] = true;
   JsonArray tasks = root.array("tasks");
   tasks.require_size(1, static_cast<std::size_t>(kMaxTasks));
   std::unordered_map<std::string, TaskId> by_name;
@@ -248,14 +250,14 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
     t.rank = static_cast<int>(o.integer("rank", 0, ranks - 1));
     if (out.simulated_ranks > 0) {
       // The metrics count the simulated ranks alone; a task elsewhere must stand in for one of them.
-      const int per_stage = ranks / out.pipeline_stages, simulated = out.simulated_ranks / out.pipeline_stages;
       const auto& alias = out.graph.load_alias();
       const int owner = alias.empty() ? t.rank : alias[static_cast<std::size_t>(t.rank)];
-      if (owner % per_stage >= simulated)
+      if (!counted[static_cast<std::size_t>(owner)])
         o.at("rank").fail(fmt::format("rank {}{} is not simulated: simulated_ranks are the first {} of each of the {} "
                                       "stage(s) of {} ranks",
                                       t.rank, owner != t.rank ? fmt::format(" (standing in for rank {})", owner) : "",
-                                      simulated, out.pipeline_stages, per_stage));
+                                      out.simulated_ranks / out.pipeline_stages, out.pipeline_stages,
+                                      ranks / out.pipeline_stages));
     }
     const int kinds = o.has("compute") + o.has("send") + o.has("recv") + o.has("collective");
     if (kinds != 1) o.fail("a task has exactly one of compute, send, recv, collective");

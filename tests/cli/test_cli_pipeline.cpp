@@ -164,25 +164,24 @@ TEST_CASE("a mirrored pipeline reports what every rank reports, through a writte
   REQUIRE(dj["stages"].size() == 2);
   CHECK(dj["stages"][1]["bubble_s"] == mirror["stages"][1]["bubble_s"]);
 
-  // A DAG whose simulated ranks do not split over its stages is refused at its key.
+  // Each broken copy of the DAG is refused with exit 2; returns the error.
+  const auto refused = [&](const json& bad) {
+    std::ofstream(dir.file("bad.json")) << bad.dump();
+    const auto r = run_fusesim({"simulate-dag", "--dag", "bad.json"}, dir);
+    CHECK(r.exit_code == 2);
+    return r.err;
+  };
+  // Simulated ranks that do not split over the stages, or stages that do not split the ranks, are
+  // refused at their key.
   json bad = dag;
   bad["simulated_ranks"] = 15;
-  std::ofstream(dir.file("bad.json")) << bad.dump();
-  const auto b = run_fusesim({"simulate-dag", "--dag", "bad.json"}, dir);
-  CHECK(b.exit_code == 2);
-  CHECK(b.err.find("$.simulated_ranks") != std::string::npos);
+  CHECK(refused(bad).find("$.simulated_ranks") != std::string::npos);
   bad = dag;
   bad["pipeline_stages"] = 3;
-  std::ofstream(dir.file("bad.json")) << bad.dump();
-  const auto b3 = run_fusesim({"simulate-dag", "--dag", "bad.json"}, dir);
-  CHECK(b3.exit_code == 2);
-  CHECK(b3.err.find("$.pipeline_stages") != std::string::npos);
+  CHECK(refused(bad).find("$.pipeline_stages") != std::string::npos);
   // Without its load alias the proxies on DP replica 1 stand for nobody the metrics count.
   bad = dag;
   bad.erase("load_alias");
-  std::ofstream(dir.file("bad.json")) << bad.dump();
-  const auto na = run_fusesim({"simulate-dag", "--dag", "bad.json"}, dir);
-  CHECK(na.exit_code == 2);
-  CHECK(na.err.find("].rank: rank 8 is not simulated: simulated_ranks are the first 8 of each of the 2 stage(s) of "
-                    "16 ranks") != std::string::npos);
+  CHECK(refused(bad).find("].rank: rank 8 is not simulated: simulated_ranks are the first 8 of each of the 2 "
+                          "stage(s) of 16 ranks") != std::string::npos);
 }

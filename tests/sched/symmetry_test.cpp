@@ -426,7 +426,7 @@ TEST_CASE("Mirrored DP replicas of every pipeline stage reproduce the full-rank 
       std::vector<int> simulated;
       for (int s = 0; s < 2; ++s)
         for (int i = 0; i < k.tp; ++i) simulated.push_back(s * k.tp * k.dp + i);
-      CHECK(analysis::counted_ranks(mirror.schedule.graph.num_ranks(), mirror.schedule.simulated_ranks, 2) ==
+      CHECK(counted_ranks(mirror.schedule.graph.num_ranks(), mirror.schedule.simulated_ranks, 2) ==
             simulated);
       require_same_timeline(full, mirror, simulated);
     }

@@ -95,18 +95,13 @@ struct AnalysisInput {
   std::string parallelism;
   std::string scope;
   // Schedule::simulated_ranks: metrics of those ranks only (0: all), the first simulated_ranks /
-  // pipeline_stages ranks of each stage (counted_ranks).
+  // pipeline_stages ranks of each stage (sched::counted_ranks).
   int simulated_ranks = 0;
   int replicas = 1;         // Schedule::replicas: the FLOPs count this many times
   // Schedule::pipeline_stages: > 1 splits the ranks into that many equal stages, stage-major
   // (sched::RankLayout), and fills StepMetrics::stages.
   int pipeline_stages = 1;
 };
-
-// The ranks a schedule's metrics count, ascending: every rank, or for a mirrored schedule the first
-// simulated_ranks / pipeline_stages ranks of each of the pipeline_stages equal, stage-major parts of
-// the graph's ranks (sched::Schedule::simulated_ranks). std::logic_error when they do not split so.
-std::vector<int> counted_ranks(int graph_ranks, int simulated_ranks, int pipeline_stages);
 
 // Throws std::logic_error when the result does not belong to the graph (sizes differ, a task never
 // ran): a bug upstream, not bad input.

@@ -159,6 +159,15 @@ TaskId add_rank_task(TaskGraph& graph, int rank, std::string_view name, StreamRe
 // True for the tasks that occupy their (rank, stream) while they run: every kind but Recv.
 bool holds_stream(const Task& task);
 
+// The ranks a mirrored graph's metrics count, ascending: every rank, or the first simulated_ranks /
+// pipeline_stages ranks of each of the pipeline_stages equal, stage-major parts of the graph's ranks
+// (Schedule::simulated_ranks; 0: every rank). std::logic_error when they do not split so.
+std::vector<int> counted_ranks(int graph_ranks, int simulated_ranks, int pipeline_stages);
+
+// Per task: the next stream-holding task added on the same (rank, stream), kNoTask for the last one
+// and for tasks that hold no stream (the implicit stream-order edges of execution_order).
+std::vector<TaskId> stream_successors(const TaskGraph& graph);
+
 // Every ordering edge the simulator honours, as compressed rows: for each task its explicit
 // successors (in the order depend() was called), then the implicit stream-order edge to the next
 // stream-holding task added on the same (rank, stream), if any.

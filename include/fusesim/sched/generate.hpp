@@ -43,7 +43,7 @@ struct Schedule {
   Scope scope = Scope::layer;
   std::int64_t tokens = 0;           // tokens processed by the simulated interval (all DP replicas)
   int gpus = 0;                      // ranks the schedule occupies
-  // The first simulated_ranks / pipeline_stages ranks of each stage (analysis::counted_ranks; without
+  // The first simulated_ranks / pipeline_stages ranks of each stage (counted_ranks; without
   // pipeline parallelism ranks 0..simulated_ranks-1) carry the work, and metrics look at those only;
   // the others hold proxies of a mirrored schedule. 0: every rank. `replicas`: identical copies of the simulated ranks that
   // the job runs (FLOPs of the simulated ranks times replicas are the job's).
