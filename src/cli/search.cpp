@@ -244,7 +244,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
                   w.parallel.pp_schedule = v > 1 ? model::PipelineSchedule::interleaved : model::PipelineSchedule::one_f_one_b;
                   w.parallel.dp_sharding = z;
                   w.parallel.overlap_param_gather =
-                      base.parallel.overlap_param_gather && pp == 1 &&
+                      base.parallel.overlap_param_gather &&
                       (z == model::DpSharding::zero1 || z == model::DpSharding::zero2);
                   w.fp8_param_gather = base.fp8_param_gather && z == model::DpSharding::zero3;
                   w.micro_batch = mb;

@@ -190,8 +190,6 @@ void validate_workload(const Workload& w, const std::string& file) {
   // in model order, which a pipeline breaks up.
   if (pp > 1 && p.dp_sharding == DpSharding::zero3)
     fail_at(file, "$.parallel.dp_sharding", "dp_sharding zero3 with pp > 1 is not supported (use zero1 or zero2)");
-  if (pp > 1 && p.overlap_param_gather)
-    fail_at(file, "$.parallel.overlap_param_gather", "overlap_param_gather with pp > 1 is not supported");
   // Query heads are split over the tensor-parallel ranks, then over the Ulysses ranks.
   if (a.heads % tp != 0)
     fail_at(file, "$.parallel.tp",

@@ -190,7 +190,7 @@ TaskId DpSync::add(int rank, std::string name, StreamRef stream, TaskKind kind, 
 
 void DpSync::note_rows(const DpGradient& g, bool cut_by_rows) {
   if (!cfg_.mirror || !mirror_inexact_.empty() || cfg_.dp < 2 || g.rows % cfg_.dp == 0) return;
-  if (!cut_by_rows && cfg_.sharding == model::DpSharding::ddp) return;  // a collective splits the flat buffer evenly
+  if (!cut_by_rows) return;  // a collective, or its ring, splits the flat buffer evenly (padded: optimizer_elements)
   mirror_inexact_ = fmt::format("gradient {} has {} rows, not a multiple of the {} DP ring members: their row parts "
                                 "differ in size",
                                 g.name, g.rows, cfg_.dp);
@@ -209,6 +209,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   RankState& st = ranks_[rank];
   Grad gr;
   gr.g = g;
+  gr.cut_by_rows = true;
   const int t = cfg_.dp, r = replica(rank);
   const bool ddp = cfg_.sharding == model::DpSharding::ddp;
   const int reg = region(g.name + (ddp ? "+dp_ar" : "+dp_rs"));
@@ -438,11 +439,17 @@ std::vector<TaskId> DpSync::finish_backward(int rank, const std::vector<TaskId>&
 std::int64_t DpSync::optimizer_elements(int rank) const {
   auto it = ranks_.find(rank);
   if (it == ranks_.end()) return 0;
-  std::int64_t n = 0;
-  for (const Grad& g : it->second.grads)
-    n += cfg_.sharding == model::DpSharding::ddp ? g.g.elements()
-                                                   : row_part(g.g.rows, cfg_.dp, replica(rank)).rows * g.g.cols;
-  return n;
+  std::int64_t rows = 0, flat = 0;
+  for (const Grad& g : it->second.grads) {
+    if (cfg_.sharding == model::DpSharding::ddp)
+      flat += g.g.elements();
+    else if (g.cut_by_rows)
+      rows += row_part(g.g.rows, cfg_.dp, replica(rank)).rows * g.g.cols;
+    else
+      flat += g.g.elements();
+  }
+  if (cfg_.sharding == model::DpSharding::ddp) return flat;
+  return rows + (flat + cfg_.dp - 1) / cfg_.dp;
 }
 
 std::vector<TaskId> DpSync::gather_updated(int rank, const std::vector<TaskId>& after) {

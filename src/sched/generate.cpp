@@ -21,10 +21,7 @@ double physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
 }
 
-// A graph repeats its layers and its micro-batches: the tasks of one layer of one micro-batch times
-// layers x micro-batches bound the whole from above (the embedding, head and optimizer are counted
-// once per copy). A probe of that one layer is generated first when the whole would have more than a
-// few copies, and the whole is refused, before it is built, when its estimate exceeds what the
+// The whole is refused, before it is built, when its estimate (estimated_tasks) exceeds what the
 // machine can hold: a workload at its documented limits (1,000,000 micro-batches at step scope) ended
 // in bad_alloc after a minute otherwise.
 void refuse_oversized(const TpspRequest& r, const std::string& workload_label) {
@@ -32,13 +29,7 @@ void refuse_oversized(const TpspRequest& r, const std::string& workload_label) {
   const std::int64_t micro_batches = r.options.scope == Scope::step ? std::max<std::int64_t>(1, r.step.micro_batches) : 1;
   const double copies = static_cast<double>(layers) * static_cast<double>(micro_batches);
   if (r.options.scope == Scope::layer || copies <= 4.0) return;
-  TpspRequest probe = r;
-  probe.shape.layers = 1;
-  probe.step.micro_batches = 1;
-  // Pipeline stages hold the layers between them: one layer on one stage stands for each.
-  probe.shape.pp = 1;
-  probe.shape.virtual_stages = 1;
-  const double tasks = static_cast<double>(generate_tpsp(probe).graph.size()) * copies;
+  const double tasks = estimated_tasks(r);
   const double bytes = tasks * kGraphBytesPerTask;
   const double memory = physical_memory_bytes();
   if (tasks <= kMaxGeneratedTasks && (memory <= 0.0 || bytes <= 0.75 * memory)) return;

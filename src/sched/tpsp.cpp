@@ -7,6 +7,7 @@
 #include "fusesim/sched/tpsp.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -729,6 +730,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   };
   std::vector<MicroBatch> state(static_cast<std::size_t>(mbs));
   Deps next_params;  // the prefetched parameters of the next layer (ZeRO-3, overlapped ZeRO-1/2)
+  Deps stage_params;  // overlapped ZeRO-1/2 on a stage after the first: all of its parameters
   const int stages = sh_.pp;
   const PipelineShape pipe{stages, sh_.virtual_stages, mbs, layers};
   const auto fresh = [&](MicroBatch& m) {  // the micro-batch's first piece of work on this stage
@@ -736,8 +738,18 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     if (m.inputs.empty()) m.inputs.assign(L, PerRank{});
   };
   // The order is the step assembler's (sched/step.hpp); the layer builder does each piece.
-  for (const StepWork& work : stages > 1 ? pipeline_order(pipe, stage_)
-                                         : accumulation_order(mbs, layers, req_.options.forward, req_.options.backward)) {
+  const std::vector<StepWork> order = stages > 1 ? pipeline_order(pipe, stage_)
+                                                 : accumulation_order(mbs, layers, req_.options.forward, req_.options.backward);
+  // The layers a micro-batch's forward runs on this stage, in order (a pipeline stage: its chunks'
+  // layers, chunk after chunk): each layer's parameters are gathered when the one before it starts.
+  std::vector<std::int64_t> forward_layers;
+  for (const StepWork& work : order)
+    if (work.phase == StepPhase::forward_layer && work.micro_batch == 0) forward_layers.push_back(work.layer);
+  const auto next_forward_layer = [&](std::int64_t l) -> std::int64_t {
+    const auto it = std::find(forward_layers.begin(), forward_layers.end(), l);
+    return it == forward_layers.end() || it + 1 == forward_layers.end() ? -1 : *(it + 1);
+  };
+  for (const StepWork& work : order) {
     const std::int64_t mb = work.micro_batch, l = work.layer;
     MicroBatch& m = state[static_cast<std::size_t>(mb)];
     micro_batch_ = step ? static_cast<int>(mb) : -1;
@@ -766,14 +778,16 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           ready = merge(ready, root);
         }
         if (extra) ready = extra->embedding_forward(mb_prefix_, mbi, ready);
-        if (gathers) next_params = gather(0, true, ready);
+        if (gathers && !forward_layers.empty()) next_params = gather(forward_layers.front(), true, ready);
         break;
       }
       case StepPhase::forward_layer: {
         Deps lr = ready;
-        if (gathers) {
+        if (mb == 0 && !stage_params.empty()) {
+          lr = merge(lr, stage_params);
+        } else if (gathers) {
           lr = merge(lr, next_params);
-          if (l + 1 < layers) next_params = gather(l + 1, true, ready);
+          if (const std::int64_t next = next_forward_layer(l); next >= 0) next_params = gather(next, true, ready);
           // Overlapped ZeRO-1/2 gather: the LM head one layer ahead of its use too.
           if (l + 1 == layers && overlap_gather && mb == 0 && extra) m.head_params = gather_table("lm_head", ready);
         }
@@ -841,6 +855,17 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         break;
       case StepPhase::forward_recv: {
         fresh(m);
+        // A stage after the first gathers its parameters as one bucket (make_dp_sync), dispatched when
+        // the step begins, while the stage waits for its first activation; every layer of its first
+        // forward, and the LM head, waits for it.
+        if (overlap_gather && mb == 0 && !forward_layers.empty() && l == forward_layers.front()) {
+          const std::int64_t table = stage_ == stages - 1 ? (req_.step.vocab / t_) * h : 0;
+          const auto own = static_cast<std::int64_t>(forward_layers.size()) * layer_params() + table;
+          Deps all(static_cast<std::size_t>(t_));
+          for (int ti = 0; ti < t_; ++ti) all[ti] = {dp_->gather_layer(rank(ti), "params", -1, own, ready[ti])};
+          stage_params = all;
+          if (table > 0) m.head_params = all;
+        }
         ready = merge(ready, stage_transfer(false, (stage_ + stages - 1) % stages, true, mb, l, {}));
         OpCtx ctx{static_cast<int>(l), true, "", false};
         m.x = alloc(ctx, "x", n(), h, [](int) { return std::vector<Piece>{}; });
@@ -930,6 +955,10 @@ void Builder::make_dp_sync() {
   cfg.sharding = req_.step.dp_sharding;
   cfg.kind = req_.dp_kind;
   cfg.schedule = req_.schedule;
+  // Megatron-LM does not bucket a later stage's gradients, "since data-parallel communication on these
+  // stages is not on the critical path" (megatron/core/distributed/distributed_data_parallel.py,
+  // core_r0.8.0): one bucket, reduced once the stage's backward is done and its parameters gathered as one.
+  if (stage_ > 0) cfg.schedule.dp_bucket_bytes = std::numeric_limits<Bytes>::max();
   cfg.dtype = sh_.activation_dtype();
   cfg.grad_dtype = grad_dtype();
   if (req_.step.fp8_param_gather) cfg.layer_gather_dtype = topo::Dtype::fp8;
@@ -1067,8 +1096,8 @@ void check(const TpspRequest& r) {
       refuse(r, "$.training.grad_accumulation",
              fmt::format("the interleaved schedule runs micro-batches in groups of pp: {} is not a multiple of {}",
                          r.step.micro_batches, s.pp));
-    if (r.step.dp_sharding == model::DpSharding::zero3 || r.step.overlap_param_gather)
-      refuse(r, "$.parallel.dp_sharding", "ZeRO-3 and overlapped parameter gathers are not supported with pp > 1");
+    if (r.step.dp_sharding == model::DpSharding::zero3)
+      refuse(r, "$.parallel.dp_sharding", "ZeRO-3 is not supported with pp > 1");
   }
   if (s.virtual_stages < 1) refuse(r, "$.parallel.virtual_stages", "virtual_stages must be >= 1");
   if (r.options.scope == Scope::step) {
@@ -1080,6 +1109,22 @@ void check(const TpspRequest& r) {
 }
 
 }  // namespace
+
+double estimated_tasks(const TpspRequest& request) {
+  TpspRequest probe = request;
+  probe.shape.pp = 1;
+  probe.shape.virtual_stages = 1;
+  const auto size = [&](std::int64_t l, std::int64_t m) {
+    probe.shape.layers = l;
+    probe.step.micro_batches = m;
+    return static_cast<double>(generate_tpsp(probe).graph.size());
+  };
+  const double t11 = size(1, 1), t21 = size(2, 1), t12 = size(1, 2), t22 = size(2, 2);
+  const double d = t22 - t21 - t12 + t11, c = t21 - t11 - d, b = t12 - t11 - d, a = t11 - b - c - d;
+  const auto L = static_cast<double>(request.shape.layers);
+  const auto M = static_cast<double>(request.options.scope == Scope::step ? std::max<std::int64_t>(1, request.step.micro_batches) : 1);
+  return a + b * M + c * L + d * L * M;
+}
 
 Schedule generate_tpsp(const TpspRequest& request) {
   check(request);

@@ -297,6 +297,86 @@ TEST_CASE("Stages split the work without changing it", "[pipeline][step]") {
   }
 }
 
+TEST_CASE("overlap_param_gather with stages: each stage gathers its own layers in its first forward",
+          "[pipeline][step][dp]") {
+  // tp 2 x dp 2 x pp 2 (ranks 0-3 stage 0, 4-7 stage 1), 8 layers, 4 micro-batches, ZeRO-1. Megatron's
+  // --overlap-param-gather per stage: stage 0 gathers the embedding rows, then one gather per layer it
+  // holds in micro-batch 0's forward, in the order it runs them (interleaved, v 2: chunk 0's layers,
+  // then chunk 1's); stage 1, whose gradients Megatron does not bucket, gathers all of its parameters
+  // (its layers and the LM head rows) as one when the step begins; nothing is gathered after the
+  // optimizer. A TP rank's layer holds 3,072 parameters (QKV 32 x 32 + O 16 x 32 + FC1 32 x 32 + FC2
+  // 16 x 32, the shape of step_test), a table (vocab 128 / tp 2) x h 32 = 2,048, 2 bytes each.
+  const topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100");
+  const model::RooflineCostModel costs;
+  sim::Simulator sim(cluster, costs);
+  for (int v : {1, 2}) {
+    INFO("v " << v);
+    auto gathers = [&](bool overlap) {
+      TpspRequest r = pipeline_request(2, 2, 2, v, 4);
+      r.step.dp_sharding = model::DpSharding::zero1;
+      r.step.overlap_param_gather = overlap;
+      r.schedule.dp_bucket_bytes = 128;
+      Schedule s = generate_tpsp(r);
+      validate(s.graph);
+      CHECK(sim.run(s.graph).makespan_ps > 0);  // runs to the end: every gather is matched
+      return s;
+    };
+    const Schedule during = gathers(true), after = gathers(false);
+    auto per_rank = [](const Schedule& s, std::map<int, std::vector<std::string>>* names) {
+      std::map<int, Bytes> bytes;
+      for (TaskId id = 0; id < s.graph.size(); ++id) {
+        const Task& t = s.graph.task(id);
+        const auto* c = std::get_if<CollectiveTask>(&t.kind);
+        if (c == nullptr || c->kind != CollectiveKind::all_gather) continue;
+        if (t.labels.op != "dp_param_all_gather" && t.name.find("dp/param_ag") == std::string::npos) continue;
+        bytes[t.rank] += c->bytes;
+        if (names != nullptr) (*names)[t.rank].push_back(t.name);
+      }
+      return bytes;
+    };
+    std::map<int, std::vector<std::string>> order;
+    const auto moved = per_rank(during, &order);
+    CHECK(moved == per_rank(after, nullptr));  // the same parameters, moved earlier
+    const std::vector<int> stage0 = v == 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0, 1, 4, 5};
+    const std::vector<int> stage1 = v == 1 ? std::vector<int>{4, 5, 6, 7} : std::vector<int>{2, 3, 6, 7};
+    for (int rank = 0; rank < 8; ++rank) {
+      INFO("rank " << rank);
+      std::vector<std::string> expect;
+      if (rank < 4) {
+        expect.push_back(fmt::format("r{}/embedding/dp_param_ag", rank));
+        for (int l : stage0) expect.push_back(fmt::format("r{}/L{}/fwd/dp_param_ag", rank, l));
+      } else {
+        expect.push_back(fmt::format("r{}/params/dp_param_ag", rank));
+      }
+      CHECK(order[rank] == expect);
+      CHECK(moved.at(rank) == (4 * 3'072 + 2'048) * 2);
+    }
+    auto named = [&](const Schedule& s, const std::string& name) {
+      for (TaskId id = 0; id < s.graph.size(); ++id)
+        if (s.graph.task(id).name == name) return id;
+      FAIL("no task " << name);
+      return TaskId{0};
+    };
+    // Stage 1's gather is dispatched when the step begins, and every layer of its first forward waits
+    // for it; stage 0's first layer is gathered once the embedding (gathered first) has run.
+    const TaskId all = named(during, "r4/params/dp_param_ag");
+    CHECK(during.graph.predecessors(all).empty());
+    std::set<std::string> waiting;
+    for (TaskId id : during.graph.successors(all)) waiting.insert(during.graph.task(id).name);
+    for (int l : stage1) CHECK(waiting.count(fmt::format("r4/L{}/fwd/ln1", l)) == 1);
+    CHECK(!during.graph.predecessors(named(during, "r0/L0/fwd/dp_param_ag")).empty());
+    // Without the overlap, the gradients' reduce-scatter: buckets of 128 bytes on stage 0 (one per
+    // gradient: each is larger), one on stage 1.
+    std::map<int, int> buckets;
+    for (TaskId id = 0; id < after.graph.size(); ++id) {
+      const Task& t = after.graph.task(id);
+      if (t.labels.op == "dp_reduce_scatter") ++buckets[t.rank];
+    }
+    CHECK(buckets.at(0) > 4);
+    CHECK(buckets.at(4) == 1);
+  }
+}
+
 TEST_CASE("Pipeline requests that cannot be built are refused with the key at fault", "[pipeline]") {
   auto path_of = [](TpspRequest r) {
     try {

@@ -185,6 +185,30 @@ TEST_CASE("overlap_param_gather: ZeRO-1/2's parameter gather moves into the firs
   CHECK(step_ps(true) < step_ps(false));
 }
 
+TEST_CASE("estimated_tasks: the graph's size from four small probes", "[step]") {
+  // A + B m + C l + D l m fitted on 1 and 2 layers and micro-batches: exact for any l and m without
+  // stages (each part of the graph repeats per layer, per micro-batch, or per both), across DP
+  // shardings, schedules and recomputation; with stages within the stage transfers of the pipeline.
+  for (auto sharding : {model::DpSharding::ddp, model::DpSharding::zero1, model::DpSharding::zero3})
+    for (auto kind : {ScheduleKind::baseline, ScheduleKind::commfuse})
+      for (auto rc : {model::Recompute::none, model::Recompute::full}) {
+        TpspRequest r = request(2, 2, Scope::step, 5, rc);
+        r.shape.layers = 7;
+        r.step.dp_sharding = sharding;
+        r.kind = r.dp_kind = kind;
+        r.schedule.kind = kind;
+        INFO(model::to_string(sharding) << " " << model::to_string(kind) << " " << model::to_string(rc));
+        CHECK(estimated_tasks(r) == static_cast<double>(generate_tpsp(r).graph.size()));
+      }
+  TpspRequest r = request(2, 2, Scope::step, 8);
+  r.shape.layers = 8;
+  r.shape.pp = 4;
+  r.step.dp_sharding = model::DpSharding::zero1;
+  const auto built = static_cast<double>(generate_tpsp(r).graph.size());
+  CHECK(estimated_tasks(r) < built);
+  CHECK(estimated_tasks(r) > 0.9 * built);
+}
+
 TEST_CASE("Recomputation counts in HFU, not in MFU", "[step][metrics]") {
   // Full recompute repeats each layer's forward before its backward, so the hardware FLOPs exceed the
   // model FLOPs by exactly the layers' forward FLOPs: HFU / MFU = (F + F_fwd) / F, with F the model

@@ -394,6 +394,29 @@ TEST_CASE("Mirror falls back to every rank where replica 0 does not stand for th
 }
 
 
+TEST_CASE("ZeRO updates an even share of the flat buffer: mirrored exactly where rows do not split (dp 3)",
+          "[symmetry][dp]") {
+  // TP 8 x DP 3 on three of the four DGX H100 nodes: Llama-3-70B's FC2 gradient has 28672 / 8 = 3584
+  // rows, 3584 = 3 x 1194 + 2, and h = 8192 = 3 x 2730 + 2. As Megatron's distributed optimizer and
+  // FSDP pad the flat buffer to a multiple of dp, every replica updates the same number of
+  // parameters, and the ring steps split the flat buffer evenly: replica 0 stands for the others,
+  // with the parameter gather after the optimizer and with it in the next forward.
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  for (bool overlap : {false, true}) {
+    model::Workload w = small_llama(model::DpSharding::zero1, 2);
+    w.parallel.dp = 3;
+    w.parallel.overlap_param_gather = overlap;
+    INFO("overlap_param_gather " << overlap);
+    const Outcome full = simulate(w, c, model::ScheduleKind::baseline, false);
+    const Outcome mirror = simulate(w, c, model::ScheduleKind::baseline, true);
+    INFO(mirror.schedule.symmetry_fallback);
+    REQUIRE(mirror.schedule.symmetry_fallback.empty());
+    std::vector<int> replica0(8);
+    for (int r = 0; r < 8; ++r) replica0[static_cast<std::size_t>(r)] = r;
+    require_same_timeline(full, mirror, replica0);
+  }
+}
+
 TEST_CASE("Mirrored DP replicas of every pipeline stage reproduce the full-rank simulation exactly",
           "[symmetry][dp][pipeline]") {
   // Llama-3-70B's layer shapes, 4 layers, sequence 1024, 4 micro-batches on the four DGX H100 nodes.
@@ -402,21 +425,27 @@ TEST_CASE("Mirrored DP replicas of every pipeline stage reproduce the full-rank 
   //   tp 8 dp 2 pp 2: a replica per node, both DP rings and the stage hops over the NICs;
   //   tp 4 dp 2 pp 2: a stage per node, two replicas in it (DP ring on NVLink), stage hops across;
   //   tp 2 dp 2 pp 2: all 8 ranks in one node, the stage hops on NVLink; interleaved (v 2) too.
-  // Every gradient's rows split evenly over dp 2 (the padded vocabulary 129024 / tp / 2).
+  // Every gradient's rows split evenly over dp 2 (the padded vocabulary 129024 / tp / 2). The
+  // baseline also with Megatron's overlapped parameter gather (stage 0 layer by layer, stage 1 as one).
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
   struct Case {
     int tp, dp, v;
+    bool overlap_gather = false;
   };
-  for (const Case k : {Case{8, 2, 1}, Case{4, 2, 1}, Case{2, 2, 1}, Case{2, 2, 2}})
+  for (const Case k : {Case{8, 2, 1}, Case{4, 2, 1}, Case{2, 2, 1}, Case{2, 2, 2}, Case{8, 2, 1, true},
+                       Case{2, 2, 2, true}})
     for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse}) {
+      if (k.overlap_gather && kind != model::ScheduleKind::baseline) continue;
       model::Workload w = small_llama(model::DpSharding::zero1, 4);
       w.arch.layers = 4;
       w.parallel.tp = k.tp;
       w.parallel.dp = k.dp;
       w.parallel.pp = 2;
       w.parallel.virtual_stages = k.v;
+      w.parallel.overlap_param_gather = k.overlap_gather;
       if (k.v > 1) w.parallel.pp_schedule = model::PipelineSchedule::interleaved;
-      INFO(fmt::format("tp {} dp {} pp 2 v {} {}", k.tp, k.dp, k.v, model::to_string(kind)));
+      INFO(fmt::format("tp {} dp {} pp 2 v {} {}{}", k.tp, k.dp, k.v, model::to_string(kind),
+                       k.overlap_gather ? " overlap_param_gather" : ""));
       const Outcome full = simulate(w, c, kind, false);
       const Outcome mirror = simulate(w, c, kind, true);
       INFO(mirror.schedule.symmetry_fallback);

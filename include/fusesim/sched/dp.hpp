@@ -116,7 +116,9 @@ class DpSync {
   std::vector<TaskId> finish_backward(int rank, const std::vector<TaskId>& after);
 
   // Elements of the parameters the rank's optimizer updates: all of its gradients (ddp), or its
-  // 1/dp row part of each (ZeRO).
+  // 1/dp share (ZeRO): of a fused gradient the row part it reduced, of the others an even share of
+  // their flat buffer, padded to a multiple of dp as Megatron-LM's distributed optimizer and FSDP pad
+  // it (every replica the same).
   std::int64_t optimizer_elements(int rank) const;
 
   // ZeRO-1/2: all-gathers the updated parameter parts after the optimizer (`after`), bucketed as the
@@ -143,6 +145,7 @@ class DpSync {
     DpGradient g;
     TaskId done = kNoTask;
     BufferId synced = -1, gathered = -1;
+    bool cut_by_rows = false;  // reduced part by part as computed (fused): the rank owns its row part
   };
   struct RankState {
     std::vector<Grad> grads;

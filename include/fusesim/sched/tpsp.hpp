@@ -106,6 +106,15 @@ struct TpspRequest {
 // only (data_op = -1), having nothing to differentiate.
 Schedule generate_tpsp(const TpspRequest& request);
 
+// How many tasks generate_tpsp(request) builds, from four small probes instead of the graph: a graph
+// repeats its layers and micro-batches, so its size is A + B m + C l + D l m tasks for l layers and
+// m micro-batches (D: a layer's forward and backward; B: a micro-batch's embedding and head; C: a
+// layer's gradient sync and optimizer share, once per step; A: the rest), and probes of 1 and 2
+// layers and micro-batches (pipeline stages folded into one: each layer lives on one stage) give the
+// four. Exact without pipeline stages; with them short by the stage transfers and each stage's own
+// optimizer and sync, a few tasks per micro-batch and stage (tests/sched/step_test.cpp).
+double estimated_tasks(const TpspRequest& request);
+
 // From a workload: shape from the architecture, batch and parallel degrees; refuses a
 // world larger than the cluster.
 TpspRequest tpsp_request(const model::Workload& workload, const std::string& workload_label,
