@@ -51,6 +51,8 @@ const std::vector<Expected> kShipped = {
     {"dgx-a100-32node", 32, 8, "a100-sxm-80gb", 312e12, 108, false},
     // The SC21 runs with pipeline stages (39.1B-145.6B on 512-1536 GPUs): 192 nodes.
     {"dgx-a100-192node", 192, 8, "a100-sxm-80gb", 312e12, 108, false},
+    // The SC21 310B run on 1,920 GPUs (240 nodes).
+    {"dgx-a100-320node", 320, 8, "a100-sxm-80gb", 312e12, 108, false},
     // The Megatron-Core r0.8 runs of 119B-462B parameters on 1,536-6,144 H100s: 768 nodes.
     {"dgx-h100-768node", 768, 8, "h100-sxm", 989e12, 132, false},
     // Device variants of published runs (issue 12): the H800 (NVLink cut to 400 GB/s), the A100 40 GB.
@@ -271,6 +273,7 @@ TEST_CASE("the generated rail topologies are what tools/make_rail_topology.py wr
                         Case{"--nodes 128 --spines 16", "dgx-h100-128node"},
                         Case{"--node dgx-a100 --nodes 32 --spines 32", "dgx-a100-32node"},
                         Case{"--node dgx-a100 --nodes 192 --spines 32", "dgx-a100-192node"},
+                        Case{"--node dgx-a100 --nodes 320 --spines 32", "dgx-a100-320node"},
                         Case{"--nodes 768 --spines 64", "dgx-h100-768node"}}) {
     INFO(k.file);
     const std::string cmd = fmt::format("python3 {}/tools/make_rail_topology.py {} > {}", src, k.args, out.string());
