@@ -7,8 +7,8 @@
 #include "fusesim/sched/tpsp.hpp"
 
 #include <algorithm>
-#include <limits>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <utility>
