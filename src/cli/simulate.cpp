@@ -305,7 +305,10 @@ SimulateReport simulate(const SimulateRequest& request) {
                                        w.parallel.pp));
   }
   report.scopes = scopes;
-  for (sched::Parallelism parallelism : parallelisms_for(request, w))
+  std::vector<sched::Parallelism> parallelisms = parallelisms_for(request, w);
+  if (request.max_parallelisms > 0 && parallelisms.size() > request.max_parallelisms)
+    parallelisms.resize(request.max_parallelisms);
+  for (sched::Parallelism parallelism : parallelisms)
   for (sched::Scope scope : scopes) {
     for (model::ScheduleKind kind : request.schedules) {
       sched::GenerateOptions options;

@@ -252,6 +252,7 @@ std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const
   req.sequence_length = c.sequence_length;
   req.engine = c.engines;
   req.parallelisms = c.parallelisms;
+  req.max_parallelisms = 1;  // the first run is the case's (runs.front() below): no other is simulated
   apply_symmetry(c.symmetry, req);
   const SimulateReport rep = simulate(req);
   const analysis::StepMetrics& m = rep.runs.front().metrics;

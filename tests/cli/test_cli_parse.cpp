@@ -86,3 +86,19 @@ TEST_CASE("help and no subcommand print usage and succeed while bad options thro
   const char* unknown_command[] = {"fusesim", "simulat"};
   CHECK_THROWS_AS(run(2, unknown_command, io), InputError);
 }
+
+TEST_CASE("simulate: max_parallelisms runs the first parallelisms only, the same runs", "[cli]") {
+  // llama-3-70b-4node runs TP 8 x DP 4: its rows vary TP's schedule, then DP's. Asked for one
+  // parallelism (what validate reads), simulate runs TP's alone; that run is the first of the full set.
+  SimulateRequest all;
+  all.schedules = {ScheduleKind::commfuse};
+  all.scopes = {sched::Scope::layer};
+  SimulateRequest one = all;
+  one.max_parallelisms = 1;
+  const SimulateReport a = simulate(all), b = simulate(one);
+  REQUIRE(a.runs.size() == 2);
+  REQUIRE(b.runs.size() == 1);
+  CHECK(b.runs[0].metrics.parallelism == "tpsp");
+  CHECK(b.runs[0].metrics.step_time_ps == a.runs[0].metrics.step_time_ps);
+  CHECK(b.runs[0].metrics.model_flops == a.runs[0].metrics.model_flops);
+}

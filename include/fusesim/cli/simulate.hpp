@@ -2,6 +2,7 @@
 // `fusesim simulate` as a library call: load a cluster and a workload, generate each requested
 // schedule at each scope, simulate it, analyze it. The command (src/cli/simulate_command.cpp) only
 // parses the command line into a SimulateRequest and writes what simulate() returns.
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -41,6 +42,8 @@ struct SimulateRequest {
   // Whose schedules are compared: "tpsp", "up", "dp"; empty: every parallelism the workload uses.
   // The parallelisms not compared run the workload file's schedule.kind.
   std::vector<sched::Parallelism> parallelisms;
+  // The first this many of them (0: all): a caller that reads one run (validate) asks for one.
+  std::size_t max_parallelisms = 0;
   // What prices the kernels: by default the shipped profile of the cluster's device model
   // (docs/calibration.md, "Which model prices a run").
   model::PricingChoice pricing;
