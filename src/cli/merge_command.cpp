@@ -1,8 +1,12 @@
 // `fusesim merge`: the parts of a sharded sweep (`fusesim sweep --shard i/n`) joined into the file the
-// whole sweep would have written.
+// whole sweep would have written; or the parts of a sharded search (`fusesim search --shard i/n`)
+// joined into one search result, its best configurations those of the whole search.
 #include <ostream>
 
+#include <fmt/format.h>
+
 #include "fusesim/cli/commands.hpp"
+#include "fusesim/cli/search.hpp"
 #include "fusesim/cli/sweep.hpp"
 #include "fusesim/util/output.hpp"
 
@@ -12,7 +16,7 @@ namespace {
 class MergeCommand final : public Command {
  public:
   void configure(CLI::App& sub) override {
-    sub.add_option("parts", parts_, "the sweep parts (.json), in any order")->type_name("FILE")->required();
+    sub.add_option("parts", parts_, "the sweep (or search) parts (.json), in any order")->type_name("FILE")->required();
     sub.add_option("-o,--output", output_, "the merged result, .csv or .json")->type_name("FILE")->required();
     sub.add_option("--format", format_, "csv or json (default: from the --output extension)")->type_name("FORMAT");
   }
@@ -20,6 +24,19 @@ class MergeCommand final : public Command {
   int run(Io& io) override {
     if (!output_.empty()) check_output_path(output_, "--output");  // before the work, not after
     const std::string format = output_format_for(output_, format_);
+    // The first part tells which kind: a search file says so in its "format".
+    if (is_search_json(JsonDocument::load(parts_.front()))) {
+      std::vector<SearchResult> parts;
+      parts.reserve(parts_.size());
+      for (const std::string& p : parts_) parts.push_back(read_search_json(p));
+      const SearchResult all = merge_searches(parts_, parts);
+      write_output_file(output_, format == "json" ? search_json(all).dump(2) + "\n" : search_csv(all));
+      io.out << search_table(all);
+      io.err << fmt::format("merge: {} search parts, {} candidates, {} simulated, best step {:.1f} ms\n", parts.size(),
+                            all.candidates, all.simulated,
+                            all.rows.empty() ? 0.0 : ps_to_seconds(all.rows.front().step_ps) * 1e3);
+      return 0;
+    }
     std::vector<SweepResult> parts;
     parts.reserve(parts_.size());
     for (const std::string& p : parts_) parts.push_back(read_sweep_json(p));

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +32,9 @@ namespace {
 // Candidates simulated between two looks at the bound: fixed, so that which candidates are simulated
 // does not depend on the thread count.
 constexpr std::size_t kBatch = 8;
+// What a search file says it is (search_json), for `fusesim merge`.
+constexpr const char* kSearchFormat = "fusesim-search";
+constexpr int kSearchVersion = 1;
 
 std::vector<int> divisors(std::int64_t n, std::int64_t at_most) {
   std::vector<int> out;
@@ -205,12 +209,32 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
                                                               model::DpSharding::zero2, model::DpSharding::zero3}
                              : spec.shardings;
 
+  r.shard = spec.shard;
+  {
+    auto names = [](const auto& values) {
+      std::vector<std::string> out;
+      for (const auto& v : values) out.push_back(model::to_string(v));
+      return out;
+    };
+    r.spec = {{"topology_file", r.topology_label}, {"workload_file", r.workload_label}, {"gpus", r.gpus},
+              {"global_batch", r.global_batch},    {"sequence_length", r.sequence_length},
+              {"tp", tps},                         {"up", ups},
+              {"pp", pps},                         {"virtual_stages", spec.virtual_stages},
+              {"micro_batch", mbs},                {"recompute", names(recomputes)},
+              {"dp_sharding", names(shardings)},   {"schedule", names(spec.schedules)},
+              {"top", spec.top},                   {"symmetry", spec.symmetry}};
+  }
+
   // Enumerate. A configuration that is the same run under two names (ZeRO stages without DP, pipeline
-  // schedules without stages) is listed once.
+  // schedules without stages) is listed once. A shard looks at its own candidates only; the groups
+  // pruned before they get an index are counted by shard 0 alone, so that the parts add up.
   std::vector<SearchRow> bounded;  // the candidates that can run, with their memory, then their bound
   auto prune = [&](const std::string& reason, std::size_t count) {
     r.pruned[reason] += count;
     r.candidates += count;
+  };
+  auto prune_group = [&](const std::string& reason, std::size_t count) {
+    if (spec.shard.index == 0) prune(reason, count);
   };
   const std::size_t inner = recomputes.size() * spec.schedules.size();
   std::size_t index = 0;
@@ -220,7 +244,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
         const std::int64_t per_replica = std::int64_t{tp} * up * pp;
         const std::vector<int> vs = pp > 1 ? spec.virtual_stages : std::vector<int>{1};
         if (r.gpus % per_replica != 0) {
-          prune("gpus: not a multiple of tp x up x pp", vs.size() * mbs.size() * shardings.size() * inner);
+          prune_group("gpus: not a multiple of tp x up x pp", vs.size() * mbs.size() * shardings.size() * inner);
           continue;
         }
         const int dp = static_cast<int>(r.gpus / per_replica);
@@ -228,12 +252,16 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
         for (int v : vs)
           for (std::int64_t mb : mbs) {
             if (r.global_batch % (std::int64_t{dp} * mb) != 0) {
-              prune("global batch: not a multiple of dp x micro-batch", zs.size() * inner);
+              prune_group("global batch: not a multiple of dp x micro-batch", zs.size() * inner);
               continue;
             }
             for (model::DpSharding z : zs)
               for (model::Recompute rc : recomputes)
                 for (model::ScheduleKind kind : spec.schedules) {
+                  if (!spec.shard.covers(index)) {
+                    ++index;
+                    continue;
+                  }
                   SearchCandidate c{index++, base, kind};
                   model::Workload& w = c.workload;
                   w.parallel.tp = tp;
@@ -449,6 +477,7 @@ namespace {
 nlohmann::json row_json(const SearchRow& row, std::size_t rank) {
   const model::Workload& w = row.candidate.workload;
   return {{"rank", rank},
+          {"index", row.candidate.index},
           {"tp", w.parallel.tp},
           {"up", w.parallel.up},
           {"pp", w.parallel.pp},
@@ -472,6 +501,10 @@ nlohmann::json row_json(const SearchRow& row, std::size_t rank) {
 
 nlohmann::json search_json(const SearchResult& r) {
   nlohmann::json doc;
+  doc["format"] = kSearchFormat;
+  doc["version"] = kSearchVersion;
+  doc["spec"] = r.spec;
+  doc["shard"] = {{"index", r.shard.index}, {"count", r.shard.count}};
   doc["topology"] = r.cluster_name;
   doc["topology_file"] = r.topology_label;
   doc["workload_file"] = r.workload_label;
@@ -551,6 +584,128 @@ std::string write_search_plot(const SearchResult& r, const std::string& dir) {
   const std::string cmd = fmt::format("cd {} && {} search.gp", quote(dir), quote(gnuplot));
   if (std::system(cmd.c_str()) != 0) return log + "search: gnuplot failed on search.gp\n";
   return log + fmt::format("search: drew {}\n", svg);
+}
+
+
+namespace {
+
+// The enum whose model::to_string is the value's string, else a failure at the value's path.
+template <typename T>
+T named(const JsonValue& v, const std::vector<T>& known) {
+  const std::string name = v.as_string();
+  for (T k : known)
+    if (model::to_string(k) == name) return k;
+  std::string list;
+  for (T k : known) list += (list.empty() ? "" : ", ") + model::to_string(k);
+  v.fail(fmt::format("'{}' is not one of {}", name, list));
+}
+
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 50;
+
+TimePs ps_of(const JsonObject& o, std::string_view key) {
+  return static_cast<TimePs>(std::llround(o.number(key, 0.0, 1e6) * 1e12));  // 1e6 s: far from int64 ps
+}
+
+}  // namespace
+
+bool is_search_json(const JsonDocument& doc) {
+  const nlohmann::json& raw = doc.raw();
+  return raw.is_object() && raw.contains("format") && raw["format"] == kSearchFormat;
+}
+
+SearchResult read_search_json(const std::string& path) { return parse_search_json(JsonDocument::load(path)); }
+
+SearchResult parse_search_json(const JsonDocument& doc) {
+  const JsonObject root = doc.root();
+  const PartHeader header = read_part_header(root, kSearchFormat, kSearchVersion, "search");
+  SearchResult r;
+  r.spec = header.spec;
+  r.shard = header.shard;
+  r.cluster_name = root.string("topology");
+  r.topology_label = root.string("topology_file");
+  r.workload_label = root.string("workload_file");
+  r.model_name = root.string("model");
+  r.gpus = static_cast<int>(root.integer("gpus", 1, 1 << 20));
+  r.global_batch = root.integer("global_batch", 1, 1 << 30);
+  r.sequence_length = root.integer("sequence_length", 1, 1 << 24);
+  r.pricing = root.string("pricing");
+  r.symmetry = root.choice("symmetry", {"none", "p2p", "mirror"});
+  r.top = static_cast<std::size_t>(root.at("spec").as_object().integer("top", 1, 1 << 20));
+  r.candidates = static_cast<std::size_t>(root.integer("candidates", 0, kMaxCount));
+  r.simulated = static_cast<std::size_t>(root.integer("simulated", 0, kMaxCount));
+  r.bounded = static_cast<std::size_t>(root.integer("not_simulated_by_bound", 0, kMaxCount));
+  const JsonObject pruned = root.object("pruned");
+  for (const std::string& reason : pruned.keys())
+    r.pruned[reason] = static_cast<std::size_t>(pruned.integer(reason, 0, kMaxCount));
+  pruned.finish();
+  using model::DpSharding, model::PipelineSchedule, model::Recompute, model::ScheduleKind;
+  const JsonArray rows = root.array("results");
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const JsonObject o = rows.at(i).as_object();
+    SearchRow row;
+    o.integer("rank", 1, kMaxCount);
+    row.candidate.index = static_cast<std::size_t>(o.integer("index", 0, kMaxCount));
+    if (!r.shard.covers(row.candidate.index))
+      o.at("index").fail(fmt::format("candidate {} is not in shard {}/{}", row.candidate.index, r.shard.index,
+                                     r.shard.count));
+    model::Workload& w = row.candidate.workload;
+    w.sequence_length = r.sequence_length;
+    w.parallel.tp = static_cast<int>(o.integer("tp", 1, 1 << 20));
+    w.parallel.up = static_cast<int>(o.integer("up", 1, 1 << 20));
+    w.parallel.pp = static_cast<int>(o.integer("pp", 1, 1 << 20));
+    w.parallel.dp = static_cast<int>(o.integer("dp", 1, 1 << 20));
+    const std::string pipeline = o.choice("pp_schedule", {"-", "1f1b", "interleaved"});
+    w.parallel.pp_schedule = pipeline == "interleaved" ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b;
+    w.parallel.virtual_stages = static_cast<int>(o.integer("virtual_stages", 1, 1 << 20));
+    w.micro_batch = o.integer("micro_batch", 1, 1 << 30);
+    w.grad_accumulation = o.integer("grad_accumulation", 1, 1 << 30);
+    w.recompute = named<Recompute>(o.at("recompute"),
+                                   {Recompute::none, Recompute::selective, Recompute::full, Recompute::op});
+    w.parallel.dp_sharding = named<DpSharding>(o.at("dp_sharding"),
+                                               {DpSharding::ddp, DpSharding::zero1, DpSharding::zero2, DpSharding::zero3});
+    row.candidate.kind = named<ScheduleKind>(o.at("schedule"), model::all_schedule_kinds());
+    w.schedule.kind = row.candidate.kind;
+    row.step_ps = ps_of(o, "step_time_s");
+    row.lower_bound_ps = ps_of(o, "lower_bound_s");
+    row.tokens_per_s_per_gpu = o.number("tokens_per_s_per_gpu", 0.0, 1e15);
+    row.mfu = o.number("mfu", 0.0, 1e3);
+    row.exposed_comm_ps = ps_of(o, "exposed_comm_s");
+    row.bubble_fraction = o.number("bubble_fraction", 0.0, 1.0);
+    row.memory_bytes = o.integer("memory_bytes", 0, std::int64_t{1} << 60);
+    o.finish();
+    r.rows.push_back(std::move(row));
+  }
+  const JsonArray front = root.array("pareto_front");
+  for (std::size_t i = 0; i < front.size(); ++i) front.at(i).as_integer(1, kMaxCount);
+  root.finish();
+  return r;
+}
+
+SearchResult merge_searches(const std::vector<std::string>& paths, const std::vector<SearchResult>& parts) {
+  if (parts.empty()) throw InputError(kCommandLine, "parts", "no search parts to merge");
+  const SearchResult& first = parts.front();
+  SearchResult all = first;
+  all.rows.clear();
+  all.pruned.clear();
+  all.candidates = all.simulated = all.bounded = 0;
+  all.shard = Shard{};
+  std::vector<Shard> shards;
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    const SearchResult& part = parts[p];
+    if (part.spec != first.spec)
+      throw InputError(paths[p], "$.spec", fmt::format("not the same search as '{}'", paths[0]));
+    if (part.pricing != first.pricing)
+      throw InputError(paths[p], "$.pricing", fmt::format("kernels priced otherwise than in '{}'", paths[0]));
+    shards.push_back(part.shard);
+    all.candidates += part.candidates;
+    all.simulated += part.simulated;
+    all.bounded += part.bounded;
+    for (const auto& [reason, n] : part.pruned) all.pruned[reason] += n;
+    all.rows.insert(all.rows.end(), part.rows.begin(), part.rows.end());
+  }
+  check_shard_parts(paths, shards, "search");
+  std::sort(all.rows.begin(), all.rows.end(), better);
+  return all;
 }
 
 }  // namespace fusesim::cli

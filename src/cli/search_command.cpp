@@ -82,6 +82,9 @@ class SearchCommand final : public Command {
     sub.add_flag("--quiet", quiet_, "no progress on standard error");
     sub.add_option("--plot", plot_dir_, "write step time against memory per GPU, the Pareto front marked, into this folder")
         ->type_name("DIR");
+    sub.add_option("--shard", shard_,
+                   "search only candidates with index % n == i, written with --output as JSON for `fusesim merge`")
+        ->type_name("i/n");
   }
 
   int run(Io& io) override {
@@ -108,6 +111,7 @@ class SearchCommand final : public Command {
     SimulateRequest symmetry_check;
     apply_symmetry(symmetry_, symmetry_check);  // a bad mode is refused before the search starts
     spec.symmetry = symmetry_;
+    if (!shard_.empty()) spec.shard = parse_shard(shard_);
     const OutputFormat format = parse_format(format_);
     const int jobs = jobs_.empty() ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
                                    : parse_positive_int("--jobs", jobs_, 1024);
@@ -117,6 +121,10 @@ class SearchCommand final : public Command {
       check_output_path(output_, "--output");
     }
     if (!plot_dir_.empty()) check_plot_folder(plot_dir_, "--plot");
+    if (spec.shard.count > 1 && file_format != "json")
+      throw InputError(kCommandLine, "--shard",
+                       "a shard is written with --output as JSON (name the file .json), so that `fusesim merge` can "
+                       "join the parts");
 
     // Progress on standard error every 10 s or so (a search of large steps takes minutes).
     const auto start = std::chrono::steady_clock::now();
@@ -154,7 +162,7 @@ class SearchCommand final : public Command {
   bool roofline_ = false;
   std::string symmetry_ = "none";
   std::string format_ = "table";
-  std::string output_, plot_dir_;
+  std::string output_, plot_dir_, shard_;
   bool quiet_ = false;
 };
 

@@ -618,19 +618,51 @@ SweepProblem read_problem(const JsonValue& v) {
 
 SweepResult read_sweep_json(const std::string& path) { return parse_sweep_json(JsonDocument::load(path)); }
 
-SweepResult parse_sweep_json(const JsonDocument& doc) {
-  const JsonObject root = doc.root();
-  if (root.string("format") != kFormatName)
-    root.at("format").fail(fmt::format("not a sweep file (expected \"{}\")", kFormatName));
-  root.integer("version", kFormatVersion, kFormatVersion);
-  SweepResult r;
+PartHeader read_part_header(const JsonObject& root, const std::string& format, int version, const std::string& what) {
+  if (root.string("format") != format)
+    root.at("format").fail(fmt::format("not a {} file (expected \"{}\")", what, format));
+  root.integer("version", version, version);
+  PartHeader h;
   const JsonValue spec = root.at("spec");
   if (!spec.is_object()) spec.fail("expected an object");
-  r.spec = spec.raw();
+  h.spec = spec.raw();
   const JsonObject shard = root.object("shard");
-  r.shard.count = static_cast<int>(shard.integer("count", 1, 1'000'000));
-  r.shard.index = static_cast<int>(shard.integer("index", 0, r.shard.count - 1));
+  h.shard.count = static_cast<int>(shard.integer("count", 1, 1'000'000));
+  h.shard.index = static_cast<int>(shard.integer("index", 0, h.shard.count - 1));
   shard.finish();
+  return h;
+}
+
+void check_shard_parts(const std::vector<std::string>& paths, const std::vector<Shard>& shards, const std::string& what) {
+  if (shards.empty()) return;
+  const int count = shards.front().count;
+  std::vector<int> owner(static_cast<std::size_t>(count), -1);
+  for (std::size_t p = 0; p < shards.size(); ++p) {
+    if (shards[p].count != count)
+      throw InputError(paths[p], "$.shard.count",
+                       fmt::format("shard count {} but '{}' has {}", shards[p].count, paths[0], count));
+    int& o = owner[static_cast<std::size_t>(shards[p].index)];
+    if (o >= 0)
+      throw InputError(paths[p], "$.shard.index",
+                       fmt::format("shard {}/{} overlaps '{}', which holds the same shard", shards[p].index, count,
+                                   paths[static_cast<std::size_t>(o)]));
+    o = static_cast<int>(p);
+  }
+  std::vector<std::string> missing;
+  for (std::size_t i = 0; i < owner.size(); ++i)
+    if (owner[i] < 0) missing.push_back(std::to_string(i));
+  if (!missing.empty())
+    throw InputError(kCommandLine, "PARTS",
+                     fmt::format("incomplete {}: shard{} {} of {} missing", what, missing.size() > 1 ? "s" : "",
+                                 fmt::join(missing, ", "), count));
+}
+
+SweepResult parse_sweep_json(const JsonDocument& doc) {
+  const JsonObject root = doc.root();
+  const PartHeader header = read_part_header(root, kFormatName, kFormatVersion, "sweep");
+  SweepResult r;
+  r.spec = header.spec;
+  r.shard = header.shard;
   r.configurations = static_cast<std::size_t>(root.integer("configurations", 0, std::int64_t{1} << 50));
   const JsonObject summary = root.object("summary");
   r.run = static_cast<std::size_t>(summary.integer("run", 0, std::int64_t{1} << 50));
@@ -843,30 +875,16 @@ SweepResult read_sweep_file(const std::string& path) {
 SweepResult merge_sweeps(const std::vector<std::string>& paths, const std::vector<SweepResult>& parts) {
   if (parts.empty()) throw InputError(kCommandLine, "PARTS", "no sweep parts given");
   const SweepResult& first = parts.front();
-  std::vector<int> owner(static_cast<std::size_t>(first.shard.count), -1);
+  std::vector<Shard> shards;
   for (std::size_t p = 0; p < parts.size(); ++p) {
     const SweepResult& part = parts[p];
     if (part.spec != first.spec)
       throw InputError(paths[p], "$.spec", fmt::format("a different sweep than '{}' (the specs differ)", paths[0]));
-    if (part.shard.count != first.shard.count)
-      throw InputError(paths[p], "$.shard.count",
-                       fmt::format("shard count {} but '{}' has {}", part.shard.count, paths[0], first.shard.count));
-    if (part.configurations != first.configurations)
+    if (part.configurations != first.configurations && part.shard.count == first.shard.count)
       throw InputError(paths[p], "$.configurations", fmt::format("differs from '{}'", paths[0]));
-    int& o = owner[static_cast<std::size_t>(part.shard.index)];
-    if (o >= 0)
-      throw InputError(paths[p], "$.shard.index",
-                       fmt::format("shard {}/{} overlaps '{}', which holds the same shard", part.shard.index,
-                                   part.shard.count, paths[static_cast<std::size_t>(o)]));
-    o = static_cast<int>(p);
+    shards.push_back(part.shard);
   }
-  std::vector<std::string> missing;
-  for (std::size_t i = 0; i < owner.size(); ++i)
-    if (owner[i] < 0) missing.push_back(std::to_string(i));
-  if (!missing.empty())
-    throw InputError(kCommandLine, "PARTS",
-                     fmt::format("incomplete sweep: shard{} {} of {} missing", missing.size() > 1 ? "s" : "",
-                                 fmt::join(missing, ", "), first.shard.count));
+  check_shard_parts(paths, shards, "sweep");
 
   SweepResult all;
   all.spec = first.spec;

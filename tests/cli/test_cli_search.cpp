@@ -171,3 +171,100 @@ TEST_CASE("fusesim search refuses bad options with exit 2, naming them", "[cli][
   CHECK(r.exit_code == 2);
   CHECK(dir.entries() == std::vector<std::string>{"model.json"});
 }
+
+TEST_CASE("search --shard: the parts joined rank what the whole search ranks", "[cli][search]") {
+  // Three shards of the small space, each searching its own candidates (index % 3) with its own bound,
+  // joined: the same candidates and pruning reasons, the same best 5 and best per overlap schedule (a
+  // shard leaves out only what cannot enter its own lists, so nothing of the joined lists); the shards
+  // together may simulate more than the whole search did.
+  ScratchDir dir;
+  const std::string model = write_model(dir);
+  SearchSpec spec = small_space(model);
+  spec.top = 5;
+  const SearchResult whole = run_search(spec, 2);
+  std::vector<SearchResult> parts;
+  std::vector<std::string> names;
+  for (int i = 0; i < 3; ++i) {
+    SearchSpec s = spec;
+    s.shard = Shard{i, 3};
+    parts.push_back(run_search(s, 2));
+    names.push_back("part" + std::to_string(i));
+    for (const SearchRow& row : parts.back().rows) CHECK(row.candidate.index % 3 == static_cast<std::size_t>(i));
+  }
+  const SearchResult joined = merge_searches(names, {parts[2], parts[0], parts[1]});
+  CHECK(joined.candidates == whole.candidates);
+  CHECK(joined.pruned == whole.pruned);
+  CHECK(joined.simulated + joined.bounded == whole.simulated + whole.bounded);
+  CHECK(joined.simulated >= whole.simulated);
+  REQUIRE(joined.rows.size() >= 5);
+  for (std::size_t i = 0; i < 5; ++i) {
+    CHECK(joined.rows[i].candidate.index == whole.rows[i].candidate.index);
+    CHECK(joined.rows[i].step_ps == whole.rows[i].step_ps);
+  }
+  auto best_of = [](const SearchResult& r) {
+    std::map<model::ScheduleKind, std::size_t> best;
+    for (const SearchRow& row : r.rows) best.emplace(row.candidate.kind, row.candidate.index);
+    return best;
+  };
+  CHECK(best_of(joined) == best_of(whole));
+  // What a part's JSON reads back as is what was written: the table and the JSON of the joined search
+  // from files equal those from memory.
+  for (int i = 0; i < 3; ++i) {
+    std::ofstream(dir.file(names[static_cast<std::size_t>(i)] + ".json")) << search_json(parts[static_cast<std::size_t>(i)]).dump(2);
+  }
+  std::vector<SearchResult> read;
+  for (const std::string& n : names) read.push_back(read_search_json(dir.file(n + ".json")));
+  const SearchResult from_files = merge_searches(names, read);
+  CHECK(search_json(from_files) == search_json(joined));
+  CHECK(search_table(from_files).substr(search_table(from_files).find('\n')) ==
+        search_table(joined).substr(search_table(joined).find('\n')));
+}
+
+TEST_CASE("fusesim search --shard and merge from the command line; parts that do not fit are refused", "[cli][search][errors]") {
+  ScratchDir dir;
+  write_model(dir);
+  const std::vector<std::string> base{"search", "--workload", "model.json", "--topology", "dgx-h100", "--global-batch",
+                                      "8", "--tp", "4,8", "--micro-batch", "1", "--recompute", "none", "--zero", "ddp",
+                                      "--top", "3", "--jobs", "1", "--quiet"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_fusesim(args, dir);
+  };
+  // A shard is written as JSON with --output.
+  auto r = with({"--shard", "0/2"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--shard") != std::string::npos);
+  REQUIRE(with({"--shard", "0/2", "--output", "a.json"}).exit_code == 0);
+  REQUIRE(with({"--shard", "1/2", "--output", "b.json"}).exit_code == 0);
+  const auto whole = with({"--format", "json"});
+  REQUIRE(whole.exit_code == 0);
+  r = run_fusesim({"merge", "b.json", "a.json", "-o", "all.json"}, dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("best per overlap schedule:") != std::string::npos);
+  const json all = json::parse(slurp(dir.path() / "all.json")), one = json::parse(whole.out);
+  CHECK(all["candidates"] == one["candidates"]);
+  CHECK(all["pruned"] == one["pruned"]);
+  CHECK(all["results"][0] == one["results"][0]);
+  CHECK(all["shard"] == json({{"index", 0}, {"count", 1}}));
+  // The same part twice, a part missing, another search, a row outside its shard: exit 2 at the path.
+  r = run_fusesim({"merge", "a.json", "a.json", "-o", "x.json"}, dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("$.shard.index") != std::string::npos);
+  r = run_fusesim({"merge", "a.json", "-o", "x.json"}, dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("incomplete search: shard 1 of 2 missing") != std::string::npos);
+  REQUIRE(with({"--shard", "1/2", "--seq", "1024", "--output", "c.json"}).exit_code == 0);
+  r = run_fusesim({"merge", "a.json", "c.json", "-o", "x.json"}, dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("c.json: $.spec") != std::string::npos);
+  json moved = json::parse(slurp(dir.path() / "b.json"));
+  REQUIRE(!moved["results"].empty());
+  moved["results"][0]["index"] = moved["results"][0]["index"].get<int>() + 1;
+  std::ofstream(dir.file("d.json")) << moved.dump();
+  r = run_fusesim({"merge", "a.json", "d.json", "-o", "x.json"}, dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("$.results[0].index") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir.path() / "x.json"));
+}

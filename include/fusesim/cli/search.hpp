@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fusesim/cli/sweep.hpp"
 #include "fusesim/model/pricing.hpp"
 #include "fusesim/model/workload.hpp"
 #include "fusesim/util/units.hpp"
@@ -41,6 +42,9 @@ struct SearchSpec {
   // simulate --symmetry for every candidate: none, p2p or mirror (DP replica 0 of each stage where
   // exact, every rank where not; docs/schedules.md "Symmetry").
   std::string symmetry = "none";
+  // --shard i/n: only the candidates whose enumeration index % n == i (and, in shard 0, the counts of
+  // those pruned before they get an index); the parts join with merge_searches (`fusesim merge`).
+  Shard shard;
 };
 
 struct SearchCandidate {
@@ -75,6 +79,10 @@ struct SearchResult {
   std::size_t top = 10;
   std::string pricing;          // what priced the kernels
   std::string symmetry;         // SearchSpec::symmetry
+  Shard shard;                  // SearchSpec::shard
+  // The search's definition (files, GPUs, batch, sequence, every axis as expanded, top, symmetry):
+  // the parts of a sharded search must agree on it.
+  nlohmann::json spec;
 };
 
 // Called between batches with the result so far (rows unsorted) and the candidates left to look at.
@@ -85,6 +93,17 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
 // The rows on the Pareto front of step time against memory per GPU: no other row has a shorter
 // step and no more memory, or less memory and no longer step. Indices into rows, by memory.
 std::vector<std::size_t> pareto_front(const std::vector<SearchRow>& rows);
+
+// A search written by search_json (a shard's part); InputError with the file and JSON path on bad input.
+SearchResult read_search_json(const std::string& path);
+SearchResult parse_search_json(const JsonDocument& doc);
+// The parts of a sharded search joined: every shard once, the same spec; rows, counts and pruning
+// reasons summed. Each shard's bound left out only candidates that could not enter its own best N or
+// its schedule's best, so the joined best N and each schedule's best are the unsharded search's (its
+// other rows: whatever the shards simulated). InputError names the part and the JSON path.
+SearchResult merge_searches(const std::vector<std::string>& paths, const std::vector<SearchResult>& parts);
+// Whether a JSON file is a search result (its "format"), so that `fusesim merge` can tell the kinds apart.
+bool is_search_json(const JsonDocument& doc);
 
 std::string search_table(const SearchResult& r);
 nlohmann::json search_json(const SearchResult& r);

@@ -63,6 +63,17 @@ struct Shard {
 };
 Shard parse_shard(const std::string& text);  // "i/n", 0 <= i < n
 
+// What every sharded part (a sweep's, a search's) opens with: "format" (`format`, else "not a `what`
+// file"), "version", the run's "spec" (an object the parts must share) and its "shard".
+struct PartHeader {
+  nlohmann::json spec;
+  Shard shard;
+};
+PartHeader read_part_header(const JsonObject& root, const std::string& format, int version, const std::string& what);
+// The parts' shards (paths[p] holds shards[p]) are one count, each shard once, none missing; else
+// InputError at the part and "$.shard.count" / "$.shard.index", or "incomplete <what>" for the parts.
+void check_shard_parts(const std::vector<std::string>& paths, const std::vector<Shard>& shards, const std::string& what);
+
 // One cell of a result row.
 using Cell = std::variant<std::string, std::int64_t, double>;
 
