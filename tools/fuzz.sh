@@ -43,6 +43,10 @@ done
 sweep=("$build/fusesim" sweep --topology dgx-h100 --workload llama-3-8b --seq 1024,2048 --slices 2 --quiet)
 "${sweep[@]}" --output "$gen/sweep.json" 2>/dev/null
 "${sweep[@]}" --shard 1/2 --output "$gen/sweep-part.json" 2>/dev/null
+# A search's part reads through the same target (`fusesim merge` tells the kinds apart).
+"$build/fusesim" search --topology dgx-h100 --workload llama-3-8b --global-batch 8 --seq 1024 --tp 4,8 \
+  --micro-batch 1 --recompute none --zero ddp,zero1 --schedule baseline,commfuse --top 2 --quiet --shard 0/2 \
+  --output "$gen/sweep-search-part.json" >/dev/null 2>&1
 seed() {  # seed TARGET FILE...
   mkdir -p "$seeds/$1"
   local target=$1
