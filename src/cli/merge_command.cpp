@@ -24,11 +24,14 @@ class MergeCommand final : public Command {
   int run(Io& io) override {
     if (!output_.empty()) check_output_path(output_, "--output");  // before the work, not after
     const std::string format = output_format_for(output_, format_);
-    // The first part tells which kind: a search file says so in its "format".
-    if (is_search_json(JsonDocument::load(parts_.front()))) {
+    // Each part read once; the first tells which kind (a search file says so in its "format").
+    std::vector<JsonDocument> docs;
+    docs.reserve(parts_.size());
+    for (const std::string& p : parts_) docs.push_back(JsonDocument::load(p));
+    if (is_search_json(docs.front())) {
       std::vector<SearchResult> parts;
-      parts.reserve(parts_.size());
-      for (const std::string& p : parts_) parts.push_back(read_search_json(p));
+      parts.reserve(docs.size());
+      for (const JsonDocument& d : docs) parts.push_back(parse_search_json(d));
       const SearchResult all = merge_searches(parts_, parts);
       write_output_file(output_, format == "json" ? search_json(all).dump(2) + "\n" : search_csv(all));
       io.out << search_table(all);
@@ -38,8 +41,8 @@ class MergeCommand final : public Command {
       return 0;
     }
     std::vector<SweepResult> parts;
-    parts.reserve(parts_.size());
-    for (const std::string& p : parts_) parts.push_back(read_sweep_json(p));
+    parts.reserve(docs.size());
+    for (const JsonDocument& d : docs) parts.push_back(parse_sweep_json(d));
     const SweepResult all = merge_sweeps(parts_, parts);
     write_output_file(output_, format == "json" ? sweep_json(all) : sweep_csv(all));
     io.err << sweep_summary(all);

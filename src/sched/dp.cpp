@@ -439,17 +439,15 @@ std::vector<TaskId> DpSync::finish_backward(int rank, const std::vector<TaskId>&
 std::int64_t DpSync::optimizer_elements(int rank) const {
   auto it = ranks_.find(rank);
   if (it == ranks_.end()) return 0;
+  const bool ddp = cfg_.sharding == model::DpSharding::ddp;
   std::int64_t rows = 0, flat = 0;
   for (const Grad& g : it->second.grads) {
-    if (cfg_.sharding == model::DpSharding::ddp)
-      flat += g.g.elements();
-    else if (g.cut_by_rows)
+    if (!ddp && g.cut_by_rows)
       rows += row_part(g.g.rows, cfg_.dp, replica(rank)).rows * g.g.cols;
     else
       flat += g.g.elements();
   }
-  if (cfg_.sharding == model::DpSharding::ddp) return flat;
-  return rows + (flat + cfg_.dp - 1) / cfg_.dp;
+  return ddp ? flat : rows + (flat + cfg_.dp - 1) / cfg_.dp;
 }
 
 std::vector<TaskId> DpSync::gather_updated(int rank, const std::vector<TaskId>& after) {

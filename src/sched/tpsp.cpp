@@ -745,10 +745,9 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   std::vector<std::int64_t> forward_layers;
   for (const StepWork& work : order)
     if (work.phase == StepPhase::forward_layer && work.micro_batch == 0) forward_layers.push_back(work.layer);
-  const auto next_forward_layer = [&](std::int64_t l) -> std::int64_t {
-    const auto it = std::find(forward_layers.begin(), forward_layers.end(), l);
-    return it == forward_layers.end() || it + 1 == forward_layers.end() ? -1 : *(it + 1);
-  };
+  std::vector<std::int64_t> next_forward(L, -1);  // per layer, the one this stage's forward runs next
+  for (std::size_t i = 0; i + 1 < forward_layers.size(); ++i)
+    next_forward[static_cast<std::size_t>(forward_layers[i])] = forward_layers[i + 1];
   for (const StepWork& work : order) {
     const std::int64_t mb = work.micro_batch, l = work.layer;
     MicroBatch& m = state[static_cast<std::size_t>(mb)];
@@ -787,7 +786,8 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           lr = merge(lr, stage_params);
         } else if (gathers) {
           lr = merge(lr, next_params);
-          if (const std::int64_t next = next_forward_layer(l); next >= 0) next_params = gather(next, true, ready);
+          if (const std::int64_t next = next_forward[static_cast<std::size_t>(l)]; next >= 0)
+            next_params = gather(next, true, ready);
           // Overlapped ZeRO-1/2 gather: the LM head one layer ahead of its use too.
           if (l + 1 == layers && overlap_gather && mb == 0 && extra) m.head_params = gather_table("lm_head", ready);
         }
