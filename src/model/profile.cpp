@@ -303,6 +303,8 @@ Profile parse_profile(const JsonDocument& doc) {
   p.date = prov.string("date");
   p.source = prov.string_or("source", "");
   for (const char* key : {"driver", "cuda", "tool", "notes"}) prov.string_or(key, "");
+  // How tools/microbench timed the kernels (docs/microbench.md, "Power"): informative, checked.
+  prov.choice_or("timing", {"burst", "sustained"}, "burst");
   if (auto libs = prov.find("libraries")) {
     const JsonObject l = libs->as_object();
     for (const std::string& k : l.keys()) l.string(k);

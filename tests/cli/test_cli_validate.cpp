@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <map>
+#include <string>
 
 #include "fusesim/analysis/rank_correlation.hpp"
 #include "fusesim/model/profile.hpp"
@@ -94,29 +96,40 @@ TEST_CASE("fusesim validate runs the shipped published cases with every shipped 
 TEST_CASE("fusesim validate --cases measured: the H100 and H200 kernel models on training shapes they were not fitted on",
           "[cli][validate]") {
   // validation/measured.json: 9 GEMM shapes of the MPT-3B fp8 run in bf16 and fp8, measured on a lent
-  // H200 and a lent H100; the profiles' samples are microbench's default shapes (hidden 4,096 and
-  // 8,192) and, for the H100's 16-bit model, vidur's inference shapes of at most 4,096 tokens. The
-  // roofline (one efficiency x peak) is 2-38% high on them, the learned models within 12.3%.
-  // And the 50 bf16 shapes of the one-GPU training steps (4,096-16,384 tokens), timed alone on the
-  // H100: the H100 model 9.3% off on average (worst +28%: 8192 x 6144 x 4096 measured at 575
-  // TFLOP/s), the roofline 16.6%. And those steps' 5 causal attention shapes, forward and backward
-  // (FlashAttention-2 through SDPA): the forward passes within 7% of the H100 model.
+  // H200 and a lent H100, and the 50 bf16 shapes of the one-GPU training steps (4,096-16,384 tokens)
+  // on the H100, all timed back to back for a budget: at the clock a power-capped GPU sustains,
+  // 1.17-1.22x the burst times the profiles' GEMM samples have been timed at since 2026-11-27. So the
+  // models (fitted on bursts) read faster than these: mean +8.8% to +15.7% per group, every group
+  // still nearer than the roofline on average except the H200's bf16 (roofline 10.5%, model 12.0%).
+  // Like with like, the same 59 bf16 shapes timed as bursts (tools/microbench/gemm_clock.py; in no
+  // profile): the H100 model 3.2% off on average, the H200's 1.8% (worst -10.2% and +8.7%). And the
+  // steps' 5 causal attention shapes, forward and backward (FlashAttention-2 through SDPA, timed back
+  // to back): since the H100 profile times its attention samples forward and backward apart, the
+  // forward passes within 12.3% of its model and the backward within 17% (was 15-45% too fast).
   ScratchDir dir;
   const auto r = run_fusesim({"validate", "--cases", "measured", "--format", "json"}, dir);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   const json doc = json::parse(r.out);
-  REQUIRE(doc["cases"].size() == 96u);
+  REQUIRE(doc["cases"].size() == 214u);
   double profile_sum = 0.0, roofline_sum = 0.0, train_profile_sum = 0.0, train_roofline_sum = 0.0;
-  int mpt3b = 0, train = 0, attention = 0;
+  std::map<std::string, double> burst_sum;
+  int mpt3b = 0, train = 0, attention = 0, burst = 0;
   for (const json& c : doc["cases"]) {
     INFO(c["id"]);
     const std::string id = c["id"].get<std::string>();
     if (id.rfind("attention/h100/train-steps-", 0) == 0) {
       ++attention;
       CHECK(c["profile"].get<std::string>() == "<embedded:profiles/h100-sxm.json>");
-      if (id.find("-forward-") != std::string::npos)
-        CHECK(std::abs(c["calibrated"].get<double>() / c["measured"].get<double>() - 1.0) < 0.07);
+      const double err = c["calibrated"].get<double>() / c["measured"].get<double>() - 1.0;
+      CHECK(std::abs(err) < (id.find("-forward-") != std::string::npos ? 0.13 : 0.18));
+      continue;
+    }
+    if (id.find("/burst-") != std::string::npos) {
+      ++burst;
+      const double err = c["calibrated"].get<double>() / c["measured"].get<double>() - 1.0;
+      CHECK(std::abs(err) < 0.11);
+      burst_sum[id.substr(5, 4)] += std::abs(err);
       continue;
     }
     const std::string device = id.substr(5, 4);  // gemm/h100/... or gemm/h200/...
@@ -131,17 +144,19 @@ TEST_CASE("fusesim validate --cases measured: the H100 and H200 kernel models on
       continue;
     }
     ++mpt3b;
-    CHECK(profile_err < 0.13);
+    CHECK(profile_err < 0.25);
     profile_sum += profile_err;
     roofline_sum += roofline_err;
   }
   REQUIRE(mpt3b == 36);
   REQUIRE(train == 50);
   REQUIRE(attention == 10);
-  CHECK(profile_sum / 36.0 < 0.08);
-  CHECK(roofline_sum / 36.0 > 0.15);
-  CHECK(train_profile_sum / 50.0 < 0.10);
-  CHECK(train_roofline_sum / 50.0 > train_profile_sum / 50.0);
+  REQUIRE(burst == 118);
+  CHECK(profile_sum / 36.0 < 0.14);
+  CHECK(roofline_sum / 36.0 > profile_sum / 36.0);
+  CHECK(train_profile_sum / 50.0 < 0.17);
+  CHECK(burst_sum["h100"] / 59.0 < 0.04);
+  CHECK(burst_sum["h200"] / 59.0 < 0.03);
 }
 
 TEST_CASE("simulate --profile: a profile of another device is refused naming the profile", "[cli][validate]") {

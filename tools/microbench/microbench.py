@@ -65,6 +65,13 @@ SYNTHETIC = {
 STREAM_WAIT_HOPS = 200
 
 DEFAULT_CONTENTION_SMS = [8, 16, 24, 32]
+
+# --timing burst: launches per sample at most (a burst, not a sustained load), and the sleep kernel
+# queued before them, per timed launch: 200k cycles, 0.1-0.2 ms at 1-2 GHz, longer than a slow host
+# takes to queue one launch (a lent H100's host took 30-40 us per torch._scaled_mm call; with a sleep
+# of 400k cycles for the whole burst its smallest GEMMs timed the host, not the GPU).
+BURST_LAUNCHES = 20
+BURST_SLEEP_CYCLES_PER_LAUNCH = 200_000
 COLLECTIVE_OPS = ["all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"]
 
 
@@ -342,8 +349,30 @@ class TorchBackend:
         for _ in range(self.args.warmup):
             fn()
         self.torch.cuda.synchronize()
-        inner, reps = self._plan_repeats(self._once(fn))
+        one_s = self._once(fn)
+        if self.args.timing == "burst":
+            return self._bursts(fn, one_s)
+        inner, reps = self._plan_repeats(one_s)
         return [self._once(fn, inner) for _ in range(reps)]
+
+    def _bursts(self, fn, one_s):
+        """--timing burst: each sample after --idle-s of host sleep, as a kernel runs inside a training
+        step (next to other ops, at the clock a short burst keeps) rather than back to back for a
+        whole budget, which holds a power-capped GPU at its lower sustained clock (docs/microbench.md,
+        "Power"). Two launches wake the clock; a sleep kernel then keeps the GPU busy while the host
+        queues the timed launches (at most BURST_LAUNCHES, about 1 ms of work), so that the GPU, not
+        the launch rate, sets their pace (tools/calibration/build_profiles.py keeps a shape's samples
+        only when its repeats agree)."""
+        torch = self.torch
+        inner = max(1, min(BURST_LAUNCHES, int(1e-3 / max(one_s, 1e-7))))
+        out = []
+        for _ in range(self.args.burst_samples):
+            time.sleep(self.args.idle_s)
+            fn()
+            fn()
+            torch.cuda._sleep(BURST_SLEEP_CYCLES_PER_LAUNCH * inner)
+            out.append(self._once(fn, inner))
+        return out
 
     def _fits(self, nbytes):
         free, _total = self.torch.cuda.mem_get_info(self.device)
@@ -657,8 +686,9 @@ class TorchBackend:
                 "driver": driver or "unknown",
                 "cuda": torch.version.cuda or "unknown",
                 "libraries": libraries,
-                "source": "tools/microbench/microbench.py on %s: CUDA-event timings, %d warm-up launches, raw samples "
-                          "of back-to-back launches" % (machine, self.args.warmup),
+                "source": "tools/microbench/microbench.py on %s: CUDA-event timings, %d warm-up launches, %s"
+                          % (machine, self.args.warmup, timing_description(self.args)),
+                "timing": self.args.timing,
             },
         }
 
@@ -672,6 +702,13 @@ class TorchBackend:
 # ---------------------------------------------------------------------------------------------------
 
 SECTIONS = ["gemm", "attention", "elementwise", "copy", "contention", "stream_wait", "collectives"]
+
+
+def timing_description(args):
+    if args.timing == "burst":
+        return ("raw samples of bursts of at most %d launches, each after %g s idle (--timing burst)"
+                % (BURST_LAUNCHES, args.idle_s))
+    return "raw samples of back-to-back launches for %g s per shape (--timing sustained)" % args.budget_s
 
 
 def parse_args(argv):
@@ -688,7 +725,13 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="a smaller default shape set (minutes, not tens)")
     p.add_argument("--repeats", type=int, default=20, help="raw samples per shape (at most)")
     p.add_argument("--warmup", type=int, default=5, help="launches before timing")
-    p.add_argument("--budget-s", type=float, default=2.0, help="seconds of samples per shape (at least 3 samples)")
+    p.add_argument("--budget-s", type=float, default=2.0, help="--timing sustained: seconds of samples per shape "
+                                                                 "(at least 3 samples)")
+    p.add_argument("--timing", choices=["burst", "sustained"], default="burst",
+                   help="burst (default): each sample a short burst after --idle-s idle, the clock a kernel keeps "
+                        "inside a training step; sustained: samples back to back for --budget-s per shape")
+    p.add_argument("--idle-s", type=float, default=0.1, help="--timing burst: host sleep before each sample")
+    p.add_argument("--burst-samples", type=int, default=5, help="--timing burst: samples per shape")
     p.add_argument("--contention-sms", default=",".join(str(s) for s in DEFAULT_CONTENTION_SMS),
                    help="SMs the communication kernel holds in the contention section")
     p.add_argument("--noise", type=float, default=0.0, help="--dry-run: relative noise of the synthetic samples")
@@ -712,6 +755,8 @@ def parse_args(argv):
         p.error("--contention-sms: SM counts are positive")
     if args.repeats < 1 or args.warmup < 0 or args.noise < 0 or args.budget_s <= 0:
         p.error("--repeats >= 1, --warmup >= 0, --noise >= 0 and --budget-s > 0")
+    if args.burst_samples < 1 or not 0 <= args.idle_s <= 10:
+        p.error("--burst-samples >= 1 and 0 <= --idle-s <= 10")
     if args.peak_tflops is not None and args.topology:
         p.error("give --peak-tflops or --topology, not both")
     return args
