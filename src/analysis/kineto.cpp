@@ -21,6 +21,7 @@
 #include "fusesim/analysis/intervals.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/json_reader.hpp"
+#include "fusesim/util/json_scan.hpp"
 #include "fusesim/util/json_syntax.hpp"
 #include "fusesim/util/output.hpp"
 
@@ -97,7 +98,7 @@ struct Event {
   bool has_ph = false, has_ts = false, has_dur = false;
 };
 
-// Reads the trace as a stream of SAX events (nlohmann::json::sax_parse): no document is built, each
+// Reads the trace as a stream of SAX events (json_scan, nlohmann's SAX interface): no document is built, each
 // event's few fields are kept until its object closes. Returns false to stop the parser at the first
 // error, which `error` and `error_path` then describe.
 class Reader final : public nlohmann::json_sax<nlohmann::json> {
@@ -193,14 +194,8 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
     leave();
     return true;
   }
-  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& e) override {
-    syntax_position = position;
-    syntax_what = e.what();
-    return false;
-  }
-
-  std::size_t syntax_position = 0;
-  std::string syntax_what;
+  // json_scan reports syntax errors itself; nlohmann's parser is not used.
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
 
  private:
   enum class Frame { object, array };
@@ -394,9 +389,10 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
 
 MeasuredTrace import_kineto_text(std::string_view text, const std::string& file, int rank) {
   Reader reader(rank);
-  if (!nlohmann::json::sax_parse(text, &reader)) {
+  JsonScanError syntax;
+  if (!json_scan(text, reader, syntax)) {
     if (!reader.error.empty()) throw InputError(file, reader.error_path, reader.error);
-    throw json_syntax_error(file, text, reader.syntax_position, reader.syntax_what);
+    throw json_syntax_error(file, text, syntax.byte, syntax.what);
   }
   return reader.finish(file);
 }
