@@ -78,12 +78,29 @@ MeasuredClass classify_kernel(const std::string& name) {
   return MeasuredClass::other;
 }
 
+// fusesim's compute slices by their args, into the classes the measured kernels fall in (the same
+// rules as tools/calibration/train_step_compare.py): an unfused softmax is "loss" on both sides, as a
+// measured softmax kernel is.
+MeasuredClass classify_simulated(const std::string& kernel, const std::string& op, const std::string& phase) {
+  if (kernel == "gemm") return MeasuredClass::gemm;
+  if (kernel == "attention") return MeasuredClass::attention;
+  if (phase == "optimizer") return MeasuredClass::optimizer;
+  const auto starts = [&](const char* p) { return op.rfind(p, 0) == 0; };
+  if (starts("layernorm") || starts("rmsnorm")) return MeasuredClass::norm;
+  if (starts("gelu") || starts("silu") || starts("swiglu")) return MeasuredClass::activation;
+  if (starts("softmax") || starts("cross_entropy")) return MeasuredClass::loss;
+  if (starts("embedding")) return MeasuredClass::embedding;
+  return MeasuredClass::elementwise;
+}
+
 namespace {
 
 struct Activity {
   MeasuredClass cls = MeasuredClass::other;
   double ts_us = 0, dur_us = 0;
   std::optional<std::int64_t> correlation;
+  std::int64_t stream = 0;
+  std::string name;  // only with TraceReadOptions::keep_activities
 };
 struct Range {
   int step = -1;
@@ -95,6 +112,8 @@ struct Event {
   std::string ph, cat, name;
   std::optional<double> ts, dur;
   std::optional<std::int64_t> correlation;
+  std::int64_t pid = -1, tid = 0;
+  std::string kernel, elementwise_op, phase;  // fusesim's own traces: a compute slice's args
   bool has_ph = false, has_ts = false, has_dur = false;
 };
 
@@ -103,7 +122,9 @@ struct Event {
 // error, which `error` and `error_path` then describe.
 class Reader final : public nlohmann::json_sax<nlohmann::json> {
  public:
-  explicit Reader(int rank) { out_.rank = rank; }
+  Reader(int rank, const TraceReadOptions& options) : options_(options) {
+    out_.rank = options.simulated_rank ? *options.simulated_rank : rank;
+  }
 
   std::string error, error_path;
 
@@ -241,9 +262,15 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
     if (in_events_ && !in_event_ && in_array && depth() == event_depth_ - 1) return fail(event_path(), "expected an event object");
     if (in_event_ && !in_array) {
       if (depth() == event_depth_) return event_field(v);
-      if (in_args_ && depth() == event_depth_ + 1 && key_ == "correlation") {
-        if (v.kind != Kind::integer) return fail(event_path() + ".args.correlation", "expected an integer");
-        event_.correlation = v.integer;
+      if (in_args_ && depth() == event_depth_ + 1) {
+        if (key_ == "correlation") {
+          if (v.kind != Kind::integer) return fail(event_path() + ".args.correlation", "expected an integer");
+          event_.correlation = v.integer;
+        } else if (options_.simulated_rank && v.kind == Kind::string) {
+          if (key_ == "kernel") event_.kernel = *v.text;
+          else if (key_ == "elementwise_op") event_.elementwise_op = *v.text;
+          else if (key_ == "phase") event_.phase = *v.text;
+        }
       }
     } else if (in_distributed_ && depth() == 2 && key_ == "rank") {
       if (v.kind != Kind::integer || v.integer < 0 || v.integer > (1 << 24))
@@ -267,6 +294,10 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
     } else if (key_ == "name") {
       if (v.kind != Kind::string) return fail(event_path() + ".name", "expected a string");
       event_.name = *v.text;
+    } else if (key_ == "pid" || key_ == "tid") {
+      // Kineto writes a GPU's pid and a stream's tid as integers, CPU threads' sometimes as strings:
+      // only integers name a process or stream here.
+      if (v.kind == Kind::integer) (key_ == "pid" ? event_.pid : event_.tid) = v.integer;
     } else if (key_ == "ts" || key_ == "dur") {
       const bool ts = key_ == "ts";
       event_.has_ts = event_.has_ts || ts;
@@ -288,15 +319,23 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       if ((k[0] == 't' ? !event_.ts : !event_.dur))
         return fail(event_path(), fmt::format("a complete (\"X\") event needs \"{}\"", k));
     const std::string& cat = event_.cat;
+    if (options_.simulated_rank) {
+      if (event_.pid != *options_.simulated_rank) return true;
+      const bool compute = cat == "compute";
+      if (!compute && cat != "collective" && cat != "send" && cat != "recv") return true;
+      Activity a;
+      a.cls = compute ? classify_simulated(event_.kernel, event_.elementwise_op, event_.phase)
+                      : MeasuredClass::collective;
+      keep(a);
+      return true;
+    }
     if (cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset" || cat == "memcpy" || cat == "memset") {
       Activity a;
       a.cls = cat == "kernel" ? classify_kernel(event_.name)
               : has(cat, "memcpy") ? MeasuredClass::memcpy
                                    : MeasuredClass::memset;
-      a.ts_us = *event_.ts;
-      a.dur_us = *event_.dur;
       a.correlation = event_.correlation;
-      activities_.push_back(a);
+      keep(a);
     } else if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "runtime") {
       if (event_.correlation) launches_[*event_.correlation] = *event_.ts;
     } else if (event_.name.rfind("ProfilerStep#", 0) == 0) {
@@ -308,6 +347,14 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       if (cat != "gpu_user_annotation") ranges_.push_back(Range{step, *event_.ts, *event_.ts + *event_.dur});
     }
     return true;
+  }
+
+  void keep(Activity& a) {
+    a.ts_us = *event_.ts;
+    a.dur_us = *event_.dur;
+    a.stream = event_.tid;
+    if (options_.keep_activities) a.name = event_.name;
+    activities_.push_back(std::move(a));
   }
 
   // Integer picoseconds from the earliest activity (Kineto's microseconds count from an epoch that
@@ -345,6 +392,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       TimePs begin = std::numeric_limits<TimePs>::max(), end = std::numeric_limits<TimePs>::min();
       for (const Activity* a : acts) {
         const Interval iv{ps(a->ts_us), ps(a->ts_us + a->dur_us)};
+        if (options_.keep_activities) m.activities.push_back({a->cls, iv.begin_ps, iv.end_ps, a->stream, a->name});
         begin = std::min(begin, iv.begin_ps);
         end = std::max(end, iv.end_ps);
         per_class[a->cls].push_back(iv);
@@ -383,12 +431,14 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   std::unordered_map<std::int64_t, double> launches_;
   std::vector<Range> ranges_;
   double origin_us_ = 0;
+  TraceReadOptions options_;
 };
 
 }  // namespace
 
-MeasuredTrace import_kineto_text(std::string_view text, const std::string& file, int rank) {
-  Reader reader(rank);
+MeasuredTrace import_kineto_text(std::string_view text, const std::string& file, int rank,
+                                 const TraceReadOptions& options) {
+  Reader reader(rank, options);
   JsonScanError syntax;
   if (!json_scan(text, reader, syntax)) {
     if (!reader.error.empty()) throw InputError(file, reader.error_path, reader.error);
@@ -401,7 +451,7 @@ MeasuredTrace import_kineto(const nlohmann::json& doc, const std::string& file, 
   return import_kineto_text(doc.dump(), file, rank);
 }
 
-MeasuredTrace import_kineto(const std::string& path, int rank) {
+MeasuredTrace import_kineto(const std::string& path, int rank, const TraceReadOptions& options) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   if (!ec && size > kMaxTraceBytes)
@@ -423,7 +473,7 @@ MeasuredTrace import_kineto(const std::string& path, int rank) {
       throw InputError(path, "$", fmt::format("a .gz file that does not decompress: {}", e.what()));
     }
   }
-  return import_kineto_text(text, path, rank);
+  return import_kineto_text(text, path, rank, options);
 }
 
 nlohmann::json to_json(const MeasuredTrace& t) {

@@ -1,6 +1,14 @@
 // `fusesim trace import`: measured Kineto traces (one file per rank) read into the measures simulate
 // reports for a simulated step (analysis/kineto.hpp, docs/traces.md).
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <optional>
 #include <ostream>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -32,12 +40,29 @@ class TraceCommand final : public Command {
         ->required();
     import_->add_option("--format", format_, "table or json")->capture_default_str();
     import_->add_option("--output", output_, "write to this file instead of standard output");
+
+    compare_ = sub.add_subcommand("compare", "put a measured step (a Kineto trace) beside a simulated one (a Chrome "
+                                             "trace of `fusesim simulate --trace`): the time by kernel class and "
+                                             "the step's measures, measured against predicted, and with "
+                                             "--side-by-side one Chrome trace holding both, aligned at the step "
+                                             "start");
+    compare_->add_option("measured", measured_, "the measured rank's Kineto trace (.json or .json.gz)")->required();
+    compare_->add_option("simulated", simulated_, "fusesim's Chrome trace of the same workload (simulate --trace)")
+        ->required();
+    compare_->add_option("--step", step_, "the measured profiler step (ProfilerStep#N; default: the first)");
+    compare_->add_option("--rank", sim_rank_, "the simulated rank to compare (default: the measured trace's rank)");
+    compare_->add_option("--side-by-side", side_by_side_,
+                         "write one Chrome trace with the measured step and the simulated rank as two processes, "
+                         "both from 0 at their first activity (gzip-compressed when FILE ends in .gz)");
+    compare_->add_option("--format", format_, "table or json")->capture_default_str();
+    compare_->add_option("--output", output_, "write to this file instead of standard output");
   }
 
   int run(Io& io) override {
     if (format_ != "table" && format_ != "json")
       throw InputError(kCommandLine, "--format", fmt::format("'{}' is not table or json", format_));
     if (!output_.empty()) check_output_path(output_);
+    if (compare_->parsed()) return compare(io);
     std::vector<analysis::MeasuredTrace> traces;
     for (std::size_t i = 0; i < files_.size(); ++i)
       traces.push_back(analysis::import_kineto(files_[i], static_cast<int>(i)));
@@ -57,6 +82,138 @@ class TraceCommand final : public Command {
   }
 
  private:
+  int compare(Io& io) {
+    if (!side_by_side_.empty()) check_output_path(side_by_side_, "--side-by-side");
+    analysis::TraceReadOptions keep;
+    keep.keep_activities = !side_by_side_.empty();
+    const analysis::MeasuredTrace measured = analysis::import_kineto(measured_, 0, keep);
+    if (measured.steps.empty())
+      throw InputError(measured_, "$.traceEvents", "no GPU activity (kernel, memcpy, memset) in a profiled step");
+    const analysis::MeasuredStep* m = &measured.steps.front();
+    if (step_) {
+      const auto it = std::find_if(measured.steps.begin(), measured.steps.end(),
+                                   [&](const analysis::MeasuredStep& x) { return x.step == *step_; });
+      if (it == measured.steps.end())
+        throw InputError(kCommandLine, "--step", fmt::format("{} has no ProfilerStep#{}", measured_, *step_));
+      m = &*it;
+    }
+    analysis::TraceReadOptions sim_options = keep;
+    sim_options.simulated_rank = sim_rank_ ? *sim_rank_ : measured.rank;
+    if (*sim_options.simulated_rank < 0)
+      throw InputError(kCommandLine, "--rank", fmt::format("{} is not a rank", *sim_options.simulated_rank));
+    const analysis::MeasuredTrace sim = analysis::import_kineto(simulated_, 0, sim_options);
+    if (sim.steps.empty())
+      throw InputError(simulated_, "$.traceEvents",
+                       fmt::format("no compute or communication slice of rank {} (pid {}): not a trace of "
+                                   "`fusesim simulate --trace`, or that rank was not traced",
+                                   *sim_options.simulated_rank, *sim_options.simulated_rank));
+    const analysis::MeasuredStep& p = sim.steps.front();
+
+    std::string text;
+    if (format_ == "json") {
+      text = compare_json(measured, *m, sim, p).dump(2) + "\n";
+    } else {
+      text = compare_table(measured, *m, sim, p);
+    }
+    if (!side_by_side_.empty())
+      write_maybe_gzipped(side_by_side_, side_by_side(measured, *m, sim, p).dump() + "\n", "--side-by-side");
+    if (output_.empty())
+      io.out << text << std::flush;
+    else
+      write_output_file(output_, text);
+    return 0;
+  }
+
+  // The rows compared: the step's measures, then the busy time of every class either side has.
+  static std::vector<std::pair<std::string, std::pair<TimePs, TimePs>>> rows(const analysis::MeasuredStep& m,
+                                                                           const analysis::MeasuredStep& p) {
+    std::vector<std::pair<std::string, std::pair<TimePs, TimePs>>> out{
+        {"step span", {m.span_ps, p.span_ps}},
+        {"compute", {m.compute_ps, p.compute_ps}},
+        {"communication", {m.comm_ps, p.comm_ps}},
+        {"overlapped communication", {m.overlapped_comm_ps, p.overlapped_comm_ps}},
+        {"exposed communication", {m.exposed_comm_ps, p.exposed_comm_ps}},
+        {"memcpy/memset", {m.memory_ps, p.memory_ps}},
+        {"idle", {m.idle_ps, p.idle_ps}}};
+    std::map<analysis::MeasuredClass, std::pair<TimePs, TimePs>> classes;
+    for (const auto& [c, v] : m.by_class_ps) classes[c].first = v;
+    for (const auto& [c, v] : p.by_class_ps) classes[c].second = v;
+    for (const auto& [c, v] : classes) out.push_back({"class " + analysis::to_string(c), v});
+    return out;
+  }
+
+  static std::string step_name(const analysis::MeasuredStep& m) {
+    return m.step < 0 ? std::string("all") : fmt::format("{}", m.step);
+  }
+
+  std::string compare_table(const analysis::MeasuredTrace& mt, const analysis::MeasuredStep& m,
+                            const analysis::MeasuredTrace& pt, const analysis::MeasuredStep& p) const {
+    using analysis::Align;
+    analysis::Table t({{"measure", Align::left},
+                       {"measured ms", Align::right},
+                       {"simulated ms", Align::right},
+                       {"error %", Align::right}});
+    for (const auto& [name, v] : rows(m, p))
+      t.add_row({name, ms(v.first), ms(v.second),
+                 v.first > 0 ? fmt::format("{:+.1f}", 100.0 * (static_cast<double>(v.second) /
+                                                                   static_cast<double>(v.first) - 1.0))
+                             : "-"});
+    return fmt::format("measured:  {} (rank {}, step {}, {} GPU activities{})\nsimulated: {} (rank {}, {} slices)\n\n",
+                       mt.file, m.rank, step_name(m), m.kernels, mt.device.empty() ? "" : ", " + mt.device, pt.file,
+                       p.rank, p.kernels) +
+           t.render();
+  }
+
+  nlohmann::json compare_json(const analysis::MeasuredTrace& mt, const analysis::MeasuredStep& m,
+                              const analysis::MeasuredTrace& pt, const analysis::MeasuredStep& p) const {
+    nlohmann::json measures = nlohmann::json::array();
+    for (const auto& [name, v] : rows(m, p))
+      measures.push_back({{"measure", name},
+                          {"measured_s", ps_to_seconds(v.first)},
+                          {"simulated_s", ps_to_seconds(v.second)},
+                          {"error", v.first > 0 ? nlohmann::json(static_cast<double>(v.second) /
+                                                                     static_cast<double>(v.first) - 1.0)
+                                                : nlohmann::json(nullptr)}});
+    return {{"measured", {{"file", mt.file}, {"rank", m.rank}, {"step", m.step}, {"activities", m.kernels}}},
+            {"simulated", {{"file", pt.file}, {"rank", p.rank}, {"slices", p.kernels}}},
+            {"measures", std::move(measures)}};
+  }
+
+  // Two processes, each from 0 at its own first activity: pid 0 the measured step (a thread per CUDA
+  // stream), pid 1 the simulated rank (its threads as simulate names them: compute, comm, copy
+  // engines, recv lanes). Slices keep their names; their category is the class both sides share.
+  static nlohmann::json side_by_side(const analysis::MeasuredTrace& mt, const analysis::MeasuredStep& m,
+                                     const analysis::MeasuredTrace& pt, const analysis::MeasuredStep& p) {
+    nlohmann::json events = nlohmann::json::array();
+    const auto side = [&](int pid, const std::string& label, const analysis::MeasuredStep& s, const char* stream) {
+      events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", label}}}});
+      events.push_back(
+          {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pid}}}});
+      TimePs origin = std::numeric_limits<TimePs>::max();
+      std::set<std::int64_t> streams;
+      for (const auto& a : s.activities) {
+        origin = std::min(origin, a.begin_ps);
+        streams.insert(a.stream);
+      }
+      for (std::int64_t tid : streams)
+        events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid},
+                          {"args", {{"name", fmt::format("{} {}", stream, tid)}}}});
+      std::vector<const analysis::TraceActivity*> order;
+      for (const auto& a : s.activities) order.push_back(&a);
+      std::stable_sort(order.begin(), order.end(), [](const auto* x, const auto* y) {
+        return std::tie(x->stream, x->begin_ps) < std::tie(y->stream, y->begin_ps);
+      });
+      // Whole nanoseconds in microseconds: Kineto's resolution, and fusesim's trace writes no finer.
+      const auto us = [](TimePs ps) { return static_cast<double>(ps / 1000) / 1e3; };
+      for (const auto* a : order)
+        events.push_back({{"ph", "X"}, {"name", a->name}, {"cat", analysis::to_string(a->cls)}, {"pid", pid},
+                          {"tid", a->stream}, {"ts", us(a->begin_ps - origin)}, {"dur", us(a->end_ps - a->begin_ps)}});
+    };
+    side(0, fmt::format("measured: {} rank {} step {}", mt.file, m.rank, step_name(m)), m, "stream");
+    side(1, fmt::format("simulated: {} rank {}", pt.file, p.rank), p, "thread");
+    return {{"displayTimeUnit", "ms"}, {"traceEvents", std::move(events)}};
+  }
+
   static std::string render(const std::vector<analysis::MeasuredTrace>& traces) {
     using analysis::Align;
     analysis::Table steps({{"rank", Align::right},
@@ -88,7 +245,10 @@ class TraceCommand final : public Command {
   }
 
   CLI::App* import_ = nullptr;
+  CLI::App* compare_ = nullptr;
   std::vector<std::string> files_;
+  std::string measured_, simulated_, side_by_side_;
+  std::optional<int> step_, sim_rank_;
   std::string format_ = "table";
   std::string output_;
 };

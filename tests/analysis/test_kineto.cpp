@@ -161,3 +161,63 @@ TEST_CASE("malformed traces are refused with the file and the JSON path", "[anal
   CHECK(path_of(json{{"traceEvents", json::array()}, {"distributedInfo", {{"rank", -1}}}}) ==
         "t.json $.distributedInfo.rank");
 }
+
+TEST_CASE("fusesim's own Chrome trace read as a simulated rank: one step, classes from the args",
+          "[analysis][kineto]") {
+  // Rank 1 (pid 1) of a simulated trace: a GEMM [0, 8) us, a layernorm [8, 9), a collective [9, 13) on
+  // the comm thread and a P2P send [20, 21); rank 0's slice, flow arrows, counters and metadata are
+  // not rank 1's activities. By hand: span 21, compute 8 + 1 = 9, communication 4 + 1 = 5 (the send
+  // counts as communication), overlapped 0, exposed 5, idle 21 - 9 - 5 = 7; classes gemm 8, norm 1,
+  // collective 5.
+  const auto slice = [](const std::string& cat, int pid, double ts, double dur, json args) {
+    return json{{"ph", "X"}, {"cat", cat}, {"name", cat}, {"pid", pid}, {"tid", cat == "compute" ? 1 : 100},
+                {"ts", ts}, {"dur", dur}, {"args", std::move(args)}};
+  };
+  json ev = json::array();
+  ev.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", 1}, {"tid", 0}, {"args", {{"name", "rank 1"}}}});
+  ev.push_back(slice("compute", 1, 0, 8, {{"kernel", "gemm"}, {"phase", "forward"}}));
+  ev.push_back(slice("compute", 1, 8, 1, {{"kernel", "elementwise"}, {"elementwise_op", "layernorm"}, {"phase", "forward"}}));
+  ev.push_back(slice("collective", 1, 9, 4, {{"collective", "all_gather"}}));
+  ev.push_back(slice("send", 1, 20, 1, {{"bytes", 8}}));
+  ev.push_back(slice("compute", 0, 0, 50, {{"kernel", "gemm"}}));
+  ev.push_back({{"ph", "s"}, {"cat", "transfer"}, {"id", 1}, {"pid", 1}, {"tid", 100}, {"ts", 9}});
+  ev.push_back({{"ph", "C"}, {"name", "nvlink"}, {"pid", 8}, {"tid", 0}, {"ts", 9}, {"args", {{"% of line rate", 50}}}});
+  TraceReadOptions options;
+  options.simulated_rank = 1;
+  options.keep_activities = true;
+  const MeasuredTrace t = import_kineto_text(json{{"traceEvents", ev}}.dump(), "sim.json", 0, options);
+  CHECK(t.rank == 1);
+  REQUIRE(t.steps.size() == 1);
+  const MeasuredStep& s = t.steps[0];
+  CHECK(s.step == -1);
+  CHECK(s.kernels == 4);
+  CHECK(s.span_ps == 21 * kUs);
+  CHECK(s.compute_ps == 9 * kUs);
+  CHECK(s.comm_ps == 5 * kUs);
+  CHECK(s.overlapped_comm_ps == 0);
+  CHECK(s.exposed_comm_ps == 5 * kUs);
+  CHECK(s.idle_ps == 7 * kUs);
+  CHECK(s.by_class_ps.at(MeasuredClass::gemm) == 8 * kUs);
+  CHECK(s.by_class_ps.at(MeasuredClass::norm) == 1 * kUs);
+  CHECK(s.by_class_ps.at(MeasuredClass::collective) == 5 * kUs);
+  REQUIRE(s.activities.size() == 4);
+  CHECK(s.activities[0].name == "compute");
+  CHECK(s.activities[0].stream == 1);
+  // Rank 2 has nothing: no step.
+  options.simulated_rank = 2;
+  CHECK(import_kineto_text(json{{"traceEvents", ev}}.dump(), "sim.json", 0, options).steps.empty());
+}
+
+TEST_CASE("simulated slices class as the measured kernels do", "[analysis][kineto]") {
+  CHECK(classify_simulated("gemm", "", "backward") == MeasuredClass::gemm);
+  CHECK(classify_simulated("attention", "", "forward") == MeasuredClass::attention);
+  CHECK(classify_simulated("elementwise", "copy", "optimizer") == MeasuredClass::optimizer);
+  CHECK(classify_simulated("elementwise", "layernorm_bwd", "backward") == MeasuredClass::norm);
+  CHECK(classify_simulated("elementwise", "swiglu", "forward") == MeasuredClass::activation);
+  CHECK(classify_simulated("elementwise", "gelu_bwd", "backward") == MeasuredClass::activation);
+  CHECK(classify_simulated("elementwise", "softmax", "forward") == MeasuredClass::loss);  // as a measured softmax
+  CHECK(classify_simulated("elementwise", "cross_entropy", "forward") == MeasuredClass::loss);
+  CHECK(classify_simulated("elementwise", "embedding_bwd", "backward") == MeasuredClass::embedding);
+  CHECK(classify_simulated("elementwise", "add", "forward") == MeasuredClass::elementwise);
+  CHECK(classify_simulated("elementwise", "rope", "forward") == MeasuredClass::elementwise);
+}

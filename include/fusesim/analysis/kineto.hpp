@@ -6,6 +6,7 @@
 // format read and the classes.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,15 @@ MeasuredClass classify_kernel(const std::string& name);
 // Compute: everything but communication and memory movement (HTA counts memcpy/memset apart).
 bool is_compute(MeasuredClass c);
 
+// One GPU activity of a step, kept when a reader is asked for them (trace compare's side-by-side
+// view): its class, its span from the trace's earliest activity, its stream and its name.
+struct TraceActivity {
+  MeasuredClass cls = MeasuredClass::other;
+  TimePs begin_ps = 0, end_ps = 0;
+  std::int64_t stream = 0;  // Kineto: the CUDA stream (the event's tid); fusesim: the thread
+  std::string name;
+};
+
 struct MeasuredStep {
   int rank = 0;
   int step = -1;  // ProfilerStep#N; -1: the trace has no ProfilerStep, the step is the whole trace
@@ -32,6 +42,7 @@ struct MeasuredStep {
   TimePs compute_ps = 0, comm_ps = 0, overlapped_comm_ps = 0, exposed_comm_ps = 0, memory_ps = 0, idle_ps = 0;
   std::int64_t kernels = 0;                     // GPU activities (kernels, memcpy, memset)
   std::map<MeasuredClass, TimePs> by_class_ps;  // busy time (union) per class
+  std::vector<TraceActivity> activities;        // only when asked for (TraceReadOptions::keep_activities)
 };
 
 struct MeasuredTrace {
@@ -45,12 +56,24 @@ struct MeasuredTrace {
 // with this limit in the message.
 inline constexpr std::uint64_t kMaxTraceBytes = std::uint64_t{2} << 30;
 
+struct TraceReadOptions {
+  bool keep_activities = false;
+  // Read a Chrome trace written by fusesim (`simulate --trace`) instead of a Kineto trace: the complete
+  // events of process `simulated_rank` (pid = rank), compute slices classed by their args (kernel,
+  // elementwise_op, phase: the same classes as the measured kernels), collectives and P2P sends and
+  // receives as communication. The whole trace is one step.
+  std::optional<int> simulated_rank;
+};
+
 // Reads a Kineto / Chrome trace (`.json` or `.json.gz`). `rank`: the rank when the trace does not say
 // (distributedInfo.rank). InputError (file, JSON path) on a malformed trace.
-MeasuredTrace import_kineto(const std::string& path, int rank);
+MeasuredTrace import_kineto(const std::string& path, int rank, const TraceReadOptions& options = {});
 // The same from the trace's text, or from a document (`file` names it in errors).
-MeasuredTrace import_kineto_text(std::string_view text, const std::string& file, int rank);
+MeasuredTrace import_kineto_text(std::string_view text, const std::string& file, int rank,
+                                 const TraceReadOptions& options = {});
 MeasuredTrace import_kineto(const nlohmann::json& doc, const std::string& file, int rank);
+// The class of a compute slice of fusesim's own Chrome trace, from its args.
+MeasuredClass classify_simulated(const std::string& kernel, const std::string& elementwise_op, const std::string& phase);
 
 nlohmann::json to_json(const MeasuredTrace& trace);
 
