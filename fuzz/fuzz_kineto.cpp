@@ -35,6 +35,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   Accept handler;
   fusesim::JsonScanError error;
   if (fusesim::json_scan(text, handler, error) != nlohmann::json::accept(text)) std::abort();
+  // The three ways a trace is read: `trace import`, `calibrate from-trace` (GEMM shapes from the CPU
+  // ops) and the simulated side of `trace compare` (fusesim's own traces, one rank).
+  fusesim::analysis::TraceReadOptions shapes, simulated;
+  shapes.gemm_shapes = true;
+  simulated.simulated_rank = 0;
+  simulated.keep_activities = true;
+  for (const auto* options : {&shapes, &simulated}) {
+    try {
+      fusesim::analysis::import_kineto_text(text, fusesim::fuzz::kFile, 0, *options);
+    } catch (const fusesim::InputError&) {
+    }
+  }
   try {
     fusesim::analysis::import_kineto_text(text, fusesim::fuzz::kFile, 0);
   } catch (const fusesim::InputError&) {

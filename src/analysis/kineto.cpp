@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <unordered_map>
@@ -114,6 +115,8 @@ struct Event {
   std::optional<std::int64_t> correlation;
   std::int64_t pid = -1, tid = 0;
   std::string kernel, elementwise_op, phase;  // fusesim's own traces: a compute slice's args
+  std::vector<std::vector<std::int64_t>> dims;  // a CPU op's "Input Dims" (TraceReadOptions::gemm_shapes)
+  std::vector<std::string> types;               // its "Input type"
   bool has_ph = false, has_ts = false, has_dur = false;
 };
 
@@ -199,6 +202,14 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   bool start_array(std::size_t) override {
     if (in_events_ && !in_event_ && depth() == event_depth_ - 1) return fail(event_path(), "expected an event object");
     enter(Frame::array);
+    if (options_.gemm_shapes && in_args_) {
+      if (depth() == event_depth_ + 2 && (key_ == "Input Dims" || key_ == "Input type")) {
+        capture_ = key_ == "Input Dims" ? Capture::dims : Capture::types;
+      } else if (capture_ == Capture::dims && depth() == event_depth_ + 3) {
+        event_.dims.emplace_back();
+      }
+      return true;
+    }
     if (depth() == 1) {
       top_ = Top::array;
       open_events(2, "$");
@@ -210,6 +221,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
     return true;
   }
   bool end_array() override {
+    if (capture_ != Capture::none && depth() == event_depth_ + 2) capture_ = Capture::none;
     if (in_devices_ && depth() == 2) in_devices_ = false;
     if (in_events_ && depth() == event_depth_ - 1) in_events_ = false;
     leave();
@@ -219,6 +231,12 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
 
  private:
+  enum class Capture { none, dims, types };
+  struct CpuGemm {
+    double begin_us = 0, end_us = 0;
+    const char* dtype = "";
+    std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  };
   enum class Frame { object, array };
   enum class Top { none, object, array };
   enum class Kind { other, integer, real, string };
@@ -257,6 +275,11 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
 
   bool scalar(const Value& v) {
     const bool in_array = !stack_.empty() && stack_.back().frame == Frame::array;
+    if (capture_ == Capture::dims && depth() == event_depth_ + 3 && v.kind == Kind::integer) {
+      event_.dims.back().push_back(v.integer);
+    } else if (capture_ == Capture::types && depth() == event_depth_ + 2) {
+      event_.types.push_back(v.kind == Kind::string ? *v.text : std::string());
+    }
     if (top_ == Top::object && depth() == 1 && key_ == "traceEvents") return fail("$.traceEvents", "expected an array of events");
     // An element of the events array that is not an object.
     if (in_events_ && !in_event_ && in_array && depth() == event_depth_ - 1) return fail(event_path(), "expected an event object");
@@ -278,6 +301,9 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       out_.rank = static_cast<int>(v.integer);
     } else if (in_device0_ && depth() == 3 && key_ == "name" && v.kind == Kind::string) {
       out_.device = *v.text;
+    } else if (in_device0_ && depth() == 3 && key_ == "numSms" && v.kind == Kind::integer && v.integer > 0 &&
+               v.integer < (1 << 20)) {
+      out_.sm_count = static_cast<int>(v.integer);
     }
     if (in_array) ++stack_.back().index;
     return true;
@@ -337,7 +363,12 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       a.correlation = event_.correlation;
       keep(a);
     } else if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "runtime") {
-      if (event_.correlation) launches_[*event_.correlation] = *event_.ts;
+      if (event_.correlation) {
+        launches_[*event_.correlation] = *event_.ts;
+        if (options_.gemm_shapes) launch_threads_[*event_.correlation] = {event_.pid, event_.tid};
+      }
+    } else if (options_.gemm_shapes && cat == "cpu_op" && event_.name.rfind("aten::", 0) == 0) {
+      cpu_gemm();
     } else if (event_.name.rfind("ProfilerStep#", 0) == 0) {
       const std::string n = event_.name.substr(13);
       int step = 0;
@@ -347,6 +378,29 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       if (cat != "gpu_user_annotation") ranges_.push_back(Range{step, *event_.ts, *event_.ts + *event_.dur});
     }
     return true;
+  }
+
+  // An aten::mm / addmm / bmm / baddbmm op with its operands' shapes: kept per CPU thread. Another
+  // op, or one whose shapes do not make a GEMM (a view, an fp32 or fp8 operand), is left alone.
+  void cpu_gemm() {
+    const std::string& n = event_.name;
+    const bool add = n == "aten::addmm" || n == "aten::baddbmm";
+    const bool batched = n == "aten::bmm" || n == "aten::baddbmm";
+    if (!add && !batched && n != "aten::mm") return;
+    const std::size_t a = add ? 1 : 0;
+    if (event_.dims.size() < a + 2 || event_.types.size() < a + 1) return;
+    const auto& x = event_.dims[a];
+    const auto& y = event_.dims[a + 1];
+    const std::size_t rank = batched ? 3 : 2;
+    if (x.size() != rank || y.size() != rank) return;
+    for (std::size_t i = 0; i < rank; ++i)
+      if (x[i] < 1 || y[i] < 1) return;
+    const std::int64_t batch = batched ? x[0] : 1, m = x[rank - 2], k = x[rank - 1], n2 = y[rank - 1];
+    if (y[rank - 2] != k || (batched && y[0] != batch)) return;
+    const std::string& t = event_.types[a];
+    const char* dtype = t == "c10::BFloat16" ? "bf16" : t == "c10::Half" ? "fp16" : nullptr;
+    if (!dtype) return;
+    cpu_gemms_[{event_.pid, event_.tid}].push_back({*event_.ts, *event_.ts + *event_.dur, dtype, m, n2, k, batch});
   }
 
   void keep(Activity& a) {
@@ -370,6 +424,38 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
     for (const Range& r : ranges_)
       if (at >= r.begin_us && at < r.end_us) return r.step;
     return std::numeric_limits<int>::min();  // launched outside every profiled step: not counted
+  }
+
+  // The innermost shaped GEMM op on the launching thread whose span holds the launch, if any.
+  const CpuGemm* gemm_op_of(const Activity& a) const {
+    if (!a.correlation) return nullptr;
+    const auto t = launch_threads_.find(*a.correlation);
+    const auto at = launches_.find(*a.correlation);
+    if (t == launch_threads_.end() || at == launches_.end()) return nullptr;
+    const auto ops = cpu_gemms_.find(t->second);
+    if (ops == cpu_gemms_.end()) return nullptr;
+    const CpuGemm* best = nullptr;
+    for (const CpuGemm& op : ops->second)
+      if (op.begin_us <= at->second && at->second <= op.end_us && (!best || op.begin_us >= best->begin_us)) best = &op;
+    return best;
+  }
+
+  void shape_gemms(MeasuredStep& m, const std::vector<const Activity*>& acts) const {
+    std::map<const CpuGemm*, MeasuredGemm> by_op;
+    std::vector<const CpuGemm*> order;
+    for (const Activity* a : acts) {
+      if (a->cls != MeasuredClass::gemm) continue;
+      const CpuGemm* op = gemm_op_of(*a);
+      if (!op) {
+        ++m.gemm_kernels_without_shape;
+        continue;
+      }
+      auto [it, fresh] = by_op.try_emplace(op, MeasuredGemm{op->dtype, op->m, op->n, op->k, op->batch, 0, 0});
+      if (fresh) order.push_back(op);
+      it->second.time_ps += ps(a->ts_us + a->dur_us) - ps(a->ts_us);
+      ++it->second.kernels;
+    }
+    for (const CpuGemm* op : order) m.gemms.push_back(by_op.at(op));
   }
 
   void steps() {
@@ -413,6 +499,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       m.memory_ps = IntervalSet(std::move(memory)).measure_ps();
       m.idle_ps = m.span_ps - busy.measure_ps();
       for (auto& [cls, ivs] : per_class) m.by_class_ps[cls] = IntervalSet(std::move(ivs)).measure_ps();
+      if (options_.gemm_shapes) shape_gemms(m, acts);
       out_.steps.push_back(std::move(m));
     }
   }
@@ -432,6 +519,9 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   std::vector<Range> ranges_;
   double origin_us_ = 0;
   TraceReadOptions options_;
+  Capture capture_ = Capture::none;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<CpuGemm>> cpu_gemms_;  // by (pid, tid)
+  std::unordered_map<std::int64_t, std::pair<std::int64_t, std::int64_t>> launch_threads_;
 };
 
 }  // namespace

@@ -8,12 +8,15 @@
 #include <chrono>
 #include <ctime>
 #include <map>
+#include <numeric>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <tuple>
 
 #include <fmt/format.h>
 
+#include "fusesim/analysis/kineto.hpp"
 #include "fusesim/cli/commands.hpp"
 #include "fusesim/cli/simulate.hpp"
 #include "fusesim/model/calibration_fit.hpp"
@@ -181,6 +184,17 @@ class CalibrateCommand final : public Command {
     import_->add_option("--nodes", nodes_, "nodes, for logs without '# Rank' lines");
     import_->add_option("--date", date_, "provenance date (default: today, UTC)");
 
+    from_trace_ = sub.add_subcommand("from-trace", "write a calibration profile from a measured Kineto trace: each "
+                                                   "GEMM of a profiler step with its shape (a trace taken with "
+                                                   "record_shapes=True) and its measured kernel time");
+    from_trace_->add_option("trace", trace_, "the Kineto trace (.json or .json.gz)")->required();
+    from_trace_->add_option("-o,--output", output_, "the calibration profile to write")->required();
+    from_trace_->add_option("--step", step_, "the profiler step (ProfilerStep#N; default: every step)");
+    from_trace_->add_option("--topology", topology_, "take the device model and its SM count from this topology "
+                                                     "(default: the trace's device name and numSms)");
+    from_trace_->add_option("--device-model", device_model_, "device model of --topology (default: its only one)");
+    from_trace_->add_option("--date", date_, "provenance date (default: today, UTC)");
+
     plan_ = sub.add_subcommand("plan", "print the kernel shapes the shipped schedules generate for a workload, "
                                        "as JSON for tools/microbench/microbench.py --plan");
     plan_->add_option("--workload", workload_, "workload: a file or a shipped name")->capture_default_str();
@@ -198,6 +212,7 @@ class CalibrateCommand final : public Command {
     if (!output_.empty()) check_output_path(output_, "--output");  // before the work, not after
     if (fit_->parsed()) return run_fit(io);
     if (import_->parsed()) return run_import(io);
+    if (from_trace_->parsed()) return run_from_trace(io);
     return run_plan(io);
   }
 
@@ -342,6 +357,73 @@ class CalibrateCommand final : public Command {
     return 0;
   }
 
+  // One GEMM sample per (dtype, shape), its times every occurrence's in the chosen steps: measured
+  // inside a training step, so the profile carries no in-step rate to apply on top (docs/calibration.md,
+  // "Kernels inside a step").
+  int run_from_trace(Io& io) {
+    analysis::TraceReadOptions options;
+    options.gemm_shapes = true;
+    const analysis::MeasuredTrace t = analysis::import_kineto(trace_, 0, options);
+    if (step_ && std::none_of(t.steps.begin(), t.steps.end(), [&](const auto& s) { return s.step == *step_; }))
+      throw InputError(kCommandLine, "--step", fmt::format("{} has no ProfilerStep#{}", trace_, *step_));
+    std::map<std::tuple<std::string, std::int64_t, std::int64_t, std::int64_t, std::int64_t>, std::vector<double>> times;
+    std::int64_t unshaped = 0;
+    std::vector<std::string> steps;
+    for (const analysis::MeasuredStep& s : t.steps) {
+      if (step_ && s.step != *step_) continue;
+      steps.push_back(s.step < 0 ? std::string("the whole trace") : fmt::format("step {}", s.step));
+      unshaped += s.gemm_kernels_without_shape;
+      for (const analysis::MeasuredGemm& g : s.gemms)
+        times[{g.dtype, g.m, g.n, g.k, g.batch}].push_back(ps_to_seconds(g.time_ps));
+    }
+    if (times.empty())
+      throw InputError(trace_, "$.traceEvents",
+                       "no GEMM with its shape: profile with record_shapes=True (the aten::mm, addmm, bmm and "
+                       "baddbmm ops' \"Input Dims\" give the shapes), in bf16 or fp16");
+    nlohmann::json dev = {{"name", t.device.empty() ? std::string("unknown (the trace names no device)") : t.device}};
+    if (!topology_.empty()) {
+      const topo::Cluster cluster = topo::load_cluster_by_name_or_path(topology_);
+      const topo::DeviceModel& m = pick_device_model(cluster, device_model_, topology_);
+      if (t.sm_count > 0 && t.sm_count != m.sm_count)
+        throw InputError(trace_, "$.deviceProperties[0].numSms",
+                         fmt::format("{} SMs, where {}'s device model {} has {}", t.sm_count, topology_, m.name,
+                                     m.sm_count));
+      dev["sm_count"] = m.sm_count;
+      dev["model"] = m.name;
+    } else if (t.sm_count > 0) {
+      dev["sm_count"] = t.sm_count;
+    } else {
+      throw InputError(kCommandLine, "--topology", "the trace gives no numSms: name the topology of its device");
+    }
+    const std::string where = fmt::format("trace: {}, rank {}, {}", trace_, t.rank, fmt::join(steps, ", "));
+    nlohmann::json gemm = nlohmann::json::array();
+    for (const auto& [key, ts] : times) {
+      const auto& [dtype, m, n, k, batch] = key;
+      gemm.push_back({{"dtype", dtype}, {"m", m}, {"n", n}, {"k", k}, {"batch", batch}, {"time_s", ts}, {"source", where}});
+    }
+    const nlohmann::json doc = {{"schema", "fusesim.calibration"},
+                                {"schema_version", 1},
+                                {"device", dev},
+                                {"provenance",
+                                 {{"kind", "measured"},
+                                  {"machine", "the machine the trace was taken on"},
+                                  {"date", date_.empty() ? today_utc() : date_},
+                                  {"tool", "fusesim calibrate from-trace"},
+                                  {"notes", "GEMM kernel times measured inside a training step (each aten::*mm op's "
+                                            "GEMM kernels summed); no in-step rate applies on top"},
+                                  {"source", where}}},
+                                {"gemm", gemm}};
+    const JsonDocument built = JsonDocument::from_json(doc, trace_);
+    (void)model::parse_profile(built);
+    write(with_fitted(built, model::FitOptions{}), io);
+    io.err << fmt::format("{} GEMM shapes from {} kernels{}\n", times.size(),
+                          std::accumulate(times.begin(), times.end(), std::size_t{0},
+                                          [](std::size_t a, const auto& kv) { return a + kv.second.size(); }),
+                          unshaped ? fmt::format("; {} GEMM kernels launched by no shaped aten::*mm op left out", unshaped)
+                                   : std::string());
+    return 0;
+  }
+
   int run_plan(Io& io) {
     SimulateRequest request;
     request.topology = plan_topology_;
@@ -460,6 +542,9 @@ class CalibrateCommand final : public Command {
   CLI::App* fit_ = nullptr;
   CLI::App* import_ = nullptr;
   CLI::App* plan_ = nullptr;
+  CLI::App* from_trace_ = nullptr;
+  std::string trace_;
+  std::optional<int> step_;
   std::string raw_, output_, topology_, device_model_;
   std::optional<double> peak_tflops_;
   std::vector<std::string> logs_;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -342,4 +343,75 @@ TEST_CASE("calibrate import-nccl-tests warns when simulate --profile would refus
                      "--profile", "ag.json"},
                     dir)
             .exit_code == 0);
+}
+
+TEST_CASE("calibrate from-trace: the GEMMs of a real H100 step with their shapes and times", "[cli][calibrate]") {
+  ScratchDir dir;
+  // tests/data/kineto/h100-train-step-mpt-1b-plain.json.gz, taken with record_shapes=True: 291 aten::mm
+  // ops, each launching one nvjet/cuBLAS kernel, in 12 shapes (forward, dgrad and wgrad of QKV,
+  // attention output, FC1, FC2 and the tied LM head of MPT-1B at 16,384 tokens).
+  const std::string trace = source_path("tests/data/kineto/h100-train-step-mpt-1b-plain.json.gz");
+  const auto r = run_fusesim({"calibrate", "from-trace", trace, "-o", "p.json", "--topology", "dgx-h100", "--date",
+                              "2026-11-27"},
+                             dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("12 GEMM shapes from 291 kernels") != std::string::npos);
+  std::ifstream in(dir.file("p.json"));
+  const json p = json::parse(in);
+  CHECK(p["device"]["model"] == "h100-sxm");
+  CHECK(p["device"]["sm_count"] == 132);
+  REQUIRE(p["gemm"].size() == 12u);
+  std::size_t kernels = 0;
+  bool head = false;
+  for (const json& g : p["gemm"]) {
+    kernels += g["time_s"].size();
+    CHECK(g["dtype"] == "bf16");
+    CHECK(g["source"].get<std::string>().find("trace: ") == 0);
+    // The LM head's forward, x[16384, 2048] @ W^T[2048, 50368]: its aten::mm (CPU thread 526, ts
+    // 4857614182656.2 us) launched one kernel, nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_TNN, of
+    // 4,508.048 us (read from the trace with Python, matched by correlation id).
+    if (g["m"] == 16384 && g["n"] == 50368 && g["k"] == 2048) {
+      head = true;
+      REQUIRE(g["time_s"].size() == 1u);
+      CHECK(g["time_s"][0].get<double>() == Approx(4508.048e-6).epsilon(1e-9));
+    }
+  }
+  CHECK(head);
+  CHECK(kernels == 291u);
+  // The profile prices the same step's GEMMs as they were measured: `simulate --profile` with it, then
+  // `trace compare`, GEMM class within 2% (in-sample by construction).
+  std::ifstream win(source_path("validation/workloads/mpt-1b-seq2048-8xh100-bf16.json"));
+  json w = json::parse(win);
+  w["training"]["micro_batch"] = 8;
+  w["training"]["grad_accumulation"] = 1;
+  w["parallel"] = {{"tp", 1}, {"up", 1}, {"dp", 1}};
+  w["schedule"] = {{"kind", "baseline"}};
+  std::ofstream(dir.file("w.json")) << w.dump();
+  const auto sim = run_fusesim({"simulate", "--workload", "w.json", "--topology", "dgx-h100", "--scope", "step",
+                                "--schedule", "baseline", "--profile", "p.json", "--trace", "s.json"},
+                               dir);
+  INFO(sim.err);
+  REQUIRE(sim.exit_code == 0);
+  const auto cmp = run_fusesim({"trace", "compare", trace, "s.json", "--format", "json"}, dir);
+  REQUIRE(cmp.exit_code == 0);
+  for (const json& m : json::parse(cmp.out)["measures"])
+    if (m["measure"] == "class gemm") CHECK(std::abs(m["error"].get<double>()) < 0.02);
+}
+
+TEST_CASE("calibrate from-trace refuses a trace without shaped GEMMs, naming the file", "[cli][calibrate]") {
+  ScratchDir dir;
+  // The HTA job's trace has NCCL and compute kernels but no aten::mm op with "Input Dims".
+  const auto r = run_fusesim(
+      {"calibrate", "from-trace", source_path("tests/data/kineto/hta-sampled-rank-0.json.gz"), "-o", "p.json",
+       "--topology", "dgx-h100"},
+      dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("$.traceEvents: no GEMM with its shape") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir.file("p.json")));
+  const auto step = run_fusesim({"calibrate", "from-trace", source_path("tests/data/kineto/h100-train-step-mpt-1b-plain.json.gz"),
+                                 "-o", "p.json", "--step", "3"},
+                                dir);
+  CHECK(step.exit_code == 2);
+  CHECK(step.err.find("--step") != std::string::npos);
 }

@@ -35,6 +35,16 @@ struct TraceActivity {
   std::string name;
 };
 
+// A GEMM of a measured step with its shape: the GEMM-class kernels launched inside one aten::mm,
+// addmm, bmm or baddbmm CPU op (shapes from the op's "Input Dims", recorded by a profiler run with
+// record_shapes=True), summed.
+struct MeasuredGemm {
+  std::string dtype;  // "bf16" or "fp16" (the op's first matrix operand's "Input type")
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  TimePs time_ps = 0;
+  int kernels = 0;
+};
+
 struct MeasuredStep {
   int rank = 0;
   int step = -1;  // ProfilerStep#N; -1: the trace has no ProfilerStep, the step is the whole trace
@@ -43,12 +53,15 @@ struct MeasuredStep {
   std::int64_t kernels = 0;                     // GPU activities (kernels, memcpy, memset)
   std::map<MeasuredClass, TimePs> by_class_ps;  // busy time (union) per class
   std::vector<TraceActivity> activities;        // only when asked for (TraceReadOptions::keep_activities)
+  std::vector<MeasuredGemm> gemms;              // only when asked for (TraceReadOptions::gemm_shapes)
+  std::int64_t gemm_kernels_without_shape = 0;  // GEMM-class kernels of no shaped aten::*mm op
 };
 
 struct MeasuredTrace {
   std::string file;
   int rank = 0;
   std::string device;  // deviceProperties[0].name when the trace has it
+  int sm_count = 0;    // deviceProperties[0].numSms when the trace has it
   std::vector<MeasuredStep> steps;
 };
 
@@ -63,6 +76,9 @@ struct TraceReadOptions {
   // elementwise_op, phase: the same classes as the measured kernels), collectives and P2P sends and
   // receives as communication. The whole trace is one step.
   std::optional<int> simulated_rank;
+  // Match each GEMM kernel to the aten::*mm op that launched it (its CPU thread and the runtime call of
+  // the same correlation id) and keep the shaped GEMMs (MeasuredStep::gemms).
+  bool gemm_shapes = false;
 };
 
 // Reads a Kineto / Chrome trace (`.json` or `.json.gz`). `rank`: the rank when the trace does not say
