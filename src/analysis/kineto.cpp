@@ -117,6 +117,7 @@ struct Event {
   std::string kernel, elementwise_op, phase;  // fusesim's own traces: a compute slice's args
   std::vector<std::vector<std::int64_t>> dims;  // a CPU op's "Input Dims" (TraceReadOptions::gemm_shapes)
   std::vector<std::string> types;               // its "Input type"
+  std::vector<std::string> concrete;            // its "Concrete Inputs"
   bool has_ph = false, has_ts = false, has_dur = false;
 };
 
@@ -203,8 +204,8 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
     if (in_events_ && !in_event_ && depth() == event_depth_ - 1) return fail(event_path(), "expected an event object");
     enter(Frame::array);
     if (options_.gemm_shapes && in_args_) {
-      if (depth() == event_depth_ + 2 && (key_ == "Input Dims" || key_ == "Input type")) {
-        capture_ = key_ == "Input Dims" ? Capture::dims : Capture::types;
+      if (depth() == event_depth_ + 2 && (key_ == "Input Dims" || key_ == "Input type" || key_ == "Concrete Inputs")) {
+        capture_ = key_ == "Input Dims" ? Capture::dims : key_ == "Input type" ? Capture::types : Capture::concrete;
       } else if (capture_ == Capture::dims && depth() == event_depth_ + 3) {
         event_.dims.emplace_back();
       }
@@ -231,11 +232,13 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
 
  private:
-  enum class Capture { none, dims, types };
-  struct CpuGemm {
+  enum class Capture { none, dims, types, concrete };
+  // A CPU op that launches the kernels of one GEMM or one attention call, with its shape.
+  struct CpuOp {
     double begin_us = 0, end_us = 0;
-    const char* dtype = "";
-    std::int64_t m = 0, n = 0, k = 0, batch = 1;
+    bool attention = false;
+    MeasuredGemm gemm;
+    MeasuredAttention attn;
   };
   enum class Frame { object, array };
   enum class Top { none, object, array };
@@ -277,8 +280,9 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
     const bool in_array = !stack_.empty() && stack_.back().frame == Frame::array;
     if (capture_ == Capture::dims && depth() == event_depth_ + 3 && v.kind == Kind::integer) {
       event_.dims.back().push_back(v.integer);
-    } else if (capture_ == Capture::types && depth() == event_depth_ + 2) {
-      event_.types.push_back(v.kind == Kind::string ? *v.text : std::string());
+    } else if ((capture_ == Capture::types || capture_ == Capture::concrete) && depth() == event_depth_ + 2) {
+      (capture_ == Capture::types ? event_.types : event_.concrete)
+          .push_back(v.kind == Kind::string ? *v.text : std::string());
     }
     if (top_ == Top::object && depth() == 1 && key_ == "traceEvents") return fail("$.traceEvents", "expected an array of events");
     // An element of the events array that is not an object.
@@ -368,7 +372,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
         if (options_.gemm_shapes) launch_threads_[*event_.correlation] = {event_.pid, event_.tid};
       }
     } else if (options_.gemm_shapes && cat == "cpu_op" && event_.name.rfind("aten::", 0) == 0) {
-      cpu_gemm();
+      cpu_op();
     } else if (event_.name.rfind("ProfilerStep#", 0) == 0) {
       const std::string n = event_.name.substr(13);
       int step = 0;
@@ -380,27 +384,53 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
     return true;
   }
 
-  // An aten::mm / addmm / bmm / baddbmm op with its operands' shapes: kept per CPU thread. Another
-  // op, or one whose shapes do not make a GEMM (a view, an fp32 or fp8 operand), is left alone.
-  void cpu_gemm() {
+  static const char* dtype_of(const std::string& t) {
+    return t == "c10::BFloat16" ? "bf16" : t == "c10::Half" ? "fp16" : nullptr;
+  }
+
+  // An aten::mm / addmm / bmm / baddbmm op, or a FlashAttention forward or backward op, with its
+  // operands' shapes: kept per CPU thread. Another op, or one whose shapes do not make a GEMM or an
+  // attention call (a view, an fp32 or fp8 operand), is left alone.
+  void cpu_op() {
     const std::string& n = event_.name;
-    const bool add = n == "aten::addmm" || n == "aten::baddbmm";
-    const bool batched = n == "aten::bmm" || n == "aten::baddbmm";
-    if (!add && !batched && n != "aten::mm") return;
-    const std::size_t a = add ? 1 : 0;
-    if (event_.dims.size() < a + 2 || event_.types.size() < a + 1) return;
-    const auto& x = event_.dims[a];
-    const auto& y = event_.dims[a + 1];
-    const std::size_t rank = batched ? 3 : 2;
-    if (x.size() != rank || y.size() != rank) return;
-    for (std::size_t i = 0; i < rank; ++i)
-      if (x[i] < 1 || y[i] < 1) return;
-    const std::int64_t batch = batched ? x[0] : 1, m = x[rank - 2], k = x[rank - 1], n2 = y[rank - 1];
-    if (y[rank - 2] != k || (batched && y[0] != batch)) return;
-    const std::string& t = event_.types[a];
-    const char* dtype = t == "c10::BFloat16" ? "bf16" : t == "c10::Half" ? "fp16" : nullptr;
-    if (!dtype) return;
-    cpu_gemms_[{event_.pid, event_.tid}].push_back({*event_.ts, *event_.ts + *event_.dur, dtype, m, n2, k, batch});
+    CpuOp op{*event_.ts, *event_.ts + *event_.dur, false, {}, {}};
+    if (n == "aten::_flash_attention_forward" || n == "aten::_flash_attention_backward") {
+      // forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, ...),
+      // backward(grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+      // dropout_p, is_causal, ...); query [batch, seq, heads, head_dim], key [batch, seq_kv, kv_heads, head_dim].
+      const bool bwd = n == "aten::_flash_attention_backward";
+      const std::size_t q = bwd ? 1 : 0, causal = bwd ? 11 : 8;
+      if (event_.dims.size() <= q + 1 || event_.types.size() <= q || event_.concrete.size() <= causal) return;
+      const auto& x = event_.dims[q];
+      const auto& y = event_.dims[q + 1];
+      if (x.size() != 4 || y.size() != 4 || x[0] != y[0] || x[3] != y[3] || x[1] != y[1]) return;
+      for (std::int64_t d : x)
+        if (d < 1) return;
+      if (y[2] < 1) return;
+      const char* dtype = dtype_of(event_.types[q]);
+      const std::string& c = event_.concrete[causal];
+      if (!dtype || (c != "True" && c != "False")) return;
+      op.attention = true;
+      op.attn = MeasuredAttention{dtype, bwd, c == "True", x[0], x[2], y[2], x[1], x[3], 0, 0};
+    } else {
+      const bool add = n == "aten::addmm" || n == "aten::baddbmm";
+      const bool batched = n == "aten::bmm" || n == "aten::baddbmm";
+      if (!add && !batched && n != "aten::mm") return;
+      const std::size_t a = add ? 1 : 0;
+      if (event_.dims.size() < a + 2 || event_.types.size() < a + 1) return;
+      const auto& x = event_.dims[a];
+      const auto& y = event_.dims[a + 1];
+      const std::size_t rank = batched ? 3 : 2;
+      if (x.size() != rank || y.size() != rank) return;
+      for (std::size_t i = 0; i < rank; ++i)
+        if (x[i] < 1 || y[i] < 1) return;
+      const std::int64_t batch = batched ? x[0] : 1, m = x[rank - 2], k = x[rank - 1], n2 = y[rank - 1];
+      if (y[rank - 2] != k || (batched && y[0] != batch)) return;
+      const char* dtype = dtype_of(event_.types[a]);
+      if (!dtype) return;
+      op.gemm = MeasuredGemm{dtype, m, n2, k, batch, 0, 0};
+    }
+    cpu_ops_[{event_.pid, event_.tid}].push_back(std::move(op));
   }
 
   void keep(Activity& a) {
@@ -426,40 +456,51 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
     return std::numeric_limits<int>::min();  // launched outside every profiled step: not counted
   }
 
-  // The innermost shaped GEMM op on the launching thread whose span holds the launch, if any.
-  const CpuGemm* gemm_op_of(const Activity& a) const {
+  // The shaped op on the launching thread whose span holds the launch, if any (ops sorted by start:
+  // the latest one that starts before the launch, the few before it when ops nest).
+  const CpuOp* op_of(const Activity& a) const {
     if (!a.correlation) return nullptr;
     const auto t = launch_threads_.find(*a.correlation);
     const auto at = launches_.find(*a.correlation);
     if (t == launch_threads_.end() || at == launches_.end()) return nullptr;
-    const auto ops = cpu_gemms_.find(t->second);
-    if (ops == cpu_gemms_.end()) return nullptr;
-    const CpuGemm* best = nullptr;
-    for (const CpuGemm& op : ops->second)
-      if (op.begin_us <= at->second && at->second <= op.end_us && (!best || op.begin_us >= best->begin_us)) best = &op;
-    return best;
+    const auto ops = cpu_ops_.find(t->second);
+    if (ops == cpu_ops_.end()) return nullptr;
+    const std::vector<CpuOp>& v = ops->second;
+    auto it = std::upper_bound(v.begin(), v.end(), at->second, [](double ts, const CpuOp& op) { return ts < op.begin_us; });
+    for (int back = 0; back < 4 && it != v.begin(); ++back) {
+      --it;
+      if (it->end_us >= at->second) return &*it;
+    }
+    return nullptr;
   }
 
-  void shape_gemms(MeasuredStep& m, const std::vector<const Activity*>& acts) const {
-    std::map<const CpuGemm*, MeasuredGemm> by_op;
-    std::vector<const CpuGemm*> order;
+  void shape_ops(MeasuredStep& m, const std::vector<const Activity*>& acts) const {
+    std::map<const CpuOp*, std::size_t> index;  // op -> its entry in m.gemms or m.attention
     for (const Activity* a : acts) {
-      if (a->cls != MeasuredClass::gemm) continue;
-      const CpuGemm* op = gemm_op_of(*a);
-      if (!op) {
-        ++m.gemm_kernels_without_shape;
+      if (a->cls != MeasuredClass::gemm && a->cls != MeasuredClass::attention) continue;
+      const CpuOp* op = op_of(*a);
+      if (!op || op->attention != (a->cls == MeasuredClass::attention)) {
+        ++(a->cls == MeasuredClass::gemm ? m.gemm_kernels_without_shape : m.attention_kernels_without_shape);
         continue;
       }
-      auto [it, fresh] = by_op.try_emplace(op, MeasuredGemm{op->dtype, op->m, op->n, op->k, op->batch, 0, 0});
-      if (fresh) order.push_back(op);
-      it->second.time_ps += ps(a->ts_us + a->dur_us) - ps(a->ts_us);
-      ++it->second.kernels;
+      const TimePs t = ps(a->ts_us + a->dur_us) - ps(a->ts_us);
+      auto [it, fresh] = index.try_emplace(op, op->attention ? m.attention.size() : m.gemms.size());
+      if (op->attention) {
+        if (fresh) m.attention.push_back(op->attn);
+        m.attention[it->second].time_ps += t;
+        ++m.attention[it->second].kernels;
+      } else {
+        if (fresh) m.gemms.push_back(op->gemm);
+        m.gemms[it->second].time_ps += t;
+        ++m.gemms[it->second].kernels;
+      }
     }
-    for (const CpuGemm* op : order) m.gemms.push_back(by_op.at(op));
   }
 
   void steps() {
     if (activities_.empty()) return;
+    for (auto& [thread, ops] : cpu_ops_)
+      std::stable_sort(ops.begin(), ops.end(), [](const CpuOp& x, const CpuOp& y) { return x.begin_us < y.begin_us; });
     origin_us_ = activities_.front().ts_us;
     for (const Activity& a : activities_) origin_us_ = std::min(origin_us_, a.ts_us);
     std::sort(ranges_.begin(), ranges_.end(), [](const Range& x, const Range& y) { return x.step < y.step; });
@@ -499,7 +540,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       m.memory_ps = IntervalSet(std::move(memory)).measure_ps();
       m.idle_ps = m.span_ps - busy.measure_ps();
       for (auto& [cls, ivs] : per_class) m.by_class_ps[cls] = IntervalSet(std::move(ivs)).measure_ps();
-      if (options_.gemm_shapes) shape_gemms(m, acts);
+      if (options_.gemm_shapes) shape_ops(m, acts);
       out_.steps.push_back(std::move(m));
     }
   }
@@ -520,7 +561,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   double origin_us_ = 0;
   TraceReadOptions options_;
   Capture capture_ = Capture::none;
-  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<CpuGemm>> cpu_gemms_;  // by (pid, tid)
+  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<CpuOp>> cpu_ops_;  // by (pid, tid)
   std::unordered_map<std::int64_t, std::pair<std::int64_t, std::int64_t>> launch_threads_;
 };
 

@@ -367,14 +367,21 @@ class CalibrateCommand final : public Command {
     if (step_ && std::none_of(t.steps.begin(), t.steps.end(), [&](const auto& s) { return s.step == *step_; }))
       throw InputError(kCommandLine, "--step", fmt::format("{} has no ProfilerStep#{}", trace_, *step_));
     std::map<std::tuple<std::string, std::int64_t, std::int64_t, std::int64_t, std::int64_t>, std::vector<double>> times;
-    std::int64_t unshaped = 0;
+    std::map<std::tuple<std::string, bool, bool, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t>,
+             std::vector<double>>
+        attention;
+    std::int64_t unshaped = 0, unshaped_attention = 0;
     std::vector<std::string> steps;
     for (const analysis::MeasuredStep& s : t.steps) {
       if (step_ && s.step != *step_) continue;
       steps.push_back(s.step < 0 ? std::string("the whole trace") : fmt::format("step {}", s.step));
       unshaped += s.gemm_kernels_without_shape;
+      unshaped_attention += s.attention_kernels_without_shape;
       for (const analysis::MeasuredGemm& g : s.gemms)
         times[{g.dtype, g.m, g.n, g.k, g.batch}].push_back(ps_to_seconds(g.time_ps));
+      for (const analysis::MeasuredAttention& a : s.attention)
+        attention[{a.dtype, a.backward, a.causal, a.batch, a.heads, a.kv_heads, a.seq, a.head_dim}].push_back(
+            ps_to_seconds(a.time_ps));
     }
     if (times.empty())
       throw InputError(trace_, "$.traceEvents",
@@ -401,7 +408,14 @@ class CalibrateCommand final : public Command {
       const auto& [dtype, m, n, k, batch] = key;
       gemm.push_back({{"dtype", dtype}, {"m", m}, {"n", n}, {"k", k}, {"batch", batch}, {"time_s", ts}, {"source", where}});
     }
-    const nlohmann::json doc = {{"schema", "fusesim.calibration"},
+    nlohmann::json attn = nlohmann::json::array();
+    for (const auto& [key, ts] : attention) {
+      const auto& [dtype, backward, causal, batch, heads, kv_heads, seq, head_dim] = key;
+      attn.push_back({{"dtype", dtype}, {"pass", backward ? "backward" : "forward"}, {"causal", causal},
+                      {"batch", batch}, {"heads", heads}, {"kv_heads", kv_heads}, {"seq", seq},
+                      {"head_dim", head_dim}, {"time_s", ts}, {"source", where}});
+    }
+    nlohmann::json doc = {{"schema", "fusesim.calibration"},
                                 {"schema_version", 1},
                                 {"device", dev},
                                 {"provenance",
@@ -409,18 +423,25 @@ class CalibrateCommand final : public Command {
                                   {"machine", "the machine the trace was taken on"},
                                   {"date", date_.empty() ? today_utc() : date_},
                                   {"tool", "fusesim calibrate from-trace"},
-                                  {"notes", "GEMM kernel times measured inside a training step (each aten::*mm op's "
-                                            "GEMM kernels summed); no in-step rate applies on top"},
+                                  {"notes", "GEMM and FlashAttention kernel times measured inside a training step "
+                                            "(each aten op's kernels summed); no in-step rate applies on top"},
                                   {"source", where}}},
                                 {"gemm", gemm}};
+    if (!attn.empty()) doc["attention"] = std::move(attn);
     const JsonDocument built = JsonDocument::from_json(doc, trace_);
     (void)model::parse_profile(built);
     write(with_fitted(built, model::FitOptions{}), io);
-    io.err << fmt::format("{} GEMM shapes from {} kernels{}\n", times.size(),
-                          std::accumulate(times.begin(), times.end(), std::size_t{0},
-                                          [](std::size_t a, const auto& kv) { return a + kv.second.size(); }),
+    const auto count = [](const auto& m) {
+      return std::accumulate(m.begin(), m.end(), std::size_t{0}, [](std::size_t a, const auto& kv) { return a + kv.second.size(); });
+    };
+    io.err << fmt::format("{} GEMM shapes from {} ops, {} attention shapes from {} ops{}{}\n", times.size(), count(times),
+                          attention.size(), count(attention),
                           unshaped ? fmt::format("; {} GEMM kernels launched by no shaped aten::*mm op left out", unshaped)
-                                   : std::string());
+                                   : std::string(),
+                          unshaped_attention ? fmt::format("; {} attention kernels launched by no shaped FlashAttention "
+                                                           "op left out",
+                                                           unshaped_attention)
+                                             : std::string());
     return 0;
   }
 

@@ -356,7 +356,7 @@ TEST_CASE("calibrate from-trace: the GEMMs of a real H100 step with their shapes
                              dir);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK(r.err.find("12 GEMM shapes from 291 kernels") != std::string::npos);
+  CHECK(r.err.find("12 GEMM shapes from 291 ops, 2 attention shapes from 48 ops") != std::string::npos);
   std::ifstream in(dir.file("p.json"));
   const json p = json::parse(in);
   CHECK(p["device"]["model"] == "h100-sxm");
@@ -379,6 +379,22 @@ TEST_CASE("calibrate from-trace: the GEMMs of a real H100 step with their shapes
   }
   CHECK(head);
   CHECK(kernels == 291u);
+  // FlashAttention: 24 forward and 24 backward calls of batch 8, 16 heads, seq 2,048, head dim 128,
+  // causal. The first forward launched flash_fwd_kernel, 539.557 us; the first backward
+  // flash_bwd_dot_do_o (92.865 us), flash_bwd_dq_dk_dv_loop_seqk_parallel (1,416.431 us) and
+  // flash_bwd_convert_dq (78.273 us): 1,587.569 us (read with Python as the GEMM above).
+  REQUIRE(p["attention"].size() == 2u);
+  for (const json& a : p["attention"]) {
+    CHECK(a["batch"] == 8);
+    CHECK(a["heads"] == 16);
+    CHECK(a["kv_heads"] == 16);
+    CHECK(a["seq"] == 2048);
+    CHECK(a["head_dim"] == 128);
+    CHECK(a["causal"] == true);
+    REQUIRE(a["time_s"].size() == 24u);
+    // Each kernel's ends are rounded to the nanosecond from epoch times: a sum of three may move by 1 ns.
+    CHECK(a["time_s"][0].get<double>() == Approx(a["pass"] == "forward" ? 539.557e-6 : 1587.569e-6).margin(1.5e-9));
+  }
   // The profile prices the same step's GEMMs as they were measured: `simulate --profile` with it, then
   // `trace compare`, GEMM class within 2% (in-sample by construction).
   std::ifstream win(source_path("validation/workloads/mpt-1b-seq2048-8xh100-bf16.json"));
@@ -396,12 +412,15 @@ TEST_CASE("calibrate from-trace: the GEMMs of a real H100 step with their shapes
   const auto cmp = run_fusesim({"trace", "compare", trace, "s.json", "--format", "json"}, dir);
   REQUIRE(cmp.exit_code == 0);
   for (const json& m : json::parse(cmp.out)["measures"])
-    if (m["measure"] == "class gemm") CHECK(std::abs(m["error"].get<double>()) < 0.02);
+    if (m["measure"] == "class gemm" || m["measure"] == "class attention") {
+      INFO(m["measure"]);
+      CHECK(std::abs(m["error"].get<double>()) < 0.02);
+    }
 }
 
 TEST_CASE("calibrate from-trace refuses a trace without shaped GEMMs, naming the file", "[cli][calibrate]") {
   ScratchDir dir;
-  // The HTA job's trace has NCCL and compute kernels but no aten::mm op with "Input Dims".
+  // The HTA job's trace records shapes, but its aten::mm/addmm/bmm ops are fp32: no bf16 or fp16 GEMM.
   const auto r = run_fusesim(
       {"calibrate", "from-trace", source_path("tests/data/kineto/hta-sampled-rank-0.json.gz"), "-o", "p.json",
        "--topology", "dgx-h100"},

@@ -45,6 +45,17 @@ struct MeasuredGemm {
   int kernels = 0;
 };
 
+// A FlashAttention call of a measured step: the attention-class kernels launched inside one
+// aten::_flash_attention_forward or _backward op (shapes from its "Input Dims", causality from its
+// "Concrete Inputs"), summed.
+struct MeasuredAttention {
+  std::string dtype;
+  bool backward = false, causal = false;
+  std::int64_t batch = 0, heads = 0, kv_heads = 0, seq = 0, head_dim = 0;
+  TimePs time_ps = 0;
+  int kernels = 0;
+};
+
 struct MeasuredStep {
   int rank = 0;
   int step = -1;  // ProfilerStep#N; -1: the trace has no ProfilerStep, the step is the whole trace
@@ -54,7 +65,9 @@ struct MeasuredStep {
   std::map<MeasuredClass, TimePs> by_class_ps;  // busy time (union) per class
   std::vector<TraceActivity> activities;        // only when asked for (TraceReadOptions::keep_activities)
   std::vector<MeasuredGemm> gemms;              // only when asked for (TraceReadOptions::gemm_shapes)
+  std::vector<MeasuredAttention> attention;     // the same
   std::int64_t gemm_kernels_without_shape = 0;  // GEMM-class kernels of no shaped aten::*mm op
+  std::int64_t attention_kernels_without_shape = 0;
 };
 
 struct MeasuredTrace {
@@ -76,8 +89,8 @@ struct TraceReadOptions {
   // elementwise_op, phase: the same classes as the measured kernels), collectives and P2P sends and
   // receives as communication. The whole trace is one step.
   std::optional<int> simulated_rank;
-  // Match each GEMM kernel to the aten::*mm op that launched it (its CPU thread and the runtime call of
-  // the same correlation id) and keep the shaped GEMMs (MeasuredStep::gemms).
+  // Match each GEMM and attention kernel to the aten op that launched it (its CPU thread and the runtime
+  // call of the same correlation id) and keep them with their shapes (MeasuredStep::gemms, attention).
   bool gemm_shapes = false;
 };
 
