@@ -13,8 +13,10 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -79,6 +81,31 @@ MeasuredClass classify_kernel(const std::string& name) {
   return MeasuredClass::other;
 }
 
+std::string nccl_collective(const std::string& kernel_name) {
+  const std::string n = lower(kernel_name);
+  // Longest names first: "reducescatter" and "allreduce" both hold "reduce".
+  for (const auto& [part, op] : {std::pair{"reducescatter", "reduce_scatter"}, std::pair{"allreduce", "all_reduce"},
+                                 std::pair{"allgather", "all_gather"}, std::pair{"sendrecv", "send_recv"},
+                                 std::pair{"alltoall", "all_to_all"}, std::pair{"broadcast", "broadcast"},
+                                 std::pair{"reduce", "reduce"}})
+    if (has(n, part)) return op;
+  return "nccl";
+}
+
+namespace {
+
+// Bytes per element of the dtype names PyTorch writes in a collective's "dtype" arg; 0 when unknown.
+int dtype_bytes(const std::string& d) {
+  const std::string t = lower(d);
+  if (t == "float" || t == "float32" || t == "int" || t == "int32") return 4;
+  if (t == "bfloat16" || t == "half" || t == "float16" || t == "short" || t == "int16") return 2;
+  if (t == "double" || t == "float64" || t == "long" || t == "int64") return 8;
+  if (t == "byte" || t == "char" || t == "bool" || t == "uint8" || t == "int8" || t.rfind("float8", 0) == 0) return 1;
+  return 0;
+}
+
+}  // namespace
+
 // fusesim's compute slices by their args, into the classes the measured kernels fall in (the same
 // rules as tools/calibration/train_step_compare.py): an unfused softmax is "loss" on both sides, as a
 // measured softmax kernel is.
@@ -96,12 +123,19 @@ MeasuredClass classify_simulated(const std::string& kernel, const std::string& o
 
 namespace {
 
+// A collective kernel's op, group and message sizes (MeasuredCollective).
+struct CollectiveArgs {
+  std::string op, group;
+  std::int64_t in_bytes = -1, out_bytes = -1;  // -1: not recorded
+};
+
 struct Activity {
   MeasuredClass cls = MeasuredClass::other;
   double ts_us = 0, dur_us = 0;
   std::optional<std::int64_t> correlation;
   std::int64_t stream = 0;
   std::string name;  // only with TraceReadOptions::keep_activities
+  std::shared_ptr<const CollectiveArgs> collective;  // NCCL kernels only
 };
 struct Range {
   int step = -1;
@@ -118,6 +152,8 @@ struct Event {
   std::vector<std::vector<std::int64_t>> dims;  // a CPU op's "Input Dims" (TraceReadOptions::gemm_shapes)
   std::vector<std::string> types;               // its "Input type"
   std::vector<std::string> concrete;            // its "Concrete Inputs"
+  std::string coll_name, coll_dtype, coll_group;  // a NCCL kernel's args, when recorded
+  std::int64_t coll_in = -1, coll_out = -1, coll_group_size = -1;
   bool has_ph = false, has_ts = false, has_dur = false;
 };
 
@@ -297,6 +333,12 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
           if (key_ == "kernel") event_.kernel = *v.text;
           else if (key_ == "elementwise_op") event_.elementwise_op = *v.text;
           else if (key_ == "phase") event_.phase = *v.text;
+        } else if (v.kind == Kind::string && (key_ == "Collective name" || key_ == "dtype" || key_ == "Process Group Name")) {
+          (key_ == "dtype" ? event_.coll_dtype : key_ == "Collective name" ? event_.coll_name : event_.coll_group) = *v.text;
+        } else if (v.kind == Kind::integer && v.integer >= 0 &&
+                   (key_ == "In msg nelems" || key_ == "Out msg nelems" || key_ == "Group size")) {
+          (key_ == "Group size" ? event_.coll_group_size : key_ == "In msg nelems" ? event_.coll_in : event_.coll_out) =
+              v.integer;
         }
       }
     } else if (in_distributed_ && depth() == 2 && key_ == "rank") {
@@ -365,6 +407,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
               : has(cat, "memcpy") ? MeasuredClass::memcpy
                                    : MeasuredClass::memset;
       a.correlation = event_.correlation;
+      if (a.cls == MeasuredClass::collective) a.collective = collective_args();
       keep(a);
     } else if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "runtime") {
       if (event_.correlation) {
@@ -431,6 +474,25 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       op.gemm = MeasuredGemm{dtype, m, n2, k, batch, 0, 0};
     }
     cpu_ops_[{event_.pid, event_.tid}].push_back(std::move(op));
+  }
+
+  // Interned: a trace repeats the same few (op, group, sizes) thousands of times.
+  std::shared_ptr<const CollectiveArgs> collective_args() {
+    CollectiveArgs c;
+    c.op = event_.coll_name.empty() ? nccl_collective(event_.name) : lower(event_.coll_name);
+    if (!event_.coll_group.empty())
+      c.group = event_.coll_group_size >= 0 ? fmt::format("{} ({} ranks)", event_.coll_group, event_.coll_group_size)
+                                            : event_.coll_group;
+    else if (event_.coll_group_size >= 0)
+      c.group = fmt::format("{} ranks", event_.coll_group_size);
+    const int b = dtype_bytes(event_.coll_dtype);
+    const std::int64_t limit = std::numeric_limits<std::int64_t>::max() / 8;
+    if (b > 0 && event_.coll_in >= 0 && event_.coll_in < limit) c.in_bytes = event_.coll_in * b;
+    if (b > 0 && event_.coll_out >= 0 && event_.coll_out < limit) c.out_bytes = event_.coll_out * b;
+    const auto key = std::make_tuple(c.op, c.group, c.in_bytes, c.out_bytes);
+    auto& slot = collective_args_[key];
+    if (!slot) slot = std::make_shared<const CollectiveArgs>(std::move(c));
+    return slot;
   }
 
   void keep(Activity& a) {
@@ -541,6 +603,21 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       m.idle_ps = m.span_ps - busy.measure_ps();
       for (auto& [cls, ivs] : per_class) m.by_class_ps[cls] = IntervalSet(std::move(ivs)).measure_ps();
       if (options_.gemm_shapes) shape_ops(m, acts);
+      std::map<std::pair<std::string, std::string>, MeasuredCollective> colls;
+      for (const Activity* a : acts) {
+        if (!a->collective) continue;
+        MeasuredCollective& c = colls[{a->collective->op, a->collective->group}];
+        c.op = a->collective->op;
+        c.group = a->collective->group;
+        ++c.calls;
+        c.time_ps += ps(a->ts_us + a->dur_us) - ps(a->ts_us);
+        if (a->collective->in_bytes >= 0 && a->collective->out_bytes >= 0) {
+          ++c.calls_with_size;
+          c.in_bytes += a->collective->in_bytes;
+          c.out_bytes += a->collective->out_bytes;
+        }
+      }
+      for (auto& [key, c] : colls) m.collectives.push_back(std::move(c));
       out_.steps.push_back(std::move(m));
     }
   }
@@ -562,6 +639,8 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   TraceReadOptions options_;
   Capture capture_ = Capture::none;
   std::map<std::pair<std::int64_t, std::int64_t>, std::vector<CpuOp>> cpu_ops_;  // by (pid, tid)
+  std::map<std::tuple<std::string, std::string, std::int64_t, std::int64_t>, std::shared_ptr<const CollectiveArgs>>
+      collective_args_;
   std::unordered_map<std::int64_t, std::pair<std::int64_t, std::int64_t>> launch_threads_;
 };
 
@@ -607,6 +686,24 @@ MeasuredTrace import_kineto(const std::string& path, int rank, const TraceReadOp
   return import_kineto_text(text, path, rank, options);
 }
 
+namespace {
+
+nlohmann::json collectives_json(const MeasuredStep& m) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const MeasuredCollective& c : m.collectives) {
+    nlohmann::json j = {{"op", c.op}, {"group", c.group}, {"calls", c.calls}, {"time_s", ps_to_seconds(c.time_ps)}};
+    if (c.calls_with_size > 0) {
+      j["calls_with_size"] = c.calls_with_size;
+      j["in_bytes"] = c.in_bytes;
+      j["out_bytes"] = c.out_bytes;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const MeasuredTrace& t) {
   nlohmann::json steps = nlohmann::json::array();
   for (const MeasuredStep& m : t.steps) {
@@ -624,7 +721,8 @@ nlohmann::json to_json(const MeasuredTrace& t) {
                      {"memory_s", ps_to_seconds(m.memory_ps)},
                      {"idle_s", ps_to_seconds(m.idle_ps)},
                      {"kernels", m.kernels},
-                     {"by_class_s", std::move(by_class)}});
+                     {"by_class_s", std::move(by_class)},
+                     {"collectives", collectives_json(m)}});
   }
   return {{"file", t.file}, {"rank", t.rank}, {"device", t.device}, {"steps", std::move(steps)}};
 }

@@ -232,6 +232,15 @@ class TraceCommand final : public Command {
                              {"class", Align::left},
                              {"busy ms", Align::right},
                              {"% of span", Align::right}});
+    analysis::Table colls({{"rank", Align::right},
+                           {"step", Align::right},
+                           {"collective", Align::left},
+                           {"group", Align::left},
+                           {"calls", Align::right},
+                           {"kernel ms", Align::right},
+                           {"in MB", Align::right},
+                           {"out MB", Align::right}});
+    bool any_collective = false;
     for (const auto& t : traces)
       for (const auto& m : t.steps) {
         const std::string step = m.step < 0 ? "all" : fmt::format("{}", m.step);
@@ -240,8 +249,17 @@ class TraceCommand final : public Command {
                        fmt::format("{}", m.kernels), t.file});
         for (const auto& [cls, v] : m.by_class_ps)
           classes.add_row({fmt::format("{}", m.rank), step, analysis::to_string(cls), ms(v), share(v, m.span_ps)});
+        for (const auto& c : m.collectives) {
+          any_collective = true;
+          // Sizes only when every call recorded one: a partial sum would read as the total.
+          const bool sized = c.calls_with_size == c.calls;
+          colls.add_row({fmt::format("{}", m.rank), step, c.op, c.group.empty() ? "-" : c.group,
+                         fmt::format("{}", c.calls), ms(c.time_ps),
+                         sized ? fmt::format("{:.3f}", static_cast<double>(c.in_bytes) / 1e6) : "-",
+                         sized ? fmt::format("{:.3f}", static_cast<double>(c.out_bytes) / 1e6) : "-"});
+        }
       }
-    return steps.render() + "\n" + classes.render();
+    return steps.render() + "\n" + classes.render() + (any_collective ? "\n" + colls.render() : std::string());
   }
 
   CLI::App* import_ = nullptr;

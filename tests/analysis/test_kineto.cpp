@@ -221,3 +221,39 @@ TEST_CASE("simulated slices class as the measured kernels do", "[analysis][kinet
   CHECK(classify_simulated("elementwise", "add", "forward") == MeasuredClass::elementwise);
   CHECK(classify_simulated("elementwise", "rope", "forward") == MeasuredClass::elementwise);
 }
+
+TEST_CASE("NCCL kernels by collective and process group, sizes where the trace records them", "[analysis][kineto]") {
+  // One step: two all-gathers of PyTorch >= 2.4 with their args (group "0", 8 ranks, 1,048,576 bf16
+  // elements in and 8,388,608 out: 2 MiB in, 16 MiB out each), [0, 10) and [20, 30) us; a
+  // reduce-scatter named only by its kernel [40, 45); a kernel NCCL names generically [50, 51).
+  // By hand: all_gather "0 (8 ranks)": 2 calls, 20 us, 4,194,304 B in, 33,554,432 B out;
+  // reduce_scatter, no group: 1 call, 5 us, no sizes; nccl: 1 call, 1 us.
+  json ag = x("kernel", "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 0, 10);
+  ag["args"] = {{"Collective name", "_allgather_base"}, {"In msg nelems", 1048576}, {"Out msg nelems", 8388608},
+                {"Group size", 8}, {"dtype", "BFloat16"}, {"Process Group Name", "0"}};
+  json ag2 = ag;
+  ag2["ts"] = 20;
+  json ev = json::array({ag, ag2, x("kernel", "ncclKernel_ReduceScatter_RING_LL_Sum_bf16", 40, 5),
+                         x("kernel", "ncclDevKernel_Generic_4", 50, 1)});
+  const MeasuredTrace t = import_kineto(json{{"traceEvents", ev}}, "t.json", 0);
+  REQUIRE(t.steps.size() == 1);
+  const auto& c = t.steps[0].collectives;
+  REQUIRE(c.size() == 3);
+  CHECK(c[0].op == "_allgather_base");  // the arg, as PyTorch names the call
+  CHECK(c[0].group == "0 (8 ranks)");
+  CHECK(c[0].calls == 2);
+  CHECK(c[0].time_ps == 20 * kUs);
+  CHECK(c[0].calls_with_size == 2);
+  CHECK(c[0].in_bytes == 4194304);
+  CHECK(c[0].out_bytes == 33554432);
+  CHECK(c[1].op == "nccl");
+  CHECK(c[1].time_ps == 1 * kUs);
+  CHECK(c[2].op == "reduce_scatter");
+  CHECK(c[2].group.empty());
+  CHECK(c[2].calls_with_size == 0);
+  CHECK(t.steps[0].comm_ps == 26 * kUs);
+  CHECK(nccl_collective("ncclKernel_AllReduce_RING_LL_Sum_float") == "all_reduce");
+  CHECK(nccl_collective("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t") == "send_recv");
+  CHECK(nccl_collective("ncclDevKernel_Reduce_RING_LL_Sum_f32") == "reduce");
+  CHECK(nccl_collective("ncclDevKernel_Broadcast_RING_LL") == "broadcast");
+}

@@ -26,6 +26,21 @@ TEST_CASE("trace import prints the measures per rank and step, and the classes",
   CHECK(doc[0]["rank"] == 0);
   CHECK(doc[0]["steps"][0]["kernels"] == 773);  // tests/data/kineto/README.md
   CHECK(doc[0]["steps"][0]["comm_s"] == 0.0);
+  CHECK(doc[0]["steps"][0]["collectives"].empty());
+  // The HTA job's rank 0 (docs/traces.md, "Test data"): its NCCL kernels are send/receive kernels
+  // (ncclKernel_SendRecv_...), 5 per step, 195.327 ms in step 551 (its communication, nothing of it
+  // concurrent); the trace (2023) records no collective args, so no group or sizes.
+  const auto h = run_fusesim({"trace", "import", source_path("tests/data/kineto/hta-sampled-rank-0.json.gz"), "--format",
+                              "json"},
+                             dir);
+  REQUIRE(h.exit_code == 0);
+  const nlohmann::json step551 = nlohmann::json::parse(h.out)[0]["steps"][0];
+  CHECK(step551["step"] == 551);
+  REQUIRE(step551["collectives"].size() == 1);
+  CHECK(step551["collectives"][0]["op"] == "send_recv");
+  CHECK(step551["collectives"][0]["calls"] == 5);
+  CHECK(step551["collectives"][0]["time_s"].get<double>() == Approx(0.195327).margin(1e-9));
+  CHECK_FALSE(step551["collectives"][0].contains("in_bytes"));
 }
 
 TEST_CASE("trace import refuses a malformed trace with the file and the JSON path, writing nothing",

@@ -56,6 +56,21 @@ struct MeasuredAttention {
   int kernels = 0;
 };
 
+// The NCCL kernels of a step by collective and process group: the collective from the kernel's
+// "Collective name" arg when the trace records it (PyTorch >= 2.4), else from the kernel name
+// (ncclKernel_AllReduce_... -> all_reduce); the group and message sizes from the args when recorded.
+struct MeasuredCollective {
+  std::string op;     // all_reduce, all_gather, reduce_scatter, send_recv, broadcast, reduce, ... or the arg
+  std::string group;  // "Process Group Name" (size "Group size"), "" when not recorded
+  std::int64_t calls = 0;
+  TimePs time_ps = 0;       // the kernels' durations summed (not a union: two groups may overlap)
+  std::int64_t in_bytes = 0, out_bytes = 0;  // "In/Out msg nelems" x the dtype's size, when recorded
+  std::int64_t calls_with_size = 0;
+};
+
+// The collective a NCCL kernel runs, from its name; "nccl" when the name does not say.
+std::string nccl_collective(const std::string& kernel_name);
+
 struct MeasuredStep {
   int rank = 0;
   int step = -1;  // ProfilerStep#N; -1: the trace has no ProfilerStep, the step is the whole trace
@@ -64,6 +79,7 @@ struct MeasuredStep {
   std::int64_t kernels = 0;                     // GPU activities (kernels, memcpy, memset)
   std::map<MeasuredClass, TimePs> by_class_ps;  // busy time (union) per class
   std::vector<TraceActivity> activities;        // only when asked for (TraceReadOptions::keep_activities)
+  std::vector<MeasuredCollective> collectives;  // by (op, group), in that order
   std::vector<MeasuredGemm> gemms;              // only when asked for (TraceReadOptions::gemm_shapes)
   std::vector<MeasuredAttention> attention;     // the same
   std::int64_t gemm_kernels_without_shape = 0;  // GEMM-class kernels of no shaped aten::*mm op
