@@ -7,6 +7,7 @@
 #include "fusesim/analysis/kineto.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -154,6 +155,7 @@ struct Event {
   std::vector<std::string> concrete;            // its "Concrete Inputs"
   std::string coll_name, coll_dtype, coll_group;  // a NCCL kernel's args, when recorded
   std::int64_t coll_in = -1, coll_out = -1, coll_group_size = -1;
+  std::array<std::int64_t, 4> sim_gemm{0, 0, 0, 1};  // fusesim's GEMM slices: m, n, k, batch
   bool has_ph = false, has_ts = false, has_dur = false;
 };
 
@@ -333,6 +335,12 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
           if (key_ == "kernel") event_.kernel = *v.text;
           else if (key_ == "elementwise_op") event_.elementwise_op = *v.text;
           else if (key_ == "phase") event_.phase = *v.text;
+          else if (key_ == "dtype") event_.coll_dtype = *v.text;
+        } else if (options_.simulated_rank && v.kind == Kind::integer) {
+          if (key_ == "m") event_.sim_gemm[0] = v.integer;
+          else if (key_ == "n") event_.sim_gemm[1] = v.integer;
+          else if (key_ == "k") event_.sim_gemm[2] = v.integer;
+          else if (key_ == "batch") event_.sim_gemm[3] = v.integer;
         } else if (v.kind == Kind::string && (key_ == "Collective name" || key_ == "dtype" || key_ == "Process Group Name")) {
           (key_ == "dtype" ? event_.coll_dtype : key_ == "Collective name" ? event_.coll_name : event_.coll_group) = *v.text;
         } else if (v.kind == Kind::integer && v.integer >= 0 &&
@@ -398,6 +406,9 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       Activity a;
       a.cls = compute ? classify_simulated(event_.kernel, event_.elementwise_op, event_.phase)
                       : MeasuredClass::collective;
+      const auto& g = event_.sim_gemm;
+      if (options_.gemm_shapes && a.cls == MeasuredClass::gemm && g[0] > 0 && g[1] > 0 && g[2] > 0 && g[3] > 0)
+        sim_gemms_.push_back({MeasuredGemm{event_.coll_dtype, g[0], g[1], g[2], g[3], 0, 1}, *event_.ts, *event_.dur});
       keep(a);
       return true;
     }
@@ -603,6 +614,10 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       m.idle_ps = m.span_ps - busy.measure_ps();
       for (auto& [cls, ivs] : per_class) m.by_class_ps[cls] = IntervalSet(std::move(ivs)).measure_ps();
       if (options_.gemm_shapes) shape_ops(m, acts);
+      for (const auto& [g, ts, dur] : sim_gemms_) {  // fusesim's own trace: one step, every GEMM slice
+        m.gemms.push_back(g);
+        m.gemms.back().time_ps = ps(ts + dur) - ps(ts);
+      }
       std::map<std::pair<std::string, std::string>, MeasuredCollective> colls;
       for (const Activity* a : acts) {
         if (!a->collective) continue;
@@ -639,6 +654,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   TraceReadOptions options_;
   Capture capture_ = Capture::none;
   std::map<std::pair<std::int64_t, std::int64_t>, std::vector<CpuOp>> cpu_ops_;  // by (pid, tid)
+  std::vector<std::tuple<MeasuredGemm, double, double>> sim_gemms_;              // shape, ts, dur
   std::map<std::tuple<std::string, std::string, std::int64_t, std::int64_t>, std::shared_ptr<const CollectiveArgs>>
       collective_args_;
   std::unordered_map<std::int64_t, std::pair<std::int64_t, std::int64_t>> launch_threads_;

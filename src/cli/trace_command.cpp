@@ -86,6 +86,7 @@ class TraceCommand final : public Command {
     if (!side_by_side_.empty()) check_output_path(side_by_side_, "--side-by-side");
     analysis::TraceReadOptions keep;
     keep.keep_activities = !side_by_side_.empty();
+    keep.gemm_shapes = true;
     const analysis::MeasuredTrace measured = analysis::import_kineto(measured_, 0, keep);
     if (measured.steps.empty())
       throw InputError(measured_, "$.traceEvents", "no GPU activity (kernel, memcpy, memset) in a profiled step");
@@ -142,6 +143,47 @@ class TraceCommand final : public Command {
     return out;
   }
 
+  // GEMMs by shape, both sides: a shape and its transpose (C = A B against C^T = B^T A^T, the same
+  // FLOPs and the same kernel family) are one row, named as the measured side has it.
+  struct ShapeRow {
+    std::string shape;
+    std::int64_t measured_calls = 0, simulated_calls = 0;
+    TimePs measured_ps = 0, simulated_ps = 0;
+  };
+  static std::vector<ShapeRow> gemm_rows(const analysis::MeasuredStep& m, const analysis::MeasuredStep& p) {
+    std::map<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>, ShapeRow> rows;
+    const auto key = [](const analysis::MeasuredGemm& g) {
+      return std::make_tuple(g.batch, g.k, std::min(g.m, g.n), std::max(g.m, g.n));
+    };
+    const auto name = [](const analysis::MeasuredGemm& g) {
+      return g.batch > 1 ? fmt::format("{} x {}x{}x{}", g.batch, g.m, g.n, g.k) : fmt::format("{}x{}x{}", g.m, g.n, g.k);
+    };
+    for (const auto& g : m.gemms) {
+      ShapeRow& r = rows[key(g)];
+      if (r.shape.empty()) r.shape = name(g);
+      ++r.measured_calls;
+      r.measured_ps += g.time_ps;
+    }
+    for (const auto& g : p.gemms) {
+      ShapeRow& r = rows[key(g)];
+      if (r.shape.empty()) r.shape = name(g);
+      ++r.simulated_calls;
+      r.simulated_ps += g.time_ps;
+    }
+    std::vector<ShapeRow> out;
+    for (auto& [k, r] : rows) out.push_back(std::move(r));
+    std::stable_sort(out.begin(), out.end(), [](const ShapeRow& a, const ShapeRow& b) {
+      return std::max(a.measured_ps, a.simulated_ps) > std::max(b.measured_ps, b.simulated_ps);
+    });
+    return out;
+  }
+
+  static std::string error_pct(TimePs measured, TimePs simulated) {
+    return measured > 0 && simulated > 0
+               ? fmt::format("{:+.1f}", 100.0 * (static_cast<double>(simulated) / static_cast<double>(measured) - 1.0))
+               : "-";
+  }
+
   static std::string step_name(const analysis::MeasuredStep& m) {
     return m.step < 0 ? std::string("all") : fmt::format("{}", m.step);
   }
@@ -158,10 +200,26 @@ class TraceCommand final : public Command {
                  v.first > 0 ? fmt::format("{:+.1f}", 100.0 * (static_cast<double>(v.second) /
                                                                    static_cast<double>(v.first) - 1.0))
                              : "-"});
-    return fmt::format("measured:  {} (rank {}, step {}, {} GPU activities{})\nsimulated: {} (rank {}, {} slices)\n\n",
-                       mt.file, m.rank, step_name(m), m.kernels, mt.device.empty() ? "" : ", " + mt.device, pt.file,
-                       p.rank, p.kernels) +
-           t.render();
+    std::string out =
+        fmt::format("measured:  {} (rank {}, step {}, {} GPU activities{})\nsimulated: {} (rank {}, {} slices)\n\n",
+                    mt.file, m.rank, step_name(m), m.kernels, mt.device.empty() ? "" : ", " + mt.device, pt.file,
+                    p.rank, p.kernels) +
+        t.render();
+    const std::vector<ShapeRow> shapes = gemm_rows(m, p);
+    if (!shapes.empty()) {
+      analysis::Table g({{"GEMM m x n x k", Align::left},
+                         {"measured calls", Align::right},
+                         {"measured ms", Align::right},
+                         {"simulated calls", Align::right},
+                         {"simulated ms", Align::right},
+                         {"error %", Align::right}});
+      for (const ShapeRow& r : shapes)
+        g.add_row({r.shape, fmt::format("{}", r.measured_calls), ms(r.measured_ps), fmt::format("{}", r.simulated_calls),
+                   ms(r.simulated_ps), error_pct(r.measured_ps, r.simulated_ps)});
+      out += "\nGEMMs by shape (measured: a trace taken with record_shapes=True; a shape and its transpose are one "
+             "row)\n" + g.render();
+    }
+    return out;
   }
 
   nlohmann::json compare_json(const analysis::MeasuredTrace& mt, const analysis::MeasuredStep& m,
@@ -174,9 +232,17 @@ class TraceCommand final : public Command {
                           {"error", v.first > 0 ? nlohmann::json(static_cast<double>(v.second) /
                                                                      static_cast<double>(v.first) - 1.0)
                                                 : nlohmann::json(nullptr)}});
+    nlohmann::json gemms = nlohmann::json::array();
+    for (const ShapeRow& r : gemm_rows(m, p))
+      gemms.push_back({{"shape", r.shape},
+                       {"measured_calls", r.measured_calls},
+                       {"measured_s", ps_to_seconds(r.measured_ps)},
+                       {"simulated_calls", r.simulated_calls},
+                       {"simulated_s", ps_to_seconds(r.simulated_ps)}});
     return {{"measured", {{"file", mt.file}, {"rank", m.rank}, {"step", m.step}, {"activities", m.kernels}}},
             {"simulated", {{"file", pt.file}, {"rank", p.rank}, {"slices", p.kernels}}},
-            {"measures", std::move(measures)}};
+            {"measures", std::move(measures)},
+            {"gemms_by_shape", std::move(gemms)}};
   }
 
   // Two processes, each from 0 at its own first activity: pid 0 the measured step (a thread per CUDA

@@ -66,6 +66,7 @@ TEST_CASE("trace compare: the measures of both sides and their errors, by hand",
   for (const json& m : doc["measures"])
     if (m["measure"] == "class gemm") CHECK(m["error"].get<double>() == Approx(8.0 / 10.0 - 1.0));
   CHECK(doc["simulated"]["slices"] == 2);  // rank 1's slice is not rank 0's
+  CHECK(doc["gemms_by_shape"].empty());    // no CPU op with shapes, no slice with m, n, k
   // The side-by-side trace: two processes from 0, each slice once, the class as category.
   std::ifstream in(dir.file("sbs.json"));
   const json sbs = json::parse(in);
@@ -129,6 +130,18 @@ TEST_CASE("trace compare: a real H100 step against fusesim's simulation of it", 
   CHECK(measure(doc, "communication", "simulated_s") == 0.0);
   // The GEMMs of this step are within 5% (docs/validation.md, "Steps measured on one GPU").
   CHECK(measure(doc, "class gemm", "simulated_s") == Approx(measure(doc, "class gemm", "measured_s")).epsilon(0.05));
+  // By shape: the trace's 291 aten::mm ops in 11 shapes up to transposition (forward, dgrad and wgrad
+  // of QKV, output, FC1, FC2; the tied LM head's three), each as often in the simulated step, and each
+  // within 10%.
+  std::int64_t calls = 0;
+  REQUIRE(doc["gemms_by_shape"].size() == 11u);
+  for (const json& g : doc["gemms_by_shape"]) {
+    INFO(g["shape"]);
+    CHECK(g["measured_calls"] == g["simulated_calls"]);
+    calls += g["measured_calls"].get<std::int64_t>();
+    CHECK(g["simulated_s"].get<double>() == Approx(g["measured_s"].get<double>()).epsilon(0.10));
+  }
+  CHECK(calls == 291);
 }
 
 TEST_CASE("trace compare refuses what it cannot compare, naming the file or the option, writing nothing",
