@@ -93,6 +93,15 @@ std::string nccl_collective(const std::string& kernel_name) {
   return "nccl";
 }
 
+std::string normalized_collective(const std::string& name) {
+  std::string n = lower(name);
+  n.erase(std::remove(n.begin(), n.end(), '_'), n.end());
+  const std::string op = nccl_collective(n);
+  if (op != "nccl") return op;
+  if (has(n, "send") || has(n, "recv")) return "send_recv";
+  return n.empty() ? std::string("nccl") : n;
+}
+
 namespace {
 
 // Bytes per element of the dtype names PyTorch writes in a collective's "dtype" arg; 0 when unknown.
@@ -336,8 +345,10 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
           else if (key_ == "elementwise_op") event_.elementwise_op = *v.text;
           else if (key_ == "phase") event_.phase = *v.text;
           else if (key_ == "dtype") event_.coll_dtype = *v.text;
+          else if (key_ == "collective") event_.coll_name = *v.text;
         } else if (options_.simulated_rank && v.kind == Kind::integer) {
-          if (key_ == "m") event_.sim_gemm[0] = v.integer;
+          if (key_ == "bytes") event_.coll_in = v.integer;
+          else if (key_ == "m") event_.sim_gemm[0] = v.integer;
           else if (key_ == "n") event_.sim_gemm[1] = v.integer;
           else if (key_ == "k") event_.sim_gemm[2] = v.integer;
           else if (key_ == "batch") event_.sim_gemm[3] = v.integer;
@@ -406,6 +417,14 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       Activity a;
       a.cls = compute ? classify_simulated(event_.kernel, event_.elementwise_op, event_.phase)
                       : MeasuredClass::collective;
+      if (!compute) {
+        // fusesim's collectives carry the full buffer (nccl-tests' convention) as "bytes"; P2P sends and
+        // receives their message.
+        CollectiveArgs c;
+        c.op = cat == "collective" ? event_.coll_name : "send_recv";
+        c.in_bytes = c.out_bytes = event_.coll_in;
+        a.collective = intern(std::move(c));
+      }
       const auto& g = event_.sim_gemm;
       if (options_.gemm_shapes && a.cls == MeasuredClass::gemm && g[0] > 0 && g[1] > 0 && g[2] > 0 && g[3] > 0)
         sim_gemms_.push_back({MeasuredGemm{event_.coll_dtype, g[0], g[1], g[2], g[3], 0, 1}, *event_.ts, *event_.dur});
@@ -500,6 +519,10 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
     const std::int64_t limit = std::numeric_limits<std::int64_t>::max() / 8;
     if (b > 0 && event_.coll_in >= 0 && event_.coll_in < limit) c.in_bytes = event_.coll_in * b;
     if (b > 0 && event_.coll_out >= 0 && event_.coll_out < limit) c.out_bytes = event_.coll_out * b;
+    return intern(std::move(c));
+  }
+
+  std::shared_ptr<const CollectiveArgs> intern(CollectiveArgs c) {
     const auto key = std::make_tuple(c.op, c.group, c.in_bytes, c.out_bytes);
     auto& slot = collective_args_[key];
     if (!slot) slot = std::make_shared<const CollectiveArgs>(std::move(c));

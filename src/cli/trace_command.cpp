@@ -178,6 +178,31 @@ class TraceCommand final : public Command {
     return out;
   }
 
+  // Collectives by normalized op, both sides: calls, summed kernel time, and the full buffer (the
+  // larger of a measured call's input and output, nccl-tests' convention, which fusesim's "bytes" is)
+  // when every call of the op recorded its size.
+  struct CollRow {
+    std::int64_t calls[2] = {0, 0};
+    TimePs time_ps[2] = {0, 0};
+    std::int64_t bytes[2] = {0, 0};
+    bool sized[2] = {true, true};
+  };
+  static std::map<std::string, CollRow> collective_rows(const analysis::MeasuredStep& m,
+                                                        const analysis::MeasuredStep& p) {
+    std::map<std::string, CollRow> rows;
+    for (int side = 0; side < 2; ++side)
+      for (const auto& c : (side == 0 ? m : p).collectives) {
+        CollRow& r = rows[analysis::normalized_collective(c.op)];
+        r.calls[side] += c.calls;
+        r.time_ps[side] += c.time_ps;
+        if (c.calls_with_size == c.calls)
+          r.bytes[side] += side == 0 ? std::max(c.in_bytes, c.out_bytes) : c.in_bytes;
+        else
+          r.sized[side] = false;
+      }
+    return rows;
+  }
+
   static std::string error_pct(TimePs measured, TimePs simulated) {
     return measured > 0 && simulated > 0
                ? fmt::format("{:+.1f}", 100.0 * (static_cast<double>(simulated) / static_cast<double>(measured) - 1.0))
@@ -205,6 +230,25 @@ class TraceCommand final : public Command {
                     mt.file, m.rank, step_name(m), m.kernels, mt.device.empty() ? "" : ", " + mt.device, pt.file,
                     p.rank, p.kernels) +
         t.render();
+    const auto colls = collective_rows(m, p);
+    if (!colls.empty()) {
+      analysis::Table c({{"collective", Align::left},
+                         {"measured calls", Align::right},
+                         {"measured ms", Align::right},
+                         {"measured MB", Align::right},
+                         {"simulated calls", Align::right},
+                         {"simulated ms", Align::right},
+                         {"simulated MB", Align::right},
+                         {"error %", Align::right}});
+      const auto mb = [](const CollRow& r, int side) {
+        return r.calls[side] && r.sized[side] ? fmt::format("{:.3f}", static_cast<double>(r.bytes[side]) / 1e6)
+                                              : std::string("-");
+      };
+      for (const auto& [op, r] : colls)
+        c.add_row({op, fmt::format("{}", r.calls[0]), ms(r.time_ps[0]), mb(r, 0), fmt::format("{}", r.calls[1]),
+                   ms(r.time_ps[1]), mb(r, 1), error_pct(r.time_ps[0], r.time_ps[1])});
+      out += "\nCollectives (kernel time summed; MB: the full buffer of every call, where recorded)\n" + c.render();
+    }
     const std::vector<ShapeRow> shapes = gemm_rows(m, p);
     if (!shapes.empty()) {
       analysis::Table g({{"GEMM m x n x k", Align::left},
@@ -239,9 +283,21 @@ class TraceCommand final : public Command {
                        {"measured_s", ps_to_seconds(r.measured_ps)},
                        {"simulated_calls", r.simulated_calls},
                        {"simulated_s", ps_to_seconds(r.simulated_ps)}});
+    nlohmann::json colls = nlohmann::json::array();
+    for (const auto& [op, r] : collective_rows(m, p)) {
+      nlohmann::json j = {{"collective", op},
+                          {"measured_calls", r.calls[0]},
+                          {"measured_s", ps_to_seconds(r.time_ps[0])},
+                          {"simulated_calls", r.calls[1]},
+                          {"simulated_s", ps_to_seconds(r.time_ps[1])}};
+      if (r.calls[0] && r.sized[0]) j["measured_bytes"] = r.bytes[0];
+      if (r.calls[1] && r.sized[1]) j["simulated_bytes"] = r.bytes[1];
+      colls.push_back(std::move(j));
+    }
     return {{"measured", {{"file", mt.file}, {"rank", m.rank}, {"step", m.step}, {"activities", m.kernels}}},
             {"simulated", {{"file", pt.file}, {"rank", p.rank}, {"slices", p.kernels}}},
             {"measures", std::move(measures)},
+            {"collectives", std::move(colls)},
             {"gemms_by_shape", std::move(gemms)}};
   }
 

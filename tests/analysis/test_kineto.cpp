@@ -256,4 +256,12 @@ TEST_CASE("NCCL kernels by collective and process group, sizes where the trace r
   CHECK(nccl_collective("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t") == "send_recv");
   CHECK(nccl_collective("ncclDevKernel_Reduce_RING_LL_Sum_f32") == "reduce");
   CHECK(nccl_collective("ncclDevKernel_Broadcast_RING_LL") == "broadcast");
+  CHECK(normalized_collective("_allgather_base") == "all_gather");
+  CHECK(normalized_collective("all_gather") == "all_gather");
+  CHECK(normalized_collective("reduce_scatter_tensor_coalesced") == "reduce_scatter");
+  CHECK(normalized_collective("_reduce_scatter_base") == "reduce_scatter");
+  CHECK(normalized_collective("allreduce") == "all_reduce");
+  CHECK(normalized_collective("all_to_allv") == "all_to_all");
+  CHECK(normalized_collective("send") == "send_recv");
+  CHECK(normalized_collective("recv") == "send_recv");
 }

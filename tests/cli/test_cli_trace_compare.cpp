@@ -41,14 +41,16 @@ TEST_CASE("trace compare: the measures of both sides and their errors, by hand",
   write(dir, "m.json",
         {{"traceEvents",
           {x("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32", 0, 7, 100, 10),
-           x("kernel", "ncclDevKernel_AllGather_RING_LL", 0, 20, 105, 10),
+           x("kernel", "ncclDevKernel_AllGather_RING_LL", 0, 20, 105, 10,
+             {{"Collective name", "_allgather_base"}, {"In msg nelems", 1048576}, {"Out msg nelems", 8388608},
+              {"dtype", "BFloat16"}, {"Group size", 8}}),
            x("kernel", "void at::native::vectorized_elementwise_kernel<4>", 0, 7, 120, 2)}}});
   // Simulated rank 0: GEMM [0, 8), collective [8, 12) on the comm thread. Span 12, compute 8,
   // communication 4, overlapped 0, exposed 4, idle 0. Errors: span 12/22 - 1, gemm 8/10 - 1.
   write(dir, "s.json",
         {{"traceEvents",
           {x("compute", "r0/L0/fwd/qkv", 0, 1, 0, 8, {{"kernel", "gemm"}, {"phase", "forward"}}),
-           x("collective", "r0/L0/fwd/ag", 0, 100, 8, 4, {{"collective", "all_gather"}}),
+           x("collective", "r0/L0/fwd/ag", 0, 100, 8, 4, {{"collective", "all_gather"}, {"bytes", 16777216}}),
            x("compute", "r1/L0/fwd/qkv", 1, 1, 0, 30, {{"kernel", "gemm"}})}}});
   const auto r = run_fusesim({"trace", "compare", "m.json", "s.json", "--format", "json", "--side-by-side", "sbs.json"}, dir);
   INFO(r.err);
@@ -67,6 +69,17 @@ TEST_CASE("trace compare: the measures of both sides and their errors, by hand",
     if (m["measure"] == "class gemm") CHECK(m["error"].get<double>() == Approx(8.0 / 10.0 - 1.0));
   CHECK(doc["simulated"]["slices"] == 2);  // rank 1's slice is not rank 0's
   CHECK(doc["gemms_by_shape"].empty());    // no CPU op with shapes, no slice with m, n, k
+  // The all-gather on both sides under one name: PyTorch's "_allgather_base" and fusesim's
+  // "all_gather"; its full buffer 8,388,608 bf16 elements out = 16,777,216 B, fusesim's bytes the same.
+  REQUIRE(doc["collectives"].size() == 1u);
+  const json& ag = doc["collectives"][0];
+  CHECK(ag["collective"] == "all_gather");
+  CHECK(ag["measured_calls"] == 1);
+  CHECK(ag["measured_s"].get<double>() == Approx(10e-6));
+  CHECK(ag["measured_bytes"] == 16777216);
+  CHECK(ag["simulated_calls"] == 1);
+  CHECK(ag["simulated_s"].get<double>() == Approx(4e-6));
+  CHECK(ag["simulated_bytes"] == 16777216);
   // The side-by-side trace: two processes from 0, each slice once, the class as category.
   std::ifstream in(dir.file("sbs.json"));
   const json sbs = json::parse(in);

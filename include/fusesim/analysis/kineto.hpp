@@ -70,6 +70,10 @@ struct MeasuredCollective {
 
 // The collective a NCCL kernel runs, from its name; "nccl" when the name does not say.
 std::string nccl_collective(const std::string& kernel_name);
+// One name per collective whatever wrote it: PyTorch's call names ("_allgather_base",
+// "reduce_scatter_tensor_coalesced", "send"), NCCL's kernel names and fusesim's ("all_gather") all
+// map to all_gather, reduce_scatter, all_reduce, all_to_all, send_recv, broadcast or reduce.
+std::string normalized_collective(const std::string& name);
 
 struct MeasuredStep {
   int rank = 0;
