@@ -325,9 +325,12 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
 
   bool scalar(const Value& v) {
     const bool in_array = !stack_.empty() && stack_.back().frame == Frame::array;
-    if (capture_ == Capture::dims && depth() == event_depth_ + 3 && v.kind == Kind::integer) {
+    // Only an integer directly inside an inner array of "Input Dims" (an object there, or a deeper
+    // list, is not a shape).
+    if (capture_ == Capture::dims && depth() == event_depth_ + 3 && in_array && !event_.dims.empty() &&
+        v.kind == Kind::integer) {
       event_.dims.back().push_back(v.integer);
-    } else if ((capture_ == Capture::types || capture_ == Capture::concrete) && depth() == event_depth_ + 2) {
+    } else if ((capture_ == Capture::types || capture_ == Capture::concrete) && depth() == event_depth_ + 2 && in_array) {
       (capture_ == Capture::types ? event_.types : event_.concrete)
           .push_back(v.kind == Kind::string ? *v.text : std::string());
     }

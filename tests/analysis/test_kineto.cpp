@@ -265,3 +265,21 @@ TEST_CASE("NCCL kernels by collective and process group, sizes where the trace r
   CHECK(normalized_collective("send") == "send_recv");
   CHECK(normalized_collective("recv") == "send_recv");
 }
+
+TEST_CASE("CPU op args that are not shapes are no GEMM, whatever they nest", "[analysis][kineto]") {
+  // "Input Dims" holding an object, a list inside a list and a scalar; "Input type" and "Concrete
+  // Inputs" holding arrays and objects: the op is no shaped GEMM and its kernel counts as unshaped.
+  const std::string text = R"({"traceEvents": [
+    {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2, "ts": 1, "dur": 5,
+     "args": {"Input Dims": [{"a": 1}, [2, [3, 4]], 7], "Input type": [["x"], "c10::BFloat16", {"b": "c"}],
+              "Concrete Inputs": [1, {"d": [1]}]}},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 2, "ts": 2, "dur": 1,
+     "args": {"correlation": 1}},
+    {"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm", "pid": 0, "tid": 7, "ts": 3, "dur": 2, "args": {"correlation": 1}}]})";
+  TraceReadOptions options;
+  options.gemm_shapes = true;
+  const MeasuredTrace t = import_kineto_text(text, "t.json", 0, options);
+  REQUIRE(t.steps.size() == 1);
+  CHECK(t.steps[0].gemms.empty());
+  CHECK(t.steps[0].gemm_kernels_without_shape == 1);
+}
