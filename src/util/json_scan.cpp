@@ -68,7 +68,9 @@ class Scanner {
       }
     }
     ws();
-    if (p_ != end_) return syntax(p_, "unexpected character after the value; expected end of input");
+    // nlohmann's lexer reads a NUL byte where a token starts as the end of the input (its C-string
+    // heritage): what follows is not read. Inside a string a NUL is a control character, refused.
+    if (p_ != end_ && *p_ != '\0') return syntax(p_, "unexpected character after the value; expected end of input");
     return true;
   }
 

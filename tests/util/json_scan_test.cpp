@@ -85,7 +85,9 @@ TEST_CASE("json_scan accepts what nlohmann accepts, with the same events", "[uti
            "true", "false", "null", R"("")", R"("a\"b\\c\/d\be\ff\ng\rh\ti")", R"("\u0041\u00e9\u20ac\ud83d\ude00")",
            R"("\u0000")", "\"caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80\"", "\xEF\xBB\xBF{\"bom\": 1}",
            R"({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1.5, "dur": 2, "args": {"correlation": 7}}]})",
-           R"({"a": [1, [2, [3, {"b": {}}]], []], "c": {"d": null}})", R"([1,2,3,"x",{"y":[true,false]}])"})
+           R"({"a": [1, [2, [3, {"b": {}}]], []], "c": {"d": null}})", R"([1,2,3,"x",{"y":[true,false]}])",
+           // A NUL byte where a token starts ends the input for nlohmann (found by fuzz_kineto).
+           std::string("1\0", 2), std::string("[1] \0garbage", 12), std::string("\"umSms\"\0\0\x0c\n", 11)})
     same(doc);
 }
 
@@ -96,7 +98,9 @@ TEST_CASE("json_scan refuses what nlohmann refuses", "[util][json_scan]") {
            "-1e400", "1 2", "[] x", "tru", "nul", "falsey", "\"abc", "\"\\x\"", "\"\x01\"", "\"\\u12\"",
            "\"\\u12g4\"", "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"\xC0\xAF\"", "\"\xC3\"",
            "\"\xED\xA0\x80\"", "\"\xF4\x90\x80\x80\"", "\"\xF5\x80\x80\x80\"", "\"\xE0\x80\x80\"", "\"\xFF\"",
-           "\xEF\xBB", "\xEF\xBB{}", "[\"a\",]", "{\"a\":1}}", "[[]]]", "// c\n1", "'a'"})
+           "\xEF\xBB", "\xEF\xBB{}", "[\"a\",]", "{\"a\":1}}", "[[]]]", "// c\n1", "'a'",
+           std::string("\0", 1), std::string("[\0]", 3), std::string("tr\0ue", 5), std::string("\"a\0b\"", 5),
+           std::string("{\"a\":\0}", 7)})
     same(doc);
 }
 
@@ -140,7 +144,7 @@ TEST_CASE("json_scan agrees with nlohmann on 20,000 mutations of a trace", "[uti
   same(base);
   // Bytes that change the grammar: structure, quotes, escapes, digits and signs, UTF-8 lead and
   // continuation bytes, a control character.
-  static const char kInteresting[] = "{}[]\":,\\/-+.eE0123456789tfnu \t\n\x01\x7f\x80\xbf\xc3\xe0\xed\xef\xf0\xf4\xff";
+  static const char kInteresting[] = "\0{}[]\":,\\/-+.eE0123456789tfnu \t\n\x01\x7f\x80\xbf\xc3\xe0\xed\xef\xf0\xf4\xff";
   const std::string interesting(kInteresting, sizeof kInteresting - 1);
   std::mt19937_64 rng(20261127);
   int accepted = 0;
