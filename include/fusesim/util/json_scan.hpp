@@ -3,7 +3,8 @@
 // speed of a byte loop. nlohmann's lexer reads one character at a time through an input adapter and
 // converts every number; the large inputs fusesim reads this way (profiler traces of hundreds of MB,
 // docs/traces.md) are mostly strings it skips, so they are scanned in place and copied only when
-// they hold escapes. Equivalence with nlohmann is tested (tests/util/test_json_scan.cpp).
+// they hold escapes. Equivalence with nlohmann is tested (tests/util/json_scan_test.cpp) and fuzzed
+// (fuzz/fuzz_kineto.cpp), down to its quirks: a NUL byte where a token starts ends the input.
 #pragma once
 
 #include <cstddef>
