@@ -37,7 +37,8 @@ MEASURED = {"h200": [("h200-sxm-2026-11-26.json", ["attention", "elementwise", "
 # Sections this project measured on a vidur profile's device: bf16 GEMMs of training shapes (vidur's
 # stop at 4,096 tokens) and fp8 GEMMs (vidur has none) join vidur's samples; FlashAttention forward and
 # backward apart (the published figures are forward+backward, and PyTorch's FA2 backward runs at
-# 0.71-0.85 of its forward rate: BENCHMARKS.md, "Kernel models"); the residual add at 1 MiB-1 GiB;
+# 0.71-0.85 of its forward rate: BENCHMARKS.md, "Kernel models"); the residual add (its 256 MiB and
+# 1 GiB samples pass the floor below);
 # copies, from which the loader fits the HBM streaming bandwidth. The LayerNorm samples stay out: they
 # time PyTorch's eager LayerNorm (vidur's `layernorm_eager`), not the fused norm vidur timed.
 MEASURED_EXTRA = {"h100": [("h100-sxm-2026-11-27-burst.json", ["gemm", "attention", "elementwise", "copy"])]}
