@@ -444,8 +444,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       keep(a);
     } else if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "runtime") {
       if (event_.correlation) {
-        launches_[*event_.correlation] = *event_.ts;
-        if (options_.gemm_shapes) launch_threads_[*event_.correlation] = {event_.pid, event_.tid};
+        launches_[*event_.correlation] = Launch{*event_.ts, {event_.pid, event_.tid}};
       }
     } else if (options_.gemm_shapes && cat == "cpu_op" && event_.name.rfind("aten::", 0) == 0) {
       cpu_op();
@@ -544,12 +543,15 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   // would overflow picoseconds), rounded to Kineto's resolution, the nanosecond: the double holding
   // an epoch-based time has no finer digits.
   TimePs ps(double us) const { return static_cast<TimePs>(std::llround((us - origin_us_) * 1e3)) * 1000; }
+  // An activity's span, both ends rounded so (a duration alone would round differently).
+  Interval interval(double ts_us, double dur_us) const { return Interval{ps(ts_us), ps(ts_us + dur_us)}; }
+  TimePs length_ps(double ts_us, double dur_us) const { return interval(ts_us, dur_us).length_ps(); }
 
   int step_of(const Activity& a) const {
     if (ranges_.empty()) return -1;
     double at = a.ts_us;
     if (a.correlation)
-      if (const auto it = launches_.find(*a.correlation); it != launches_.end()) at = it->second;
+      if (const auto it = launches_.find(*a.correlation); it != launches_.end()) at = it->second.ts_us;
     for (const Range& r : ranges_)
       if (at >= r.begin_us && at < r.end_us) return r.step;
     return std::numeric_limits<int>::min();  // launched outside every profiled step: not counted
@@ -559,16 +561,16 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   // the latest one that starts before the launch, the few before it when ops nest).
   const CpuOp* op_of(const Activity& a) const {
     if (!a.correlation) return nullptr;
-    const auto t = launch_threads_.find(*a.correlation);
-    const auto at = launches_.find(*a.correlation);
-    if (t == launch_threads_.end() || at == launches_.end()) return nullptr;
-    const auto ops = cpu_ops_.find(t->second);
+    const auto launch = launches_.find(*a.correlation);
+    if (launch == launches_.end()) return nullptr;
+    const double at = launch->second.ts_us;
+    const auto ops = cpu_ops_.find(launch->second.thread);
     if (ops == cpu_ops_.end()) return nullptr;
     const std::vector<CpuOp>& v = ops->second;
-    auto it = std::upper_bound(v.begin(), v.end(), at->second, [](double ts, const CpuOp& op) { return ts < op.begin_us; });
+    auto it = std::upper_bound(v.begin(), v.end(), at, [](double ts, const CpuOp& op) { return ts < op.begin_us; });
     for (int back = 0; back < 4 && it != v.begin(); ++back) {
       --it;
-      if (it->end_us >= at->second) return &*it;
+      if (it->end_us >= at) return &*it;
     }
     return nullptr;
   }
@@ -582,7 +584,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
         ++(a->cls == MeasuredClass::gemm ? m.gemm_kernels_without_shape : m.attention_kernels_without_shape);
         continue;
       }
-      const TimePs t = ps(a->ts_us + a->dur_us) - ps(a->ts_us);
+      const TimePs t = length_ps(a->ts_us, a->dur_us);
       auto [it, fresh] = index.try_emplace(op, op->attention ? m.attention.size() : m.gemms.size());
       if (op->attention) {
         if (fresh) m.attention.push_back(op->attn);
@@ -617,7 +619,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       std::vector<Interval> compute, comm, memory, all;
       TimePs begin = std::numeric_limits<TimePs>::max(), end = std::numeric_limits<TimePs>::min();
       for (const Activity* a : acts) {
-        const Interval iv{ps(a->ts_us), ps(a->ts_us + a->dur_us)};
+        const Interval iv = interval(a->ts_us, a->dur_us);
         if (options_.keep_activities) m.activities.push_back({a->cls, iv.begin_ps, iv.end_ps, a->stream, a->name});
         begin = std::min(begin, iv.begin_ps);
         end = std::max(end, iv.end_ps);
@@ -642,7 +644,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
       if (options_.gemm_shapes) shape_ops(m, acts);
       for (const auto& [g, ts, dur] : sim_gemms_) {  // fusesim's own trace: one step, every GEMM slice
         m.gemms.push_back(g);
-        m.gemms.back().time_ps = ps(ts + dur) - ps(ts);
+        m.gemms.back().time_ps = length_ps(ts, dur);
       }
       std::map<std::pair<std::string, std::string>, MeasuredCollective> colls;
       for (const Activity* a : acts) {
@@ -651,7 +653,7 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
         c.op = a->collective->op;
         c.group = a->collective->group;
         ++c.calls;
-        c.time_ps += ps(a->ts_us + a->dur_us) - ps(a->ts_us);
+        c.time_ps += length_ps(a->ts_us, a->dur_us);
         if (a->collective->in_bytes >= 0 && a->collective->out_bytes >= 0) {
           ++c.calls_with_size;
           c.in_bytes += a->collective->in_bytes;
@@ -674,7 +676,12 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   bool in_event_ = false, in_args_ = false, in_distributed_ = false, in_devices_ = false, in_device0_ = false;
   Event event_;
   std::vector<Activity> activities_;
-  std::unordered_map<std::int64_t, double> launches_;
+  // The CUDA runtime calls by correlation id: when, and on which CPU thread (pid, tid).
+  struct Launch {
+    double ts_us = 0;
+    std::pair<std::int64_t, std::int64_t> thread;
+  };
+  std::unordered_map<std::int64_t, Launch> launches_;
   std::vector<Range> ranges_;
   double origin_us_ = 0;
   TraceReadOptions options_;
@@ -683,7 +690,6 @@ class Reader final : public nlohmann::json_sax<nlohmann::json> {
   std::vector<std::tuple<MeasuredGemm, double, double>> sim_gemms_;              // shape, ts, dur
   std::map<std::tuple<std::string, std::string, std::int64_t, std::int64_t>, std::shared_ptr<const CollectiveArgs>>
       collective_args_;
-  std::unordered_map<std::int64_t, std::pair<std::int64_t, std::int64_t>> launch_threads_;
 };
 
 }  // namespace
