@@ -34,7 +34,7 @@ namespace {
 constexpr std::size_t kBatch = 8;
 // What a search file says it is (search_json), for `fusesim merge`.
 constexpr const char* kSearchFormat = "fusesim-search";
-constexpr int kSearchVersion = 1;
+constexpr int kSearchVersion = 2;  // 2: steady_state, extrapolated
 
 std::vector<int> divisors(std::int64_t n, std::int64_t at_most) {
   std::vector<int> out;
@@ -53,8 +53,9 @@ std::string pipeline_name(const model::Parallelism& p) {
 struct Pricer {
   topo::Cluster cluster;
   model::Pricing pricing;
-  Pricer(const topo::Cluster& c, const model::PricingChoice& choice, model::ProfileCache& cache)
-      : cluster(c), pricing(model::pricing_for(choice, cluster, &cache)) {}
+  double memory_share = 1.0;  // of the machine's memory for one graph: the workers build theirs at once
+  Pricer(const topo::Cluster& c, const model::PricingChoice& choice, model::ProfileCache& cache, int workers)
+      : cluster(c), pricing(model::pricing_for(choice, cluster, &cache)), memory_share(1.0 / std::max(1, workers)) {}
 };
 
 // The compute of one layer for one micro-batch on a rank's compute stream 0, each kernel alone on
@@ -119,24 +120,128 @@ TimePs lower_bound(const model::Workload& w, const LayerCompute& c) {
          (pp - 1) * chunk_layers * (c.forward_ps + c.last_backward_ps);
 }
 
-SearchRow simulate_candidate(const SearchCandidate& c, const std::string& label, const Pricer& p,
-                             const std::string& symmetry) {
+// The figures of one simulated step that a search row reports, kept as the sums they are made of
+// (not as rates), so that a step of more micro-batches can be extrapolated from them.
+struct StepFigures {
+  TimePs step_ps = 0;
+  TimePs exposed_comm_ps = 0;     // the critical rank's
+  std::vector<TimePs> bubble_ps;  // each stage's; empty without stages
+  std::int64_t tokens = 0;
+  Flops model_flops = 0.0;
+  FlopsPerSecond peak_flops_per_s = 0.0;
+  int gpus = 0;
+};
+
+StepFigures simulate_step(const model::Workload& w, model::ScheduleKind kind, const std::string& label,
+                          const Pricer& p, const std::string& symmetry) {
   sched::GenerateOptions options;
+  options.memory_share = p.memory_share;
   options.scope = sched::Scope::step;
-  options.backward = c.workload.backward;
+  options.backward = w.backward;
   options.dp_as_p2p = symmetry != "none";
   options.mirror_dp = symmetry == "mirror";
-  const sched::Schedule s = sched::generate(c.workload, label, p.cluster, c.kind, options);
+  const sched::Schedule s = sched::generate(w, label, p.cluster, kind, options);
   sim::Simulator simulator(p.cluster, *p.pricing.costs);
   const sim::SimResult result = simulator.run(s.graph);
-  const analysis::StepMetrics m = analysis::analyze(s, result, p.cluster, *p.pricing.costs, c.workload.dtype);
+  const analysis::StepMetrics m = analysis::analyze(s, result, p.cluster, *p.pricing.costs, w.dtype);
+  StepFigures f;
+  f.step_ps = m.step_time_ps;
+  f.exposed_comm_ps = m.critical().exposed_comm_ps;
+  for (const analysis::StageMetrics& st : m.stages) f.bubble_ps.push_back(st.bubble_ps);
+  f.tokens = m.tokens;
+  f.model_flops = m.model_flops;
+  f.peak_flops_per_s = m.peak_flops_per_s;
+  f.gpus = m.gpus;
+  return f;
+}
+
+// How far apart the per-micro-batch increments of a figure may be for the step to count as steady,
+// as a share of the step time's increment. Bandwidth shared between transfers that meet once per
+// micro-batch settles geometrically rather than at once: measured on Llama-3-70B steps (80 layers,
+// TP 8, PP 4, 1F1B, mirrored DP 2) the step's increment moved by 20,173, 5,030, 1,254, 312, 78, 19,
+// 6, 1 ps per micro-batch and then not at all. At this share, what the increments still move adds
+// at most about 1e-9 of the step time to any extrapolated figure.
+constexpr double kSteadyShare = 1e-9;
+
+// The figures of four steps a, b, c, d of k, k + s, k + 2s, k + 3s micro-batches grow by the same
+// amount at each of the three steps: the tokens exactly, every time (the step, the critical rank's
+// exposed communication, each stage's idle time) within kSteadyShare of the step's increment.
+bool steady(const StepFigures& a, const StepFigures& b, const StepFigures& c, const StepFigures& d) {
+  if (a.gpus != d.gpus || a.peak_flops_per_s != d.peak_flops_per_s) return false;
+  if (a.bubble_ps.size() != d.bubble_ps.size() || b.bubble_ps.size() != d.bubble_ps.size() ||
+      c.bubble_ps.size() != d.bubble_ps.size())
+    return false;
+  const std::int64_t step = d.step_ps - c.step_ps;
+  if (step <= 0 || !(b.tokens - a.tokens == c.tokens - b.tokens && c.tokens - b.tokens == d.tokens - c.tokens))
+    return false;
+  const double slack = std::max(1.0, kSteadyShare * static_cast<double>(step));
+  auto same = [&](TimePs x0, TimePs x1, TimePs x2, TimePs x3) {
+    const TimePs d1 = x1 - x0, d2 = x2 - x1, d3 = x3 - x2;
+    return static_cast<double>(std::max({d1, d2, d3}) - std::min({d1, d2, d3})) <= slack;
+  };
+  if (!same(a.step_ps, b.step_ps, c.step_ps, d.step_ps)) return false;
+  if (!same(a.exposed_comm_ps, b.exposed_comm_ps, c.exposed_comm_ps, d.exposed_comm_ps)) return false;
+  for (std::size_t i = 0; i < d.bubble_ps.size(); ++i)
+    if (!same(a.bubble_ps[i], b.bubble_ps[i], c.bubble_ps[i], d.bubble_ps[i])) return false;
+  return true;
+}
+
+// A step of m micro-batches, every micro-batch simulated or, where that costs more, extrapolated from
+// its steady state (docs/cli.md "fusesim search", "Steady state"). Past the pipeline's warm-up every
+// further micro-batch repeats the same work on the same resources, so the step and what it is made of
+// (exposed communication, each stage's idle time, tokens, FLOPs) grow by the same amount per
+// micro-batch (per pp micro-batches for interleaved 1F1B, whose counts are multiples of pp). Steps of
+// k, k + s, k + 2s, k + 3s micro-batches are simulated from k = 2 pp (2 without stages); when their
+// figures grow alike at all three steps (steady), the step of m is the last of them (of k_last
+// micro-batches) plus (m - k_last) / s times its last increment; when not, the window moves on by s
+// while that costs fewer simulated micro-batches than m, and otherwise the m micro-batches are
+// simulated.
+std::pair<StepFigures, bool> step_figures(const model::Workload& w, model::ScheduleKind kind, const std::string& label,
+                                          const Pricer& p, const std::string& symmetry, bool steady_state) {
+  const std::int64_t m = w.grad_accumulation;
+  const std::int64_t pp = w.parallel.pp;
+  const std::int64_t s = w.parallel.pp_schedule == model::PipelineSchedule::interleaved && pp > 1 ? pp : 1;
+  const std::int64_t first = pp > 1 ? 2 * pp : 2;
+  if (!steady_state || 4 * first + 6 * s >= m) return {simulate_step(w, kind, label, p, symmetry), false};
+  std::vector<StepFigures> seen;
+  std::int64_t simulated = 0;  // micro-batches simulated so far
+  for (std::int64_t k = first; k + s <= m && simulated + k < m; k += s) {
+    model::Workload fewer = w;
+    fewer.grad_accumulation = k;
+    seen.push_back(simulate_step(fewer, kind, label, p, symmetry));
+    simulated += k;
+    const std::size_t n = seen.size();
+    if (n < 4 || !steady(seen[n - 4], seen[n - 3], seen[n - 2], seen[n - 1])) continue;
+    const StepFigures& last = seen[n - 1];
+    const StepFigures& before = seen[n - 2];
+    const std::int64_t steps = (m - k) / s;
+    StepFigures f = last;
+    f.step_ps += steps * (last.step_ps - before.step_ps);
+    f.exposed_comm_ps += steps * (last.exposed_comm_ps - before.exposed_comm_ps);
+    for (std::size_t i = 0; i < f.bubble_ps.size(); ++i) f.bubble_ps[i] += steps * (last.bubble_ps[i] - before.bubble_ps[i]);
+    f.tokens += steps * (last.tokens - before.tokens);
+    f.model_flops += static_cast<double>(steps) * (last.model_flops - before.model_flops);
+    return {f, true};
+  }
+  return {simulate_step(w, kind, label, p, symmetry), false};
+}
+
+SearchRow simulate_candidate(const SearchCandidate& c, const std::string& label, const Pricer& p,
+                             const std::string& symmetry, bool steady_state) {
+  const auto [f, extrapolated] = step_figures(c.workload, c.kind, label, p, symmetry, steady_state);
   SearchRow row;
   row.candidate = c;
-  row.step_ps = m.step_time_ps;
-  row.tokens_per_s_per_gpu = m.tokens_per_s_per_gpu;
-  row.mfu = m.mfu;
-  row.exposed_comm_ps = m.critical().exposed_comm_ps;
-  for (const analysis::StageMetrics& st : m.stages) row.bubble_fraction = std::max(row.bubble_fraction, st.bubble_fraction);
+  row.extrapolated = extrapolated;
+  row.step_ps = f.step_ps;
+  // As analysis::analyze derives them, so that a step simulated in full reads as simulate reports it.
+  const double seconds = ps_to_seconds(f.step_ps);
+  const double span = static_cast<double>(f.step_ps);
+  row.mfu = seconds * f.peak_flops_per_s > 0.0 ? f.model_flops / (seconds * f.peak_flops_per_s) : 0.0;
+  const double tokens_per_s = seconds > 0.0 ? static_cast<double>(f.tokens) / seconds : 0.0;
+  row.tokens_per_s_per_gpu = f.gpus > 0 ? tokens_per_s / f.gpus : 0.0;
+  row.exposed_comm_ps = f.exposed_comm_ps;
+  for (TimePs b : f.bubble_ps)
+    row.bubble_fraction = std::max(row.bubble_fraction, span > 0.0 ? static_cast<double>(b) / span : 0.0);
   return row;
 }
 
@@ -222,7 +327,8 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
               {"pp", pps},                         {"virtual_stages", spec.virtual_stages},
               {"micro_batch", mbs},                {"recompute", names(recomputes)},
               {"dp_sharding", names(shardings)},   {"schedule", names(spec.schedules)},
-              {"top", spec.top},                   {"symmetry", spec.symmetry}};
+              {"top", spec.top},                   {"symmetry", spec.symmetry},
+              {"steady_state", spec.steady_state}};
   }
 
   // Enumerate. A configuration that is the same run under two names (ZeRO stages without DP, pipeline
@@ -304,7 +410,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
   model::ProfileCache profiles;
   std::vector<std::unique_ptr<Pricer>> pricers;
   const int threads = std::max(1, jobs);
-  for (int t = 0; t < threads; ++t) pricers.push_back(std::make_unique<Pricer>(cluster, spec.pricing, profiles));
+  for (int t = 0; t < threads; ++t) pricers.push_back(std::make_unique<Pricer>(cluster, spec.pricing, profiles, threads));
   r.pricing = pricers.front()->pricing.describe();
   r.symmetry = spec.symmetry;
   std::map<std::string, LayerCompute> layer_cache;
@@ -364,7 +470,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
         const SearchRow& in = bounded[batch[k]];
         try {
           SearchRow row = simulate_candidate(in.candidate, label, *pricers[static_cast<std::size_t>(t)],
-                                             spec.symmetry);
+                                             spec.symmetry, spec.steady_state);
           row.lower_bound_ps = in.lower_bound_ps;
           row.memory_bytes = in.memory_bytes;
           out[k] = std::move(row);
@@ -379,8 +485,9 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
     for (auto& th : pool) th.join();
     for (std::size_t k = 0; k < batch.size(); ++k) {
       if (!out[k]) {
-        // Refused by the generator (a graph too large to build): it cannot run here.
-        r.pruned[prune_reason(why[k])] += 1;
+        // Refused by the generator: a graph too large to build (named at $.model.layers or, when the
+        // micro-batches outnumber the layers, $.training.grad_accumulation); it cannot run here.
+        r.pruned[prune_reason(why[k] == "$.training.grad_accumulation" ? "$.model.layers" : why[k])] += 1;
         continue;
       }
       SearchRow& row = *out[k];
@@ -388,6 +495,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
         throw std::logic_error(fmt::format("search: the lower bound {} ps of '{}' is above its simulated step {} ps",
                                            row.lower_bound_ps, row.candidate.describe(), row.step_ps));
       ++r.simulated;
+      if (row.extrapolated) ++r.extrapolated;
       best.insert(std::upper_bound(best.begin(), best.end(), row.step_ps), row.step_ps);
       auto [it, fresh] = best_of_kind.emplace(row.candidate.kind, row.step_ps);
       if (!fresh) it->second = std::min(it->second, row.step_ps);
@@ -462,9 +570,9 @@ std::string search_table(const SearchResult& r) {
   }
   std::size_t pruned = 0;
   for (const auto& [reason, n] : r.pruned) pruned += n;
-  out += fmt::format("\n{} candidates: {} pruned, {} simulated, {} not simulated (their lower bound is above the step "
-                     "ranked {} and their overlap schedule's best)\n",
-                     r.candidates, pruned, r.simulated, r.bounded, r.top);
+  out += fmt::format("\n{} candidates: {} pruned, {} simulated ({} of them extrapolated from their steady state), {} "
+                     "not simulated (their lower bound is above the step ranked {} and their overlap schedule's best)\n",
+                     r.candidates, pruned, r.simulated, r.extrapolated, r.bounded, r.top);
   std::vector<std::pair<std::size_t, std::string>> reasons;
   for (const auto& [reason, n] : r.pruned) reasons.emplace_back(n, reason);
   std::stable_sort(reasons.begin(), reasons.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -495,7 +603,8 @@ nlohmann::json row_json(const SearchRow& row, std::size_t rank) {
           {"mfu", row.mfu},
           {"exposed_comm_s", ps_to_seconds(row.exposed_comm_ps)},
           {"bubble_fraction", row.bubble_fraction},
-          {"memory_bytes", row.memory_bytes}};
+          {"memory_bytes", row.memory_bytes},
+          {"extrapolated", row.extrapolated}};
 }
 }  // namespace
 
@@ -517,6 +626,7 @@ nlohmann::json search_json(const SearchResult& r) {
   doc["candidates"] = r.candidates;
   doc["simulated"] = r.simulated;
   doc["not_simulated_by_bound"] = r.bounded;
+  doc["extrapolated"] = r.extrapolated;
   nlohmann::json pruned = nlohmann::json::object();
   for (const auto& [reason, n] : r.pruned) pruned[reason] = n;
   doc["pruned"] = std::move(pruned);
@@ -533,7 +643,7 @@ std::string search_csv(const SearchResult& r) {
   const std::vector<std::string> columns{"rank", "tp", "up", "pp", "dp", "pp_schedule", "virtual_stages", "micro_batch",
                                          "grad_accumulation", "recompute", "dp_sharding", "schedule", "step_time_s",
                                          "lower_bound_s", "tokens_per_s_per_gpu", "mfu", "exposed_comm_s",
-                                         "bubble_fraction", "memory_bytes"};
+                                         "bubble_fraction", "memory_bytes", "extrapolated"};
   std::string out;
   for (std::size_t c = 0; c < columns.size(); ++c) out += (c ? "," : "") + columns[c];
   out += "\n";
@@ -634,6 +744,7 @@ SearchResult parse_search_json(const JsonDocument& doc) {
   r.candidates = static_cast<std::size_t>(root.integer("candidates", 0, kMaxCount));
   r.simulated = static_cast<std::size_t>(root.integer("simulated", 0, kMaxCount));
   r.bounded = static_cast<std::size_t>(root.integer("not_simulated_by_bound", 0, kMaxCount));
+  r.extrapolated = static_cast<std::size_t>(root.integer("extrapolated", 0, kMaxCount));
   const JsonObject pruned = root.object("pruned");
   for (const std::string& reason : pruned.keys())
     r.pruned[reason] = static_cast<std::size_t>(pruned.integer(reason, 0, kMaxCount));
@@ -672,6 +783,7 @@ SearchResult parse_search_json(const JsonDocument& doc) {
     row.exposed_comm_ps = ps_of(o, "exposed_comm_s");
     row.bubble_fraction = o.number("bubble_fraction", 0.0, 1.0);
     row.memory_bytes = o.integer("memory_bytes", 0, std::int64_t{1} << 60);
+    row.extrapolated = o.boolean("extrapolated");
     o.finish();
     r.rows.push_back(std::move(row));
   }
@@ -687,7 +799,7 @@ SearchResult merge_searches(const std::vector<std::string>& paths, const std::ve
   SearchResult all = first;
   all.rows.clear();
   all.pruned.clear();
-  all.candidates = all.simulated = all.bounded = 0;
+  all.candidates = all.simulated = all.bounded = all.extrapolated = 0;
   all.shard = Shard{};
   std::vector<Shard> shards;
   for (std::size_t p = 0; p < parts.size(); ++p) {
@@ -700,6 +812,7 @@ SearchResult merge_searches(const std::vector<std::string>& paths, const std::ve
     all.candidates += part.candidates;
     all.simulated += part.simulated;
     all.bounded += part.bounded;
+    all.extrapolated += part.extrapolated;
     for (const auto& [reason, n] : part.pruned) all.pruned[reason] += n;
     all.rows.insert(all.rows.end(), part.rows.begin(), part.rows.end());
   }

@@ -77,6 +77,9 @@ class SearchCommand final : public Command {
                    "none, p2p or mirror, as for simulate: mirror simulates DP replica 0 of each stage where exact")
         ->type_name("MODE")
         ->capture_default_str();
+    sub.add_flag("--full-steps", full_steps_,
+                 "simulate every micro-batch of every candidate instead of extrapolating long steps from their steady "
+                 "state");
     sub.add_option("--format", format_, "table or json")->type_name("FORMAT")->capture_default_str();
     sub.add_option("--output", output_, "write every simulated configuration to this file: .csv or .json")->type_name("FILE");
     sub.add_flag("--quiet", quiet_, "no progress on standard error");
@@ -111,6 +114,7 @@ class SearchCommand final : public Command {
     SimulateRequest symmetry_check;
     apply_symmetry(symmetry_, symmetry_check);  // a bad mode is refused before the search starts
     spec.symmetry = symmetry_;
+    spec.steady_state = !full_steps_;
     if (!shard_.empty()) spec.shard = parse_shard(shard_);
     const OutputFormat format = parse_format(format_);
     const int jobs = jobs_.empty() ? static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))
@@ -164,6 +168,7 @@ class SearchCommand final : public Command {
   std::string format_ = "table";
   std::string output_, plot_dir_, shard_;
   bool quiet_ = false;
+  bool full_steps_ = false;
 };
 
 }  // namespace

@@ -32,14 +32,18 @@ void refuse_oversized(const TpspRequest& r, const std::string& workload_label) {
   const double tasks = estimated_tasks(r);
   const double bytes = tasks * kGraphBytesPerTask;
   const double memory = physical_memory_bytes();
-  if (tasks <= kMaxGeneratedTasks && (memory <= 0.0 || bytes <= 0.75 * memory)) return;
+  const double allowed = 0.75 * memory * std::clamp(r.options.memory_share, 0.0, 1.0);
+  if (tasks <= kMaxGeneratedTasks && (memory <= 0.0 || bytes <= allowed)) return;
   const bool by_micro_batches = micro_batches > layers;
   throw InputError(workload_label, by_micro_batches ? "$.training.grad_accumulation" : "$.model.layers",
                    fmt::format("{} layers x {} micro-batches would build a task graph of about {:.3g} tasks ({:.1f} GB at "
-                               "{:.0f} bytes each), above what one run may build ({:.3g} tasks, and 75% of this "
-                               "machine's {:.1f} GB); simulate a layer or a stack (--scope), or fewer micro-batches",
+                               "{:.0f} bytes each), above what one run may build ({:.3g} tasks, and {:.1f} GB: 75% of "
+                               "this machine's {:.1f} GB{}); simulate a layer or a stack (--scope), or fewer micro-batches",
                                layers, micro_batches, tasks, bytes / 1e9, kGraphBytesPerTask, kMaxGeneratedTasks,
-                               memory / 1e9));
+                               allowed / 1e9, memory / 1e9,
+                               r.options.memory_share < 1.0
+                                   ? fmt::format(", shared by {:.0f} runs at once", 1.0 / r.options.memory_share)
+                                   : std::string()));
 }
 
 // Mirrored DP replicas are exact when every DP ring hop from one replica to the next is like the hop

@@ -115,6 +115,47 @@ TEST_CASE("search --symmetry mirror ranks what p2p ranks, every step to the pico
   CHECK(mirrored > 0);
 }
 
+TEST_CASE("search extrapolates long steps from their steady state, every figure equal to the full step", "[cli][search][steady]") {
+  // Global batch 64 on one DGX H100 at micro-batch 1: m = 64 / dp micro-batches, 16 to 64. Each step is
+  // long enough to be extrapolated (docs/cli.md "Steady state": steps of k, k + s, k + 2s, k + 3s
+  // micro-batches from k = 2 pp, 2 without stages; s = pp for interleaved 1F1B, else 1; extrapolated
+  // when 4k + 6s < m): tp 2 pp 1 (m 16: 8 + 6 < 16), pp 2 (m 32: 16 + 6, 1F1B, and 16 + 12,
+  // interleaved), pp 4 (m 64: 32 + 6 and 32 + 24); tp 4 pp 1 (m 32) and pp 2 (m 64). Every figure the
+  // search reports must be the one of simulating every micro-batch, to the picosecond.
+  ScratchDir dir;
+  const std::string model = write_model(dir);
+  SearchSpec full;
+  full.topology = "dgx-h100";
+  full.workload = model;
+  full.global_batch = 64;
+  full.tps = {2, 4};
+  full.pps = {1, 2, 4};
+  full.micro_batches = {1};
+  full.recomputes = {model::Recompute::none};
+  full.shardings = {model::DpSharding::zero1};
+  full.top = 1'000'000;
+  full.steady_state = false;
+  SearchSpec steady = full;
+  steady.steady_state = true;
+  const SearchResult a = run_search(full, 2), b = run_search(steady, 2);
+  CHECK(a.extrapolated == 0);
+  // tp 2: pp 1, pp 2 (1F1B, v 2), pp 4 (1F1B, v 2); tp 4: pp 1, pp 2 (1F1B, v 2); 3 overlap schedules.
+  CHECK(b.simulated == 8 * 3);
+  CHECK(b.extrapolated == b.simulated);
+  REQUIRE(a.rows.size() == b.rows.size());
+  for (std::size_t i = 0; i < a.rows.size(); ++i) {
+    const SearchRow &x = a.rows[i], &y = b.rows[i];
+    INFO(x.candidate.describe());
+    CHECK(y.extrapolated);
+    CHECK(x.candidate.index == y.candidate.index);
+    CHECK(x.step_ps == y.step_ps);
+    CHECK(x.exposed_comm_ps == y.exposed_comm_ps);
+    CHECK(x.bubble_fraction == y.bubble_fraction);
+    CHECK(x.tokens_per_s_per_gpu == y.tokens_per_s_per_gpu);
+    CHECK(x.mfu == Approx(y.mfu).epsilon(1e-12));  // FLOPs are a sum of doubles
+  }
+}
+
 TEST_CASE("the Pareto front of step time against memory", "[cli][search]") {
   // (memory GB, step ms): (10, 5), (20, 3), (15, 6), (30, 3), (5, 9). By memory: 5 -> 9 on the front;
   // 10 -> 5 shorter, on; 15 -> 6 not shorter; 20 -> 3 on; 30 -> 3 not shorter.

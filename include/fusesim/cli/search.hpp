@@ -42,6 +42,9 @@ struct SearchSpec {
   // simulate --symmetry for every candidate: none, p2p or mirror (DP replica 0 of each stage where
   // exact, every rank where not; docs/schedules.md "Symmetry").
   std::string symmetry = "none";
+  // Steps of many micro-batches are extrapolated from their steady state (docs/cli.md "fusesim search",
+  // "Steady state"): false (--full-steps) simulates every micro-batch of every candidate.
+  bool steady_state = true;
   // --shard i/n: only the candidates whose enumeration index % n == i (and, in shard 0, the counts of
   // those pruned before they get an index); the parts join with merge_searches (`fusesim merge`).
   Shard shard;
@@ -64,6 +67,9 @@ struct SearchRow {
   TimePs exposed_comm_ps = 0;     // the critical rank's
   double bubble_fraction = 0.0;   // the largest stage bubble's fraction of the step; 0 without pp
   Bytes memory_bytes = 0;         // per rank, the fullest stage (docs/memory.md)
+  // The step was extrapolated from simulated steps of fewer micro-batches whose figures grow by the
+  // same amount per micro-batch (SearchSpec::steady_state); false: every micro-batch simulated.
+  bool extrapolated = false;
 };
 
 struct SearchResult {
@@ -75,6 +81,7 @@ struct SearchResult {
   std::map<std::string, std::size_t> pruned;  // why a candidate cannot run -> how many
   std::size_t simulated = 0;
   std::size_t bounded = 0;   // could run, not simulated: their bound is above the N-th best and their schedule's best
+  std::size_t extrapolated = 0;  // of the simulated, those whose step was extrapolated from its steady state
   std::vector<SearchRow> rows;  // simulated, shortest step first (ties: enumeration order)
   std::size_t top = 10;
   std::string pricing;          // what priced the kernels

@@ -34,6 +34,9 @@ struct GenerateOptions {
   // Symmetric mode (implies dp_as_p2p): only DP replica 0's ranks are generated; each DP ring step's
   // receive on the next replica is a proxy Recv that stands in for replica 0's own receive.
   bool mirror_dp = false;
+  // The share of the machine's memory this graph may take (kMaxGeneratedTasks below): a caller that
+  // builds n graphs at once (search --jobs n) gives each 1/n, so that together they stay within it.
+  double memory_share = 1.0;
 };
 
 struct Schedule {
