@@ -46,12 +46,15 @@ void refuse_oversized(const TpspRequest& r, const std::string& workload_label) {
                                    : std::string()));
 }
 
-// Mirrored DP replicas are exact when every DP ring hop from one replica to the next is like the hop
-// from replica 0 to 1, the one the mirrored ring simulates: all inside a node or all between nodes.
-// With fewer ranks per replica than per node (TP < 8 on DGX nodes) some hops stay on NVLink and the
-// others cross the NICs. With pipeline stages the same holds in each stage, and every replica's hop
-// to the next stage must be like replica 0's, which alone is simulated. Returns why not, or empty.
-std::string mirror_asymmetry(const TpspShape& sh, const topo::Cluster& cluster) {
+// Mirroring a group of g DP replicas (0..g - 1 simulated, the others their images) is exact when the
+// cluster repeats along the DP ring with period g: every hop from replica d to d + 1 crosses nodes or
+// stays inside one as the hop from d mod g to d mod g + 1 does, the hop out of the group (g - 1 to
+// g) included, which the mirrored ring simulates for all. With one replica per node or more nodes
+// per replica, g = 1; with fewer ranks per replica than per node (TP 2 on DGX nodes: four replicas
+// per node), the hops inside a node stay on NVLink and every fourth crosses the NICs, which g = 4 (a
+// node's replicas) repeats. With pipeline stages the same holds in each stage, and every replica's
+// hop to the next stage must be like its image's. Returns why not, or empty.
+std::string mirror_asymmetry(const TpspShape& sh, const topo::Cluster& cluster, int group) {
   const int stage_ranks = sh.tp * sh.up * sh.dp;
   const auto where = [&](int stage) { return sh.pp > 1 ? fmt::format(" in stage {}", stage) : std::string(); };
   for (int stage = 0; stage < sh.pp; ++stage) {
@@ -60,23 +63,24 @@ std::string mirror_asymmetry(const TpspShape& sh, const topo::Cluster& cluster) 
       return cluster.node_of(layout.rank(ti, sh.up - 1, d)) != cluster.node_of(layout.rank(ti, 0, (d + 1) % sh.dp));
     };
     for (int ti = 0; ti < sh.tp; ++ti)
-      for (int d = 1; d < sh.dp; ++d)
-        if (crosses(ti, d) != crosses(ti, 0))
-          return fmt::format("the DP ring's hop from replica 0 to 1{} {} nodes but the hop from replica {} to {} {} "
-                             "(tp x up = {} ranks per replica)",
-                             where(stage), crosses(ti, 0) ? "crosses" : "stays inside", d, (d + 1) % sh.dp,
-                             crosses(ti, d) ? "crosses them" : "does not", layout.tp * layout.up);
+      for (int d = group; d < sh.dp; ++d)
+        if (crosses(ti, d) != crosses(ti, d % group))
+          return fmt::format("the DP ring's hop from replica {} to {}{} {} nodes but the hop from replica {} to {} {} "
+                             "(tp x up = {} ranks per replica, {} replica{} simulated)",
+                             d % group, d % group + 1, where(stage), crosses(ti, d % group) ? "crosses" : "stays inside",
+                             d, (d + 1) % sh.dp, crosses(ti, d) ? "crosses them" : "does not", layout.tp * layout.up,
+                             group, group > 1 ? "s" : "");
     if (stage + 1 == sh.pp) continue;
     const RankLayout next{sh.tp, sh.up, sh.dp, (stage + 1) * stage_ranks};
     const auto to_next = [&](int ti, int u, int d) {
       return cluster.node_of(layout.rank(ti, u, d)) != cluster.node_of(next.rank(ti, u, d));
     };
-    for (int d = 1; d < sh.dp; ++d)
+    for (int d = group; d < sh.dp; ++d)
       for (int u = 0; u < sh.up; ++u)
         for (int ti = 0; ti < sh.tp; ++ti)
-          if (to_next(ti, u, d) != to_next(ti, u, 0))
-            return fmt::format("replica 0's activations go from stage {} to {} {} nodes but replica {}'s {}", stage,
-                               stage + 1, to_next(ti, u, 0) ? "across" : "inside", d,
+          if (to_next(ti, u, d) != to_next(ti, u, d % group))
+            return fmt::format("replica {}'s activations go from stage {} to {} {} nodes but replica {}'s {}", d % group,
+                               stage, stage + 1, to_next(ti, u, d % group) ? "across" : "inside", d,
                                to_next(ti, u, d) ? "cross them" : "do not");
   }
   return {};
@@ -97,7 +101,15 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   if (r.options.mirror_dp && r.shape.pp > 1 && r.shape.dp == 1) {
     r.options.mirror_dp = false;  // nothing to mirror
   } else if (r.options.mirror_dp && r.shape.dp > 1) {
-    fallback = mirror_asymmetry(r.shape, cluster);
+    // The fewest replicas whose images make up the rest: a divisor of dp below dp (dp itself would
+    // simulate every replica, as p2p does); the reason given is the one of a single replica.
+    fallback = mirror_asymmetry(r.shape, cluster, 1);
+    for (int g = 1; g < r.shape.dp; ++g) {
+      if (r.shape.dp % g != 0 || !mirror_asymmetry(r.shape, cluster, g).empty()) continue;
+      r.mirror_replicas = g;
+      fallback.clear();
+      break;
+    }
     if (fallback.empty()) {
       // The rows the sync cuts are the same in every layer and micro-batch: one of each (one layer
       // per stage and virtual stage, one group of micro-batches) tells.

@@ -964,7 +964,8 @@ void Builder::make_dp_sync() {
   if (req_.step.fp8_param_gather) cfg.layer_gather_dtype = topo::Dtype::fp8;
   cfg.as_p2p = req_.options.dp_as_p2p || req_.options.mirror_dp;
   cfg.mirror = req_.options.mirror_dp;
-  cfg.simulated = sh_.up;  // mirror mode: DP replica 0, i.e. sync replicas (u, 0) for every u
+  // Mirror mode: DP replicas 0..mirror_replicas - 1, i.e. sync replicas (u, d) for every u and those d.
+  cfg.simulated = sh_.up * req_.mirror_replicas;
   dp_ = std::make_unique<DpSync>(g_, &prog_, cfg);
 }
 
@@ -1001,8 +1002,9 @@ void Builder::generate() {
     }
     if (train) prog_.inputs.push_back(TensorDecl{"dy", sh_.rows(), h});  // dL/d(last layer's output)
   }
-  // Mirror mode: replica 0 alone; the others are its images (docs/schedules.md, "Symmetry").
-  const int replicas = req_.options.mirror_dp ? 1 : sh_.dp;  // (the single-GEMM pieces above: every replica)
+  // Mirror mode: replicas 0..mirror_replicas - 1 alone; the others are their images (docs/schedules.md,
+  // "Symmetry"). The single-GEMM pieces above build every replica.
+  const int replicas = req_.options.mirror_dp ? req_.mirror_replicas : sh_.dp;
   // Pipeline stages one after the other, each with its own DP sync (a stage syncs its own layers).
   for (stage_ = 0; stage_ < sh_.pp; ++stage_) {
     if (stage_ > 0) make_dp_sync();
@@ -1149,12 +1151,12 @@ Schedule generate_tpsp(const TpspRequest& request) {
       request.shape.dp * request.shape.up > 1 && (request.options.dp_as_p2p || request.options.mirror_dp);
   if (!dp_p2p) s.dataflow = std::move(program);
   if (request.options.mirror_dp && request.shape.dp > 1 && request.piece == TpspPiece::layers) {
-    // Replica 0's ranks of each stage do the work; a transfer end on a proxy rank loads the replica-0
-    // rank of its stage in the same (tp, up) position, as the mirrored transfer into that rank would.
-    const int members = request.shape.tp * request.shape.up;
-    const int stage_ranks = members * request.shape.dp;
+    // The simulated replicas' ranks of each stage do the work; a transfer end on a proxy rank loads the
+    // rank of the simulated group in the same position, as the mirrored transfer into that rank would.
+    const int members = request.shape.tp * request.shape.up * request.mirror_replicas;
+    const int stage_ranks = request.shape.tp * request.shape.up * request.shape.dp;
     s.simulated_ranks = members * request.shape.pp;
-    s.replicas = request.shape.dp;
+    s.replicas = request.shape.dp / request.mirror_replicas;
     std::vector<int> alias(static_cast<std::size_t>(s.graph.num_ranks()));
     for (std::size_t r = 0; r < alias.size(); ++r) {
       const int rank = static_cast<int>(r), first = rank / stage_ranks * stage_ranks;

@@ -90,6 +90,10 @@ struct TpspRequest {
   model::ScheduleOptions schedule;       // slices, engines, comm_sms, query_split_attention
   StepOptions step;                      // micro-batches, recompute, DP sharding, vocab (sched/step.hpp)
   GenerateOptions options;               // scope, forward, backward
+  // Mirror mode (options.mirror_dp): the DP replicas simulated, 0..mirror_replicas - 1 of each stage,
+  // the others their images. generate() picks the fewest whose DP ring hops repeat along the ring
+  // (a node's worth where several replicas share a node; docs/schedules.md "Symmetry").
+  int mirror_replicas = 1;
   TpspPiece piece = TpspPiece::layers;
   std::int64_t piece_k = 0, piece_n = 0;
   TpspFault fault;
