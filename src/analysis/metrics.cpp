@@ -228,20 +228,25 @@ StepMetrics analyze(const AnalysisInput& in) {
     const int per_stage = static_cast<int>(ranks) / in.pipeline_stages;  // counted ranks, stage-major
     for (int s = 0; s < in.pipeline_stages; ++s) {
       const RankMetrics& rm = m.ranks.at(static_cast<std::size_t>(s * per_stage));
-      m.stages.push_back(StageMetrics{s, rm.rank, rm.idle_ps,
-                                      safe_ratio(static_cast<double>(rm.idle_ps), static_cast<double>(T)),
-                                      rm.compute_ps, rm.exposed_comm_ps});
+      m.stages.push_back(StageMetrics{s, rm.rank, rm.idle_ps, 0.0, rm.compute_ps, rm.exposed_comm_ps});
     }
   }
   if (in.pipeline_stages > 1) m.critical_path = critical_path(graph, result, in.pipeline_stages);
   m.model_flops *= replicas;
   m.hardware_flops *= replicas;
+  derive_rates(m);
+  return m;
+}
+
+void derive_rates(StepMetrics& m) {
+  const TimePs T = m.step_time_ps;
+  for (StageMetrics& st : m.stages)
+    st.bubble_fraction = safe_ratio(static_cast<double>(st.bubble_ps), static_cast<double>(T));
   const double seconds = ps_to_seconds(T);
   m.mfu = safe_ratio(m.model_flops, seconds * m.peak_flops_per_s);
   m.hfu = safe_ratio(m.hardware_flops, seconds * m.peak_flops_per_s);
   m.tokens_per_s = safe_ratio(static_cast<double>(m.tokens), seconds);
   m.tokens_per_s_per_gpu = m.gpus > 0 ? m.tokens_per_s / m.gpus : 0.0;
-  return m;
 }
 
 StepMetrics analyze(const sched::Schedule& schedule, const sim::SimResult& result, const topo::Cluster& cluster,

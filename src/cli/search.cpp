@@ -120,16 +120,14 @@ TimePs lower_bound(const model::Workload& w, const LayerCompute& c) {
          (pp - 1) * chunk_layers * (c.forward_ps + c.last_backward_ps);
 }
 
-// The figures of one simulated step that a search row reports, kept as the sums they are made of
-// (not as rates), so that a step of more micro-batches can be extrapolated from them.
+// What a search row reports of one simulated step: its metrics without the per-rank lists (which a
+// search does not report and which would cost memory for every candidate kept), and the critical
+// rank's exposed communication. An extrapolated step (step_figures) scales the sums a row reads
+// (step, stages' idle times, tokens, FLOPs) and derives the rates again (analysis::derive_rates); the
+// stages' compute and exposed times are not extrapolated and no row reads them.
 struct StepFigures {
-  TimePs step_ps = 0;
+  analysis::StepMetrics metrics;  // ranks cleared
   TimePs exposed_comm_ps = 0;     // the critical rank's
-  std::vector<TimePs> bubble_ps;  // each stage's; empty without stages
-  std::int64_t tokens = 0;
-  Flops model_flops = 0.0;
-  FlopsPerSecond peak_flops_per_s = 0.0;
-  int gpus = 0;
 };
 
 StepFigures simulate_step(const model::Workload& w, model::ScheduleKind kind, const std::string& label,
@@ -143,15 +141,10 @@ StepFigures simulate_step(const model::Workload& w, model::ScheduleKind kind, co
   const sched::Schedule s = sched::generate(w, label, p.cluster, kind, options);
   sim::Simulator simulator(p.cluster, *p.pricing.costs);
   const sim::SimResult result = simulator.run(s.graph);
-  const analysis::StepMetrics m = analysis::analyze(s, result, p.cluster, *p.pricing.costs, w.dtype);
-  StepFigures f;
-  f.step_ps = m.step_time_ps;
-  f.exposed_comm_ps = m.critical().exposed_comm_ps;
-  for (const analysis::StageMetrics& st : m.stages) f.bubble_ps.push_back(st.bubble_ps);
-  f.tokens = m.tokens;
-  f.model_flops = m.model_flops;
-  f.peak_flops_per_s = m.peak_flops_per_s;
-  f.gpus = m.gpus;
+  StepFigures f{analysis::analyze(s, result, p.cluster, *p.pricing.costs, w.dtype), 0};
+  f.exposed_comm_ps = f.metrics.critical().exposed_comm_ps;
+  f.metrics.ranks.clear();
+  f.metrics.critical_path.reset();
   return f;
 }
 
@@ -172,12 +165,12 @@ constexpr double kIdleShare = 1e-6;
 // The figures of four steps a, b, c, d of k, k + s, k + 2s, k + 3s micro-batches grow by the same
 // amount at each of the three steps: the tokens exactly, the step and the critical rank's exposed
 // communication within kSteadyShare of the step's increment, each stage's idle time within kIdleShare.
-bool steady(const StepFigures& a, const StepFigures& b, const StepFigures& c, const StepFigures& d) {
+bool steady(const StepFigures& fa, const StepFigures& fb, const StepFigures& fc, const StepFigures& fd) {
+  const analysis::StepMetrics &a = fa.metrics, &b = fb.metrics, &c = fc.metrics, &d = fd.metrics;
   if (a.gpus != d.gpus || a.peak_flops_per_s != d.peak_flops_per_s) return false;
-  if (a.bubble_ps.size() != d.bubble_ps.size() || b.bubble_ps.size() != d.bubble_ps.size() ||
-      c.bubble_ps.size() != d.bubble_ps.size())
+  if (a.stages.size() != d.stages.size() || b.stages.size() != d.stages.size() || c.stages.size() != d.stages.size())
     return false;
-  const std::int64_t step = d.step_ps - c.step_ps;
+  const std::int64_t step = d.step_time_ps - c.step_time_ps;
   if (step <= 0 || !(b.tokens - a.tokens == c.tokens - b.tokens && c.tokens - b.tokens == d.tokens - c.tokens))
     return false;
   auto same = [&](TimePs x0, TimePs x1, TimePs x2, TimePs x3, double share) {
@@ -185,10 +178,11 @@ bool steady(const StepFigures& a, const StepFigures& b, const StepFigures& c, co
     return static_cast<double>(std::max({d1, d2, d3}) - std::min({d1, d2, d3})) <=
            std::max(1.0, share * static_cast<double>(step));
   };
-  if (!same(a.step_ps, b.step_ps, c.step_ps, d.step_ps, kSteadyShare)) return false;
-  if (!same(a.exposed_comm_ps, b.exposed_comm_ps, c.exposed_comm_ps, d.exposed_comm_ps, kSteadyShare)) return false;
-  for (std::size_t i = 0; i < d.bubble_ps.size(); ++i)
-    if (!same(a.bubble_ps[i], b.bubble_ps[i], c.bubble_ps[i], d.bubble_ps[i], kIdleShare)) return false;
+  if (!same(a.step_time_ps, b.step_time_ps, c.step_time_ps, d.step_time_ps, kSteadyShare)) return false;
+  if (!same(fa.exposed_comm_ps, fb.exposed_comm_ps, fc.exposed_comm_ps, fd.exposed_comm_ps, kSteadyShare)) return false;
+  for (std::size_t i = 0; i < d.stages.size(); ++i)
+    if (!same(a.stages[i].bubble_ps, b.stages[i].bubble_ps, c.stages[i].bubble_ps, d.stages[i].bubble_ps, kIdleShare))
+      return false;
   return true;
 }
 
@@ -222,11 +216,16 @@ std::pair<StepFigures, bool> step_figures(const model::Workload& w, model::Sched
     const StepFigures& before = seen[n - 2];
     const std::int64_t steps = (m - k) / s;
     StepFigures f = last;
-    f.step_ps += steps * (last.step_ps - before.step_ps);
+    analysis::StepMetrics& x = f.metrics;
+    const analysis::StepMetrics &l = last.metrics, &e = before.metrics;
+    x.step_time_ps += steps * (l.step_time_ps - e.step_time_ps);
     f.exposed_comm_ps += steps * (last.exposed_comm_ps - before.exposed_comm_ps);
-    for (std::size_t i = 0; i < f.bubble_ps.size(); ++i) f.bubble_ps[i] += steps * (last.bubble_ps[i] - before.bubble_ps[i]);
-    f.tokens += steps * (last.tokens - before.tokens);
-    f.model_flops += static_cast<double>(steps) * (last.model_flops - before.model_flops);
+    for (std::size_t i = 0; i < x.stages.size(); ++i)
+      x.stages[i].bubble_ps += steps * (l.stages[i].bubble_ps - e.stages[i].bubble_ps);
+    x.tokens += steps * (l.tokens - e.tokens);
+    x.model_flops += static_cast<double>(steps) * (l.model_flops - e.model_flops);
+    x.hardware_flops += static_cast<double>(steps) * (l.hardware_flops - e.hardware_flops);
+    analysis::derive_rates(x);
     return {f, true};
   }
   return {simulate_step(w, kind, label, p, symmetry), false};
@@ -238,16 +237,12 @@ SearchRow simulate_candidate(const SearchCandidate& c, const std::string& label,
   SearchRow row;
   row.candidate = c;
   row.extrapolated = extrapolated;
-  row.step_ps = f.step_ps;
-  // As analysis::analyze derives them, so that a step simulated in full reads as simulate reports it.
-  const double seconds = ps_to_seconds(f.step_ps);
-  const double span = static_cast<double>(f.step_ps);
-  row.mfu = seconds * f.peak_flops_per_s > 0.0 ? f.model_flops / (seconds * f.peak_flops_per_s) : 0.0;
-  const double tokens_per_s = seconds > 0.0 ? static_cast<double>(f.tokens) / seconds : 0.0;
-  row.tokens_per_s_per_gpu = f.gpus > 0 ? tokens_per_s / f.gpus : 0.0;
+  row.step_ps = f.metrics.step_time_ps;
+  row.mfu = f.metrics.mfu;
+  row.tokens_per_s_per_gpu = f.metrics.tokens_per_s_per_gpu;
   row.exposed_comm_ps = f.exposed_comm_ps;
-  for (TimePs b : f.bubble_ps)
-    row.bubble_fraction = std::max(row.bubble_fraction, span > 0.0 ? static_cast<double>(b) / span : 0.0);
+  for (const analysis::StageMetrics& st : f.metrics.stages)
+    row.bubble_fraction = std::max(row.bubble_fraction, st.bubble_fraction);
   return row;
 }
 

@@ -103,9 +103,11 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   } else if (r.options.mirror_dp && r.shape.dp > 1) {
     // The fewest replicas whose images make up the rest: a divisor of dp below dp (dp itself would
     // simulate every replica, as p2p does); the reason given is the one of a single replica.
-    fallback = mirror_asymmetry(r.shape, cluster, 1);
     for (int g = 1; g < r.shape.dp; ++g) {
-      if (r.shape.dp % g != 0 || !mirror_asymmetry(r.shape, cluster, g).empty()) continue;
+      if (r.shape.dp % g != 0) continue;
+      const std::string why = mirror_asymmetry(r.shape, cluster, g);
+      if (g == 1) fallback = why;
+      if (!why.empty()) continue;
       r.mirror_replicas = g;
       fallback.clear();
       break;

@@ -106,6 +106,10 @@ struct AnalysisInput {
 // Throws std::logic_error when the result does not belong to the graph (sizes differ, a task never
 // ran): a bug upstream, not bad input.
 StepMetrics analyze(const AnalysisInput& input);
+// The rates of a step from its sums: each stage's bubble_fraction, mfu, hfu, tokens_per_s and
+// tokens_per_s_per_gpu from step_time_ps, the stages' bubble_ps, the FLOPs, the peak, the tokens and
+// the GPUs. analyze() ends with it; a caller that scales the sums (search's steady state) calls it again.
+void derive_rates(StepMetrics& m);
 // The same for a generated schedule: names, tokens and GPUs come from it.
 StepMetrics analyze(const sched::Schedule& schedule, const sim::SimResult& result, const topo::Cluster& cluster,
                     const model::KernelCostModel& costs, topo::Dtype dtype);
