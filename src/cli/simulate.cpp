@@ -327,15 +327,6 @@ SimulateReport simulate(const SimulateRequest& request) {
       if (!schedule.symmetry_fallback.empty())
         note_once("--symmetry mirror: every rank simulated, the DP sync as collectives (--symmetry none), because " +
                   schedule.symmetry_fallback);
-      const int replica_ranks = w.parallel.tp * w.parallel.up * w.parallel.pp;
-      if (options.mirror_dp && schedule.simulated_ranks > replica_ranks)
-        // A node's replicas mirrored together: exact against p2p, whose ring hop between nodes is one
-        // GPU's transfer over one NIC; NCCL's collectives spread over the node's NICs (issue 14).
-        note_once(fmt::format(
-            "--symmetry mirror: DP replicas 0-{} simulated together (they share a node), the DP sync as ring P2P "
-            "steps as --symmetry p2p runs them: each hop between nodes is one GPU's transfer over one NIC, where the "
-            "collectives of --symmetry none spread over the node's NICs (docs/schedules.md \"Symmetry\")",
-            schedule.simulated_ranks / replica_ranks - 1));
       std::optional<analysis::ChromeTraceRecorder> recorder;
       if (request.record_traces) {
         recorder.emplace(cluster, &costs, schedule.graph.regions(), request.trace_filter);

@@ -264,7 +264,7 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
     if (!o.has("recv")) {
       JsonObject s = o.object("stream");
       t.stream.kind = stream_kind(s.choice("kind", kStreamKinds));
-      t.stream.index = static_cast<int>(s.integer_or("index", 0, 63, 0));
+      t.stream.index = static_cast<int>(s.integer_or("index", 0, 1023, 0));
       s.finish();
     }
     if (auto v = o.find("compute")) {

@@ -3,6 +3,7 @@
 #include "fusesim/sched/dp.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <utility>
 
@@ -11,6 +12,7 @@
 #include "fusesim/sched/ring.hpp"
 #include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/tags.hpp"
+#include "fusesim/topo/rings.hpp"
 
 namespace fusesim::sched {
 namespace {
@@ -55,50 +57,82 @@ DpSync::DpSync(TaskGraph& graph, DataflowProgram* program, DpConfig config)
   if (cfg_.mirror) prog_ = nullptr;
 }
 
-TaskId DpSync::ring_recv(int rank, const std::string& name, StreamRef stream, Bytes bytes_,
-                         const std::function<Bytes(int sender)>& sent_bytes, std::int64_t tag_base,
-                         const TaskLabels& labels, std::int32_t data_op, const std::vector<TaskId>& deps) {
+TaskId DpSync::ring_recv(int rank, int from, const std::string& name, StreamRef stream, Bytes bytes_,
+                         const std::function<Bytes(int sender)>& sent_bytes,
+                         const std::function<std::int64_t(int sender)>& tag_of, const TaskLabels& labels,
+                         std::int32_t data_op, const std::vector<TaskId>& deps) {
   const int t = cfg_.dp, r = replica(rank), simulated = std::min(cfg_.mirror ? cfg_.simulated : t, t);
-  // A predecessor that is simulated sends for real (mirror mode: the replicas of the simulated DP
-  // replica, e.g. its Ulysses ranks, which come first in the ring).
-  if (r != 0 || simulated == t) {
-    const int from = Ring{t}.prev(r);
-    return add(rank, name, stream, RecvTask{peer(rank, from), bytes_, tag_base + from}, labels, data_op, deps);
-  }
-  // Replica 0's predecessor is a mirror image. Shifting the ring by `simulated` replicas (one DP
-  // replica) maps that predecessor onto the last simulated replica and replica 0 onto the first one
-  // beyond: that one receives the last simulated replica's Send exactly when replica 0 receives its
-  // predecessor's, so a proxy Recv there, gated by replica 0's own deps, stands in for it.
+  // A predecessor that is simulated sends for real (mirror mode: the replicas of the simulated group,
+  // e.g. its Ulysses ranks, which come first in the ring).
+  if (from < simulated) return add(rank, name, stream, RecvTask{peer(rank, from), bytes_, tag_of(from)}, labels, data_op, deps);
+  // The predecessor is a mirror image. Shifting the ring by `simulated` replicas (the group simulated,
+  // along which the cluster and the rings repeat: generate's mirror_asymmetry) maps it onto a
+  // simulated replica, which a ring entering the group from its last images enters from, and `r` onto
+  // the replica as far beyond: that one receives the shifted sender's Send exactly when `r` receives
+  // its predecessor's, so a proxy Recv there, gated by r's own deps, stands in for it.
+  const int shifted = (from + simulated) % t;
+  if (shifted >= simulated || r + simulated >= t)
+    throw std::logic_error(fmt::format("DpSync: replica {}'s ring predecessor {} has no simulated image", r, from));
   Task task;
   task.name = fmt::format("r{}/{}", rank, name);
-  task.rank = peer(rank, simulated);
+  task.rank = peer(rank, r + simulated);
   task.stream = stream;
-  task.kind = RecvTask{peer(rank, simulated - 1), sent_bytes(simulated - 1), tag_base + simulated - 1};
+  task.kind = RecvTask{peer(rank, shifted), sent_bytes(shifted), tag_of(shifted)};
   task.labels = labels;
   const TaskId id = g_.add(std::move(task));
   for (TaskId d : deps) g_.depend(d, id);
   return id;
 }
 
-TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const std::string& name, StreamRef stream,
-                              const TaskLabels& labels, const std::vector<TaskId>& deps, const std::vector<int>& grads) {
+const std::vector<std::vector<int>>& DpSync::rings(int rank) {
+  const int m = member(rank);
+  auto it = rings_.find(m);
+  if (it != rings_.end()) return it->second;
+  std::vector<std::vector<int>> out;
+  if (cfg_.cluster != nullptr)
+    out = topo::collective_rings(group(rank), *cfg_.cluster);
+  else if (!cfg_.replica_nodes.empty())
+    out = topo::rail_rings(cfg_.replica_nodes);
+  else
+    out = topo::rail_rings(std::vector<int>(static_cast<std::size_t>(cfg_.dp), 0));  // one node: one ring
+  return rings_.emplace(m, std::move(out)).first->second;
+}
+
+int DpSync::ring_sms(int rank, int count) const {
+  if (count <= 1 || comm_.collective_engine != model::CommEngine::sm_kernel) return comm_.sms;
+  int sms = comm_.sms;
+  if (sms < 0 && cfg_.cluster == nullptr) return sms;
+  if (sms < 0) sms = static_cast<int>(std::lround(cfg_.cluster->device(rank).contention.default_comm_sms.value));
+  return std::max(1, sms / count);
+}
+
+std::vector<TaskId> DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const std::string& name,
+                                           StreamRef stream, const TaskLabels& labels, const std::vector<TaskId>& deps,
+                                           const std::vector<int>& grads) {
   const int t = cfg_.dp, r = replica(rank);
   if (kind == CollectiveKind::all_to_all) throw std::logic_error("DpSync: no all-to-all in DP");
   const int rs_steps = kind == CollectiveKind::all_gather ? 0 : t - 1;
-  const Bytes chunk = total / t;
+  const std::vector<std::vector<int>>& orders = rings(rank);
+  const int R = static_cast<int>(orders.size());
+  // Each ring moves an equal share of every step's t-th of the buffer (the engine's collectives
+  // split it alike; the first rings take a byte more where it does not divide).
+  const Bytes share = total / t;
+  const auto ring_bytes = [&](int k) { return share / R + (k < share % R ? 1 : 0); };
+  const int sms = ring_sms(rank, R);
   RankState& st = ranks_[rank];
-  const std::int64_t k = st.collectives++;
+  const std::int64_t k_collective = st.collectives++;
   const Ring ring{t};
-  // Two exchanges' tags per collective: a reduce-scatter and an all-gather half (all-reduce).
-  const std::int64_t tag0 = tag_block(TagSpace::dp_collective, k, 2 * ring.tags_per_exchange());
-  const int next = peer(rank, ring.next(r));
-  // Dataflow: ring chunk c is row part c of every gradient of the collective (the bytes stay
-  // total / t per step, NCCL's even split of the flat buffer), in the orders of sched/ring.hpp.
-  // Reduce-scatter step s sends the chunk it reduces (the rank's own gradient at step 0, else the
-  // partial sum received at s - 1) and receives the one it reduces at s + 1, reduced with its own
-  // gradient into the partial sums (the last step, chunk r, into `synced`); the all-gather half sends
-  // the chunk of `synced` it holds and receives the next into it, in place. The fault hook swaps the chunk index of
-  // the faulted replica's own gradient (or own reduced part) reads.
+  // Two exchanges' tags per ring and collective: a reduce-scatter and an all-gather half (all-reduce).
+  const std::int64_t block = 2 * ring.tags_per_exchange();
+  const std::int64_t tags0 = tag_block(TagSpace::dp_collective, k_collective, R * block);
+  // Dataflow: in ring k, the chunk of ring position c is sub-part k (of R) of row part order_k[c] of
+  // every gradient of the collective (the replica at position c owns its own row part at the end of
+  // the reduce-scatter, as in the collective form), in the orders of sched/ring.hpp. Reduce-scatter
+  // step s sends the chunk it reduces (the rank's own gradient at step 0, else the partial sum
+  // received at s - 1) and receives the one it reduces at s + 1, reduced with its own gradient into
+  // the partial sums (the last step, its own chunk, into `synced`); the all-gather half sends the
+  // chunk of `synced` it holds and receives the next into it, in place. The fault hook swaps the part
+  // index of the faulted replica's own gradient (or own reduced part) reads.
   bool data = prog_ != nullptr && !grads.empty();
   for (int j : grads) data = data && st.grads[static_cast<std::size_t>(j)].g.buffer >= 0;
   std::vector<BufferId> partial;
@@ -113,43 +147,62 @@ TaskId DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes total, const 
       partial.push_back(alloc(rank, gr.g.name + "/dp_partial", gr.g.rows, gr.g.cols));
       gr.synced = alloc(rank, gr.g.name + "/dp_synced", gr.g.rows, gr.g.cols);
     }
-  // One rectangle per gradient: chunk c of buffer `which` (0: the gradient, 1: partial sums, 2: synced).
-  auto parts = [&](int which, int c, bool faulted) {
-    std::vector<Ref> out;
-    const int cc = faulted ? fault_part(rank, c) : c;
-    for (std::size_t i = 0; i < grads.size(); ++i) {
-      const Grad& gr = st.grads[static_cast<std::size_t>(grads[i])];
-      const BufferId b = which == 0 ? gr.g.buffer : (which == 1 ? partial[i] : gr.synced);
-      out.push_back(Ref{b, part_rect(row_part(gr.g.rows, t, cc), gr.g.cols)});
-    }
-    return out;
-  };
-  // Ring step s sends what step s-1 received (reduced, or as gathered): sched/ring.hpp's ring_collective.
-  auto step_labels = [&](const RingMessage& m) {
-    TaskLabels l = labels;
-    l.step = m.step;
-    return l;
-  };
-  RingPorts ports;
-  ports.send = [&](const RingMessage& m, const std::vector<TaskId>& after) {
-    std::int32_t send_op = -1;
-    if (data && m.step < rs_steps)
-      send_op = op(SendPartsOp{m.step == 0 ? parts(0, m.chunk, true) : parts(1, m.chunk, false)});
-    else if (data)
-      send_op = op(SendPartsOp{parts(2, m.chunk, m.step == rs_steps)});
-    return add(rank, fmt::format("{}/send{}", name, m.step), stream,
-               SendTask{next, chunk, m.tag(), comm_.collective_engine, comm_.sms}, step_labels(m), send_op, after);
-  };
-  ports.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
-    std::int32_t recv_op = -1;
-    if (data && m.step < rs_steps)
-      recv_op = op(RecvPartsOp{parts(m.step == rs_steps - 1 ? 2 : 1, m.chunk, false), parts(0, m.chunk, true)});
-    else if (data)
-      recv_op = op(RecvPartsOp{parts(2, m.chunk, false), {}});
-    return ring_recv(rank, fmt::format("{}/recv{}", name, m.step), stream, chunk, [&](int) { return chunk; },
-                     m.tag_base, step_labels(m), recv_op, posted);
-  };
-  return ring_collective(ring, r, rs_steps > 0, kind != CollectiveKind::reduce_scatter, tag0, deps, ports);
+  std::vector<TaskId> ends;  // the collective is done when every ring's last receive is
+  for (int k = 0; k < R; ++k) {
+    const std::vector<int>& order = orders[static_cast<std::size_t>(k)];
+    std::vector<int> position(static_cast<std::size_t>(t));
+    for (int i = 0; i < t; ++i) position[static_cast<std::size_t>(order[static_cast<std::size_t>(i)])] = i;
+    const int pos = position[static_cast<std::size_t>(r)];
+    const int next = peer(rank, order[static_cast<std::size_t>(ring.next(pos))]);
+    const int from = order[static_cast<std::size_t>(ring.prev(pos))];
+    const std::int64_t tag0 = tags0 + k * block;
+    const Bytes chunk = ring_bytes(k);
+    const StreamRef ring_stream_k = ring_stream(stream, k);
+    const std::string ring_name = R > 1 ? fmt::format("{}/ring{}", name, k) : name;
+    // One rectangle per gradient: ring chunk c of buffer `which` (0: the gradient, 1: partial sums, 2: synced).
+    auto parts = [&](int which, int c, bool faulted) {
+      std::vector<Ref> out;
+      const int own = order[static_cast<std::size_t>(c)];
+      const int part = faulted ? fault_part(rank, own) : own;
+      for (std::size_t i = 0; i < grads.size(); ++i) {
+        const Grad& gr = st.grads[static_cast<std::size_t>(grads[i])];
+        const BufferId b = which == 0 ? gr.g.buffer : (which == 1 ? partial[i] : gr.synced);
+        const RowPart p = row_part(gr.g.rows, t, part), sub = row_part(p.rows, R, k);
+        out.push_back(Ref{b, part_rect(RowPart{p.row0 + sub.row0, sub.rows}, gr.g.cols)});
+      }
+      return out;
+    };
+    // Ring step s sends what step s-1 received (reduced, or as gathered): sched/ring.hpp's ring_collective.
+    auto step_labels = [&](const RingMessage& m) {
+      TaskLabels l = labels;
+      l.step = m.step;
+      return l;
+    };
+    RingPorts ports;
+    ports.send = [&](const RingMessage& m, const std::vector<TaskId>& after) {
+      std::int32_t send_op = -1;
+      if (data && m.step < rs_steps)
+        send_op = op(SendPartsOp{m.step == 0 ? parts(0, m.chunk, true) : parts(1, m.chunk, false)});
+      else if (data)
+        send_op = op(SendPartsOp{parts(2, m.chunk, m.step == rs_steps)});
+      return add(rank, fmt::format("{}/send{}", ring_name, m.step), ring_stream_k,
+                 SendTask{next, chunk, m.tag(), comm_.collective_engine, sms}, step_labels(m), send_op, after);
+    };
+    ports.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
+      std::int32_t recv_op = -1;
+      if (data && m.step < rs_steps)
+        recv_op = op(RecvPartsOp{parts(m.step == rs_steps - 1 ? 2 : 1, m.chunk, false), parts(0, m.chunk, true)});
+      else if (data)
+        recv_op = op(RecvPartsOp{parts(2, m.chunk, false), {}});
+      // The sender's tag names its ring position, the same for the sender shifted by a mirror.
+      return ring_recv(
+          rank, from, fmt::format("{}/recv{}", ring_name, m.step), ring_stream_k, chunk, [&](int) { return chunk; },
+          [&, base = m.tag_base](int sender) { return base + position[static_cast<std::size_t>(sender)]; },
+          step_labels(m), recv_op, posted);
+    };
+    ends.push_back(ring_collective(ring, pos, rs_steps > 0, kind != CollectiveKind::reduce_scatter, tag0, deps, ports));
+  }
+  return ends;
 }
 
 std::vector<int> DpSync::group(int rank) const {
@@ -291,11 +344,13 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     return value;
   };
   auto part_bytes = [&](int c) { return bytes(row_part(g.rows, t, c).rows * g.cols); };
+  // In replica order a sender's tag is its replica (Ring::tag).
+  const auto tag_at = [](std::int64_t base) { return [base](int sender) { return base + sender; }; };
   auto part_ref = [&](BufferId b, int c) { return Ref{b, part_rect(row_part(g.rows, t, c), g.cols)}; };
   RingPorts rs;
   rs.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
-    return ring_recv(rank, fmt::format("{}/dp_recv/c{}", g.name, m.chunk), comm_.p2p_stream(), part_bytes(m.chunk),
-                     sent_at(m.step), m.tag_base, labels("dp_recv", m.chunk, m.step),
+    return ring_recv(rank, m.sender, fmt::format("{}/dp_recv/c{}", g.name, m.chunk), comm_.p2p_stream(),
+                     part_bytes(m.chunk), sent_at(m.step), tag_at(m.tag_base), labels("dp_recv", m.chunk, m.step),
                      data ? op(RecvOp{part_ref(recv_buf, m.chunk)}) : -1, posted);
   };
   rs.add = [&](const RingMessage& m, TaskId partial, TaskId received, bool last) {
@@ -326,8 +381,8 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
                  labels("dp_ag_send", m.chunk, m.step), data ? op(SendOp{part_ref(gr.synced, m.chunk)}) : -1, after);
     };
     ag.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
-      return ring_recv(rank, fmt::format("{}/dp_ag_recv/c{}", g.name, m.chunk), comm_.p2p_stream(), part_bytes(m.chunk),
-                       sent_at(m.step), m.tag_base, labels("dp_ag_recv", m.chunk, m.step),
+      return ring_recv(rank, m.sender, fmt::format("{}/dp_ag_recv/c{}", g.name, m.chunk), comm_.p2p_stream(),
+                       part_bytes(m.chunk), sent_at(m.step), tag_at(m.tag_base), labels("dp_ag_recv", m.chunk, m.step),
                        data ? op(RecvOp{part_ref(gr.synced, m.chunk)}) : -1, posted);
     };
     end = ring_all_gather(ring, r, ag_tag0, {end}, nullptr, ag).at(0);
@@ -338,8 +393,8 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   return last_compute;
 }
 
-TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>& idx, const std::string& region_name,
-                          const std::vector<TaskId>& deps, bool params) {
+std::vector<TaskId> DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>& idx,
+                                       const std::string& region_name, const std::vector<TaskId>& deps, bool params) {
   RankState& st = ranks_[rank];
   const int t = cfg_.dp, r = replica(rank);
   Bytes total = 0;
@@ -408,10 +463,9 @@ TaskId DpSync::collective(int rank, CollectiveKind kind, const std::vector<int>&
   l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
   l.phase = params ? Phase::optimizer : Phase::backward;
   l.op = "dp_" + to_string(kind);
-  return add(rank, fmt::format("{}/{}", region_name, to_string(kind)), comm_.collective_stream,
-             CollectiveTask{kind, group(rank), total, instance, comm_.collective_engine,
-                            comm_.sms},
-             std::move(l), data_op, deps);
+  return {add(rank, fmt::format("{}/{}", region_name, to_string(kind)), comm_.collective_stream,
+              CollectiveTask{kind, group(rank), total, instance, comm_.collective_engine, comm_.sms}, std::move(l),
+              data_op, deps)};
 }
 
 std::vector<TaskId> DpSync::finish_backward(int rank, const std::vector<TaskId>& after) {
@@ -422,7 +476,7 @@ std::vector<TaskId> DpSync::finish_backward(int rank, const std::vector<TaskId>&
   if (serial()) {
     std::vector<int> all;
     for (std::size_t j = 0; j < st.grads.size(); ++j) all.push_back(static_cast<int>(j));
-    st.ends.push_back(collective(rank, kind, all, "dp/sync", after, false));
+    for (TaskId e : collective(rank, kind, all, "dp/sync", after, false)) st.ends.push_back(e);
     return st.ends;
   }
   std::vector<Bytes> sizes;
@@ -431,7 +485,7 @@ std::vector<TaskId> DpSync::finish_backward(int rank, const std::vector<TaskId>&
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     std::vector<TaskId> deps;
     for (int j : buckets[b]) deps.push_back(st.grads[static_cast<std::size_t>(j)].done);
-    st.ends.push_back(collective(rank, kind, buckets[b], fmt::format("dp/bucket{}", b), deps, false));
+    for (TaskId e : collective(rank, kind, buckets[b], fmt::format("dp/bucket{}", b), deps, false)) st.ends.push_back(e);
   }
   return st.ends;
 }
@@ -458,20 +512,20 @@ std::vector<TaskId> DpSync::gather_updated(int rank, const std::vector<TaskId>& 
   if (serial()) {
     std::vector<int> all;
     for (std::size_t j = 0; j < st.grads.size(); ++j) all.push_back(static_cast<int>(j));
-    ends.push_back(collective(rank, CollectiveKind::all_gather, all, "dp/param_ag", after, true));
-    return ends;
+    return collective(rank, CollectiveKind::all_gather, all, "dp/param_ag", after, true);
   }
   std::vector<Bytes> sizes;
   for (const Grad& g : st.grads) sizes.push_back(bytes(g.g.elements()));
   const auto buckets = dp_buckets(sizes, cfg_.schedule.dp_bucket_bytes);
   for (std::size_t b = 0; b < buckets.size(); ++b)
-    ends.push_back(
-        collective(rank, CollectiveKind::all_gather, buckets[b], fmt::format("dp/param_ag/bucket{}", b), after, true));
+    for (TaskId e :
+         collective(rank, CollectiveKind::all_gather, buckets[b], fmt::format("dp/param_ag/bucket{}", b), after, true))
+      ends.push_back(e);
   return ends;
 }
 
-TaskId DpSync::gather_layer(int rank, const std::string& name, int layer, std::int64_t elements,
-                            const std::vector<TaskId>& deps) {
+std::vector<TaskId> DpSync::gather_layer(int rank, const std::string& name, int layer, std::int64_t elements,
+                                         const std::vector<TaskId>& deps) {
   RankState& st = ranks_[rank];
   TaskLabels l;
   l.region = region(name + "/dp_param_ag");
@@ -485,10 +539,10 @@ TaskId DpSync::gather_layer(int rank, const std::string& name, int layer, std::i
     return p2p_collective(rank, CollectiveKind::all_gather, gathered, name + "/dp_param_ag",
                           comm_.gather_stream, l, deps, {});
   const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
-  return add(rank, name + "/dp_param_ag", comm_.gather_stream,
-             CollectiveTask{CollectiveKind::all_gather, group(rank), gathered, instance,
-                            comm_.collective_engine, comm_.sms},
-             std::move(l), -1, deps);
+  return {add(rank, name + "/dp_param_ag", comm_.gather_stream,
+              CollectiveTask{CollectiveKind::all_gather, group(rank), gathered, instance, comm_.collective_engine,
+                             comm_.sms},
+              std::move(l), -1, deps)};
 }
 
 BufferId DpSync::synced(int rank, int j) const {

@@ -4,7 +4,8 @@
 // every rank must end with the sum over the replicas (ddp: the all-reduced gradients; zero1/zero2:
 // reduce-scattered, then all-gathered as the updated parameters would be; zero3: the reduced own
 // row part, which is all a ZeRO-3 rank keeps). Every schedule is checked twice: with its collectives,
-// and in the ring P2P form (DpConfig::as_p2p) that `--symmetry p2p` and `mirror` simulate.
+// and in the ring P2P form (DpConfig::as_p2p) that `--symmetry p2p` and `mirror` simulate, over
+// the rings it runs across nodes (one per replica a node holds) from dp 4 on.
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -60,6 +61,8 @@ Schedule generate_dp_piece(const DpPieceRequest& req) {
   cfg.dtype = topo::Dtype::bf16;
   cfg.fault = req.fault;
   cfg.as_p2p = req.as_p2p;
+  if (req.replicas_per_node > 0)
+    for (int d = 0; d < req.dp; ++d) cfg.replica_nodes.push_back(d / req.replicas_per_node);
   DpSync dp(s.graph, prog.get(), cfg);
   auto task = [&](int rank, std::string name, model::Kernel k, std::int32_t data_op, const std::vector<TaskId>& deps,
                   int region = -1) {
@@ -146,7 +149,9 @@ void verify_dp(const VerifyOptions& o, VerifyReport& report) {
     for (int t : o.dps)
       for (model::DpSharding sharding : {model::DpSharding::ddp, model::DpSharding::zero1, model::DpSharding::zero3})
         for (model::ScheduleKind kind : o.kinds) {
-          DpPieceRequest req{t, sharding, kind, o.dp_fault, as_p2p};
+          // The P2P form over the rings NCCL builds across nodes: dp 4 as 2 nodes of 2 replicas (2
+          // rings), dp 8 as 2 nodes of 4 (4 rings); dp 2 one ring.
+          DpPieceRequest req{t, sharding, kind, o.dp_fault, as_p2p, as_p2p && t >= 4 ? t / 2 : 0};
           VerifyCase c;
           c.piece = "dp_grad/" + model::to_string(sharding);
           c.schedule = (kind == model::ScheduleKind::slice      ? std::string("bucketed")

@@ -9,6 +9,7 @@
 #include "fusesim/sched/dataflow.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/sched/tpsp.hpp"
+#include "fusesim/topo/rings.hpp"
 
 namespace fusesim::sched {
 
@@ -70,6 +71,37 @@ std::string mirror_asymmetry(const TpspShape& sh, const topo::Cluster& cluster, 
                              d % group, d % group + 1, where(stage), crosses(ti, d % group) ? "crosses" : "stays inside",
                              d, (d + 1) % sh.dp, crosses(ti, d) ? "crosses them" : "does not", layout.tp * layout.up,
                              group, group > 1 ? "s" : "");
+    // The rings the DP collectives lowered to P2P run (topo/rings.hpp; over the sync's up x dp
+    // members, replica by replica): each must map onto itself when shifted by the group, hop for hop,
+    // each hop crossing nodes as its image does, and each ring's hop into the group must come from
+    // the last images, whose shift is simulated (DpSync::ring_recv's proxy).
+    const int members = sh.up * sh.dp, shift = sh.up * group;
+    for (int ti = 0; ti < sh.tp && sh.dp > 1; ++ti) {
+      std::vector<int> ranks;
+      for (int d = 0; d < sh.dp; ++d)
+        for (int u = 0; u < sh.up; ++u) ranks.push_back(layout.rank(ti, u, d));
+      const auto rings = topo::collective_rings(ranks, cluster);
+      for (std::size_t k = 0; k < rings.size(); ++k) {
+        std::vector<int> next(static_cast<std::size_t>(members));
+        for (int i = 0; i < members; ++i)
+          next[static_cast<std::size_t>(rings[k][static_cast<std::size_t>(i)])] =
+              rings[k][static_cast<std::size_t>((i + 1) % members)];
+        const auto crosses_hop = [&](int q) {
+          return cluster.node_of(ranks[static_cast<std::size_t>(q)]) !=
+                 cluster.node_of(ranks[static_cast<std::size_t>(next[static_cast<std::size_t>(q)])]);
+        };
+        for (int q = 0; q < members; ++q) {
+          const int image = (q + shift) % members;
+          const int to = next[static_cast<std::size_t>(q)];
+          const bool enters = q >= shift && to < shift;
+          if (next[static_cast<std::size_t>(image)] != (to + shift) % members || crosses_hop(image) != crosses_hop(q) ||
+              (enters && q < members - shift))
+            return fmt::format("ring {} of the DP collectives{} does not repeat every {} replica{} (its hop from "
+                               "member {} to {}; {} rings over {} members)",
+                               k, where(stage), group, group > 1 ? "s" : "", q, to, rings.size(), members);
+        }
+      }
+    }
     if (stage + 1 == sh.pp) continue;
     const RankLayout next{sh.tp, sh.up, sh.dp, (stage + 1) * stage_ranks};
     const auto to_next = [&](int ti, int u, int d) {
@@ -96,7 +128,6 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   // padding rows, as Megatron's own num_floating_point_operations does with args.padded_vocab_size
   // (megatron/training/training.py).
   r.step.vocab = workload.arch.padded_vocab(workload.parallel.tp);
-  refuse_oversized(r, workload_label);
   std::string fallback;
   if (r.options.mirror_dp && r.shape.pp > 1 && r.shape.dp == 1) {
     r.options.mirror_dp = false;  // nothing to mirror
@@ -133,6 +164,9 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       }
     }
   }
+  // Refused before the whole is built (the mirror's probe above is one layer and micro-batch), as it
+  // will be built: mirrored groups of the size chosen, or every rank (refused above, saying why).
+  if (fallback.empty()) refuse_oversized(r, workload_label);
   // Built once and returned as it is: a TaskGraph (a Boost adjacency_list) has no move, only copies.
   Schedule s = generate_tpsp(r);
   s.symmetry_fallback = fallback;

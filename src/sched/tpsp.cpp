@@ -706,8 +706,8 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   auto gather = [&](std::int64_t l, bool fwd, const Deps& issue) {
     Deps out(static_cast<std::size_t>(t_));
     for (int ti = 0; ti < t_; ++ti)
-      out[ti] = {dp_->gather_layer(rank(ti), fmt::format("{}L{}/{}", mb_prefix_, l, fwd ? "fwd" : "bwd"),
-                                   static_cast<int>(l), layer_params(), issue[ti])};
+      out[ti] = dp_->gather_layer(rank(ti), fmt::format("{}L{}/{}", mb_prefix_, l, fwd ? "fwd" : "bwd"),
+                                  static_cast<int>(l), layer_params(), issue[ti]);
     return out;
   };
   auto merge = [&](Deps a, const Deps& b) {
@@ -718,7 +718,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   auto gather_table = [&](const std::string& name, const Deps& issue) {
     Deps out(static_cast<std::size_t>(t_));
     for (int ti = 0; ti < t_; ++ti)
-      out[ti] = {dp_->gather_layer(rank(ti), name, -1, (req_.step.vocab / t_) * h, issue[ti])};
+      out[ti] = dp_->gather_layer(rank(ti), name, -1, (req_.step.vocab / t_) * h, issue[ti]);
     return out;
   };
   // What a micro-batch carries from one piece of work to the next.
@@ -772,8 +772,8 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         if (zero3 && extra) {
           Deps root(static_cast<std::size_t>(t_));
           for (int ti = 0; ti < t_; ++ti)
-            root[ti] = {
-                dp_->gather_layer(rank(ti), mb_prefix_ + "root", -1, 2 * (req_.step.vocab / t_) * h + h, ready[ti])};
+            root[ti] =
+                dp_->gather_layer(rank(ti), mb_prefix_ + "root", -1, 2 * (req_.step.vocab / t_) * h + h, ready[ti]);
           ready = merge(ready, root);
         }
         if (extra) ready = extra->embedding_forward(mb_prefix_, mbi, ready);
@@ -862,7 +862,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           const std::int64_t table = stage_ == stages - 1 ? (req_.step.vocab / t_) * h : 0;
           const auto own = static_cast<std::int64_t>(forward_layers.size()) * layer_params() + table;
           Deps all(static_cast<std::size_t>(t_));
-          for (int ti = 0; ti < t_; ++ti) all[ti] = {dp_->gather_layer(rank(ti), "params", -1, own, ready[ti])};
+          for (int ti = 0; ti < t_; ++ti) all[ti] = dp_->gather_layer(rank(ti), "params", -1, own, ready[ti]);
           stage_params = all;
           if (table > 0) m.head_params = all;
         }
@@ -966,6 +966,7 @@ void Builder::make_dp_sync() {
   cfg.mirror = req_.options.mirror_dp;
   // Mirror mode: DP replicas 0..mirror_replicas - 1, i.e. sync replicas (u, d) for every u and those d.
   cfg.simulated = sh_.up * req_.mirror_replicas;
+  cfg.cluster = req_.cluster;
   dp_ = std::make_unique<DpSync>(g_, &prog_, cfg);
 }
 
@@ -1171,6 +1172,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                          model::ScheduleKind kind, const GenerateOptions& options) {
   TpspRequest r;
   r.label = label;
+  r.cluster = &cluster;
   if (w.parallel.world() > cluster.num_ranks())
     throw InputError(label, "$.parallel",
                      fmt::format("tp x up x dp x pp = {} ranks, but cluster '{}' has {}", w.parallel.world(), cluster.name,

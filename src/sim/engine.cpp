@@ -33,7 +33,7 @@
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/sim/event_queue.hpp"
 #include "fusesim/sim/flow_network.hpp"
-#include "fusesim/sim/rings.hpp"
+#include "fusesim/topo/rings.hpp"
 #include "fusesim/util/error.hpp"
 
 namespace fusesim::sim {
@@ -136,7 +136,7 @@ struct CollectiveRun {
   std::vector<TaskId> members;  // in group (ring) order
   std::vector<int> ranks;
   std::vector<int> sms;         // SMs held on each member's rank while it runs
-  // Ring kinds: `rings` rings (sim/rings.hpp), each moving an equal share of every step's chunk;
+  // Ring kinds: `rings` rings (topo/rings.hpp), each moving an equal share of every step's chunk;
   // entry r * t + m is member m's successor in ring r and its route there. A member sends a step on
   // every ring at once, and the next step once all of them have been sent and received.
   int rings = 1;
@@ -585,7 +585,7 @@ void Run::prepare() {
     const int t = static_cast<int>(c.ranks.size());
     c.steps = t <= 1 ? 0 : c.spec->kind == sched::CollectiveKind::all_reduce ? 2 * (t - 1) : t - 1;
     if (t >= 2 && c.spec->kind != sched::CollectiveKind::all_to_all) {
-      const std::vector<std::vector<int>> rings = collective_rings(c.ranks, cluster_);
+      const std::vector<std::vector<int>> rings = topo::collective_rings(c.ranks, cluster_);
       c.rings = static_cast<int>(rings.size());
       c.ring_next.assign(static_cast<std::size_t>(c.rings) * t, 0);
       for (int r = 0; r < c.rings; ++r) {

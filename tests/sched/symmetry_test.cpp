@@ -140,8 +140,14 @@ TEST_CASE("Mirrored DP replicas with Ulysses ranks reproduce the full-rank simul
   // (u, d) = (0, 0), (1, 0), (0, 1), (1, 1), ...: the hop (1, d) -> (0, d + 1) leaves the node
   // (local 4 + ti to local ti, across rails through spine (d + 1) mod 4), the hop (0, d) -> (1, d)
   // stays on the NVSwitch. Every gradient splits evenly into 8 parts (4096, 1536, 3584 and 7168
-  // rows at tp 4; vocabulary 128256 padded to 128512, 32128 rows). Mirror: DP replica 0's 8 ranks;
-  // of each ring step, one proxy receive (on rank 8 + ti) per TP position.
+  // rows at tp 4; vocabulary 128256 padded to 128512, 32128 rows). The collectives' P2P form runs
+  // NCCL's two rings over the sync's 8 members m = 2d + u (topo/rings.hpp, two members per node):
+  // ring 0 = 0 1 3 2 4 5 7 6, ring 1 = 1 0 2 3 5 4 6 7, each the same when shifted by two nodes
+  // (4 members) and not by one: mirror simulates DP replicas 0-1, ranks 0-15. Ring 0 enters them at
+  // member 0 from 6, whose image 6 + 4 = 2 is simulated: a proxy on member 0 + 4 = (0, 2), ranks
+  // 16-19; ring 1 at member 1 from 7: a proxy on member 5 = (1, 2), ranks 20-23. CommFuse's fused
+  // ring, in member order, enters at member 0 from 7 (image 3): proxies on ranks 16-19 alone, which
+  // is all DDP's CommFuse has; ZeRO-1's CommFuse gathers its parameters with the P2P collective.
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
   model::Workload w = model::load_workload("llama-3-8b-ulysses");
   w.arch.layers = 2;
@@ -149,7 +155,7 @@ TEST_CASE("Mirrored DP replicas with Ulysses ranks reproduce the full-rank simul
   w.parallel.tp = 4;
   w.parallel.up = 2;
   w.parallel.dp = 4;
-  constexpr int kMembers = 8;
+  constexpr int kMembers = 16;
   for (auto sharding : {model::DpSharding::ddp, model::DpSharding::zero1})
     for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse}) {
       w.parallel.dp_sharding = sharding;
@@ -179,8 +185,10 @@ TEST_CASE("Mirrored DP replicas with Ulysses ranks reproduce the full-rank simul
         ++compared;
       }
       CHECK(compared == by_name.size());
-      // Proxies sit on DP replica 1's first UP index only: ranks 8..11.
-      CHECK(proxy_ranks == std::set<int>{8, 9, 10, 11});
+      std::set<int> expected;
+      const bool fused_only = kind == model::ScheduleKind::commfuse && sharding == model::DpSharding::ddp;
+      for (int r = 16; r < (fused_only ? 20 : 24); ++r) expected.insert(r);
+      CHECK(proxy_ranks == expected);
       CHECK(mirror.metrics.step_time_ps == full.metrics.step_time_ps);
       CHECK(mirror.metrics.mfu == Approx(full.metrics.mfu).epsilon(1e-12));
     }
@@ -374,6 +382,21 @@ TEST_CASE("Mirror falls back to every rank where replica 0 does not stand for th
     REQUIRE(mirrored.graph.size() == none.graph.size());
     CHECK(run(mirrored, c).makespan_ps == run(none, c).makespan_ps);
   }
+  SECTION("rings that repeat only over the whole group: TP 2 x DP 8 on two 8-GPU nodes") {
+    // Four replicas per node, two nodes: NCCL's four rings run ascending through node 0 and
+    // descending through node 1 (topo/rings.hpp), so they repeat every two nodes, which is the whole
+    // group; one node's replicas (g = 4) shifted by a node would map ring 0 = 0 1 2 3 | 7 6 5 4
+    // (replicas; node 1 entered at local 3) onto a ring ascending through node 1, which no ring is.
+    // The replica-order ring repeats every 4 replicas; its reason (g = 1) is the one given.
+    model::Workload w = small_llama(model::DpSharding::ddp, 1);
+    w.parallel.tp = 2;
+    w.parallel.dp = 8;
+    const auto [mirrored, none] = mirror_and_none(w, c, model::ScheduleKind::baseline);
+    INFO(mirrored.symmetry_fallback);
+    CHECK(mirrored.symmetry_fallback.find("replica 3 to 4 crosses them") != std::string::npos);
+    CHECK(mirrored.simulated_ranks == 0);
+    REQUIRE(mirrored.graph.size() == none.graph.size());
+  }
   SECTION("rows that do not split evenly: an unpadded vocabulary of 16,033 rows per TP rank at DP 4") {
     model::Workload w = small_llama(model::DpSharding::ddp, 1);
     w.arch.vocab_divisible_by = 1;
@@ -396,22 +419,23 @@ TEST_CASE("Mirror falls back to every rank where replica 0 does not stand for th
 TEST_CASE("Mirrored groups of DP replicas that share a node reproduce the full-rank simulation exactly",
           "[symmetry][dp]") {
   // With fewer ranks per replica than per node the DP ring's hops inside a node stay on NVLink and
-  // the hop out of it crosses the NICs: replica 0 alone would stand in for NVLink hops everywhere. A
-  // node's replicas, simulated together with one proxy receive from the previous node's last
-  // replica, repeat along the ring (docs/schedules.md "Symmetry"). On the four DGX H100 nodes:
-  //   tp 2 dp 8: four replicas per node, two nodes, ranks 0-7 simulated;
-  //   tp 4 dp 4: two per node, ranks 0-7;
-  //   tp 1 dp 16: eight per node, ranks 0-7;
-  //   tp 2 up 2 dp 4: two (tp x up = 4 ranks) per node, ranks 0-7;
-  //   tp 2 dp 16: four per node, all four nodes, ranks 0-7 of 32;
-  //   tp 2 dp 8 pp 2 (1F1B, 4 micro-batches): stage 0 on nodes 0-1, stage 1 on nodes 2-3, four
-  //   replicas per node in each, every stage hop across the NICs: ranks 0-7 and 16-23.
-  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  // the hops out of it cross the NICs: replica 0 alone would stand in for NVLink hops everywhere. The
+  // collectives' P2P form runs one ring per replica a node holds, each leaving and entering nodes on
+  // one rail and alternating its direction from node to node (topo/rings.hpp), so the rings repeat
+  // every two nodes: two nodes' replicas are simulated together, and each ring's receive from the
+  // last nodes is a proxy (docs/schedules.md "Symmetry"). On the four DGX H100 nodes:
+  //   tp 2 dp 16: four replicas per node, replicas 0-7 (ranks 0-15) of 16;
+  //   tp 4 dp 8: two per node, replicas 0-3, ranks 0-15;
+  //   tp 1 dp 32: eight per node, replicas 0-15, ranks 0-15;
+  //   tp 2 up 2 dp 8: two (tp x up = 4 ranks) per node, replicas 0-3, ranks 0-15.
+  // On the eight HGX H200 nodes, tp 2 dp 16 pp 2 (1F1B, 4 micro-batches): stage 0 on nodes 0-3, stage
+  // 1 on nodes 4-7, every stage hop across the NICs: ranks 0-15 and 32-47.
+  const topo::Cluster c4 = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  const topo::Cluster c8 = topo::load_cluster_by_name_or_path("hgx-h200-8node");
   struct Case {
     int tp, up, dp, group, pp = 1;
   };
-  for (const Case k : {Case{2, 1, 8, 4}, Case{4, 1, 4, 2}, Case{1, 1, 16, 8}, Case{2, 2, 4, 2}, Case{2, 1, 16, 4},
-                       Case{2, 1, 8, 4, 2}})
+  for (const Case k : {Case{2, 1, 16, 8}, Case{4, 1, 8, 4}, Case{1, 1, 32, 16}, Case{2, 2, 8, 4}, Case{2, 1, 16, 8, 2}})
     for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse}) {
       model::Workload w = small_llama(model::DpSharding::zero1, k.pp > 1 ? 4 : 2);
       w.parallel.tp = k.tp;
@@ -419,6 +443,7 @@ TEST_CASE("Mirrored groups of DP replicas that share a node reproduce the full-r
       w.parallel.dp = k.dp;
       w.parallel.pp = k.pp;
       INFO(fmt::format("tp {} up {} dp {} pp {} {}", k.tp, k.up, k.dp, k.pp, model::to_string(kind)));
+      const topo::Cluster& c = k.pp > 1 ? c8 : c4;
       const Outcome full = simulate(w, c, kind, false);
       const Outcome mirror = simulate(w, c, kind, true);
       INFO(mirror.schedule.symmetry_fallback);

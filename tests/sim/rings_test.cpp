@@ -1,4 +1,4 @@
-// Ring orders of collectives across nodes (sim/rings.hpp) and their timing: one ring per member a
+// Ring orders of collectives across nodes (topo/rings.hpp) and their timing: one ring per member a
 // node holds, each inter-node hop on one rail, each NIC direction under one ring.
 //
 // Test cluster (rail(nodes) below): 4 devices per node on a switch (400 GB/s, 1 us per link), one
@@ -13,12 +13,12 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "fusesim/sim/rings.hpp"
+#include "fusesim/topo/rings.hpp"
 #include "fusesim/util/json_reader.hpp"
 #include "sim_test_util.hpp"
 
 using namespace sim_test;
-using fusesim::sim::collective_rings;
+using fusesim::topo::collective_rings;
 
 namespace {
 

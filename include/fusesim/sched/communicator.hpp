@@ -48,4 +48,10 @@ struct Communicators {
 
 Communicators make_communicators(const model::ScheduleOptions& schedule);
 
+// Ring `ring` of a collective lowered to ring P2P steps over several rings (topo/rings.hpp): ring 0
+// on `base`, ring k on comm stream base.index + 8 k of the same kind, so that each ring's steps wait
+// for their own ring's alone, as NCCL's channels progress each on its own inside one kernel.
+constexpr int kRingStreamStride = 8;
+inline StreamRef ring_stream(StreamRef base, int ring) { return StreamRef{base.kind, base.index + kRingStreamStride * ring}; }
+
 }  // namespace fusesim::sched

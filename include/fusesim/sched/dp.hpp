@@ -66,6 +66,13 @@ struct DpConfig {
   bool as_p2p = false;
   bool mirror = false;
   int simulated = 1;
+  // The rings a collective lowered to P2P runs, as NCCL and the engine's collectives run them
+  // (topo/rings.hpp: one per member a node holds, each entering and leaving a node on one rail, each
+  // carrying an equal share): from `cluster`, the DP group of each member; else from `replica_nodes`
+  // (the node of each replica, `fusesim verify`); neither: one ring in replica order. CommFuse's
+  // fused ring runs in replica order whatever the rings.
+  const topo::Cluster* cluster = nullptr;
+  std::vector<int> replica_nodes;
 };
 
 // One weight gradient of one rank. `buffer`: the local gradient [rows, cols] in the dataflow program
@@ -126,8 +133,9 @@ class DpSync {
   std::vector<TaskId> gather_updated(int rank, const std::vector<TaskId>& after);
 
   // ZeRO-3: all-gathers the rank's `elements` parameters of `layer` before its forward or backward.
-  TaskId gather_layer(int rank, const std::string& name, int layer, std::int64_t elements,
-                      const std::vector<TaskId>& deps);
+  // Returns the tasks after which the layer's parameters are here (one per ring in the P2P form).
+  std::vector<TaskId> gather_layer(int rank, const std::string& name, int layer, std::int64_t elements,
+                                   const std::vector<TaskId>& deps);
 
   // The buffers holding the synchronised gradient j of `rank` (in the order given): the full
   // all-reduced gradient (ddp), or the reduced own row part (ZeRO, other rows unwritten) until
@@ -167,19 +175,26 @@ class DpSync {
   int fault_part(int rank, int part) const;  // the fault's member position swap
   TaskId add(int rank, std::string name, StreamRef stream, TaskKind kind, TaskLabels labels, std::int32_t data_op,
              const std::vector<TaskId>& deps);
-  TaskId collective(int rank, CollectiveKind kind, const std::vector<int>& grads, const std::string& region_name,
-                    const std::vector<TaskId>& deps, bool params);
-  // The receive of one DP ring step on `rank` (from its ring predecessor, the Send tagged
-  // `tag_base` + the sender's replica; `sent_bytes(sender)`: what that replica's Send carries).
-  // Mirror mode, on replica 0: a proxy on replica `simulated` receiving the Send of replica
-  // `simulated` - 1, with the same name and deps. Returns the task consumers wait for.
-  TaskId ring_recv(int rank, const std::string& name, StreamRef stream, Bytes bytes,
-                   const std::function<Bytes(int sender)>& sent_bytes, std::int64_t tag_base,
-                   const TaskLabels& labels, std::int32_t data_op, const std::vector<TaskId>& deps);
-  // A collective as ring P2P steps (as_p2p): returns the last receive. `grads`: the rank's gradients
-  // (indices into its list) the collective moves, with dataflow when they carry buffers; empty:
-  // timing only (ZeRO-3 layer gathers).
-  TaskId p2p_collective(int rank, CollectiveKind kind, Bytes total, const std::string& name, StreamRef stream,
+  // The collective task, or in the P2P form each ring's last receive.
+  std::vector<TaskId> collective(int rank, CollectiveKind kind, const std::vector<int>& grads,
+                                 const std::string& region_name, const std::vector<TaskId>& deps, bool params);
+  // The receive of one DP ring step on `rank` from replica `from`, its ring predecessor (the Send
+  // tagged `tag_of(from)`; `sent_bytes(sender)`: what that replica's Send carries). Mirror mode, where
+  // `from` is not simulated: a proxy on the replica `simulated` places further on receiving the Send
+  // of `from` shifted alike, with the same name and deps. Returns the task consumers wait for.
+  TaskId ring_recv(int rank, int from, const std::string& name, StreamRef stream, Bytes bytes,
+                   const std::function<Bytes(int sender)>& sent_bytes,
+                   const std::function<std::int64_t(int sender)>& tag_of, const TaskLabels& labels,
+                   std::int32_t data_op, const std::vector<TaskId>& deps);
+  // The rings of `rank`'s DP group (DpConfig::cluster / replica_nodes): each the order of replicas.
+  const std::vector<std::vector<int>>& rings(int rank);
+  // SMs each of `rings` concurrent rings' transfers holds: the rank's one kernel's worth shared.
+  int ring_sms(int rank, int rings) const;
+  // A collective as ring P2P steps (as_p2p) on each of the rank's rings (rings()), ring k on
+  // ring_stream(stream, k): returns each ring's last receive. `grads`: the rank's gradients (indices
+  // into its list) the collective moves, with dataflow when they carry buffers; empty: timing only
+  // (ZeRO-3 layer gathers).
+  std::vector<TaskId> p2p_collective(int rank, CollectiveKind kind, Bytes total, const std::string& name, StreamRef stream,
                         const TaskLabels& labels, const std::vector<TaskId>& deps, const std::vector<int>& grads);
 
   TaskGraph& g_;
@@ -189,6 +204,7 @@ class DpSync {
   DpCommunicator comm_;  // DP's streams and engines (sched/communicator.hpp)
   std::map<int, RankState> ranks_;
   std::map<std::string, int> regions_;
+  std::map<int, std::vector<std::vector<int>>> rings_;  // by member (rank within a replica)
   std::string mirror_inexact_;
   void note_rows(const DpGradient& g, bool cut_by_rows);
 };

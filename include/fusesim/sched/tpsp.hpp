@@ -102,6 +102,9 @@ struct TpspRequest {
   // A Ulysses schedule of one's own in place of `up_kind`'s (its up_* lowerings); not owned.
   const Strategy* up_strategy = nullptr;
   std::string label = "<tpsp>";         // file named by InputErrors
+  // The cluster the ranks run on: the DP sync's P2P form runs the rings NCCL would on it
+  // (topo/rings.hpp); not owned; null: one ring in replica order.
+  const topo::Cluster* cluster = nullptr;
 };
 
 // Checks the request (InputError naming `label` and the JSON path of the offending setting) and

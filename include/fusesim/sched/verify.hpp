@@ -122,6 +122,9 @@ struct DpPieceRequest {
   model::ScheduleKind kind = model::ScheduleKind::baseline;
   DpFault fault;
   bool as_p2p = false;
+  // The ring P2P form's replicas per node: the rings it runs (topo/rings.hpp, DpConfig::replica_nodes),
+  // one per replica a node holds when dp spans two or more nodes; 0: one node, one ring.
+  int replicas_per_node = 0;
 };
 Schedule generate_dp_piece(const DpPieceRequest& request);
 // Appends the DP cases (dp in options.dps; ddp, zero1, zero3; options.kinds; collectives and their

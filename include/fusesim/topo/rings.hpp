@@ -1,5 +1,7 @@
 #pragma once
-// Ring orders for the ring collectives (all-gather, reduce-scatter, all-reduce) of one group.
+// Ring orders for the ring collectives (all-gather, reduce-scatter, all-reduce) of one group: the
+// engine's collectives (sim/engine.cpp) and the DP collectives lowered to ring P2P steps
+// (sched/dp.cpp) run the same rings, so that the two forms agree.
 //
 // A group inside one node runs one ring in group order: every hop is on the node's scale-up fabric.
 // A group spanning several nodes runs one ring per member a node holds, each carrying an equal share
@@ -21,7 +23,7 @@
 
 #include "fusesim/topo/cluster.hpp"
 
-namespace fusesim::sim {
+namespace fusesim::topo {
 
 // Each ring as the order of member positions (indices into `group`); every ring is a permutation of
 // 0 .. group.size()-1 and visits its successor in that order, the last member sending to the first.
@@ -33,6 +35,10 @@ namespace fusesim::sim {
 // next (odd) one there, leaves an odd node by r and enters the next (even) one there. With an odd
 // number of nodes the hop from the last node back to the first changes local position (one hop per
 // ring leaves its rail).
-std::vector<std::vector<int>> collective_rings(const std::vector<int>& group, const topo::Cluster& cluster);
+std::vector<std::vector<int>> collective_rings(const std::vector<int>& group, const Cluster& cluster);
 
-}  // namespace fusesim::sim
+// The rings across nodes alone, from the node of each member in group order (no full mesh): what
+// collective_rings gives for a group whose members sit on those nodes.
+std::vector<std::vector<int>> rail_rings(const std::vector<int>& member_nodes);
+
+}  // namespace fusesim::topo

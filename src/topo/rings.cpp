@@ -1,11 +1,11 @@
-#include "fusesim/sim/rings.hpp"
+#include "fusesim/topo/rings.hpp"
 
 #include <cstddef>
 #include <numeric>
 
-namespace fusesim::sim {
+namespace fusesim::topo {
 
-std::vector<std::vector<int>> collective_rings(const std::vector<int>& group, const topo::Cluster& cluster) {
+std::vector<std::vector<int>> collective_rings(const std::vector<int>& group, const Cluster& cluster) {
   const int t = static_cast<int>(group.size());
   std::vector<int> flat(static_cast<std::size_t>(t));
   std::iota(flat.begin(), flat.end(), 0);
@@ -23,16 +23,26 @@ std::vector<std::vector<int>> collective_rings(const std::vector<int>& group, co
       return rings;
     }
   }
+  std::vector<int> member_nodes;
+  member_nodes.reserve(group.size());
+  for (int r : group) member_nodes.push_back(cluster.node_of(r));
+  return rail_rings(member_nodes);
+}
+
+std::vector<std::vector<int>> rail_rings(const std::vector<int>& member_nodes) {
+  const int t = static_cast<int>(member_nodes.size());
+  std::vector<int> flat(static_cast<std::size_t>(t));
+  std::iota(flat.begin(), flat.end(), 0);
   if (t < 4) return {flat};
   // Nodes in group order, each with the positions of its members; the group must list them node by
   // node (a node that comes back later breaks the pattern) with the same count on every node.
   std::vector<std::vector<int>> nodes;
   int last_node = -2;
   for (int m = 0; m < t; ++m) {
-    const int node = cluster.node_of(group[static_cast<std::size_t>(m)]);
+    const int node = member_nodes[static_cast<std::size_t>(m)];
     if (node != last_node) {
       for (const auto& seen : nodes)
-        if (cluster.node_of(group[static_cast<std::size_t>(seen.front())]) == node) return {flat};
+        if (member_nodes[static_cast<std::size_t>(seen.front())] == node) return {flat};
       nodes.emplace_back();
       last_node = node;
     }
@@ -60,4 +70,4 @@ std::vector<std::vector<int>> collective_rings(const std::vector<int>& group, co
   return rings;
 }
 
-}  // namespace fusesim::sim
+}  // namespace fusesim::topo
