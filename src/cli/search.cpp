@@ -136,7 +136,7 @@ StepFigures simulate_step(const model::Workload& w, model::ScheduleKind kind, co
   options.memory_share = p.memory_share;
   options.scope = sched::Scope::step;
   options.backward = w.backward;
-  options.dp_as_p2p = symmetry != "none";
+  options.dp_as_p2p = symmetry == "p2p";
   options.mirror_dp = symmetry == "mirror";
   const sched::Schedule s = sched::generate(w, label, p.cluster, kind, options);
   sim::Simulator simulator(p.cluster, *p.pricing.costs);

@@ -173,7 +173,7 @@ int parse_positive_int(const std::string& option, const std::string& value, int 
 void apply_symmetry(const std::string& value, SimulateRequest& request) {
   if (value != "none" && value != "p2p" && value != "mirror")
     throw InputError(kCommandLine, "--symmetry", fmt::format("'{}' is not none, p2p or mirror", value));
-  request.dp_as_p2p = value != "none";
+  request.dp_as_p2p = value == "p2p";
   request.mirror_dp = value == "mirror";
 }
 

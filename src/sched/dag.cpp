@@ -446,8 +446,19 @@ void check_collectives(const TaskGraph& graph, std::vector<std::vector<TaskId>>&
                                      quoted(graph.task(by_position[pos])), quoted(t)));
       by_position[pos] = id;
     }
+    const std::vector<int>& alias = graph.load_alias();
+    const auto present_rank = [&](int r) {
+      const auto it = std::lower_bound(sorted.begin(), sorted.end(), r);
+      return it != sorted.end() && *it == r && by_position[static_cast<std::size_t>(it - sorted.begin())] != kNoTask;
+    };
     for (std::size_t p = 0; p < sorted.size(); ++p) {
       if (by_position[p] != kNoTask) continue;
+      // A mirrored graph's image rank (TaskGraph::load_alias): the member its alias has stands in
+      // for it, and the engine times the ring by the members present (sim/engine.cpp).
+      const int r = sorted[p];
+      if (a.kind != CollectiveKind::all_to_all && !alias.empty() && alias[static_cast<std::size_t>(r)] != r &&
+          present_rank(alias[static_cast<std::size_t>(r)]))
+        continue;
       std::vector<std::string> present;
       for (TaskId id : members) {
         if (present.size() == 4) {
@@ -461,9 +472,11 @@ void check_collectives(const TaskGraph& graph, std::vector<std::vector<TaskId>>&
     }
     std::vector<TaskId> in_ring_order;
     in_ring_order.reserve(a.group.size());
-    for (int r : a.group)
-      in_ring_order.push_back(
-          by_position[static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), r) - sorted.begin())]);
+    for (int r : a.group) {
+      const TaskId id =
+          by_position[static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), r) - sorted.begin())];
+      if (id != kNoTask) in_ring_order.push_back(id);
+    }
     out.collectives.push_back(std::move(in_ring_order));
   }
 }

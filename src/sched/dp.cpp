@@ -52,8 +52,9 @@ DpSync::DpSync(TaskGraph& graph, DataflowProgram* program, DpConfig config)
       comm_(make_communicators(cfg_.schedule).dp) {
   if (cfg_.dp < 1 || cfg_.members < 1) throw std::logic_error("DpSync: dp and members must be >= 1");
   if (cfg_.schedule.dp_bucket_bytes < 1) throw std::logic_error("DpSync: the bucket size must be positive");
-  if (cfg_.mirror) cfg_.as_p2p = true;
-  // Mirror mode emits replica 0 alone: the other replicas' data never exists.
+  // Mirror mode emits the simulated replicas alone: the other replicas' data never exists. Their
+  // collectives keep every replica in the group; the engine times the images' part of the rings by
+  // the simulated members (sim/engine.cpp, CollectiveRun).
   if (cfg_.mirror) prog_ = nullptr;
 }
 

@@ -962,7 +962,7 @@ void Builder::make_dp_sync() {
   cfg.dtype = sh_.activation_dtype();
   cfg.grad_dtype = grad_dtype();
   if (req_.step.fp8_param_gather) cfg.layer_gather_dtype = topo::Dtype::fp8;
-  cfg.as_p2p = req_.options.dp_as_p2p || req_.options.mirror_dp;
+  cfg.as_p2p = req_.options.dp_as_p2p;
   cfg.mirror = req_.options.mirror_dp;
   // Mirror mode: DP replicas 0..mirror_replicas - 1, i.e. sync replicas (u, d) for every u and those d.
   cfg.simulated = sh_.up * req_.mirror_replicas;

@@ -41,6 +41,7 @@ namespace fusesim::sim {
 namespace {
 
 using sched::TaskId;
+using sched::kNoTask;
 
 enum EventKind : std::uint8_t {
   kComputeEnd,       // target: compute slot; handle compute_handle(slot)
@@ -133,7 +134,14 @@ struct FlowOwner {
 };
 
 struct CollectiveRun {
-  std::vector<TaskId> members;  // in group (ring) order
+  // The task at each ring position (group order). A mirrored collective (TaskGraph::load_alias: a
+  // group of DP replicas simulated, the others their images) has tasks at the positions simulated
+  // alone; an image position has none (kNoTask), never sends, and a flow into it lands on
+  // image_of[position], the position of its alias: the flow out of the simulated members into the
+  // next image is, shifted by the group, the flow into them from the previous image.
+  std::vector<TaskId> members;
+  std::vector<int> image_of;  // empty unless mirrored
+  int present = 0;            // positions with a task
   std::vector<int> ranks;
   std::vector<int> sms;         // SMs held on each member's rank while it runs
   // Ring kinds: `rings` rings (topo/rings.hpp), each moving an equal share of every step's chunk;
@@ -318,6 +326,9 @@ class Run final : public sched::TaskVisitor {
   void prepare_ranks();
   void prepare();
   void prepare_routes();
+  // A mirrored collective's rings: every present member must take exactly one arrival per ring and
+  // step, from a present predecessor or as the image of the flow out of the group (GraphError).
+  void check_mirrored(const CollectiveRun& c) const;
   RouteId route_of(int src, int dst) const { return routes_.at(pair_key(src, dst)); }
 
   void make_ready(TaskId id);
@@ -579,10 +590,30 @@ void Run::prepare() {
   collectives_.resize(analysis_.collectives.size());
   for (std::size_t ci = 0; ci < collectives_.size(); ++ci) {
     CollectiveRun& c = collectives_[ci];
-    c.members = std::move(analysis_.collectives[ci]);
-    c.spec = &std::get<sched::CollectiveTask>(graph_.task(c.members.front()).kind);
+    std::vector<TaskId> present = std::move(analysis_.collectives[ci]);  // ring order
+    c.spec = &std::get<sched::CollectiveTask>(graph_.task(present.front()).kind);
     c.ranks = c.spec->group;
     const int t = static_cast<int>(c.ranks.size());
+    c.present = static_cast<int>(present.size());
+    if (c.present == t) {
+      c.members = std::move(present);
+    } else {
+      c.members.assign(static_cast<std::size_t>(t), kNoTask);
+      std::size_t j = 0;
+      for (int m = 0; m < t; ++m)
+        if (j < present.size() && graph_.task(present[j]).rank == c.ranks[static_cast<std::size_t>(m)])
+          c.members[static_cast<std::size_t>(m)] = present[j++];
+      std::vector<std::pair<int, int>> position;  // (rank, position), sorted
+      for (int m = 0; m < t; ++m) position.emplace_back(c.ranks[static_cast<std::size_t>(m)], m);
+      std::sort(position.begin(), position.end());
+      c.image_of.assign(static_cast<std::size_t>(t), -1);
+      for (int m = 0; m < t; ++m) {
+        if (c.members[static_cast<std::size_t>(m)] != kNoTask) continue;
+        const int alias = load_rank(c.ranks[static_cast<std::size_t>(m)]);
+        c.image_of[static_cast<std::size_t>(m)] =
+            std::lower_bound(position.begin(), position.end(), std::make_pair(alias, 0))->second;
+      }
+    }
     c.steps = t <= 1 ? 0 : c.spec->kind == sched::CollectiveKind::all_reduce ? 2 * (t - 1) : t - 1;
     if (t >= 2 && c.spec->kind != sched::CollectiveKind::all_to_all) {
       const std::vector<std::vector<int>> rings = topo::collective_rings(c.ranks, cluster_);
@@ -594,7 +625,8 @@ void Run::prepare() {
           c.ring_next[static_cast<std::size_t>(r) * t + ring[i]] = ring[(i + 1) % t];
       }
     }
-    transfers += static_cast<std::size_t>(t) * static_cast<std::size_t>(c.steps) * static_cast<std::size_t>(c.rings);
+    if (!c.image_of.empty()) check_mirrored(c);
+    transfers += static_cast<std::size_t>(c.present) * static_cast<std::size_t>(c.steps) * static_cast<std::size_t>(c.rings);
     for (int r : c.ranks) c.sms.push_back(sms_for(r, c.spec->engine, c.spec->sms));
   }
   result_.transfers.reserve(transfers);
@@ -608,8 +640,9 @@ void Run::prepare() {
     if (info_[id].type() == TaskType::send && send_spec_[info_[id].aux].engine == model::CommEngine::copy_engine)
       no_engines(info_[id].rank(), id);
   for (const CollectiveRun& c : collectives_)
-    if (c.members.size() > 1 && c.spec->engine == model::CommEngine::copy_engine)
-      for (std::size_t m = 0; m < c.members.size(); ++m) no_engines(c.ranks[m], c.members[m]);
+    if (c.ranks.size() > 1 && c.spec->engine == model::CommEngine::copy_engine)
+      for (std::size_t m = 0; m < c.members.size(); ++m)
+        if (c.members[m] != kNoTask) no_engines(c.ranks[m], c.members[m]);
   find_binding_ports();
   prepare_routes();
   // Routes looked up once here rather than per transfer in the loop.
@@ -629,7 +662,8 @@ void Run::prepare() {
     const int t = static_cast<int>(c.ranks.size());
     if (t < 2 || c.spec->kind == sched::CollectiveKind::all_to_all) continue;
     for (std::size_t e = 0; e < c.ring_next.size(); ++e)
-      c.ring_route.push_back(route_of(c.ranks[e % t], c.ranks[c.ring_next[e]]));
+      c.ring_route.push_back(c.members[e % t] == kNoTask ? RouteId{0}
+                                                          : route_of(c.ranks[e % t], c.ranks[c.ring_next[e]]));
   }
   now_lane_ = lane_for(0);
   for (RankState& rs : ranks_)
@@ -645,6 +679,29 @@ void Run::prepare() {
   choose_protocols();
 }
 
+void Run::check_mirrored(const CollectiveRun& c) const {
+  const int t = static_cast<int>(c.ranks.size());
+  const auto what = [&] {
+    const TaskId first = *std::min_element(c.members.begin(), c.members.end());  // a present one: kNoTask is largest
+    return fmt::format("mirrored collective '{}' over {} ranks ({} simulated)", graph_.task(first).name, t, c.present);
+  };
+  if (c.spec->kind == sched::CollectiveKind::all_to_all) throw GraphError(what() + ": an all-to-all has no ring to mirror");
+  std::vector<int> arrivals(static_cast<std::size_t>(t));
+  for (int r = 0; r < c.rings; ++r) {
+    std::fill(arrivals.begin(), arrivals.end(), 0);
+    for (int m = 0; m < t; ++m) {
+      if (c.members[static_cast<std::size_t>(m)] == kNoTask) continue;
+      const int to = c.ring_next[static_cast<std::size_t>(r) * t + m];
+      ++arrivals[static_cast<std::size_t>(c.members[static_cast<std::size_t>(to)] == kNoTask ? c.image_of[to] : to)];
+    }
+    for (int m = 0; m < t; ++m)
+      if (c.members[static_cast<std::size_t>(m)] != kNoTask && arrivals[static_cast<std::size_t>(m)] != 1)
+        throw GraphError(fmt::format("{}: in ring {} rank {} would receive {} chunks per step: the ring does not repeat "
+                                     "along the simulated ranks' images",
+                                     what(), r, c.ranks[static_cast<std::size_t>(m)], arrivals[static_cast<std::size_t>(m)]));
+  }
+}
+
 // Each ring collective of SM kernels takes the protocol whose time alone is least for its size, with
 // the latency and bandwidth of its first ring's first hop (NCCL's tuning model: one latency and one
 // bandwidth per algorithm and protocol, precomputed, then one formula per query). NVLS only for an
@@ -656,7 +713,10 @@ void Run::choose_protocols() {
     if (t < 2 || c.spec->kind == sched::CollectiveKind::all_to_all || c.spec->engine != model::CommEngine::sm_kernel ||
         c.ring_route.empty())
       continue;
-    const RouteId route = c.ring_route.front();
+    // The first hop a present member sends on (a mirrored collective's first position is present).
+    std::size_t first = 0;
+    while (c.members[first % c.ranks.size()] == kNoTask) ++first;
+    const RouteId route = c.ring_route[first];
     double bandwidth = std::numeric_limits<double>::infinity();
     for (topo::LinkId l : network_.route_links(route))
       if (static_cast<std::size_t>(l) < cluster_.links.size())  // the HBM ports are not wires
@@ -728,7 +788,7 @@ void Run::prepare_routes() {
           if (i != j) pairs.push_back(pair_key(c.ranks[i], c.ranks[j]));
     } else {
       for (std::size_t e = 0; e < c.ring_next.size(); ++e)
-        pairs.push_back(pair_key(c.ranks[e % t], c.ranks[c.ring_next[e]]));
+        if (c.members[e % t] != kNoTask) pairs.push_back(pair_key(c.ranks[e % t], c.ranks[c.ring_next[e]]));
     }
   }
   std::sort(pairs.begin(), pairs.end());
@@ -846,7 +906,8 @@ SimResult Run::execute(RunProfile& profile) {
         c.recvs_done.assign(t, 0);
         c.next_step.assign(t, 0);
         c.arrived.assign(static_cast<std::size_t>(t) * c.steps, 0);
-        for (int m = 0; m < t; ++m) start_step(e.target, m, 0);
+        for (int m = 0; m < t; ++m)
+          if (c.members[static_cast<std::size_t>(m)] != kNoTask) start_step(e.target, m, 0);
         break;
       }
       case kTaskEnd:
@@ -893,8 +954,8 @@ void Run::make_ready(TaskId id) {
       CollectiveRun& c = collectives_[info.aux];
       // Each member's kernel holds its SMs from its own launch, spinning until the last member
       // arrives; the SM count is the member's (c.sms), which depends on its rank alone.
-      if (c.members.size() > 1) hold_sms(info.rank(), sms_for(info.rank(), c.spec->engine, c.spec->sms));
-      if (++c.ready == static_cast<int>(c.members.size())) start_collective(info.aux);
+      if (c.ranks.size() > 1) hold_sms(info.rank(), sms_for(info.rank(), c.spec->engine, c.spec->sms));
+      if (++c.ready == c.present) start_collective(info.aux);
       break;
     }
   }
@@ -988,13 +1049,15 @@ bool Run::acquire_copy_engines(std::uint32_t waiter) {
     return true;
   }
   const CollectiveRun& c = collectives_[id];
-  for (int r : c.ranks) {
-    if (ranks_[r].copy_engines_free == 0) {
+  for (std::size_t m = 0; m < c.ranks.size(); ++m) {
+    const int r = c.ranks[m];
+    if (c.members[m] != kNoTask && ranks_[r].copy_engines_free == 0) {
       ranks_[r].copy_engine_waiters.push_back(waiter);
       return false;
     }
   }
-  for (int r : c.ranks) --ranks_[r].copy_engines_free;
+  for (std::size_t m = 0; m < c.ranks.size(); ++m)
+    if (c.members[m] != kNoTask) --ranks_[c.ranks[m]].copy_engines_free;
   return true;
 }
 
@@ -1038,7 +1101,7 @@ void Run::begin_p2p(TaskId send) {
 }
 
 void Run::start_collective(std::uint32_t ci) {
-  if (collectives_[ci].members.size() > 1 && collectives_[ci].spec->engine == model::CommEngine::copy_engine &&
+  if (collectives_[ci].ranks.size() > 1 && collectives_[ci].spec->engine == model::CommEngine::copy_engine &&
       !acquire_copy_engines(encode_waiter(true, ci)))
     return;
   begin_collective(ci);
@@ -1048,10 +1111,11 @@ void Run::begin_collective(std::uint32_t ci) {
   CollectiveRun& c = collectives_[ci];
   for (std::size_t m = 0; m < c.members.size(); ++m) {
     const TaskId id = c.members[m];
+    if (id == kNoTask) continue;
     result_.tasks[id].start_ps = now_;
     if (observer_) observer_->on_task_start(graph_.task(id), id, now_);
   }
-  if (c.members.size() == 1) {  // nothing to move: no latency, no SMs
+  if (c.ranks.size() == 1) {  // nothing to move: no latency, no SMs
     push_after(0, now_lane_, kTaskEnd, c.members[0]);
     return;
   }
@@ -1085,13 +1149,15 @@ void Run::launch_step_flow(std::uint32_t ci, int member, int to, int step, Route
                            Bytes record_bytes) {
   CollectiveRun& c = collectives_[ci];
   FlowOwner& o = launch_flow(route, bytes, c.spec->engine, c.protocol);
+  // Into an image: the flow lands on (is credited to) the member its alias stands at.
+  const int lands = c.members[to] == kNoTask ? c.image_of[to] : to;
   o.collective = ci;
   o.task = c.members[member];
-  o.peer_task = c.members[to];
+  o.peer_task = c.members[lands];
   o.src_rank = c.ranks[member];
   o.dst_rank = c.ranks[to];
   o.sender = member;
-  o.receiver = to;
+  o.receiver = lands;
   o.step = step;
   o.record_bytes = record_bytes;
 }

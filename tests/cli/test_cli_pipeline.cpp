@@ -113,8 +113,8 @@ TEST_CASE("a pipeline's trace names each rank's stage", "[cli][simulate][pipelin
 TEST_CASE("a mirrored pipeline reports what every rank reports, through a written DAG too",
           "[cli][simulate][pipeline][symmetry][dag]") {
   // TP 8 x PP 2 x DP 2 on dgx-h100-4node: stage s is nodes 2s and 2s + 1, a DP replica per node.
-  // Mirror simulates ranks 0-7 and 16-23 (replica 0 of each stage); p2p every rank with the same
-  // ring P2P DP sync. The stage bubbles are those of ranks 0 and 16 either way.
+  // Mirror simulates ranks 0-7 and 16-23 (replica 0 of each stage); none every rank, with the same
+  // DP collectives. The stage bubbles are those of ranks 0 and 16 either way.
   ScratchDir dir;
   write_workload(dir, "pp.json", 2);
   json w = json::parse(slurp((dir.path() / "pp.json").string()));
@@ -129,7 +129,7 @@ TEST_CASE("a mirrored pipeline reports what every rank reports, through a writte
     REQUIRE(r.exit_code == 0);
     return json::parse(r.out)["results"][0];
   };
-  json full = run("p2p");
+  json full = run("none");
   const json mirror = run("mirror");
   REQUIRE(full["ranks"].size() == 32);
   REQUIRE(mirror["ranks"].size() == 16);
@@ -179,9 +179,13 @@ TEST_CASE("a mirrored pipeline reports what every rank reports, through a writte
   bad = dag;
   bad["pipeline_stages"] = 3;
   CHECK(refused(bad).find("$.pipeline_stages") != std::string::npos);
-  // Without its load alias the proxies on DP replica 1 stand for nobody the metrics count.
+  // Without its load alias DP replica 1's ranks stand for nobody: replica 0's DP all-reduce over
+  // ranks 0 and 8 misses its member on rank 8.
   bad = dag;
   bad.erase("load_alias");
-  CHECK(refused(bad).find("].rank: rank 8 is not simulated: simulated_ranks are the first 8 of each of the 2 "
-                          "stage(s) of 16 ranks") != std::string::npos);
+  CHECK(refused(bad).find("over ranks [0, 8] (all_reduce): rank 8 has no task") != std::string::npos);
+  // A task on a rank the metrics do not count, standing in for none of them, is refused at its rank.
+  bad["tasks"][0]["rank"] = 8;
+  CHECK(refused(bad).find("$.tasks[0].rank: rank 8 is not simulated: simulated_ranks are the first 8 of each of "
+                          "the 2 stage(s) of 16 ranks") != std::string::npos);
 }

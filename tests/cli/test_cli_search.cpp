@@ -87,20 +87,20 @@ TEST_CASE("search returns the configurations that simulating every candidate ran
   CHECK(all.candidates == pruned + all.simulated);
 }
 
-TEST_CASE("search --symmetry mirror ranks what p2p ranks, every step to the picosecond", "[cli][search][symmetry]") {
+TEST_CASE("search --symmetry mirror ranks what none ranks, every step to the picosecond", "[cli][search][symmetry]") {
   // One DGX H100: the candidates with dp > 1 (tp x pp < 8) run DP replica 0 of each stage mirrored.
   // Inside one node every DP ring hop and stage hop is alike, and every gradient of this model splits
   // evenly over dp (8 layers' rows and the padded vocabulary, 128256 -> a multiple of 128 x tp), so
-  // none falls back: each mirrored step equals the p2p step of the same candidate.
+  // none falls back: each mirrored step equals the step of the same candidate with every rank.
   ScratchDir dir;
   const std::string model = write_model(dir);
-  SearchSpec p2p = small_space(model);
-  p2p.top = 1'000'000;
-  p2p.schedules = {model::ScheduleKind::baseline};
-  p2p.symmetry = "p2p";
-  SearchSpec mirror = p2p;
+  SearchSpec none = small_space(model);
+  none.top = 1'000'000;
+  none.schedules = {model::ScheduleKind::baseline};
+  none.symmetry = "none";
+  SearchSpec mirror = none;
   mirror.symmetry = "mirror";
-  const SearchResult a = run_search(p2p, 2), b = run_search(mirror, 2);
+  const SearchResult a = run_search(none, 2), b = run_search(mirror, 2);
   CHECK(b.symmetry == "mirror");
   REQUIRE(a.rows.size() == b.rows.size());
   std::map<std::string, TimePs> steps;

@@ -341,7 +341,7 @@ TEST_CASE("sweep --symmetry reaches every configuration; mirror runs every rank 
   spec.symmetry = "mirror";
   REQUIRE(spec.size() == 2);
   CHECK(spec.configuration(0).mirror_dp);
-  CHECK(spec.configuration(0).dp_as_p2p);
+  CHECK_FALSE(spec.configuration(0).dp_as_p2p);  // mirror keeps the collectives; p2p lowers them
   CHECK(spec.to_json().at("symmetry") == "mirror");
   SweepOptions opt;
   opt.jobs = 2;
@@ -362,18 +362,18 @@ TEST_CASE("sweep --symmetry reaches every configuration; mirror runs every rank 
     CHECK(row_number(mirrored.rows[c], "step_time_s") == ps_to_seconds(rep.runs[0].metrics.step_time_ps));
     CHECK(rep.notes.empty());
   }
-  // TP 2 x DP 8 spans two DGX: the hop from replica 3 to 4 crosses the NICs, the one from 0 to 1 does
-  // not; a node's four replicas repeat along the ring, so mirror simulates replicas 0-3 and gives what
-  // p2p (every rank, the same ring form) gives, with no note.
+  // TP 2 x DP 16 spans the four DGX: the hop from replica 3 to 4 crosses the NICs, the one from 0 to 1
+  // does not, and NCCL's four rings (one per replica a node holds) repeat every two nodes, so mirror
+  // simulates replicas 0-7 and gives what none (every rank) gives, with no note.
   spec.tps = {2};
-  spec.dps = {8};
+  spec.dps = {16};
   spec.symmetry = "mirror";
-  const SweepResult mirrored8 = run_sweep(spec, opt);
-  spec.symmetry = "p2p";
-  const SweepResult p2p8 = run_sweep(spec, opt);
-  REQUIRE(mirrored8.rows.size() == 1);
-  CHECK(row_number(mirrored8.rows[0], "step_time_s") == row_number(p2p8.rows[0], "step_time_s"));
-  CHECK(row_number(mirrored8.rows[0], "exposed_comm_s") == row_number(p2p8.rows[0], "exposed_comm_s"));
+  const SweepResult mirrored16 = run_sweep(spec, opt);
+  spec.symmetry = "none";
+  const SweepResult none16 = run_sweep(spec, opt);
+  REQUIRE(mirrored16.rows.size() == 1);
+  CHECK(row_number(mirrored16.rows[0], "step_time_s") == row_number(none16.rows[0], "step_time_s"));
+  CHECK(row_number(mirrored16.rows[0], "exposed_comm_s") == row_number(none16.rows[0], "exposed_comm_s"));
   // TP 2 x DP 6: the ring crosses nodes at hops 3 -> 4 and 5 -> 0 only, which no group of 1, 2 or 3
   // replicas repeats: mirror gives what none gives, and says so.
   spec.dps = {6};

@@ -1,8 +1,9 @@
 // Symmetric (mirrored) simulation of identical DP replicas (docs/schedules.md, "Symmetry"): replica
-// 0 alone, with proxy receives standing in for its incoming DP transfers, must give exactly the
-// timeline that simulating every rank gives, when both graphs use the same ring P2P form of the DP
-// sync (GenerateOptions::dp_as_p2p). Exactness reference: the full-rank simulation, compared task by
-// task to the picosecond.
+// 0 alone (or a group of replicas), its collectives timed by the engine over the images of the
+// other replicas and its rings of P2P steps receiving from them through proxy receives, must give
+// exactly the timeline that simulating every rank gives, with the DP sync as collectives (what
+// `--symmetry mirror` runs) and with every collective as ring P2P steps (GenerateOptions::dp_as_p2p)
+// in both. Exactness reference: the full-rank simulation, compared task by task to the picosecond.
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -43,11 +44,12 @@ struct Outcome {
   analysis::StepMetrics metrics;
 };
 
-Outcome simulate(const model::Workload& w, const topo::Cluster& c, model::ScheduleKind kind, bool mirror) {
+Outcome simulate(const model::Workload& w, const topo::Cluster& c, model::ScheduleKind kind, bool mirror,
+                 bool p2p = true) {
   GenerateOptions o;
   o.scope = Scope::step;
   o.parallelism = Parallelism::dp;
-  o.dp_as_p2p = true;
+  o.dp_as_p2p = p2p;
   o.mirror_dp = mirror;
   Outcome out{generate(w, "small-llama", c, kind, o), {}, {}};
   const model::RooflineCostModel costs;
@@ -59,7 +61,9 @@ Outcome simulate(const model::Workload& w, const topo::Cluster& c, model::Schedu
 
 // Every task of the mirrored graph against its namesake in the full graph (a proxy carries the name
 // of the receive it stands in for), to the picosecond; then the metrics of the simulated ranks.
-void require_same_timeline(const Outcome& full, const Outcome& mirror, const std::vector<int>& simulated) {
+// `proxies`: whether the mirrored graph has proxy receives (rings of P2P steps) or none (collectives).
+void require_same_timeline(const Outcome& full, const Outcome& mirror, const std::vector<int>& simulated,
+                           bool proxies_expected = true) {
   const std::set<int> sim_ranks(simulated.begin(), simulated.end());
   std::map<std::string, TaskId> by_name;
   for (TaskId id = 0; id < full.schedule.graph.size(); ++id) {
@@ -84,7 +88,7 @@ void require_same_timeline(const Outcome& full, const Outcome& mirror, const std
     ++compared;
   }
   CHECK(compared == by_name.size());
-  CHECK(proxies > 0);
+  CHECK((proxies > 0) == proxies_expected);
   CHECK(mirror.result.makespan_ps == full.result.makespan_ps);
   CHECK(mirror.metrics.gpus == full.metrics.gpus);
   CHECK(mirror.metrics.tokens == full.metrics.tokens);
@@ -113,13 +117,14 @@ void require_same_timeline(const Outcome& full, const Outcome& mirror, const std
 TEST_CASE("Mirrored DP replicas reproduce the full-rank simulation exactly", "[symmetry][dp]") {
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
   constexpr int kMembers = 8;  // tp 8 x up 1: replica 0 is ranks 0..7
+  for (bool p2p : {true, false})
   for (auto sharding : {model::DpSharding::ddp, model::DpSharding::zero1, model::DpSharding::zero3})
     for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::slice, model::ScheduleKind::commfuse}) {
       const std::int64_t mbs = sharding == model::DpSharding::zero1 ? 2 : 1;  // accumulation once too
       const model::Workload w = small_llama(sharding, mbs);
-      INFO(fmt::format("{} {}", model::to_string(sharding), model::to_string(kind)));
-      const Outcome full = simulate(w, c, kind, false);
-      const Outcome mirror = simulate(w, c, kind, true);
+      INFO(fmt::format("{} {}{}", model::to_string(sharding), model::to_string(kind), p2p ? " p2p" : ""));
+      const Outcome full = simulate(w, c, kind, false, p2p);
+      const Outcome mirror = simulate(w, c, kind, true, p2p);
       // Replica 0 only: its own tasks plus one proxy per DP ring receive, fewer than a third of the
       // full graph's 4 replicas.
       CHECK(mirror.schedule.graph.size() * 3 < full.schedule.graph.size());
@@ -128,9 +133,10 @@ TEST_CASE("Mirrored DP replicas reproduce the full-rank simulation exactly", "[s
 
       // Every replica-0 task to the picosecond (a proxy on replica 1 carries the name of replica 0's
       // receive it stands in for); the same per-rank metrics, and the whole job's tokens, GPUs, FLOPs.
+      // Collectives need no proxy; CommFuse's fused ring does.
       std::vector<int> replica0(kMembers);
       for (int r = 0; r < kMembers; ++r) replica0[static_cast<std::size_t>(r)] = r;
-      require_same_timeline(full, mirror, replica0);
+      require_same_timeline(full, mirror, replica0, p2p || kind == model::ScheduleKind::commfuse);
     }
 }
 
@@ -147,7 +153,8 @@ TEST_CASE("Mirrored DP replicas with Ulysses ranks reproduce the full-rank simul
   // member 0 from 6, whose image 6 + 4 = 2 is simulated: a proxy on member 0 + 4 = (0, 2), ranks
   // 16-19; ring 1 at member 1 from 7: a proxy on member 5 = (1, 2), ranks 20-23. CommFuse's fused
   // ring, in member order, enters at member 0 from 7 (image 3): proxies on ranks 16-19 alone, which
-  // is all DDP's CommFuse has; ZeRO-1's CommFuse gathers its parameters with the P2P collective.
+  // is all DDP's CommFuse has; ZeRO-1's CommFuse gathers its parameters with the P2P collective (in
+  // the P2P form) or a collective.
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
   model::Workload w = model::load_workload("llama-3-8b-ulysses");
   w.arch.layers = 2;
@@ -156,12 +163,13 @@ TEST_CASE("Mirrored DP replicas with Ulysses ranks reproduce the full-rank simul
   w.parallel.up = 2;
   w.parallel.dp = 4;
   constexpr int kMembers = 16;
+  for (bool p2p : {true, false})
   for (auto sharding : {model::DpSharding::ddp, model::DpSharding::zero1})
     for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse}) {
       w.parallel.dp_sharding = sharding;
-      INFO(fmt::format("{} {}", model::to_string(sharding), model::to_string(kind)));
-      const Outcome full = simulate(w, c, kind, false);
-      const Outcome mirror = simulate(w, c, kind, true);
+      INFO(fmt::format("{} {}{}", model::to_string(sharding), model::to_string(kind), p2p ? " p2p" : ""));
+      const Outcome full = simulate(w, c, kind, false, p2p);
+      const Outcome mirror = simulate(w, c, kind, true, p2p);
       CHECK(mirror.schedule.simulated_ranks == kMembers);
       std::map<std::string, TaskId> by_name;
       for (TaskId id = 0; id < full.schedule.graph.size(); ++id) {
@@ -185,9 +193,13 @@ TEST_CASE("Mirrored DP replicas with Ulysses ranks reproduce the full-rank simul
         ++compared;
       }
       CHECK(compared == by_name.size());
+      // With collectives (`--symmetry mirror`) the engine times the rings' entry itself: proxies only
+      // for CommFuse's fused ring.
       std::set<int> expected;
-      const bool fused_only = kind == model::ScheduleKind::commfuse && sharding == model::DpSharding::ddp;
-      for (int r = 16; r < (fused_only ? 20 : 24); ++r) expected.insert(r);
+      const bool fused = kind == model::ScheduleKind::commfuse;
+      const bool fused_only = fused && (sharding == model::DpSharding::ddp || !p2p);
+      if (p2p || fused)
+        for (int r = 16; r < (fused_only ? 20 : 24); ++r) expected.insert(r);
       CHECK(proxy_ranks == expected);
       CHECK(mirror.metrics.step_time_ps == full.metrics.step_time_ps);
       CHECK(mirror.metrics.mfu == Approx(full.metrics.mfu).epsilon(1e-12));
@@ -435,6 +447,7 @@ TEST_CASE("Mirrored groups of DP replicas that share a node reproduce the full-r
   struct Case {
     int tp, up, dp, group, pp = 1;
   };
+  for (bool p2p : {true, false})
   for (const Case k : {Case{2, 1, 16, 8}, Case{4, 1, 8, 4}, Case{1, 1, 32, 16}, Case{2, 2, 8, 4}, Case{2, 1, 16, 8, 2}})
     for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse}) {
       model::Workload w = small_llama(model::DpSharding::zero1, k.pp > 1 ? 4 : 2);
@@ -442,10 +455,10 @@ TEST_CASE("Mirrored groups of DP replicas that share a node reproduce the full-r
       w.parallel.up = k.up;
       w.parallel.dp = k.dp;
       w.parallel.pp = k.pp;
-      INFO(fmt::format("tp {} up {} dp {} pp {} {}", k.tp, k.up, k.dp, k.pp, model::to_string(kind)));
+      INFO(fmt::format("tp {} up {} dp {} pp {} {}{}", k.tp, k.up, k.dp, k.pp, model::to_string(kind), p2p ? " p2p" : ""));
       const topo::Cluster& c = k.pp > 1 ? c8 : c4;
-      const Outcome full = simulate(w, c, kind, false);
-      const Outcome mirror = simulate(w, c, kind, true);
+      const Outcome full = simulate(w, c, kind, false, p2p);
+      const Outcome mirror = simulate(w, c, kind, true, p2p);
       INFO(mirror.schedule.symmetry_fallback);
       REQUIRE(mirror.schedule.symmetry_fallback.empty());
       const int per_stage = k.tp * k.up * k.group;
@@ -454,7 +467,7 @@ TEST_CASE("Mirrored groups of DP replicas that share a node reproduce the full-r
       std::vector<int> ranks;
       for (int st = 0; st < k.pp; ++st)
         for (int r = 0; r < per_stage; ++r) ranks.push_back(st * k.tp * k.up * k.dp + r);
-      require_same_timeline(full, mirror, ranks);
+      require_same_timeline(full, mirror, ranks, p2p || kind == model::ScheduleKind::commfuse);
     }
 }
 
@@ -466,18 +479,19 @@ TEST_CASE("ZeRO updates an even share of the flat buffer: mirrored exactly where
   // parameters, and the ring steps split the flat buffer evenly: replica 0 stands for the others,
   // with the parameter gather after the optimizer and with it in the next forward.
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  for (bool p2p : {true, false})
   for (bool overlap : {false, true}) {
     model::Workload w = small_llama(model::DpSharding::zero1, 2);
     w.parallel.dp = 3;
     w.parallel.overlap_param_gather = overlap;
-    INFO("overlap_param_gather " << overlap);
-    const Outcome full = simulate(w, c, model::ScheduleKind::baseline, false);
-    const Outcome mirror = simulate(w, c, model::ScheduleKind::baseline, true);
+    INFO("overlap_param_gather " << overlap << (p2p ? " p2p" : ""));
+    const Outcome full = simulate(w, c, model::ScheduleKind::baseline, false, p2p);
+    const Outcome mirror = simulate(w, c, model::ScheduleKind::baseline, true, p2p);
     INFO(mirror.schedule.symmetry_fallback);
     REQUIRE(mirror.schedule.symmetry_fallback.empty());
     std::vector<int> replica0(8);
     for (int r = 0; r < 8; ++r) replica0[static_cast<std::size_t>(r)] = r;
-    require_same_timeline(full, mirror, replica0);
+    require_same_timeline(full, mirror, replica0, p2p);
   }
 }
 
@@ -496,6 +510,7 @@ TEST_CASE("Mirrored DP replicas of every pipeline stage reproduce the full-rank 
     int tp, dp, v;
     bool overlap_gather = false;
   };
+  for (bool p2p : {true, false})
   for (const Case k : {Case{8, 2, 1}, Case{4, 2, 1}, Case{2, 2, 1}, Case{2, 2, 2}, Case{8, 2, 1, true},
                        Case{2, 2, 2, true}})
     for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse}) {
@@ -508,10 +523,10 @@ TEST_CASE("Mirrored DP replicas of every pipeline stage reproduce the full-rank 
       w.parallel.virtual_stages = k.v;
       w.parallel.overlap_param_gather = k.overlap_gather;
       if (k.v > 1) w.parallel.pp_schedule = model::PipelineSchedule::interleaved;
-      INFO(fmt::format("tp {} dp {} pp 2 v {} {}{}", k.tp, k.dp, k.v, model::to_string(kind),
-                       k.overlap_gather ? " overlap_param_gather" : ""));
-      const Outcome full = simulate(w, c, kind, false);
-      const Outcome mirror = simulate(w, c, kind, true);
+      INFO(fmt::format("tp {} dp {} pp 2 v {} {}{}{}", k.tp, k.dp, k.v, model::to_string(kind),
+                       k.overlap_gather ? " overlap_param_gather" : "", p2p ? " p2p" : ""));
+      const Outcome full = simulate(w, c, kind, false, p2p);
+      const Outcome mirror = simulate(w, c, kind, true, p2p);
       INFO(mirror.schedule.symmetry_fallback);
       REQUIRE(mirror.schedule.symmetry_fallback.empty());
       CHECK(mirror.schedule.simulated_ranks == 2 * k.tp);
@@ -521,7 +536,7 @@ TEST_CASE("Mirrored DP replicas of every pipeline stage reproduce the full-rank 
         for (int i = 0; i < k.tp; ++i) simulated.push_back(s * k.tp * k.dp + i);
       CHECK(counted_ranks(mirror.schedule.graph.num_ranks(), mirror.schedule.simulated_ranks, 2) ==
             simulated);
-      require_same_timeline(full, mirror, simulated);
+      require_same_timeline(full, mirror, simulated, p2p || kind == model::ScheduleKind::commfuse);
     }
 }
 

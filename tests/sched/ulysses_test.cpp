@@ -354,10 +354,20 @@ TEST_CASE("UP ranks of one TP position sum their weight gradients together with 
     ++synced;
   }
   CHECK(synced == 4);  // one all-reduce per rank
-  // Mirrored: DP replica 0 (ranks 0..3) with its ring hop (u 0 -> u 1) real, and one proxy receive
-  // per TP position on DP replica 1's first UP rank (4 + ti), of the Send of replica 0's last UP rank
-  // (2 + ti) (tests/sched/symmetry_test.cpp checks the timing against every rank).
+  // Mirrored: DP replica 0 (ranks 0..3). With collectives, its all-reduces keep the whole group and
+  // nothing runs on replica 1. In the ring P2P form, its ring hop (u 0 -> u 1) is real and one proxy
+  // receive per TP position sits on DP replica 1's first UP rank (4 + ti), of the Send of replica 0's
+  // last UP rank (2 + ti) (tests/sched/symmetry_test.cpp checks the timing against every rank).
   r.options.mirror_dp = true;
+  const Schedule mc = generate_tpsp(r);
+  CHECK(mc.simulated_ranks == 4);
+  for (TaskId id = 0; id < mc.graph.size(); ++id) {
+    const Task& t = mc.graph.task(id);
+    CHECK(t.rank < 4);
+    if (const auto* c = std::get_if<CollectiveTask>(&t.kind); c != nullptr && region_of(mc, t).parallelism == Parallelism::dp)
+      CHECK(c->group == std::vector<int>{t.rank % 2, 2 + t.rank % 2, 4 + t.rank % 2, 6 + t.rank % 2});
+  }
+  r.options.dp_as_p2p = true;
   const Schedule m = generate_tpsp(r);
   CHECK(m.simulated_ranks == 4);
   std::set<int> proxy_ranks, proxy_peers;

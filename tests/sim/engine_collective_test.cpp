@@ -225,3 +225,41 @@ TEST_CASE("a ring collective takes the protocol whose time alone is least for it
   // Not for an all-gather: Simple, 5e6 + 7 x (2e6 + 10e6) = 89e6.
   CHECK(run(cluster, CollectiveKind::all_gather, kN) == 89'000'000);
 }
+
+TEST_CASE("a mirrored collective times its images' ring steps by the members present", "[sim][collective][symmetry]") {
+  // An all-gather over ranks 0-3 on the star with tasks on ranks 0 and 1 alone, ranks 2 and 3 their
+  // images (load alias 0, 1, 0, 1: a mirrored graph of two replicas of one rank each). Ring 0 -> 1
+  // -> 2 -> 3 -> 0: rank 1's step flow to its image 2 lands on rank 0, as rank 3's flow into rank 0
+  // would, and arrives by rank 0's link (the route turns at the switch). Every member sends and
+  // receives one chunk per step on links no other flow uses, so the steps are the full ring's:
+  //   5e6 + 3 x (2e6 + 2e6 B / 1e11 B/s = 20e6) = 71,000,000 ps,
+  // with 2 members x 3 steps = 6 transfers instead of 12.
+  const auto cluster = star(4);
+  TestCostModel costs;
+  TaskGraph g(4);
+  const auto ids = collective(g, "ag", CollectiveKind::all_gather, {0, 1}, kN, 1);
+  for (auto id : ids) std::get<sched::CollectiveTask>(g.task(id).kind).group = iota_ranks(4);
+  g.set_load_alias({0, 1, 0, 1});
+  const auto res = Simulator(cluster, costs).run(g);
+  check_all_end_at(res, ids, 71'000'000);
+  REQUIRE(res.transfers.size() == 6);
+  for (const auto& tr : res.transfers) {
+    CHECK(tr.dst_rank == tr.src_rank + 1);  // rank 1 sends to rank 2, the image of rank 0
+    CHECK(tr.peer_task == ids[static_cast<std::size_t>((tr.src_rank + 1) % 2)]);
+    CHECK(tr.end_ps - tr.start_ps == kAlpha + chunk_ps(4));
+  }
+
+  // Images whose ring does not repeat: alias 0, 1, 1, 1 would credit rank 1 with two chunks a step
+  // (from rank 0 and from its image 2) and rank 0 with none.
+  TaskGraph bad(4);
+  const auto bad_ids = collective(bad, "ag", CollectiveKind::all_gather, {0, 1}, kN, 1);
+  for (auto id : bad_ids) std::get<sched::CollectiveTask>(bad.task(id).kind).group = iota_ranks(4);
+  bad.set_load_alias({0, 1, 1, 1});
+  CHECK_THROWS_WITH(Simulator(cluster, costs).run(bad),
+                    Catch::Contains("in ring 0 rank 0 would receive 0 chunks per step"));
+  // A missing rank with no alias is a missing member.
+  TaskGraph missing(4);
+  const auto missing_ids = collective(missing, "ag", CollectiveKind::all_gather, {0, 1}, kN, 1);
+  for (auto id : missing_ids) std::get<sched::CollectiveTask>(missing.task(id).kind).group = iota_ranks(4);
+  CHECK_THROWS_WITH(Simulator(cluster, costs).run(missing), Catch::Contains("rank 2 has no task"));
+}

@@ -189,7 +189,9 @@ inline constexpr TaskId kNoTask = static_cast<TaskId>(-1);
 struct GraphAnalysis {
   ExecutionOrder order;
   std::vector<TaskId> partner;                   // a Send's Recv and a Recv's Send; kNoTask otherwise
-  std::vector<std::vector<TaskId>> collectives;  // the members of each collective, in group (ring) order
+  // The members of each collective, in group (ring) order; in a mirrored graph only those present
+  // (ranks whose load alias is themselves), the image ranks standing in through their aliases.
+  std::vector<std::vector<TaskId>> collectives;
   std::vector<std::uint32_t> collective_of;      // per task: index into `collectives`; kNoTask otherwise
 };
 // validate(), returning its findings. Throws the same GraphErrors.

@@ -31,8 +31,11 @@ struct GenerateOptions {
   // bucketed collectives become t-1 (reduce-scatter, all-gather) or 2(t-1) (all-reduce) send/recv
   // steps on the stream the collective would use. Timing only (no dataflow for the DP sync).
   bool dp_as_p2p = false;
-  // Symmetric mode (implies dp_as_p2p): only DP replica 0's ranks are generated; each DP ring step's
-  // receive on the next replica is a proxy Recv that stands in for replica 0's own receive.
+  // Symmetric mode: only the simulated DP replicas' ranks are generated (replica 0, or a group of
+  // them: TpspRequest::mirror_replicas). Their collectives keep the whole group, and the engine
+  // times the other replicas' part of the rings by their images among the simulated ones; a ring of
+  // P2P steps (CommFuse's, or every collective with dp_as_p2p) receives from the images through a
+  // proxy Recv that stands in for the simulated replica's own receive.
   bool mirror_dp = false;
   // The share of the machine's memory this graph may take (kMaxGeneratedTasks below): a caller that
   // builds n graphs at once (search --jobs n) gives each 1/n, so that together they stay within it.
