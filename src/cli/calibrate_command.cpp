@@ -1,6 +1,7 @@
 // `fusesim calibrate`: the producing side of calibration profiles (docs/microbench.md).
 //   fit RAW.json -o OUT.json              fit the "fitted" section from the raw samples
 //   import-nccl-tests LOG... -o OUT.json  collective samples (and their fit) from nccl-tests logs
+//   kernel-fits PROFILE -o OUT            the profile with fitted.kernel_models (its kernel fits' parameters)
 //   plan --workload W --topology T        the GEMM / attention / elementwise shapes the schedules run,
 //                                         for tools/microbench/microbench.py --plan
 #include <algorithm>
@@ -195,6 +196,12 @@ class CalibrateCommand final : public Command {
     from_trace_->add_option("--device-model", device_model_, "device model of --topology (default: its only one)");
     from_trace_->add_option("--date", date_, "provenance date (default: today, UTC)");
 
+    kernel_fits_ = sub.add_subcommand(
+        "kernel-fits", "fit a profile's GEMM and small-kernel models from its samples and write the profile with "
+                       "fitted.kernel_models, their parameters, which loading it then takes instead of searching again");
+    kernel_fits_->add_option("profile", raw_, "calibration profile")->required();
+    kernel_fits_->add_option("-o,--output", output_, "the calibration profile to write (may be the one read)")->required();
+
     plan_ = sub.add_subcommand("plan", "print the kernel shapes the shipped schedules generate for a workload, "
                                        "as JSON for tools/microbench/microbench.py --plan");
     plan_->add_option("--workload", workload_, "workload: a file or a shipped name")->capture_default_str();
@@ -213,6 +220,7 @@ class CalibrateCommand final : public Command {
     if (fit_->parsed()) return run_fit(io);
     if (import_->parsed()) return run_import(io);
     if (from_trace_->parsed()) return run_from_trace(io);
+    if (kernel_fits_->parsed()) return run_kernel_fits(io);
     return run_plan(io);
   }
 
@@ -246,6 +254,20 @@ class CalibrateCommand final : public Command {
     const nlohmann::json out = with_fitted(doc, fit_options(raw_), topology_.empty() ? "--peak-tflops" : "--topology");
     write(out, io);
     io.err << describe_fitted(out["fitted"]);
+    return 0;
+  }
+
+  // The file's own text and key order kept (tools/calibration/build_profiles.py renders the shipped
+  // profiles); only fitted.kernel_models is set.
+  int run_kernel_fits(Io& io) {
+    const JsonDocument doc = JsonDocument::load(raw_);
+    const model::Profile profile = model::parse_profile(doc, model::KernelFits::search);
+    nlohmann::ordered_json out = nlohmann::ordered_json::parse(read_text_file(raw_));
+    out["fitted"]["kernel_models"] = model::kernel_fits_json(profile);
+    write_output_file(output_, out.dump(2) + "\n");
+    io.err << fmt::format("wrote {}: {} GEMM model(s), {} small-kernel model(s), inputs fnv1a64 {}\n", output_,
+                          (profile.gemm_model ? 1 : 0) + (profile.gemm_model_fp8 ? 1 : 0),
+                          profile.elementwise_models.size(), model::kernel_fit_inputs_fnv1a64(profile));
     return 0;
   }
 
@@ -564,6 +586,7 @@ class CalibrateCommand final : public Command {
   CLI::App* import_ = nullptr;
   CLI::App* plan_ = nullptr;
   CLI::App* from_trace_ = nullptr;
+  CLI::App* kernel_fits_ = nullptr;
   std::string trace_;
   std::optional<int> step_;
   std::string raw_, output_, topology_, device_model_;

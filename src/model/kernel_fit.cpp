@@ -88,6 +88,21 @@ GemmModel gemm_from(const std::vector<double>& x, int sm_count, double element_b
   return g;
 }
 
+// The small-kernel model of parameters x; bounded: the stream and L2 as logistic shares of the
+// device's HBM bandwidth and L2, so that the fit cannot go beyond them.
+SmallKernelModel small_model(const std::vector<double>& x, bool bounded, bool rows, double hbm_bytes_per_s,
+                             double l2_bytes) {
+  SmallKernelModel m;
+  m.launch_s = std::exp(x[0]);
+  m.bytes_per_s = bounded && hbm_bytes_per_s > 0 ? hbm_bytes_per_s / (1.0 + std::exp(-x[1])) : std::exp(x[1]);
+  m.row_bytes_per_s = rows ? std::exp(x[2]) : 0.0;
+  m.row_overhead_bytes = rows ? std::exp(x[3]) : 0.0;
+  m.blend = 1.0 + std::exp(x[4]);
+  m.l2_bytes = bounded && l2_bytes > 0 ? l2_bytes / (1.0 + std::exp(-x[5])) : std::exp(x[5]);
+  m.l2_bytes_per_s = m.bytes_per_s * (1.0 + std::exp(x[6]));  // L2 is faster than HBM
+  return m;
+}
+
 double mape_pct(const std::vector<double>& predicted, const std::vector<double>& measured) {
   double sum = 0.0;
   for (std::size_t i = 0; i < measured.size(); ++i) sum += std::abs(predicted[i] / measured[i] - 1.0);
@@ -176,7 +191,22 @@ GemmModel fit_gemm_model(const std::vector<GemmTiming>& samples, int sm_count, d
   std::vector<double> fine(steps.size());
   std::transform(steps.begin(), steps.end(), fine.begin(), [](double s) { return s / 3.0; });
   x = nelder_mead(loss, x, fine, 3000);
+  return gemm_model_from_parameters(x, samples, sm_count, element_bytes, tiles);
+}
+
+namespace {
+void require_parameters(const std::vector<double>& x) {
+  if (x.size() != 7) throw std::invalid_argument("a kernel model has seven parameters");
+  for (double v : x)
+    if (!std::isfinite(v)) throw std::invalid_argument("a kernel model's parameters must be finite");
+}
+}  // namespace
+
+GemmModel gemm_model_from_parameters(const std::vector<double>& x, const std::vector<GemmTiming>& samples,
+                                     int sm_count, double element_bytes, const std::vector<std::pair<int, int>>& tiles) {
+  require_parameters(x);
   GemmModel g = gemm_from(x, sm_count, element_bytes, tiles);
+  g.parameters = x;
   std::vector<double> predicted, measured;
   for (const GemmTiming& s : samples) {
     const double base = g.smooth_time_s(s.m, s.n, s.k, s.batch);
@@ -239,18 +269,7 @@ SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& sa
     rows = rows && s.rows > 0;
   }
   bool bounded = false;
-  const auto model = [&](const std::vector<double>& x) {
-    SmallKernelModel m;
-    m.launch_s = std::exp(x[0]);
-    // Bounded: logistic shares of the device's HBM bandwidth and L2, so the fit cannot go beyond them.
-    m.bytes_per_s = bounded && hbm_bytes_per_s > 0 ? hbm_bytes_per_s / (1.0 + std::exp(-x[1])) : std::exp(x[1]);
-    m.row_bytes_per_s = rows ? std::exp(x[2]) : 0.0;
-    m.row_overhead_bytes = rows ? std::exp(x[3]) : 0.0;
-    m.blend = 1.0 + std::exp(x[4]);
-    m.l2_bytes = bounded && l2_bytes > 0 ? l2_bytes / (1.0 + std::exp(-x[5])) : std::exp(x[5]);
-    m.l2_bytes_per_s = m.bytes_per_s * (1.0 + std::exp(x[6]));  // L2 is faster than HBM
-    return m;
-  };
+  const auto model = [&](const std::vector<double>& x) { return small_model(x, bounded, rows, hbm_bytes_per_s, l2_bytes); };
   const auto loss = [&](const std::vector<double>& x) {
     const SmallKernelModel m = model(x);
     double e = 0.0;
@@ -280,7 +299,18 @@ SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& sa
     const double l20 = l2_bytes > 0 ? 0.0 : std::log(2.5e7);
     x = search(bw0, l20);
   }
-  SmallKernelModel m = model(x);
+  return small_kernel_model_from_parameters(x, bounded, samples, hbm_bytes_per_s, l2_bytes);
+}
+
+SmallKernelModel small_kernel_model_from_parameters(const std::vector<double>& x, bool bounded,
+                                                    const std::vector<SmallKernelTiming>& samples,
+                                                    double hbm_bytes_per_s, double l2_bytes) {
+  require_parameters(x);
+  bool rows = true;
+  for (const SmallKernelTiming& s : samples) rows = rows && s.rows > 0;
+  SmallKernelModel m = small_model(x, bounded, rows, hbm_bytes_per_s, l2_bytes);
+  m.parameters = x;
+  m.bounded = bounded;
   std::vector<double> predicted, measured;
   for (const SmallKernelTiming& s : samples) predicted.push_back(m.sample_reading_s(s)), measured.push_back(s.time_s);
   m.samples = static_cast<int>(samples.size());

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "fusesim/model/calibration_fit.hpp"
+#include "fusesim/model/pricing.hpp"
 #include "fusesim/util/embedded.hpp"
 #include "fusesim/util/error.hpp"
 
@@ -120,6 +121,37 @@ void read_fitted(const JsonObject& f, Profile& p) {
     if (o.has("sm_wave_share")) p.sm_wave_share = o.number("sm_wave_share", 0.0, 2.0);
     o.finish();
   }
+  if (auto k = f.find("kernel_models")) {
+    const JsonObject o = k->as_object();
+    Profile::StoredKernelFits fits;
+    fits.inputs_fnv1a64 = o.string("inputs_fnv1a64");
+    const auto parameters = [](const JsonObject& model) {
+      const JsonArray a = model.array("parameters");
+      a.require_size(7, 7);
+      std::vector<double> x;
+      for (std::size_t i = 0; i < a.size(); ++i) x.push_back(a.at(i).as_number());
+      return x;
+    };
+    for (auto [key, slot] : {std::pair{"gemm", &fits.gemm}, std::pair{"gemm_fp8", &fits.gemm_fp8}}) {
+      if (auto g = o.find(key)) {
+        const JsonObject go = g->as_object();
+        *slot = parameters(go);
+        go.finish();
+      }
+    }
+    if (auto e = o.find("elementwise")) {
+      const JsonObject ops = e->as_object();
+      for (const std::string& op : ops.keys()) {
+        const JsonObject m = ops.object(op);
+        fits.elementwise[op] = {parameters(m), m.boolean_or("bounded", false)};
+        m.finish();
+      }
+      ops.finish();
+    }
+    o.string_or("source", "");
+    o.finish();
+    p.stored_kernel_fits = std::move(fits);
+  }
   if (f.has("hbm_bytes_per_s")) p.hbm_bytes_per_s = positive(f, "hbm_bytes_per_s");
   if (f.has("gemm_peak_fraction")) {
     const double x = f.number("gemm_peak_fraction", 0.0, 1.0);
@@ -208,19 +240,60 @@ std::vector<GemmTiming> gemm_timings(const Profile& profile, GemmFamily family) 
   return out;
 }
 
+// Bump when the fit's search or its model changes, so that parameters stored for the old fit are no
+// longer taken (the refit test would fail first: tests/model/test_profile.cpp).
+constexpr int kKernelFitVersion = 1;
+
+std::string kernel_fit_inputs_fnv1a64(const Profile& p) {
+  // Hex floats: every bit of every value the fits read, in the order they read them.
+  std::string text = fmt::format("kernel fits v{} sm {} hbm {:a} l2 {:a}\n", kKernelFitVersion, p.sm_count,
+                                 p.small_kernel_hbm_bound(), p.small_kernel_l2_bound());
+  for (GemmFamily family : {GemmFamily::sixteen_bit, GemmFamily::fp8})
+    for (const GemmTiming& g : gemm_timings(p, family))
+      text += fmt::format("gemm{} {:a} {:a} {:a} {:a} {:a} {:a}\n", family == GemmFamily::fp8 ? 8 : 16, g.m, g.n, g.k,
+                          g.batch, g.time_s, g.resolution_s);
+  for (const SmallKernelTiming& e : p.elementwise)
+    text += fmt::format("{} {:a} {:a} {:a} {} {:a}\n", e.op, e.bytes, e.rows, e.time_s, e.kernels, e.resolution_s);
+  return fnv1a64_hex(text);
+}
+
+nlohmann::ordered_json kernel_fits_json(const Profile& p) {
+  nlohmann::ordered_json out;
+  out["inputs_fnv1a64"] = kernel_fit_inputs_fnv1a64(p);
+  out["source"] = "the parameters fitted to this profile's gemm and elementwise samples, written by `fusesim "
+                  "calibrate kernel-fits` (docs/calibration.md, \"Stored kernel fits\")";
+  if (p.gemm_model) out["gemm"] = {{"parameters", p.gemm_model->parameters}};
+  if (p.gemm_model_fp8) out["gemm_fp8"] = {{"parameters", p.gemm_model_fp8->parameters}};
+  nlohmann::ordered_json ops = nlohmann::ordered_json::object();
+  for (const auto& [op, m] : p.elementwise_models) ops[op] = {{"parameters", m.parameters}, {"bounded", m.bounded}};
+  if (!ops.empty()) out["elementwise"] = std::move(ops);
+  return out;
+}
+
 namespace {
 
 // The kernel models of docs/calibration.md, "Kernel models": fitted once when the profile is read
 // (a sweep reads each profile once). Too few samples: no model, and the roofline prices that kernel.
-void fit_kernel_models(Profile& p, const JsonObject& root) {
+// Where fitted.kernel_models holds the parameters a fit found for exactly these samples, the models
+// are built from them without the search (the same models: tests/model/test_profile.cpp refits every
+// shipped profile and compares).
+void fit_kernel_models(Profile& p, const JsonObject& root, KernelFits mode) {
+  const Profile::StoredKernelFits* stored =
+      mode == KernelFits::stored_when_current && p.stored_kernel_fits &&
+              p.stored_kernel_fits->inputs_fnv1a64 == kernel_fit_inputs_fnv1a64(p)
+          ? &*p.stored_kernel_fits
+          : nullptr;
+  p.kernel_models_from_stored_fits = stored != nullptr;
   // fp8 GEMMs (e4m3 operands, one byte each) run other kernels at twice the tensor-core rate: a model
   // of their own, from their own samples.
   for (auto [family, slot, element_bytes] :
        {std::tuple{GemmFamily::sixteen_bit, &p.gemm_model, 2.0}, std::tuple{GemmFamily::fp8, &p.gemm_model_fp8, 1.0}}) {
     const std::vector<GemmTiming> gemm = gemm_timings(p, family);
     if (gemm.size() < 8) continue;
+    const auto& kept = stored == nullptr ? std::nullopt : (family == GemmFamily::fp8 ? stored->gemm_fp8 : stored->gemm);
     try {
-      *slot = fit_gemm_model(gemm, p.sm_count, element_bytes);
+      *slot = kept ? gemm_model_from_parameters(*kept, gemm, p.sm_count, element_bytes)
+                   : fit_gemm_model(gemm, p.sm_count, element_bytes);
     } catch (const std::invalid_argument& e) {
       root.at("gemm").fail(fmt::format("cannot fit the {} GEMM model: {}",
                                        family == GemmFamily::fp8 ? "fp8" : "16-bit", e.what()));
@@ -230,8 +303,14 @@ void fit_kernel_models(Profile& p, const JsonObject& root) {
   for (const SmallKernelTiming& s : p.elementwise) by_op[s.op].push_back(s);
   for (const auto& [op, samples] : by_op) {
     if (samples.size() < 3) continue;
+    const std::pair<std::vector<double>, bool>* kept = nullptr;
+    if (stored != nullptr)
+      if (const auto it = stored->elementwise.find(op); it != stored->elementwise.end()) kept = &it->second;
     try {
-      p.elementwise_models[op] = fit_small_kernel_model(samples, p.small_kernel_hbm_bound(), p.small_kernel_l2_bound());
+      p.elementwise_models[op] =
+          kept != nullptr ? small_kernel_model_from_parameters(kept->first, kept->second, samples,
+                                                               p.small_kernel_hbm_bound(), p.small_kernel_l2_bound())
+              : fit_small_kernel_model(samples, p.small_kernel_hbm_bound(), p.small_kernel_l2_bound());
     } catch (const std::invalid_argument& e) {
       root.fail(fmt::format("cannot fit the small-kernel model of '{}': {}", op, e.what()));
     }
@@ -255,7 +334,7 @@ std::optional<double> fit_sm_wave_share(const Profile& p) {
 
 }  // namespace
 
-Profile parse_profile(const JsonDocument& doc) {
+Profile parse_profile(const JsonDocument& doc, KernelFits kernel_fits) {
   const JsonObject root = doc.root();
   Profile p;
   p.label = doc.file();
@@ -463,7 +542,7 @@ Profile parse_profile(const JsonDocument& doc) {
       root.fail(fmt::format("cannot fit the HBM bandwidth of copy: {}", e.what()));
     }
   }
-  fit_kernel_models(p, root);
+  fit_kernel_models(p, root, kernel_fits);
   if (!p.sm_wave_share) p.sm_wave_share = fit_sm_wave_share(p);
   return p;
 }

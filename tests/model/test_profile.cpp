@@ -556,3 +556,64 @@ TEST_CASE("a profile with enough samples gets its GEMM and small-kernel models o
   CHECK(acc.memory_s - plain.memory_s == Approx(8192.0 * 1280 * 6 / hbm).epsilon(1e-9));
   CHECK(acc.duration_ps >= plain.duration_ps);
 }
+
+TEST_CASE("every shipped profile's stored kernel fits are what fitting its samples gives, and loading takes them",
+          "[model][profile][kernel_fit]") {
+  // The Nelder-Mead search of the kernel models takes about a second per profile, on every run;
+  // fitted.kernel_models holds the parameters it finds for the samples beside it (inputs_fnv1a64 names
+  // them), and loading builds the models from them without searching. Searching again must give every
+  // parameter bit for bit, and the models must price alike: a block left stale (samples changed
+  // without `fusesim calibrate kernel-fits`, or the fit changed without kKernelFitVersion) fails here.
+  std::size_t with_models = 0;
+  for (const std::string& f : embedded_files("profiles")) {
+    INFO(f);
+    const JsonDocument doc = JsonDocument::parse(std::string(*embedded_file(f)), f);
+    const Profile searched = parse_profile(doc, KernelFits::search);
+    const Profile stored = parse_profile(doc);
+    CHECK_FALSE(searched.kernel_models_from_stored_fits);
+    if (!searched.gemm_model && searched.elementwise_models.empty()) {
+      CHECK_FALSE(stored.stored_kernel_fits);
+      continue;
+    }
+    ++with_models;
+    REQUIRE(stored.stored_kernel_fits);
+    CHECK(stored.stored_kernel_fits->inputs_fnv1a64 == kernel_fit_inputs_fnv1a64(stored));
+    CHECK(stored.kernel_models_from_stored_fits);
+    CHECK(kernel_fits_json(stored) == kernel_fits_json(searched));
+    for (auto family : {GemmFamily::sixteen_bit, GemmFamily::fp8}) {
+      const auto& a = searched.gemm_model_of(family);
+      const auto& b = stored.gemm_model_of(family);
+      REQUIRE(a.has_value() == b.has_value());
+      if (!a) continue;
+      CHECK(a->in_sample_mape_pct == b->in_sample_mape_pct);
+      for (double m : {1.0, 512.0, 8192.0, 65536.0})
+        CHECK(a->time_s(m, 4096, 14336, 1) == b->time_s(m, 4096, 14336, 1));
+    }
+    REQUIRE(searched.elementwise_models.size() == stored.elementwise_models.size());
+    for (const auto& [op, m] : searched.elementwise_models) {
+      INFO(op);
+      const SmallKernelModel& s = stored.elementwise_models.at(op);
+      CHECK(s.in_sample_mape_pct == m.in_sample_mape_pct);
+      for (double rows : {1.0, 4096.0, 65536.0}) CHECK(s.time_s(rows * 8192, rows) == m.time_s(rows * 8192, rows));
+    }
+  }
+  CHECK(with_models >= 3);  // a100, h100, h200
+
+  // A sample changed under the block: its inputs no longer match, and loading searches again.
+  json doc = json::parse(std::string(*embedded_file("profiles/h200-sxm.json")));
+  doc["gemm"][0]["time_s"] = {2.5e-05};
+  const Profile changed = parse_profile(JsonDocument::from_json(doc, "changed-h200.json"));
+  REQUIRE(changed.stored_kernel_fits);
+  CHECK_FALSE(changed.kernel_models_from_stored_fits);
+  CHECK(changed.stored_kernel_fits->inputs_fnv1a64 != kernel_fit_inputs_fnv1a64(changed));
+  // A stored block of the wrong shape is refused at its path.
+  doc = json::parse(std::string(*embedded_file("profiles/h200-sxm.json")));
+  doc["fitted"]["kernel_models"]["gemm"]["parameters"] = {1.0, 2.0};
+  try {
+    (void)parse_profile(JsonDocument::from_json(doc, "short.json"));
+    FAIL("a stored fit with two parameters was taken");
+  } catch (const InputError& e) {
+    CHECK(e.file() == "short.json");
+    CHECK(e.json_path() == "$.fitted.kernel_models.gemm.parameters");
+  }
+}

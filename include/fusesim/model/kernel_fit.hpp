@@ -55,6 +55,9 @@ struct GemmModel {
   std::vector<Residual> residuals;
   int samples = 0;
   double in_sample_mape_pct = 0;
+  // What the search found, the seven values above as it searches them (logs, a logit): with the same
+  // samples, gemm_model_from_parameters rebuilds this model exactly (a profile's stored fit).
+  std::vector<double> parameters;
 
   double smooth_time_s(double m, double n, double k, double batch) const;  // without the correction
   double time_s(double m, double n, double k, double batch) const;         // with it
@@ -81,6 +84,12 @@ const std::vector<std::pair<int, int>>& default_gemm_tiles();
 // Throws std::invalid_argument otherwise.
 GemmModel fit_gemm_model(const std::vector<GemmTiming>& samples, int sm_count, double element_bytes,
                          const std::vector<std::pair<int, int>>& tiles = default_gemm_tiles());
+// The model fit_gemm_model ends with once its search has found `parameters` (GemmModel::parameters):
+// residuals and in-sample error from the samples, without the search (std::invalid_argument when
+// `parameters` are not seven finite values).
+GemmModel gemm_model_from_parameters(const std::vector<double>& parameters, const std::vector<GemmTiming>& samples,
+                                     int sm_count, double element_bytes,
+                                     const std::vector<std::pair<int, int>>& tiles = default_gemm_tiles());
 
 // One timed small kernel: `bytes` of HBM traffic over `rows` rows (tokens); rows 0 when unknown.
 // `kernels` > 1: the timed region launched that many kernels of the op one after another, each moving
@@ -124,6 +133,10 @@ struct SmallKernelModel {
   double blend = 0;  // 0: the max of the two terms
   int samples = 0;
   double in_sample_mape_pct = 0;
+  // What the search found (seven values, as searched) and whether within the device's bounds: with
+  // the same samples and bounds, small_kernel_model_from_parameters rebuilds this model exactly.
+  std::vector<double> parameters;
+  bool bounded = false;
   double time_s(double bytes, double rows) const;
   // What the model predicts for a sample's timed region: its kernels one after another.
   double sample_time_s(const SmallKernelTiming& s) const;
@@ -140,6 +153,11 @@ struct SmallKernelModel {
 // may exceed (see the .cpp); 0: unbounded.
 SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& samples, double hbm_bytes_per_s = 0,
                                         double l2_bytes = 0);
+// The model fit_small_kernel_model ends with once its search has found `parameters` (bounded or
+// not), without the search (std::invalid_argument when they are not seven finite values).
+SmallKernelModel small_kernel_model_from_parameters(const std::vector<double>& parameters, bool bounded,
+                                                    const std::vector<SmallKernelTiming>& samples,
+                                                    double hbm_bytes_per_s = 0, double l2_bytes = 0);
 
 nlohmann::json to_json(const GemmModel& m);       // without residuals: they are rebuilt from the samples
 nlohmann::json to_json(const SmallKernelModel& m);

@@ -115,13 +115,31 @@ struct Profile {
     return f == GemmFamily::fp8 ? gemm_model_fp8 : gemm_model;
   }
   std::map<std::string, SmallKernelModel> elementwise_models;
+  // fitted.kernel_models: the parameters a fit found for these samples (docs/calibration.md, "Stored
+  // kernel fits"), taken instead of searching again when `inputs_fnv1a64` names the samples read
+  // (kernel_fit_inputs_fnv1a64); the search takes about a second per profile.
+  struct StoredKernelFits {
+    std::string inputs_fnv1a64;
+    std::optional<std::vector<double>> gemm, gemm_fp8;
+    std::map<std::string, std::pair<std::vector<double>, bool>> elementwise;  // op -> parameters, bounded
+  };
+  std::optional<StoredKernelFits> stored_kernel_fits;
+  bool kernel_models_from_stored_fits = false;  // whether the models above came from them
 };
 
 // The GEMM samples of a profile of one family, as the fitter takes them.
 std::vector<GemmTiming> gemm_timings(const Profile& profile, GemmFamily family = GemmFamily::sixteen_bit);
 
-// Strict reading: every error an InputError naming the file and the JSON path.
-Profile parse_profile(const JsonDocument& doc);
+// Strict reading: every error an InputError naming the file and the JSON path. `KernelFits::search`
+// fits the kernel models from the samples even where fitted.kernel_models holds their parameters.
+enum class KernelFits { stored_when_current, search };
+Profile parse_profile(const JsonDocument& doc, KernelFits kernel_fits = KernelFits::stored_when_current);
+
+// The fnv1a64 of what the kernel fits take (the GEMM and small-kernel samples, the SM count, the
+// small kernels' bounds and the fit's version), as fitted.kernel_models.inputs_fnv1a64 records it.
+std::string kernel_fit_inputs_fnv1a64(const Profile& profile);
+// fitted.kernel_models for the profile's kernel models (their parameters), for `calibrate kernel-fits`.
+nlohmann::ordered_json kernel_fits_json(const Profile& profile);
 // A path, or the name of a shipped profile (profiles/<name>.json compiled into the binary).
 Profile load_profile(const std::string& name_or_path);
 
