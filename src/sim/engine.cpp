@@ -14,6 +14,7 @@
 // costs and send sizes are gathered while the task is in cache), and the event loop then works on
 // 8 bytes of TaskInfo, 4 of pending count and 24 of TaskTiming per task, plus the successor lists.
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -154,10 +155,16 @@ struct CollectiveRun {
   const sched::CollectiveTask* spec = nullptr;
   int steps = 0;
   int ready = 0;
-  std::vector<int> sends_done;           // per member: flows sent (steps x rings when done)
-  std::vector<int> recvs_done;           // per member: flows received
-  std::vector<int> next_step;            // per member: the next step it will send
-  std::vector<std::uint16_t> arrived;    // member * steps + step: that step's receives landed so far
+  // Per present member (slot(m): its position, or its index among the present in a mirrored
+  // collective), from the first step until the last member ends, then released: a mirrored
+  // collective of 2,048 ranks keeps one member's steps, not 2,048 x 4,094.
+  std::vector<int> present_slot;         // mirrored: position -> index among the present; else empty
+  int ended = 0;                         // present members ended
+  std::vector<int> sends_done;           // flows sent (steps x rings when done)
+  std::vector<int> recvs_done;           // flows received
+  std::vector<int> next_step;            // the next step it will send
+  std::vector<std::uint16_t> arrived;    // slot * steps + step: that step's receives landed so far
+  std::size_t slot(int m) const { return static_cast<std::size_t>(present_slot.empty() ? m : present_slot[m]); }
 };
 
 // Where a task runs on its rank, for Run::cross_stream: its stream's kind and index, or kRecvStream
@@ -587,6 +594,7 @@ void Run::prepare() {
   std::vector<std::uint32_t>().swap(analysis_.collective_of);
 
   std::size_t transfers = send_spec_.size();
+  std::map<std::vector<int>, std::vector<std::vector<int>>> rings_by_group;
   collectives_.resize(analysis_.collectives.size());
   for (std::size_t ci = 0; ci < collectives_.size(); ++ci) {
     CollectiveRun& c = collectives_[ci];
@@ -607,6 +615,9 @@ void Run::prepare() {
       for (int m = 0; m < t; ++m) position.emplace_back(c.ranks[static_cast<std::size_t>(m)], m);
       std::sort(position.begin(), position.end());
       c.image_of.assign(static_cast<std::size_t>(t), -1);
+      c.present_slot.assign(static_cast<std::size_t>(t), -1);
+      for (int m = 0, k = 0; m < t; ++m)
+        if (c.members[static_cast<std::size_t>(m)] != kNoTask) c.present_slot[static_cast<std::size_t>(m)] = k++;
       for (int m = 0; m < t; ++m) {
         if (c.members[static_cast<std::size_t>(m)] != kNoTask) continue;
         const int alias = load_rank(c.ranks[static_cast<std::size_t>(m)]);
@@ -616,7 +627,11 @@ void Run::prepare() {
     }
     c.steps = t <= 1 ? 0 : c.spec->kind == sched::CollectiveKind::all_reduce ? 2 * (t - 1) : t - 1;
     if (t >= 2 && c.spec->kind != sched::CollectiveKind::all_to_all) {
-      const std::vector<std::vector<int>> rings = topo::collective_rings(c.ranks, cluster_);
+      // Collectives of one group (a DP group's buckets) share their rings.
+      auto cached = rings_by_group.find(c.ranks);
+      if (cached == rings_by_group.end())
+        cached = rings_by_group.emplace(c.ranks, topo::collective_rings(c.ranks, cluster_)).first;
+      const std::vector<std::vector<int>>& rings = cached->second;
       c.rings = static_cast<int>(rings.size());
       c.ring_next.assign(static_cast<std::size_t>(c.rings) * t, 0);
       for (int r = 0; r < c.rings; ++r) {
@@ -902,10 +917,11 @@ SimResult Run::execute(RunProfile& profile) {
         queue_.drop_top();
         CollectiveRun& c = collectives_[e.target];
         const int t = static_cast<int>(c.ranks.size());
-        c.sends_done.assign(t, 0);
-        c.recvs_done.assign(t, 0);
-        c.next_step.assign(t, 0);
-        c.arrived.assign(static_cast<std::size_t>(t) * c.steps, 0);
+        const auto n = static_cast<std::size_t>(c.present);
+        c.sends_done.assign(n, 0);
+        c.recvs_done.assign(n, 0);
+        c.next_step.assign(n, 0);
+        c.arrived.assign(n * static_cast<std::size_t>(c.steps), 0);
         for (int m = 0; m < t; ++m)
           if (c.members[static_cast<std::size_t>(m)] != kNoTask) start_step(e.target, m, 0);
         break;
@@ -1128,7 +1144,7 @@ void Run::begin_collective(std::uint32_t ci) {
 void Run::start_step(std::uint32_t ci, int member, int step) {
   CollectiveRun& c = collectives_[ci];
   const int t = static_cast<int>(c.ranks.size());
-  c.next_step[member] = step + 1;
+  c.next_step[c.slot(member)] = step + 1;
   if (c.spec->kind == sched::CollectiveKind::all_to_all) {
     const int to = (member + step + 1) % t;
     launch_step_flow(ci, member, to, step, route_of(c.ranks[member], c.ranks[to]), static_cast<double>(c.spec->bytes) / t,
@@ -1166,13 +1182,15 @@ void Run::launch_step_flow(std::uint32_t ci, int member, int to, int step, Route
 // landed (on every ring); it ends once every send and receive of its own is done.
 void Run::advance_member(std::uint32_t ci, int m) {
   CollectiveRun& c = collectives_[ci];
-  const int next = c.next_step[m];
+  const std::size_t k = c.slot(m);
+  const int next = c.next_step[k];
   const int flows = c.steps * c.rings;
-  if (next < c.steps && c.sends_done[m] == next * c.rings &&
-      c.arrived[static_cast<std::size_t>(m) * c.steps + next - 1] == c.rings)
+  if (next < c.steps && c.sends_done[k] == next * c.rings &&
+      c.arrived[k * static_cast<std::size_t>(c.steps) + next - 1] == c.rings)
     start_step(ci, m, next);
-  if (c.sends_done[m] == flows && c.recvs_done[m] == flows) {
-    c.recvs_done[m] = flows + 1;  // ended: never again
+  if (c.sends_done[k] == flows && c.recvs_done[k] == flows) {
+    c.recvs_done[k] = flows + 1;  // ended: never again
+    ++c.ended;
     hold_sms(c.ranks[m], -c.sms[m]);
     if (c.spec->engine == model::CommEngine::copy_engine) release_copy_engine(c.ranks[m]);
     end_task(c.members[m]);
@@ -1217,11 +1235,17 @@ void Run::on_flow_end(FlowId f) {
     return;
   }
   CollectiveRun& c = collectives_[collective];
-  ++c.sends_done[sender];
-  ++c.recvs_done[receiver];
-  ++c.arrived[static_cast<std::size_t>(receiver) * c.steps + step];
+  ++c.sends_done[c.slot(sender)];
+  ++c.recvs_done[c.slot(receiver)];
+  ++c.arrived[c.slot(receiver) * static_cast<std::size_t>(c.steps) + step];
   advance_member(collective, sender);
   advance_member(collective, receiver);
+  if (c.ended == c.present) {  // every flow of it has landed: its step state is not needed again
+    std::vector<int>().swap(c.sends_done);
+    std::vector<int>().swap(c.recvs_done);
+    std::vector<int>().swap(c.next_step);
+    std::vector<std::uint16_t>().swap(c.arrived);
+  }
 }
 
 void Run::end_task(TaskId id) {

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <numeric>
+#include <unordered_set>
 
 namespace fusesim::topo {
 
@@ -37,12 +38,12 @@ std::vector<std::vector<int>> rail_rings(const std::vector<int>& member_nodes) {
   // Nodes in group order, each with the positions of its members; the group must list them node by
   // node (a node that comes back later breaks the pattern) with the same count on every node.
   std::vector<std::vector<int>> nodes;
+  std::unordered_set<int> seen;  // a 2,048-node group checked node by node against every earlier one took seconds
   int last_node = -2;
   for (int m = 0; m < t; ++m) {
     const int node = member_nodes[static_cast<std::size_t>(m)];
     if (node != last_node) {
-      for (const auto& seen : nodes)
-        if (member_nodes[static_cast<std::size_t>(seen.front())] == node) return {flat};
+      if (!seen.insert(node).second) return {flat};
       nodes.emplace_back();
       last_node = node;
     }
