@@ -471,6 +471,39 @@ TEST_CASE("Mirrored groups of DP replicas that share a node reproduce the full-r
     }
 }
 
+TEST_CASE("Mirrored DP replicas on the 128-node fabric, sampled, reproduce the full-rank simulation exactly",
+          "[symmetry][dp]") {
+  // dgx-h100-128node (rail-optimized, 16 spines): sixteen nodes of it, the DP collectives as NCCL's
+  // collectives (what --symmetry mirror runs) and as ring P2P steps.
+  //   tp 8 dp 16: a replica per node, one ring over rail ti: replica 0, ranks 0-7;
+  //   tp 2 dp 64: four replicas per node, four rings, two nodes' replicas: ranks 0-15;
+  //   tp 4 up 2 dp 16: a replica per node, whose two UP ranks of a TP position are two members of
+  //   its sync (u, d) in the node: two rings over the 32 members, repeating every two nodes:
+  //   replicas 0-1, ranks 0-15.
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  struct Case {
+    int tp, up, dp, group;
+  };
+  for (bool p2p : {false, true})
+    for (const Case k : {Case{8, 1, 16, 1}, Case{2, 1, 64, 8}, Case{4, 2, 16, 2}})
+      for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse}) {
+        model::Workload w = small_llama(model::DpSharding::zero1, 2);
+        w.parallel.tp = k.tp;
+        w.parallel.up = k.up;
+        w.parallel.dp = k.dp;
+        INFO(fmt::format("tp {} up {} dp {} {}{}", k.tp, k.up, k.dp, model::to_string(kind), p2p ? " p2p" : ""));
+        const Outcome full = simulate(w, c, kind, false, p2p);
+        const Outcome mirror = simulate(w, c, kind, true, p2p);
+        INFO(mirror.schedule.symmetry_fallback);
+        REQUIRE(mirror.schedule.symmetry_fallback.empty());
+        const int ranks = k.tp * k.up * k.group;
+        CHECK(mirror.schedule.simulated_ranks == ranks);
+        std::vector<int> simulated(static_cast<std::size_t>(ranks));
+        for (int r = 0; r < ranks; ++r) simulated[static_cast<std::size_t>(r)] = r;
+        require_same_timeline(full, mirror, simulated, p2p || kind == model::ScheduleKind::commfuse);
+      }
+}
+
 TEST_CASE("ZeRO updates an even share of the flat buffer: mirrored exactly where rows do not split (dp 3)",
           "[symmetry][dp]") {
   // TP 8 x DP 3 on three of the four DGX H100 nodes: Llama-3-70B's FC2 gradient has 28672 / 8 = 3584
