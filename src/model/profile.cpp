@@ -294,6 +294,10 @@ void fit_kernel_models(Profile& p, const JsonObject& root, KernelFits mode) {
     try {
       *slot = kept ? gemm_model_from_parameters(*kept, gemm, p.sm_count, element_bytes)
                    : fit_gemm_model(gemm, p.sm_count, element_bytes);
+      // Stored parameters edited by hand, with the samples left as they were, must still price.
+      if (kept && !std::isfinite((*slot)->in_sample_mape_pct))
+        root.at("fitted").fail(fmt::format("fitted.kernel_models.{}: the stored parameters price no sample",
+                                           family == GemmFamily::fp8 ? "gemm_fp8" : "gemm"));
     } catch (const std::invalid_argument& e) {
       root.at("gemm").fail(fmt::format("cannot fit the {} GEMM model: {}",
                                        family == GemmFamily::fp8 ? "fp8" : "16-bit", e.what()));
@@ -311,6 +315,9 @@ void fit_kernel_models(Profile& p, const JsonObject& root, KernelFits mode) {
           kept != nullptr ? small_kernel_model_from_parameters(kept->first, kept->second, samples,
                                                                p.small_kernel_hbm_bound(), p.small_kernel_l2_bound())
               : fit_small_kernel_model(samples, p.small_kernel_hbm_bound(), p.small_kernel_l2_bound());
+      if (kept != nullptr && !std::isfinite(p.elementwise_models[op].in_sample_mape_pct))
+        root.at("fitted").fail(
+            fmt::format("fitted.kernel_models.elementwise.{}: the stored parameters price no sample", op));
     } catch (const std::invalid_argument& e) {
       root.fail(fmt::format("cannot fit the small-kernel model of '{}': {}", op, e.what()));
     }

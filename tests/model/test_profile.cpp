@@ -606,6 +606,16 @@ TEST_CASE("every shipped profile's stored kernel fits are what fitting its sampl
   REQUIRE(changed.stored_kernel_fits);
   CHECK_FALSE(changed.kernel_models_from_stored_fits);
   CHECK(changed.stored_kernel_fits->inputs_fnv1a64 != kernel_fit_inputs_fnv1a64(changed));
+  // Parameters edited by hand beside unchanged samples, that price nothing, are refused.
+  doc = json::parse(std::string(*embedded_file("profiles/h200-sxm.json")));
+  doc["fitted"]["kernel_models"]["gemm"]["parameters"] = {1000.0, 1000.0, 1000.0, 1000.0, 1000.0, 1000.0, 1000.0};
+  try {
+    (void)parse_profile(JsonDocument::from_json(doc, "edited.json"));
+    FAIL("stored parameters that price no sample were taken");
+  } catch (const InputError& e) {
+    CHECK(e.json_path() == "$.fitted");
+    CHECK(e.message().find("fitted.kernel_models.gemm: the stored parameters price no sample") != std::string::npos);
+  }
   // A stored block of the wrong shape is refused at its path.
   doc = json::parse(std::string(*embedded_file("profiles/h200-sxm.json")));
   doc["fitted"]["kernel_models"]["gemm"]["parameters"] = {1.0, 2.0};
