@@ -29,7 +29,7 @@ class GenerateCommand final : public Command {
     sub.add_flag("--forward-only", forward_only_, "the forward pass only");
     sub.add_option("--output", output_, "the task-graph file to write")->required();
     sub.add_option("--symmetry", symmetry_,
-                   "none, p2p or mirror, as for simulate (mirror: DP replica 0 only, or a node's replicas, the graph of a large DP "
+                   "none, p2p or mirror, as for simulate (mirror: DP replica 0 only, or two nodes' replicas, the graph of a large DP "
                    "job that would not fit in memory otherwise)")
         ->type_name("MODE")
         ->capture_default_str();

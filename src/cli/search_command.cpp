@@ -74,7 +74,7 @@ class SearchCommand final : public Command {
         ->type_name("FILE|NAME");
     sub.add_flag("--roofline", roofline_, "price kernels with the roofline, no profile");
     sub.add_option("--symmetry", symmetry_,
-                   "none, p2p or mirror, as for simulate: mirror simulates DP replica 0 (a node's replicas where several share one) of each stage where exact")
+                   "none, p2p or mirror, as for simulate: mirror simulates DP replica 0 (two nodes' replicas where several share one) of each stage where exact")
         ->type_name("MODE")
         ->capture_default_str();
     sub.add_flag("--full-steps", full_steps_,

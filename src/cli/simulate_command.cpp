@@ -78,8 +78,9 @@ class SimulateCommand final : public Command {
         ->type_name("FILE");
     sub.add_flag("--regions", regions_, "table format: also print the per-region head/tail table of each run");
     sub.add_option("--symmetry", symmetry_,
-                   "none, p2p (DP sync as ring P2P steps on every rank) or mirror (the same, simulating DP replica "
-                   "0 only: docs/schedules.md, Symmetry)")
+                   "none, p2p (the DP collectives as ring P2P steps on every rank) or mirror (DP replica 0 only, or "
+                   "two nodes' replicas where several share a node, the others their images: none's step, exactly; "
+                   "docs/schedules.md, Symmetry)")
         ->type_name("MODE")
         ->capture_default_str();
   }
