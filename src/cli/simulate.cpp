@@ -11,6 +11,7 @@
 #include "fusesim/model/kernel.hpp"
 #include "fusesim/model/profile.hpp"
 #include "fusesim/sim/engine.hpp"
+#include "fusesim/sim/symmetry.hpp"
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/embedded.hpp"
 #include "fusesim/util/error.hpp"
@@ -170,6 +171,26 @@ int parse_positive_int(const std::string& option, const std::string& value, int 
   return v;
 }
 
+sched::Schedule generate_schedule(const model::Workload& workload, const std::string& label,
+                                  const topo::Cluster& cluster, model::ScheduleKind kind,
+                                  const sched::GenerateOptions& options) {
+  sched::GenerateOptions chosen = options;
+  std::string why;
+  if (options.mirror_dp && workload.parallel.dp > 1) {
+    model::Workload probe = workload;
+    probe.arch.layers = std::int64_t{workload.parallel.pp} * workload.parallel.virtual_stages;
+    probe.grad_accumulation = workload.parallel.virtual_stages > 1 ? workload.parallel.pp : 1;
+    why = sim::mirror_fabric_asymmetry(sched::generate(probe, label, cluster, kind, options), cluster);
+    if (!why.empty()) {
+      chosen.mirror_dp = false;
+      chosen.dp_as_p2p = false;
+    }
+  }
+  sched::Schedule s = sched::generate(workload, label, cluster, kind, chosen);
+  if (!why.empty()) s.symmetry_fallback = why;
+  return s;
+}
+
 void apply_symmetry(const std::string& value, SimulateRequest& request) {
   if (value != "none" && value != "p2p" && value != "mirror")
     throw InputError(kCommandLine, "--symmetry", fmt::format("'{}' is not none, p2p or mirror", value));
@@ -318,7 +339,7 @@ SimulateReport simulate(const SimulateRequest& request) {
       options.backward = w.backward;
       options.dp_as_p2p = request.dp_as_p2p;
       options.mirror_dp = request.mirror_dp;
-      const sched::Schedule schedule = sched::generate(w, wl, cluster, kind, options);
+      const sched::Schedule schedule = generate_schedule(w, wl, cluster, kind, options);
       network_sends_on_sm = std::max(network_sends_on_sm, schedule.network_sends_on_sm);
       const auto note_once = [&](const std::string& note) {
         if (std::find(report.notes.begin(), report.notes.end(), note) == report.notes.end())

@@ -34,6 +34,7 @@
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/sim/event_queue.hpp"
 #include "fusesim/sim/flow_network.hpp"
+#include "fusesim/sim/symmetry.hpp"
 #include "fusesim/topo/rings.hpp"
 #include "fusesim/util/error.hpp"
 
@@ -773,23 +774,7 @@ std::uint32_t Run::lane_for(TimePs delay_ps) {
 // at the leaf: out by the alias's NIC, back in by it. Empty when the routes share no vertex (the
 // real route is then kept).
 topo::Route Run::proxy_route(int src, int dst, const topo::Route& real) const {
-  const int alias = load_rank(dst), n = graph_.num_ranks();
-  const int mirrored_src = ((src - (dst - alias)) % n + n) % n;
-  if (mirrored_src == alias || mirrored_src >= cluster_.num_ranks()) return {};
-  const topo::Route other = cluster_.route(mirrored_src, alias);
-  const auto to = [&](topo::LinkId l) { return cluster_.links[static_cast<std::size_t>(l)].to; };
-  for (std::size_t i = real.links.size() - 1; i-- > 0;) {  // the vertices before the destination, last first
-    const topo::VertexId v = to(real.links[i]);
-    for (std::size_t j = 0; j + 1 < other.links.size(); ++j) {
-      if (to(other.links[j]) != v) continue;
-      topo::Route out;
-      out.links.assign(real.links.begin(), real.links.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      out.links.insert(out.links.end(), other.links.begin() + static_cast<std::ptrdiff_t>(j) + 1, other.links.end());
-      for (topo::LinkId l : out.links) out.latency_ps += cluster_.links[static_cast<std::size_t>(l)].latency_ps;
-      return out;
-    }
-  }
-  return {};
+  return sim::proxy_route(cluster_, graph_.num_ranks(), src, dst, load_rank(dst), real);
 }
 
 void Run::prepare_routes() {

@@ -1,0 +1,35 @@
+#pragma once
+// What a mirrored schedule (--symmetry mirror, docs/schedules.md "Symmetry") needs of the fabric: the
+// simulated group's transfers stand for every replica group's, so every image of a transfer must
+// cross links that carry as many of the job's transfers as the links the simulated one crosses, and
+// each link the simulated group uses must carry in the whole job as many transfers as it does in the
+// mirrored run (a proxy's route, below, included). A rail-optimized fabric keeps every image on links
+// of its own; a fabric whose spines or shared uplinks gather the images of several groups does not,
+// and the mirrored step would be too fast there.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "fusesim/sched/generate.hpp"
+#include "fusesim/topo/cluster.hpp"
+
+namespace fusesim::sim {
+
+// The route a transfer from `src` into the proxy rank `dst` (load alias `alias` != dst) takes in a
+// mirrored graph of `graph_ranks` ranks: out as the real route, in by the alias's links, as the
+// mirrored transfer into the alias arrives (the engine's rule: the real route up to the last vertex
+// before its destination that the mirrored sender's route to the alias also visits, then that route).
+// Empty when the two share no vertex (the real route is then kept).
+topo::Route proxy_route(const topo::Cluster& cluster, int graph_ranks, int src, int dst, int alias,
+                        const topo::Route& real);
+
+// Why the fabric does not repeat along the replica groups of a mirrored schedule (one line naming the
+// transfer and the links), or empty when every link load repeats. Empty for a schedule that is not
+// mirrored (Schedule::simulated_ranks 0). Counts the distinct (sender, receiver) pairs of the
+// simulated ranks' Sends and collective ring steps (topo/rings.hpp) and of their images in every
+// replica group, on the cluster's routes; pairs inside a node are left out when the simulated group
+// holds whole nodes, and beyond kMaxImageRoutes routes to search the fabric is not checked (empty).
+inline constexpr std::size_t kMaxImageRoutes = 4096;
+std::string mirror_fabric_asymmetry(const sched::Schedule& schedule, const topo::Cluster& cluster);
+
+}  // namespace fusesim::sim

@@ -1,0 +1,132 @@
+#include "fusesim/sim/symmetry.hpp"
+
+#include <map>
+#include <set>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "fusesim/topo/rings.hpp"
+
+namespace fusesim::sim {
+
+topo::Route proxy_route(const topo::Cluster& cluster, int graph_ranks, int src, int dst, int alias,
+                        const topo::Route& real) {
+  const int n = graph_ranks;
+  const int mirrored_src = ((src - (dst - alias)) % n + n) % n;
+  if (mirrored_src == alias || mirrored_src >= cluster.num_ranks() || real.links.empty()) return {};
+  const topo::Route other = cluster.route(mirrored_src, alias);
+  const auto to = [&](topo::LinkId l) { return cluster.links[static_cast<std::size_t>(l)].to; };
+  for (std::size_t i = real.links.size() - 1; i-- > 0;) {  // the vertices before the destination, last first
+    const topo::VertexId v = to(real.links[i]);
+    for (std::size_t j = 0; j + 1 < other.links.size(); ++j) {
+      if (to(other.links[j]) != v) continue;
+      topo::Route out;
+      out.links.assign(real.links.begin(), real.links.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      out.links.insert(out.links.end(), other.links.begin() + static_cast<std::ptrdiff_t>(j) + 1, other.links.end());
+      for (topo::LinkId l : out.links) out.latency_ps += cluster.links[static_cast<std::size_t>(l)].latency_ps;
+      return out;
+    }
+  }
+  return {};
+}
+
+std::string mirror_fabric_asymmetry(const sched::Schedule& s, const topo::Cluster& cluster) {
+  if (s.simulated_ranks <= 0 || s.replicas <= 1) return {};
+  const sched::TaskGraph& g = s.graph;
+  const int n = g.num_ranks(), stages = std::max(1, s.pipeline_stages);
+  const int stage_ranks = n / stages, block = s.simulated_ranks / stages;
+  const std::vector<int>& alias = g.load_alias();
+  const auto alias_of = [&](int r) { return alias.empty() ? r : alias[static_cast<std::size_t>(r)]; };
+  // Rank r shifted by j replica groups within its stage.
+  const auto image = [&](int r, int j) {
+    const int first = r / stage_ranks * stage_ranks;
+    return first + (r - first + j * block) % stage_ranks;
+  };
+  // The pairs the simulated ranks send on.
+  std::set<std::pair<int, int>> pairs;
+  std::map<std::vector<int>, std::vector<std::vector<int>>> rings_of;
+  for (sched::TaskId id = 0; id < g.size(); ++id) {
+    const sched::Task& t = g.task(id);
+    if (const auto* send = std::get_if<sched::SendTask>(&t.kind)) {
+      pairs.emplace(t.rank, send->peer);
+    } else if (const auto* c = std::get_if<sched::CollectiveTask>(&t.kind)) {
+      const int size = static_cast<int>(c->group.size());
+      if (size < 2) continue;
+      int pos = 0;
+      while (c->group[static_cast<std::size_t>(pos)] != t.rank) ++pos;
+      if (c->kind == sched::CollectiveKind::all_to_all) {
+        for (int other : c->group)
+          if (other != t.rank) pairs.emplace(t.rank, other);
+        continue;
+      }
+      auto it = rings_of.find(c->group);
+      if (it == rings_of.end()) it = rings_of.emplace(c->group, topo::collective_rings(c->group, cluster)).first;
+      for (const std::vector<int>& ring : it->second)
+        for (int i = 0; i < size; ++i)
+          if (ring[static_cast<std::size_t>(i)] == pos)
+            pairs.emplace(t.rank, c->group[static_cast<std::size_t>(ring[static_cast<std::size_t>((i + 1) % size)])]);
+    }
+  }
+  // A pair inside one node, when the simulated group holds whole nodes, has its images inside other
+  // nodes, on their links alone: only pairs that leave a node can meet another group's traffic.
+  const int node_ranks = [&] {
+    int count = 0;
+    for (int r = 0; r < cluster.num_ranks(); ++r) count += cluster.node_of(r) == cluster.node_of(0) ? 1 : 0;
+    return count;
+  }();
+  if (node_ranks > 0 && block % node_ranks == 0)
+    for (auto it = pairs.begin(); it != pairs.end();)
+      it = cluster.node_of(it->first) == cluster.node_of(it->second) ? pairs.erase(it) : std::next(it);
+  // A route search costs about a millisecond on a fabric of thousands of nodes: beyond the budget the
+  // fabric is taken to repeat unchecked, as it was before this check (docs/schedules.md "Symmetry").
+  if (pairs.size() * static_cast<std::size_t>(s.replicas) > kMaxImageRoutes) return {};
+  // Each pair's route in every replica group (j = 0: the simulated one's own), and the load of each
+  // link in the whole job; then the routes the mirrored run takes and the load it puts on each link.
+  std::map<std::pair<int, int>, topo::Route> routes;
+  const auto route = [&](int a, int b) -> const topo::Route& {
+    auto it = routes.find({a, b});
+    if (it == routes.end()) it = routes.emplace(std::pair{a, b}, cluster.route(a, b)).first;
+    return it->second;
+  };
+  std::map<topo::LinkId, int> job, mirrored;
+  for (const auto& [a, b] : pairs)
+    for (int j = 0; j < s.replicas; ++j)
+      for (topo::LinkId l : route(image(a, j), image(b, j)).links) ++job[l];
+  for (const auto& [a, b] : pairs) {
+    const topo::Route& real = route(a, b);
+    const topo::Route proxy = alias_of(b) != b ? proxy_route(cluster, n, a, b, alias_of(b), real) : topo::Route{};
+    for (topo::LinkId l : (proxy.links.empty() ? real : proxy).links) ++mirrored[l];
+  }
+  const auto link_name = [&](topo::LinkId l) {
+    return fmt::format("link {}", cluster.links[static_cast<std::size_t>(l)].name);
+  };
+  for (const auto& [a, b] : pairs) {
+    const topo::Route& own = route(a, b);
+    for (int j = 1; j < s.replicas; ++j) {
+      const topo::Route& other = route(image(a, j), image(b, j));
+      bool alike = other.links.size() == own.links.size();
+      for (std::size_t i = 0; alike && i < own.links.size(); ++i) {
+        const topo::Link& x = cluster.links[static_cast<std::size_t>(own.links[i])];
+        const topo::Link& y = cluster.links[static_cast<std::size_t>(other.links[i])];
+        alike = job[own.links[i]] == job[other.links[i]] && x.bandwidth_bytes_per_s == y.bandwidth_bytes_per_s &&
+                x.latency_ps == y.latency_ps;
+        if (!alike)
+          return fmt::format("the transfers from rank {} to {} and from {} to {} (its image {} replica group{} on) "
+                             "cross {} and {}, which carry {} and {} of the job's transfers",
+                             a, b, image(a, j), image(b, j), j, j > 1 ? "s" : "", link_name(own.links[i]),
+                             link_name(other.links[i]), job[own.links[i]], job[other.links[i]]);
+      }
+      if (!alike)
+        return fmt::format("the route from rank {} to {} has {} links, its image {} replica group{} on ({} to {}) {}", a,
+                           b, own.links.size(), j, j > 1 ? "s" : "", image(a, j), image(b, j), other.links.size());
+    }
+  }
+  for (const auto& [l, count] : mirrored)
+    if (job[l] != count)
+      return fmt::format("{} carries {} of the job's transfers but {} of the mirrored run's: replica groups share it",
+                         link_name(l), job[l], count);
+  return {};
+}
+
+}  // namespace fusesim::sim
