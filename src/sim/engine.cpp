@@ -14,10 +14,10 @@
 // costs and send sizes are gathered while the task is in cache), and the event loop then works on
 // 8 bytes of TaskInfo, 4 of pending count and 24 of TaskTiming per task, plus the successor lists.
 #include <algorithm>
-#include <map>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <deque>
 #include <ctime>
 #include <exception>

@@ -377,22 +377,28 @@ sim::SimResult run(const Schedule& s, const topo::Cluster& c) {
 
 TEST_CASE("Mirror falls back to every rank where replica 0 does not stand for the others", "[symmetry][dp]") {
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  // TP 2 x DP `dp`, baseline, mirrored and with every rank: the mirror must have fallen back to the
+  // same graph; returns its reason.
+  const auto fallback = [&](int dp) {
+    model::Workload w = small_llama(model::DpSharding::ddp, 1);
+    w.parallel.tp = 2;
+    w.parallel.dp = dp;
+    const auto [mirrored, none] = mirror_and_none(w, c, model::ScheduleKind::baseline);
+    CHECK(mirrored.simulated_ranks == 0);
+    CHECK(none.symmetry_fallback.empty());
+    REQUIRE(mirrored.graph.size() == none.graph.size());
+    CHECK(run(mirrored, c).makespan_ps == run(none, c).makespan_ps);
+    return mirrored.symmetry_fallback;
+  };
   SECTION("replicas whose hops do not repeat: TP 2 x DP 3 on 8-GPU nodes") {
     // Replica d is ranks 2d, 2d + 1: hops 0 -> 1 and 1 -> 2 stay in node 0, 2 -> 0 too (ranks 0-5):
     // all alike, g = 1 would do. At TP 2 x DP 6 (ranks 0-11) the hops 3 -> 4 (7 -> 9) and 5 -> 0
     // (11 -> 1) cross nodes and the others do not: no group of 1, 2 or 3 replicas repeats along the
     // ring (crosses at d = 3 and 5, not at d mod 2 = 1 nor d mod 3 = 0, 2), so every rank is built.
-    model::Workload w = small_llama(model::DpSharding::ddp, 1);
-    w.parallel.tp = 2;
-    w.parallel.dp = 6;
-    const auto [mirrored, none] = mirror_and_none(w, c, model::ScheduleKind::baseline);
-    INFO(mirrored.symmetry_fallback);
-    CHECK(mirrored.symmetry_fallback.find("hop from replica 0 to 1 stays inside nodes") != std::string::npos);
-    CHECK(mirrored.symmetry_fallback.find("replica 3 to 4 crosses them") != std::string::npos);
-    CHECK(mirrored.simulated_ranks == 0);
-    CHECK(none.symmetry_fallback.empty());
-    REQUIRE(mirrored.graph.size() == none.graph.size());
-    CHECK(run(mirrored, c).makespan_ps == run(none, c).makespan_ps);
+    const std::string why = fallback(6);
+    INFO(why);
+    CHECK(why.find("hop from replica 0 to 1 stays inside nodes") != std::string::npos);
+    CHECK(why.find("replica 3 to 4 crosses them") != std::string::npos);
   }
   SECTION("rings that repeat only over the whole group: TP 2 x DP 8 on two 8-GPU nodes") {
     // Four replicas per node, two nodes: NCCL's four rings run ascending through node 0 and
@@ -400,14 +406,9 @@ TEST_CASE("Mirror falls back to every rank where replica 0 does not stand for th
     // group; one node's replicas (g = 4) shifted by a node would map ring 0 = 0 1 2 3 | 7 6 5 4
     // (replicas; node 1 entered at local 3) onto a ring ascending through node 1, which no ring is.
     // The replica-order ring repeats every 4 replicas; its reason (g = 1) is the one given.
-    model::Workload w = small_llama(model::DpSharding::ddp, 1);
-    w.parallel.tp = 2;
-    w.parallel.dp = 8;
-    const auto [mirrored, none] = mirror_and_none(w, c, model::ScheduleKind::baseline);
-    INFO(mirrored.symmetry_fallback);
-    CHECK(mirrored.symmetry_fallback.find("replica 3 to 4 crosses them") != std::string::npos);
-    CHECK(mirrored.simulated_ranks == 0);
-    REQUIRE(mirrored.graph.size() == none.graph.size());
+    const std::string why = fallback(8);
+    INFO(why);
+    CHECK(why.find("replica 3 to 4 crosses them") != std::string::npos);
   }
   SECTION("rows that do not split evenly: an unpadded vocabulary of 16,033 rows per TP rank at DP 4") {
     model::Workload w = small_llama(model::DpSharding::ddp, 1);
