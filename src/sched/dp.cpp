@@ -148,6 +148,11 @@ std::vector<TaskId> DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes 
       partial.push_back(alloc(rank, gr.g.name + "/dp_partial", gr.g.rows, gr.g.cols));
       gr.synced = alloc(rank, gr.g.name + "/dp_synced", gr.g.rows, gr.g.cols);
     }
+  const auto step_labels = [&](const RingMessage& m) {
+    TaskLabels l = labels;
+    l.step = m.step;
+    return l;
+  };
   std::vector<TaskId> ends;  // the collective is done when every ring's last receive is
   for (int k = 0; k < R; ++k) {
     const std::vector<int>& order = orders[static_cast<std::size_t>(k)];
@@ -174,11 +179,6 @@ std::vector<TaskId> DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes 
       return out;
     };
     // Ring step s sends what step s-1 received (reduced, or as gathered): sched/ring.hpp's ring_collective.
-    auto step_labels = [&](const RingMessage& m) {
-      TaskLabels l = labels;
-      l.step = m.step;
-      return l;
-    };
     RingPorts ports;
     ports.send = [&](const RingMessage& m, const std::vector<TaskId>& after) {
       std::int32_t send_op = -1;
