@@ -285,6 +285,8 @@ nlohmann::json to_json(const StepMetrics& m) {
   row["tokens_per_s"] = m.tokens_per_s;
   row["tokens_per_s_per_gpu"] = m.tokens_per_s_per_gpu;
   row["gpus"] = m.gpus;
+  // "ranks" lists the simulated ranks: fewer than gpus where the DP replicas are mirrored.
+  row["simulated_ranks"] = m.ranks.size();
   row["model_flops"] = m.model_flops;
   row["hardware_flops"] = m.hardware_flops;
   row["peak_flops_per_s"] = m.peak_flops_per_s;

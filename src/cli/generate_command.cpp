@@ -58,7 +58,7 @@ class GenerateCommand final : public Command {
     options.dp_as_p2p = request.dp_as_p2p;
     options.mirror_dp = request.mirror_dp;
     sched::Schedule schedule =
-        generate_schedule(job.workload, job.workload_label, job.cluster, request.schedules[0], options);
+        sched::generate(job.workload, job.workload_label, job.cluster, request.schedules[0], options);
     sched::DagFile file{std::move(schedule.graph), job.workload.dtype, schedule.tokens,
                         model::to_string(schedule.kind), schedule.parallelism, topology_,
                         schedule.gpus,   schedule.simulated_ranks, schedule.replicas, schedule.pipeline_stages};

@@ -139,7 +139,7 @@ StepFigures simulate_step(const model::Workload& w, model::ScheduleKind kind, co
   options.backward = w.backward;
   options.dp_as_p2p = symmetry == "p2p";
   options.mirror_dp = symmetry == "mirror";
-  const sched::Schedule s = generate_schedule(w, label, p.cluster, kind, options);
+  const sched::Schedule s = sched::generate(w, label, p.cluster, kind, options);
   sim::Simulator simulator(p.cluster, *p.pricing.costs);
   const sim::SimResult result = simulator.run(s.graph);
   StepFigures f{analysis::analyze(s, result, p.cluster, *p.pricing.costs, w.dtype), 0};

@@ -164,7 +164,7 @@ class SearchCommand final : public Command {
   std::string schedule_ = "all";
   std::string top_, jobs_, profile_;
   bool roofline_ = false;
-  std::string symmetry_ = "none";
+  std::string symmetry_ = "mirror";
   std::string format_ = "table";
   std::string output_, plot_dir_, shard_;
   bool quiet_ = false;

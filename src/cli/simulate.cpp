@@ -11,7 +11,6 @@
 #include "fusesim/model/kernel.hpp"
 #include "fusesim/model/profile.hpp"
 #include "fusesim/sim/engine.hpp"
-#include "fusesim/sim/symmetry.hpp"
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/embedded.hpp"
 #include "fusesim/util/error.hpp"
@@ -171,26 +170,6 @@ int parse_positive_int(const std::string& option, const std::string& value, int 
   return v;
 }
 
-sched::Schedule generate_schedule(const model::Workload& workload, const std::string& label,
-                                  const topo::Cluster& cluster, model::ScheduleKind kind,
-                                  const sched::GenerateOptions& options) {
-  sched::GenerateOptions chosen = options;
-  std::string why;
-  if (options.mirror_dp && workload.parallel.dp > 1) {
-    model::Workload probe = workload;
-    probe.arch.layers = std::int64_t{workload.parallel.pp} * workload.parallel.virtual_stages;
-    probe.grad_accumulation = workload.parallel.virtual_stages > 1 ? workload.parallel.pp : 1;
-    why = sim::mirror_fabric_asymmetry(sched::generate(probe, label, cluster, kind, options), cluster);
-    if (!why.empty()) {
-      chosen.mirror_dp = false;
-      chosen.dp_as_p2p = false;
-    }
-  }
-  sched::Schedule s = sched::generate(workload, label, cluster, kind, chosen);
-  if (!why.empty()) s.symmetry_fallback = why;
-  return s;
-}
-
 void apply_symmetry(const std::string& value, SimulateRequest& request) {
   if (value != "none" && value != "p2p" && value != "mirror")
     throw InputError(kCommandLine, "--symmetry", fmt::format("'{}' is not none, p2p or mirror", value));
@@ -339,7 +318,7 @@ SimulateReport simulate(const SimulateRequest& request) {
       options.backward = w.backward;
       options.dp_as_p2p = request.dp_as_p2p;
       options.mirror_dp = request.mirror_dp;
-      const sched::Schedule schedule = generate_schedule(w, wl, cluster, kind, options);
+      const sched::Schedule schedule = sched::generate(w, wl, cluster, kind, options);
       network_sends_on_sm = std::max(network_sends_on_sm, schedule.network_sends_on_sm);
       const auto note_once = [&](const std::string& note) {
         if (std::find(report.notes.begin(), report.notes.end(), note) == report.notes.end())
@@ -415,6 +394,18 @@ std::string report_table(const SimulateReport& report, bool regions) {
                                            w.parallel.virtual_stages > 1 ? fmt::format(" v {}", w.parallel.virtual_stages) : "",
                                            w.grad_accumulation));
   out.insert(out.size() - 1, "kernels priced by " + report.pricing + "\n");
+  // Mirrored runs list fewer ranks than the job has; a reader must know the rest were not dropped.
+  std::size_t fewest = 0, most = 0;
+  for (const SimulateRun& run : report.runs) {
+    const std::size_t n = run.metrics.ranks.size();
+    fewest = fewest == 0 ? n : std::min(fewest, n);
+    most = std::max(most, n);
+  }
+  if (!report.runs.empty() && fewest < static_cast<std::size_t>(report.runs.front().metrics.gpus))
+    out.insert(out.size() - 1,
+               fmt::format("ranks simulated: {}{} of {}, the other DP replicas their images (--symmetry mirror: the "
+                           "same figures as every rank, docs/schedules.md \"Symmetry\")\n",
+                           fewest, most != fewest ? fmt::format(" to {}", most) : "", report.runs.front().metrics.gpus));
   std::vector<analysis::StepMetrics> rows;
   for (const SimulateRun& run : report.runs) rows.push_back(run.metrics);
   // A row compares one parallelism's schedules; without this line a reader cannot tell what the

@@ -158,7 +158,7 @@ class SimulateCommand final : public Command {
   std::string slices_;
   bool forward_only_ = false;
   std::string parallelism_;
-  std::string symmetry_ = "none";
+  std::string symmetry_ = "mirror";
   bool force_memory_ = false;
   std::string trace_, trace_ranks_, trace_layers_;
   std::string format_ = "table";

@@ -210,7 +210,7 @@ class SweepCommand final : public Command {
   std::string schedule_ = "all";
   std::string scope_ = "layer";
   bool forward_only_ = false;
-  std::string symmetry_ = "none";
+  std::string symmetry_ = "mirror";
   std::string profile_;
   bool roofline_ = false;
   bool force_memory_ = false;

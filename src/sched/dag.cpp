@@ -57,13 +57,21 @@ int TaskGraph::add_region(Region region) {
   return static_cast<int>(regions_.size()) - 1;
 }
 
-void TaskGraph::set_load_alias(std::vector<int> alias) {
+void TaskGraph::set_load_alias(std::vector<int> alias, int stage_ranks) {
   if (!alias.empty() && alias.size() != static_cast<std::size_t>(num_ranks_))
     throw GraphError(fmt::format("load alias table has {} entries for {} ranks", alias.size(), num_ranks_));
-  for (std::size_t r = 0; r < alias.size(); ++r)
+  const int period = stage_ranks > 0 ? stage_ranks : num_ranks_;
+  if (stage_ranks < 0 || (num_ranks_ > 0 && num_ranks_ % period != 0))
+    throw GraphError(fmt::format("{} ranks do not split into stages of {}", num_ranks_, stage_ranks));
+  for (std::size_t r = 0; r < alias.size(); ++r) {
     if (alias[r] < 0 || alias[r] >= num_ranks_)
       throw GraphError(fmt::format("load alias of rank {} is rank {}, outside [0, {})", r, alias[r], num_ranks_));
+    if (alias[r] / period != static_cast<int>(r) / period)
+      throw GraphError(fmt::format("load alias of rank {} is rank {}, in another pipeline stage of {} ranks", r,
+                                   alias[r], period));
+  }
   load_alias_ = std::move(alias);
+  alias_stage_ranks_ = stage_ranks;
 }
 
 std::vector<TaskId> TaskGraph::successors(TaskId id) const {

@@ -224,8 +224,14 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
     list.require_size(static_cast<std::size_t>(ranks), static_cast<std::size_t>(ranks));
     std::vector<int> table;
     table.reserve(list.size());
-    for (std::size_t r = 0; r < list.size(); ++r) table.push_back(static_cast<int>(list.at(r).as_integer(0, ranks - 1)));
-    out.graph.set_load_alias(std::move(table));
+    const int stage_ranks = ranks / out.pipeline_stages;
+    for (std::size_t r = 0; r < list.size(); ++r) {
+      table.push_back(static_cast<int>(list.at(r).as_integer(0, ranks - 1)));
+      if (table.back() / stage_ranks != static_cast<int>(r) / stage_ranks)
+        list.at(r).fail(fmt::format("rank {} stands in for rank {}, in another of the {} pipeline stages", r,
+                                    table.back(), out.pipeline_stages));
+    }
+    out.graph.set_load_alias(std::move(table), stage_ranks);
   }
   if (auto regions = root.find("regions")) {
     JsonArray list = regions->as_array();

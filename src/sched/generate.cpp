@@ -7,8 +7,9 @@
 #include <fmt/format.h>
 
 #include "fusesim/sched/dataflow.hpp"
-#include "fusesim/util/error.hpp"
+#include "fusesim/sched/symmetry.hpp"
 #include "fusesim/sched/tpsp.hpp"
+#include "fusesim/util/error.hpp"
 #include "fusesim/topo/rings.hpp"
 
 namespace fusesim::sched {
@@ -144,12 +145,15 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       break;
     }
     if (fallback.empty()) {
-      // The rows the sync cuts are the same in every layer and micro-batch: one of each (one layer
-      // per stage and virtual stage, one group of micro-batches) tells.
+      // The rows the sync cuts, and the ranks every transfer goes between, are the same in every
+      // layer and micro-batch: one of each (one layer per stage and virtual stage, one group of
+      // micro-batches) tells. The fabric must repeat along the replica groups too (sched/symmetry.hpp).
       TpspRequest probe = r;
       probe.shape.layers = std::int64_t{r.shape.pp} * r.shape.virtual_stages;
       probe.step.micro_batches = r.shape.virtual_stages > 1 ? r.shape.pp : 1;
-      fallback = generate_tpsp(probe).mirror_inexact;
+      const Schedule probed = generate_tpsp(probe);
+      fallback = probed.mirror_inexact;
+      if (fallback.empty()) fallback = mirror_fabric_asymmetry(probed, cluster);
     }
     if (!fallback.empty()) {
       // Every rank, the DP sync as the collectives NCCL runs (--symmetry none): replica 0 would not

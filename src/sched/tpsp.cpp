@@ -1163,7 +1163,7 @@ Schedule generate_tpsp(const TpspRequest& request) {
       const int rank = static_cast<int>(r), first = rank / stage_ranks * stage_ranks;
       alias[r] = first + (rank - first) % members;
     }
-    s.graph.set_load_alias(std::move(alias));
+    s.graph.set_load_alias(std::move(alias), stage_ranks);
   }
   return s;
 }

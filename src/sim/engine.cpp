@@ -34,7 +34,7 @@
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/sim/event_queue.hpp"
 #include "fusesim/sim/flow_network.hpp"
-#include "fusesim/sim/symmetry.hpp"
+#include "fusesim/sched/symmetry.hpp"
 #include "fusesim/topo/rings.hpp"
 #include "fusesim/util/error.hpp"
 
@@ -767,14 +767,14 @@ std::uint32_t Run::lane_for(TimePs delay_ps) {
 // A transfer into a proxy rank (load alias) stands in for the mirrored transfer into the alias. It
 // leaves by the real sender's links, but must arrive by the alias's: those carry the alias's other
 // incoming traffic (a Ulysses exchange through the same NIC), which the proxy rank's links do not.
-// The mirrored sender is the sender shifted as the receiver is (src - (dst - alias), modulo the
-// graph's ranks). The route is the real one up to the last vertex before its destination that the
-// mirrored sender's route to the alias also visits (the leaf or switch where the two join), then the
-// mirrored route from there. With up = 1 the sender is the alias's own mirror and the route turns
-// at the leaf: out by the alias's NIC, back in by it. Empty when the routes share no vertex (the
-// real route is then kept).
+// The mirrored sender is the sender shifted as the receiver is (src - (dst - alias), modulo the ranks
+// of the sender's pipeline stage). The route is the real one up to the last vertex before its
+// destination that the mirrored sender's route to the alias visits at the same hop (the leaf or
+// switch where the two join), then the mirrored route from there (sched::proxy_route). With up = 1
+// the sender is the alias's own mirror and the route turns at the leaf: out by the alias's NIC, back
+// in by it. Empty when the routes never meet (the real route is then kept).
 topo::Route Run::proxy_route(int src, int dst, const topo::Route& real) const {
-  return sim::proxy_route(cluster_, graph_.num_ranks(), src, dst, load_rank(dst), real);
+  return sched::proxy_route(cluster_, graph_, src, dst, real);
 }
 
 void Run::prepare_routes() {

@@ -17,7 +17,8 @@ namespace {
 const char* const kRequiredKeys[] = {"schedule",       "parallelism",    "step_time_s", "compute_s",
                                      "comm_s",         "exposed_comm_s", "overlap_ratio", "head_latency_s",
                                      "tail_latency_s", "mfu",            "hfu",         "tokens_per_s",
-                                     "tokens_per_s_per_gpu", "critical_rank", "regions", "ranks"};
+                                     "tokens_per_s_per_gpu", "critical_rank", "regions", "ranks",
+                                     "simulated_ranks"};
 
 void check_row(const json& row) {
   for (const char* key : kRequiredKeys) {
@@ -41,7 +42,9 @@ void check_row(const json& row) {
   CHECK(row["tokens_per_s"].get<double>() == Approx(row["tokens"].get<double>() / T));
   CHECK(row["tokens_per_s_per_gpu"].get<double>() ==
         Approx(row["tokens_per_s"].get<double>() / row["gpus"].get<double>()));
-  CHECK(row["ranks"].size() == static_cast<std::size_t>(row["gpus"].get<int>()));
+  // The ranks simulated: every rank, or (--symmetry mirror, the default) whole DP replicas.
+  CHECK(row["ranks"].size() == row["simulated_ranks"].get<std::size_t>());
+  CHECK(row["gpus"].get<int>() % row["simulated_ranks"].get<int>() == 0);
 }
 
 }  // namespace
@@ -74,6 +77,9 @@ TEST_CASE("fusesim simulate --format json runs the default job of three schedule
   CHECK(doc["backward"].get<bool>());
   // Both parallelisms the workload uses (tpsp, dp) x two scopes x three schedules.
   REQUIRE(doc["results"].size() == 12);
+  // Mirrored by default: DP replica 0's 8 ranks stand for the 4 replicas (tests/sched/symmetry_test.cpp
+  // proves the figures equal every rank's).
+  for (const json& row : doc["results"]) CHECK(row["simulated_ranks"].get<int>() == 8);
   std::map<std::tuple<std::string, std::string, std::string>, json> by;
   for (const json& row : doc["results"]) {
     check_row(row);

@@ -140,6 +140,30 @@ TEST_CASE("Mirrored DP replicas reproduce the full-rank simulation exactly", "[s
     }
 }
 
+TEST_CASE("Two mirrored DP replicas: the ring's receive arrives through the leaf, not through replica 1's node",
+          "[symmetry][dp]") {
+  // TP 8 x DP 2 on two DGX H100 nodes: replica 0's hop to replica 1 (rank r to r + 8) is real, the
+  // hop back into r is the proxy on r + 8. Its mirrored sender is r + 8 itself, so the real route
+  // (node 0 up to the rail leaf, down into node 1) and the mirrored one (node 1 up, down into node 0)
+  // share every vertex, at other hops; the proxy must turn at the leaf, the one vertex both visit at
+  // the same hop, as replica 1's transfer into r does: out by r's NIC, back in by it.
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  for (bool p2p : {true, false})
+    for (auto kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse}) {
+      model::Workload w = small_llama(model::DpSharding::zero1, 2);
+      w.parallel.dp = 2;
+      INFO(fmt::format("{}{}", model::to_string(kind), p2p ? " p2p" : ""));
+      const Outcome full = simulate(w, c, kind, false, p2p);
+      const Outcome mirror = simulate(w, c, kind, true, p2p);
+      INFO(mirror.schedule.symmetry_fallback);
+      REQUIRE(mirror.schedule.symmetry_fallback.empty());
+      REQUIRE(mirror.schedule.simulated_ranks == 8);
+      std::vector<int> replica0(8);
+      for (int r = 0; r < 8; ++r) replica0[static_cast<std::size_t>(r)] = r;
+      require_same_timeline(full, mirror, replica0, p2p || kind == model::ScheduleKind::commfuse);
+    }
+}
+
 TEST_CASE("Mirrored DP replicas with Ulysses ranks reproduce the full-rank simulation exactly", "[symmetry][dp][up]") {
   // Llama-3-8B layer shapes, 2 layers, sequence 4096, tp 4 x up 2 x dp 4 on the four DGX H100 nodes:
   // DP replica d is node d (ranks (2d + u) x 4 + ti). The gradient ring of TP position ti visits

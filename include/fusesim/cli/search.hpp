@@ -41,7 +41,7 @@ struct SearchSpec {
   model::PricingChoice pricing;
   // simulate --symmetry for every candidate: none, p2p or mirror (DP replica 0 of each stage where
   // exact, every rank where not; docs/schedules.md "Symmetry").
-  std::string symmetry = "none";
+  std::string symmetry = "mirror";
   // Steps of many micro-batches are extrapolated from their steady state (docs/cli.md "fusesim search",
   // "Steady state"): false (--full-steps) simulates every micro-batch of every candidate.
   bool steady_state = true;

@@ -129,13 +129,6 @@ int parse_positive_int(const std::string& option, const std::string& value, int 
 // --symmetry none|p2p|mirror (docs/cli.md): sets request.dp_as_p2p and request.mirror_dp; InputError
 // at --symmetry for any other value.
 void apply_symmetry(const std::string& value, SimulateRequest& request);
-// sched::generate, checking a mirrored schedule against the fabric first: where the cluster's links
-// do not repeat along the replica groups (sim::mirror_fabric_asymmetry, on a probe of one layer per
-// stage and one group of micro-batches, whose transfers go between the same ranks), every rank with
-// the DP sync as collectives instead, the reason in Schedule::symmetry_fallback.
-sched::Schedule generate_schedule(const model::Workload& workload, const std::string& label,
-                                  const topo::Cluster& cluster, model::ScheduleKind kind,
-                                  const sched::GenerateOptions& options);
 // --trace-ranks / --trace-layers: a comma list of integers and inclusive ranges, "0,8-15"; each in
 // [0, max].
 std::set<int> parse_index_list(const std::string& option, const std::string& value, int max);

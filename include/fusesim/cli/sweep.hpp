@@ -44,7 +44,7 @@ struct SweepSpec {
   bool force_memory = false;
   // --symmetry none|p2p|mirror, every configuration (apply_symmetry; mirror falls back to every rank
   // where it would not be exact, docs/schedules.md "Symmetry").
-  std::string symmetry = "none";
+  std::string symmetry = "mirror";
 
   std::size_t size() const;  // configurations in the grid (product of the axis sizes)
   // Configuration `index` (0 <= index < size()), the last axis (slices) varying fastest, in the order

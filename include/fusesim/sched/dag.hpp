@@ -141,14 +141,19 @@ class TaskGraph {
   // Symmetric (mirrored) graphs, docs/schedules.md "Symmetry": a transfer end on rank r loads the
   // HBM and SMs of rank alias[r] in the simulator (a proxy rank standing in for the mirrored rank
   // whose device the real transfer loads). Empty (the default): every rank loads itself.
-  void set_load_alias(std::vector<int> alias);
+  // `stage_ranks`: the ranks of one pipeline stage (ranks stage-major; 0: the graph's ranks). A proxy
+  // and its alias lie in one stage, and the rank a transfer into a proxy mirrors is found in the
+  // sender's stage (sched/symmetry.hpp, proxy_route): a stage's ranks shift among themselves.
+  void set_load_alias(std::vector<int> alias, int stage_ranks = 0);
   const std::vector<int>& load_alias() const { return load_alias_; }
+  int alias_stage_ranks() const { return alias_stage_ranks_ > 0 ? alias_stage_ranks_ : num_ranks_; }
 
  private:
   int num_ranks_;
   Graph graph_;
   std::vector<Region> regions_;
   std::vector<int> load_alias_;
+  int alias_stage_ranks_ = 0;
 };
 
 // A generator's task: on `rank`, named "r<rank>/<name>", after `deps`. `data_op`: its op in the

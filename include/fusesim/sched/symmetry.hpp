@@ -10,17 +10,21 @@
 #include <string>
 #include <vector>
 
-#include "fusesim/sched/generate.hpp"
+#include "fusesim/sched/dag.hpp"
 #include "fusesim/topo/cluster.hpp"
 
-namespace fusesim::sim {
+namespace fusesim::sched {
 
-// The route a transfer from `src` into the proxy rank `dst` (load alias `alias` != dst) takes in a
-// mirrored graph of `graph_ranks` ranks: out as the real route, in by the alias's links, as the
-// mirrored transfer into the alias arrives (the engine's rule: the real route up to the last vertex
-// before its destination that the mirrored sender's route to the alias also visits, then that route).
-// Empty when the two share no vertex (the real route is then kept).
-topo::Route proxy_route(const topo::Cluster& cluster, int graph_ranks, int src, int dst, int alias,
+struct Schedule;  // sched/generate.hpp
+
+// The route a transfer from `src` into the proxy rank `dst` of a mirrored graph takes: out as the
+// real route, in by the links of dst's alias (TaskGraph::load_alias), as the mirrored transfer into
+// the alias arrives (the engine's rule: the real route up to the last vertex before its destination
+// that the mirrored sender's route to the alias visits at the same hop, then that route). The mirrored
+// sender is `src` shifted within its pipeline stage (TaskGraph::alias_stage_ranks) as dst is onto its
+// alias. Empty when dst is no proxy, or the two routes differ in length or meet at no hop (the real
+// route is then kept).
+topo::Route proxy_route(const topo::Cluster& cluster, const TaskGraph& graph, int src, int dst,
                         const topo::Route& real);
 
 // Why the fabric does not repeat along the replica groups of a mirrored schedule (one line naming the
@@ -30,6 +34,6 @@ topo::Route proxy_route(const topo::Cluster& cluster, int graph_ranks, int src, 
 // replica group, on the cluster's routes; pairs inside a node are left out when the simulated group
 // holds whole nodes, and beyond kMaxImageRoutes routes to search the fabric is not checked (empty).
 inline constexpr std::size_t kMaxImageRoutes = 4096;
-std::string mirror_fabric_asymmetry(const sched::Schedule& schedule, const topo::Cluster& cluster);
+std::string mirror_fabric_asymmetry(const Schedule& schedule, const topo::Cluster& cluster);
 
-}  // namespace fusesim::sim
+}  // namespace fusesim::sched

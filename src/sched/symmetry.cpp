@@ -1,4 +1,4 @@
-#include "fusesim/sim/symmetry.hpp"
+#include "fusesim/sched/symmetry.hpp"
 
 #include <map>
 #include <set>
@@ -6,38 +6,46 @@
 
 #include <fmt/format.h>
 
+#include "fusesim/sched/generate.hpp"
 #include "fusesim/topo/rings.hpp"
 
-namespace fusesim::sim {
+namespace fusesim::sched {
 
-topo::Route proxy_route(const topo::Cluster& cluster, int graph_ranks, int src, int dst, int alias,
+topo::Route proxy_route(const topo::Cluster& cluster, const TaskGraph& graph, int src, int dst,
                         const topo::Route& real) {
-  const int n = graph_ranks;
-  const int mirrored_src = ((src - (dst - alias)) % n + n) % n;
+  const std::vector<int>& aliases = graph.load_alias();
+  if (aliases.empty()) return {};
+  const int alias = aliases[static_cast<std::size_t>(dst)];
+  if (alias == dst) return {};
+  // A stage transfer into a proxy (pipeline stages of a mirrored graph) comes from another stage: its
+  // mirrored sender stays in that stage, shifted there as dst is in its own.
+  const int period = graph.alias_stage_ranks(), first = src / period * period;
+  const int mirrored_src = first + ((src - first - (dst - alias)) % period + period) % period;
   if (mirrored_src == alias || mirrored_src >= cluster.num_ranks() || real.links.empty()) return {};
+  // The mirrored route is the real one's image under the replica shift (mirror_fabric_asymmetry
+  // requires images as long as the original), so the two join where they visit the same vertex at the
+  // same hop: the top of both (the leaf or switch). A shared vertex at different hops is no join: with
+  // two replicas the mirrored sender sits on the proxy's node, and joining there would route the
+  // transfer into that node and back out.
   const topo::Route other = cluster.route(mirrored_src, alias);
+  if (other.links.size() != real.links.size()) return {};
   const auto to = [&](topo::LinkId l) { return cluster.links[static_cast<std::size_t>(l)].to; };
   for (std::size_t i = real.links.size() - 1; i-- > 0;) {  // the vertices before the destination, last first
-    const topo::VertexId v = to(real.links[i]);
-    for (std::size_t j = 0; j + 1 < other.links.size(); ++j) {
-      if (to(other.links[j]) != v) continue;
-      topo::Route out;
-      out.links.assign(real.links.begin(), real.links.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      out.links.insert(out.links.end(), other.links.begin() + static_cast<std::ptrdiff_t>(j) + 1, other.links.end());
-      for (topo::LinkId l : out.links) out.latency_ps += cluster.links[static_cast<std::size_t>(l)].latency_ps;
-      return out;
-    }
+    if (to(real.links[i]) != to(other.links[i])) continue;
+    topo::Route out;
+    out.links.assign(real.links.begin(), real.links.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    out.links.insert(out.links.end(), other.links.begin() + static_cast<std::ptrdiff_t>(i) + 1, other.links.end());
+    for (topo::LinkId l : out.links) out.latency_ps += cluster.links[static_cast<std::size_t>(l)].latency_ps;
+    return out;
   }
   return {};
 }
 
-std::string mirror_fabric_asymmetry(const sched::Schedule& s, const topo::Cluster& cluster) {
+std::string mirror_fabric_asymmetry(const Schedule& s, const topo::Cluster& cluster) {
   if (s.simulated_ranks <= 0 || s.replicas <= 1) return {};
-  const sched::TaskGraph& g = s.graph;
+  const TaskGraph& g = s.graph;
   const int n = g.num_ranks(), stages = std::max(1, s.pipeline_stages);
   const int stage_ranks = n / stages, block = s.simulated_ranks / stages;
-  const std::vector<int>& alias = g.load_alias();
-  const auto alias_of = [&](int r) { return alias.empty() ? r : alias[static_cast<std::size_t>(r)]; };
   // Rank r shifted by j replica groups within its stage.
   const auto image = [&](int r, int j) {
     const int first = r / stage_ranks * stage_ranks;
@@ -46,16 +54,16 @@ std::string mirror_fabric_asymmetry(const sched::Schedule& s, const topo::Cluste
   // The pairs the simulated ranks send on.
   std::set<std::pair<int, int>> pairs;
   std::map<std::vector<int>, std::vector<std::vector<int>>> rings_of;
-  for (sched::TaskId id = 0; id < g.size(); ++id) {
-    const sched::Task& t = g.task(id);
-    if (const auto* send = std::get_if<sched::SendTask>(&t.kind)) {
+  for (TaskId id = 0; id < g.size(); ++id) {
+    const Task& t = g.task(id);
+    if (const auto* send = std::get_if<SendTask>(&t.kind)) {
       pairs.emplace(t.rank, send->peer);
-    } else if (const auto* c = std::get_if<sched::CollectiveTask>(&t.kind)) {
+    } else if (const auto* c = std::get_if<CollectiveTask>(&t.kind)) {
       const int size = static_cast<int>(c->group.size());
       if (size < 2) continue;
       int pos = 0;
       while (c->group[static_cast<std::size_t>(pos)] != t.rank) ++pos;
-      if (c->kind == sched::CollectiveKind::all_to_all) {
+      if (c->kind == CollectiveKind::all_to_all) {
         for (int other : c->group)
           if (other != t.rank) pairs.emplace(t.rank, other);
         continue;
@@ -95,7 +103,7 @@ std::string mirror_fabric_asymmetry(const sched::Schedule& s, const topo::Cluste
       for (topo::LinkId l : route(image(a, j), image(b, j)).links) ++job[l];
   for (const auto& [a, b] : pairs) {
     const topo::Route& real = route(a, b);
-    const topo::Route proxy = alias_of(b) != b ? proxy_route(cluster, n, a, b, alias_of(b), real) : topo::Route{};
+    const topo::Route proxy = proxy_route(cluster, g, a, b, real);
     for (topo::LinkId l : (proxy.links.empty() ? real : proxy).links) ++mirrored[l];
   }
   const auto link_name = [&](topo::LinkId l) {
@@ -129,4 +137,4 @@ std::string mirror_fabric_asymmetry(const sched::Schedule& s, const topo::Cluste
   return {};
 }
 
-}  // namespace fusesim::sim
+}  // namespace fusesim::sched
