@@ -327,6 +327,7 @@ SimulateReport simulate(const SimulateRequest& request) {
       if (!schedule.symmetry_fallback.empty())
         note_once("--symmetry mirror: every rank simulated, the DP sync as collectives (--symmetry none), because " +
                   schedule.symmetry_fallback);
+      if (!schedule.symmetry_unchecked.empty()) note_once("--symmetry mirror: " + schedule.symmetry_unchecked);
       std::optional<analysis::ChromeTraceRecorder> recorder;
       if (request.record_traces) {
         recorder.emplace(cluster, &costs, schedule.graph.regions(), request.trace_filter);

@@ -129,7 +129,7 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   // padding rows, as Megatron's own num_floating_point_operations does with args.padded_vocab_size
   // (megatron/training/training.py).
   r.step.vocab = workload.arch.padded_vocab(workload.parallel.tp);
-  std::string fallback;
+  std::string fallback, unchecked;
   if (r.options.mirror_dp && r.shape.pp > 1 && r.shape.dp == 1) {
     r.options.mirror_dp = false;  // nothing to mirror
   } else if (r.options.mirror_dp && r.shape.dp > 1) {
@@ -153,7 +153,14 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       probe.step.micro_batches = r.shape.virtual_stages > 1 ? r.shape.pp : 1;
       const Schedule probed = generate_tpsp(probe);
       fallback = probed.mirror_inexact;
-      if (fallback.empty()) fallback = mirror_fabric_asymmetry(probed, cluster);
+      if (fallback.empty()) {
+        const FabricCheck fabric = check_mirror_fabric(probed, cluster);
+        fallback = fabric.asymmetry;
+        if (!fabric.checked)
+          unchecked = fmt::format("the fabric's symmetry along the {} replica groups is assumed, not checked ({} "
+                                  "routes to search, over the {} the check searches)",
+                                  probed.replicas, fabric.image_routes, kMaxImageRoutes);
+      }
     }
     if (!fallback.empty()) {
       // Every rank, the DP sync as the collectives NCCL runs (--symmetry none): replica 0 would not
@@ -174,6 +181,7 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   // Built once and returned as it is: a TaskGraph (a Boost adjacency_list) has no move, only copies.
   Schedule s = generate_tpsp(r);
   s.symmetry_fallback = fallback;
+  if (fallback.empty()) s.symmetry_unchecked = unchecked;
   s.network_sends_on_sm = network_sends_to_sm_kernels(s.graph, cluster);
   return s;
 }

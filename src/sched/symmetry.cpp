@@ -41,8 +41,9 @@ topo::Route proxy_route(const topo::Cluster& cluster, const TaskGraph& graph, in
   return {};
 }
 
-std::string mirror_fabric_asymmetry(const Schedule& s, const topo::Cluster& cluster) {
-  if (s.simulated_ranks <= 0 || s.replicas <= 1) return {};
+FabricCheck check_mirror_fabric(const Schedule& s, const topo::Cluster& cluster, std::size_t max_routes) {
+  FabricCheck out;
+  if (s.simulated_ranks <= 0 || s.replicas <= 1) return out;
   const TaskGraph& g = s.graph;
   const int n = g.num_ranks(), stages = std::max(1, s.pipeline_stages);
   const int stage_ranks = n / stages, block = s.simulated_ranks / stages;
@@ -88,7 +89,11 @@ std::string mirror_fabric_asymmetry(const Schedule& s, const topo::Cluster& clus
       it = cluster.node_of(it->first) == cluster.node_of(it->second) ? pairs.erase(it) : std::next(it);
   // A route search costs about a millisecond on a fabric of thousands of nodes: beyond the budget the
   // fabric is taken to repeat unchecked, as it was before this check (docs/schedules.md "Symmetry").
-  if (pairs.size() * static_cast<std::size_t>(s.replicas) > kMaxImageRoutes) return {};
+  out.image_routes = pairs.size() * static_cast<std::size_t>(s.replicas);
+  if (out.image_routes > max_routes) {
+    out.checked = false;
+    return out;
+  }
   // Each pair's route in every replica group (j = 0: the simulated one's own), and the load of each
   // link in the whole job; then the routes the mirrored run takes and the load it puts on each link.
   std::map<std::pair<int, int>, topo::Route> routes;
@@ -109,32 +114,36 @@ std::string mirror_fabric_asymmetry(const Schedule& s, const topo::Cluster& clus
   const auto link_name = [&](topo::LinkId l) {
     return fmt::format("link {}", cluster.links[static_cast<std::size_t>(l)].name);
   };
-  for (const auto& [a, b] : pairs) {
-    const topo::Route& own = route(a, b);
-    for (int j = 1; j < s.replicas; ++j) {
-      const topo::Route& other = route(image(a, j), image(b, j));
-      bool alike = other.links.size() == own.links.size();
-      for (std::size_t i = 0; alike && i < own.links.size(); ++i) {
-        const topo::Link& x = cluster.links[static_cast<std::size_t>(own.links[i])];
-        const topo::Link& y = cluster.links[static_cast<std::size_t>(other.links[i])];
-        alike = job[own.links[i]] == job[other.links[i]] && x.bandwidth_bytes_per_s == y.bandwidth_bytes_per_s &&
-                x.latency_ps == y.latency_ps;
+  const auto reason = [&]() -> std::string {
+    for (const auto& [a, b] : pairs) {
+      const topo::Route& own = route(a, b);
+      for (int j = 1; j < s.replicas; ++j) {
+        const topo::Route& other = route(image(a, j), image(b, j));
+        bool alike = other.links.size() == own.links.size();
+        for (std::size_t i = 0; alike && i < own.links.size(); ++i) {
+          const topo::Link& x = cluster.links[static_cast<std::size_t>(own.links[i])];
+          const topo::Link& y = cluster.links[static_cast<std::size_t>(other.links[i])];
+          alike = job[own.links[i]] == job[other.links[i]] && x.bandwidth_bytes_per_s == y.bandwidth_bytes_per_s &&
+                  x.latency_ps == y.latency_ps;
+          if (!alike)
+            return fmt::format("the transfers from rank {} to {} and from {} to {} (its image {} replica group{} on) "
+                               "cross {} and {}, which carry {} and {} of the job's transfers",
+                               a, b, image(a, j), image(b, j), j, j > 1 ? "s" : "", link_name(own.links[i]),
+                               link_name(other.links[i]), job[own.links[i]], job[other.links[i]]);
+        }
         if (!alike)
-          return fmt::format("the transfers from rank {} to {} and from {} to {} (its image {} replica group{} on) "
-                             "cross {} and {}, which carry {} and {} of the job's transfers",
-                             a, b, image(a, j), image(b, j), j, j > 1 ? "s" : "", link_name(own.links[i]),
-                             link_name(other.links[i]), job[own.links[i]], job[other.links[i]]);
+          return fmt::format("the route from rank {} to {} has {} links, its image {} replica group{} on ({} to {}) {}", a,
+                             b, own.links.size(), j, j > 1 ? "s" : "", image(a, j), image(b, j), other.links.size());
       }
-      if (!alike)
-        return fmt::format("the route from rank {} to {} has {} links, its image {} replica group{} on ({} to {}) {}", a,
-                           b, own.links.size(), j, j > 1 ? "s" : "", image(a, j), image(b, j), other.links.size());
     }
-  }
-  for (const auto& [l, count] : mirrored)
-    if (job[l] != count)
-      return fmt::format("{} carries {} of the job's transfers but {} of the mirrored run's: replica groups share it",
-                         link_name(l), job[l], count);
-  return {};
+    for (const auto& [l, count] : mirrored)
+      if (job[l] != count)
+        return fmt::format("{} carries {} of the job's transfers but {} of the mirrored run's: replica groups share it",
+                           link_name(l), job[l], count);
+    return {};
+  };
+  out.asymmetry = reason();
+  return out;
 }
 
 }  // namespace fusesim::sched

@@ -10,6 +10,7 @@
 
 #include "fusesim/cli/simulate.hpp"
 #include "fusesim/model/kernel.hpp"
+#include "fusesim/sched/symmetry.hpp"
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/embedded.hpp"
@@ -94,7 +95,18 @@ TEST_CASE("mirror falls back to every rank where replica groups share a fabric l
   const topo::Cluster four_spines = topo::load_cluster_by_name_or_path("dgx-h100-4node");
   const sched::Schedule kept = sched::generate(w, "w", four_spines, model::ScheduleKind::commfuse, o);
   CHECK(kept.symmetry_fallback.empty());
+  CHECK(kept.symmetry_unchecked.empty());
   CHECK(kept.simulated_ranks > 0);
+  // Searched within its budget; beyond it the check says it did not look (the pairs leaving the
+  // simulated replica's two nodes, each in the 4 replica groups: a multiple of 4).
+  const sched::FabricCheck checked = sched::check_mirror_fabric(kept, four_spines);
+  CHECK(checked.checked);
+  CHECK(checked.asymmetry.empty());
+  REQUIRE(checked.image_routes > 0);
+  CHECK(checked.image_routes % 4 == 0);
+  const sched::FabricCheck over = sched::check_mirror_fabric(kept, four_spines, checked.image_routes - 1);
+  CHECK_FALSE(over.checked);
+  CHECK(over.image_routes == checked.image_routes);
 
   json doc = json::parse(std::string(*embedded_file("topologies/dgx-h100-4node.json")));
   doc["scale_out"]["spines"] = 1;

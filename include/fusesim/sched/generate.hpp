@@ -62,6 +62,9 @@ struct Schedule {
   // Why generate() built every rank although GenerateOptions::mirror_dp asked for replica 0 only (the
   // mirrored replicas would not be exact, docs/schedules.md "Symmetry"); empty otherwise.
   std::string symmetry_fallback;
+  // A mirrored schedule whose fabric was too large to check (sched/symmetry.hpp, kMaxImageRoutes):
+  // why its symmetry is assumed; empty otherwise.
+  std::string symmetry_unchecked;
   // Set by the generator in mirror mode: why the mirrored ring is not exact (uneven row parts).
   std::string mirror_inexact;
   // What the tasks compute (Task::data_op indexes its ops), for the reference executor behind

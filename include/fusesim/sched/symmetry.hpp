@@ -27,13 +27,18 @@ struct Schedule;  // sched/generate.hpp
 topo::Route proxy_route(const topo::Cluster& cluster, const TaskGraph& graph, int src, int dst,
                         const topo::Route& real);
 
-// Why the fabric does not repeat along the replica groups of a mirrored schedule (one line naming the
-// transfer and the links), or empty when every link load repeats. Empty for a schedule that is not
-// mirrored (Schedule::simulated_ranks 0). Counts the distinct (sender, receiver) pairs of the
-// simulated ranks' Sends and collective ring steps (topo/rings.hpp) and of their images in every
-// replica group, on the cluster's routes; pairs inside a node are left out when the simulated group
-// holds whole nodes, and beyond kMaxImageRoutes routes to search the fabric is not checked (empty).
+// Whether the fabric repeats along the replica groups of a mirrored schedule. Counts the distinct
+// (sender, receiver) pairs of the simulated ranks' Sends and collective ring steps (topo/rings.hpp)
+// and of their images in every replica group, on the cluster's routes; pairs inside a node are left
+// out when the simulated group holds whole nodes. Beyond `max_routes` routes to search the fabric is
+// not checked, and says so. A schedule that is not mirrored (Schedule::simulated_ranks 0) passes.
 inline constexpr std::size_t kMaxImageRoutes = 4096;
-std::string mirror_fabric_asymmetry(const Schedule& schedule, const topo::Cluster& cluster);
+struct FabricCheck {
+  std::string asymmetry;         // why not (one line naming the transfer and the links); empty: repeats
+  std::size_t image_routes = 0;  // the routes the check searched, or would have
+  bool checked = true;           // false: more than max_routes, the fabric taken to repeat
+};
+FabricCheck check_mirror_fabric(const Schedule& schedule, const topo::Cluster& cluster,
+                                std::size_t max_routes = kMaxImageRoutes);
 
 }  // namespace fusesim::sched
