@@ -1,8 +1,9 @@
 #pragma once
 // A cluster: accelerators, switches and NICs joined by directed links, read from a topology file
 // (schema: docs/topology.md). Ranks are the accelerators numbered node-major: rank = node *
-// devices_per_node + local index. Routes between ranks come from the link graph (Boost.Graph
-// shortest path by latency, then hop count, ties broken by vertex id, so they are deterministic).
+// devices_per_node + local index. Routes between ranks come from the link graph (shortest path by
+// PCIe links, latency, hop count, then bottleneck; ties broken by vertex id, so they are
+// deterministic; src/topo/route.cpp).
 #include <cstdint>
 #include <map>
 #include <memory>
