@@ -328,6 +328,16 @@ SimulateReport simulate(const SimulateRequest& request) {
         note_once("--symmetry mirror: every rank simulated, the DP sync as collectives (--symmetry none), because " +
                   schedule.symmetry_fallback);
       if (!schedule.symmetry_unchecked.empty()) note_once("--symmetry mirror: " + schedule.symmetry_unchecked);
+      if (request.record_traces && request.trace_filter.ranks && schedule.simulated_ranks > 0) {
+        const std::vector<int> simulated =
+            sched::counted_ranks(schedule.graph.num_ranks(), schedule.simulated_ranks, schedule.pipeline_stages);
+        for (int r : *request.trace_filter.ranks)
+          if (!std::binary_search(simulated.begin(), simulated.end(), r))
+            throw InputError(kCommandLine, "--trace-ranks",
+                             fmt::format("rank {} is not simulated with --symmetry mirror (the first {} ranks of each "
+                                         "stage stand for the others); trace it with --symmetry none",
+                                         r, schedule.simulated_ranks / schedule.pipeline_stages));
+      }
       std::optional<analysis::ChromeTraceRecorder> recorder;
       if (request.record_traces) {
         recorder.emplace(cluster, &costs, schedule.graph.regions(), request.trace_filter);

@@ -77,7 +77,7 @@ class SimulateCommand final : public Command {
     sub.add_option("--output", output_, "write the report to this file instead of standard output")
         ->type_name("FILE");
     sub.add_flag("--regions", regions_, "table format: also print the per-region head/tail table of each run");
-    sub.add_option("--symmetry", symmetry_,
+    symmetry_option_ = sub.add_option("--symmetry", symmetry_,
                    "none, p2p (the DP collectives as ring P2P steps on every rank) or mirror (DP replica 0 only, or "
                    "two nodes' replicas where several share a node, the others their images: none's step, exactly; "
                    "docs/schedules.md, Symmetry)")
@@ -104,7 +104,10 @@ class SimulateCommand final : public Command {
     request.pricing = model::pricing_choice(profile_, roofline_);
     if (!engine_.empty()) request.engine = parse_engine_mode("--engine", engine_);
     request.force_memory = force_memory_;
-    apply_symmetry(symmetry_, request);
+    // A trace draws the ranks it is asked for: without an explicit --symmetry it simulates every rank
+    // (mirror would leave the other replicas' processes empty), with --symmetry mirror the simulated
+    // ones (simulate() refuses --trace-ranks outside them).
+    apply_symmetry(!trace_.empty() && symmetry_option_->count() == 0 ? std::string("none") : symmetry_, request);
     request.record_traces = !trace_.empty();
     request.trace_filter = parse_trace_filter(trace_, trace_ranks_, trace_layers_);
     const OutputFormat format = parse_format(format_);
@@ -159,6 +162,7 @@ class SimulateCommand final : public Command {
   bool forward_only_ = false;
   std::string parallelism_;
   std::string symmetry_ = "mirror";
+  CLI::Option* symmetry_option_ = nullptr;
   bool force_memory_ = false;
   std::string trace_, trace_ranks_, trace_layers_;
   std::string format_ = "table";

@@ -9,8 +9,8 @@
 #include "fusesim/sched/dataflow.hpp"
 #include "fusesim/sched/symmetry.hpp"
 #include "fusesim/sched/tpsp.hpp"
-#include "fusesim/util/error.hpp"
 #include "fusesim/topo/rings.hpp"
+#include "fusesim/util/error.hpp"
 
 namespace fusesim::sched {
 

@@ -149,3 +149,26 @@ TEST_CASE("bad trace filters are one-line errors at their option, and write noth
   check_one_error_line(run_fusesim(with(base, {"--trace", "t.json", "--trace-layers", "0-1"}), dir), "--trace-layers");
   CHECK(dir.entries().empty());
 }
+
+TEST_CASE("a trace draws every rank it names: every rank simulated unless --symmetry mirror is asked", "[cli][trace]") {
+  // The default job's workload (TP 8 x DP 4 on four DGX H100) mirrors replica 0's ranks 0-7 by
+  // default; a trace of rank 16 (replica 2) needs every rank, and --symmetry mirror cannot give it.
+  const std::vector<std::string> base{"simulate", "--scope", "layer", "--schedule", "baseline", "--parallelism", "dp",
+                                      "--format", "json", "--trace", "t.json", "--trace-ranks", "16"};
+  ScratchDir dir;
+  const auto r = run_fusesim(base, dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(json::parse(r.out)["results"][0]["simulated_ranks"] == 32);
+  std::set<int> pids;
+  const json trace = json::parse(slurp(dir.path() / "t.json"));
+  for (const json& e : trace["traceEvents"])
+    if (e.value("ph", "") == "X") pids.insert(e["pid"].get<int>());
+  CHECK(pids == std::set<int>{16});
+
+  ScratchDir mirrored;
+  const auto refused = run_fusesim(with(base, {"--symmetry", "mirror"}), mirrored);
+  check_one_error_line(refused, "--trace-ranks");
+  CHECK(refused.err.find("rank 16 is not simulated with --symmetry mirror") != std::string::npos);
+  CHECK(mirrored.entries().empty());  // nothing half-written
+}
