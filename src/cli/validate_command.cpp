@@ -58,9 +58,9 @@ struct Case {
   std::optional<int> tp;
   std::optional<std::int64_t> micro_batch, sequence_length;
   std::optional<std::string> engines;  // model::kEngineModes: what the measured framework ran communication on
-  // "symmetry": how much of the cluster is simulated (simulate --symmetry): "mirror" for the runs
-  // whose every rank would take minutes (hundreds of GPUs with pipeline stages); exact or it falls back.
-  std::string symmetry = "none";
+  // "symmetry": how much of the cluster is simulated (simulate --symmetry), mirror as simulate's
+  // default: exact where it runs, every rank where it would not be (docs/schedules.md "Symmetry").
+  std::string symmetry = "mirror";
   // Whose schedule the case sets ("parallelism"); empty: every parallelism of the workload.
   std::vector<sched::Parallelism> parallelisms;
   // "speedup_over": the id of the case this one is a published speed-up over (the same run with
@@ -144,7 +144,7 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
       // The workload reader's own limit (16M tokens, model/workload.cpp).
       if (o.has("sequence_length")) c.sequence_length = o.integer("sequence_length", 1, 16 * 1024 * 1024);
       if (o.has("engine")) c.engines = o.choice("engine", model::kEngineModes);
-      c.symmetry = o.choice_or("symmetry", {"none", "mirror"}, "none");
+      c.symmetry = o.choice_or("symmetry", {"none", "mirror"}, "mirror");
       if (o.has("parallelism"))
         c.parallelisms = {*sched::parse_parallelism(o.choice("parallelism", {"tpsp", "up", "dp"}))};
       if (auto v = o.find("speedup_over")) {
