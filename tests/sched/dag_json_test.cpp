@@ -114,6 +114,9 @@ TEST_CASE("bad task-graph files name the JSON path", "[sched][dag_json]") {
       {with(R"("dtype": "bf16")", R"("dtype": "bf17")"), "$.dtype"},
       {with(R"("tokens": 4096)", R"("tokens": -1)"), "$.tokens"},
       {with(R"("schedule": "mine")", R"("schedule": "mine", "colour": 1)"), "$.colour"},  // unknown key
+      // rank 0 (stage 0 of two stages of one rank) standing in for rank 1, of the other stage
+      {with(R"("schedule": "mine")", R"("schedule": "mine", "pipeline_stages": 2, "load_alias": [1, 1])"),
+       "$.load_alias[0]"},
       {with(R"("name": "g1", "rank": 1)", R"("name": "g1", "rank": 2)"), "$.tasks[1].rank"},
       {with(R"("name": "g1", "rank": 1)", R"("name": "g0", "rank": 1)"), "$.tasks[1].name"},  // duplicate
       {with(R"("m": 1024, "n": 1024, "k": 1024}}},)", R"("m": -5, "n": 1024, "k": 1024}}},)"),
