@@ -22,7 +22,7 @@ topo::Route proxy_route(const topo::Cluster& cluster, const TaskGraph& graph, in
   const int period = graph.alias_stage_ranks(), first = src / period * period;
   const int mirrored_src = first + ((src - first - (dst - alias)) % period + period) % period;
   if (mirrored_src == alias || mirrored_src >= cluster.num_ranks() || real.links.empty()) return {};
-  // The mirrored route is the real one's image under the replica shift (mirror_fabric_asymmetry
+  // The mirrored route is the real one's image under the replica shift (check_mirror_fabric
   // requires images as long as the original), so the two join where they visit the same vertex at the
   // same hop: the top of both (the leaf or switch). A shared vertex at different hops is no join: with
   // two replicas the mirrored sender sits on the proxy's node, and joining there would route the
