@@ -18,7 +18,6 @@
 #include "fusesim/analysis/table.hpp"
 #include "fusesim/cli/app.hpp"
 #include "fusesim/cli/plot.hpp"
-#include "fusesim/cli/simulate.hpp"
 #include "fusesim/model/memory.hpp"
 #include "fusesim/sched/generate.hpp"
 #include "fusesim/sim/engine.hpp"

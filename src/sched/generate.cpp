@@ -181,7 +181,7 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   // Built once and returned as it is: a TaskGraph (a Boost adjacency_list) has no move, only copies.
   Schedule s = generate_tpsp(r);
   s.symmetry_fallback = fallback;
-  if (fallback.empty()) s.symmetry_unchecked = unchecked;
+  s.symmetry_unchecked = unchecked;  // set only where the check found no asymmetry
   s.network_sends_on_sm = network_sends_to_sm_kernels(s.graph, cluster);
   return s;
 }

@@ -11,14 +11,18 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "fusesim/analysis/metrics.hpp"
 #include "fusesim/model/kernel.hpp"
 #include "fusesim/model/workload.hpp"
 #include "fusesim/sched/generate.hpp"
+#include "fusesim/sched/symmetry.hpp"
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/embedded.hpp"
 #include "fusesim/util/error.hpp"
+#include "fusesim/util/json_reader.hpp"
 
 using namespace fusesim;
 using namespace fusesim::sched;
@@ -35,6 +39,18 @@ model::Workload small_llama(model::DpSharding sharding, std::int64_t micro_batch
   w.sequence_length = 1024;
   w.grad_accumulation = micro_batches;
   w.parallel.dp_sharding = sharding;
+  return w;
+}
+
+// Llama-3-8B's layer shapes, 2 layers, sequence 4096, TP 4 x UP 2 x DP 4 on the four DGX H100 nodes:
+// DP replica d is node d, ranks (2d + u) x 4 + ti.
+model::Workload small_ulysses() {
+  model::Workload w = model::load_workload("llama-3-8b-ulysses");
+  w.arch.layers = 2;
+  w.sequence_length = 4096;
+  w.parallel.tp = 4;
+  w.parallel.up = 2;
+  w.parallel.dp = 4;
   return w;
 }
 
@@ -180,12 +196,7 @@ TEST_CASE("Mirrored DP replicas with Ulysses ranks reproduce the full-rank simul
   // is all DDP's CommFuse has; ZeRO-1's CommFuse gathers its parameters with the P2P collective (in
   // the P2P form) or a collective.
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
-  model::Workload w = model::load_workload("llama-3-8b-ulysses");
-  w.arch.layers = 2;
-  w.sequence_length = 4096;
-  w.parallel.tp = 4;
-  w.parallel.up = 2;
-  w.parallel.dp = 4;
+  model::Workload w = small_ulysses();
   constexpr int kMembers = 16;
   for (bool p2p : {true, false})
   for (auto sharding : {model::DpSharding::ddp, model::DpSharding::zero1})
@@ -228,6 +239,50 @@ TEST_CASE("Mirrored DP replicas with Ulysses ranks reproduce the full-rank simul
       CHECK(mirror.metrics.step_time_ps == full.metrics.step_time_ps);
       CHECK(mirror.metrics.mfu == Approx(full.metrics.mfu).epsilon(1e-12));
     }
+}
+
+TEST_CASE("Mirror falls back to every rank where replica groups share a fabric link", "[symmetry][dp][up]") {
+  // Llama-3-8B, 2 layers, sequence 4096, TP 4 x UP 2 x DP 4, CommFuse over DP: its fused ring runs in
+  // member order (u, d), so the hop from (1, d) to (0, d + 1) leaves GPU 4 + ti of node d by rail 4 + ti
+  // and enters GPU ti of node d + 1 by rail ti, across a spine. On dgx-h100-4node (4 spines) each
+  // replica's hop takes its own spine link; with the four nodes on ONE spine, the hops of all four
+  // replicas share leaf (4 + ti)'s uplink to it, which replica 0 alone, mirrored, would have to itself:
+  // the mirrored step would be too fast. generate checks the fabric and builds every rank.
+  const model::Workload w = small_ulysses();
+  GenerateOptions o;
+  o.scope = Scope::step;
+  o.parallelism = Parallelism::dp;
+  o.mirror_dp = true;
+  const topo::Cluster four_spines = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  const Schedule kept = generate(w, "w", four_spines, model::ScheduleKind::commfuse, o);
+  CHECK(kept.symmetry_fallback.empty());
+  CHECK(kept.symmetry_unchecked.empty());
+  CHECK(kept.simulated_ranks > 0);
+  // Searched within its budget; beyond it the check says it did not look (the pairs leaving the
+  // simulated replica's two nodes, each in the 4 replica groups: a multiple of 4).
+  const FabricCheck checked = check_mirror_fabric(kept, four_spines);
+  CHECK(checked.checked);
+  CHECK(checked.asymmetry.empty());
+  REQUIRE(checked.image_routes > 0);
+  CHECK(checked.image_routes % 4 == 0);
+  const FabricCheck over = check_mirror_fabric(kept, four_spines, checked.image_routes - 1);
+  CHECK_FALSE(over.checked);
+  CHECK(over.image_routes == checked.image_routes);
+
+  nlohmann::json doc = nlohmann::json::parse(std::string(*embedded_file("topologies/dgx-h100-4node.json")));
+  doc["scale_out"]["spines"] = 1;
+  const topo::Cluster one_spine = topo::parse_cluster(JsonDocument::from_json(doc, "one-spine.json"));
+  const Schedule s = generate(w, "w", one_spine, model::ScheduleKind::commfuse, o);
+  INFO(s.symmetry_fallback);
+  CHECK(s.simulated_ranks == 0);
+  CHECK(s.symmetry_fallback.find("spine") != std::string::npos);
+  CHECK(s.symmetry_fallback.find("of the job's transfers") != std::string::npos);
+  // What the check prevents: the mirrored step, unchecked (the graph built for four spines: the same
+  // ranks, nodes and rings), against every rank's.
+  const model::RooflineCostModel costs;
+  const auto mirrored = sim::Simulator(one_spine, costs).run(kept.graph);
+  const auto full = sim::Simulator(one_spine, costs).run(s.graph);
+  CHECK(mirrored.makespan_ps < full.makespan_ps);
 }
 
 TEST_CASE("A proxy receive arrives by its alias's NIC, beside the alias's Ulysses traffic", "[symmetry][dp][up]") {
