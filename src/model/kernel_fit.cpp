@@ -13,6 +13,8 @@ namespace fusesim::model {
 namespace {
 
 constexpr double kBig = 1e30;
+// A residual further than this squared distance (in widths) from a shape weighs below 1e-11: left out.
+constexpr double kResidualReachSq = 50.0;
 
 // Nelder-Mead on an unconstrained vector (the models' parameters are fitted as logs, so every value
 // the search tries is a valid model). Deterministic: fixed start, fixed steps, fixed iteration cap.
@@ -149,16 +151,36 @@ double GemmModel::time_s(double m, double n, double k, double batch) const {
   if (residuals.empty() || base <= 0.0) return base;
   const double lm = std::log2(m * batch), ln = std::log2(n), lk = std::log2(k);
   double weight = prior_weight, sum = 0.0;
-  for (const Residual& r : residuals) {
+  const auto add = [&](const Residual& r) {
     const double dm = (r.log2_m - lm) / width_log2_m, dn = (r.log2_n - ln) / width_log2_n,
                  dk = (r.log2_k - lk) / width_log2_k;
     const double d2 = dm * dm + dn * dn + dk * dk;
-    if (d2 > 50.0) continue;  // weight below 1e-11
+    if (d2 > kResidualReachSq) return;  // weight below 1e-11
     const double w = std::exp(-0.5 * d2);
     weight += w;
     sum += w * r.log_ratio;
+  };
+  if (residuals_by_m.size() != residuals.size()) {
+    for (const Residual& r : residuals) add(r);
+  } else {
+    // Every residual whose m term alone stays within reach (a margin over the rounding of dm), then
+    // in their own order: the terms a full scan would add, added in the same order.
+    const double reach = std::sqrt(kResidualReachSq) * width_log2_m * (1.0 + 1e-9) + 1e-12;
+    const auto by_m = [&](std::uint32_t i, double v) { return residuals[i].log2_m < v; };
+    const auto lo = std::lower_bound(residuals_by_m.begin(), residuals_by_m.end(), lm - reach, by_m);
+    const auto hi = std::lower_bound(lo, residuals_by_m.end(), std::nextafter(lm + reach, kBig), by_m);
+    std::vector<std::uint32_t> near(lo, hi);
+    std::sort(near.begin(), near.end());
+    for (std::uint32_t i : near) add(residuals[i]);
   }
   return base * std::exp(sum / weight);
+}
+
+void GemmModel::index_residuals() {
+  residuals_by_m.resize(residuals.size());
+  std::iota(residuals_by_m.begin(), residuals_by_m.end(), 0u);
+  std::stable_sort(residuals_by_m.begin(), residuals_by_m.end(),
+                   [&](std::uint32_t a, std::uint32_t b) { return residuals[a].log2_m < residuals[b].log2_m; });
 }
 
 GemmModel fit_gemm_model(const std::vector<GemmTiming>& samples, int sm_count, double element_bytes,
@@ -212,6 +234,7 @@ GemmModel gemm_model_from_parameters(const std::vector<double>& x, const std::ve
     const double base = g.smooth_time_s(s.m, s.n, s.k, s.batch);
     g.residuals.push_back({std::log2(s.m * s.batch), std::log2(s.n), std::log2(s.k), std::log(s.time_s / truncated_reading_s(base, s.resolution_s))});
   }
+  g.index_residuals();
   for (const GemmTiming& s : samples) predicted.push_back(g.sample_reading_s(s)), measured.push_back(s.time_s);
   g.samples = static_cast<int>(samples.size());
   g.in_sample_mape_pct = mape_pct(predicted, measured);

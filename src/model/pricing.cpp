@@ -23,6 +23,67 @@ std::shared_ptr<const LoadedProfile> read_profile(const std::string& name_or_pat
   return loaded;
 }
 
+// Reads a profile's device.model and stops: the shipped profiles are megabytes of samples after a
+// device block of a few lines, and the default pricing looks at every one of them to pick one.
+class DeviceModelScan final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::optional<std::string> model;
+
+  bool null() override { return leave_value(); }
+  bool boolean(bool) override { return leave_value(); }
+  bool number_integer(number_integer_t) override { return leave_value(); }
+  bool number_unsigned(number_unsigned_t) override { return leave_value(); }
+  bool number_float(number_float_t, const string_t&) override { return leave_value(); }
+  bool binary(binary_t&) override { return leave_value(); }
+  bool string(string_t& value) override {
+    if (depth_ == 2 && in_device_ && key_ == "model") {
+      model = value;
+      return false;  // found: stop reading
+    }
+    return leave_value();
+  }
+  bool start_object(std::size_t) override { return open(true); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    key_ = k;
+    if (depth_ == 1) device_key_ = k == "device";
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  int depth_ = 0;
+  bool device_key_ = false;  // the top-level key just read is "device"
+  bool in_device_ = false;   // inside the top-level "device" object
+  std::string key_;
+
+  // A value other than the device block's model: keep reading only while the device block may
+  // still come.
+  bool leave_value() const { return depth_ >= 1; }
+  bool open(bool object) {
+    if (depth_ == 0 && !object) return false;  // not a profile
+    if (depth_ == 1 && device_key_) {
+      if (!object) return false;
+      in_device_ = true;
+    }
+    ++depth_;
+    return true;
+  }
+  bool close() {
+    --depth_;
+    // The device block ended without a model, or the document ended without a device block.
+    return !(depth_ <= 1 && in_device_) && depth_ > 0;
+  }
+};
+
+std::optional<std::string> device_model_of(std::string_view text) {
+  DeviceModelScan scan;
+  nlohmann::json::sax_parse(text, &scan);
+  return scan.model;
+}
+
 std::string stem(const std::string& relative_path) {
   const auto slash = relative_path.rfind('/');
   const std::string name = slash == std::string::npos ? relative_path : relative_path.substr(slash + 1);
@@ -67,13 +128,11 @@ std::optional<std::string> ProfileCache::shipped_for(const std::string& device_m
     for (const std::string& file : embedded_files("profiles")) {
       const auto text = embedded_file(file);
       if (!text) continue;
-      const nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-      if (!doc.is_object() || !doc.contains("device") || !doc["device"].is_object()) continue;
-      const auto& device = doc["device"];
-      if (!device.contains("model") || !device["model"].is_string()) continue;
+      std::optional<std::string> model = device_model_of(*text);
+      if (!model) continue;
       // Two shipped profiles for one device model would make the default ambiguous; the
       // shipped-files test refuses that, and here the first in name order would win.
-      by_device.emplace(device["model"].get<std::string>(), stem(file));
+      by_device.emplace(std::move(*model), stem(file));
     }
     shipped_by_device_ = std::move(by_device);
   }

@@ -616,6 +616,7 @@ TEST_CASE("every shipped profile's stored kernel fits are what fitting its sampl
     CHECK(e.json_path() == "$.fitted");
     CHECK(e.message().find("fitted.kernel_models.gemm: the stored parameters price no sample") != std::string::npos);
   }
+
   // A stored block of the wrong shape is refused at its path.
   doc = json::parse(std::string(*embedded_file("profiles/h200-sxm.json")));
   doc["fitted"]["kernel_models"]["gemm"]["parameters"] = {1.0, 2.0};
@@ -626,4 +627,32 @@ TEST_CASE("every shipped profile's stored kernel fits are what fitting its sampl
     CHECK(e.file() == "short.json");
     CHECK(e.json_path() == "$.fitted.kernel_models.gemm.parameters");
   }
+}
+
+TEST_CASE("The GEMM model's residuals indexed by m give the full scan's times, bit for bit") {
+  // time_s reads only the residuals within reach in m (GemmModel::residuals_by_m); a scan of all of
+  // them adds the same terms in the same order, so every time must be equal, not close.
+  int compared = 0;
+  for (const std::string& f : embedded_files("profiles")) {
+    const Profile p = parse_profile(JsonDocument::parse(std::string(*embedded_file(f)), f));
+    for (auto family : {GemmFamily::sixteen_bit, GemmFamily::fp8}) {
+      const auto& indexed = p.gemm_model_of(family);
+      if (!indexed) continue;
+      INFO(f);
+      REQUIRE(indexed->residuals_by_m.size() == indexed->residuals.size());
+      GemmModel scan = *indexed;
+      scan.residuals_by_m.clear();
+      for (const GemmTiming& s : gemm_timings(p, family)) {
+        CHECK(indexed->time_s(s.m, s.n, s.k, s.batch) == scan.time_s(s.m, s.n, s.k, s.batch));
+        ++compared;
+      }
+      for (double m = 1; m <= 1 << 20; m *= 1.7)
+        for (double n : {128.0, 1000.0, 4096.0, 28672.0})
+          for (double k : {64.0, 4096.0, 8192.0}) {
+            CHECK(indexed->time_s(m, n, k, 1) == scan.time_s(m, n, k, 1));
+            ++compared;
+          }
+    }
+  }
+  CHECK(compared > 2000);
 }

@@ -53,6 +53,10 @@ struct GemmModel {
     double log2_m, log2_n, log2_k, log_ratio;
   };
   std::vector<Residual> residuals;
+  // Residual indices in order of log2_m (index_residuals()): time_s reads only those within reach of
+  // the kernel in m, in their own order, so that it sums the same terms in the same order as a scan
+  // of all of them would (empty: time_s scans all).
+  std::vector<std::uint32_t> residuals_by_m;
   int samples = 0;
   double in_sample_mape_pct = 0;
   // What the search found, the seven values above as it searches them (logs, a logit): with the same
@@ -61,6 +65,7 @@ struct GemmModel {
 
   double smooth_time_s(double m, double n, double k, double batch) const;  // without the correction
   double time_s(double m, double n, double k, double batch) const;         // with it
+  void index_residuals();
   // What the sample's timer reads for its shape: time_s truncated to its resolution.
   double sample_reading_s(const GemmTiming& s) const;
   // Output tiles of the plan the smooth model picks (for contention's wave model).
