@@ -126,6 +126,8 @@ class SimulateDagCommand final : public Command {
     const model::Pricing pricing = model::pricing_for(choice, cluster);
     const model::KernelCostModel& costs = *pricing.costs;
     sim::Simulator simulator(cluster, costs);
+    // The analysis reads P2P records alone; a trace sees every step through its observer.
+    simulator.set_transfer_records(sim::TransferRecords::p2p_only);
     std::optional<analysis::ChromeTraceRecorder> recorder;
     if (!trace_.empty()) recorder.emplace(cluster, &costs, dag.graph.regions(), filter);
     const sim::SimResult result = simulator.run(dag.graph, recorder ? &*recorder : nullptr);

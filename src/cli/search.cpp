@@ -140,6 +140,7 @@ StepFigures simulate_step(const model::Workload& w, model::ScheduleKind kind, co
   options.mirror_dp = symmetry == "mirror";
   const sched::Schedule s = sched::generate(w, label, p.cluster, kind, options);
   sim::Simulator simulator(p.cluster, *p.pricing.costs);
+  simulator.set_transfer_records(sim::TransferRecords::p2p_only);  // the analysis reads P2P records alone
   const sim::SimResult result = simulator.run(s.graph);
   StepFigures f{analysis::analyze(s, result, p.cluster, *p.pricing.costs, w.dtype), 0};
   f.exposed_comm_ps = f.metrics.critical().exposed_comm_ps;

@@ -295,6 +295,8 @@ SimulateReport simulate(const SimulateRequest& request) {
   report.pricing_json = pricing.to_json();
   const model::KernelCostModel& costs = *pricing.costs;
   sim::Simulator simulator(cluster, costs);
+  // The analysis reads P2P records alone; a trace sees every step through its observer.
+  simulator.set_transfer_records(sim::TransferRecords::p2p_only);
   std::int64_t network_sends_on_sm = 0;
   // A pipeline passes micro-batches between stages: only a whole step has them. The default scopes
   // (layer and stack) become the step; a scope asked for by name is refused by the generator.

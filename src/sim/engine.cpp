@@ -281,11 +281,12 @@ class KernelCostCache {
 class Run final : public sched::TaskVisitor {
  public:
   Run(const topo::Cluster& cluster, const model::KernelCostModel& costs, const sched::TaskGraph& graph,
-      Observer* observer)
+      Observer* observer, TransferRecords records)
       : cluster_(cluster),
         costs_(costs),
         graph_(graph),
         observer_(observer),
+        record_steps_(records == TransferRecords::all),
         network_(link_capacities(cluster, graph.num_ranks())) {}
 
   SimResult execute(RunProfile& profile);
@@ -409,6 +410,7 @@ class Run final : public sched::TaskVisitor {
   const model::KernelCostModel& costs_;
   const sched::TaskGraph& graph_;
   Observer* observer_;
+  const bool record_steps_;  // SimResult::transfers keeps collective steps (TransferRecords::all)
 
   EventQueue queue_;
   FlowNetwork network_;
@@ -642,7 +644,8 @@ void Run::prepare() {
       }
     }
     if (!c.image_of.empty()) check_mirrored(c);
-    transfers += static_cast<std::size_t>(c.present) * static_cast<std::size_t>(c.steps) * static_cast<std::size_t>(c.rings);
+    if (record_steps_)
+      transfers += static_cast<std::size_t>(c.present) * static_cast<std::size_t>(c.steps) * static_cast<std::size_t>(c.rings);
     for (int r : c.ranks) c.sms.push_back(sms_for(r, c.spec->engine, c.spec->sms));
   }
   result_.transfers.reserve(transfers);
@@ -1193,7 +1196,8 @@ void Run::on_flow_end(FlowId f) {
   const int src_rank = owner.src_rank, dst_rank = owner.dst_rank;
   const int sender = owner.sender, receiver = owner.receiver, step = owner.step, sms = owner.sms;
   const model::CommEngine engine = owner.engine;
-  TransferRecord& rec = result_.transfers.emplace_back();
+  TransferRecord unkept;
+  TransferRecord& rec = collective == kNone || record_steps_ ? result_.transfers.emplace_back() : unkept;
   rec.task = task;
   rec.peer_task = peer_task;
   rec.src_rank = src_rank;
@@ -1471,7 +1475,7 @@ SimResult Simulator::run(const sched::TaskGraph& graph, Observer* observer) {
     throw GraphError(fmt::format("the task graph has {} ranks, cluster '{}' has {}", graph.num_ranks(), cluster_.name,
                                  cluster_.num_ranks()));
   }
-  Run run(cluster_, costs_, graph, observer);
+  Run run(cluster_, costs_, graph, observer, records_);
   return run.execute(profile_);
 }
 

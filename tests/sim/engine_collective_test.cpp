@@ -263,3 +263,36 @@ TEST_CASE("a mirrored collective times its images' ring steps by the members pre
   for (auto id : missing_ids) std::get<sched::CollectiveTask>(missing.task(id).kind).group = iota_ranks(4);
   CHECK_THROWS_WITH(Simulator(cluster, costs).run(missing), Catch::Contains("rank 2 has no task"));
 }
+
+TEST_CASE("TransferRecords::p2p_only keeps the P2P records alone and changes no timing", "[sim][collective]") {
+  // A 4-rank all-reduce (2 x 3 steps per member: 24 step records) beside a P2P transfer from rank 0
+  // to rank 1 (one record). p2p_only drops the 24 step records from the result; the task timings,
+  // the makespan and the events are the same, and an observer still sees all 25 transfers.
+  struct Count : fusesim::sim::Observer {
+    int transfers = 0;
+    void on_transfer_end(const fusesim::sim::TransferRecord&) override { ++transfers; }
+  };
+  const auto cluster = star(4);
+  TestCostModel costs;
+  TaskGraph g(4);
+  collective(g, "ar", CollectiveKind::all_reduce, iota_ranks(4), kN, 1);
+  g.add(send("s", 0, 1, 1'000'000, 7));
+  g.add(recv("r", 1, 0, 1'000'000, 7));
+  Simulator all(cluster, costs), p2p(cluster, costs);
+  p2p.set_transfer_records(fusesim::sim::TransferRecords::p2p_only);
+  Count seen_all, seen_p2p;
+  const SimResult a = all.run(g, &seen_all), b = p2p.run(g, &seen_p2p);
+  CHECK(a.transfers.size() == 25);
+  REQUIRE(b.transfers.size() == 1);
+  CHECK(b.transfers[0].step == -1);
+  CHECK(b.transfers[0].src_rank == 0);
+  CHECK(seen_all.transfers == 25);
+  CHECK(seen_p2p.transfers == 25);
+  CHECK(a.makespan_ps == b.makespan_ps);
+  CHECK(a.events_processed == b.events_processed);
+  REQUIRE(a.tasks.size() == b.tasks.size());
+  for (std::size_t i = 0; i < a.tasks.size(); ++i) {
+    CHECK(a.tasks[i].start_ps == b.tasks[i].start_ps);
+    CHECK(a.tasks[i].end_ps == b.tasks[i].end_ps);
+  }
+}

@@ -46,9 +46,14 @@ class Observer {
   virtual void on_transfer_end(const TransferRecord& /*transfer*/) {}
 };
 
+// Which transfers SimResult::transfers keeps. Every analysis reads the P2P records alone; a
+// collective's ring steps are a record per member and step (tens of millions at 1,024 ranks), kept
+// for tests and tools that look at them. An observer sees every transfer either way.
+enum class TransferRecords : std::uint8_t { all, p2p_only };
+
 struct SimResult {
   std::vector<TaskTiming> tasks;           // indexed by TaskId
-  std::vector<TransferRecord> transfers;   // in order of completion
+  std::vector<TransferRecord> transfers;   // in order of completion (see TransferRecords)
   TimePs makespan_ps = 0;                  // max end over all tasks
   std::uint64_t events_processed = 0;
 };
@@ -78,10 +83,13 @@ class Simulator {
   // the cluster is refused (GraphError).
   SimResult run(const sched::TaskGraph& graph, Observer* observer = nullptr);
   const RunProfile& last_profile() const { return profile_; }
+  // For the runs that follow; TransferRecords::all unless set.
+  void set_transfer_records(TransferRecords records) { records_ = records; }
 
  private:
   const topo::Cluster& cluster_;
   const model::KernelCostModel& costs_;
+  TransferRecords records_ = TransferRecords::all;
   RunProfile profile_;
 };
 
