@@ -1133,6 +1133,7 @@ Schedule generate_tpsp(const TpspRequest& request) {
   check(request);
   Schedule s;
   s.graph = TaskGraph(request.shape.tp * request.shape.up * request.shape.dp * request.shape.pp);
+  s.graph.reserve(request.reserve_tasks);
   const std::optional<Parallelism>& par = request.options.parallelism;
   s.parallelism = par.value_or(Parallelism::tpsp);
   s.kind = s.parallelism == Parallelism::dp ? request.dp_kind

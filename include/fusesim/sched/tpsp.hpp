@@ -105,6 +105,9 @@ struct TpspRequest {
   // The cluster the ranks run on: the DP sync's P2P form runs the rings NCCL would on it
   // (topo/rings.hpp); not owned; null: one ring in replica order.
   const topo::Cluster* cluster = nullptr;
+  // Tasks to make room for before building (TaskGraph::reserve), from estimated_tasks; 0: none. A
+  // graph grown by doubling copies its tasks at every growth and holds up to 3x their memory at once.
+  std::size_t reserve_tasks = 0;
 };
 
 // Checks the request (InputError naming `label` and the JSON path of the offending setting) and
