@@ -148,7 +148,7 @@ StepMetrics analyze(const AnalysisInput& in) {
 
     if (is_compute) {
       const auto& c = std::get<sched::ComputeTask>(task.kind);
-      const Flops f = in.costs.cost(c.kernel, c.dtype, in.cluster.device(task.rank)).flops;
+      const Flops f = in.costs.flops(c.kernel, c.dtype, in.cluster.device(task.rank));
       m.hardware_flops += f;
       if (!c.recompute) m.model_flops += f;
     }

@@ -90,3 +90,37 @@ TEST_CASE("no two shipped profiles claim one device model (the automatic choice 
   }
   CHECK(!models.empty());
 }
+
+TEST_CASE("flops() is cost().flops, bit for bit, for the roofline and every shipped profile", "[model][pricing]") {
+  // The analysis counts a step's FLOPs with flops(), which skips the pricing; MFU must not move by a
+  // bit. GEMMs of every kind the generators emit, fused and unfused attention both ways, element-wise.
+  std::vector<Kernel> kernels;
+  for (std::int64_t m : {1, 4096, 8191})
+    for (std::int64_t batch : {1, 3})
+      for (bool acc : {false, true}) kernels.push_back(GemmKernel{m, 28672, 8192, batch, acc});
+  for (bool unfused : {false, true})
+    for (Pass pass : {Pass::forward, Pass::backward})
+      for (bool causal : {false, true}) {
+        AttentionKernel a;
+        a.batch = 2, a.heads = 8, a.kv_heads = 2, a.seq_q = 1024, a.seq_kv = 4096, a.head_dim = 128;
+        a.causal = causal, a.q_offset = 3072, a.pass = pass, a.unfused = unfused;
+        kernels.push_back(a);
+      }
+  kernels.push_back(ElementwiseKernel{"rmsnorm", 1 << 26, 3.0e7, 8192});
+  kernels.push_back(ElementwiseKernel{"adam", 123456789, 1.2e9, 0});
+  for (const char* topology : {"dgx-h100", "dgx-a100", "hgx-h200"}) {
+    topo::Cluster cluster = topo::load_cluster_by_name_or_path(topology);
+    const topo::DeviceModel& device = cluster.device(0);
+    for (PricingMode mode : {PricingMode::automatic, PricingMode::roofline}) {
+      const Pricing pricing = pricing_for(PricingChoice{mode, ""}, cluster);
+      for (topo::Dtype dtype : {topo::Dtype::bf16, topo::Dtype::fp8}) {
+        if (!device.peak_flops_per_s.count(dtype)) continue;
+        for (const Kernel& k : kernels) {
+          INFO(topology << " " << pricing.describe() << " " << kernel_kind(k));
+          CHECK(pricing.costs->flops(k, dtype, device) == pricing.costs->cost(k, dtype, device).flops);
+          CHECK(kernel_flops(k) == pricing.costs->cost(k, dtype, device).flops);
+        }
+      }
+    }
+  }
+}

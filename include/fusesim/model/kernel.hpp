@@ -106,10 +106,19 @@ struct DeviceLoad {
 // long as before); a kernel without a tile count (tiles 0) spreads over the SMs left. 1 when none are held.
 double wave_ratio(std::int64_t tiles, int sm_count, int sms_held);
 
+// The useful FLOPs of a kernel as the shipped cost models count them: 2 m n k x batch for a GEMM,
+// attention_flops() for attention (fused or not), the element-wise kernel's own count.
+Flops kernel_flops(const Kernel& kernel);
+
 class KernelCostModel {
  public:
   virtual ~KernelCostModel() = default;
   virtual KernelCost cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const = 0;
+  // cost(...).flops without the rest: the analysis counts the FLOPs of every task of a step. A model
+  // that counts as kernel_flops() does says so and skips pricing each task again.
+  virtual Flops flops(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
+    return cost(kernel, dtype, device).flops;
+  }
   // Speed of a running kernel relative to running alone, in (0, 1]: 1 when `load` is empty.
   virtual double rate(const KernelCost& cost, const topo::DeviceModel& device, const DeviceLoad& load) const = 0;
 
@@ -124,6 +133,7 @@ class KernelCostModel {
 class RooflineCostModel final : public KernelCostModel {
  public:
   KernelCost cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const override;
+  Flops flops(const Kernel& kernel, topo::Dtype, const topo::DeviceModel&) const override { return kernel_flops(kernel); }
   double rate(const KernelCost& cost, const topo::DeviceModel& device, const DeviceLoad& load) const override;
 };
 

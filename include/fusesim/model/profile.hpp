@@ -165,6 +165,8 @@ class CalibratedCostModel final : public KernelCostModel {
  public:
   explicit CalibratedCostModel(Profile profile, KernelSetting setting = KernelSetting::step);
   KernelCost cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const override;
+  // The roofline's count: a profile changes how long a kernel takes, not what it computes.
+  Flops flops(const Kernel& kernel, topo::Dtype, const topo::DeviceModel&) const override { return kernel_flops(kernel); }
   double rate(const KernelCost& cost, const topo::DeviceModel& device, const DeviceLoad& load) const override;
 
   // The interpolated GEMM efficiency with wave quantization divided out (achieved / peak x quantization
