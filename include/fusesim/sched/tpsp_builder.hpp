@@ -80,6 +80,12 @@ class Builder {
   bool recompute_ = false;
   int micro_batch_ = -1;
   std::string mb_prefix_;
+  struct PrefixMemo {
+    int layer = -1;
+    const char* pass = nullptr;
+    std::string mb, value;
+  };
+  mutable PrefixMemo prefix_memo_;
   TagCounter tags_{TagSpace::tpsp};
   std::int64_t next_instance_ = 0;
   int up_index_ = 0;
@@ -100,8 +106,16 @@ class Builder {
   }
   Bytes bytes(std::int64_t elements) const { return elements * elem_; }
 
-  std::string prefix(const OpCtx& ctx) const {
-    return fmt::format("{}L{}/{}", mb_prefix_, ctx.layer, ctx.forward ? (recompute_ ? "rcp" : "fwd") : "bwd");
+  // Every task of a layer pass names it: formatted once per pass, not once per task.
+  const std::string& prefix(const OpCtx& ctx) const {
+    const char* pass = ctx.forward ? (recompute_ ? "rcp" : "fwd") : "bwd";
+    if (prefix_memo_.layer != ctx.layer || prefix_memo_.pass != pass || prefix_memo_.mb != mb_prefix_) {
+      prefix_memo_.layer = ctx.layer;
+      prefix_memo_.pass = pass;
+      prefix_memo_.mb = mb_prefix_;
+      prefix_memo_.value = fmt::format("{}L{}/{}", mb_prefix_, ctx.layer, pass);
+    }
+    return prefix_memo_.value;
   }
   int region_id(const OpCtx& ctx) {
     const std::string name = prefix(ctx) + "/" + ctx.region;
