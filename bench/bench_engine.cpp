@@ -81,6 +81,9 @@ topo::Cluster star_cluster(int ranks) {
   d.peak_flops_per_s[topo::Dtype::bf16] = {1e15, "bench"};
   d.hbm_bandwidth_bytes_per_s = {3e12, "bench"};
   d.sm_count = 132;
+  // The pipeline's ring hops run on copy engines; since the engine counts them (a transfer waits for
+  // a free one), a device without any refuses the graph.
+  d.copy_engines = 2;
   d.contention = {{16, "bench"}, {1.0, "bench"}};
   c.device_models["gpu"] = d;
   c.comm.collective_base_latency_s = {5e-6, "bench"};
