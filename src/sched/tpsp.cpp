@@ -1117,6 +1117,7 @@ double estimated_tasks(const TpspRequest& request) {
   TpspRequest probe = request;
   probe.shape.pp = 1;
   probe.shape.virtual_stages = 1;
+  probe.reserve_tasks = 0;  // room for the whole graph, not for a probe of a layer or two
   const auto size = [&](std::int64_t l, std::int64_t m) {
     probe.shape.layers = l;
     probe.step.micro_batches = m;
