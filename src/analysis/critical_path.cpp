@@ -1,7 +1,7 @@
 #include "fusesim/analysis/critical_path.hpp"
 
 #include <algorithm>
-#include <map>
+#include <unordered_map>
 #include <stdexcept>
 #include <variant>
 
@@ -35,7 +35,7 @@ CriticalPath critical_path(const sched::TaskGraph& graph, const sim::SimResult& 
       partner[tr.task] = tr.peer_task;
       partner[tr.peer_task] = tr.task;
     }
-  std::map<std::int64_t, std::vector<sched::TaskId>> members;
+  std::unordered_map<std::int64_t, std::vector<sched::TaskId>> members;  // looked up, never walked
   for (sched::TaskId id = 0; id < graph.size(); ++id)
     if (const auto* k = std::get_if<sched::CollectiveTask>(&graph.task(id).kind)) members[k->instance].push_back(id);
   const auto& at = result.tasks;

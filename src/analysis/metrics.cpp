@@ -132,6 +132,9 @@ StepMetrics analyze(const AnalysisInput& in) {
     int compute_tasks = 0;
   };
   std::vector<std::map<int, Span>> region_spans(ranks);
+  // A rank's tasks come region after region: the span looked up last serves most of them (map
+  // entries stay where they are).
+  std::vector<std::pair<int, Span*>> last_span(ranks, {-1, nullptr});
   std::vector<TimePs> last_end(ranks, 0);
   const auto num_regions = static_cast<int>(graph.regions().size());
 
@@ -157,7 +160,9 @@ StepMetrics analyze(const AnalysisInput& in) {
     if (region < 0) continue;
     if (region >= num_regions)
       throw std::logic_error(fmt::format("analysis: task '{}' names region {} of {}", task.name, region, num_regions));
-    Span& s = region_spans[r][region];
+    auto& [last_region, last] = last_span[r];
+    if (last_region != region) last_region = region, last = &region_spans[r][region];
+    Span& s = *last;
     s.start = std::min(s.start, t.start_ps);
     s.end = std::max(s.end, t.end_ps);
     if (is_compute) {
