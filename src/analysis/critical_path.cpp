@@ -1,8 +1,8 @@
 #include "fusesim/analysis/critical_path.hpp"
 
 #include <algorithm>
-#include <unordered_map>
 #include <stdexcept>
+#include <unordered_map>
 #include <variant>
 
 #include <fmt/format.h>
