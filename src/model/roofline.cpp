@@ -83,7 +83,7 @@ KernelCost gemm_cost(const GemmKernel& g, topo::Dtype dtype, const topo::DeviceM
   require(d.sm_count > 0 && d.gemm_tile_m > 0 && d.gemm_tile_n > 0, "SM count and GEMM tile must be positive");
   const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
   const double batch = static_cast<double>(g.batch);
-  const double flops = 2.0 * m * n * k * batch;  // kernel_flops()'s count (tests/model/test_pricing.cpp)
+  const double flops = gemm_flops(g);
   const double hbm_bytes = (m * k + k * n) * bytes_per_element(dtype) * batch + m * n * gemm_output_bytes(g, dtype) * batch;
 
   // The fastest of the plans the device's GEMM library offers, as its heuristics would pick: the
@@ -139,11 +139,13 @@ KernelCost elementwise_cost(const ElementwiseKernel& e, const topo::DeviceModel&
 
 }  // namespace
 
+Flops gemm_flops(const GemmKernel& g) {
+  const double m = static_cast<double>(g.m), n = static_cast<double>(g.n), k = static_cast<double>(g.k);
+  return 2.0 * m * n * k * static_cast<double>(g.batch);
+}
+
 Flops kernel_flops(const Kernel& kernel) {
-  if (const auto* g = std::get_if<GemmKernel>(&kernel)) {
-    const double m = static_cast<double>(g->m), n = static_cast<double>(g->n), k = static_cast<double>(g->k);
-    return 2.0 * m * n * k * static_cast<double>(g->batch);
-  }
+  if (const auto* g = std::get_if<GemmKernel>(&kernel)) return gemm_flops(*g);
   if (const auto* a = std::get_if<AttentionKernel>(&kernel)) return attention_flops(*a);
   return std::get<ElementwiseKernel>(kernel).flops;
 }

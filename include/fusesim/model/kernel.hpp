@@ -106,7 +106,9 @@ struct DeviceLoad {
 // long as before); a kernel without a tile count (tiles 0) spreads over the SMs left. 1 when none are held.
 double wave_ratio(std::int64_t tiles, int sm_count, int sms_held);
 
-// The useful FLOPs of a kernel as the shipped cost models count them: 2 m n k x batch for a GEMM,
+// 2 m n k x batch.
+Flops gemm_flops(const GemmKernel& g);
+// The useful FLOPs of a kernel as the shipped cost models count them: gemm_flops() for a GEMM,
 // attention_flops() for attention (fused or not), the element-wise kernel's own count.
 Flops kernel_flops(const Kernel& kernel);
 
