@@ -2,6 +2,7 @@
 #include "fusesim/model/kernel_fit.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -151,17 +152,19 @@ double GemmModel::time_s(double m, double n, double k, double batch) const {
   if (residuals.empty() || base <= 0.0) return base;
   const double lm = std::log2(m * batch), ln = std::log2(n), lk = std::log2(k);
   double weight = prior_weight, sum = 0.0;
-  const auto add = [&](const Residual& r) {
+  const auto distance_sq = [&](const Residual& r) {
     const double dm = (r.log2_m - lm) / width_log2_m, dn = (r.log2_n - ln) / width_log2_n,
                  dk = (r.log2_k - lk) / width_log2_k;
-    const double d2 = dm * dm + dn * dn + dk * dk;
-    if (d2 > kResidualReachSq) return;  // weight below 1e-11
+    return dm * dm + dn * dn + dk * dk;
+  };
+  const auto add = [&](double d2, double log_ratio) {
     const double w = std::exp(-0.5 * d2);
     weight += w;
-    sum += w * r.log_ratio;
+    sum += w * log_ratio;
   };
   if (residuals_by_m.size() != residuals.size()) {
-    for (const Residual& r : residuals) add(r);
+    for (const Residual& r : residuals)
+      if (const double d2 = distance_sq(r); !(d2 > kResidualReachSq)) add(d2, r.log_ratio);  // beyond: weight below 1e-11
   } else {
     // Every residual whose m term alone stays within reach (a margin over the rounding of dm), then
     // in their own order: the terms a full scan would add, added in the same order.
@@ -169,9 +172,23 @@ double GemmModel::time_s(double m, double n, double k, double batch) const {
     const auto by_m = [&](std::uint32_t i, double v) { return residuals[i].log2_m < v; };
     const auto lo = std::lower_bound(residuals_by_m.begin(), residuals_by_m.end(), lm - reach, by_m);
     const auto hi = std::lower_bound(lo, residuals_by_m.end(), std::nextafter(lm + reach, kBig), by_m);
-    std::vector<std::uint32_t> near(lo, hi);
-    std::sort(near.begin(), near.end());
-    for (std::uint32_t i : near) add(residuals[i]);
+    // Those within reach in all three terms are marked in a bitmap of the residuals and added in
+    // index order (no sort: hundreds can be within reach): the same squared distances, so the same
+    // terms in the same order.
+    thread_local std::vector<std::uint64_t> marked;
+    thread_local std::vector<double> distances_sq;
+    marked.assign((residuals.size() + 63) / 64, 0);
+    if (distances_sq.size() < residuals.size()) distances_sq.resize(residuals.size());
+    for (auto it = lo; it != hi; ++it)
+      if (const double d2 = distance_sq(residuals[*it]); !(d2 > kResidualReachSq)) {
+        distances_sq[*it] = d2;
+        marked[*it / 64] |= std::uint64_t{1} << (*it % 64);
+      }
+    for (std::size_t word = 0; word < marked.size(); ++word)
+      for (std::uint64_t bits = marked[word]; bits != 0; bits &= bits - 1) {
+        const std::size_t i = word * 64 + static_cast<std::size_t>(std::countr_zero(bits));
+        add(distances_sq[i], residuals[i].log_ratio);
+      }
   }
   return base * std::exp(sum / weight);
 }

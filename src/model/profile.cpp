@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <stdexcept>
 
@@ -14,6 +15,7 @@
 #include "fusesim/model/pricing.hpp"
 #include "fusesim/util/embedded.hpp"
 #include "fusesim/util/error.hpp"
+#include "fusesim/util/hex_float.hpp"
 
 namespace fusesim::model {
 namespace {
@@ -246,14 +248,29 @@ constexpr int kKernelFitVersion = 1;
 
 std::string kernel_fit_inputs_fnv1a64(const Profile& p) {
   // Hex floats: every bit of every value the fits read, in the order they read them.
+  // Lines of "{:a}" fields (append_hex_float writes them the same, without formatting each).
   std::string text = fmt::format("kernel fits v{} sm {} hbm {:a} l2 {:a}\n", kKernelFitVersion, p.sm_count,
                                  p.small_kernel_hbm_bound(), p.small_kernel_l2_bound());
+  const auto fields = [&](std::initializer_list<double> values) {
+    for (double v : values) {
+      text += ' ';
+      append_hex_float(text, v);
+    }
+  };
   for (GemmFamily family : {GemmFamily::sixteen_bit, GemmFamily::fp8})
-    for (const GemmTiming& g : gemm_timings(p, family))
-      text += fmt::format("gemm{} {:a} {:a} {:a} {:a} {:a} {:a}\n", family == GemmFamily::fp8 ? 8 : 16, g.m, g.n, g.k,
-                          g.batch, g.time_s, g.resolution_s);
-  for (const SmallKernelTiming& e : p.elementwise)
-    text += fmt::format("{} {:a} {:a} {:a} {} {:a}\n", e.op, e.bytes, e.rows, e.time_s, e.kernels, e.resolution_s);
+    for (const GemmTiming& g : gemm_timings(p, family)) {
+      text += family == GemmFamily::fp8 ? "gemm8" : "gemm16";
+      fields({g.m, g.n, g.k, g.batch, g.time_s, g.resolution_s});
+      text += '\n';
+    }
+  for (const SmallKernelTiming& e : p.elementwise) {
+    text += e.op;
+    fields({e.bytes, e.rows, e.time_s});
+    text += ' ';
+    text += std::to_string(e.kernels);
+    fields({e.resolution_s});
+    text += '\n';
+  }
   return fnv1a64_hex(text);
 }
 

@@ -1,5 +1,7 @@
 #include "fusesim/util/json_reader.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -29,8 +31,26 @@ std::string type_name(const nlohmann::json& j) {
   }
 }
 
+// Built for every value read (a profile reads tens of thousands): appended, not formatted.
 std::string child_path(const std::string& parent, std::string_view key) {
-  return fmt::format("{}.{}", parent, key);
+  std::string p;
+  p.reserve(parent.size() + 1 + key.size());
+  p += parent;
+  p += '.';
+  p += key;
+  return p;
+}
+
+std::string element_path(const std::string& parent, std::size_t index) {
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, index).ptr;
+  std::string p;
+  p.reserve(parent.size() + 2 + static_cast<std::size_t>(end - digits));
+  p += parent;
+  p += '[';
+  p.append(digits, end);
+  p += ']';
+  return p;
 }
 
 // nlohmann reports a byte offset; people want a line and a column.
@@ -68,8 +88,8 @@ class CheckingSax {
     return dom_.start_object(n);
   }
   bool key(json::string_t& k) {
-    Frame& f = frames_.back();
-    if (!f.keys.insert(k).second) {
+    Frame& f = frames_[depth_ - 1];
+    if (!f.insert(k)) {
       error_path_ = path() + "." + k;
       error_ = fmt::format("the key '{}' is given twice in this object", k);
       return false;
@@ -104,56 +124,82 @@ class CheckingSax {
   const std::string& error_path() const { return error_path_; }
 
  private:
+  // Frames are kept when their container closes and reused by the next one at that depth, so that a
+  // document of many small objects (a profile's samples) allocates for its keys once per depth.
   struct Frame {
     bool array = false;
     std::size_t index = 0;  // arrays: elements completed
-    std::set<std::string, std::less<>> keys;
+    std::vector<std::string> keys;  // objects: the keys so far (few: a linear search)
+    std::set<std::string, std::less<>> many_keys;  // objects past kLinearKeys keys: all of them
     std::string key;  // objects: the key of the value being read
+
+    static constexpr std::size_t kLinearKeys = 16;
+    void reset(bool is_array) {
+      array = is_array;
+      index = 0;
+      keys.clear();
+      many_keys.clear();
+      key.clear();
+    }
+    // False when the object already has the key.
+    bool insert(const std::string& k) {
+      if (!many_keys.empty()) return many_keys.insert(k).second;
+      if (std::find(keys.begin(), keys.end(), k) != keys.end()) return false;
+      keys.push_back(k);
+      if (keys.size() > kLinearKeys) {
+        many_keys.insert(keys.begin(), keys.end());
+        keys.clear();
+      }
+      return true;
+    }
   };
 
   std::string path() const {
     std::string p = "$";
-    for (std::size_t i = 0; i + 1 < frames_.size(); ++i) p += step(frames_[i]);
+    for (std::size_t i = 0; i + 1 < depth_; ++i) p += step(frames_[i]);
     return p;
   }
   static std::string step(const Frame& f) { return f.array ? fmt::format("[{}]", f.index) : "." + f.key; }
   // The path of the value now being read inside the innermost container.
   std::string element_path() const {
     std::string p = "$";
-    for (const Frame& f : frames_) p += step(f);
+    for (std::size_t i = 0; i < depth_; ++i) p += step(frames_[i]);
     return p;
   }
   bool scalar() {
-    if (!frames_.empty() && frames_.back().array) ++frames_.back().index;
+    if (depth_ > 0 && frames_[depth_ - 1].array) ++frames_[depth_ - 1].index;
     return true;
   }
-  void open(bool array) { frames_.push_back(Frame{array, 0, {}, {}}); }
+  void open(bool array) {
+    if (depth_ == frames_.size()) frames_.emplace_back();
+    frames_[depth_++].reset(array);
+  }
   void close() {
-    frames_.pop_back();
+    --depth_;
     scalar();  // the container just closed is one completed element of its parent
   }
 
   nlohmann::detail::json_sax_dom_parser<json> dom_;
   std::vector<Frame> frames_;
+  std::size_t depth_ = 0;  // frames_[0, depth_) are the open containers
   std::string error_, error_path_;
 };
 
 }  // namespace
 
-JsonValue::JsonValue(std::shared_ptr<const nlohmann::json> doc, const nlohmann::json* node, std::string file,
-                     std::string path)
-    : doc_(std::move(doc)), node_(node), file_(std::move(file)), path_(std::move(path)) {}
+JsonValue::JsonValue(std::shared_ptr<const JsonSource> source, const nlohmann::json* node, std::string path)
+    : source_(std::move(source)), node_(node), path_(std::move(path)) {}
 
-void JsonValue::fail(const std::string& message) const { throw InputError(file_, path_, message); }
+void JsonValue::fail(const std::string& message) const { throw InputError(source_->file, path_, message); }
 
 JsonObject JsonValue::as_object() const {
   if (!node_->is_object()) fail(fmt::format("expected an object, found {}", type_name(*node_)));
-  return JsonObject(doc_, node_, file_, path_);
+  return JsonObject(source_, node_, path_);
 }
 
 JsonArray JsonValue::as_array() const {
   if (!node_->is_array()) fail(fmt::format("expected an array, found {}", type_name(*node_)));
-  return JsonArray(doc_, node_, file_, path_);
+  return JsonArray(source_, node_, path_);
 }
 
 std::string JsonValue::as_string() const {
@@ -216,16 +262,16 @@ bool JsonObject::has(std::string_view key) const { return node_->contains(key); 
 
 JsonValue JsonObject::at(std::string_view key) const {
   auto it = node_->find(key);
-  if (it == node_->end()) throw InputError(file_, child_path(path_, key), "missing required key");
-  read_keys_->emplace(key);
-  return JsonValue(doc_, &*it, file_, child_path(path_, key));
+  if (it == node_->end()) throw InputError(source_->file, child_path(path_, key), "missing required key");
+  read_keys_->push_back(&it.key());
+  return JsonValue(source_, &*it, child_path(path_, key));
 }
 
 std::optional<JsonValue> JsonObject::find(std::string_view key) const {
   auto it = node_->find(key);
   if (it == node_->end()) return std::nullopt;
-  read_keys_->emplace(key);
-  return JsonValue(doc_, &*it, file_, child_path(path_, key));
+  read_keys_->push_back(&it.key());
+  return JsonValue(source_, &*it, child_path(path_, key));
 }
 
 JsonArray JsonObject::array(std::string_view key) const { return at(key).as_array(); }
@@ -277,15 +323,17 @@ std::vector<std::string> JsonObject::keys() const {
 }
 
 void JsonObject::finish() const {
+  std::vector<const std::string*>& read = *read_keys_;
+  std::sort(read.begin(), read.end(), std::less<>());
   for (auto it = node_->begin(); it != node_->end(); ++it) {
-    if (read_keys_->find(it.key()) == read_keys_->end())
-      throw InputError(file_, child_path(path_, it.key()), "unknown key");
+    if (!std::binary_search(read.begin(), read.end(), &it.key(), std::less<>()))
+      throw InputError(source_->file, child_path(path_, it.key()), "unknown key");
   }
 }
 
 JsonValue JsonArray::at(std::size_t index) const {
   if (index >= node_->size()) fail(fmt::format("index {} is past the end (size {})", index, node_->size()));
-  return JsonValue(doc_, &(*node_)[index], file_, fmt::format("{}[{}]", path_, index));
+  return JsonValue(source_, &(*node_)[index], element_path(path_, index));
 }
 
 void JsonArray::require_size(std::size_t min, std::size_t max) const {
@@ -343,11 +391,10 @@ JsonDocument JsonDocument::parse(std::string_view text, std::string file_label) 
 
 JsonDocument JsonDocument::from_json(nlohmann::json value, std::string file_label) {
   JsonDocument d;
-  d.doc_ = std::make_shared<const nlohmann::json>(std::move(value));
-  d.file_ = std::move(file_label);
+  d.source_ = std::make_shared<const JsonSource>(JsonSource{std::move(value), std::move(file_label)});
   return d;
 }
 
-JsonObject JsonDocument::root() const { return JsonValue(doc_, doc_.get(), file_, "$").as_object(); }
+JsonObject JsonDocument::root() const { return JsonValue(source_, &source_->doc, "$").as_object(); }
 
 }  // namespace fusesim

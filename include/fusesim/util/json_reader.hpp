@@ -30,12 +30,17 @@ struct SourcedValue {
 };
 
 // A value at a known place: the file and the JSON path. Cheap to copy (shares the document).
+// A parsed document and the label its errors name, shared by every value read from it.
+struct JsonSource {
+  nlohmann::json doc;
+  std::string file;
+};
+
 class JsonValue {
  public:
-  JsonValue(std::shared_ptr<const nlohmann::json> doc, const nlohmann::json* node, std::string file,
-            std::string path);
+  JsonValue(std::shared_ptr<const JsonSource> source, const nlohmann::json* node, std::string path);
 
-  const std::string& file() const { return file_; }
+  const std::string& file() const { return source_->file; }
   const std::string& path() const { return path_; }
   const nlohmann::json& raw() const { return *node_; }
 
@@ -58,9 +63,8 @@ class JsonValue {
   SourcedValue as_sourced(double min, double max) const;
 
  protected:
-  std::shared_ptr<const nlohmann::json> doc_;
+  std::shared_ptr<const JsonSource> source_;
   const nlohmann::json* node_;
-  std::string file_;
   std::string path_;
 };
 
@@ -102,7 +106,9 @@ class JsonObject : public JsonValue {
   void finish() const;
 
  private:
-  std::shared_ptr<std::set<std::string, std::less<>>> read_keys_ = std::make_shared<std::set<std::string, std::less<>>>();
+  // The keys read, as the addresses of the document's own key strings (a node's keys do not move):
+  // shared by the copies of this object, so that a key read through any copy counts.
+  std::shared_ptr<std::vector<const std::string*>> read_keys_ = std::make_shared<std::vector<const std::string*>>();
 };
 
 class JsonArray : public JsonValue {
@@ -121,12 +127,11 @@ class JsonDocument {
   static JsonDocument parse(std::string_view text, std::string file_label);
   static JsonDocument from_json(nlohmann::json value, std::string file_label);
   JsonObject root() const;  // fails unless the document is an object
-  const std::string& file() const { return file_; }
-  const nlohmann::json& raw() const { return *doc_; }
+  const std::string& file() const { return source_->file; }
+  const nlohmann::json& raw() const { return source_->doc; }
 
  private:
-  std::shared_ptr<const nlohmann::json> doc_;
-  std::string file_;
+  std::shared_ptr<const JsonSource> source_;
 };
 
 // Reads a whole file; InputError at "$" when it cannot be opened.
