@@ -484,7 +484,7 @@ class ValidateCommand final : public Command {
          {std::pair{model::GemmFamily::sixteen_bit, "gemm"}, std::pair{model::GemmFamily::fp8, "gemm fp8"}}) {
       const std::optional<model::GemmModel>& gm = p.gemm_model_of(family);
       if (!gm) continue;
-      r.parts.push_back({name, gm->samples, gm->in_sample_mape_pct,
+      r.parts.push_back({name, gm->samples, gm->in_sample_mape_pct(),
                          model::leave_one_group_out_gemm(model::gemm_timings(p, family), p.sm_count,
                                                          gm->element_bytes)});
     }

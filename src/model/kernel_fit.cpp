@@ -246,16 +246,25 @@ GemmModel gemm_model_from_parameters(const std::vector<double>& x, const std::ve
   require_parameters(x);
   GemmModel g = gemm_from(x, sm_count, element_bytes, tiles);
   g.parameters = x;
-  std::vector<double> predicted, measured;
   for (const GemmTiming& s : samples) {
     const double base = g.smooth_time_s(s.m, s.n, s.k, s.batch);
     g.residuals.push_back({std::log2(s.m * s.batch), std::log2(s.n), std::log2(s.k), std::log(s.time_s / truncated_reading_s(base, s.resolution_s))});
   }
   g.index_residuals();
-  for (const GemmTiming& s : samples) predicted.push_back(g.sample_reading_s(s)), measured.push_back(s.time_s);
   g.samples = static_cast<int>(samples.size());
-  g.in_sample_mape_pct = mape_pct(predicted, measured);
+  g.fitted_samples = std::make_shared<const std::vector<GemmTiming>>(samples);
   return g;
+}
+
+double GemmModel::in_sample_mape_pct() const {
+  if (!fitted_samples) return 0.0;
+  std::vector<double> predicted, measured;
+  for (const GemmTiming& s : *fitted_samples) predicted.push_back(sample_reading_s(s)), measured.push_back(s.time_s);
+  return mape_pct(predicted, measured);
+}
+
+bool GemmModel::prices_every_sample() const {
+  return std::all_of(residuals.begin(), residuals.end(), [](const Residual& r) { return std::isfinite(r.log_ratio); });
 }
 
 double SmallKernelModel::time_s(double bytes, double rows) const {
@@ -372,7 +381,7 @@ nlohmann::json to_json(const GemmModel& m) {
           {"blend", m.blend},
           {"partial_wave_share", m.partial_wave_share},
           {"samples", m.samples},
-          {"in_sample_mape_pct", m.in_sample_mape_pct}};
+          {"in_sample_mape_pct", m.in_sample_mape_pct()}};
 }
 
 nlohmann::json to_json(const SmallKernelModel& m) {

@@ -312,7 +312,7 @@ void fit_kernel_models(Profile& p, const JsonObject& root, KernelFits mode) {
       *slot = kept ? gemm_model_from_parameters(*kept, gemm, p.sm_count, element_bytes)
                    : fit_gemm_model(gemm, p.sm_count, element_bytes);
       // Stored parameters edited by hand, with the samples left as they were, must still price.
-      if (kept && !std::isfinite((*slot)->in_sample_mape_pct))
+      if (kept && !(*slot)->prices_every_sample())
         root.at("fitted").fail(fmt::format("fitted.kernel_models.{}: the stored parameters price no sample",
                                            family == GemmFamily::fp8 ? "gemm_fp8" : "gemm"));
     } catch (const std::invalid_argument& e) {

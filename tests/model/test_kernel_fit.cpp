@@ -56,7 +56,7 @@ TEST_CASE("kernel fit: the GEMM model recovers the parameters that generated its
     }
   const GemmModel f = fit_gemm_model(samples, 132, 2.0);
   // Noise-free samples: every time within 0.5%, and the parameters the times depend on most closely.
-  CHECK(f.in_sample_mape_pct < 0.5);
+  CHECK(f.in_sample_mape_pct() < 0.5);
   CHECK(f.launch_s == Approx(t.launch_s).epsilon(0.1));
   CHECK(f.operand_bytes_per_s == Approx(t.operand_bytes_per_s).epsilon(0.05));
   CHECK(f.sm_flops_per_s == Approx(t.sm_flops_per_s).epsilon(0.05));

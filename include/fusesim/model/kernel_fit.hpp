@@ -5,6 +5,7 @@
 // one alike): the GEMM model by least squares on log time, the small-kernel model by mean absolute
 // relative error (see fit_small_kernel_model), so one parameter set covers every shape of a profile.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -58,7 +59,8 @@ struct GemmModel {
   // of all of them would (empty: time_s scans all).
   std::vector<std::uint32_t> residuals_by_m;
   int samples = 0;
-  double in_sample_mape_pct = 0;
+  // The samples fitted, for in_sample_mape_pct() (shared by copies of the model).
+  std::shared_ptr<const std::vector<GemmTiming>> fitted_samples;
   // What the search found, the seven values above as it searches them (logs, a logit): with the same
   // samples, gemm_model_from_parameters rebuilds this model exactly (a profile's stored fit).
   std::vector<double> parameters;
@@ -66,6 +68,13 @@ struct GemmModel {
   double smooth_time_s(double m, double n, double k, double batch) const;  // without the correction
   double time_s(double m, double n, double k, double batch) const;         // with it
   void index_residuals();
+  // The mean error of sample_reading_s over the samples fitted: computed when asked (each sample
+  // priced with its residual correction: a few milliseconds a profile, which every start-up would
+  // pay for a figure only `fusesim validate` reports).
+  double in_sample_mape_pct() const;
+  // Whether every sample's residual is finite, hence every sample priced (stored parameters edited
+  // by hand may price none).
+  bool prices_every_sample() const;
   // What the sample's timer reads for its shape: time_s truncated to its resolution.
   double sample_reading_s(const GemmTiming& s) const;
   // Output tiles of the plan the smooth model picks (for contention's wave model).
