@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <charconv>
 #include <filesystem>
+#include <future>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -289,14 +291,31 @@ SimulateReport simulate(const SimulateRequest& request) {
                        fmt::format("layer {}: --scope layer simulates layer 0 alone; trace layer {} with --scope stack",
                                    *layers->rbegin(), *layers->rbegin()));
   }
-  const model::Pricing pricing = model::pricing_for(request.pricing, job.cluster, request.profiles.get());
-  if (pricing.profile) report.profile_label = pricing.profile->label;
-  report.pricing = pricing.describe();
-  report.pricing_json = pricing.to_json();
-  const model::KernelCostModel& costs = *pricing.costs;
-  sim::Simulator simulator(cluster, costs);
-  // The analysis reads P2P records alone; a trace sees every step through its observer.
-  simulator.set_transfer_records(sim::TransferRecords::p2p_only);
+  // The default pricing reads the cluster and nothing else, and the generators price nothing: the
+  // shipped profile (parsed and its kernel models rebuilt, tens of milliseconds at every start) is
+  // read on a second thread while the first graph is built. An explicit profile sets the cluster's
+  // links (apply_profile), so it is read before. A pricing error is still reported before a
+  // generator's, as when it was read first.
+  std::future<model::Pricing> pending;
+  std::optional<model::Pricing> pricing;
+  if (request.pricing.mode == model::PricingMode::automatic)
+    pending = std::async(std::launch::async,
+                         [&] { return model::pricing_for(request.pricing, job.cluster, request.profiles.get()); });
+  else
+    pricing = model::pricing_for(request.pricing, job.cluster, request.profiles.get());
+  std::optional<sim::Simulator> simulator;
+  const auto priced = [&]() -> const model::KernelCostModel& {
+    if (!pricing) pricing = pending.get();
+    if (!simulator) {
+      if (pricing->profile) report.profile_label = pricing->profile->label;
+      report.pricing = pricing->describe();
+      report.pricing_json = pricing->to_json();
+      simulator.emplace(cluster, *pricing->costs);
+      // The analysis reads P2P records alone; a trace sees every step through its observer.
+      simulator->set_transfer_records(sim::TransferRecords::p2p_only);
+    }
+    return *pricing->costs;
+  };
   std::int64_t network_sends_on_sm = 0;
   // A pipeline passes micro-batches between stages: only a whole step has them. The default scopes
   // (layer and stack) become the step; a scope asked for by name is refused by the generator.
@@ -320,7 +339,14 @@ SimulateReport simulate(const SimulateRequest& request) {
       options.backward = w.backward;
       options.dp_as_p2p = request.dp_as_p2p;
       options.mirror_dp = request.mirror_dp;
-      const sched::Schedule schedule = sched::generate(w, wl, cluster, kind, options);
+      const sched::Schedule schedule = [&] {
+        try {
+          return sched::generate(w, wl, cluster, kind, options);
+        } catch (...) {
+          if (!pricing) pending.get();  // its error first, if it has one
+          throw;
+        }
+      }();
       network_sends_on_sm = std::max(network_sends_on_sm, schedule.network_sends_on_sm);
       const auto note_once = [&](const std::string& note) {
         if (std::find(report.notes.begin(), report.notes.end(), note) == report.notes.end())
@@ -340,18 +366,20 @@ SimulateReport simulate(const SimulateRequest& request) {
                                          "stage stand for the others); trace it with --symmetry none",
                                          r, schedule.simulated_ranks / schedule.pipeline_stages));
       }
+      const model::KernelCostModel& costs = priced();
       std::optional<analysis::ChromeTraceRecorder> recorder;
       if (request.record_traces) {
         recorder.emplace(cluster, &costs, schedule.graph.regions(), request.trace_filter);
         if (schedule.pipeline_stages > 1) recorder->label_stages(schedule.gpus / schedule.pipeline_stages);
       }
-      const sim::SimResult result = simulator.run(schedule.graph, recorder ? &*recorder : nullptr);
+      const sim::SimResult result = simulator->run(schedule.graph, recorder ? &*recorder : nullptr);
       SimulateRun run;
       run.metrics = analysis::analyze(schedule, result, cluster, costs, w.dtype);
       if (recorder) run.trace_json = recorder->to_json().dump();
       report.runs.push_back(std::move(run));
     }
   }
+  priced();  // the report names the pricing even where nothing was simulated
   if (network_sends_on_sm > 0) report.notes.push_back(network_sends_note(network_sends_on_sm));
   report.workload = std::move(w);
   return report;
