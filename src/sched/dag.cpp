@@ -51,6 +51,33 @@ TaskId TaskGraph::add(Task task) {
 
 void TaskGraph::reserve(std::size_t tasks) { graph_.m_vertices.reserve(tasks); }
 
+// adjacency_list::swap copies the graph three times (a temporary and two assignments), so the
+// containers behind it are swapped: its vertices (each with its edge lists, whose iterators point into
+// the edge list), its edge list (std::list::swap keeps those iterators valid) and its graph property.
+// tests/sched/test_dag.cpp checks a moved graph against a copy of it.
+void TaskGraph::swap_graph(Graph& a, Graph& b) noexcept {
+  a.m_vertices.swap(b.m_vertices);
+  a.m_edges.swap(b.m_edges);
+  a.m_property.swap(b.m_property);
+}
+
+TaskGraph::TaskGraph(TaskGraph&& other) noexcept
+    : num_ranks_(other.num_ranks_),
+      regions_(std::move(other.regions_)),
+      load_alias_(std::move(other.load_alias_)),
+      alias_stage_ranks_(other.alias_stage_ranks_) {
+  swap_graph(graph_, other.graph_);
+}
+
+TaskGraph& TaskGraph::operator=(TaskGraph&& other) noexcept {
+  num_ranks_ = other.num_ranks_;
+  swap_graph(graph_, other.graph_);
+  regions_ = std::move(other.regions_);
+  load_alias_ = std::move(other.load_alias_);
+  alias_stage_ranks_ = other.alias_stage_ranks_;
+  return *this;
+}
+
 void TaskGraph::depend(TaskId before, TaskId after) {
   const std::size_t n = size();
   if (before >= n || after >= n)

@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <future>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -137,6 +140,12 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   // (megatron/training/training.py).
   r.step.vocab = workload.arch.padded_vocab(workload.parallel.tp);
   std::string fallback, unchecked;
+  // The fabric check's route searches (a tenth of a large mirrored step's generation and run) go on
+  // a second thread while the mirrored graph is built; where they find the fabric asymmetric, that
+  // graph is dropped and every rank built, as when the check came first. Its error, if any, comes
+  // before the build's.
+  std::future<FabricCheck> fabric;
+  int fabric_replicas = 0;
   if (r.options.mirror_dp && r.shape.pp > 1 && r.shape.dp == 1) {
     r.options.mirror_dp = false;  // nothing to mirror
   } else if (r.options.mirror_dp && r.shape.dp > 1) {
@@ -158,38 +167,62 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       TpspRequest probe = r;
       probe.shape.layers = std::int64_t{r.shape.pp} * r.shape.virtual_stages;
       probe.step.micro_batches = r.shape.virtual_stages > 1 ? r.shape.pp : 1;
-      const Schedule probed = generate_tpsp(probe);
+      Schedule probed = generate_tpsp(probe);
       fallback = probed.mirror_inexact;
       if (fallback.empty()) {
-        const FabricCheck fabric = check_mirror_fabric(probed, cluster);
-        fallback = fabric.asymmetry;
-        if (!fabric.checked)
-          unchecked = fmt::format("the fabric's symmetry along the {} replica groups is assumed, not checked ({} "
-                                  "routes to search, over the {} the check searches)",
-                                  probed.replicas, fabric.image_routes, kMaxImageRoutes);
-      }
-    }
-    if (!fallback.empty()) {
-      // Every rank, the DP sync as the collectives NCCL runs (--symmetry none): replica 0 would not
-      // stand for the others, and a wrong step is worse than a slower simulation.
-      r.options.mirror_dp = false;
-      r.options.dp_as_p2p = false;
-      try {
-        r.reserve_tasks = refuse_oversized(r, workload_label);
-      } catch (const InputError& e) {
-        throw InputError(e.file(), e.json_path(),
-                         fmt::format("{} (--symmetry mirror cannot stand in: {})", e.message(), fallback));
+        fabric_replicas = probed.replicas;
+        fabric = std::async(std::launch::async, [probed = std::move(probed), &cluster] {
+          return check_mirror_fabric(probed, cluster);
+        });
       }
     }
   }
-  // Refused before the whole is built (the mirror's probe above is one layer and micro-batch), as it
-  // will be built: mirrored groups of the size chosen, or every rank (refused above, saying why).
+  // Every rank, the DP sync as the collectives NCCL runs (--symmetry none): replica 0 would not
+  // stand for the others, and a wrong step is worse than a slower simulation.
+  const auto every_rank = [&] {
+    r.options.mirror_dp = false;
+    r.options.dp_as_p2p = false;
+    try {
+      r.reserve_tasks = refuse_oversized(r, workload_label);
+    } catch (const InputError& e) {
+      throw InputError(e.file(), e.json_path(),
+                       fmt::format("{} (--symmetry mirror cannot stand in: {})", e.message(), fallback));
+    }
+  };
+  const auto finish = [&](Schedule& s) {
+    s.symmetry_fallback = fallback;
+    s.symmetry_unchecked = unchecked;  // set only where the check found no asymmetry
+    s.network_sends_on_sm = network_sends_to_sm_kernels(s.graph, cluster);
+  };
+  if (fabric.valid()) {
+    // Refused before the whole is built (the probe above is one layer and micro-batch), as it will
+    // be built: mirrored groups of the size chosen.
+    std::optional<Schedule> mirrored;
+    std::exception_ptr build_error;
+    try {
+      r.reserve_tasks = refuse_oversized(r, workload_label);
+      mirrored.emplace(generate_tpsp(r));
+    } catch (...) {
+      build_error = std::current_exception();
+    }
+    const FabricCheck check = fabric.get();
+    fallback = check.asymmetry;
+    if (fallback.empty()) {
+      if (!check.checked)
+        unchecked = fmt::format("the fabric's symmetry along the {} replica groups is assumed, not checked ({} "
+                                "routes to search, over the {} the check searches)",
+                                fabric_replicas, check.image_routes, kMaxImageRoutes);
+      if (build_error) std::rethrow_exception(build_error);
+      Schedule s = std::move(*mirrored);
+      finish(s);
+      return s;
+    }
+  }
+  if (!fallback.empty()) every_rank();
+  // As above: mirrored groups, or every rank (refused in every_rank, saying why).
   if (fallback.empty()) r.reserve_tasks = refuse_oversized(r, workload_label);
-  // Built once and returned as it is: a TaskGraph (a Boost adjacency_list) has no move, only copies.
   Schedule s = generate_tpsp(r);
-  s.symmetry_fallback = fallback;
-  s.symmetry_unchecked = unchecked;  // set only where the check found no asymmetry
-  s.network_sends_on_sm = network_sends_to_sm_kernels(s.graph, cluster);
+  finish(s);
   return s;
 }
 

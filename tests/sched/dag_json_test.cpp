@@ -296,3 +296,33 @@ TEST_CASE("training.attention unfused reaches every attention kernel generated, 
     }
   }
 }
+
+// TaskGraph's move takes Boost's containers (adjacency_list's own swap copies the graph three
+// times): a moved graph must be the graph it was, edges included, and both ends stay usable.
+TEST_CASE("a moved task graph is the graph it was, and both ends stay usable", "[sched][dag_json]") {
+  const DagFile dag = parse_dag(JsonDocument::parse(kGood, "g.json"), 8);
+  const nlohmann::json before = dag_to_json(dag);
+  DagFile source = dag;
+  DagFile moved = dag;
+  moved.graph = TaskGraph(5);  // overwritten by the move below
+  moved.graph = std::move(source.graph);
+  CHECK(dag_to_json(moved) == before);
+  CHECK(source.graph.size() == 0);  // what the move left: the empty graph it was given
+  // New edges go into the edge list the moved graph took; a graph built again on the moved-from one.
+  DagFile copied = dag;
+  for (DagFile* d : {&moved, &copied}) {
+    Task t = d->graph.task(4);
+    t.name = "a2";
+    const TaskId a2 = d->graph.add(t);
+    d->graph.depend(4, a2);
+    d->graph.depend(1, a2);
+  }
+  CHECK(dag_to_json(moved) == dag_to_json(copied));
+  CHECK(moved.graph.predecessors(7) == std::vector<TaskId>{4, 1});
+  CHECK(moved.graph.successors(4) == std::vector<TaskId>{6, 7});  // ag1, then the new task
+  TaskGraph constructed(std::move(moved.graph));
+  CHECK(constructed.successors(1) == copied.graph.successors(1));
+  CHECK(constructed.size() == 8);
+  source.graph.add(dag.graph.task(0));
+  CHECK(source.graph.size() == 1);
+}

@@ -121,6 +121,12 @@ class TaskGraph {
   using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Task>;
 
   explicit TaskGraph(int num_ranks = 1) : num_ranks_(num_ranks) {}
+  TaskGraph(const TaskGraph&) = default;
+  TaskGraph& operator=(const TaskGraph&) = default;
+  // Boost's adjacency_list has copies only: a move takes its containers, where the default would
+  // copy every task.
+  TaskGraph(TaskGraph&& other) noexcept;
+  TaskGraph& operator=(TaskGraph&& other) noexcept;
 
   TaskId add(Task task);
   void depend(TaskId before, TaskId after);  // `after` waits for `before` to end
@@ -149,6 +155,8 @@ class TaskGraph {
   int alias_stage_ranks() const { return alias_stage_ranks_ > 0 ? alias_stage_ranks_ : num_ranks_; }
 
  private:
+  static void swap_graph(Graph& a, Graph& b) noexcept;
+
   int num_ranks_;
   Graph graph_;
   std::vector<Region> regions_;
