@@ -316,68 +316,68 @@ SimulateReport simulate(const SimulateRequest& request) {
     }
     return *pricing->costs;
   };
+  // Whatever fails before the pricing is taken: the pricing's error first, if it has one, as when
+  // it was read before anything else.
   std::int64_t network_sends_on_sm = 0;
-  // A pipeline passes micro-batches between stages: only a whole step has them. The default scopes
-  // (layer and stack) become the step; a scope asked for by name is refused by the generator.
-  std::vector<sched::Scope> scopes = request.scopes;
-  if (w.parallel.pp > 1 && scopes == std::vector<sched::Scope>{sched::Scope::layer, sched::Scope::stack}) {
-    scopes = {sched::Scope::step};
-    report.notes.push_back(fmt::format("pp {}: the whole step is simulated (a pipeline has no layer or stack scope)",
-                                       w.parallel.pp));
-  }
-  report.scopes = scopes;
-  std::vector<sched::Parallelism> parallelisms = parallelisms_for(request, w);
-  if (request.max_parallelisms > 0 && parallelisms.size() > request.max_parallelisms)
-    parallelisms.resize(request.max_parallelisms);
-  for (sched::Parallelism parallelism : parallelisms)
-  for (sched::Scope scope : scopes) {
-    for (model::ScheduleKind kind : request.schedules) {
-      sched::GenerateOptions options;
-      options.parallelism = parallelism;
-      options.scope = scope;
-      options.forward = true;
-      options.backward = w.backward;
-      options.dp_as_p2p = request.dp_as_p2p;
-      options.mirror_dp = request.mirror_dp;
-      const sched::Schedule schedule = [&] {
-        try {
-          return sched::generate(w, wl, cluster, kind, options);
-        } catch (...) {
-          if (!pricing) pending.get();  // its error first, if it has one
-          throw;
-        }
-      }();
-      network_sends_on_sm = std::max(network_sends_on_sm, schedule.network_sends_on_sm);
-      const auto note_once = [&](const std::string& note) {
-        if (std::find(report.notes.begin(), report.notes.end(), note) == report.notes.end())
-          report.notes.push_back(note);
-      };
-      if (!schedule.symmetry_fallback.empty())
-        note_once("--symmetry mirror: every rank simulated, the DP sync as collectives (--symmetry none), because " +
-                  schedule.symmetry_fallback);
-      if (!schedule.symmetry_unchecked.empty()) note_once("--symmetry mirror: " + schedule.symmetry_unchecked);
-      if (request.record_traces && request.trace_filter.ranks && schedule.simulated_ranks > 0) {
-        const std::vector<int> simulated =
-            sched::counted_ranks(schedule.graph.num_ranks(), schedule.simulated_ranks, schedule.pipeline_stages);
-        for (int r : *request.trace_filter.ranks)
-          if (!std::binary_search(simulated.begin(), simulated.end(), r))
-            throw InputError(kCommandLine, "--trace-ranks",
-                             fmt::format("rank {} is not simulated with --symmetry mirror (the first {} ranks of each "
-                                         "stage stand for the others); trace it with --symmetry none",
-                                         r, schedule.simulated_ranks / schedule.pipeline_stages));
-      }
-      const model::KernelCostModel& costs = priced();
-      std::optional<analysis::ChromeTraceRecorder> recorder;
-      if (request.record_traces) {
-        recorder.emplace(cluster, &costs, schedule.graph.regions(), request.trace_filter);
-        if (schedule.pipeline_stages > 1) recorder->label_stages(schedule.gpus / schedule.pipeline_stages);
-      }
-      const sim::SimResult result = simulator->run(schedule.graph, recorder ? &*recorder : nullptr);
-      SimulateRun run;
-      run.metrics = analysis::analyze(schedule, result, cluster, costs, w.dtype);
-      if (recorder) run.trace_json = recorder->to_json().dump();
-      report.runs.push_back(std::move(run));
+  try {
+    // A pipeline passes micro-batches between stages: only a whole step has them. The default scopes
+    // (layer and stack) become the step; a scope asked for by name is refused by the generator.
+    std::vector<sched::Scope> scopes = request.scopes;
+    if (w.parallel.pp > 1 && scopes == std::vector<sched::Scope>{sched::Scope::layer, sched::Scope::stack}) {
+      scopes = {sched::Scope::step};
+      report.notes.push_back(fmt::format("pp {}: the whole step is simulated (a pipeline has no layer or stack scope)",
+                                         w.parallel.pp));
     }
+    report.scopes = scopes;
+    std::vector<sched::Parallelism> parallelisms = parallelisms_for(request, w);
+    if (request.max_parallelisms > 0 && parallelisms.size() > request.max_parallelisms)
+      parallelisms.resize(request.max_parallelisms);
+    for (sched::Parallelism parallelism : parallelisms)
+    for (sched::Scope scope : scopes) {
+      for (model::ScheduleKind kind : request.schedules) {
+        sched::GenerateOptions options;
+        options.parallelism = parallelism;
+        options.scope = scope;
+        options.forward = true;
+        options.backward = w.backward;
+        options.dp_as_p2p = request.dp_as_p2p;
+        options.mirror_dp = request.mirror_dp;
+        const sched::Schedule schedule = sched::generate(w, wl, cluster, kind, options);
+        network_sends_on_sm = std::max(network_sends_on_sm, schedule.network_sends_on_sm);
+        const auto note_once = [&](const std::string& note) {
+          if (std::find(report.notes.begin(), report.notes.end(), note) == report.notes.end())
+            report.notes.push_back(note);
+        };
+        if (!schedule.symmetry_fallback.empty())
+          note_once("--symmetry mirror: every rank simulated, the DP sync as collectives (--symmetry none), because " +
+                    schedule.symmetry_fallback);
+        if (!schedule.symmetry_unchecked.empty()) note_once("--symmetry mirror: " + schedule.symmetry_unchecked);
+        if (request.record_traces && request.trace_filter.ranks && schedule.simulated_ranks > 0) {
+          const std::vector<int> simulated =
+              sched::counted_ranks(schedule.graph.num_ranks(), schedule.simulated_ranks, schedule.pipeline_stages);
+          for (int r : *request.trace_filter.ranks)
+            if (!std::binary_search(simulated.begin(), simulated.end(), r))
+              throw InputError(kCommandLine, "--trace-ranks",
+                               fmt::format("rank {} is not simulated with --symmetry mirror (the first {} ranks of each "
+                                           "stage stand for the others); trace it with --symmetry none",
+                                           r, schedule.simulated_ranks / schedule.pipeline_stages));
+        }
+        const model::KernelCostModel& costs = priced();
+        std::optional<analysis::ChromeTraceRecorder> recorder;
+        if (request.record_traces) {
+          recorder.emplace(cluster, &costs, schedule.graph.regions(), request.trace_filter);
+          if (schedule.pipeline_stages > 1) recorder->label_stages(schedule.gpus / schedule.pipeline_stages);
+        }
+        const sim::SimResult result = simulator->run(schedule.graph, recorder ? &*recorder : nullptr);
+        SimulateRun run;
+        run.metrics = analysis::analyze(schedule, result, cluster, costs, w.dtype);
+        if (recorder) run.trace_json = recorder->to_json().dump();
+        report.runs.push_back(std::move(run));
+      }
+    }
+  } catch (...) {
+    if (pending.valid()) pending.get();
+    throw;
   }
   priced();  // the report names the pricing even where nothing was simulated
   if (network_sends_on_sm > 0) report.notes.push_back(network_sends_note(network_sends_on_sm));

@@ -41,7 +41,7 @@ std::string child_path(const std::string& parent, std::string_view key) {
   return p;
 }
 
-std::string element_path(const std::string& parent, std::size_t index) {
+std::string index_path(const std::string& parent, std::size_t index) {
   char digits[24];
   const auto end = std::to_chars(digits, digits + sizeof digits, index).ptr;
   std::string p;
@@ -333,7 +333,7 @@ void JsonObject::finish() const {
 
 JsonValue JsonArray::at(std::size_t index) const {
   if (index >= node_->size()) fail(fmt::format("index {} is past the end (size {})", index, node_->size()));
-  return JsonValue(source_, &(*node_)[index], element_path(path_, index));
+  return JsonValue(source_, &(*node_)[index], index_path(path_, index));
 }
 
 void JsonArray::require_size(std::size_t min, std::size_t max) const {
