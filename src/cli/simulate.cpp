@@ -294,8 +294,7 @@ SimulateReport simulate(const SimulateRequest& request) {
   // The default pricing reads the cluster and nothing else, and the generators price nothing: the
   // shipped profile (parsed and its kernel models rebuilt, tens of milliseconds at every start) is
   // read on a second thread while the first graph is built. An explicit profile sets the cluster's
-  // links (apply_profile), so it is read before. A pricing error is still reported before a
-  // generator's, as when it was read first.
+  // links (apply_profile), so it is read before.
   std::future<model::Pricing> pending;
   std::optional<model::Pricing> pricing;
   if (request.pricing.mode == model::PricingMode::automatic)
@@ -316,9 +315,9 @@ SimulateReport simulate(const SimulateRequest& request) {
     }
     return *pricing->costs;
   };
-  // Whatever fails before the pricing is taken: the pricing's error first, if it has one, as when
-  // it was read before anything else.
   std::int64_t network_sends_on_sm = 0;
+  // Whatever fails before the pricing is taken reports the pricing's error first, if it has one, as
+  // when the pricing was read before anything else.
   try {
     // A pipeline passes micro-batches between stages: only a whole step has them. The default scopes
     // (layer and stack) become the step; a scope asked for by name is refused by the generator.

@@ -54,7 +54,7 @@ void TaskGraph::reserve(std::size_t tasks) { graph_.m_vertices.reserve(tasks); }
 // adjacency_list::swap copies the graph three times (a temporary and two assignments), so the
 // containers behind it are swapped: its vertices (each with its edge lists, whose iterators point into
 // the edge list), its edge list (std::list::swap keeps those iterators valid) and its graph property.
-// tests/sched/test_dag.cpp checks a moved graph against a copy of it.
+// tests/sched/dag_json_test.cpp checks a moved graph against a copy of it.
 void TaskGraph::swap_graph(Graph& a, Graph& b) noexcept {
   a.m_vertices.swap(b.m_vertices);
   a.m_edges.swap(b.m_edges);

@@ -145,7 +145,6 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   // graph is dropped and every rank built, as when the check came first. Its error, if any, comes
   // before the build's.
   std::future<FabricCheck> fabric;
-  int fabric_replicas = 0;
   if (r.options.mirror_dp && r.shape.pp > 1 && r.shape.dp == 1) {
     r.options.mirror_dp = false;  // nothing to mirror
   } else if (r.options.mirror_dp && r.shape.dp > 1) {
@@ -170,25 +169,12 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       Schedule probed = generate_tpsp(probe);
       fallback = probed.mirror_inexact;
       if (fallback.empty()) {
-        fabric_replicas = probed.replicas;
         fabric = std::async(std::launch::async, [probed = std::move(probed), &cluster] {
           return check_mirror_fabric(probed, cluster);
         });
       }
     }
   }
-  // Every rank, the DP sync as the collectives NCCL runs (--symmetry none): replica 0 would not
-  // stand for the others, and a wrong step is worse than a slower simulation.
-  const auto every_rank = [&] {
-    r.options.mirror_dp = false;
-    r.options.dp_as_p2p = false;
-    try {
-      r.reserve_tasks = refuse_oversized(r, workload_label);
-    } catch (const InputError& e) {
-      throw InputError(e.file(), e.json_path(),
-                       fmt::format("{} (--symmetry mirror cannot stand in: {})", e.message(), fallback));
-    }
-  };
   const auto finish = [&](Schedule& s) {
     s.symmetry_fallback = fallback;
     s.symmetry_unchecked = unchecked;  // set only where the check found no asymmetry
@@ -208,19 +194,31 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
     const FabricCheck check = fabric.get();
     fallback = check.asymmetry;
     if (fallback.empty()) {
-      if (!check.checked)
-        unchecked = fmt::format("the fabric's symmetry along the {} replica groups is assumed, not checked ({} "
-                                "routes to search, over the {} the check searches)",
-                                fabric_replicas, check.image_routes, kMaxImageRoutes);
       if (build_error) std::rethrow_exception(build_error);
       Schedule s = std::move(*mirrored);
+      if (!check.checked)  // the probe's replica groups are the whole graph's
+        unchecked = fmt::format("the fabric's symmetry along the {} replica groups is assumed, not checked ({} "
+                                "routes to search, over the {} the check searches)",
+                                s.replicas, check.image_routes, kMaxImageRoutes);
       finish(s);
       return s;
     }
   }
-  if (!fallback.empty()) every_rank();
-  // As above: mirrored groups, or every rank (refused in every_rank, saying why).
-  if (fallback.empty()) r.reserve_tasks = refuse_oversized(r, workload_label);
+  if (fallback.empty()) {
+    r.reserve_tasks = refuse_oversized(r, workload_label);  // as above
+  } else {
+    // Every rank, the DP sync as the collectives NCCL runs (--symmetry none): replica 0 would not
+    // stand for the others, and a wrong step is worse than a slower simulation. Refused before it is
+    // built, saying why the mirror could not stand in.
+    r.options.mirror_dp = false;
+    r.options.dp_as_p2p = false;
+    try {
+      r.reserve_tasks = refuse_oversized(r, workload_label);
+    } catch (const InputError& e) {
+      throw InputError(e.file(), e.json_path(),
+                       fmt::format("{} (--symmetry mirror cannot stand in: {})", e.message(), fallback));
+    }
+  }
   Schedule s = generate_tpsp(r);
   finish(s);
   return s;
