@@ -2,6 +2,7 @@
 #include "fusesim/cli/search.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -20,6 +21,8 @@
 #include "fusesim/cli/plot.hpp"
 #include "fusesim/model/memory.hpp"
 #include "fusesim/sched/generate.hpp"
+#include "fusesim/sched/step.hpp"
+#include "fusesim/sched/tpsp.hpp"
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/embedded.hpp"
@@ -63,13 +66,22 @@ struct Pricer {
 // that carries the DP sync (CommFuse over DP cuts its weight-gradient GEMMs into ring pieces; the
 // other schedules run it as the others: DDP's no_sync, DP collectives and ZeRO gathers have streams
 // of their own). Probed on a one-layer stack without stages, priced as the simulation prices it.
+// Besides the layers, per micro-batch: the embedding's forward and backward (first stage) and the
+// final norm, LM head and loss with their backward (last stage), each the least over the micro-batches
+// of a one-layer step of two (the last one carries the DP sync); and what the optimizer's kernels
+// need to be priced for a stage.
 struct LayerCompute {
   TimePs forward_ps = 0;
   TimePs backward_ps = 0;
   TimePs last_backward_ps = 0;
+  TimePs embedding_ps = 0;
+  TimePs head_ps = 0;
+  std::int64_t layer_params = 0;  // of one layer on one TP rank
+  topo::Dtype dtype = topo::Dtype::bf16;       // the step's kernels' (the activation type)
+  topo::Dtype grad_dtype = topo::Dtype::fp32;  // what the optimizer reads the gradients as
 };
 
-LayerCompute probe_layer(model::Workload probe, model::ScheduleKind kind, const std::string& label, const Pricer& p) {
+model::Workload one_layer(model::Workload probe) {
   probe.arch.layers = 1;
   probe.parallel.pp = 1;
   probe.parallel.virtual_stages = 1;
@@ -77,20 +89,54 @@ LayerCompute probe_layer(model::Workload probe, model::ScheduleKind kind, const 
   probe.parallel.overlap_param_gather = false;
   probe.grad_accumulation = 1;
   probe.recompute_every = 1;
-  sched::GenerateOptions options;
-  options.scope = sched::Scope::stack;
-  const sched::Schedule s = sched::generate(probe, label, p.cluster, kind, options);
-  LayerCompute out;
+  return probe;
+}
+
+// The tasks of rank 0's compute stream 0, each priced alone on the device.
+template <typename Visit>
+void each_compute_task(const sched::Schedule& s, const Pricer& p, Visit visit) {
   for (sched::TaskId id = 0; id < s.graph.size(); ++id) {
     const sched::Task& t = s.graph.task(id);
     if (t.rank != 0 || !(t.stream == sched::StreamRef{sched::StreamKind::compute, 0})) continue;
     const auto* c = std::get_if<sched::ComputeTask>(&t.kind);
     if (c == nullptr) continue;
-    const TimePs d = p.pricing.costs->cost(c->kernel, c->dtype, p.cluster.device(0)).duration_ps;
-    (t.labels.phase == sched::Phase::forward && !c->recompute ? out.forward_ps : out.backward_ps) += d;
+    visit(t, *c, p.pricing.costs->cost(c->kernel, c->dtype, p.cluster.device(0)).duration_ps);
   }
+}
+
+LayerCompute probe_layer(const model::Workload& w, model::ScheduleKind kind, const std::string& label, const Pricer& p) {
+  sched::GenerateOptions options;
+  options.scope = sched::Scope::stack;
+  const sched::Schedule s = sched::generate(one_layer(w), label, p.cluster, kind, options);
+  LayerCompute out;
+  each_compute_task(s, p, [&](const sched::Task& t, const sched::ComputeTask& c, TimePs d) {
+    (t.labels.phase == sched::Phase::forward && !c.recompute ? out.forward_ps : out.backward_ps) += d;
+  });
   out.last_backward_ps = out.backward_ps;
   return out;
+}
+
+// The embedding's and the head's compute per micro-batch (the least of two micro-batches) on a
+// one-layer step. Tasks are told apart by their names (StepEmitter: "mbN/embedding/...",
+// "mbN/head/..."); any other work outside the layers is left out, which only lowers the bound.
+void probe_ends(const model::Workload& w, model::ScheduleKind kind, const std::string& label, const Pricer& p,
+                LayerCompute& out) {
+  model::Workload probe = one_layer(w);
+  probe.grad_accumulation = 2;
+  sched::GenerateOptions options;
+  options.scope = sched::Scope::step;
+  const sched::Schedule s = sched::generate(probe, label, p.cluster, kind, options);
+  std::array<TimePs, 2> embedding{}, head{};
+  each_compute_task(s, p, [&](const sched::Task& t, const sched::ComputeTask&, TimePs d) {
+    const int mb = t.labels.micro_batch;
+    if (t.labels.layer != -1 || mb < 0 || mb > 1) return;
+    if (t.name.find("embedding/") != std::string::npos)
+      embedding[static_cast<std::size_t>(mb)] += d;
+    else if (t.name.find("head/") != std::string::npos)
+      head[static_cast<std::size_t>(mb)] += d;
+  });
+  out.embedding_ps = std::min(embedding[0], embedding[1]);
+  out.head_ps = std::min(head[0], head[1]);
 }
 
 LayerCompute layer_compute(const model::Workload& w, model::ScheduleKind kind, const std::string& label, const Pricer& p) {
@@ -98,26 +144,62 @@ LayerCompute layer_compute(const model::Workload& w, model::ScheduleKind kind, c
   alone.parallel.dp = 1;
   alone.parallel.dp_sharding = model::DpSharding::ddp;
   alone.fp8_param_gather = false;
+  const bool fused = kind == model::ScheduleKind::commfuse && w.parallel.dp * w.parallel.up > 1;
   LayerCompute out = probe_layer(alone, kind, label, p);
-  if (kind == model::ScheduleKind::commfuse && w.parallel.dp * w.parallel.up > 1)
-    out.last_backward_ps = probe_layer(w, kind, label, p).backward_ps;
+  if (fused) out.last_backward_ps = probe_layer(w, kind, label, p).backward_ps;
+  probe_ends(fused ? w : alone, kind, label, p, out);
+  const sched::TpspRequest r = sched::tpsp_request(w, label, p.cluster, kind, sched::GenerateOptions{});
+  out.layer_params = r.shape.layer_params();
+  out.dtype = r.shape.activation_dtype();
+  out.grad_dtype = r.step.grad_dtype.value_or(model::default_grad_reduce_dtype(r.shape.dtype));
   return out;
+}
+
+// The optimizer's kernels on a rank of a stage, alone on the device, for the parameters that rank
+// updates: its layers' and the `tables` embedding and LM head tables the stage holds (the first
+// stage the embedding, the last the head), all of them replicated (DDP), at least a 1/(dp up) share
+// sharded (ZeRO rounds shards up). With CommFuse over DP the ZeRO shards are cut by rows, which may
+// round down: left out, which only lowers the bound.
+TimePs optimizer_ps(const model::Workload& w, model::ScheduleKind kind, const LayerCompute& c, int tables,
+                    const Pricer& p) {
+  const bool sharded = w.parallel.dp_sharding != model::DpSharding::ddp;
+  const std::int64_t replicas = std::int64_t{w.parallel.dp} * w.parallel.up;
+  if (!w.backward || c.layer_params == 0) return 0;
+  if (sharded && kind == model::ScheduleKind::commfuse && replicas > 1) return 0;
+  const std::int64_t table = w.arch.padded_vocab(w.parallel.tp) / w.parallel.tp * w.arch.hidden;
+  const std::int64_t own = w.arch.layers / w.parallel.pp * c.layer_params + tables * table;
+  const std::int64_t elements = own / (sharded ? replicas : 1);
+  if (elements <= 0) return 0;
+  const sched::OptimizerKernels k = sched::optimizer_kernels(elements, c.grad_dtype, c.dtype, w.clip_grad);
+  const auto price = [&](const model::ElementwiseKernel& e) {
+    return p.pricing.costs->cost(model::Kernel{e}, c.dtype, p.cluster.device(0)).duration_ps;
+  };
+  TimePs total = price(k.adam);
+  if (k.grad_norm) total += price(*k.grad_norm) + price(*k.grad_scale);
+  if (k.master_copy) total += price(*k.master_copy);
+  return total;
 }
 
 // A lower bound on the step time that holds whatever the communication does. A stage's compute
 // stream runs its kernels one at a time, none faster than alone on the device; each stage runs the
-// forward (t_F) and the backward (t_B) of its L/pp layers for every one of the m micro-batches, so
-// the last stage computes m (t_F + t_B). It cannot start before micro-batch 0 has gone forward
-// through the p - 1 stages ahead of it, one chunk of L/(pp v) layers each, and the step cannot end
-// before the last backward has come back through them: (p - 1)(t_F + t_B)/v more (the compute-only
-// pipeline's bubble, docs/schedules.md "Pipeline"). The last micro-batch's backward is the one
-// carrying the DP sync. The embedding, the head and the optimizer are left out. run_search checks
-// every simulated step against its bound.
-TimePs lower_bound(const model::Workload& w, const LayerCompute& c) {
+// forward (t_F) and the backward (t_B) of its L/pp layers for every one of the m micro-batches:
+// m (t_F + t_B) L/pp. The last stage also runs the head (t_H) of every micro-batch, and cannot start
+// before micro-batch 0 has gone forward through the p - 1 stages ahead of it, one chunk of L/(pp v)
+// layers each; after its last backward the step cannot end before that gradient has come back
+// through them, (p - 1) t_B L/(pp v), nor before the stage's optimizer (t_O, after its last backward)
+// is done: the larger of the two (the compute-only pipeline's bubble, docs/schedules.md "Pipeline").
+// The first stage runs the embedding (t_E) of every micro-batch and its own optimizer after its
+// last backward. Without stages the one stage does both ends. The last micro-batch's backward is
+// the one carrying the DP sync. run_search checks every simulated step against its bound.
+TimePs lower_bound(const model::Workload& w, model::ScheduleKind kind, const LayerCompute& c, const Pricer& p) {
   const std::int64_t m = w.grad_accumulation, pp = w.parallel.pp;
   const std::int64_t stage_layers = w.arch.layers / pp, chunk_layers = stage_layers / w.parallel.virtual_stages;
-  return stage_layers * (m * c.forward_ps + (m - 1) * c.backward_ps + c.last_backward_ps) +
-         (pp - 1) * chunk_layers * (c.forward_ps + c.last_backward_ps);
+  const TimePs layers = stage_layers * (m * c.forward_ps + (m - 1) * c.backward_ps + c.last_backward_ps);
+  if (pp == 1) return layers + m * (c.embedding_ps + c.head_ps) + optimizer_ps(w, kind, c, 2, p);
+  const TimePs fill = (pp - 1) * chunk_layers * c.forward_ps, drain = (pp - 1) * chunk_layers * c.last_backward_ps;
+  const TimePs last = fill + layers + m * c.head_ps + std::max(optimizer_ps(w, kind, c, 1, p), drain);
+  const TimePs first = layers + m * c.embedding_ps + optimizer_ps(w, kind, c, 1, p);
+  return std::max(last, first);
 }
 
 // What a search row reports of one simulated step: its metrics without the per-rank lists (which a
@@ -434,7 +516,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
       }
       it = layer_cache.emplace(key, layer).first;
     }
-    row.lower_bound_ps = lower_bound(w, it->second);
+    row.lower_bound_ps = lower_bound(w, c.kind, it->second, *pricers.front());
   }
   std::stable_sort(bounded.begin(), bounded.end(), [](const SearchRow& a, const SearchRow& b) {
     return a.lower_bound_ps != b.lower_bound_ps ? a.lower_bound_ps < b.lower_bound_ps : a.candidate.index < b.candidate.index;

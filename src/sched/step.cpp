@@ -83,6 +83,21 @@ std::int64_t master_copy_bytes_per_param(topo::Dtype dtype) {
   return dtype == topo::Dtype::fp32 ? 0 : 4 + topo::bytes_per_element(dtype);
 }
 
+OptimizerKernels optimizer_kernels(std::int64_t elements, topo::Dtype grad_dtype, topo::Dtype dtype, bool clip_grad) {
+  const std::int64_t grad_bytes = topo::bytes_per_element(grad_dtype);
+  const auto n = static_cast<double>(elements);
+  OptimizerKernels k{std::nullopt, std::nullopt,
+                     model::ElementwiseKernel{"adam", elements * adam_bytes_per_param(grad_dtype), kAdamFlopsPerParam * n},
+                     std::nullopt};
+  if (clip_grad) {
+    k.grad_norm = model::ElementwiseKernel{"grad_norm", elements * grad_bytes, 2.0 * n};
+    k.grad_scale = model::ElementwiseKernel{"grad_scale", 2 * elements * grad_bytes, n};
+  }
+  if (const std::int64_t copy_bytes = master_copy_bytes_per_param(dtype); copy_bytes > 0)
+    k.master_copy = model::ElementwiseKernel{"copy", elements * copy_bytes, 0.0};
+  return k;
+}
+
 StepEmitter::StepEmitter(TaskGraph& graph, std::int64_t& next_instance, Group group)
     : g_(graph), next_instance_(next_instance), grp_(std::move(group)) {}
 
@@ -234,8 +249,9 @@ StepEmitter::Deps StepEmitter::embedding_backward(const std::string& mb, int mic
 
 StepEmitter::Deps StepEmitter::optimizer(const std::vector<std::int64_t>& elements, const Deps& ready) {
   Deps d(static_cast<std::size_t>(tp()));
-  const auto n_of = [&](int ti) { return elements[static_cast<std::size_t>(ti)]; };
-  const std::int64_t grad_bytes = topo::bytes_per_element(grp_.grad_dtype);
+  std::vector<OptimizerKernels> k;
+  for (int ti = 0; ti < tp(); ++ti)
+    k.push_back(optimizer_kernels(elements[static_cast<std::size_t>(ti)], grp_.grad_dtype, grp_.dtype, grp_.clip_grad));
   Deps ready_for_adam = ready;
   if (grp_.clip_grad) {
     // The global norm: every rank sums the squares of its gradients (one read), the sums meet in an
@@ -243,29 +259,19 @@ StepEmitter::Deps StepEmitter::optimizer(const std::vector<std::int64_t>& elemen
     // Over DP the ZeRO shards' sums meet too: a few microseconds, not emitted (docs/schedules.md).
     Deps norm(static_cast<std::size_t>(tp()));
     for (int ti = 0; ti < tp(); ++ti)
-      norm[ti] = {compute(ti, "optimizer/grad_norm",
-                          model::ElementwiseKernel{"grad_norm", n_of(ti) * grad_bytes, 2.0 * static_cast<double>(n_of(ti))},
-                          Phase::optimizer, -1, ready[static_cast<std::size_t>(ti)])};
+      norm[ti] = {compute(ti, "optimizer/grad_norm", *k[ti].grad_norm, Phase::optimizer, -1,
+                          ready[static_cast<std::size_t>(ti)])};
     if (tp() > 1) {
       const auto ar = collective("optimizer/grad_norm_ar", CollectiveKind::all_reduce, 4, Phase::optimizer, -1, norm);
       for (int ti = 0; ti < tp(); ++ti) norm[ti] = {ar[static_cast<std::size_t>(ti)]};
     }
     for (int ti = 0; ti < tp(); ++ti)
-      ready_for_adam[ti] = {compute(ti, "optimizer/grad_scale",
-                                    model::ElementwiseKernel{"grad_scale", 2 * n_of(ti) * grad_bytes,
-                                                             static_cast<double>(n_of(ti))},
-                                    Phase::optimizer, -1, norm[static_cast<std::size_t>(ti)])};
+      ready_for_adam[ti] = {compute(ti, "optimizer/grad_scale", *k[ti].grad_scale, Phase::optimizer, -1,
+                                    norm[static_cast<std::size_t>(ti)])};
   }
-  const std::int64_t copy_bytes = master_copy_bytes_per_param(grp_.dtype);
   for (int ti = 0; ti < tp(); ++ti) {
-    const std::int64_t n = n_of(ti);
-    d[ti] = {compute(ti, "optimizer/adam",
-                     model::ElementwiseKernel{"adam", n * adam_bytes_per_param(grp_.grad_dtype),
-                                              kAdamFlopsPerParam * static_cast<double>(n)},
-                     Phase::optimizer, -1, ready_for_adam[static_cast<std::size_t>(ti)])};
-    if (copy_bytes > 0)
-      d[ti] = {compute(ti, "optimizer/master_copy",
-                       model::ElementwiseKernel{"copy", n * copy_bytes, 0.0}, Phase::optimizer, -1, d[ti])};
+    d[ti] = {compute(ti, "optimizer/adam", k[ti].adam, Phase::optimizer, -1, ready_for_adam[static_cast<std::size_t>(ti)])};
+    if (k[ti].master_copy) d[ti] = {compute(ti, "optimizer/master_copy", *k[ti].master_copy, Phase::optimizer, -1, d[ti])};
   }
   return d;
 }

@@ -33,6 +33,10 @@ std::int64_t TpspShape::kv_head0(int r) const {
   return (r * (heads / tp)) / group;
 }
 
+std::int64_t TpspShape::layer_params() const {
+  return hidden * qkv_local() + q_local() * hidden + hidden * fc1_local() + ffn_local() * hidden;
+}
+
 namespace tpsp {
 
 
@@ -672,11 +676,6 @@ void Builder::up_gradient_checks(std::int64_t layers) {
   }
 }
 
-std::int64_t Builder::layer_params() const {
-  const std::int64_t h = sh_.hidden;
-  return h * sh_.qkv_local() + sh_.q_local() * h + h * sh_.fc1_local() + sh_.ffn_local() * h;
-}
-
 // One DP replica: micro-batches (Scope::step: gradient accumulation), each forward then backward,
 // with the step's embedding and head (StepEmitter), ZeRO-3 parameter gathers prefetched one layer
 // ahead, recomputation before each layer's backward; then the DP sync, the optimizer and the
@@ -707,7 +706,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     Deps out(static_cast<std::size_t>(t_));
     for (int ti = 0; ti < t_; ++ti)
       out[ti] = dp_->gather_layer(rank(ti), fmt::format("{}L{}/{}", mb_prefix_, l, fwd ? "fwd" : "bwd"),
-                                  static_cast<int>(l), layer_params(), issue[ti]);
+                                  static_cast<int>(l), sh_.layer_params(), issue[ti]);
     return out;
   };
   auto merge = [&](Deps a, const Deps& b) {
@@ -860,7 +859,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         // forward, and the LM head, waits for it.
         if (overlap_gather && mb == 0 && !forward_layers.empty() && l == forward_layers.front()) {
           const std::int64_t table = stage_ == stages - 1 ? (req_.step.vocab / t_) * h : 0;
-          const auto own = static_cast<std::int64_t>(forward_layers.size()) * layer_params() + table;
+          const auto own = static_cast<std::int64_t>(forward_layers.size()) * sh_.layer_params() + table;
           Deps all(static_cast<std::size_t>(t_));
           for (int ti = 0; ti < t_; ++ti) all[ti] = dp_->gather_layer(rank(ti), "params", -1, own, ready[ti]);
           stage_params = all;
@@ -900,7 +899,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   if (!step) return;
   // The stage's layers, the embedding on the first stage, the LM head on the last.
   const std::int64_t table = (req_.step.vocab / t_) * h;
-  const std::int64_t own = layers / stages * layer_params() + (stage_ == 0 ? table : 0) + (stage_ == stages - 1 ? table : 0);
+  const std::int64_t own = layers / stages * sh_.layer_params() + (stage_ == 0 ? table : 0) + (stage_ == stages - 1 ? table : 0);
   std::vector<std::int64_t> elements(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti) elements[ti] = dp_ ? dp_->optimizer_elements(rank(ti)) : own;
   const Deps opt = extra->optimizer(elements, synced);

@@ -4,6 +4,7 @@
 #include <map>
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "fusesim/cli/search.hpp"
@@ -85,6 +86,53 @@ TEST_CASE("search returns the configurations that simulating every candidate ran
   std::size_t pruned = 0;
   for (const auto& [reason, n] : all.pruned) pruned += n;
   CHECK(all.candidates == pruned + all.simulated);
+}
+
+TEST_CASE("search's bound counts every kernel of a one-GPU step, the head and the optimizer included", "[cli][search][bound]") {
+  // One GPU, no communication: the whole step runs on compute stream 0, one kernel at a time, so the
+  // bound (docs/cli.md "fusesim search") and the step meet: the bound has every kernel of the layers,
+  // of the embedding and the head of every micro-batch, and of the optimizer over the layers' and
+  // the two tables' parameters, which is every kernel of the step, each priced alone as the
+  // simulation prices it. Equal to the picosecond, with a vocabulary of 128 and with Llama-3's
+  // 128,256 (whose embedding and head weigh as much as the 4 layers); the larger vocabulary's bound
+  // is the larger.
+  ScratchDir dir;
+  auto space = [&](std::int64_t vocab) {
+    json w = json::parse(R"({
+      "schema_version": 1, "name": "bound-test",
+      "model": {"name": "m", "layers": 4, "hidden": 4096, "heads": 32, "kv_heads": 8, "ffn_hidden": 14336,
+                "gated_mlp": true, "vocab": 128, "source": "test"},
+      "training": {"sequence_length": 2048, "micro_batch": 1, "grad_accumulation": 2, "dtype": "bf16"},
+      "parallel": {"tp": 1, "up": 1, "dp": 1},
+      "schedule": {"kind": "baseline"}
+    })");
+    w["model"]["vocab"] = vocab;
+    const std::string path = dir.file(fmt::format("model-{}.json", vocab));
+    std::ofstream(path) << w.dump();
+    SearchSpec spec;
+    spec.topology = "dgx-h100";
+    spec.workload = path;
+    spec.gpus = 1;
+    spec.global_batch = 2;
+    spec.micro_batches = {1, 2};
+    spec.recomputes = {model::Recompute::none, model::Recompute::full};
+    spec.top = 1'000'000;
+    return run_search(spec, 2);
+  };
+  const SearchResult small = space(128), full = space(128256);
+  REQUIRE(small.rows.size() == full.rows.size());
+  REQUIRE(small.rows.size() >= 4);
+  std::map<std::string, TimePs> small_bound;
+  for (const SearchRow& r : small.rows) {
+    INFO(r.candidate.describe());
+    CHECK(r.lower_bound_ps == r.step_ps);
+    small_bound[r.candidate.describe()] = r.lower_bound_ps;
+  }
+  for (const SearchRow& r : full.rows) {
+    INFO(r.candidate.describe());
+    CHECK(r.lower_bound_ps == r.step_ps);
+    CHECK(r.lower_bound_ps > small_bound.at(r.candidate.describe()));
+  }
 }
 
 TEST_CASE("search --symmetry mirror ranks what none ranks, every step to the picosecond", "[cli][search][symmetry]") {

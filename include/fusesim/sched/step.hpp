@@ -108,6 +108,17 @@ std::int64_t adam_bytes_per_param(topo::Dtype grad_dtype);
 std::int64_t master_copy_bytes_per_param(topo::Dtype dtype);
 inline constexpr double kAdamFlopsPerParam = 12.0;
 
+// The optimizer's kernels on a rank that holds `elements` parameters, as StepEmitter::optimizer emits
+// them on compute stream 0 in this order (with clipping, the norm's all-reduce over TP between
+// grad_norm and grad_scale). Shared with `fusesim search`, whose bound prices them.
+struct OptimizerKernels {
+  std::optional<model::ElementwiseKernel> grad_norm;    // with clipping: the sum of squares (one read)
+  std::optional<model::ElementwiseKernel> grad_scale;   // with clipping: the scaling (read, write)
+  model::ElementwiseKernel adam;
+  std::optional<model::ElementwiseKernel> master_copy;  // none when the parameters are fp32
+};
+OptimizerKernels optimizer_kernels(std::int64_t elements, topo::Dtype grad_dtype, topo::Dtype dtype, bool clip_grad);
+
 // The tasks of a step outside the layers, for one TP group (one DP replica, one UP position).
 class StepEmitter {
  public:

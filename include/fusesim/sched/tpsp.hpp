@@ -56,6 +56,7 @@ struct TpspShape {
   std::int64_t up_group_cols() const;  // q, k and v columns per rank after the Ulysses all-to-all
   std::int64_t fc1_local() const { return ffn / tp * (gated ? 2 : 1); }  // N of FC1
   std::int64_t ffn_local() const { return ffn / tp; }                    // K of FC2
+  std::int64_t layer_params() const;  // weights of one layer on one TP rank (what its optimizer updates)
   // First kv head held by tp rank r (GQA: query head j uses kv head j / (heads / kv_heads)).
   std::int64_t kv_head0(int r) const;
 };

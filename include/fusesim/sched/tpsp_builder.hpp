@@ -407,7 +407,6 @@ class Builder {
   Work dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank& c, int ti, std::int64_t a_cols,
                 std::int64_t b_cols, std::int64_t k, WgradOp w, std::int64_t gemm_cols = 0);
   void up_gradient_checks(std::int64_t layers);
-  std::int64_t layer_params() const;  // weights of one layer on one TP rank
   void replica_step(std::int64_t layers, bool train);
   // Pipeline stages: the activation (forward) or gradient (backward) of micro-batch `mb` at `layer`
   // (StepWork::layer) sent to (`send`, after `after`), or received from, the same position of stage
