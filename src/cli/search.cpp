@@ -104,14 +104,74 @@ void each_compute_task(const sched::Schedule& s, const Pricer& p, Visit visit) {
   }
 }
 
+bool forward_pass(const sched::Task& t) {
+  const auto* c = std::get_if<sched::ComputeTask>(&t.kind);
+  return t.labels.phase == sched::Phase::forward && !(c != nullptr && c->recompute);
+}
+
+// What an exposed collective makes rank 0's compute stream 0 wait, found on the one-layer probe
+// simulated alone: where two kernels a, b follow each other on the stream within one pass (the
+// forward, or the backward with its recomputation) and a collective C of rank 0 takes a's output
+// and gives b its input (edges a -> C -> b), the stream is idle at least as long as C takes, for C
+// starts after a and b after C, and the stream runs b after a whatever else is queued (in order).
+// C counts only where it ran alone in the probe (no other communication at the same time): then
+// each of its transfers had its links to itself, which no step of a whole run can beat, so C takes
+// at least as long in any step. Baseline's TP collectives (each between the kernel that makes its
+// input and the one that reads its output), slice-overlap's first gather and last scatter.
+void exposed_waits(const sched::Schedule& s, const Pricer& p, TimePs& forward, TimePs& backward) {
+  sim::Simulator simulator(p.cluster, *p.pricing.costs);
+  simulator.set_transfer_records(sim::TransferRecords::p2p_only);
+  const sim::SimResult r = simulator.run(s.graph);
+  struct Span {
+    TimePs start, end;
+    std::int64_t instance;  // a collective's (its members are one operation); -1 for P2P
+  };
+  std::vector<Span> comm;
+  std::vector<sched::TaskId> stream;
+  for (sched::TaskId id = 0; id < s.graph.size(); ++id) {
+    const sched::Task& t = s.graph.task(id);
+    if (const auto* c = std::get_if<sched::CollectiveTask>(&t.kind))
+      comm.push_back({r.tasks[id].start_ps, r.tasks[id].end_ps, c->instance});
+    else if (!std::holds_alternative<sched::ComputeTask>(t.kind))
+      comm.push_back({r.tasks[id].start_ps, r.tasks[id].end_ps, -1});
+    else if (t.rank == 0 && t.stream == sched::StreamRef{sched::StreamKind::compute, 0})
+      stream.push_back(id);
+  }
+  std::sort(stream.begin(), stream.end(), [&](sched::TaskId a, sched::TaskId b) {
+    return r.tasks[a].start_ps != r.tasks[b].start_ps ? r.tasks[a].start_ps < r.tasks[b].start_ps : a < b;
+  });
+  const auto alone = [&](sched::TaskId id, std::int64_t instance) {
+    const TimePs start = r.tasks[id].start_ps, end = r.tasks[id].end_ps;
+    return std::none_of(comm.begin(), comm.end(), [&](const Span& o) {
+      return (o.instance != instance || instance < 0) && o.start < end && o.end > start;
+    });
+  };
+  for (std::size_t i = 1; i < stream.size(); ++i) {
+    const sched::TaskId a = stream[i - 1], b = stream[i];
+    const sched::Task& tb = s.graph.task(b);
+    if (forward_pass(s.graph.task(a)) != forward_pass(tb)) continue;
+    TimePs wait = 0;
+    for (const sched::TaskId c : s.graph.predecessors(b)) {
+      const sched::Task& tc = s.graph.task(c);
+      const auto* coll = std::get_if<sched::CollectiveTask>(&tc.kind);
+      if (coll == nullptr || tc.rank != 0) continue;
+      const std::vector<sched::TaskId> before = s.graph.predecessors(c);
+      if (std::find(before.begin(), before.end(), a) == before.end() || !alone(c, coll->instance)) continue;
+      wait = std::max(wait, r.tasks[c].end_ps - r.tasks[c].start_ps);
+    }
+    (forward_pass(tb) ? forward : backward) += wait;
+  }
+}
+
 LayerCompute probe_layer(const model::Workload& w, model::ScheduleKind kind, const std::string& label, const Pricer& p) {
   sched::GenerateOptions options;
   options.scope = sched::Scope::stack;
   const sched::Schedule s = sched::generate(one_layer(w), label, p.cluster, kind, options);
   LayerCompute out;
-  each_compute_task(s, p, [&](const sched::Task& t, const sched::ComputeTask& c, TimePs d) {
-    (t.labels.phase == sched::Phase::forward && !c.recompute ? out.forward_ps : out.backward_ps) += d;
+  each_compute_task(s, p, [&](const sched::Task& t, const sched::ComputeTask&, TimePs d) {
+    (forward_pass(t) ? out.forward_ps : out.backward_ps) += d;
   });
+  exposed_waits(s, p, out.forward_ps, out.backward_ps);
   out.last_backward_ps = out.backward_ps;
   return out;
 }
@@ -533,19 +593,44 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
     const TimePs kind_best = k == best_of_kind.end() ? std::numeric_limits<TimePs>::max() : k->second;
     return row.lower_bound_ps > nth && row.lower_bound_ps > kind_best;
   };
+  // ZeRO-2 runs ZeRO-1's step (the generator emits one task graph for both: tests/sched/step_test.cpp),
+  // so of two candidates alike but for that, one is simulated and the other takes its figures with
+  // its own bound and memory. Both have the same bound, and so the same place in the order.
+  const auto step_key = [](const SearchCandidate& c) {
+    SearchCandidate same = c;
+    if (same.workload.parallel.dp_sharding == model::DpSharding::zero2)
+      same.workload.parallel.dp_sharding = model::DpSharding::zero1;
+    return same.describe();
+  };
+  std::map<std::string, SearchRow> stepped;  // simulated, by step_key
+  const auto twin_of = [](const SearchRow& leader, const SearchRow& in) {
+    SearchRow row = leader;
+    row.candidate = in.candidate;
+    row.lower_bound_ps = in.lower_bound_ps;
+    row.memory_bytes = in.memory_bytes;
+    return row;
+  };
   std::size_t next = 0;
   std::vector<std::string> failures;
   while (next < bounded.size()) {
     std::vector<std::size_t> batch;
+    std::vector<std::pair<std::size_t, std::size_t>> twins;  // (index in bounded, its leader's in batch)
+    std::map<std::string, std::size_t> in_batch;
+    std::vector<SearchRow> known;  // candidates whose twin was simulated in an earlier batch
     while (next < bounded.size() && batch.size() < kBatch) {
       if (hopeless(bounded[next])) {
         ++r.bounded;
+      } else if (const auto key = step_key(bounded[next].candidate); stepped.count(key) > 0) {
+        known.push_back(twin_of(stepped.at(key), bounded[next]));
+      } else if (const auto it = in_batch.find(key); it != in_batch.end()) {
+        twins.emplace_back(next, it->second);
       } else {
+        in_batch.emplace(key, batch.size());
         batch.push_back(next);
       }
       ++next;
     }
-    if (batch.empty()) continue;
+    if (batch.empty() && known.empty()) continue;
     std::vector<std::optional<SearchRow>> out(batch.size());
     std::vector<std::string> why(batch.size());
     std::atomic<std::size_t> take{0};
@@ -567,13 +652,22 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
     for (int t = 1; t < std::min<int>(threads, static_cast<int>(batch.size())); ++t) pool.emplace_back(work, t);
     work(0);
     for (auto& th : pool) th.join();
-    for (std::size_t k = 0; k < batch.size(); ++k) {
+    for (const auto& [index, leader] : twins) {
+      out.push_back(out[leader] ? std::optional<SearchRow>(twin_of(*out[leader], bounded[index])) : std::nullopt);
+      why.push_back(why[leader]);
+    }
+    for (SearchRow& row : known) {
+      out.emplace_back(std::move(row));
+      why.emplace_back();
+    }
+    for (std::size_t k = 0; k < out.size(); ++k) {
       if (!out[k]) {
         // Refused by the generator: a graph too large to build (named at $.model.layers or, when the
         // micro-batches outnumber the layers, $.training.grad_accumulation); it cannot run here.
         r.pruned[prune_reason(why[k] == "$.training.grad_accumulation" ? "$.model.layers" : why[k])] += 1;
         continue;
       }
+      if (k < batch.size()) stepped.emplace(step_key(out[k]->candidate), *out[k]);
       SearchRow& row = *out[k];
       if (row.step_ps < row.lower_bound_ps)
         throw std::logic_error(fmt::format("search: the lower bound {} ps of '{}' is above its simulated step {} ps",

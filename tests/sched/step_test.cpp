@@ -11,6 +11,7 @@
 #include "../sim/sim_test_util.hpp"
 #include "fusesim/analysis/metrics.hpp"
 #include "fusesim/model/workload.hpp"
+#include "fusesim/sched/dag_json.hpp"
 #include "fusesim/sched/generate.hpp"
 #include "fusesim/sched/tpsp.hpp"
 #include "fusesim/sim/engine.hpp"
@@ -183,6 +184,31 @@ TEST_CASE("overlap_param_gather: ZeRO-1/2's parameter gather moves into the firs
     return sim.run(generate_tpsp(r).graph).makespan_ps;
   };
   CHECK(step_ps(true) < step_ps(false));
+}
+
+TEST_CASE("ZeRO-2 runs ZeRO-1's step: the same task graph, only the memory differs", "[step][dp]") {
+  // Megatron-LM's distributed optimizer (ZeRO-1) already reduce-scatters the gradients and gathers
+  // the updated parameters; sharding the gradients too (ZeRO-2) frees memory (docs/memory.md) and
+  // moves nothing else. `fusesim search` simulates one of the two and gives both the step
+  // (docs/cli.md "fusesim search"), so the generator must keep them alike: every DP schedule, with
+  // and without the overlapped parameter gather, with pipeline stages.
+  for (const ScheduleKind kind : {ScheduleKind::baseline, ScheduleKind::slice, ScheduleKind::commfuse})
+    for (const bool overlap : {false, true})
+      for (const int pp : {1, 2}) {
+        INFO(model::to_string(kind) << " overlap_param_gather " << overlap << " pp " << pp);
+        auto graph = [&](model::DpSharding sharding) {
+          TpspRequest r = request(2, 2, Scope::step, 2);
+          r.kind = r.dp_kind = r.schedule.kind = kind;
+          r.shape.layers = 4;
+          r.shape.pp = pp;
+          r.step.dp_sharding = sharding;
+          r.step.overlap_param_gather = overlap;
+          DagFile dag;
+          dag.graph = generate_tpsp(r).graph;
+          return dag_to_json(dag);
+        };
+        CHECK(graph(model::DpSharding::zero1) == graph(model::DpSharding::zero2));
+      }
 }
 
 TEST_CASE("estimated_tasks: the graph's size from four small probes", "[step]") {
