@@ -593,13 +593,17 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
     const TimePs kind_best = k == best_of_kind.end() ? std::numeric_limits<TimePs>::max() : k->second;
     return row.lower_bound_ps > nth && row.lower_bound_ps > kind_best;
   };
-  // ZeRO-2 runs ZeRO-1's step (the generator emits one task graph for both: tests/sched/step_test.cpp),
-  // so of two candidates alike but for that, one is simulated and the other takes its figures with
-  // its own bound and memory. Both have the same bound, and so the same place in the order.
+  // Candidates whose task graphs are the same (tests/sched/step_test.cpp): ZeRO-2 and ZeRO-1; at
+  // tp = up = 1, where the schedule acts on the DP sync alone, slice-overlap and baseline when the DP
+  // baseline is the bucketed one (slice-overlap's DP form), and every schedule when dp = 1 too. Of
+  // such candidates one is simulated and the others take its figures with their own bound and memory.
   const auto step_key = [](const SearchCandidate& c) {
     SearchCandidate same = c;
-    if (same.workload.parallel.dp_sharding == model::DpSharding::zero2)
-      same.workload.parallel.dp_sharding = model::DpSharding::zero1;
+    model::Parallelism& par = same.workload.parallel;
+    if (par.dp_sharding == model::DpSharding::zero2) par.dp_sharding = model::DpSharding::zero1;
+    if (par.tp == 1 && par.up == 1 &&
+        ((same.kind == model::ScheduleKind::slice && !same.workload.schedule.dp_serial_baseline) || par.dp == 1))
+      same.kind = model::ScheduleKind::baseline;
     return same.describe();
   };
   std::map<std::string, SearchRow> stepped;  // simulated, by step_key
@@ -667,7 +671,10 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
         r.pruned[prune_reason(why[k] == "$.training.grad_accumulation" ? "$.model.layers" : why[k])] += 1;
         continue;
       }
-      if (k < batch.size()) stepped.emplace(step_key(out[k]->candidate), *out[k]);
+      if (k < batch.size())
+        stepped.emplace(step_key(out[k]->candidate), *out[k]);
+      else
+        ++r.same_graph;
       SearchRow& row = *out[k];
       if (row.step_ps < row.lower_bound_ps)
         throw std::logic_error(fmt::format("search: the lower bound {} ps of '{}' is above its simulated step {} ps",
@@ -748,9 +755,10 @@ std::string search_table(const SearchResult& r) {
   }
   std::size_t pruned = 0;
   for (const auto& [reason, n] : r.pruned) pruned += n;
-  out += fmt::format("\n{} candidates: {} pruned, {} simulated ({} of them extrapolated from their steady state), {} "
-                     "not simulated (their lower bound is above the step ranked {} and their overlap schedule's best)\n",
-                     r.candidates, pruned, r.simulated, r.extrapolated, r.bounded, r.top);
+  out += fmt::format("\n{} candidates: {} pruned, {} simulated ({} of them extrapolated from their steady state, {} given "
+                     "the step of another with the same task graph), {} not simulated (their lower bound is above the "
+                     "step ranked {} and their overlap schedule's best)\n",
+                     r.candidates, pruned, r.simulated, r.extrapolated, r.same_graph, r.bounded, r.top);
   std::vector<std::pair<std::size_t, std::string>> reasons;
   for (const auto& [reason, n] : r.pruned) reasons.emplace_back(n, reason);
   std::stable_sort(reasons.begin(), reasons.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -805,6 +813,7 @@ nlohmann::json search_json(const SearchResult& r) {
   doc["simulated"] = r.simulated;
   doc["not_simulated_by_bound"] = r.bounded;
   doc["extrapolated"] = r.extrapolated;
+  doc["same_graph"] = r.same_graph;
   nlohmann::json pruned = nlohmann::json::object();
   for (const auto& [reason, n] : r.pruned) pruned[reason] = n;
   doc["pruned"] = std::move(pruned);
@@ -923,6 +932,7 @@ SearchResult parse_search_json(const JsonDocument& doc) {
   r.simulated = static_cast<std::size_t>(root.integer("simulated", 0, kMaxCount));
   r.bounded = static_cast<std::size_t>(root.integer("not_simulated_by_bound", 0, kMaxCount));
   r.extrapolated = static_cast<std::size_t>(root.integer("extrapolated", 0, kMaxCount));
+  r.same_graph = static_cast<std::size_t>(root.integer("same_graph", 0, kMaxCount));
   const JsonObject pruned = root.object("pruned");
   for (const std::string& reason : pruned.keys())
     r.pruned[reason] = static_cast<std::size_t>(pruned.integer(reason, 0, kMaxCount));
@@ -977,7 +987,7 @@ SearchResult merge_searches(const std::vector<std::string>& paths, const std::ve
   SearchResult all = first;
   all.rows.clear();
   all.pruned.clear();
-  all.candidates = all.simulated = all.bounded = all.extrapolated = 0;
+  all.candidates = all.simulated = all.bounded = all.extrapolated = all.same_graph = 0;
   all.shard = Shard{};
   std::vector<Shard> shards;
   for (std::size_t p = 0; p < parts.size(); ++p) {
@@ -991,6 +1001,7 @@ SearchResult merge_searches(const std::vector<std::string>& paths, const std::ve
     all.simulated += part.simulated;
     all.bounded += part.bounded;
     all.extrapolated += part.extrapolated;
+    all.same_graph += part.same_graph;
     for (const auto& [reason, n] : part.pruned) all.pruned[reason] += n;
     all.rows.insert(all.rows.end(), part.rows.begin(), part.rows.end());
   }

@@ -83,6 +83,14 @@ TEST_CASE("search returns the configurations that simulating every candidate ran
   // pairs, each with pp > 1 so 2 pipeline schedules (1F1B, interleaved v 2) x 2 micro-batches x 2
   // shardings x 2 recomputes x 3 schedules = 48 candidates: 288.
   CHECK(all.pruned.at("gpus: not a multiple of tp x up x pp") == 288);
+  // At tp 1 slice-overlap runs baseline's task graph, and with dp 1 as well CommFuse does too
+  // (tests/sched/step_test.cpp): those candidates take the simulated step of their baseline twin.
+  // Counted by hand, the tp 1 candidates that can run (dp = 8 / pp, m = 8 / (dp x mb); interleaved
+  // needs m a multiple of pp and 8 layers a multiple of pp x 2; ddp and zero1 where dp > 1), each x 2
+  // recomputes: pp 1 mb 1 (x 2 shardings) 4; pp 2 1F1B mb 1, 2 (x 2) 8 and interleaved mb 1 (x 2) 4;
+  // pp 4 the same, 8 + 4; pp 8 1F1B mb 1, 2 (dp 1) 4: 32, each with a slice-overlap twin, and the 4
+  // at pp 8 a CommFuse one too: 36.
+  CHECK(all.same_graph == 36);
   std::size_t pruned = 0;
   for (const auto& [reason, n] : all.pruned) pruned += n;
   CHECK(all.candidates == pruned + all.simulated);

@@ -211,6 +211,33 @@ TEST_CASE("ZeRO-2 runs ZeRO-1's step: the same task graph, only the memory diffe
       }
 }
 
+TEST_CASE("Without TP or Ulysses, slice-overlap runs baseline's step, and without DP every schedule does", "[step][dp]") {
+  // At tp = up = 1 no TP or Ulysses collective is left to schedule: the overlap schedule acts on the
+  // DP sync alone, whose baseline (bucketed: DDP's and Megatron's overlapped buckets) is
+  // slice-overlap's DP form (docs/schedules.md "DP"). With dp = 1 as well there is nothing to overlap
+  // (pipeline sends do not depend on the schedule). `fusesim search` simulates one of such candidates
+  // and gives the others its step (docs/cli.md "fusesim search").
+  for (const int dp : {1, 2})
+    for (const auto sharding : {model::DpSharding::ddp, model::DpSharding::zero1, model::DpSharding::zero3})
+      for (const int pp : {1, 2}) {
+        if (pp > 1 && sharding == model::DpSharding::zero3) continue;
+        INFO("dp " << dp << " " << model::to_string(sharding) << " pp " << pp);
+        auto graph = [&](ScheduleKind kind) {
+          TpspRequest r = request(1, dp, Scope::step, 2);
+          r.kind = r.dp_kind = r.up_kind = r.schedule.kind = kind;
+          r.shape.layers = 4;
+          r.shape.pp = pp;
+          r.step.dp_sharding = sharding;
+          DagFile dag;
+          dag.graph = generate_tpsp(r).graph;
+          return dag_to_json(dag);
+        };
+        const nlohmann::json baseline = graph(ScheduleKind::baseline);
+        CHECK(graph(ScheduleKind::slice) == baseline);
+        CHECK((graph(ScheduleKind::commfuse) == baseline) == (dp == 1));
+      }
+}
+
 TEST_CASE("estimated_tasks: the graph's size from four small probes", "[step]") {
   // A + B m + C l + D l m fitted on 1 and 2 layers and micro-batches: exact for any l and m without
   // stages (each part of the graph repeats per layer, per micro-batch, or per both), across DP

@@ -82,6 +82,7 @@ struct SearchResult {
   std::size_t simulated = 0;
   std::size_t bounded = 0;   // could run, not simulated: their bound is above the N-th best and their schedule's best
   std::size_t extrapolated = 0;  // of the simulated, those whose step was extrapolated from its steady state
+  std::size_t same_graph = 0;    // of the simulated, those given the step of a candidate with the same task graph
   std::vector<SearchRow> rows;  // simulated, shortest step first (ties: enumeration order)
   std::size_t top = 10;
   std::string pricing;          // what priced the kernels
