@@ -3,14 +3,18 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -35,6 +39,8 @@ namespace {
 // Candidates simulated between two looks at the bound: fixed, so that which candidates are simulated
 // does not depend on the thread count.
 constexpr std::size_t kBatch = 8;
+// Batches simulated at once (run_search): fixed for the same reason.
+constexpr std::size_t kInFlight = 2;
 // What a search file says it is (search_json), for `fusesim merge`.
 constexpr const char* kSearchFormat = "fusesim-search";
 constexpr int kSearchVersion = 2;  // 2: steady_state, extrapolated
@@ -614,80 +620,142 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
     row.memory_bytes = in.memory_bytes;
     return row;
   };
-  std::size_t next = 0;
-  std::vector<std::string> failures;
-  while (next < bounded.size()) {
-    std::vector<std::size_t> batch;
-    std::vector<std::pair<std::size_t, std::size_t>> twins;  // (index in bounded, its leader's in batch)
-    std::map<std::string, std::size_t> in_batch;
-    std::vector<SearchRow> known;  // candidates whose twin was simulated in an earlier batch
-    while (next < bounded.size() && batch.size() < kBatch) {
+  // Batches are chosen in bound order and merged in that order. A batch's candidates are chosen from
+  // what the batches before the previous one found: kInFlight batches are simulated at once, so that
+  // a long candidate does not leave the other threads idle at the end of its batch, and the choice
+  // depends on neither the thread count nor the timing (both constants are fixed).
+  struct Batch {
+    std::vector<std::size_t> simulate;  // indices into bounded, one per task graph not seen before
+    std::vector<std::optional<SearchRow>> out;
+    std::vector<std::string> why;       // the generator's refusal, where out is empty
+    std::vector<std::size_t> twins;     // indices into bounded whose task graph a batch so far simulates
+    std::size_t left = 0;               // simulations not done yet
+    std::size_t bounded = 0;            // left out by the bound
+  };
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::map<std::size_t, Batch> flight;  // by sequence number
+  std::deque<std::pair<std::size_t, std::size_t>> tasks;  // (batch, index in its simulate)
+  std::set<std::string> keys_seen;                       // of every candidate chosen to be simulated
+  std::map<std::string, std::string> refused;            // step_key -> the generator's refusal
+  std::size_t next = 0, formed = 0, merged = 0;
+  std::exception_ptr error;
+  const auto form = [&]() {
+    if (next >= bounded.size()) return false;
+    Batch b;
+    while (next < bounded.size() && b.simulate.size() < kBatch) {
       if (hopeless(bounded[next])) {
-        ++r.bounded;
-      } else if (const auto key = step_key(bounded[next].candidate); stepped.count(key) > 0) {
-        known.push_back(twin_of(stepped.at(key), bounded[next]));
-      } else if (const auto it = in_batch.find(key); it != in_batch.end()) {
-        twins.emplace_back(next, it->second);
+        ++b.bounded;
+      } else if (!keys_seen.insert(step_key(bounded[next].candidate)).second) {
+        b.twins.push_back(next);
       } else {
-        in_batch.emplace(key, batch.size());
-        batch.push_back(next);
+        b.simulate.push_back(next);
       }
       ++next;
     }
-    if (batch.empty() && known.empty()) continue;
-    std::vector<std::optional<SearchRow>> out(batch.size());
-    std::vector<std::string> why(batch.size());
-    std::atomic<std::size_t> take{0};
-    auto work = [&](int t) {
-      for (std::size_t k = take.fetch_add(1); k < batch.size(); k = take.fetch_add(1)) {
-        const SearchRow& in = bounded[batch[k]];
-        try {
-          SearchRow row = simulate_candidate(in.candidate, label, *pricers[static_cast<std::size_t>(t)],
-                                             spec.symmetry, spec.steady_state);
-          row.lower_bound_ps = in.lower_bound_ps;
-          row.memory_bytes = in.memory_bytes;
-          out[k] = std::move(row);
-        } catch (const InputError& e) {
-          why[k] = e.json_path();
+    b.out.resize(b.simulate.size());
+    b.why.resize(b.simulate.size());
+    b.left = b.simulate.size();
+    for (std::size_t k = 0; k < b.simulate.size(); ++k) tasks.emplace_back(formed, k);
+    flight.emplace(formed++, std::move(b));
+    return true;
+  };
+  const auto add_row = [&](SearchRow row) {
+    if (row.step_ps < row.lower_bound_ps)
+      throw std::logic_error(fmt::format("search: the lower bound {} ps of '{}' is above its simulated step {} ps",
+                                         row.lower_bound_ps, row.candidate.describe(), row.step_ps));
+    ++r.simulated;
+    if (row.extrapolated) ++r.extrapolated;
+    best.insert(std::upper_bound(best.begin(), best.end(), row.step_ps), row.step_ps);
+    auto [it, fresh] = best_of_kind.emplace(row.candidate.kind, row.step_ps);
+    if (!fresh) it->second = std::min(it->second, row.step_ps);
+    r.rows.push_back(std::move(row));
+  };
+  // Refused by the generator: a graph too large to build (named at $.model.layers or, when the
+  // micro-batches outnumber the layers, $.training.grad_accumulation); it cannot run here.
+  const auto add_refusal = [&](const std::string& path) {
+    r.pruned[prune_reason(path == "$.training.grad_accumulation" ? "$.model.layers" : path)] += 1;
+  };
+  // Merges the finished batches in order (their simulated candidates first, then the twins, whose
+  // task graph this batch or an earlier one simulated) and forms the next ones.
+  const auto merge_finished = [&]() {
+    while (flight.count(merged) > 0 && flight.at(merged).left == 0) {
+      Batch b = std::move(flight.at(merged));
+      flight.erase(merged);
+      r.bounded += b.bounded;
+      for (std::size_t k = 0; k < b.simulate.size(); ++k) {
+        const std::string key = step_key(bounded[b.simulate[k]].candidate);
+        if (!b.out[k]) {
+          refused.emplace(key, b.why[k]);
+          add_refusal(b.why[k]);
+          continue;
         }
+        stepped.emplace(key, *b.out[k]);
+        add_row(std::move(*b.out[k]));
       }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < std::min<int>(threads, static_cast<int>(batch.size())); ++t) pool.emplace_back(work, t);
-    work(0);
-    for (auto& th : pool) th.join();
-    for (const auto& [index, leader] : twins) {
-      out.push_back(out[leader] ? std::optional<SearchRow>(twin_of(*out[leader], bounded[index])) : std::nullopt);
-      why.push_back(why[leader]);
-    }
-    for (SearchRow& row : known) {
-      out.emplace_back(std::move(row));
-      why.emplace_back();
-    }
-    for (std::size_t k = 0; k < out.size(); ++k) {
-      if (!out[k]) {
-        // Refused by the generator: a graph too large to build (named at $.model.layers or, when the
-        // micro-batches outnumber the layers, $.training.grad_accumulation); it cannot run here.
-        r.pruned[prune_reason(why[k] == "$.training.grad_accumulation" ? "$.model.layers" : why[k])] += 1;
-        continue;
-      }
-      if (k < batch.size())
-        stepped.emplace(step_key(out[k]->candidate), *out[k]);
-      else
+      for (const std::size_t index : b.twins) {
+        const std::string key = step_key(bounded[index].candidate);
+        if (const auto f = refused.find(key); f != refused.end()) {
+          add_refusal(f->second);
+          continue;
+        }
         ++r.same_graph;
-      SearchRow& row = *out[k];
-      if (row.step_ps < row.lower_bound_ps)
-        throw std::logic_error(fmt::format("search: the lower bound {} ps of '{}' is above its simulated step {} ps",
-                                           row.lower_bound_ps, row.candidate.describe(), row.step_ps));
-      ++r.simulated;
-      if (row.extrapolated) ++r.extrapolated;
-      best.insert(std::upper_bound(best.begin(), best.end(), row.step_ps), row.step_ps);
-      auto [it, fresh] = best_of_kind.emplace(row.candidate.kind, row.step_ps);
-      if (!fresh) it->second = std::min(it->second, row.step_ps);
-      r.rows.push_back(std::move(row));
+        add_row(twin_of(stepped.at(key), bounded[index]));
+      }
+      ++merged;
+      if (progress) progress(r, bounded.size() - next);
+      while (formed < merged + kInFlight && form()) {
+      }
     }
-    if (progress) progress(r, bounded.size() - next);
+  };
+  const auto work = [&](int t) {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (true) {
+      changed.wait(lock, [&] { return error || !tasks.empty() || merged == formed; });
+      if (error || tasks.empty()) return;  // failed, or every batch merged and none left to form
+      const auto [seq, k] = tasks.front();
+      tasks.pop_front();
+      const SearchRow& in = bounded[flight.at(seq).simulate[k]];
+      lock.unlock();
+      std::optional<SearchRow> row;
+      std::string why;
+      try {
+        row = simulate_candidate(in.candidate, label, *pricers[static_cast<std::size_t>(t)], spec.symmetry,
+                                 spec.steady_state);
+        row->lower_bound_ps = in.lower_bound_ps;
+        row->memory_bytes = in.memory_bytes;
+      } catch (const InputError& e) {
+        why = e.json_path();
+      } catch (...) {
+        lock.lock();
+        if (!error) error = std::current_exception();
+        changed.notify_all();
+        return;
+      }
+      lock.lock();
+      Batch& b = flight.at(seq);
+      b.out[k] = std::move(row);
+      b.why[k] = std::move(why);
+      --b.left;
+      try {
+        merge_finished();
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+      changed.notify_all();
+    }
+  };
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    while (formed < kInFlight && form()) {
+    }
+    merge_finished();  // batches with nothing to simulate
   }
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
   std::sort(r.rows.begin(), r.rows.end(), better);
   return r;
 }
