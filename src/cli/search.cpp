@@ -563,27 +563,56 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
   for (int t = 0; t < threads; ++t) pricers.push_back(std::make_unique<Pricer>(cluster, spec.pricing, profiles, threads));
   r.pricing = pricers.front()->pricing.describe();
   r.symmetry = spec.symmetry;
+  // One probe per layer shape, the shapes probed on the `--jobs` threads (each with its own pricer,
+  // all alike: the same figures whichever thread probes a shape).
   std::map<std::string, LayerCompute> layer_cache;
-  for (SearchRow& row : bounded) {
-    const SearchCandidate& c = row.candidate;
+  std::vector<std::string> row_key(bounded.size());
+  std::vector<std::size_t> first_with_key;  // rows whose shape no row before them has
+  for (std::size_t i = 0; i < bounded.size(); ++i) {
+    const SearchCandidate& c = bounded[i].candidate;
     const model::Workload& w = c.workload;
     // The DP degree and sharding matter only to CommFuse's last backward.
     const bool fused = c.kind == model::ScheduleKind::commfuse && w.parallel.dp * w.parallel.up > 1;
-    const std::string key = fmt::format("{} {} {} {} {} {} {} {}", w.parallel.tp, w.parallel.up, w.micro_batch,
-                                        model::to_string(w.recompute), model::to_string(c.kind), w.sequence_length,
-                                        fused ? w.parallel.dp : 0, fused ? model::to_string(w.parallel.dp_sharding) : "");
-    auto it = layer_cache.find(key);
-    if (it == layer_cache.end()) {
-      LayerCompute layer;
-      try {
-        layer = layer_compute(w, c.kind, label, *pricers.front());
-      } catch (const InputError&) {
-        layer = LayerCompute{};  // the probe cannot be built alone: no bound
-      }
-      it = layer_cache.emplace(key, layer).first;
-    }
-    row.lower_bound_ps = lower_bound(w, c.kind, it->second, *pricers.front());
+    row_key[i] = fmt::format("{} {} {} {} {} {} {} {}", w.parallel.tp, w.parallel.up, w.micro_batch,
+                             model::to_string(w.recompute), model::to_string(c.kind), w.sequence_length,
+                             fused ? w.parallel.dp : 0, fused ? model::to_string(w.parallel.dp_sharding) : "");
+    if (layer_cache.emplace(row_key[i], LayerCompute{}).second) first_with_key.push_back(i);
   }
+  {
+    std::vector<LayerCompute> probed(first_with_key.size());
+    std::mutex failed;
+    std::exception_ptr error;
+    std::size_t next_probe = 0;
+    const auto probe = [&](int t) {
+      while (true) {
+        std::size_t k;
+        {
+          std::lock_guard<std::mutex> lock(failed);
+          if (error || next_probe >= probed.size()) return;
+          k = next_probe++;
+        }
+        const SearchCandidate& c = bounded[first_with_key[k]].candidate;
+        try {
+          probed[k] = layer_compute(c.workload, c.kind, label, *pricers[static_cast<std::size_t>(t)]);
+        } catch (const InputError&) {
+          probed[k] = LayerCompute{};  // the probe cannot be built alone: no bound
+        } catch (...) {
+          std::lock_guard<std::mutex> lock(failed);
+          if (!error) error = std::current_exception();
+          return;
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < std::min<int>(threads, static_cast<int>(probed.size())); ++t) pool.emplace_back(probe, t);
+    probe(0);
+    for (auto& th : pool) th.join();
+    if (error) std::rethrow_exception(error);
+    for (std::size_t k = 0; k < probed.size(); ++k) layer_cache[row_key[first_with_key[k]]] = probed[k];
+  }
+  for (std::size_t i = 0; i < bounded.size(); ++i)
+    bounded[i].lower_bound_ps =
+        lower_bound(bounded[i].candidate.workload, bounded[i].candidate.kind, layer_cache.at(row_key[i]), *pricers.front());
   std::stable_sort(bounded.begin(), bounded.end(), [](const SearchRow& a, const SearchRow& b) {
     return a.lower_bound_ps != b.lower_bound_ps ? a.lower_bound_ps < b.lower_bound_ps : a.candidate.index < b.candidate.index;
   });
