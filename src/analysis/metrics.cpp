@@ -236,7 +236,7 @@ StepMetrics analyze(const AnalysisInput& in) {
       m.stages.push_back(StageMetrics{s, rm.rank, rm.idle_ps, 0.0, rm.compute_ps, rm.exposed_comm_ps});
     }
   }
-  if (in.pipeline_stages > 1) m.critical_path = critical_path(graph, result, in.pipeline_stages);
+  if (in.pipeline_stages > 1 && in.critical_path) m.critical_path = critical_path(graph, result, in.pipeline_stages);
   m.model_flops *= replicas;
   m.hardware_flops *= replicas;
   derive_rates(m);
@@ -255,10 +255,10 @@ void derive_rates(StepMetrics& m) {
 }
 
 StepMetrics analyze(const sched::Schedule& schedule, const sim::SimResult& result, const topo::Cluster& cluster,
-                    const model::KernelCostModel& costs, topo::Dtype dtype) {
+                    const model::KernelCostModel& costs, topo::Dtype dtype, bool critical_path) {
   AnalysisInput in{schedule.graph, result, cluster, costs, dtype, schedule.tokens, schedule.gpus,
                    model::to_string(schedule.kind), sched::to_string(schedule.parallelism), sched::to_string(schedule.scope),
-                   schedule.simulated_ranks, schedule.replicas, schedule.pipeline_stages};
+                   schedule.simulated_ranks, schedule.replicas, schedule.pipeline_stages, critical_path};
   return analyze(in);
 }
 

@@ -268,8 +268,9 @@ TimePs lower_bound(const model::Workload& w, model::ScheduleKind kind, const Lay
   return std::max(last, first);
 }
 
-// What a search row reports of one simulated step: its metrics without the per-rank lists (which a
-// search does not report and which would cost memory for every candidate kept), and the critical
+// What a search row reports of one simulated step: its metrics without the per-rank lists and the
+// critical path (which a search does not report: the lists would cost memory for every candidate
+// kept, the critical path a pass over every task of every step simulated), and the critical
 // rank's exposed communication. An extrapolated step (step_figures) scales the sums a row reads
 // (step, stages' idle times, tokens, FLOPs) and derives the rates again (analysis::derive_rates); the
 // stages' compute and exposed times are not extrapolated and no row reads them.
@@ -290,10 +291,9 @@ StepFigures simulate_step(const model::Workload& w, model::ScheduleKind kind, co
   sim::Simulator simulator(p.cluster, *p.pricing.costs);
   simulator.set_transfer_records(sim::TransferRecords::p2p_only);  // the analysis reads P2P records alone
   const sim::SimResult result = simulator.run(s.graph);
-  StepFigures f{analysis::analyze(s, result, p.cluster, *p.pricing.costs, w.dtype), 0};
+  StepFigures f{analysis::analyze(s, result, p.cluster, *p.pricing.costs, w.dtype, /*critical_path=*/false), 0};
   f.exposed_comm_ps = f.metrics.critical().exposed_comm_ps;
   f.metrics.ranks.clear();
-  f.metrics.critical_path.reset();
   return f;
 }
 

@@ -101,6 +101,9 @@ struct AnalysisInput {
   // Schedule::pipeline_stages: > 1 splits the ranks into that many equal stages, stage-major
   // (sched::RankLayout), and fills StepMetrics::stages.
   int pipeline_stages = 1;
+  // With pipeline stages: fill StepMetrics::critical_path (a pass over every task; `fusesim search`,
+  // which reports none, leaves it out).
+  bool critical_path = true;
 };
 
 // Throws std::logic_error when the result does not belong to the graph (sizes differ, a task never
@@ -112,7 +115,7 @@ StepMetrics analyze(const AnalysisInput& input);
 void derive_rates(StepMetrics& m);
 // The same for a generated schedule: names, tokens and GPUs come from it.
 StepMetrics analyze(const sched::Schedule& schedule, const sim::SimResult& result, const topo::Cluster& cluster,
-                    const model::KernelCostModel& costs, topo::Dtype dtype);
+                    const model::KernelCostModel& costs, topo::Dtype dtype, bool critical_path = true);
 
 // The compute and communication interval sets of each rank, as the analyzer counts them (exposed
 // for tests and for other reports).
