@@ -263,8 +263,9 @@ TimePs lower_bound(const model::Workload& w, model::ScheduleKind kind, const Lay
   const TimePs layers = stage_layers * (m * c.forward_ps + (m - 1) * c.backward_ps + c.last_backward_ps);
   if (pp == 1) return layers + m * (c.embedding_ps + c.head_ps) + optimizer_ps(w, kind, c, 2, p);
   const TimePs fill = (pp - 1) * chunk_layers * c.forward_ps, drain = (pp - 1) * chunk_layers * c.last_backward_ps;
-  const TimePs last = fill + layers + m * c.head_ps + std::max(optimizer_ps(w, kind, c, 1, p), drain);
-  const TimePs first = layers + m * c.embedding_ps + optimizer_ps(w, kind, c, 1, p);
+  const TimePs optimizer = optimizer_ps(w, kind, c, 1, p);  // the first and last stage each hold one table
+  const TimePs last = fill + layers + m * c.head_ps + std::max(optimizer, drain);
+  const TimePs first = layers + m * c.embedding_ps + optimizer;
   return std::max(last, first);
 }
 
@@ -641,6 +642,8 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
       same.kind = model::ScheduleKind::baseline;
     return same.describe();
   };
+  std::vector<std::string> graph_key(bounded.size());  // step_key of each row of bounded
+  for (std::size_t i = 0; i < bounded.size(); ++i) graph_key[i] = step_key(bounded[i].candidate);
   std::map<std::string, SearchRow> stepped;  // simulated, by step_key
   const auto twin_of = [](const SearchRow& leader, const SearchRow& in) {
     SearchRow row = leader;
@@ -675,7 +678,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
     while (next < bounded.size() && b.simulate.size() < kBatch) {
       if (hopeless(bounded[next])) {
         ++b.bounded;
-      } else if (!keys_seen.insert(step_key(bounded[next].candidate)).second) {
+      } else if (!keys_seen.insert(graph_key[next]).second) {
         b.twins.push_back(next);
       } else {
         b.simulate.push_back(next);
@@ -713,7 +716,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
       flight.erase(merged);
       r.bounded += b.bounded;
       for (std::size_t k = 0; k < b.simulate.size(); ++k) {
-        const std::string key = step_key(bounded[b.simulate[k]].candidate);
+        const std::string& key = graph_key[b.simulate[k]];
         if (!b.out[k]) {
           refused.emplace(key, b.why[k]);
           add_refusal(b.why[k]);
@@ -723,7 +726,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
         add_row(std::move(*b.out[k]));
       }
       for (const std::size_t index : b.twins) {
-        const std::string key = step_key(bounded[index].candidate);
+        const std::string& key = graph_key[index];
         if (const auto f = refused.find(key); f != refused.end()) {
           add_refusal(f->second);
           continue;
