@@ -62,6 +62,12 @@ static_assert(std::is_same_v<std::variant_alternative_t<0, sched::TaskKind>, sch
               std::is_same_v<std::variant_alternative_t<3, sched::TaskKind>, sched::CollectiveTask>);
 
 constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+// Chunks of one ring a collective member may have in flight (Run::advance_member): NCCL_STEPS = 8
+// buffer slots per connection, of which a Simple ring chunk takes NCCL_STEPS / 2 (ALLREDUCE_,
+// ALLGATHER_ and REDUCESCATTER_CHUNKSTEPS, src/include/collectives.h) and an LL or LL128 chunk one
+// (chunkSteps = 1 for protocols other than Simple, src/enqueue.cc).
+constexpr int kSimpleChunksInFlight = 2;
+constexpr int kLowLatencyChunksInFlight = 8;
 // TaskInfo packs the rank with the type; Simulator::run refuses graphs with this many ranks.
 constexpr int kMaxRanks = 1 << 30;
 
@@ -128,6 +134,7 @@ struct FlowOwner {
   int sender = 0;                    // collective: sending member's position in the group
   int receiver = 0;                  // collective: receiving member's position in the group
   int step = -1;
+  int ring = 0;                      // collective: which of its rings the step flow runs on
   int sms = 0;                       // P2P: SMs held on each end
   double efficiency = 1.0;           // payload / wire bytes
   Bytes record_bytes = 0;
@@ -147,8 +154,8 @@ struct CollectiveRun {
   std::vector<int> ranks;
   std::vector<int> sms;         // SMs held on each member's rank while it runs
   // Ring kinds: `rings` rings (topo/rings.hpp), each moving an equal share of every step's chunk;
-  // entry r * t + m is member m's successor in ring r and its route there. A member sends a step on
-  // every ring at once, and the next step once all of them have been sent and received.
+  // entry r * t + m is member m's successor in ring r and its route there. Each ring progresses on
+  // its own, as NCCL's channels do (Run::advance_member).
   int rings = 1;
   std::uint8_t protocol = 0;  // Run::protocols_ index (SM-kernel collectives)
   std::vector<int> ring_next;
@@ -162,9 +169,10 @@ struct CollectiveRun {
   std::vector<int> present_slot;         // mirrored: position -> index among the present; else empty
   int ended = 0;                         // present members ended
   std::vector<int> sends_done;           // flows sent (steps x rings when done)
+  std::vector<int> ring_sends_done;      // slot * rings + ring: flows sent on that ring
   std::vector<int> recvs_done;           // flows received
-  std::vector<int> next_step;            // the next step it will send
-  std::vector<std::uint16_t> arrived;    // slot * steps + step: that step's receives landed so far
+  std::vector<int> next_step;            // slot * rings + ring: the next step it will send on that ring
+  std::vector<std::uint16_t> arrived;    // (slot * rings + ring) * steps + step: that step's receives landed
   std::size_t slot(int m) const { return static_cast<std::size_t>(present_slot.empty() ? m : present_slot[m]); }
 };
 
@@ -353,9 +361,10 @@ class Run final : public sched::TaskVisitor {
   static std::uint32_t encode_waiter(bool collective, std::uint32_t id) { return (id << 1) | (collective ? 1u : 0u); }
   bool acquire_copy_engines(std::uint32_t waiter);
   void release_copy_engine(int rank);
-  void start_step(std::uint32_t c, int member, int step);
-  void launch_step_flow(std::uint32_t c, int member, int to, int step, RouteId route, double bytes, Bytes record_bytes);
-  void advance_member(std::uint32_t c, int member);
+  void start_step(std::uint32_t c, int member, int ring, int step);
+  void launch_step_flow(std::uint32_t c, int member, int to, int ring, int step, RouteId route, double bytes,
+                        Bytes record_bytes);
+  void advance_member(std::uint32_t c, int member, int ring);
   void end_task(TaskId id);
   bool cross_stream(TaskId before, TaskId after) const;
   FlowOwner& launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol = 0);
@@ -470,6 +479,7 @@ class Run final : public sched::TaskVisitor {
     double efficiency = 1.0;
     std::uint32_t base_lane = kNone;
     bool nvls = false;
+    int chunks_in_flight = kSimpleChunksInFlight;
   };
   std::vector<Protocol> protocols_;
   std::size_t phases_ = 2;
@@ -554,10 +564,11 @@ void Run::prepare() {
   protocols_.push_back({seconds_to_ps(comm.collective_base_latency_s.value), seconds_to_ps(comm.sm_step_latency_s.value),
                         comm.sm_kernel_efficiency.value});
   for (const topo::CommProtocol& p : comm.protocols)
-    protocols_.push_back({seconds_to_ps(p.base_latency_s.value), seconds_to_ps(p.step_latency_s.value), p.efficiency.value});
+    protocols_.push_back({seconds_to_ps(p.base_latency_s.value), seconds_to_ps(p.step_latency_s.value), p.efficiency.value,
+                          kNone, false, kLowLatencyChunksInFlight});
   if (comm.nvls)
     protocols_.push_back({seconds_to_ps(comm.nvls->base_latency_s.value), seconds_to_ps(comm.nvls->step_latency_s.value),
-                          comm.nvls->efficiency.value, kNone, true});
+                          comm.nvls->efficiency.value, kNone, true, kLowLatencyChunksInFlight});
   phases_ = protocols_.size() + 1;
   ce_step_latency_ps_ = seconds_to_ps(comm.copy_engine_step_latency_s.value);
   ce_efficiency_ = comm.copy_engine_efficiency.value;
@@ -907,11 +918,14 @@ SimResult Run::execute(RunProfile& profile) {
         const int t = static_cast<int>(c.ranks.size());
         const auto n = static_cast<std::size_t>(c.present);
         c.sends_done.assign(n, 0);
+        c.ring_sends_done.assign(n * static_cast<std::size_t>(c.rings), 0);
         c.recvs_done.assign(n, 0);
-        c.next_step.assign(n, 0);
-        c.arrived.assign(n * static_cast<std::size_t>(c.steps), 0);
+        const auto rings = static_cast<std::size_t>(c.rings);
+        c.next_step.assign(n * rings, 0);
+        c.arrived.assign(n * rings * static_cast<std::size_t>(c.steps), 0);
         for (int m = 0; m < t; ++m)
-          if (c.members[static_cast<std::size_t>(m)] != kNoTask) start_step(e.target, m, 0);
+          if (c.members[static_cast<std::size_t>(m)] != kNoTask)
+            for (int r = 0; r < c.rings; ++r) start_step(e.target, m, r, 0);
         break;
       }
       case kTaskEnd:
@@ -1127,29 +1141,27 @@ void Run::begin_collective(std::uint32_t ci) {
   push_after(p.base_ps, p.base_lane, kCollectiveSteps, ci);
 }
 
-// Member `member` sends its step `step` chunk: on each ring to its successor there, or for the
-// pairwise all-to-all to the member `step + 1` places ahead.
-void Run::start_step(std::uint32_t ci, int member, int step) {
+// Member `member` sends its step `step` chunk on ring `ring` to its successor there, or for the
+// pairwise all-to-all (one ring) to the member `step + 1` places ahead.
+void Run::start_step(std::uint32_t ci, int member, int ring, int step) {
   CollectiveRun& c = collectives_[ci];
   const int t = static_cast<int>(c.ranks.size());
-  c.next_step[c.slot(member)] = step + 1;
+  c.next_step[c.slot(member) * static_cast<std::size_t>(c.rings) + static_cast<std::size_t>(ring)] = step + 1;
   if (c.spec->kind == sched::CollectiveKind::all_to_all) {
     const int to = (member + step + 1) % t;
-    launch_step_flow(ci, member, to, step, route_of(c.ranks[member], c.ranks[to]), static_cast<double>(c.spec->bytes) / t,
-                     c.spec->bytes / t);
+    launch_step_flow(ci, member, to, 0, step, route_of(c.ranks[member], c.ranks[to]),
+                     static_cast<double>(c.spec->bytes) / t, c.spec->bytes / t);
     return;
   }
   const Bytes share = c.spec->bytes / t;
-  for (int r = 0; r < c.rings; ++r) {
-    const std::size_t e = static_cast<std::size_t>(r) * t + member;
-    // Bytes recorded per ring add up to the step's chunk; the flow itself moves the exact fraction.
-    const Bytes record = share / c.rings + (r < share % c.rings ? 1 : 0);
-    launch_step_flow(ci, member, c.ring_next[e], step, c.ring_route[e],
-                     static_cast<double>(c.spec->bytes) / t / c.rings, record);
-  }
+  const std::size_t e = static_cast<std::size_t>(ring) * t + member;
+  // Bytes recorded per ring add up to the step's chunk; the flow itself moves the exact fraction.
+  const Bytes record = share / c.rings + (ring < share % c.rings ? 1 : 0);
+  launch_step_flow(ci, member, c.ring_next[e], ring, step, c.ring_route[e],
+                   static_cast<double>(c.spec->bytes) / t / c.rings, record);
 }
 
-void Run::launch_step_flow(std::uint32_t ci, int member, int to, int step, RouteId route, double bytes,
+void Run::launch_step_flow(std::uint32_t ci, int member, int to, int ring, int step, RouteId route, double bytes,
                            Bytes record_bytes) {
   CollectiveRun& c = collectives_[ci];
   FlowOwner& o = launch_flow(route, bytes, c.spec->engine, c.protocol);
@@ -1163,19 +1175,35 @@ void Run::launch_step_flow(std::uint32_t ci, int member, int to, int step, Route
   o.sender = member;
   o.receiver = lands;
   o.step = step;
+  o.ring = ring;
   o.record_bytes = record_bytes;
 }
 
-// A member sends step s+1 once its own step-s sends have finished and its step-s receives have
-// landed (on every ring); it ends once every send and receive of its own is done.
-void Run::advance_member(std::uint32_t ci, int m) {
+// On ring `ring`, a member sends step s+1 once its step-s receive there has landed (what it sends
+// next is what it received, reduced with its own chunk or forwarded) and its step s-1 send has
+// landed (Simple; LL and LL128: step s-7's). Its own step-s send may still be in flight: NCCL's
+// sender writes into the receiver's buffer slots and does not wait for the previous chunk to land,
+// up to the slots a connection has (kSimpleChunksInFlight, kLowLatencyChunksInFlight). A chunk thus
+// crosses the ring paying each hop's latency once, as NCCL's tuning model counts a ring (intra-node
+// steps x intra-node latency + inter-node steps x network latency), not the slowest hop's at every
+// step, and a slow hop (a NIC) drains one chunk while the next one's latency runs. Each ring is a
+// channel of its own: a member's rings do not wait for each other (every member of a group spanning
+// nodes receives over the network on one of its rings). The pairwise all-to-all's steps carry no
+// data from one to the next: a member sends step s+1 once its own step-s send has finished and its
+// step-s receive has landed. A member ends once every send and receive of its own is done.
+void Run::advance_member(std::uint32_t ci, int m, int ring) {
   CollectiveRun& c = collectives_[ci];
   const std::size_t k = c.slot(m);
-  const int next = c.next_step[k];
+  const std::size_t kr = k * static_cast<std::size_t>(c.rings) + static_cast<std::size_t>(ring);
   const int flows = c.steps * c.rings;
-  if (next < c.steps && c.sends_done[k] == next * c.rings &&
-      c.arrived[k * static_cast<std::size_t>(c.steps) + next - 1] == c.rings)
-    start_step(ci, m, next);
+  const bool pairwise = c.spec->kind == sched::CollectiveKind::all_to_all;
+  const int in_flight = pairwise                                               ? 1
+                        : c.spec->engine == model::CommEngine::sm_kernel ? protocols_[c.protocol].chunks_in_flight
+                                                                         : kSimpleChunksInFlight;
+  for (int next = c.next_step[kr]; next < c.steps && c.ring_sends_done[kr] >= next + 1 - in_flight &&
+                                   c.arrived[kr * static_cast<std::size_t>(c.steps) + next - 1] != 0;
+       next = c.next_step[kr])
+    start_step(ci, m, ring, next);
   if (c.sends_done[k] == flows && c.recvs_done[k] == flows) {
     c.recvs_done[k] = flows + 1;  // ended: never again
     ++c.ended;
@@ -1194,7 +1222,7 @@ void Run::on_flow_end(FlowId f) {
   const std::uint32_t collective = owner.collective;
   const TaskId task = owner.task, peer_task = owner.peer_task;
   const int src_rank = owner.src_rank, dst_rank = owner.dst_rank;
-  const int sender = owner.sender, receiver = owner.receiver, step = owner.step, sms = owner.sms;
+  const int sender = owner.sender, receiver = owner.receiver, step = owner.step, ring = owner.ring, sms = owner.sms;
   const model::CommEngine engine = owner.engine;
   TransferRecord unkept;
   TransferRecord& rec = collective == kNone || record_steps_ ? result_.transfers.emplace_back() : unkept;
@@ -1225,12 +1253,16 @@ void Run::on_flow_end(FlowId f) {
   }
   CollectiveRun& c = collectives_[collective];
   ++c.sends_done[c.slot(sender)];
+  ++c.ring_sends_done[c.slot(sender) * static_cast<std::size_t>(c.rings) + static_cast<std::size_t>(ring)];
   ++c.recvs_done[c.slot(receiver)];
-  ++c.arrived[c.slot(receiver) * static_cast<std::size_t>(c.steps) + step];
-  advance_member(collective, sender);
-  advance_member(collective, receiver);
+  ++c.arrived[(c.slot(receiver) * static_cast<std::size_t>(c.rings) + static_cast<std::size_t>(ring)) *
+                  static_cast<std::size_t>(c.steps) +
+              static_cast<std::size_t>(step)];
+  advance_member(collective, sender, ring);
+  advance_member(collective, receiver, ring);
   if (c.ended == c.present) {  // every flow of it has landed: its step state is not needed again
     std::vector<int>().swap(c.sends_done);
+    std::vector<int>().swap(c.ring_sends_done);
     std::vector<int>().swap(c.recvs_done);
     std::vector<int>().swap(c.next_step);
     std::vector<std::uint16_t>().swap(c.arrived);

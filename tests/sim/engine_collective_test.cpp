@@ -118,13 +118,19 @@ TEST_CASE("pairwise all-to-all: step s sends to (i+s) mod t", "[sim][collective]
 
 TEST_CASE("ring dependency: a member's next step waits for its receive", "[sim][collective]") {
   // t=3 all-gather, n = 3e6 (chunk 1e6 B: 10,000,000 ps at 1e11), but switch -> gpu1 runs at 5e10
-  // (chunk into rank 1: 20,000,000 ps). Steps start after base 5e6; each has alpha 2e6 then drains.
-  // Step 0 (all start at 5e6): 0->1 ends 5+2+20 = 27e6; 1->2 ends 17e6; 2->0 ends 17e6.
-  // Step 1: rank 0 sent at 27e6 and received (from 2) at 17e6 -> sends at 27e6: 27+2+20 = 49e6.
-  //         rank 1 sent at 17e6, received (from 0) at 27e6 -> sends at 27e6: 27+2+10 = 39e6.
-  //         rank 2 sent at 17e6, received (from 1) at 17e6 -> sends at 17e6: 17+2+10 = 29e6.
-  // Ends (own last send and last receive): rank 0 max(49, 29) = 49e6; rank 1 max(39, 49) = 49e6;
-  // rank 2 max(29, 39) = 39e6.
+  // (chunk into rank 1: 20,000,000 ps alone). Steps start after base 5e6; each has alpha 2e6 then
+  // drains. A member sends step 1 once its step-0 receive has landed, its own step-0 send possibly
+  // still in flight (NCCL's sender does not wait for its chunk to land).
+  // Step 0 (all start at 5e6): 1->2 and 2->0 end 5+2+10 = 17e6; 0->1 drains from 7e6 at 5e10.
+  // Step 1: rank 0 received (from 2) at 17e6 -> sends 0->1 at 17e6, draining from 19e6 beside its
+  //         step-0 flow on switch -> gpu1: each at 2.5e10. The step-0 flow has 1e6 - 12e-6 s x 5e10 =
+  //         4e5 B left at 19e6: ends 19 + 16 = 35e6; the step-1 flow has sent 4e5 B by then, the rest
+  //         6e5 B alone at 5e10: ends 35 + 12 = 47e6.
+  //         rank 2 received (from 1) at 17e6 -> sends 2->0 at 17e6: 17+2+10 = 29e6.
+  //         rank 1 received (from 0) at 35e6 -> sends 1->2 at 35e6: 35+2+10 = 47e6.
+  // Ends (own last send and last receive): rank 0 max(47, 29), rank 1 max(47, 47), rank 2 max(29,
+  // 47): 47e6 each. (Had rank 0 waited for its own step-0 send to land, 27e6 alone, it would have
+  // sent at 27e6 and ended at 49e6.)
   ClusterBuilder b;
   const auto g0 = b.gpu(), g1 = b.gpu(), g2 = b.gpu();
   const auto s = b.sw("switch");
@@ -137,14 +143,20 @@ TEST_CASE("ring dependency: a member's next step waits for its receive", "[sim][
   TaskGraph g(3);
   const auto ids = collective(g, "ag", CollectiveKind::all_gather, {0, 1, 2}, 3'000'000, 1);
   const auto res = Simulator(cluster, costs).run(g);
-  REQUIRE(res.tasks[ids[0]].end_ps == 49'000'000);
-  REQUIRE(res.tasks[ids[1]].end_ps == 49'000'000);
-  REQUIRE(res.tasks[ids[2]].end_ps == 39'000'000);
-  std::map<std::pair<int, int>, TimePs> start;  // (src, step) -> start
-  for (const auto& tr : res.transfers) start[{tr.src_rank, tr.step}] = tr.start_ps;
-  REQUIRE(start.at({0, 1}) == 27'000'000);
-  REQUIRE(start.at({1, 1}) == 27'000'000);
+  REQUIRE(res.tasks[ids[0]].end_ps == 47'000'000);
+  REQUIRE(res.tasks[ids[1]].end_ps == 47'000'000);
+  REQUIRE(res.tasks[ids[2]].end_ps == 47'000'000);
+  std::map<std::pair<int, int>, TimePs> start, end;  // (src, step) -> start, end
+  for (const auto& tr : res.transfers) {
+    start[{tr.src_rank, tr.step}] = tr.start_ps;
+    end[{tr.src_rank, tr.step}] = tr.end_ps;
+  }
+  REQUIRE(start.at({0, 1}) == 17'000'000);
+  REQUIRE(start.at({1, 1}) == 35'000'000);
   REQUIRE(start.at({2, 1}) == 17'000'000);
+  REQUIRE(end.at({0, 0}) == 35'000'000);
+  REQUIRE(end.at({0, 1}) == 47'000'000);
+  REQUIRE(end.at({2, 1}) == 29'000'000);
 }
 
 TEST_CASE("a collective follows its group's ring order, not rank order", "[sim][collective]") {
