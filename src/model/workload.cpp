@@ -302,6 +302,12 @@ Workload parse_workload(const JsonDocument& doc) {
       v.fail(fmt::format("overlap_param_gather needs dp_sharding zero1 or zero2 (the distributed optimizer), not {}",
                          to_string(w.parallel.dp_sharding)));
   }
+  if (auto sp = p.find("sequence_parallel")) {
+    w.parallel.sequence_parallel = sp->as_bool();
+    if (!w.parallel.sequence_parallel && w.parallel.up > 1)
+      sp->fail(fmt::format("sequence_parallel false needs up 1, not {} (Ulysses splits the sequence the norms run on)",
+                           w.parallel.up));
+  }
   p.finish();
   if (w.fp8_param_gather && w.parallel.dp_sharding != DpSharding::zero3)
     fp8_gather->fail(fmt::format(
@@ -328,6 +334,10 @@ Workload parse_workload(const JsonDocument& doc) {
   w.schedule.dp_serial_baseline = s.choice_or("dp_baseline", {"bucketed", "serial"}, "bucketed") == "serial";
   w.schedule.tp_baseline_te_userbuffers =
       s.choice_or("tp_baseline", {"collective", "te_userbuffers"}, "collective") == "te_userbuffers";
+  if (w.schedule.tp_baseline_te_userbuffers && !w.parallel.sequence_parallel)
+    fail_at(file, "$.schedule.tp_baseline",
+            "te_userbuffers overlaps sequence-parallel GEMMs (TransformerEngine needs --sequence-parallel for "
+            "--tp-comm-overlap): not with parallel.sequence_parallel false");
   // 128: the M of the GEMM tiles the shipped device models use first (gemm_tile.m): a piece of
   // fewer rows leaves part of every tile idle (docs/schedules.md "DP").
   w.schedule.dp_fuse_min_rows = s.integer_or("dp_fuse_min_rows", 1, kMaxFfn, 128);

@@ -81,7 +81,7 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
 }
 
 Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& ready) {
-  const std::int64_t h = sh_.hidden, S_ = S(), n_ = n();
+  const std::int64_t h = sh_.hidden, S_ = S(), n_ = n(), e_ = elementwise_rows();
   const std::int64_t qn = sh_.q_local(), kvn = sh_.kv_local(), qkvn = sh_.qkv_local();
   const std::int64_t f1 = sh_.fc1_local(), fl = sh_.ffn_local();
   const std::string wp = fmt::format("L{}/", l);
@@ -115,7 +115,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   const Rows g1{alloc(ctx, "ag+qkv/gather", S_, h), alloc(ctx, "ln1_out", n_, h)};
   Deps d_ln1(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti)
-    d_ln1[ti] = {elementwise(ctx, ti, "ln1", "layernorm", 2 * n_ * h, n_, 8.0 * n_ * h,
+    d_ln1[ti] = {elementwise(ctx, ti, "ln1", "layernorm", 2 * e_ * h, e_, 8.0 * e_ * h,
                              op(ctx, NormOp{ref(x, ti, RowSpan{0, n_}, h), ref(g1.shard, ti, RowSpan{0, n_}, h)}), ready[ti])};
 
   PerRank qkv = alloc(ctx, "qkv", S_, qkvn);
@@ -181,11 +181,11 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   const Rows g2{alloc(ctx, "ag+fc1/gather", S_, h), alloc(ctx, "ln2_out", n_, h)};
   Deps d_ln2(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti) {
-    const TaskId a = elementwise(ctx, ti, "residual1", "add", 3 * n_ * h, n_, 1.0 * n_ * h,
+    const TaskId a = elementwise(ctx, ti, "residual1", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
                                  op(ctx, AddOp{ref(x, ti, RowSpan{0, n_}, h), ref(attn_out, ti, RowSpan{0, n_}, h),
                                                ref(h1, ti, RowSpan{0, n_}, h)}),
                                  d_attn_rs[ti]);
-    d_ln2[ti] = {elementwise(ctx, ti, "ln2", "layernorm", 2 * n_ * h, n_, 8.0 * n_ * h,
+    d_ln2[ti] = {elementwise(ctx, ti, "ln2", "layernorm", 2 * e_ * h, e_, 8.0 * e_ * h,
                              op(ctx, NormOp{ref(h1, ti, RowSpan{0, n_}, h), ref(g2.shard, ti, RowSpan{0, n_}, h)}), {a})};
   }
 
@@ -210,7 +210,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   out.y = alloc(ctx, "y", n_, h);
   out.done.resize(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti)
-    out.done[ti] = {elementwise(ctx, ti, "residual2", "add", 3 * n_ * h, n_, 1.0 * n_ * h,
+    out.done[ti] = {elementwise(ctx, ti, "residual2", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
                                 op(ctx, AddOp{ref(h1, ti, RowSpan{0, n_}, h), ref(mlp_out, ti, RowSpan{0, n_}, h),
                                               ref(out.y, ti, RowSpan{0, n_}, h)}),
                                 d_fc2[ti])};
@@ -227,17 +227,17 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
 // gathers each column-parallel GEMM's input again anyway (backward_layer), which is the gather the
 // recomputation would run.
 Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
-  const std::int64_t h = sh_.hidden, S_ = S(), n_ = n();
+  const std::int64_t h = sh_.hidden, S_ = S(), e_ = elementwise_rows();
   const std::int64_t f1 = sh_.fc1_local(), fl = sh_.ffn_local();
   // K's columns of this rank's QKV GEMM (up 1: tpsp_request refuses Ulysses with this policy).
   const std::int64_t k_cols = sh_.kv_local();
   recompute_ = true;
   const OpCtx rc{l, true, "", false};
   for (int ti = 0; ti < t_; ++ti) {
-    TaskId d = elementwise(rc, ti, "ln1", "layernorm", 2 * n_ * h, n_, 8.0 * n_ * h, -1, ready[ti]);
+    TaskId d = elementwise(rc, ti, "ln1", "layernorm", 2 * e_ * h, e_, 8.0 * e_ * h, -1, ready[ti]);
     d = compute(ti, prefix(rc) + "/k_proj", model::GemmKernel{S_, k_cols, h, 1}, labels(rc, -1, "k_proj"), -1, {d});
-    d = elementwise(rc, ti, "residual1", "add", 3 * n_ * h, n_, 1.0 * n_ * h, -1, {d});
-    d = elementwise(rc, ti, "ln2", "layernorm", 2 * n_ * h, n_, 8.0 * n_ * h, -1, {d});
+    d = elementwise(rc, ti, "residual1", "add", 3 * e_ * h, e_, 1.0 * e_ * h, -1, {d});
+    d = elementwise(rc, ti, "ln2", "layernorm", 2 * e_ * h, e_, 8.0 * e_ * h, -1, {d});
     if (sh_.gated)
       d = compute(ti, prefix(rc) + "/fc1_up", model::GemmKernel{S_, fl, h, 1}, labels(rc, -1, "fc1_up"), -1, {d});
     const std::string kind = sh_.gated ? "swiglu" : "gelu";
@@ -254,7 +254,7 @@ Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
 // gradient of the layer output, a shard [n, h]; both are empty when there is no dataflow (a backward
 // generated without its forward), and then every task carries timing only.
 Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const PerRank& dy, const Deps& ready) {
-  const std::int64_t h = sh_.hidden, S_ = S(), n_ = n();
+  const std::int64_t h = sh_.hidden, S_ = S(), n_ = n(), e_ = elementwise_rows();
   const std::int64_t qn = sh_.q_local(), kvn = sh_.kv_local(), qkvn = sh_.qkv_local();
   const std::int64_t f1 = sh_.fc1_local(), fl = sh_.ffn_local();
   OpCtx ctx{l, false, "", req_.options.forward && data_};
@@ -299,11 +299,11 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   PerRank dh1 = alloc(ctx, "h1_grad", n_, h);
   Deps d_h1 = each([&](int ti) {
     const TaskId ln = elementwise(
-        ctx, ti, "ln2_bwd", "layernorm_bwd", 3 * n_ * h, n_, 10.0 * n_ * h,
+        ctx, ti, "ln2_bwd", "layernorm_bwd", 3 * e_ * h, e_, 10.0 * e_ * h,
         op(ctx, NormBwdOp{ref(fw.h1, ti, own, h), ref(d_ln2_out, ti, own, h), ref(d_ln2_in, ti, own, h)}), d_fc1[ti]);
     // The residual: the layer output's gradient flows to h1 unchanged, plus the MLP branch's.
     return std::vector<TaskId>{elementwise(
-        ctx, ti, "residual2_bwd", "add", 3 * n_ * h, n_, 1.0 * n_ * h,
+        ctx, ti, "residual2_bwd", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
         op(ctx, AddOp{ref(dy, ti, own, h), ref(d_ln2_in, ti, own, h), ref(dh1, ti, own, h)}), {ln})};
   });
   // Out-projection (row-parallel) and attention.
@@ -363,10 +363,10 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   out.dx = alloc(ctx, "x_grad", n_, h);
   out.done = each([&](int ti) {
     const TaskId ln = elementwise(
-        ctx, ti, "ln1_bwd", "layernorm_bwd", 3 * n_ * h, n_, 10.0 * n_ * h,
+        ctx, ti, "ln1_bwd", "layernorm_bwd", 3 * e_ * h, e_, 10.0 * e_ * h,
         op(ctx, NormBwdOp{ref(fw.x, ti, own, h), ref(d_ln1_out, ti, own, h), ref(d_ln1_in, ti, own, h)}), d_qkv[ti]);
     return std::vector<TaskId>{elementwise(
-        ctx, ti, "residual1_bwd", "add", 3 * n_ * h, n_, 1.0 * n_ * h,
+        ctx, ti, "residual1_bwd", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
         op(ctx, AddOp{ref(dh1, ti, own, h), ref(d_ln1_in, ti, own, h), ref(out.dx, ti, own, h)}), {ln})};
   });
 
@@ -1186,7 +1186,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   const model::Architecture& a = w.arch;
   r.shape = TpspShape{w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden,
                       a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,
-                      w.unfused_attention, w.parallel.pp, w.parallel.virtual_stages};
+                      w.unfused_attention, w.parallel.pp, w.parallel.virtual_stages, w.parallel.sequence_parallel};
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };
   r.kind = compared(Parallelism::tpsp) ? kind : w.schedule.kind;

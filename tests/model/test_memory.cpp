@@ -162,6 +162,17 @@ TEST_CASE("Activations match Korthikanti et al. for a GPT-style layer without dr
   // plus the one layer rebuilt in the backward.
   w.recompute_every = 2;
   CHECK(activation_bytes_per_rank(w) == layer + 2'097'152 + layer);
+
+  // Without sequence parallelism (Korthikanti et al., eq. 1 against eq. 2) each TP rank keeps the inputs
+  // of the norms and of the QKV and FC1 GEMMs whole: 4 x [4096, 1024] x 2 B = 33,554,432 instead of a
+  // quarter of it (8,388,608); the rest (attention, MLP, scores) is split over the heads and the FFN
+  // columns as before. Full recomputation keeps each layer's input whole: [4096, 1024] bf16 = 8,388,608.
+  w.recompute_every = 1;
+  w.parallel.sequence_parallel = false;
+  const Bytes layer_no_sp = layer + 33'554'432 - 8'388'608;
+  CHECK(activation_bytes_per_rank(w) == 2 * 8'388'608 + layer_no_sp);
+  w.recompute = Recompute::none;
+  CHECK(activation_bytes_per_rank(w) == 2 * layer_no_sp);
 }
 
 TEST_CASE("Llama-3-70B, TP 8: ZeRO stages shard optimizer, gradients, parameters over DP", "[model][memory]") {

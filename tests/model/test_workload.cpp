@@ -644,6 +644,9 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
           x["parallel"]["dp_sharding"] = "zero2";
           x["parallel"]["overlap_param_gather"] = true;
         })).parallel.overlap_param_gather);
+  // Sequence parallelism: on unless the run predates it (Megatron-LM's --sequence-parallel, 2022).
+  CHECK(d.parallel.sequence_parallel);
+  CHECK(!parse(with([](json& x) { x["parallel"]["sequence_parallel"] = false; })).parallel.sequence_parallel);
   // Clipping: on unless the run turns it off (Megatron-LM, torchtitan and llm-foundry clip by default).
   CHECK(d.clip_grad);
   CHECK(!parse(with([](json& x) { x["training"]["clip_grad"] = false; })).clip_grad);
@@ -661,6 +664,19 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
   expect_error(with([](json& j) { j["training"]["grad_reduce_dtype"] = "fp8"; }), "$.training.grad_reduce_dtype");
   expect_error(with([](json& j) { j["training"]["grad_reduce_dtype"] = 4; }), "$.training.grad_reduce_dtype");
   expect_error(with([](json& j) { j["training"]["attention"] = "sdpa"; }), "$.training.attention");
+  // Without sequence parallelism: a boolean; not with Ulysses (its sequence split is the norms' too)
+  // nor with TransformerEngine's TP overlap (which needs it).
+  expect_error(with([](json& j) { j["parallel"]["sequence_parallel"] = "no"; }), "$.parallel.sequence_parallel");
+  expect_error(with([](json& j) {
+                 j["parallel"]["sequence_parallel"] = false;
+                 j["parallel"]["up"] = 2;
+               }),
+               "$.parallel.sequence_parallel");
+  expect_error(with([](json& j) {
+                 j["parallel"]["sequence_parallel"] = false;
+                 j["schedule"]["tp_baseline"] = "te_userbuffers";
+               }),
+               "$.schedule.tp_baseline");
   // Megatron's --overlap-param-gather: only the distributed optimizer (ZeRO-1/2) gathers parameters
   // after the optimizer.
   expect_error(with([](json& j) { j["parallel"]["overlap_param_gather"] = true; }), "$.parallel.overlap_param_gather");

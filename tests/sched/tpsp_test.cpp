@@ -218,6 +218,39 @@ TEST_CASE("GEMM shapes of Llama-3-70B at TP 8 count GQA and the gated MLP", "[sc
   CHECK(r.shape.kv_head0(3) == 1);  // rank 3 holds query heads 12..15, group of 8 -> kv head 1
 }
 
+TEST_CASE("Without sequence parallelism every TP rank runs the norms and residual adds on the whole sequence",
+          "[sched][tpsp]") {
+  // Llama-3-70B's layer shape at TP 8, s 8192: S = 8192 rows, n = S / 8 = 1024 per rank under SP.
+  TpspRequest r;
+  r.shape = TpspShape{8, 1, 1, 8192, 1, 8192, 64, 8, 128, 28672, true, true, 1, topo::Dtype::bf16, false};
+  r.kind = ScheduleKind::baseline;
+  const auto sp = generate_tpsp(r).graph;
+  r.shape.sequence_parallel = false;
+  const auto no_sp = generate_tpsp(r).graph;
+  const auto ew = [](const TaskGraph& g, const std::string& op) {
+    return std::get<model::ElementwiseKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
+  };
+  // The norm reads and writes [rows, 8192] bf16: 2 x rows x 8192 x 2 B; the residual add reads two and
+  // writes one: 3 x rows x 8192 x 2 B. rows 1024 with SP, 8192 without.
+  for (const std::string op : {"ln1", "ln2", "ln1_bwd", "ln2_bwd", "residual1", "residual2", "residual1_bwd",
+                               "residual2_bwd"}) {
+    INFO(op);
+    CHECK(ew(sp, op).rows == 1024);
+    CHECK(ew(no_sp, op).rows == 8192);
+    CHECK(ew(no_sp, op).bytes == 8 * ew(sp, op).bytes);
+  }
+  CHECK(ew(sp, "ln1").bytes == 2 * 1024 * 8192 * 2);
+  CHECK(ew(sp, "residual1").bytes == 3 * 1024 * 8192 * 2);
+  // The activation runs on its FFN columns of the whole sequence either way; the GEMMs and the
+  // collectives are the same tasks.
+  CHECK(ew(no_sp, "act").bytes == ew(sp, "act").bytes);
+  CHECK(no_sp.size() == sp.size());
+  const auto gemm = [](const TaskGraph& g, const std::string& op) {
+    return std::get<model::GemmKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
+  };
+  CHECK(gemm(no_sp, "fc1").m == gemm(sp, "fc1").m);
+}
+
 TEST_CASE("fp8 as Transformer Engine runs it: fp8 GEMMs after a cast, everything else bf16", "[sched][tpsp]") {
   TpspRequest r;
   r.shape = TpspShape{8, 1, 1, 8192, 1, 8192, 64, 8, 128, 28672, true, true, 2, topo::Dtype::fp8, false};

@@ -143,6 +143,11 @@ struct Parallelism {
   // layer, as Megatron-LM's --overlap-param-gather does ($.parallel.overlap_param_gather); otherwise
   // it runs after the optimizer, exposed.
   bool overlap_param_gather = false;
+  // Megatron-LM's --sequence-parallel ($.parallel.sequence_parallel, default true). Without it (the
+  // runs before Korthikanti et al., 2022) every TP rank runs the norms and residual adds between the
+  // TP collectives on the whole sequence and keeps their inputs whole: the collectives are all-reduces
+  // of the same bytes as the reduce-scatter + all-gather pairs fusesim emits for them.
+  bool sequence_parallel = true;
   int world() const { return tp * up * dp * pp; }
   int stage_ranks() const { return tp * up * dp; }  // the ranks of one pipeline stage
 };

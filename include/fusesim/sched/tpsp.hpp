@@ -38,6 +38,10 @@ struct TpspShape {
   // the rank order (RankLayout); virtual_stages > 1: interleaved 1F1B (sched/step.hpp pipeline_order).
   int pp = 1;
   int virtual_stages = 1;
+  // $.parallel.sequence_parallel false: the norms and residual adds between the TP collectives are
+  // priced on all S rows, as every TP rank runs them on the whole sequence without Megatron's
+  // sequence parallelism (the data they compute stays each rank's n rows: the others are copies).
+  bool sequence_parallel = true;
 
   // fp8 training as Transformer Engine runs it: the GEMMs of the layers take e4m3 operands, cast from
   // bf16 just before; activations, attention, norms, communication and the embedding and LM head stay

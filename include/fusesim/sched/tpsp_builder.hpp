@@ -97,6 +97,9 @@ class Builder {
   // Calls an AG region makes to its work per rank: one per ring step (Fuse-AG), per slice, or one.
   int ag_calls() const { return t_ == 1 ? 1 : strategy_.ag_calls(t_, k_); }
   std::int64_t n() const { return S() / t_; }
+  // Rows a TP rank's norms and residual adds are priced on: its own chunk under sequence parallelism,
+  // the whole sequence (every rank the same) without it (TpspShape::sequence_parallel).
+  std::int64_t elementwise_rows() const { return sh_.sequence_parallel ? n() : S(); }
   RowSpan chunk_span(std::int64_t c) const { return RowSpan{c * n(), n()}; }
   // Slice j of chunk c: slices cut along positions so that every row of a position stays together.
   RowSpan slice_span(std::int64_t c, int j) const {
