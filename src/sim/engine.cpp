@@ -135,6 +135,7 @@ struct FlowOwner {
   int receiver = 0;                  // collective: receiving member's position in the group
   int step = -1;
   int ring = 0;                      // collective: which of its rings the step flow runs on
+  FlowId next_parked = kNone;        // collective: the next step flow waiting behind this one (Run::begin_transfer)
   int sms = 0;                       // P2P: SMs held on each end
   double efficiency = 1.0;           // payload / wire bytes
   Bytes record_bytes = 0;
@@ -173,6 +174,9 @@ struct CollectiveRun {
   std::vector<int> recvs_done;           // flows received
   std::vector<int> next_step;            // slot * rings + ring: the next step it will send on that ring
   std::vector<std::uint16_t> arrived;    // (slot * rings + ring) * steps + step: that step's receives landed
+  // Per connection (slot * rings + ring: a member's sends on one ring, all to its successor there): the
+  // step flow draining now, and the ones whose latency has passed waiting behind it, first to last.
+  std::vector<FlowId> draining, parked_first, parked_last;
   std::size_t slot(int m) const { return static_cast<std::size_t>(present_slot.empty() ? m : present_slot[m]); }
 };
 
@@ -365,6 +369,11 @@ class Run final : public sched::TaskVisitor {
   void launch_step_flow(std::uint32_t c, int member, int to, int ring, int step, RouteId route, double bytes,
                         Bytes record_bytes);
   void advance_member(std::uint32_t c, int member, int ring);
+  // Moves a flow whose latency has passed onto its links.
+  void begin_transfer(FlowId f);
+  static std::size_t connection(const CollectiveRun& c, int member, int ring) {
+    return c.slot(member) * static_cast<std::size_t>(c.rings) + static_cast<std::size_t>(ring);
+  }
   void end_task(TaskId id);
   bool cross_stream(TaskId before, TaskId after) const;
   FlowOwner& launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol = 0);
@@ -889,12 +898,24 @@ SimResult Run::execute(RunProfile& profile) {
       case kFlowLatencyEnd: {
         queue_.drop_top();
         const FlowId f = e.target;
-        network_.start_transfer(f, now_);
         const FlowOwner& o = owners_[f];
-        ranks_[load_rank(o.src_rank)].flows.push_back(f);
-        ranks_[load_rank(o.dst_rank)].flows.push_back(f);
-        flow_hot_[f].src_rank = load_rank(o.src_rank);  // a flow's rate changes only once it transfers
-        flow_hot_[f].dst_rank = load_rank(o.dst_rank);
+        if (o.collective != kNone && !collectives_[o.collective].draining.empty()) {
+          // A ring's chunks leave a member one after the other, as NCCL's slots of one connection do:
+          // this one waits behind the one draining, its latency already paid.
+          CollectiveRun& c = collectives_[o.collective];
+          const std::size_t k = connection(c, o.sender, o.ring);
+          if (c.draining[k] != kNone) {
+            if (c.parked_last[k] == kNone)
+              c.parked_first[k] = f;
+            else
+              owners_[c.parked_last[k]].next_parked = f;
+            c.parked_last[k] = f;
+            owners_[f].next_parked = kNone;
+            break;
+          }
+          c.draining[k] = f;
+        }
+        begin_transfer(f);
         break;  // its rate, and the HBM load it adds, come from the next settle()
       }
       case kFlowEnd: {
@@ -922,6 +943,11 @@ SimResult Run::execute(RunProfile& profile) {
         c.recvs_done.assign(n, 0);
         const auto rings = static_cast<std::size_t>(c.rings);
         c.next_step.assign(n * rings, 0);
+        if (c.spec->kind != sched::CollectiveKind::all_to_all) {
+          c.draining.assign(n * rings, kNone);
+          c.parked_first.assign(n * rings, kNone);
+          c.parked_last.assign(n * rings, kNone);
+        }
         c.arrived.assign(n * rings * static_cast<std::size_t>(c.steps), 0);
         for (int m = 0; m < t; ++m)
           if (c.members[static_cast<std::size_t>(m)] != kNoTask)
@@ -1027,6 +1053,15 @@ void Run::on_compute_end(std::uint32_t slot) {
 // Creates the flow and its latency-end event; the caller fills in the returned owner in place (a
 // FlowOwner built on the stack and copied would be written field by field and read back in wide
 // words: a store-forwarding stall per transfer).
+void Run::begin_transfer(FlowId f) {
+  network_.start_transfer(f, now_);
+  const FlowOwner& o = owners_[f];
+  ranks_[load_rank(o.src_rank)].flows.push_back(f);
+  ranks_[load_rank(o.dst_rank)].flows.push_back(f);
+  flow_hot_[f].src_rank = load_rank(o.src_rank);  // a flow's rate changes only once it transfers
+  flow_hot_[f].dst_rank = load_rank(o.dst_rank);
+}
+
 FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol) {
   const bool sm = engine == model::CommEngine::sm_kernel;
   const double efficiency = sm ? protocols_[protocol].efficiency : ce_efficiency_;
@@ -1186,7 +1221,9 @@ void Run::launch_step_flow(std::uint32_t ci, int member, int to, int ring, int s
 // up to the slots a connection has (kSimpleChunksInFlight, kLowLatencyChunksInFlight). A chunk thus
 // crosses the ring paying each hop's latency once, as NCCL's tuning model counts a ring (intra-node
 // steps x intra-node latency + inter-node steps x network latency), not the slowest hop's at every
-// step, and a slow hop (a NIC) drains one chunk while the next one's latency runs. Each ring is a
+// step. The chunks of one connection drain one after the other (kFlowLatencyEnd parks a chunk whose
+// latency has passed behind the one draining), so a slow hop (a NIC) drains them back to back, the
+// next one's latency run meanwhile, instead of sharing the link between them. Each ring is a
 // channel of its own: a member's rings do not wait for each other (every member of a group spanning
 // nodes receives over the network on one of its rings). The pairwise all-to-all's steps carry no
 // data from one to the next: a member sends step s+1 once its own step-s send has finished and its
@@ -1252,6 +1289,16 @@ void Run::on_flow_end(FlowId f) {
     return;
   }
   CollectiveRun& c = collectives_[collective];
+  if (!c.draining.empty()) {  // the next chunk of this connection drains now
+    const std::size_t k = connection(c, sender, ring);
+    const FlowId next = c.parked_first[k];
+    c.draining[k] = next;
+    if (next != kNone) {
+      c.parked_first[k] = owners_[next].next_parked;
+      if (c.parked_first[k] == kNone) c.parked_last[k] = kNone;
+      begin_transfer(next);
+    }
+  }
   ++c.sends_done[c.slot(sender)];
   ++c.ring_sends_done[c.slot(sender) * static_cast<std::size_t>(c.rings) + static_cast<std::size_t>(ring)];
   ++c.recvs_done[c.slot(receiver)];
@@ -1263,6 +1310,9 @@ void Run::on_flow_end(FlowId f) {
   if (c.ended == c.present) {  // every flow of it has landed: its step state is not needed again
     std::vector<int>().swap(c.sends_done);
     std::vector<int>().swap(c.ring_sends_done);
+    std::vector<FlowId>().swap(c.draining);
+    std::vector<FlowId>().swap(c.parked_first);
+    std::vector<FlowId>().swap(c.parked_last);
     std::vector<int>().swap(c.recvs_done);
     std::vector<int>().swap(c.next_step);
     std::vector<std::uint16_t>().swap(c.arrived);

@@ -118,19 +118,18 @@ TEST_CASE("pairwise all-to-all: step s sends to (i+s) mod t", "[sim][collective]
 
 TEST_CASE("ring dependency: a member's next step waits for its receive", "[sim][collective]") {
   // t=3 all-gather, n = 3e6 (chunk 1e6 B: 10,000,000 ps at 1e11), but switch -> gpu1 runs at 5e10
-  // (chunk into rank 1: 20,000,000 ps alone). Steps start after base 5e6; each has alpha 2e6 then
-  // drains. A member sends step 1 once its step-0 receive has landed, its own step-0 send possibly
-  // still in flight (NCCL's sender does not wait for its chunk to land).
-  // Step 0 (all start at 5e6): 1->2 and 2->0 end 5+2+10 = 17e6; 0->1 drains from 7e6 at 5e10.
-  // Step 1: rank 0 received (from 2) at 17e6 -> sends 0->1 at 17e6, draining from 19e6 beside its
-  //         step-0 flow on switch -> gpu1: each at 2.5e10. The step-0 flow has 1e6 - 12e-6 s x 5e10 =
-  //         4e5 B left at 19e6: ends 19 + 16 = 35e6; the step-1 flow has sent 4e5 B by then, the rest
-  //         6e5 B alone at 5e10: ends 35 + 12 = 47e6.
+  // (chunk into rank 1: 20,000,000 ps). Steps start after base 5e6; each has alpha 2e6 then drains.
+  // A member sends step 1 once its step-0 receive has landed, its own step-0 send possibly still in
+  // flight (NCCL's sender does not wait for its chunk to land); a connection's chunks drain one after
+  // the other (the later one, its latency paid, waits for the link).
+  // Step 0 (all start at 5e6): 0->1 ends 5+2+20 = 27e6; 1->2 and 2->0 end 5+2+10 = 17e6.
+  // Step 1: rank 0 received (from 2) at 17e6 -> sends 0->1 at 17e6; its latency ends at 19e6, behind
+  //         its step-0 chunk still draining: it drains from 27e6, alone, to 27+20 = 47e6.
+  //         rank 1 received (from 0) at 27e6 -> sends 1->2 at 27e6: 27+2+10 = 39e6.
   //         rank 2 received (from 1) at 17e6 -> sends 2->0 at 17e6: 17+2+10 = 29e6.
-  //         rank 1 received (from 0) at 35e6 -> sends 1->2 at 35e6: 35+2+10 = 47e6.
-  // Ends (own last send and last receive): rank 0 max(47, 29), rank 1 max(47, 47), rank 2 max(29,
-  // 47): 47e6 each. (Had rank 0 waited for its own step-0 send to land, 27e6 alone, it would have
-  // sent at 27e6 and ended at 49e6.)
+  // Ends (own last send and last receive): rank 0 max(47, 29) = 47e6; rank 1 max(39, 47) = 47e6;
+  // rank 2 max(29, 39) = 39e6. (Had rank 0 waited for its step-0 send to land before sending step 1,
+  // it would have sent at 27e6 and ended at 27+2+20 = 49e6, and rank 1 with it.)
   ClusterBuilder b;
   const auto g0 = b.gpu(), g1 = b.gpu(), g2 = b.gpu();
   const auto s = b.sw("switch");
@@ -145,17 +144,18 @@ TEST_CASE("ring dependency: a member's next step waits for its receive", "[sim][
   const auto res = Simulator(cluster, costs).run(g);
   REQUIRE(res.tasks[ids[0]].end_ps == 47'000'000);
   REQUIRE(res.tasks[ids[1]].end_ps == 47'000'000);
-  REQUIRE(res.tasks[ids[2]].end_ps == 47'000'000);
+  REQUIRE(res.tasks[ids[2]].end_ps == 39'000'000);
   std::map<std::pair<int, int>, TimePs> start, end;  // (src, step) -> start, end
   for (const auto& tr : res.transfers) {
     start[{tr.src_rank, tr.step}] = tr.start_ps;
     end[{tr.src_rank, tr.step}] = tr.end_ps;
   }
   REQUIRE(start.at({0, 1}) == 17'000'000);
-  REQUIRE(start.at({1, 1}) == 35'000'000);
+  REQUIRE(start.at({1, 1}) == 27'000'000);
   REQUIRE(start.at({2, 1}) == 17'000'000);
-  REQUIRE(end.at({0, 0}) == 35'000'000);
+  REQUIRE(end.at({0, 0}) == 27'000'000);
   REQUIRE(end.at({0, 1}) == 47'000'000);
+  REQUIRE(end.at({1, 1}) == 39'000'000);
   REQUIRE(end.at({2, 1}) == 29'000'000);
 }
 
