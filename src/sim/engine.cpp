@@ -742,9 +742,9 @@ void Run::check_mirrored(const CollectiveRun& c) const {
 }
 
 // Each ring collective of SM kernels takes the protocol whose time alone is least for its size, with
-// the latency and bandwidth of its first ring's first hop (NCCL's tuning model: one latency and one
-// bandwidth per algorithm and protocol, precomputed, then one formula per query). NVLS only for an
-// all-reduce inside one node (the NVSwitch of that node reduces).
+// its first ring's mean hop latency and slowest hop's bandwidth (NCCL's tuning model: one latency and
+// one bandwidth per algorithm and protocol, precomputed, then one formula per query). NVLS only for
+// an all-reduce inside one node (the NVSwitch of that node reduces).
 void Run::choose_protocols() {
   if (protocols_.size() < 2) return;
   for (CollectiveRun& c : collectives_) {
@@ -752,15 +752,24 @@ void Run::choose_protocols() {
     if (t < 2 || c.spec->kind == sched::CollectiveKind::all_to_all || c.spec->engine != model::CommEngine::sm_kernel ||
         c.ring_route.empty())
       continue;
-    // The first hop a present member sends on (a mirrored collective's first position is present).
-    std::size_t first = 0;
-    while (c.members[first % c.ranks.size()] == kNoTask) ++first;
-    const RouteId route = c.ring_route[first];
+    // The first ring's hops from the members present (all of them unless mirrored, where the present
+    // ones repeat along the ring): a chunk crosses the ring paying each hop's latency once, and the
+    // ring drains at its slowest hop's bandwidth (a NIC where the group spans nodes), as NCCL's model
+    // counts intra- and inter-node steps apart (tuning.cc).
     double bandwidth = std::numeric_limits<double>::infinity();
-    for (topo::LinkId l : network_.route_links(route))
-      if (static_cast<std::size_t>(l) < cluster_.links.size())  // the HBM ports are not wires
-        bandwidth = std::min(bandwidth, cluster_.links[l].bandwidth_bytes_per_s);
-    if (!std::isfinite(bandwidth) || bandwidth <= 0.0) continue;
+    TimePs route_ps = 0;  // summed exactly: a mirrored group's present hops give every rank's mean
+    int hops = 0;
+    for (std::size_t m = 0; m < c.members.size(); ++m) {
+      if (c.members[m] == kNoTask) continue;
+      const RouteId route = c.ring_route[m];
+      route_ps += route_latency_ps_[route];
+      ++hops;
+      for (topo::LinkId l : network_.route_links(route))
+        if (static_cast<std::size_t>(l) < cluster_.links.size())  // the HBM ports are not wires
+          bandwidth = std::min(bandwidth, cluster_.links[l].bandwidth_bytes_per_s);
+    }
+    if (hops == 0 || !std::isfinite(bandwidth) || bandwidth <= 0.0) continue;
+    const double hop_latency_s = ps_to_seconds(1) * (static_cast<double>(route_ps) / hops);
     bool one_node = true;
     for (int r : c.ranks) one_node = one_node && cluster_.node_of(r) == cluster_.node_of(c.ranks.front());
     const double step_bytes = static_cast<double>(c.spec->bytes) / t / c.rings;
@@ -769,8 +778,7 @@ void Run::choose_protocols() {
       const Protocol& p = protocols_[k];
       if (p.nvls && !(one_node && c.spec->kind == sched::CollectiveKind::all_reduce)) continue;
       const double time = ps_to_seconds(p.base_ps) +
-                          c.steps * (ps_to_seconds(route_latency_ps_[route] + p.step_ps) +
-                                     step_bytes / (bandwidth * p.efficiency));
+                          c.steps * (hop_latency_s + ps_to_seconds(p.step_ps) + step_bytes / (bandwidth * p.efficiency));
       // Strictly less: on a tie the earlier protocol (Simple first) keeps it, deterministically.
       if (time < best) best = time, c.protocol = static_cast<std::uint8_t>(k);
     }

@@ -193,6 +193,28 @@ TEST_CASE("all-reduce over 2 nodes x 4, latency-bound: a chunk pays each hop's l
   CHECK(r.makespan_ps <= 86'000'000 + 14 * 20 + 14);  // 14 drains of at most 20 ps, each rounded up
 }
 
+TEST_CASE("across nodes the protocol is chosen by the ring's mean hop and its slowest link, not its first hop",
+          "[sim][rings]") {
+  // 2 nodes x 4 (above), n = 16e6 B: all-reduce chunks of n / 8 / 4 = c = 500 kB per ring and step, 14
+  // steps. An LL-like protocol: base 1 us, no step latency, half the payload per wire byte.
+  // Ring 0's hops: 6 inside the nodes (route 2 us, 400 GB/s) and 2 across (route 4 us, 50 GB/s at the
+  // NIC): mean route 2.5 us, slowest 50 GB/s.
+  //   Simple: 8 + 14 x (2.5 + 3) + 14 x c / 50 GB/s = 85 + 140 = 225 us;
+  //   LL:     1 + 14 x 2.5 + 14 x c / 25 GB/s = 36 + 280 = 316 us: Simple.
+  // By the first hop alone (member 0 to 1, inside node 0: 2 us, 400 GB/s) it would have been
+  //   Simple 8 + 14 x 5 + 14 x 1.25 = 95.5 us against LL 1 + 14 x 2 + 14 x 2.5 = 64 us: LL.
+  // Run, with Simple the NIC drains the ring's 14 chunks of 10 us back to back from 8 + 4 + 3 = 15 us
+  // (its intra-node feeders take at most 2 + 3 + 5 = 10 us each): 15 + 140 = 155 us; LL would have
+  // drained 14 chunks of 20 us from 1 + 4 = 5 us: 285 us.
+  auto c = rail(2);
+  c.comm.protocols.push_back({"ll", {1e-6, "test"}, {0.0, "test"}, {0.5, "test"}});
+  TestCostModel costs;
+  sched::TaskGraph g(8);
+  collective(g, "ar", sched::CollectiveKind::all_reduce, ranks(0, 8), 16'000'000, 1);
+  const sim::SimResult r = sim::Simulator(c, costs).run(g);
+  CHECK(r.makespan_ps == 155'000'000);
+}
+
 TEST_CASE("all-gather inside one node keeps the single ring (unchanged timing)", "[sim][rings]") {
   // 4 ranks of node 0, n = 4e6 B: 3 steps of 1e6 B at 400 GB/s = 2.5 us, alpha = 2 x 1 us + 3 us.
   // base 8 + 3 x 7.5 = 30.5 us.
