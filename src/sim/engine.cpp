@@ -135,7 +135,7 @@ struct FlowOwner {
   int receiver = 0;                  // collective: receiving member's position in the group
   int step = -1;
   int ring = 0;                      // collective: which of its rings the step flow runs on
-  FlowId next_parked = kNone;        // collective: the next step flow waiting behind this one (Run::begin_transfer)
+  FlowId next_parked = kNone;        // collective: the next step flow waiting behind this one (kFlowLatencyEnd)
   int sms = 0;                       // P2P: SMs held on each end
   double efficiency = 1.0;           // payload / wire bytes
   Bytes record_bytes = 0;
