@@ -215,6 +215,26 @@ TEST_CASE("across nodes the protocol is chosen by the ring's mean hop and its sl
   CHECK(r.makespan_ps == 155'000'000);
 }
 
+TEST_CASE("LL128 across two DGX H100 nodes: a small all-reduce pays NCCL's ring latency, eight chunks in flight",
+          "[sim][rings]") {
+  // The shipped dgx-h100-128node, ranks 0-15 (two nodes of 8): 8 rings, 2(16-1) = 30 steps, 8 KiB, so
+  // 64 B per ring and step: LL128 (base 25.18 us fitted, step latency ~0) beats Simple (base 8.4 us +
+  // 30 x (2.8 + ...) us). Route latencies: inside a node GPU -> NVSwitch -> GPU 2 x 0.3 = 0.6 us; across,
+  // GPU -> PCIe -> PCIe -> NIC -> leaf -> NIC -> PCIe -> PCIe -> GPU 4 x 0.25 + 2 x 0.85 = 2.7 us. On
+  // each ring 14 hops inside the nodes and 2 across; a member's last send lands 30 consecutive hops
+  // after the base, the most that hold 4 crossings: 25.18 + 26 x 0.6 + 4 x 2.7 = 51.58 us (NCCL's form,
+  // intra steps x intra latency + inter steps x network latency), plus 30 drains of 64 B, under 1 ns
+  // each. LL128 keeps up to 8 chunks of a ring in flight: with Simple's 2 a member at a node boundary,
+  // whose sends take 2.7 us where its receives come every ~0.86 us, would hold the ring back (66 us).
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  TestCostModel costs;
+  sched::TaskGraph g(16);
+  collective(g, "ar", sched::CollectiveKind::all_reduce, ranks(0, 16), 8192, 1);
+  const sim::SimResult r = sim::Simulator(c, costs).run(g);
+  CHECK(r.makespan_ps >= 51'580'000);
+  CHECK(r.makespan_ps <= 51'580'000 + 30'000);
+}
+
 TEST_CASE("all-gather inside one node keeps the single ring (unchanged timing)", "[sim][rings]") {
   // 4 ranks of node 0, n = 4e6 B: 3 steps of 1e6 B at 400 GB/s = 2.5 us, alpha = 2 x 1 us + 3 us.
   // base 8 + 3 x 7.5 = 30.5 us.
