@@ -57,6 +57,12 @@ std::string pipeline_name(const model::Parallelism& p) {
   return p.virtual_stages > 1 ? fmt::format("interleaved v{}", p.virtual_stages) : "1f1b";
 }
 
+// The overlap schedule with slice-overlap's slice count: "slice k4", "commfuse".
+std::string schedule_name(const SearchCandidate& c) {
+  const std::string kind = model::to_string(c.kind);
+  return c.kind == model::ScheduleKind::slice ? fmt::format("{} k{}", kind, c.workload.schedule.slices) : kind;
+}
+
 // What one worker needs to simulate: its own copy of the cluster (pricing may fit links to it) and
 // cost model.
 struct Pricer {
@@ -426,7 +432,7 @@ std::string SearchCandidate::describe() const {
   const model::Parallelism& p = workload.parallel;
   return fmt::format("tp {} up {} pp {} dp {} {} mb {}x{} recompute {} {} {}", p.tp, p.up, p.pp, p.dp, pipeline_name(p),
                      workload.micro_batch, workload.grad_accumulation, model::to_string(workload.recompute),
-                     model::to_string(p.dp_sharding), model::to_string(kind));
+                     model::to_string(p.dp_sharding), schedule_name(*this));
 }
 
 SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& progress) {
@@ -465,6 +471,9 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
                                                               model::DpSharding::zero2, model::DpSharding::zero3}
                              : spec.shardings;
 
+  // Slice-overlap runs once per slice count; the others once.
+  const std::vector<int> ks = spec.slices.empty() ? std::vector<int>{base.schedule.slices} : spec.slices;
+
   r.shard = spec.shard;
   {
     auto names = [](const auto& values) {
@@ -476,6 +485,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
               {"global_batch", r.global_batch},    {"sequence_length", r.sequence_length},
               {"tp", tps},                         {"up", ups},
               {"pp", pps},                         {"virtual_stages", spec.virtual_stages},
+              {"slices", ks},
               {"micro_batch", mbs},                {"recompute", names(recomputes)},
               {"dp_sharding", names(shardings)},   {"schedule", names(spec.schedules)},
               {"top", spec.top},                   {"symmetry", spec.symmetry},
@@ -493,7 +503,9 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
   auto prune_group = [&](const std::string& reason, std::size_t count) {
     if (spec.shard.index == 0) prune(reason, count);
   };
-  const std::size_t inner = recomputes.size() * spec.schedules.size();
+  std::size_t runs_per_kind = 0;  // (schedule, k) pairs
+  for (model::ScheduleKind kind : spec.schedules) runs_per_kind += kind == model::ScheduleKind::slice ? ks.size() : 1;
+  const std::size_t inner = recomputes.size() * runs_per_kind;
   std::size_t index = 0;
   for (int tp : tps)
     for (int up : ups)
@@ -514,46 +526,48 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
             }
             for (model::DpSharding z : zs)
               for (model::Recompute rc : recomputes)
-                for (model::ScheduleKind kind : spec.schedules) {
-                  if (!spec.shard.covers(index)) {
-                    ++index;
-                    continue;
+                for (model::ScheduleKind kind : spec.schedules)
+                  for (std::size_t ki = 0; ki < (kind == model::ScheduleKind::slice ? ks.size() : 1); ++ki) {
+                    if (!spec.shard.covers(index)) {
+                      ++index;
+                      continue;
+                    }
+                    SearchCandidate c{index++, base, kind};
+                    model::Workload& w = c.workload;
+                    if (kind == model::ScheduleKind::slice) w.schedule.slices = ks[ki];
+                    w.parallel.tp = tp;
+                    w.parallel.up = up;
+                    w.parallel.pp = pp;
+                    w.parallel.dp = dp;
+                    w.parallel.virtual_stages = v;
+                    w.parallel.pp_schedule = v > 1 ? model::PipelineSchedule::interleaved : model::PipelineSchedule::one_f_one_b;
+                    w.parallel.dp_sharding = z;
+                    w.parallel.overlap_param_gather =
+                        base.parallel.overlap_param_gather &&
+                        (z == model::DpSharding::zero1 || z == model::DpSharding::zero2);
+                    w.fp8_param_gather = base.fp8_param_gather && z == model::DpSharding::zero3;
+                    w.micro_batch = mb;
+                    w.grad_accumulation = r.global_batch / (std::int64_t{dp} * mb);
+                    w.recompute = rc;
+                    w.schedule.kind = kind;
+                    try {
+                      model::validate_workload(w, label);
+                      model::check_fits(w, label, cluster);
+                    } catch (const InputError& e) {
+                      prune(prune_reason(e.json_path()), 1);
+                      continue;
+                    }
+                    const model::MemoryReport mem = model::memory_per_rank(w, cluster, {kind});
+                    if (!mem.fits()) {
+                      prune("memory: more than the device's HBM (docs/memory.md)", 1);
+                      continue;
+                    }
+                    ++r.candidates;
+                    SearchRow row;
+                    row.candidate = std::move(c);
+                    row.memory_bytes = mem.total_bytes;
+                    bounded.push_back(std::move(row));
                   }
-                  SearchCandidate c{index++, base, kind};
-                  model::Workload& w = c.workload;
-                  w.parallel.tp = tp;
-                  w.parallel.up = up;
-                  w.parallel.pp = pp;
-                  w.parallel.dp = dp;
-                  w.parallel.virtual_stages = v;
-                  w.parallel.pp_schedule = v > 1 ? model::PipelineSchedule::interleaved : model::PipelineSchedule::one_f_one_b;
-                  w.parallel.dp_sharding = z;
-                  w.parallel.overlap_param_gather =
-                      base.parallel.overlap_param_gather &&
-                      (z == model::DpSharding::zero1 || z == model::DpSharding::zero2);
-                  w.fp8_param_gather = base.fp8_param_gather && z == model::DpSharding::zero3;
-                  w.micro_batch = mb;
-                  w.grad_accumulation = r.global_batch / (std::int64_t{dp} * mb);
-                  w.recompute = rc;
-                  w.schedule.kind = kind;
-                  try {
-                    model::validate_workload(w, label);
-                    model::check_fits(w, label, cluster);
-                  } catch (const InputError& e) {
-                    prune(prune_reason(e.json_path()), 1);
-                    continue;
-                  }
-                  const model::MemoryReport mem = model::memory_per_rank(w, cluster, {kind});
-                  if (!mem.fits()) {
-                    prune("memory: more than the device's HBM (docs/memory.md)", 1);
-                    continue;
-                  }
-                  ++r.candidates;
-                  SearchRow row;
-                  row.candidate = std::move(c);
-                  row.memory_bytes = mem.total_bytes;
-                  bounded.push_back(std::move(row));
-                }
           }
       }
 
@@ -575,7 +589,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
     // The DP degree and sharding matter only to CommFuse's last backward.
     const bool fused = c.kind == model::ScheduleKind::commfuse && w.parallel.dp * w.parallel.up > 1;
     row_key[i] = fmt::format("{} {} {} {} {} {} {} {}", w.parallel.tp, w.parallel.up, w.micro_batch,
-                             model::to_string(w.recompute), model::to_string(c.kind), w.sequence_length,
+                             model::to_string(w.recompute), schedule_name(c), w.sequence_length,
                              fused ? w.parallel.dp : 0, fused ? model::to_string(w.parallel.dp_sharding) : "");
     if (layer_cache.emplace(row_key[i], LayerCompute{}).second) first_with_key.push_back(i);
   }
@@ -640,7 +654,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
     if (par.tp == 1 && par.up == 1 &&
         ((same.kind == model::ScheduleKind::slice && !same.workload.schedule.dp_serial_baseline) || par.dp == 1))
       same.kind = model::ScheduleKind::baseline;
-    return same.describe();
+    return same.describe();  // with slice-overlap's k where it stays slice-overlap
   };
   std::vector<std::string> graph_key(bounded.size());  // step_key of each row of bounded
   for (std::size_t i = 0; i < bounded.size(); ++i) graph_key[i] = step_key(bounded[i].candidate);
@@ -833,7 +847,7 @@ std::string search_table(const SearchResult& r) {
     t.add_row({std::to_string(i + 1), std::to_string(w.parallel.tp), std::to_string(w.parallel.up),
                std::to_string(w.parallel.pp), std::to_string(w.parallel.dp), pipeline_name(w.parallel),
                fmt::format("{}x{}", w.micro_batch, w.grad_accumulation), model::to_string(w.recompute),
-               model::to_string(w.parallel.dp_sharding), model::to_string(row.candidate.kind), ms(row.step_ps),
+               model::to_string(w.parallel.dp_sharding), schedule_name(row.candidate), ms(row.step_ps),
                fmt::format("{:.0f}", row.tokens_per_s_per_gpu), fmt::format("{:.1f}", row.mfu * 100.0),
                w.parallel.pp > 1 ? fmt::format("{:.1f}", row.bubble_fraction * 100.0) : "-", gb(row.memory_bytes),
                ms(row.lower_bound_ps)});
@@ -883,6 +897,7 @@ nlohmann::json row_json(const SearchRow& row, std::size_t rank) {
           {"recompute", model::to_string(w.recompute)},
           {"dp_sharding", model::to_string(w.parallel.dp_sharding)},
           {"schedule", model::to_string(row.candidate.kind)},
+          {"slices", row.candidate.kind == model::ScheduleKind::slice ? nlohmann::json(w.schedule.slices) : nlohmann::json()},
           {"step_time_s", ps_to_seconds(row.step_ps)},
           {"lower_bound_s", ps_to_seconds(row.lower_bound_ps)},
           {"tokens_per_s_per_gpu", row.tokens_per_s_per_gpu},
@@ -928,7 +943,7 @@ nlohmann::json search_json(const SearchResult& r) {
 
 std::string search_csv(const SearchResult& r) {
   const std::vector<std::string> columns{"rank", "tp", "up", "pp", "dp", "pp_schedule", "virtual_stages", "micro_batch",
-                                         "grad_accumulation", "recompute", "dp_sharding", "schedule", "step_time_s",
+                                         "grad_accumulation", "recompute", "dp_sharding", "schedule", "slices", "step_time_s",
                                          "lower_bound_s", "tokens_per_s_per_gpu", "mfu", "exposed_comm_s",
                                          "bubble_fraction", "memory_bytes", "extrapolated"};
   std::string out;
@@ -939,7 +954,7 @@ std::string search_csv(const SearchResult& r) {
     for (std::size_t c = 0; c < columns.size(); ++c) {
       const nlohmann::json& v = row.at(columns[c]);
       out += c ? "," : "";
-      out += v.is_string() ? v.get<std::string>() : v.dump();
+      out += v.is_string() ? v.get<std::string>() : v.is_null() ? "-" : v.dump();
     }
     out += "\n";
   }
@@ -1064,6 +1079,10 @@ SearchResult parse_search_json(const JsonDocument& doc) {
                                                {DpSharding::ddp, DpSharding::zero1, DpSharding::zero2, DpSharding::zero3});
     row.candidate.kind = named<ScheduleKind>(o.at("schedule"), model::all_schedule_kinds());
     w.schedule.kind = row.candidate.kind;
+    if (auto k = o.find("slices"); k && !k->is_null()) {
+      if (row.candidate.kind != ScheduleKind::slice) k->fail("only slice-overlap rows have a slice count");
+      w.schedule.slices = static_cast<int>(k->as_integer(1, 1024));
+    }
     row.step_ps = ps_of(o, "step_time_s");
     row.lower_bound_ps = ps_of(o, "lower_bound_s");
     row.tokens_per_s_per_gpu = o.number("tokens_per_s_per_gpu", 0.0, 1e15);

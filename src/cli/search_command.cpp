@@ -62,6 +62,9 @@ class SearchCommand final : public Command {
                    "pipeline schedules with pp > 1: 1 is 1F1B, v > 1 interleaved with v chunks (default: 1,2)")
         ->type_name(axis);
     sub.add_option("--micro-batch", micro_batch_, "micro-batch sizes (default: 1,2,4,8)")->type_name(axis);
+    sub.add_option("--slices", slices_,
+                   "slice-overlap's slice counts k, each a candidate (default: the workload's schedule.slices)")
+        ->type_name(axis);
     sub.add_option("--recompute", recompute_, "recomputation: a comma list of none, selective, full, op (default: none,selective,full)")
         ->type_name("LIST");
     sub.add_option("--zero", zero_, "DP sharding: a comma list of ddp, zero1, zero2, zero3 (default: all)")->type_name("LIST");
@@ -101,6 +104,7 @@ class SearchCommand final : public Command {
     spec.ups = ints("--up", up_);
     spec.pps = ints("--pp", pp_);
     if (!virtual_stages_.empty()) spec.virtual_stages = ints("--virtual-stages", virtual_stages_);
+    if (!slices_.empty()) spec.slices = ints("--slices", slices_);
     if (!micro_batch_.empty())
       for (int v : ints("--micro-batch", micro_batch_)) spec.micro_batches.push_back(v);
     using model::DpSharding, model::Recompute;
@@ -160,7 +164,7 @@ class SearchCommand final : public Command {
  private:
   std::string topology_ = "dgx-h100-4node";
   std::string workload_ = "llama-3-70b-4node";
-  std::string gpus_, global_batch_, seq_, tp_, up_, pp_, virtual_stages_, micro_batch_, recompute_, zero_;
+  std::string gpus_, global_batch_, seq_, tp_, up_, pp_, virtual_stages_, slices_, micro_batch_, recompute_, zero_;
   std::string schedule_ = "all";
   std::string top_, jobs_, profile_;
   bool roofline_ = false;

@@ -317,6 +317,73 @@ TEST_CASE("search --shard: the parts joined rank what the whole search ranks", "
         search_table(joined).substr(search_table(joined).find('\n')));
 }
 
+TEST_CASE("search tries each slice count of slice-overlap as a candidate of its own", "[cli][search]") {
+  // Slice-overlap with k = 2 and k = 4 together: the candidates of the two single-k searches, each
+  // with its own step, and the best of them; the other schedules once. k shows in the row's name, its
+  // JSON ("slices", null for the other schedules) and its CSV ("-"), and reads back from a part file.
+  ScratchDir dir;
+  const std::string model = write_model(dir);
+  SearchSpec spec = small_space(model);
+  spec.tps = {4, 8};
+  spec.top = 1'000'000;
+  spec.schedules = {model::ScheduleKind::slice, model::ScheduleKind::commfuse};
+  const auto search = [&](std::vector<int> ks) {
+    SearchSpec s = spec;
+    s.slices = std::move(ks);
+    return run_search(s, 2);
+  };
+  const SearchResult both = search({2, 4}), k2 = search({2}), k4 = search({4});
+  std::map<std::string, TimePs> step_both, step_single;
+  for (const SearchRow& r : both.rows) step_both[r.candidate.describe()] = r.step_ps;
+  std::size_t slice_rows = 0, commfuse_rows = 0;
+  for (const SearchResult* single : {&k2, &k4})
+    for (const SearchRow& r : single->rows) {
+      step_single[r.candidate.describe()] = r.step_ps;
+      if (r.candidate.kind == model::ScheduleKind::slice) ++slice_rows;
+    }
+  for (const SearchRow& r : k2.rows) commfuse_rows += r.candidate.kind == model::ScheduleKind::commfuse;
+  // Every slice row of either single search is in the joint one with the same step; the commfuse rows
+  // are the same in all three.
+  for (const auto& [name, step] : step_single) {
+    INFO(name);
+    REQUIRE(step_both.count(name) == 1);
+    CHECK(step_both.at(name) == step);
+  }
+  CHECK(both.rows.size() == slice_rows + commfuse_rows);
+  // Candidates, pruned ones included: the commfuse ones once.
+  SearchSpec commfuse_only = spec;
+  commfuse_only.schedules = {model::ScheduleKind::commfuse};
+  const SearchResult cf = run_search(commfuse_only, 2);
+  CHECK(cf.rows.size() == commfuse_rows);
+  CHECK(both.candidates == k2.candidates + k4.candidates - cf.candidates);
+  bool saw_k2 = false, saw_k4 = false;
+  for (const SearchRow& r : both.rows)
+    if (r.candidate.kind == model::ScheduleKind::slice) {
+      const std::string name = r.candidate.describe();
+      saw_k2 = saw_k2 || name.find("slice k2") != std::string::npos;
+      saw_k4 = saw_k4 || name.find("slice k4") != std::string::npos;
+    }
+  CHECK(saw_k2);
+  CHECK(saw_k4);
+  // The best slice-overlap row of the joint search is the better of the two single searches' best.
+  const auto best_slice = [](const SearchResult& r) {
+    for (const SearchRow& row : r.rows)
+      if (row.candidate.kind == model::ScheduleKind::slice) return row.step_ps;
+    return TimePs{-1};
+  };
+  CHECK(best_slice(both) == std::min(best_slice(k2), best_slice(k4)));
+  // Written and read back.
+  const json doc = search_json(both);
+  for (const json& row : doc.at("results"))
+    CHECK((row.at("schedule") == "slice" ? row.at("slices").is_number_integer() : row.at("slices").is_null()));
+  const std::string csv = search_csv(both);
+  CHECK(csv.find(",schedule,slices,") != std::string::npos);
+  CHECK(csv.find(",commfuse,-,") != std::string::npos);
+  CHECK(csv.find(",slice,2,") != std::string::npos);
+  std::ofstream(dir.file("both.json")) << doc.dump(2);
+  CHECK(search_json(read_search_json(dir.file("both.json"))) == doc);
+}
+
 TEST_CASE("fusesim search --shard and merge from the command line; parts that do not fit are refused", "[cli][search][errors]") {
   ScratchDir dir;
   write_model(dir);

@@ -37,6 +37,9 @@ struct SearchSpec {
   std::vector<model::ScheduleKind> schedules = model::all_schedule_kinds();
   // Pipeline schedules with pp > 1: 1 is 1F1B, v > 1 interleaved 1F1B with v chunks per rank.
   std::vector<int> virtual_stages{1, 2};
+  // Slice-overlap's slice counts k (each a candidate of its own); empty: the workload's
+  // schedule.slices alone. The other schedules have no k.
+  std::vector<int> slices;
   std::size_t top = 10;
   model::PricingChoice pricing;
   // simulate --symmetry for every candidate: none, p2p or mirror (DP replica 0 of each stage where
