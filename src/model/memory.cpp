@@ -73,6 +73,13 @@ std::int64_t layer_params_per_tp_rank(const Architecture& a, std::int64_t tp) {
   return attention + mlp + 2 * a.hidden;
 }
 
+// Token rows of a micro-batch whose norm and GEMM inputs one rank keeps: its sequence-parallel shard
+// (tokens / (tp up)), or without sequence parallelism the whole of its Ulysses share (tokens / up).
+std::int64_t norm_input_rows(const Workload& w) {
+  const std::int64_t ways = std::int64_t{w.parallel.up} * (w.parallel.sequence_parallel ? w.parallel.tp : 1);
+  return ceil_div(w.tokens_per_microbatch(), ways);
+}
+
 // Unfused attention (training.attention "unfused") keeps its scores for the backward: the softmax
 // output and the dropout output (e bytes each) and the 1-byte dropout mask per (query, key) pair of
 // this rank's heads, 5 a s^2 b bytes per layer in 16 bits (the 5as/h term of Korthikanti et al.,
@@ -90,9 +97,7 @@ Bytes layer_activation_bytes(const Workload& w) {
   const Architecture& a = w.arch;
   const std::int64_t tp = w.parallel.tp, up = w.parallel.up, n = tp * up;
   const std::int64_t tokens = w.tokens_per_microbatch();
-  // Sequence-parallel shard (norms, GEMM inputs); without sequence parallelism each TP rank keeps them
-  // whole.
-  const std::int64_t shard = ceil_div(tokens, w.parallel.sequence_parallel ? n : up);
+  const std::int64_t shard = norm_input_rows(w);
   const std::int64_t gemm_tokens = ceil_div(tokens, up);  // tokens a TP rank's GEMMs see
   const std::int64_t heads = ceil_div(a.heads, n);     // query heads in this rank's attention
   const std::int64_t kv = kv_heads_local(a, n);
@@ -120,7 +125,7 @@ Bytes op_checkpointed_layer_bytes(const Workload& w) {
   const Architecture& a = w.arch;
   const std::int64_t tp = w.parallel.tp, up = w.parallel.up, n = tp * up;
   const std::int64_t tokens = w.tokens_per_microbatch();
-  const std::int64_t shard = ceil_div(tokens, w.parallel.sequence_parallel ? n : up);
+  const std::int64_t shard = norm_input_rows(w);
   const std::int64_t gemm_tokens = ceil_div(tokens, up);
   const std::int64_t heads = ceil_div(a.heads, n);
   const std::int64_t kv = kv_heads_local(a, n);
@@ -140,8 +145,7 @@ Bytes head_activation_bytes(const Workload& w) {
   if (a.vocab == 0) return 0;
   const std::int64_t tp = w.parallel.tp, up = w.parallel.up;
   const std::int64_t tokens = w.tokens_per_microbatch();
-  const Bytes norms =
-      mul(2, ceil_div(tokens, w.parallel.sequence_parallel ? tp * up : up), a.hidden, storage_bytes(w.dtype));
+  const Bytes norms = mul(2, norm_input_rows(w), a.hidden, storage_bytes(w.dtype));
   const Bytes logits = mul(ceil_div(tokens, up), a.padded_vocab(tp) / tp, 4);
   return add(norms, logits);
 }
@@ -188,11 +192,9 @@ Bytes activation_bytes(const Workload& w, std::int64_t layers, bool head_too) {
     case Recompute::op:
       return add(mul(layers, op_checkpointed_layer_bytes(w)), head);
     case Recompute::full: {
-      // A recomputed layer keeps only its input, [s/(tp up), h]; the backward rebuilds one layer at a
+      // A recomputed layer keeps only its input, [norm_input_rows, h]; the backward rebuilds one layer at a
       // time. With recompute_every k only every k-th layer is recomputed; the others keep everything.
-      const Bytes input = mul(ceil_div(w.tokens_per_microbatch(),
-                                       std::int64_t{w.parallel.sequence_parallel ? w.parallel.tp : 1} * w.parallel.up),
-                              w.arch.hidden, storage_bytes(w.dtype));
+      const Bytes input = mul(norm_input_rows(w), w.arch.hidden, storage_bytes(w.dtype));
       const std::int64_t recomputed = layers / std::max<std::int64_t>(1, w.recompute_every);
       return add(mul(recomputed, input), mul(layers - recomputed, layer), recomputed > 0 ? layer : 0, head);
     }
