@@ -105,13 +105,17 @@ Bytes layer_activation_bytes(const Workload& w) {
   const Bytes e = storage_bytes(w.dtype);
   // Inputs of the two norms and of the QKV and FC1 GEMMs, each [s/(tp up), h].
   const Bytes inputs = mul(4, shard, a.hidden, e);
-  // Q, K, V and the attention output, over the whole sequence for this rank's heads.
-  const Bytes attention = mul(tokens, add(mul(2, heads), mul(2, kv)), a.head_dim, e);
+  // Q, K, V and the attention output, over the whole sequence for this rank's heads. Eager PyTorch
+  // (training.elementwise "eager") hands SDPA K and V repeated to the query heads, and SDPA keeps
+  // its inputs.
+  const std::int64_t kv_kept = w.eager_elementwise ? std::max(kv, heads) : kv;
+  const Bytes attention = mul(tokens, add(mul(2, heads), mul(2, kv_kept)), a.head_dim, e);
   // FlashAttention's softmax statistics: one fp32 log-sum-exp per query row and head; unfused, the
   // scores instead.
   const Bytes softmax = w.unfused_attention ? attention_score_bytes(w) : mul(tokens, heads, 4);
-  // FC1 output (gate and up halves when gated) and the activation's output (FC2 input).
-  const Bytes mlp = mul(gemm_tokens, ffn, a.gated_mlp ? 3 : 2, e);
+  // FC1 output (gate and up halves when gated) and the activation's output (FC2 input); eager SwiGLU's
+  // multiply keeps silu's output besides.
+  const Bytes mlp = mul(gemm_tokens, ffn, a.gated_mlp ? (w.eager_elementwise ? 4 : 3) : 2, e);
   return add(inputs, attention, softmax, mlp);
 }
 

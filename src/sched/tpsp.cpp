@@ -80,6 +80,77 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
   return strategy_.reduce_scatter(*this, RegionCall{ctx, region, region_index, width, ready, work}, pbuf, out);
 }
 
+Deps Builder::qk_prologue(const OpCtx& ctx, const Deps& ready) {
+  const std::int64_t S_ = S(), qn = sh_.q_local(), kvn = sh_.kv_local();
+  // Eager grouped-query attention materialises K and V at the query heads' width (torchtitan's
+  // repeat_kv: expand, then reshape into a copy) before SDPA.
+  const bool repeat = sh_.eager && qn > kvn;
+  if (!sh_.rotary && !repeat) return ready;
+  const std::int64_t rotated = S_ * (qn + kvn);  // query and key elements
+  Deps out(static_cast<std::size_t>(t_));
+  for (int ti = 0; ti < t_; ++ti) {
+    std::vector<TaskId> d = ready[ti];
+    if (sh_.rotary && !sh_.eager) {
+      d = {stream_kernel(ctx, ti, "rope", "rope", bytes(2 * rotated), S_, d)};
+    } else if (sh_.rotary) {
+      // torchtitan's apply_rotary_emb: q and k cast to fp32, multiplied as complex pairs by each
+      // position's rotation, cast back: three passes, each a kernel.
+      d = {stream_kernel(ctx, ti, "rope_cast", "cast", rotated * (elem_ + 4), S_, d)};
+      d = {stream_kernel(ctx, ti, "rope_mul", "complex_mul", rotated * 8, S_, d)};
+      d = {stream_kernel(ctx, ti, "rope_cast_back", "cast", rotated * (4 + elem_), S_, d)};
+    }
+    if (repeat) d = {stream_kernel(ctx, ti, "repeat_kv", "copy", bytes(2 * S_ * (kvn + qn)), S_, d)};
+    out[ti] = std::move(d);
+  }
+  return out;
+}
+
+Deps Builder::qk_prologue_bwd(const OpCtx& ctx, const Deps& ready) {
+  const std::int64_t S_ = S(), qn = sh_.q_local(), kvn = sh_.kv_local();
+  const bool repeat = sh_.eager && qn > kvn;
+  if (!sh_.rotary && !repeat) return ready;
+  const std::int64_t rotated = S_ * (qn + kvn);
+  Deps out(static_cast<std::size_t>(t_));
+  for (int ti = 0; ti < t_; ++ti) {
+    std::vector<TaskId> d = ready[ti];
+    // The repeated heads' gradients summed back into each K/V head.
+    if (repeat) d = {stream_kernel(ctx, ti, "repeat_kv_bwd", "add", bytes(2 * S_ * (qn + kvn)), S_, d)};
+    if (sh_.rotary && !sh_.eager) {
+      d = {stream_kernel(ctx, ti, "rope_bwd", "rope_bwd", bytes(2 * rotated), S_, d)};
+    } else if (sh_.rotary) {
+      // Autograd's reverse of the three: the gradient to fp32, times the conjugate rotation, back.
+      d = {stream_kernel(ctx, ti, "rope_cast_bwd", "cast", rotated * (elem_ + 4), S_, d)};
+      d = {stream_kernel(ctx, ti, "rope_mul_bwd", "complex_mul", rotated * 8, S_, d)};
+      d = {stream_kernel(ctx, ti, "rope_cast_back_bwd", "cast", rotated * (4 + elem_), S_, d)};
+    }
+    out[ti] = std::move(d);
+  }
+  return out;
+}
+
+// SwiGLU reads gate and up, writes one; GELU reads and writes one. FLOPs: a handful per element.
+TaskId Builder::activation(const OpCtx& ctx, int ti, std::int32_t data_op, const std::vector<TaskId>& deps) {
+  const std::int64_t S_ = S(), f1 = sh_.fc1_local(), fl = sh_.ffn_local();
+  const Flops flops = (sh_.gated ? 6.0 : 8.0) * S_ * fl;
+  if (!(sh_.eager && sh_.gated))
+    return elementwise(ctx, ti, "act", sh_.gated ? "swiglu" : "gelu", S_ * (f1 + fl), S_, flops, data_op, deps);
+  // torchtitan's F.silu(w1(x)) * w3(x): silu reads the gate and writes its output, the multiply reads
+  // that and the up half and writes the product.
+  const TaskId silu = elementwise(ctx, ti, "act", "silu", 2 * S_ * fl, S_, flops, data_op, deps);
+  return stream_kernel(ctx, ti, "act_mul", "swiglu_mul", bytes(3 * S_ * fl), S_, {silu});
+}
+
+TaskId Builder::activation_bwd(const OpCtx& ctx, int ti, std::int32_t data_op, const std::vector<TaskId>& deps) {
+  const std::int64_t S_ = S(), f1 = sh_.fc1_local(), fl = sh_.ffn_local();
+  if (!(sh_.eager && sh_.gated))
+    return elementwise(ctx, ti, "act_bwd", sh_.gated ? "swiglu_bwd" : "gelu_bwd", S_ * (2 * f1 + fl), S_,
+                       12.0 * S_ * fl, data_op, deps);
+  // The multiply's backward is two multiplies (the gradient by each saved operand), then silu's
+  // backward reads its gradient and the gate.
+  const TaskId mul = stream_kernel(ctx, ti, "act_mul_bwd", "swiglu_mul_bwd", bytes(6 * S_ * fl), S_, deps);
+  return elementwise(ctx, ti, "act_bwd", "silu_bwd", 3 * S_ * fl, S_, 12.0 * S_ * fl, data_op, {mul});
+}
+
 Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& ready) {
   const std::int64_t h = sh_.hidden, S_ = S(), n_ = n(), e_ = elementwise_rows();
   const std::int64_t qn = sh_.q_local(), kvn = sh_.kv_local(), qkvn = sh_.qkv_local();
@@ -124,7 +195,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
     up_naming();
     qkv_work = up_work(up_.qkv_work(l, ctx.data, up_locate(g1), w_qkv, qkv), std::move(qkv_work));
   }
-  Deps d_qkv = ag_region(with("ag+qkv"), g1, h, d_ln1, qkv_work);
+  const Deps d_qkv = qk_prologue(ctx, ag_region(with("ag+qkv"), g1, h, d_ln1, qkv_work));
 
   PerRank attn = alloc(ctx, "attn", S_, qn);
   PerRank po = alloc(ctx, "out_proj_partial", S_, h);
@@ -172,6 +243,8 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
       Work w = attention(ti, RowSpan{0, S_});
       d_att[ti] = {compute(ti, prefix(ctx) + "/attention", std::move(w.kernel), labels(ctx, -1, "attention"), w.data_op,
                            d_qkv[ti])};
+      // Eager SDPA's output [b, heads, s, d] transposed back and made contiguous for the out-projection.
+      if (sh_.eager) d_att[ti] = {stream_kernel(ctx, ti, "attention_out_copy", "copy", bytes(2 * S_ * qn), S_, d_att[ti])};
     }
     d_attn_rs = rs_region(with("out_proj+rs"), po, attn_out, h, d_att,
                           gemm_work(ctx, "out_proj", Rows{attn, {}}, w_o, po, qn, h));
@@ -195,11 +268,10 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   PerRank act = alloc(ctx, "act", S_, fl);
   Deps d_act(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti) {
-    // SwiGLU reads gate and up, writes one; GELU reads and writes one. FLOPs: a handful per element.
     const std::string kind = sh_.gated ? "swiglu" : "gelu";
-    d_act[ti] = {elementwise(ctx, ti, "act", kind, S_ * (f1 + fl), S_, (sh_.gated ? 6.0 : 8.0) * S_ * fl,
-                             op(ctx, ActivationOp{kind, ref(f, ti, RowSpan{0, S_}, f1), ref(act, ti, RowSpan{0, S_}, fl)}),
-                             d_fc1[ti])};
+    d_act[ti] = {activation(ctx, ti,
+                            op(ctx, ActivationOp{kind, ref(f, ti, RowSpan{0, S_}, f1), ref(act, ti, RowSpan{0, S_}, fl)}),
+                            d_fc1[ti])};
   }
 
   PerRank p2 = alloc(ctx, "fc2_partial", S_, h);
@@ -228,7 +300,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
 // recomputation would run.
 Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
   const std::int64_t h = sh_.hidden, S_ = S(), e_ = elementwise_rows();
-  const std::int64_t f1 = sh_.fc1_local(), fl = sh_.ffn_local();
+  const std::int64_t fl = sh_.ffn_local();
   // K's columns of this rank's QKV GEMM (up 1: tpsp_request refuses Ulysses with this policy).
   const std::int64_t k_cols = sh_.kv_local();
   recompute_ = true;
@@ -236,12 +308,16 @@ Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
   for (int ti = 0; ti < t_; ++ti) {
     TaskId d = elementwise(rc, ti, "ln1", "layernorm", 2 * e_ * h, e_, 8.0 * e_ * h, -1, ready[ti]);
     d = compute(ti, prefix(rc) + "/k_proj", model::GemmKernel{S_, k_cols, h, 1}, labels(rc, -1, "k_proj"), -1, {d});
-    d = elementwise(rc, ti, "residual1", "add", 3 * e_ * h, e_, 1.0 * e_ * h, -1, {d});
+    ready[ti] = {d};
+  }
+  // The rotated (and, eager, repeated) q and k feed SDPA's backward and are no matmul outputs.
+  ready = qk_prologue(rc, ready);
+  for (int ti = 0; ti < t_; ++ti) {
+    TaskId d = elementwise(rc, ti, "residual1", "add", 3 * e_ * h, e_, 1.0 * e_ * h, -1, ready[ti]);
     d = elementwise(rc, ti, "ln2", "layernorm", 2 * e_ * h, e_, 8.0 * e_ * h, -1, {d});
     if (sh_.gated)
       d = compute(ti, prefix(rc) + "/fc1_up", model::GemmKernel{S_, fl, h, 1}, labels(rc, -1, "fc1_up"), -1, {d});
-    const std::string kind = sh_.gated ? "swiglu" : "gelu";
-    d = elementwise(rc, ti, "act", kind, S_ * (f1 + fl), S_, (sh_.gated ? 6.0 : 8.0) * S_ * fl, -1, {d});
+    d = activation(rc, ti, -1, {d});
     ready[ti] = {d};
   }
   recompute_ = false;
@@ -284,8 +360,8 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   const std::string act_kind = sh_.gated ? "swiglu" : "gelu";
   PerRank d_fc1_out = alloc(ctx, "fc1_out_grad", S_, f1);
   Deps d_act = each([&](int ti) {
-    return std::vector<TaskId>{elementwise(
-        ctx, ti, "act_bwd", act_kind + "_bwd", S_ * (2 * f1 + fl), S_, 12.0 * S_ * fl,
+    return std::vector<TaskId>{activation_bwd(
+        ctx, ti,
         op(ctx, ActivationBwdOp{act_kind, ref(fw.fc1, ti, all, f1), ref(d_act_out, ti, all, fl),
                                 ref(d_fc1_out, ti, all, f1)}),
         d_fc2[ti])};
@@ -298,9 +374,14 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   PerRank d_ln2_in = alloc(ctx, "ln2_grad", n_, h);
   PerRank dh1 = alloc(ctx, "h1_grad", n_, h);
   Deps d_h1 = each([&](int ti) {
+    // Eager autograd sums the input gradients of the separate gate and up projections (w1, w3).
+    const std::vector<TaskId> summed = sh_.eager && sh_.gated ? std::vector<TaskId>{stream_kernel(
+                                                                    ctx, ti, "fc1_dgrad_sum", "add", bytes(3 * e_ * h), e_,
+                                                                    d_fc1[ti])}
+                                                              : d_fc1[ti];
     const TaskId ln = elementwise(
         ctx, ti, "ln2_bwd", "layernorm_bwd", 3 * e_ * h, e_, 10.0 * e_ * h,
-        op(ctx, NormBwdOp{ref(fw.h1, ti, own, h), ref(d_ln2_out, ti, own, h), ref(d_ln2_in, ti, own, h)}), d_fc1[ti]);
+        op(ctx, NormBwdOp{ref(fw.h1, ti, own, h), ref(d_ln2_out, ti, own, h), ref(d_ln2_in, ti, own, h)}), summed);
     // The residual: the layer output's gradient flows to h1 unchanged, plus the MLP branch's.
     return std::vector<TaskId>{elementwise(
         ctx, ti, "residual2_bwd", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
@@ -347,10 +428,16 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     model::AttentionKernel k{sh_.batch, sh_.heads / t_, sh_.kv_heads_local(), sh_.seq, sh_.seq, sh_.head_dim,
                              sh_.causal, 0, model::Pass::backward};
     k.unfused = sh_.unfused_attention;
+    // Eager: the out-projection's input gradient transposed to SDPA's layout, a copy.
+    const std::vector<TaskId> grad_in =
+        sh_.eager ? std::vector<TaskId>{stream_kernel(ctx, ti, "attention_grad_copy", "copy", bytes(2 * S_ * qn), S_,
+                                                      d_o[ti])}
+                  : d_o[ti];
     return std::vector<TaskId>{compute(ti, prefix(ctx) + "/attention_bwd", k, labels(ctx, -1, "attention_bwd"),
-                                       op(ctx, std::move(ab)), d_o[ti])};
+                                       op(ctx, std::move(ab)), grad_in)};
   });
   if (sh_.up > 1) d_att = up_.attention_backward(l, ctx.data, d_attn, d_qkv_out, d_o);
+  d_att = qk_prologue_bwd(ctx, d_att);
   // QKV (column-parallel).
   const ColumnGrad qkv_grad = up_.fused_backward() ? up_qkv_backward(ctx, fw, d_att)
                                                    : column_parallel_backward(ctx, "qkv", "dw_qkv", d_qkv_out, fw.w_qkv,
@@ -362,9 +449,14 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   LayerGrad out;
   out.dx = alloc(ctx, "x_grad", n_, h);
   out.done = each([&](int ti) {
+    // Eager autograd sums the input gradients of the separate q, k and v projections: two adds.
+    std::vector<TaskId> summed = d_qkv[ti];
+    if (sh_.eager)
+      for (const char* name : {"qkv_dgrad_sum", "qkv_dgrad_sum2"})
+        summed = {stream_kernel(ctx, ti, name, "add", bytes(3 * e_ * h), e_, summed)};
     const TaskId ln = elementwise(
         ctx, ti, "ln1_bwd", "layernorm_bwd", 3 * e_ * h, e_, 10.0 * e_ * h,
-        op(ctx, NormBwdOp{ref(fw.x, ti, own, h), ref(d_ln1_out, ti, own, h), ref(d_ln1_in, ti, own, h)}), d_qkv[ti]);
+        op(ctx, NormBwdOp{ref(fw.x, ti, own, h), ref(d_ln1_out, ti, own, h), ref(d_ln1_in, ti, own, h)}), summed);
     return std::vector<TaskId>{elementwise(
         ctx, ti, "residual1_bwd", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
         op(ctx, AddOp{ref(dh1, ti, own, h), ref(d_ln1_in, ti, own, h), ref(out.dx, ti, own, h)}), {ln})};
@@ -1186,7 +1278,8 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   const model::Architecture& a = w.arch;
   r.shape = TpspShape{w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden,
                       a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,
-                      w.unfused_attention, w.parallel.pp, w.parallel.virtual_stages, w.parallel.sequence_parallel};
+                      w.unfused_attention, w.parallel.pp, w.parallel.virtual_stages, w.parallel.sequence_parallel,
+                      a.rotary,           w.eager_elementwise};
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };
   r.kind = compared(Parallelism::tpsp) ? kind : w.schedule.kind;

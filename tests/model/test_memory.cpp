@@ -117,6 +117,12 @@ TEST_CASE("Recomputation: selective saves nothing under FlashAttention, full kee
   // -> 65,142,784 per layer, x 32 = 2,084,569,088, plus the head 545,259,520 -> 2,629,828,608.
   const Bytes op = activation_bytes_per_rank(llama("llama-3-8b", 8, 1, DpSharding::ddp, Recompute::op));
   CHECK(op == 2'629'828'608);
+  // Eager element-wise kernels (torchtitan without torch.compile): SDPA keeps K and V repeated to the 4
+  // local query heads, 8192 x (4 - 1) x 2 x 128 x 2 B = 12,582,912 more, and SwiGLU's multiply keeps
+  // silu's output, 8192 x 1792 x 2 B = 29,360,128: 41,943,040 more per layer, x 32 = 1,342,177,280.
+  Workload eager = llama("llama-3-8b", 8, 1);
+  eager.eager_elementwise = true;
+  CHECK(activation_bytes_per_rank(eager) == none + 1'342'177'280);
 }
 
 TEST_CASE("Activations match Korthikanti et al. for a GPT-style layer without dropout", "[model][memory]") {

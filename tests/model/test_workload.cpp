@@ -647,6 +647,12 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
   // Sequence parallelism: on unless the run predates it (Megatron-LM's --sequence-parallel, 2022).
   CHECK(d.parallel.sequence_parallel);
   CHECK(!parse(with([](json& x) { x["parallel"]["sequence_parallel"] = false; })).parallel.sequence_parallel);
+  // Rotary embedding and eager element-wise kernels: off unless the file says so.
+  CHECK(!d.arch.rotary);
+  CHECK(parse(with([](json& x) { x["model"]["rotary_embedding"] = true; })).arch.rotary);
+  CHECK(!d.eager_elementwise);
+  CHECK(parse(with([](json& x) { x["training"]["elementwise"] = "eager"; })).eager_elementwise);
+  CHECK(!parse(with([](json& x) { x["training"]["elementwise"] = "fused"; })).eager_elementwise);
   // Clipping: on unless the run turns it off (Megatron-LM, torchtitan and llm-foundry clip by default).
   CHECK(d.clip_grad);
   CHECK(!parse(with([](json& x) { x["training"]["clip_grad"] = false; })).clip_grad);
@@ -664,6 +670,9 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
   expect_error(with([](json& j) { j["training"]["grad_reduce_dtype"] = "fp8"; }), "$.training.grad_reduce_dtype");
   expect_error(with([](json& j) { j["training"]["grad_reduce_dtype"] = 4; }), "$.training.grad_reduce_dtype");
   expect_error(with([](json& j) { j["training"]["attention"] = "sdpa"; }), "$.training.attention");
+  expect_error(with([](json& j) { j["training"]["elementwise"] = "compiled"; }), "$.training.elementwise");
+  expect_error(with([](json& j) { j["training"]["elementwise"] = true; }), "$.training.elementwise");
+  expect_error(with([](json& j) { j["model"]["rotary_embedding"] = "rope"; }), "$.model.rotary_embedding");
   // Without sequence parallelism: a boolean; not with Ulysses (its sequence split is the norms' too)
   // nor with TransformerEngine's TP overlap (which needs it).
   expect_error(with([](json& j) { j["parallel"]["sequence_parallel"] = "no"; }), "$.parallel.sequence_parallel");

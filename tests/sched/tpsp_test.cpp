@@ -251,6 +251,62 @@ TEST_CASE("Without sequence parallelism every TP rank runs the norms and residua
   CHECK(gemm(no_sp, "fc1").m == gemm(sp, "fc1").m);
 }
 
+TEST_CASE("Rotary embedding and eager element-wise kernels add the bytes they stream", "[sched][tpsp]") {
+  // Llama-3-8B's layer at TP 1, s 8192, bf16: S = 8192 rows, q 32 x 128 = 4096 columns, k and v
+  // 8 x 128 = 1024 each, FFN 14336 per branch, h 4096.
+  TpspRequest r;
+  r.shape = TpspShape{1, 1, 1, 8192, 1, 4096, 32, 8, 128, 14336, true, true, 1, topo::Dtype::bf16, false};
+  r.kind = ScheduleKind::baseline;
+  const auto plain = generate_tpsp(r).graph;
+  r.shape.rotary = true;
+  const auto fused = generate_tpsp(r).graph;
+  r.shape.eager = true;
+  const auto eager = generate_tpsp(r).graph;
+  const auto ew = [](const TaskGraph& g, const std::string& op) {
+    return std::get<model::ElementwiseKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
+  };
+  const auto has = [](const TaskGraph& g, const std::string& op) { return !ops_on(g, 0, op).empty(); };
+  const std::int64_t S = 8192, q = 4096, kv = 1024, f = 14336, h = 4096;
+  // Fused: one rope kernel each way, reading and writing q and k once in bf16: 2 x S x (q + kv) x 2 B.
+  CHECK(!has(plain, "rope"));
+  CHECK(ew(fused, "rope").op == "rope");
+  CHECK(ew(fused, "rope").bytes == 2 * S * (q + kv) * 2);
+  CHECK(ew(fused, "rope_bwd").bytes == 2 * S * (q + kv) * 2);
+  CHECK(fused.size() == plain.size() + 2);
+  // Eager: bf16 -> fp32 (2 + 4 B per element), the complex multiply (fp32 in and out: 8 B), fp32 ->
+  // bf16 (4 + 2 B), each way; no fused rope.
+  CHECK(!has(eager, "rope"));
+  CHECK(ew(eager, "rope_cast").bytes == S * (q + kv) * 6);
+  CHECK(ew(eager, "rope_mul").bytes == S * (q + kv) * 8);
+  CHECK(ew(eager, "rope_cast_back").bytes == S * (q + kv) * 6);
+  CHECK(ew(eager, "rope_mul_bwd").bytes == S * (q + kv) * 8);
+  // K and V repeated 4x to the 32 query heads: read 2 x S x kv, write 2 x S x q, bf16; summed back.
+  CHECK(ew(eager, "repeat_kv").bytes == 2 * S * (kv + q) * 2);
+  CHECK(ew(eager, "repeat_kv_bwd").bytes == 2 * S * (kv + q) * 2);
+  // SwiGLU as silu (read and write S x f) then a multiply (read two, write one); backward two
+  // multiplies, then silu's backward (read two, write one). Fused: one kernel reading gate and up and
+  // writing one (3 S f), backward reading three and writing two (5 S f).
+  CHECK(ew(fused, "act").bytes == 3 * S * f * 2);
+  CHECK(ew(eager, "act").op == "silu");
+  CHECK(ew(eager, "act").bytes == 2 * S * f * 2);
+  CHECK(ew(eager, "act_mul").bytes == 3 * S * f * 2);
+  CHECK(ew(fused, "act_bwd").bytes == 5 * S * f * 2);
+  CHECK(ew(eager, "act_mul_bwd").bytes == 6 * S * f * 2);
+  CHECK(ew(eager, "act_bwd").bytes == 3 * S * f * 2);
+  // SDPA's output and its gradient copied between layouts: read and write S x q.
+  CHECK(ew(eager, "attention_out_copy").bytes == 2 * S * q * 2);
+  CHECK(ew(eager, "attention_grad_copy").bytes == 2 * S * q * 2);
+  // The input gradients of q/k/v (two adds) and of gate/up (one add), each reading two and writing one
+  // [S, h].
+  CHECK(ew(eager, "qkv_dgrad_sum").bytes == 3 * S * h * 2);
+  CHECK(ew(eager, "qkv_dgrad_sum2").bytes == 3 * S * h * 2);
+  CHECK(ew(eager, "fc1_dgrad_sum").bytes == 3 * S * h * 2);
+  // Counted: plain + 6 rope + 2 repeat + 2 act + 2 copies + 3 sums.
+  CHECK(eager.size() == plain.size() + 15);
+  // None of it is model math: the GEMM FLOPs of the layer are those of the plain graph.
+  CHECK(ew(eager, "rope_mul").flops == 0.0);
+}
+
 TEST_CASE("fp8 as Transformer Engine runs it: fp8 GEMMs after a cast, everything else bf16", "[sched][tpsp]") {
   TpspRequest r;
   r.shape = TpspShape{8, 1, 1, 8192, 1, 8192, 64, 8, 128, 28672, true, true, 2, topo::Dtype::fp8, false};

@@ -106,6 +106,11 @@ def predict(fusesim, topology, repo, cfg, extra):
     w["training"]["grad_accumulation"] = 1
     w["parallel"] = {"tp": 1, "up": 1, "dp": 1}
     w["schedule"] = {"kind": "baseline"}
+    if cfg.get("style") == "llama":
+        # train_step.py's Llama is torchtitan's code in eager PyTorch: rotary embedding in complex
+        # form, SwiGLU as silu then a multiply, K/V repeated (training.elementwise "eager").
+        w["model"]["rotary_embedding"] = True
+        w["training"]["elementwise"] = "eager"
     with tempfile.TemporaryDirectory() as tmp:
         wpath = os.path.join(tmp, "workload.json")
         tpath = os.path.join(tmp, "trace.json")

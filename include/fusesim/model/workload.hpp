@@ -28,6 +28,10 @@ struct Architecture {
   // holds an equal vocab shard. $.model.vocab_divisible_by.
   std::int64_t vocab_divisible_by = 128;
   bool causal = true;
+  // Rotary position embedding ($.model.rotary_embedding): a kernel turns each query and key row after
+  // the QKV projection (and its gradient back in the backward). Learned absolute positions cost one
+  // add at the embedding and are not emitted; ALiBi costs nothing outside attention.
+  bool rotary = false;
   std::string source;            // where the configuration comes from
 
   std::int64_t q_width() const { return heads * head_dim; }
@@ -175,6 +179,10 @@ struct Workload {
   // $.training.attention: "flash" (FlashAttention, the default) or "unfused" (Megatron-LM before
   // FlashAttention: the scores through HBM, model::unfused_attention_parts).
   bool unfused_attention = false;
+  // $.training.elementwise "eager": the element-wise ops as eager PyTorch runs torchtitan's Llama code
+  // without torch.compile, each its own kernel (sched::TpspShape::eager); "fused" (default): as
+  // Megatron-LM, Transformer Engine and torch.compile fuse them.
+  bool eager_elementwise = false;
   // $.training.fp8_param_gather (dtype fp8 with ZeRO-3 only): the layers' parameters gathered in e4m3,
   // as torchao's float8 training does with enable_fsdp_float8_all_gather.
   bool fp8_param_gather = false;

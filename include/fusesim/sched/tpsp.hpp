@@ -42,6 +42,16 @@ struct TpspShape {
   // priced on all S rows, as every TP rank runs them on the whole sequence without Megatron's
   // sequence parallelism (the data they compute stays each rank's n rows: the others are copies).
   bool sequence_parallel = true;
+  // $.model.rotary_embedding: a rope kernel on the query and key columns after the QKV GEMM, its
+  // backward before the QKV dgrad.
+  bool rotary = false;
+  // $.training.elementwise "eager" (torchtitan's Llama in eager PyTorch): the rotary embedding in
+  // complex fp32 form (a cast up, a complex multiply, a cast down, each way), SwiGLU as silu then a
+  // multiply (backward: two multiplies, then silu's backward), K and V repeated to the query heads
+  // before attention (grouped-query attention) and summed back after, the attention output made
+  // contiguous (and its gradient), and the input gradients of the separate q/k/v and gate/up
+  // projections summed by add kernels. Each is a kernel of its own, priced by the bytes it streams.
+  bool eager = false;
 
   // fp8 training as Transformer Engine runs it: the GEMMs of the layers take e4m3 operands, cast from
   // bf16 just before; activations, attention, norms, communication and the embedding and LM head stay

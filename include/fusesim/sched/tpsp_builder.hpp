@@ -293,6 +293,23 @@ class Builder {
                    data_op, deps);
   }
 
+  // A kernel that moves data the reference computation does not model (a cast, a copy, one multiply
+  // of an unfused SwiGLU): timing only, no FLOPs counted, `bytes` read and written in all.
+  TaskId stream_kernel(const OpCtx& ctx, int ti, const std::string& name, std::string kind, Bytes bytes_moved,
+                       std::int64_t rows, const std::vector<TaskId>& deps) {
+    return compute(ti, fmt::format("{}/{}", prefix(ctx), name),
+                   model::ElementwiseKernel{std::move(kind), bytes_moved, 0.0, rows}, labels(ctx, -1, name), -1, deps);
+  }
+  // The kernels between the QKV GEMM and attention (rotary embedding, eager K/V repeat) on every rank,
+  // after `ready`; `ready` itself when there are none.
+  Deps qk_prologue(const OpCtx& ctx, const Deps& ready);
+  // Their backward, between the attention backward and the QKV dgrad.
+  Deps qk_prologue_bwd(const OpCtx& ctx, const Deps& ready);
+  // The activation between FC1 and FC2 on rank ti: one kernel (carrying `data_op`), or eager SwiGLU's
+  // silu then multiply. Returns the last.
+  TaskId activation(const OpCtx& ctx, int ti, std::int32_t data_op, const std::vector<TaskId>& deps);
+  TaskId activation_bwd(const OpCtx& ctx, int ti, std::int32_t data_op, const std::vector<TaskId>& deps);
+
   // Ulysses (sched/ulysses.hpp): the emitter's work on rows of `a`, or `plain` where it gives none.
   WorkFn up_work(UpWorkFn f, WorkFn plain) {
     if (!f) return plain;
