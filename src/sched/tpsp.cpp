@@ -80,49 +80,29 @@ Deps Builder::rs_region(const OpCtx& ctx, const PerRank& pbuf, PerRank& out, std
   return strategy_.reduce_scatter(*this, RegionCall{ctx, region, region_index, width, ready, work}, pbuf, out);
 }
 
-Deps Builder::qk_prologue(const OpCtx& ctx, const Deps& ready) {
+Deps Builder::qk_prologue(const OpCtx& ctx, const Deps& ready, bool backward) {
   const std::int64_t S_ = S(), qn = sh_.q_local(), kvn = sh_.kv_local();
   // Eager grouped-query attention materialises K and V at the query heads' width (torchtitan's
-  // repeat_kv: expand, then reshape into a copy) before SDPA.
+  // repeat_kv: expand, then reshape into a copy) before SDPA; the backward sums the copies back.
   const bool repeat = sh_.eager && qn > kvn;
   if (!sh_.rotary && !repeat) return ready;
   const std::int64_t rotated = S_ * (qn + kvn);  // query and key elements
+  const std::string bwd = backward ? "_bwd" : "";
   Deps out(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti) {
     std::vector<TaskId> d = ready[ti];
+    if (repeat && backward) d = {stream_kernel(ctx, ti, "repeat_kv_bwd", "add", bytes(2 * S_ * (qn + kvn)), S_, d)};
     if (sh_.rotary && !sh_.eager) {
-      d = {stream_kernel(ctx, ti, "rope", "rope", bytes(2 * rotated), S_, d)};
+      d = {stream_kernel(ctx, ti, "rope" + bwd, "rope" + bwd, bytes(2 * rotated), S_, d)};
     } else if (sh_.rotary) {
       // torchtitan's apply_rotary_emb: q and k cast to fp32, multiplied as complex pairs by each
-      // position's rotation, cast back: three passes, each a kernel.
-      d = {stream_kernel(ctx, ti, "rope_cast", "cast", rotated * (elem_ + 4), S_, d)};
-      d = {stream_kernel(ctx, ti, "rope_mul", "complex_mul", rotated * 8, S_, d)};
-      d = {stream_kernel(ctx, ti, "rope_cast_back", "cast", rotated * (4 + elem_), S_, d)};
+      // position's rotation, cast back: three passes, each a kernel; autograd runs the same three on
+      // the gradients (the multiply by the conjugate rotation).
+      d = {stream_kernel(ctx, ti, "rope_cast" + bwd, "cast", rotated * (elem_ + 4), S_, d)};
+      d = {stream_kernel(ctx, ti, "rope_mul" + bwd, "complex_mul", rotated * 8, S_, d)};
+      d = {stream_kernel(ctx, ti, "rope_cast_back" + bwd, "cast", rotated * (4 + elem_), S_, d)};
     }
-    if (repeat) d = {stream_kernel(ctx, ti, "repeat_kv", "copy", bytes(2 * S_ * (kvn + qn)), S_, d)};
-    out[ti] = std::move(d);
-  }
-  return out;
-}
-
-Deps Builder::qk_prologue_bwd(const OpCtx& ctx, const Deps& ready) {
-  const std::int64_t S_ = S(), qn = sh_.q_local(), kvn = sh_.kv_local();
-  const bool repeat = sh_.eager && qn > kvn;
-  if (!sh_.rotary && !repeat) return ready;
-  const std::int64_t rotated = S_ * (qn + kvn);
-  Deps out(static_cast<std::size_t>(t_));
-  for (int ti = 0; ti < t_; ++ti) {
-    std::vector<TaskId> d = ready[ti];
-    // The repeated heads' gradients summed back into each K/V head.
-    if (repeat) d = {stream_kernel(ctx, ti, "repeat_kv_bwd", "add", bytes(2 * S_ * (qn + kvn)), S_, d)};
-    if (sh_.rotary && !sh_.eager) {
-      d = {stream_kernel(ctx, ti, "rope_bwd", "rope_bwd", bytes(2 * rotated), S_, d)};
-    } else if (sh_.rotary) {
-      // Autograd's reverse of the three: the gradient to fp32, times the conjugate rotation, back.
-      d = {stream_kernel(ctx, ti, "rope_cast_bwd", "cast", rotated * (elem_ + 4), S_, d)};
-      d = {stream_kernel(ctx, ti, "rope_mul_bwd", "complex_mul", rotated * 8, S_, d)};
-      d = {stream_kernel(ctx, ti, "rope_cast_back_bwd", "cast", rotated * (4 + elem_), S_, d)};
-    }
+    if (repeat && !backward) d = {stream_kernel(ctx, ti, "repeat_kv", "copy", bytes(2 * S_ * (kvn + qn)), S_, d)};
     out[ti] = std::move(d);
   }
   return out;
@@ -437,7 +417,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
                                        op(ctx, std::move(ab)), grad_in)};
   });
   if (sh_.up > 1) d_att = up_.attention_backward(l, ctx.data, d_attn, d_qkv_out, d_o);
-  d_att = qk_prologue_bwd(ctx, d_att);
+  d_att = qk_prologue(ctx, d_att, true);
   // QKV (column-parallel).
   const ColumnGrad qkv_grad = up_.fused_backward() ? up_qkv_backward(ctx, fw, d_att)
                                                    : column_parallel_backward(ctx, "qkv", "dw_qkv", d_qkv_out, fw.w_qkv,

@@ -301,10 +301,9 @@ class Builder {
                    model::ElementwiseKernel{std::move(kind), bytes_moved, 0.0, rows}, labels(ctx, -1, name), -1, deps);
   }
   // The kernels between the QKV GEMM and attention (rotary embedding, eager K/V repeat) on every rank,
-  // after `ready`; `ready` itself when there are none.
-  Deps qk_prologue(const OpCtx& ctx, const Deps& ready);
-  // Their backward, between the attention backward and the QKV dgrad.
-  Deps qk_prologue_bwd(const OpCtx& ctx, const Deps& ready);
+  // after `ready`; `ready` itself when there are none. `backward`: theirs, between the attention
+  // backward and the QKV dgrad.
+  Deps qk_prologue(const OpCtx& ctx, const Deps& ready, bool backward = false);
   // The activation between FC1 and FC2 on rank ti: one kernel (carrying `data_op`), or eager SwiGLU's
   // silu then multiply. Returns the last.
   TaskId activation(const OpCtx& ctx, int ti, std::int32_t data_op, const std::vector<TaskId>& deps);
