@@ -60,6 +60,8 @@ const std::vector<Expected> kShipped = {
     {"dgx-a100-40gb", 1, 8, "a100-sxm-40gb", 312e12, 108, false},
     // Trainy's H200 hosts of torchtitan's H200 benchmark: hgx-h200 boards with a 400 Gb/s NIC per GPU.
     {"hgx-h200-8node", 8, 8, "h200-sxm", 989e12, 132, false},
+    // H100 PCIe cards (issue 12's device variants): 1,513 TFLOPS bf16 with sparsity, 114 SMs.
+    {"h100-pcie", 1, 8, "h100-pcie", 756.5e12, 114, false},
 };
 
 std::string shipped_path(const std::string& name) {
@@ -159,6 +161,24 @@ TEST_CASE("dgx-h100: two GPUs of the node talk through the NVSwitch") {
   CHECK(c.device(0).contention.default_comm_sms.value == 16);
   CHECK(c.device(0).kernel_launch_s.value == 2e-6);
   CHECK(c.device(0).stream_wait_s.value == 1e-6);
+}
+
+TEST_CASE("h100-pcie: two GPUs of the server talk through a PCIe switch at PCIe 5.0 x16") {
+  const Cluster c = load_cluster_by_name_or_path("h100-pcie");
+  // 8 GPUs + 1 PCIe switch, 8 duplex pairs = 16 directed links; no NICs.
+  CHECK(c.vertices.size() == 9);
+  CHECK(c.links.size() == 16);
+  const Route r = c.route(0, 5);
+  CHECK(link_names(c, r) == std::vector<std::string>{"node0/gpu0->node0/pcie-switch", "node0/pcie-switch->node0/gpu5"});
+  // NCCL's LL PCI hop, 1.0 us, over the two links: 2 x 500000 ps.
+  CHECK(r.latency_ps == 1000000);
+  const Link& l = c.links.at(static_cast<std::size_t>(r.links[0]));
+  CHECK(l.kind == LinkKind::pcie);
+  // 32 GT/s x 16 lanes x 128/130 / 8 = 63.0 GB/s each way, at 0.85.
+  CHECK(l.bandwidth_bytes_per_s == Approx(63e9 * 0.85).epsilon(1e-12));
+  // 80 GB HBM2e at 2.0 TB/s; NCCL's Simple PCI hop 5.7 us less the LL hop's 1.0 us; LL at half the bandwidth.
+  CHECK(c.device(0).hbm_bandwidth_bytes_per_s.value == 2.0e12);
+  CHECK(c.comm.sm_step_latency_s.value == 4.7e-6);
 }
 
 TEST_CASE("dgx-h100-4node: cross-node routes go GPU -> PCIe switch -> NIC -> leaf -> ... -> NIC -> GPU") {
