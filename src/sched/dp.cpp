@@ -546,6 +546,25 @@ std::vector<TaskId> DpSync::gather_layer(int rank, const std::string& name, int 
               std::move(l), -1, deps)};
 }
 
+std::vector<TaskId> DpSync::reduce_layer(int rank, const std::string& name, int layer, std::int64_t elements,
+                                         const std::vector<TaskId>& deps) {
+  RankState& st = ranks_[rank];
+  TaskLabels l;
+  l.region = region(name + "/dp_grad_rs");
+  l.layer = layer;
+  l.phase = Phase::backward;
+  l.op = "dp_reduce_scatter";
+  const Bytes reduced = bytes(elements);
+  if (cfg_.as_p2p)
+    return p2p_collective(rank, CollectiveKind::reduce_scatter, reduced, name + "/dp_grad_rs", comm_.collective_stream,
+                          l, deps, {});
+  const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
+  return {add(rank, name + "/dp_grad_rs", comm_.collective_stream,
+              CollectiveTask{CollectiveKind::reduce_scatter, group(rank), reduced, instance, comm_.collective_engine,
+                             comm_.sms},
+              std::move(l), -1, deps)};
+}
+
 BufferId DpSync::synced(int rank, int j) const {
   auto it = ranks_.find(rank);
   return it == ranks_.end() ? -1 : it->second.grads.at(static_cast<std::size_t>(j)).synced;

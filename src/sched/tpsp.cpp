@@ -824,7 +824,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     MicroBatch& m = state[static_cast<std::size_t>(mb)];
     micro_batch_ = step ? static_cast<int>(mb) : -1;
     mb_prefix_ = mb > 0 ? fmt::format("mb{}/", mb) : "";
-    dp_active_ = dp_ != nullptr && mb == mbs - 1;  // DDP's no_sync on the others
+    dp_active_ = dp_ != nullptr && mb == mbs - 1;  // the DP sync in the last micro-batch (DDP no_sync, Megatron accumulates; ZeRO-3: reduce_layer)
     const int mbi = static_cast<int>(mb);
     const bool gathers = zero3 || (overlap_gather && mb == 0);
     switch (work.phase) {
@@ -917,12 +917,21 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           lr = recompute_unsaved_ops(static_cast<int>(l), lr);
         }
         LayerGrad g = backward_layer(static_cast<int>(l), m.saved[static_cast<std::size_t>(l)], m.dy, lr);
+        // ZeRO-3 before the last micro-batch: FSDP reduce-scatters each layer's gradient anyway.
+        if (zero3 && extra && !dp_active_)
+          for (int ti = 0; ti < t_; ++ti)
+            dp_->reduce_layer(rank(ti), fmt::format("{}L{}/bwd", mb_prefix_, l), static_cast<int>(l),
+                              sh_.layer_params(), g.done[ti]);
         m.dy = std::move(g.dx);
         ready = std::move(g.done);
         break;
       }
       case StepPhase::backward_end:
         if (extra) ready = extra->embedding_backward(mb_prefix_, mbi, ready, dp_active_ ? dp_.get() : nullptr);
+        // ... and the root module's (embedding, final norm, LM head), gathered per micro-batch likewise.
+        if (zero3 && extra && !dp_active_)
+          for (int ti = 0; ti < t_; ++ti)
+            dp_->reduce_layer(rank(ti), mb_prefix_ + "root", -1, 2 * (req_.step.vocab / t_) * h + h, ready[ti]);
         break;
       case StepPhase::forward_recv: {
         fresh(m);

@@ -336,6 +336,47 @@ TEST_CASE("ZeRO-3 gathers the root module once per micro-batch; fp8 gathers halv
   }
 }
 
+TEST_CASE("ZeRO-3 reduce-scatters every layer's gradient in each micro-batch, as FSDP does", "[step][dp]") {
+  // PyTorch FSDP keeps no unsharded gradient to accumulate into, so without no_sync (Composer never
+  // calls it for FSDP, torchtitan neither) each micro-batch's backward reduce-scatters every layer and
+  // the root module. tp 2 x dp 2, 3 layers, 3 micro-batches: in micro-batches 0 and 1, per rank, one
+  // reduce-scatter per layer and one for the root: 2 x 4 per rank, 32 over the 4 ranks; micro-batch 2
+  // is the bucketed sync of the last micro-batch, as before. Each carries the fp32 gradients of what
+  // the layer's gather carries in bf16 parameters: twice its bytes; the root (2 x 64 x 32 + 32) x 4 B
+  // = 16,512 per rank.
+  TpspRequest r = request(2, 2, Scope::step, 3);
+  r.step.dp_sharding = model::DpSharding::zero3;
+  const Schedule s = generate_tpsp(r);
+  validate(s.graph);
+  std::map<std::string, Bytes> gathered;  // per rank and layer, bf16 parameters, first forward
+  int reduced = 0;
+  for (TaskId id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    const auto* c = std::get_if<CollectiveTask>(&t.kind);
+    if (c != nullptr && t.labels.op == "dp_param_all_gather" && t.name.rfind("mb", 0) != 0)
+      gathered[fmt::format("{}/{}", t.rank, t.labels.layer)] = c->bytes;
+  }
+  for (TaskId id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    if (t.name.find("/dp_grad_rs") == std::string::npos) continue;
+    ++reduced;
+    INFO(t.name);
+    CHECK(t.name.find("mb2/") == std::string::npos);
+    CHECK(t.labels.op == "dp_reduce_scatter");
+    const auto& c = std::get<CollectiveTask>(t.kind);
+    CHECK(c.kind == CollectiveKind::reduce_scatter);
+    if (t.labels.layer < 0)
+      CHECK(c.bytes == 16'512);
+    else
+      CHECK(c.bytes == 2 * gathered.at(fmt::format("{}/{}", t.rank, t.labels.layer)));
+  }
+  CHECK(reduced == 32);
+  // One micro-batch: nothing but the last micro-batch's sync.
+  r.step.micro_batches = 1;
+  const Schedule one = generate_tpsp(r);
+  for (TaskId id = 0; id < one.graph.size(); ++id) CHECK(one.graph.task(id).name.find("/dp_grad_rs") == std::string::npos);
+}
+
 TEST_CASE("Per-op recomputation is refused with Ulysses, naming the key", "[step]") {
   // torchtitan's policy re-runs K's projection; with Ulysses K would also cross the all-to-all again,
   // which the recomputation does not emit: the generator refuses rather than under-count.

@@ -137,6 +137,14 @@ class DpSync {
   std::vector<TaskId> gather_layer(int rank, const std::string& name, int layer, std::int64_t elements,
                                    const std::vector<TaskId>& deps);
 
+  // ZeRO-3 in a micro-batch before the last: reduce-scatters the rank's `elements` gradients of
+  // `layer` once its backward (`deps`) is done, timing only, as FSDP does in every micro-batch (it
+  // keeps no unsharded gradient to accumulate into: PyTorch FSDP without no_sync, Composer, torchtitan).
+  // Returns the collective's ends (one per ring in the P2P form); nothing waits for them but the
+  // stream after them.
+  std::vector<TaskId> reduce_layer(int rank, const std::string& name, int layer, std::int64_t elements,
+                                   const std::vector<TaskId>& deps);
+
   // The buffers holding the synchronised gradient j of `rank` (in the order given): the full
   // all-reduced gradient (ddp), or the reduced own row part (ZeRO, other rows unwritten) until
   // gather_updated() fills the full one in gathered(). -1 without dataflow.
