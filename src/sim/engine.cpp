@@ -137,7 +137,6 @@ struct FlowOwner {
   int ring = 0;                      // collective: which of its rings the step flow runs on
   FlowId next_parked = kNone;        // collective: the next step flow waiting behind this one (kFlowLatencyEnd)
   int sms = 0;                       // P2P: SMs held on each end
-  double efficiency = 1.0;           // payload / wire bytes
   Bytes record_bytes = 0;
   model::CommEngine engine = model::CommEngine::sm_kernel;
   TimePs start_ps = 0;
@@ -163,6 +162,14 @@ struct CollectiveRun {
   std::vector<RouteId> ring_route;
   const sched::CollectiveTask* spec = nullptr;
   int steps = 0;
+  // Set when the steps begin (kCollectiveSteps), for start_step() and advance_member(), which run once
+  // or twice per step flow: the bytes recorded for a ring's part of a step's chunk (bytes / t split
+  // over the rings, the first `ring_extra` rings one byte more), the exact share the flow moves, and
+  // how many chunks of one ring a member may have in flight.
+  Bytes ring_record = 0;
+  Bytes ring_extra = 0;
+  double ring_bytes = 0.0;
+  int in_flight = 1;
   int ready = 0;
   // Per present member (slot(m): its position, or its index among the present in a mirrored
   // collective), from the first step until the last member ends, then released: a mirrored
@@ -393,6 +400,7 @@ class Run final : public sched::TaskVisitor {
   void on_flow_end(FlowId f);
   void settle();
   void rerate(int rank);
+  bool refresh_hbm(RankState& rs);
   void share_device(const std::vector<std::uint32_t>& running);  // fills shares_, one per running kernel
   std::vector<double> shares_, demand_;  // scratch of share_device()
   std::vector<std::uint8_t> frozen_;
@@ -465,6 +473,7 @@ class Run final : public sched::TaskVisitor {
   struct FlowHot {
     TimePs scheduled_ps = kTimeNever;     // time of its queued end event, if any
     double payload_bytes_per_s = 0.0;     // rate x engine efficiency, summed into the HBM load
+    double efficiency = 1.0;              // payload / wire bytes
     int src_rank = 0;
     int dst_rank = 0;
   };
@@ -957,6 +966,12 @@ SimResult Run::execute(RunProfile& profile) {
           c.parked_last.assign(n * rings, kNone);
         }
         c.arrived.assign(n * rings * static_cast<std::size_t>(c.steps), 0);
+        c.ring_record = c.spec->bytes / t / c.rings;
+        c.ring_extra = c.spec->bytes / t % c.rings;
+        c.ring_bytes = static_cast<double>(c.spec->bytes) / t / c.rings;
+        c.in_flight = c.spec->kind == sched::CollectiveKind::all_to_all          ? 1
+                      : c.spec->engine == model::CommEngine::sm_kernel ? protocols_[c.protocol].chunks_in_flight
+                                                                       : kSimpleChunksInFlight;
         for (int m = 0; m < t; ++m)
           if (c.members[static_cast<std::size_t>(m)] != kNoTask)
             for (int r = 0; r < c.rings; ++r) start_step(e.target, m, r, 0);
@@ -1082,10 +1097,10 @@ FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngi
   o.collective = kNone;
   o.step = -1;
   o.engine = engine;
-  o.efficiency = efficiency;
   o.start_ps = now_;
   flow_hot_[f].scheduled_ps = kTimeNever;
   flow_hot_[f].payload_bytes_per_s = 0.0;  // the network's rate is 0 until the flow's first settle()
+  flow_hot_[f].efficiency = efficiency;
   const std::size_t phase = phases_ * static_cast<std::size_t>(route) + (sm ? protocol : protocols_.size());
   push_after(latency_phase_ps_[phase], latency_lane_[phase], kFlowLatencyEnd, f);
   return o;
@@ -1196,12 +1211,10 @@ void Run::start_step(std::uint32_t ci, int member, int ring, int step) {
                      static_cast<double>(c.spec->bytes) / t, c.spec->bytes / t);
     return;
   }
-  const Bytes share = c.spec->bytes / t;
   const std::size_t e = static_cast<std::size_t>(ring) * t + member;
   // Bytes recorded per ring add up to the step's chunk; the flow itself moves the exact fraction.
-  const Bytes record = share / c.rings + (ring < share % c.rings ? 1 : 0);
-  launch_step_flow(ci, member, c.ring_next[e], ring, step, c.ring_route[e],
-                   static_cast<double>(c.spec->bytes) / t / c.rings, record);
+  const Bytes record = c.ring_record + (ring < c.ring_extra ? 1 : 0);
+  launch_step_flow(ci, member, c.ring_next[e], ring, step, c.ring_route[e], c.ring_bytes, record);
 }
 
 void Run::launch_step_flow(std::uint32_t ci, int member, int to, int ring, int step, RouteId route, double bytes,
@@ -1241,10 +1254,7 @@ void Run::advance_member(std::uint32_t ci, int m, int ring) {
   const std::size_t k = c.slot(m);
   const std::size_t kr = k * static_cast<std::size_t>(c.rings) + static_cast<std::size_t>(ring);
   const int flows = c.steps * c.rings;
-  const bool pairwise = c.spec->kind == sched::CollectiveKind::all_to_all;
-  const int in_flight = pairwise                                               ? 1
-                        : c.spec->engine == model::CommEngine::sm_kernel ? protocols_[c.protocol].chunks_in_flight
-                                                                         : kSimpleChunksInFlight;
+  const int in_flight = c.in_flight;
   for (int next = c.next_step[kr]; next < c.steps && c.ring_sends_done[kr] >= next + 1 - in_flight &&
                                    c.arrived[kr * static_cast<std::size_t>(c.steps) + next - 1] != 0;
        next = c.next_step[kr])
@@ -1269,23 +1279,26 @@ void Run::on_flow_end(FlowId f) {
   const int src_rank = owner.src_rank, dst_rank = owner.dst_rank;
   const int sender = owner.sender, receiver = owner.receiver, step = owner.step, ring = owner.ring, sms = owner.sms;
   const model::CommEngine engine = owner.engine;
-  TransferRecord unkept;
-  TransferRecord& rec = collective == kNone || record_steps_ ? result_.transfers.emplace_back() : unkept;
-  rec.task = task;
-  rec.peer_task = peer_task;
-  rec.src_rank = src_rank;
-  rec.dst_rank = dst_rank;
-  rec.bytes = owner.record_bytes;
-  rec.step = step;
-  rec.engine = engine;
-  rec.start_ps = owner.start_ps;
-  rec.end_ps = now_;
+  // A collective step's record is only built when something reads it (a million a run otherwise).
+  if (collective == kNone || record_steps_ || observer_) {
+    TransferRecord unkept;
+    TransferRecord& rec = collective == kNone || record_steps_ ? result_.transfers.emplace_back() : unkept;
+    rec.task = task;
+    rec.peer_task = peer_task;
+    rec.src_rank = src_rank;
+    rec.dst_rank = dst_rank;
+    rec.bytes = owner.record_bytes;
+    rec.step = step;
+    rec.engine = engine;
+    rec.start_ps = owner.start_ps;
+    rec.end_ps = now_;
+    if (observer_) observer_->on_transfer_end(rec);
+  }
   for (int r : {load_rank(src_rank), load_rank(dst_rank)}) {
     auto& flows = ranks_[r].flows;
     flows.erase(std::find(flows.begin(), flows.end(), f));
     mark_hbm(r);
   }
-  if (observer_) observer_->on_transfer_end(rec);
 
   if (collective == kNone) {
     hold_sms(src_rank, -sms_for(src_rank, engine, sms));
@@ -1375,22 +1388,17 @@ void Run::settle() {
         queue_.push(completion, kFlowEnd, f, flow_handle(f));
       hot.scheduled_ps = completion;
     }
-    hot.payload_bytes_per_s = network_.rate(f) * owners_[f].efficiency;
+    hot.payload_bytes_per_s = network_.rate(f) * hot.efficiency;
     mark_hbm(hot.src_rank);
     mark_hbm(hot.dst_rank);
   }
-  // HBM load is summed afresh (not updated incrementally) so that it returns to exactly zero when
-  // the last transfer leaves and never carries rounding from earlier flows.
+  // Only the kernels read the HBM load: a rank running none keeps hbm_dirty set and sums its flows
+  // when a kernel starts there (rerate()). Every change to those flows or their rates marks the rank,
+  // so the sum is then the one this loop would have left, and a rank that runs kernels after a
+  // settle() always has its load up to date.
   for (int r : dirty_hbm_) {
     RankState& rs = ranks_[r];
-    rs.hbm_dirty = false;
-    double payload_bytes_per_s = 0.0;
-    for (FlowId f : rs.flows) payload_bytes_per_s += flow_hot_[f].payload_bytes_per_s;
-    const double hbm = payload_bytes_per_s * rs.hbm_traffic_factor;
-    if (hbm != rs.hbm_bytes_per_s) {
-      rs.hbm_bytes_per_s = hbm;
-      mark_compute(r);
-    }
+    if (!rs.running.empty() && refresh_hbm(rs)) mark_compute(r);
   }
   dirty_hbm_.clear();
   for (int r : dirty_compute_) {
@@ -1428,12 +1436,25 @@ void Run::update_hbm_port(int rank) {
   network_.set_capacity(hbm_port(rank), hbm_port_capacity(*ranks_[rank].device, demand));
 }
 
+// HBM load is summed afresh (not updated incrementally) so that it returns to exactly zero when the
+// last transfer leaves and never carries rounding from earlier flows. Returns whether it changed.
+bool Run::refresh_hbm(RankState& rs) {
+  rs.hbm_dirty = false;
+  double payload_bytes_per_s = 0.0;
+  for (FlowId f : rs.flows) payload_bytes_per_s += flow_hot_[f].payload_bytes_per_s;
+  const double hbm = payload_bytes_per_s * rs.hbm_traffic_factor;
+  if (hbm == rs.hbm_bytes_per_s) return false;
+  rs.hbm_bytes_per_s = hbm;
+  return true;
+}
+
 // Kernels running together on one rank share its two resources, the SMs' math and HBM, by what each
 // needs of them (share_device()); each gets the cost model's rate for the rank's current
 // communication load times its share.
 void Run::rerate(int rank) {
   RankState& rs = ranks_[rank];
   if (rs.running.empty()) return;
+  if (rs.hbm_dirty) refresh_hbm(rs);
   const model::DeviceLoad load{rs.sms_held, rs.hbm_bytes_per_s};
   share_device(rs.running);
   for (std::size_t i = 0; i < rs.running.size(); ++i) {

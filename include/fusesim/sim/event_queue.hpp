@@ -109,8 +109,10 @@ class EventQueue {
     if (l.count > 0 && time < l.last_time) throw std::logic_error("lane events must be scheduled in time order");
     const std::uint64_t seq_kind = next_seq_kind(time, kind);
     l.push(seq_kind, time, target);
-    if (l.count == 1 && (best_lane_ < 0 || key(time, seq_kind) < key(lanes_[best_lane_].head())))
-      best_lane_ = static_cast<int>(lane);
+    if (l.count == 1) {
+      if (lane < 64) nonempty_lanes_ |= std::uint64_t{1} << lane;
+      if (best_lane_ < 0 || key(time, seq_kind) < key(lanes_[best_lane_].head())) best_lane_ = static_cast<int>(lane);
+    }
   }
 
   // Removes and returns the earliest event (the earliest scheduled among equal times).
@@ -133,7 +135,9 @@ class EventQueue {
   }
   void drop_top() {
     if (top_lane_) {
-      lanes_[best_lane_].pop();
+      Lane& l = lanes_[best_lane_];
+      l.pop();
+      if (l.count == 0 && best_lane_ < 64) nonempty_lanes_ &= ~(std::uint64_t{1} << best_lane_);
       pick_best_lane();
     } else {
       pos_[heap_.front().handle] = kNotQueued;
@@ -202,9 +206,15 @@ class EventQueue {
     return best_lane_ >= 0 && (heap_.empty() || before(lanes_[best_lane_].head(), heap_.front()));
   }
 
+  // Visits the non-empty lanes only (the first 64 through a bit mask): a queue has a dozen lanes, of
+  // which one or two hold events at a time, and this runs at every lane pop.
   void pick_best_lane() {
     best_lane_ = -1;
-    for (std::size_t i = 0; i < lanes_.size(); ++i)
+    for (std::uint64_t m = nonempty_lanes_; m != 0; m &= m - 1) {
+      const int i = __builtin_ctzll(m);
+      if (best_lane_ < 0 || before(lanes_[static_cast<std::size_t>(i)].head(), lanes_[best_lane_].head())) best_lane_ = i;
+    }
+    for (std::size_t i = 64; i < lanes_.size(); ++i)
       if (lanes_[i].count > 0 && (best_lane_ < 0 || before(lanes_[i].head(), lanes_[best_lane_].head())))
         best_lane_ = static_cast<int>(i);
   }
@@ -278,6 +288,7 @@ class EventQueue {
   std::vector<Event> heap_;
   std::vector<std::uint32_t> pos_ = std::vector<std::uint32_t>(1, kNotQueued);  // by handle: index in heap_
   std::vector<Lane> lanes_;
+  std::uint64_t nonempty_lanes_ = 0;  // bit i: lane i (< 64) holds events
   int best_lane_ = -1;     // the lane with the earliest head; -1 when every lane is empty
   bool top_lane_ = false;  // whether the event take_top() returned came from a lane
   std::uint64_t next_seq_ = 0;

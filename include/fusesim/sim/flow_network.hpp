@@ -99,14 +99,20 @@ class FlowNetwork {
   };
 
   void advance(Flow& f, TimePs now);
+  bool solve_closed_route(topo::LinkId seed, std::uint32_t stamp, TimePs now);
   void solve(TimePs now);
-  void apply(FlowId flow, TimePs now);  // takes new_rate_[flow]
+  void apply(FlowId flow, double rate, TimePs now);
 
   std::vector<BytesPerSecond> capacity_;
-  std::vector<std::vector<FlowId>> link_flows_;  // transferring flows on each link, in join order
+  // Transferring flows on each link, in increasing id order: a component that is one route's flows
+  // is then already in the order its rates are applied (solve_closed_route()). Nothing else depends
+  // on the order: the search sorts what it gathers, and the flows progressive filling freezes in one
+  // round all take the same share off each link, in whatever order.
+  std::vector<std::vector<FlowId>> link_flows_;
   std::vector<std::uint32_t> link_visit_;
   std::vector<topo::LinkId> route_links_;
   std::vector<std::uint32_t> route_offset_{0};
+  std::vector<char> route_simple_;  // by route: no link twice
   std::vector<Flow> flows_;
   std::vector<FlowId> free_slots_;
   std::size_t active_ = 0;
