@@ -120,6 +120,7 @@ Architecture parse_model(const JsonObject& m) {
   a.vocab_divisible_by = m.integer_or("vocab_divisible_by", 1, kMaxVocabDivisibleBy, kDefaultVocabDivisibleBy);
   a.causal = m.boolean_or("causal", true);
   a.rotary = m.boolean_or("rotary_embedding", false);
+  a.bias = m.boolean_or("bias", false);
   a.source = m.string("source");
   m.finish();
   if (a.heads % a.kv_heads != 0)
@@ -264,6 +265,10 @@ Workload parse_workload(const JsonDocument& doc) {
   w.optimizer = t.choice_or("optimizer", kOptimizers, "adam") == "sgd" ? Optimizer::sgd : Optimizer::adam;
   w.unfused_attention = t.choice_or("attention", {"flash", "unfused"}, "flash") == "unfused";
   w.eager_elementwise = t.choice_or("elementwise", {"fused", "eager"}, "fused") == "eager";
+  if (t.has("bias_grad")) {
+    w.bias_grad_fused = t.choice("bias_grad", {"kernel", "fused"}) == "fused";
+    if (!w.arch.bias) t.at("bias_grad").fail("bias_grad needs model.bias true (a model without biases has no bias gradient)");
+  }
   // torchtitan's per-op policy saves the output of the fused attention kernel (SDPA); an unfused
   // attention's score GEMMs and softmax are not ops it names.
   if (w.recompute == Recompute::op && w.unfused_attention)

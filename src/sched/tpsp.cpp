@@ -329,11 +329,23 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
                    deps);
   };
 
+  // Bias gradients (model.bias, unless training.bias_grad "fused"): each linear's output gradient
+  // summed over its rows by a reduction kernel of its own (PyTorch's and Megatron-LM's
+  // grad_output.sum(0)); the rows of a row-parallel layer's are those the rank holds after the
+  // reduction its bias follows.
+  auto bias_grad = [&](const std::string& name, std::int64_t rows, std::int64_t cols, Deps d) {
+    if (!sh_.bias_grad_kernels) return d;
+    for (int ti = 0; ti < t_; ++ti)
+      d[ti] = {stream_kernel(ctx, ti, name, "bias_grad", bytes(rows * cols + cols), rows, d[ti])};
+    return d;
+  };
+
   // FC2 (row-parallel): AG of the incoming gradient, dgrad per chunk; wgrad on the gathered gradient.
   const Rows dY{alloc(ctx, "ag+fc2_dgrad/gather", S_, h), dy};
   PerRank d_act_out = alloc(ctx, "act_grad", S_, fl);
-  Deps d_fc2 = ag_region(with("ag+fc2_dgrad"), dY, h, ready,
-                         gemm_work(ctx, "fc2_dgrad", dY, fw.w2, d_act_out, h, fl, true));
+  Deps d_fc2 = bias_grad("fc2_bias_grad", e_, h,
+                         ag_region(with("ag+fc2_dgrad"), dY, h, ready,
+                                   gemm_work(ctx, "fc2_dgrad", dY, fw.w2, d_act_out, h, fl, true)));
   PerRank dw2 = alloc(ctx, "dw2", fl, h);
   const WorkFn fc2_wgrad = wgrad_work(ctx, "fc2_wgrad", Rows{fw.act, {}}, dY, dw2, fl, h);
   each([&](int ti) { return std::vector<TaskId>{full_wgrad(ti, "fc2_wgrad", fc2_wgrad, d_fc2[ti])}; });
@@ -346,6 +358,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
                                 ref(d_fc1_out, ti, all, f1)}),
         d_fc2[ti])};
   });
+  d_act = bias_grad("fc1_bias_grad", S_, f1, std::move(d_act));
   // FC1 (column-parallel): dgrad ends in an RS; wgrad needs the re-gathered LayerNorm output.
   const ColumnGrad fc1_grad = column_parallel_backward(ctx, "fc1", "dw1", d_fc1_out, fw.w1, fw.ln2, f1, d_act);
   const PerRank& d_ln2_out = fc1_grad.d_in;
@@ -367,6 +380,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
         ctx, ti, "residual2_bwd", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
         op(ctx, AddOp{ref(dy, ti, own, h), ref(d_ln2_in, ti, own, h), ref(dh1, ti, own, h)}), {ln})};
   });
+  d_h1 = bias_grad("out_proj_bias_grad", e_, h, std::move(d_h1));
   // Out-projection (row-parallel) and attention.
   const Rows dH1{alloc(ctx, "ag+out_proj_dgrad/gather", S_, h), dh1};
   PerRank d_attn = alloc(ctx, "attn_grad", S_, qn);
@@ -417,7 +431,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
                                        op(ctx, std::move(ab)), grad_in)};
   });
   if (sh_.up > 1) d_att = up_.attention_backward(l, ctx.data, d_attn, d_qkv_out, d_o);
-  d_att = qk_prologue(ctx, d_att, true);
+  d_att = bias_grad("qkv_bias_grad", S_, qkvn, qk_prologue(ctx, d_att, true));
   // QKV (column-parallel).
   const ColumnGrad qkv_grad = up_.fused_backward() ? up_qkv_backward(ctx, fw, d_att)
                                                    : column_parallel_backward(ctx, "qkv", "dw_qkv", d_qkv_out, fw.w_qkv,
@@ -1268,7 +1282,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   r.shape = TpspShape{w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden,
                       a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,
                       w.unfused_attention, w.parallel.pp, w.parallel.virtual_stages, w.parallel.sequence_parallel,
-                      a.rotary,           w.eager_elementwise};
+                      a.rotary,           w.eager_elementwise, a.bias && !w.bias_grad_fused};
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };
   r.kind = compared(Parallelism::tpsp) ? kind : w.schedule.kind;

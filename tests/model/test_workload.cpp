@@ -653,6 +653,15 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
   CHECK(!d.eager_elementwise);
   CHECK(parse(with([](json& x) { x["training"]["elementwise"] = "eager"; })).eager_elementwise);
   CHECK(!parse(with([](json& x) { x["training"]["elementwise"] = "fused"; })).eager_elementwise);
+  // Biases: none unless the model says so; their gradients a kernel each unless fused.
+  CHECK(!d.arch.bias);
+  const Workload biased = parse(with([](json& x) { x["model"]["bias"] = true; }));
+  CHECK(biased.arch.bias);
+  CHECK(!biased.bias_grad_fused);
+  CHECK(parse(with([](json& x) {
+          x["model"]["bias"] = true;
+          x["training"]["bias_grad"] = "fused";
+        })).bias_grad_fused);
   // Clipping: on unless the run turns it off (Megatron-LM, torchtitan and llm-foundry clip by default).
   CHECK(d.clip_grad);
   CHECK(!parse(with([](json& x) { x["training"]["clip_grad"] = false; })).clip_grad);
@@ -673,6 +682,14 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
   expect_error(with([](json& j) { j["training"]["elementwise"] = "compiled"; }), "$.training.elementwise");
   expect_error(with([](json& j) { j["training"]["elementwise"] = true; }), "$.training.elementwise");
   expect_error(with([](json& j) { j["model"]["rotary_embedding"] = "rope"; }), "$.model.rotary_embedding");
+  expect_error(with([](json& j) { j["model"]["bias"] = 1; }), "$.model.bias");
+  // A bias gradient without biases, or of an unknown kind.
+  expect_error(with([](json& j) { j["training"]["bias_grad"] = "fused"; }), "$.training.bias_grad");
+  expect_error(with([](json& j) {
+                 j["model"]["bias"] = true;
+                 j["training"]["bias_grad"] = "epilogue";
+               }),
+               "$.training.bias_grad");
   // Without sequence parallelism: a boolean; not with Ulysses (its sequence split is the norms' too)
   // nor with TransformerEngine's TP overlap (which needs it).
   expect_error(with([](json& j) { j["parallel"]["sequence_parallel"] = "no"; }), "$.parallel.sequence_parallel");

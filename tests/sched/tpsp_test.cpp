@@ -307,6 +307,31 @@ TEST_CASE("Rotary embedding and eager element-wise kernels add the bytes they st
   CHECK(ew(eager, "rope_mul").flops == 0.0);
 }
 
+TEST_CASE("Bias gradients: one reduction per linear over the rows of its output gradient", "[sched][tpsp]") {
+  // A GPT layer at TP 4, s 2048, h 1024, 16 heads, ffn 4096, bf16: S = 2048 rows, n = 512 per rank.
+  // Column-parallel QKV and FC1 sum their [S, N/t] output gradients: QKV N = 3 x 1024 / 4 = 768, FC1
+  // 4096 / 4 = 1024; the row-parallel out-projection and FC2 biases follow the reduce-scatter, so
+  // theirs are over the rank's n = 512 rows of [n, h]. Each reads rows x cols x 2 B and writes cols x 2 B.
+  TpspRequest r;
+  r.shape = TpspShape{4, 1, 1, 2048, 1, 1024, 16, 16, 64, 4096, false, true, 1, topo::Dtype::bf16, false};
+  r.kind = ScheduleKind::baseline;
+  const auto plain = generate_tpsp(r).graph;
+  r.shape.bias_grad_kernels = true;
+  const auto biased = generate_tpsp(r).graph;
+  const auto ew = [&](const std::string& op) {
+    return std::get<model::ElementwiseKernel>(std::get<ComputeTask>(ops_on(biased, 0, op).at(0)->kind).kernel);
+  };
+  CHECK(ew("qkv_bias_grad").bytes == (2048 * 768 + 768) * 2);
+  CHECK(ew("fc1_bias_grad").bytes == (2048 * 1024 + 1024) * 2);
+  CHECK(ew("out_proj_bias_grad").bytes == (512 * 1024 + 1024) * 2);
+  CHECK(ew("fc2_bias_grad").bytes == (512 * 1024 + 1024) * 2);
+  CHECK(ew("fc2_bias_grad").rows == 512);
+  CHECK(ew("qkv_bias_grad").op == "bias_grad");
+  CHECK(ew("qkv_bias_grad").flops == 0.0);
+  // Four per rank, nothing else.
+  CHECK(biased.size() == plain.size() + 4 * 4);
+}
+
 TEST_CASE("fp8 as Transformer Engine runs it: fp8 GEMMs after a cast, everything else bf16", "[sched][tpsp]") {
   TpspRequest r;
   r.shape = TpspShape{8, 1, 1, 8192, 1, 8192, 64, 8, 128, 28672, true, true, 2, topo::Dtype::fp8, false};

@@ -106,6 +106,9 @@ def predict(fusesim, topology, repo, cfg, extra):
     w["training"]["grad_accumulation"] = 1
     w["parallel"] = {"tp": 1, "up": 1, "dp": 1}
     w["schedule"] = {"kind": "baseline"}
+    # train_step.py's "mpt" style has MPT's biases (each linear's bias gradient a reduction kernel);
+    # "plain" and "llama" have none.
+    w["model"]["bias"] = cfg.get("style") == "mpt"
     if cfg.get("style") == "llama":
         # train_step.py's Llama is torchtitan's code in eager PyTorch: rotary embedding in complex
         # form, SwiGLU as silu then a multiply, K/V repeated (training.elementwise "eager").

@@ -32,6 +32,9 @@ struct Architecture {
   // the QKV projection (and its gradient back in the backward). Learned absolute positions cost one
   // add at the embedding and are not emitted; ALiBi costs nothing outside attention.
   bool rotary = false;
+  // Biases in the linear layers ($.model.bias: GPT-2/3, Megatron-LM's GPT, MPT); their gradients are
+  // reductions of the layers' output gradients (Workload::bias_grad_fused says where).
+  bool bias = false;
   std::string source;            // where the configuration comes from
 
   std::int64_t q_width() const { return heads * head_dim; }
@@ -183,6 +186,10 @@ struct Workload {
   // without torch.compile, each its own kernel (sched::TpspShape::eager); "fused" (default): as
   // Megatron-LM, Transformer Engine and torch.compile fuse them.
   bool eager_elementwise = false;
+  // $.training.bias_grad "fused": the bias gradients come out of the wgrad GEMMs' epilogue, as
+  // Transformer Engine computes them (cuBLASLt's BGRADB); "kernel" (default): each a reduction kernel
+  // of its own, as PyTorch's and Megatron-LM's linear layers compute grad_output.sum(0).
+  bool bias_grad_fused = false;
   // $.training.fp8_param_gather (dtype fp8 with ZeRO-3 only): the layers' parameters gathered in e4m3,
   // as torchao's float8 training does with enable_fsdp_float8_all_gather.
   bool fp8_param_gather = false;

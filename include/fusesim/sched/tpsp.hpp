@@ -52,6 +52,9 @@ struct TpspShape {
   // contiguous (and its gradient), and the input gradients of the separate q/k/v and gate/up
   // projections summed by add kernels. Each is a kernel of its own, priced by the bytes it streams.
   bool eager = false;
+  // $.model.bias without $.training.bias_grad "fused": the backward sums each linear's output
+  // gradient over its rows in a reduction kernel of its own (Builder::backward_layer).
+  bool bias_grad_kernels = false;
 
   // fp8 training as Transformer Engine runs it: the GEMMs of the layers take e4m3 operands, cast from
   // bf16 just before; activations, attention, norms, communication and the embedding and LM head stay
