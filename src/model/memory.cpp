@@ -116,7 +116,10 @@ Bytes layer_activation_bytes(const Workload& w) {
   // FC1 output (gate and up halves when gated) and the activation's output (FC2 input); eager SwiGLU's
   // multiply keeps silu's output besides.
   const Bytes mlp = mul(gemm_tokens, ffn, a.gated_mlp ? (w.eager_elementwise ? 4 : 3) : 2, e);
-  return add(inputs, attention, softmax, mlp);
+  // Hidden dropout: the 1-byte masks of the two dropouts after attention and the MLP, on the rows the
+  // residual adds run on (Korthikanti et al.'s 2 sbh of the 34).
+  const Bytes masks = w.hidden_dropout > 0.0 ? mul(2, shard, a.hidden) : 0;
+  return add(inputs, attention, softmax, mlp, masks);
 }
 
 // Recompute::op (torchtitan's per-op checkpointing): what a layer keeps when it saves its matmuls'

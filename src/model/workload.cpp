@@ -265,6 +265,7 @@ Workload parse_workload(const JsonDocument& doc) {
   w.optimizer = t.choice_or("optimizer", kOptimizers, "adam") == "sgd" ? Optimizer::sgd : Optimizer::adam;
   w.unfused_attention = t.choice_or("attention", {"flash", "unfused"}, "flash") == "unfused";
   w.eager_elementwise = t.choice_or("elementwise", {"fused", "eager"}, "fused") == "eager";
+  w.hidden_dropout = t.number_or("hidden_dropout", 0.0, 0.99, 0.0);
   if (t.has("bias_grad")) {
     w.bias_grad_fused = t.choice("bias_grad", {"kernel", "fused"}) == "fused";
     if (!w.arch.bias) t.at("bias_grad").fail("bias_grad needs model.bias true (a model without biases has no bias gradient)");

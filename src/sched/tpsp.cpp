@@ -234,8 +234,8 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   const Rows g2{alloc(ctx, "ag+fc1/gather", S_, h), alloc(ctx, "ln2_out", n_, h)};
   Deps d_ln2(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti) {
-    const TaskId a = elementwise(ctx, ti, "residual1", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
-                                 op(ctx, AddOp{ref(x, ti, RowSpan{0, n_}, h), ref(attn_out, ti, RowSpan{0, n_}, h),
+    const TaskId a = residual_add(ctx, ti, "residual1", e_,
+                                  op(ctx, AddOp{ref(x, ti, RowSpan{0, n_}, h), ref(attn_out, ti, RowSpan{0, n_}, h),
                                                ref(h1, ti, RowSpan{0, n_}, h)}),
                                  d_attn_rs[ti]);
     d_ln2[ti] = {elementwise(ctx, ti, "ln2", "layernorm", 2 * e_ * h, e_, 8.0 * e_ * h,
@@ -262,8 +262,8 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   out.y = alloc(ctx, "y", n_, h);
   out.done.resize(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < t_; ++ti)
-    out.done[ti] = {elementwise(ctx, ti, "residual2", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
-                                op(ctx, AddOp{ref(h1, ti, RowSpan{0, n_}, h), ref(mlp_out, ti, RowSpan{0, n_}, h),
+    out.done[ti] = {residual_add(ctx, ti, "residual2", e_,
+                                 op(ctx, AddOp{ref(h1, ti, RowSpan{0, n_}, h), ref(mlp_out, ti, RowSpan{0, n_}, h),
                                               ref(out.y, ti, RowSpan{0, n_}, h)}),
                                 d_fc2[ti])};
   out.saved = LayerData{x, w_qkv, w_o, w1, w2, g1.shard, g2.shard, qkv, attn, f, act, h1};
@@ -293,7 +293,7 @@ Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
   // The rotated (and, eager, repeated) q and k feed SDPA's backward and are no matmul outputs.
   ready = qk_prologue(rc, ready);
   for (int ti = 0; ti < t_; ++ti) {
-    TaskId d = elementwise(rc, ti, "residual1", "add", 3 * e_ * h, e_, 1.0 * e_ * h, -1, ready[ti]);
+    TaskId d = residual_add(rc, ti, "residual1", e_, -1, ready[ti]);
     d = elementwise(rc, ti, "ln2", "layernorm", 2 * e_ * h, e_, 8.0 * e_ * h, -1, {d});
     if (sh_.gated)
       d = compute(ti, prefix(rc) + "/fc1_up", model::GemmKernel{S_, fl, h, 1}, labels(rc, -1, "fc1_up"), -1, {d});
@@ -340,11 +340,20 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     return d;
   };
 
+  // Hidden dropout: each branch's gradient is the incoming one through the dropout's mask (gradient and
+  // mask read, the branch's written) before the branch's row-parallel GEMM gathers it.
+  auto dropout_bwd = [&](const std::string& name, Deps d) {
+    if (!sh_.hidden_dropout) return d;
+    for (int ti = 0; ti < t_; ++ti)
+      d[ti] = {stream_kernel(ctx, ti, name, "dropout_bwd", bytes(2 * e_ * h) + e_ * h, e_, d[ti])};
+    return d;
+  };
+
   // FC2 (row-parallel): AG of the incoming gradient, dgrad per chunk; wgrad on the gathered gradient.
   const Rows dY{alloc(ctx, "ag+fc2_dgrad/gather", S_, h), dy};
   PerRank d_act_out = alloc(ctx, "act_grad", S_, fl);
   Deps d_fc2 = bias_grad("fc2_bias_grad", e_, h,
-                         ag_region(with("ag+fc2_dgrad"), dY, h, ready,
+                         ag_region(with("ag+fc2_dgrad"), dY, h, dropout_bwd("residual2_dropout_bwd", ready),
                                    gemm_work(ctx, "fc2_dgrad", dY, fw.w2, d_act_out, h, fl, true)));
   PerRank dw2 = alloc(ctx, "dw2", fl, h);
   const WorkFn fc2_wgrad = wgrad_work(ctx, "fc2_wgrad", Rows{fw.act, {}}, dY, dw2, fl, h);
@@ -380,7 +389,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
         ctx, ti, "residual2_bwd", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
         op(ctx, AddOp{ref(dy, ti, own, h), ref(d_ln2_in, ti, own, h), ref(dh1, ti, own, h)}), {ln})};
   });
-  d_h1 = bias_grad("out_proj_bias_grad", e_, h, std::move(d_h1));
+  d_h1 = bias_grad("out_proj_bias_grad", e_, h, dropout_bwd("residual1_dropout_bwd", std::move(d_h1)));
   // Out-projection (row-parallel) and attention.
   const Rows dH1{alloc(ctx, "ag+out_proj_dgrad/gather", S_, h), dh1};
   PerRank d_attn = alloc(ctx, "attn_grad", S_, qn);
@@ -1282,7 +1291,8 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   r.shape = TpspShape{w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden,
                       a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,
                       w.unfused_attention, w.parallel.pp, w.parallel.virtual_stages, w.parallel.sequence_parallel,
-                      a.rotary,           w.eager_elementwise, a.bias && !w.bias_grad_fused};
+                      a.rotary,           w.eager_elementwise, a.bias && !w.bias_grad_fused,
+                      w.hidden_dropout > 0.0};
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };
   r.kind = compared(Parallelism::tpsp) ? kind : w.schedule.kind;

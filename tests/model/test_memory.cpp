@@ -148,6 +148,13 @@ TEST_CASE("Activations match Korthikanti et al. for a GPT-style layer without dr
   w.parallel.tp = 2;
   w.parallel.up = 2;
   CHECK(activation_bytes_per_rank(w) == 67'239'936);
+  // With hidden dropout, its two 1-byte masks of sbh / t make Korthikanti's 34 sbh / t exactly: 34 x
+  // 4,194,304 / 4 = 35,651,584, plus the log-sum-exp 65,536, per layer; two layers 71,434,240.
+  w.parallel.tp = 4;
+  w.parallel.up = 1;
+  w.hidden_dropout = 0.1;
+  CHECK(activation_bytes_per_rank(w) == 71'434'240);
+  w.hidden_dropout = 0.0;
 
   // Unfused attention (Megatron before FlashAttention) keeps Korthikanti's 5as/h term in place of the
   // log-sum-exp: 5 a s^2 b / t = 5 x 16 x 2048^2 x 2 / 4 = 167,772,160 bytes per layer at tp 4

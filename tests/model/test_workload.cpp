@@ -653,6 +653,9 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
   CHECK(!d.eager_elementwise);
   CHECK(parse(with([](json& x) { x["training"]["elementwise"] = "eager"; })).eager_elementwise);
   CHECK(!parse(with([](json& x) { x["training"]["elementwise"] = "fused"; })).eager_elementwise);
+  // Hidden dropout: none unless given, a probability below 1.
+  CHECK(d.hidden_dropout == 0.0);
+  CHECK(parse(with([](json& x) { x["training"]["hidden_dropout"] = 0.1; })).hidden_dropout == 0.1);
   // Biases: none unless the model says so; their gradients a kernel each unless fused.
   CHECK(!d.arch.bias);
   const Workload biased = parse(with([](json& x) { x["model"]["bias"] = true; }));
@@ -683,6 +686,9 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
   expect_error(with([](json& j) { j["training"]["elementwise"] = true; }), "$.training.elementwise");
   expect_error(with([](json& j) { j["model"]["rotary_embedding"] = "rope"; }), "$.model.rotary_embedding");
   expect_error(with([](json& j) { j["model"]["bias"] = 1; }), "$.model.bias");
+  expect_error(with([](json& j) { j["training"]["hidden_dropout"] = 1.0; }), "$.training.hidden_dropout");
+  expect_error(with([](json& j) { j["training"]["hidden_dropout"] = -0.1; }), "$.training.hidden_dropout");
+  expect_error(with([](json& j) { j["training"]["hidden_dropout"] = true; }), "$.training.hidden_dropout");
   // A bias gradient without biases, or of an unknown kind.
   expect_error(with([](json& j) { j["training"]["bias_grad"] = "fused"; }), "$.training.bias_grad");
   expect_error(with([](json& j) {

@@ -332,6 +332,32 @@ TEST_CASE("Bias gradients: one reduction per linear over the rows of its output 
   CHECK(biased.size() == plain.size() + 4 * 4);
 }
 
+TEST_CASE("Hidden dropout: masks written by the residual adds, read by the dropouts' backward", "[sched][tpsp]") {
+  // The GPT layer of the bias test at TP 4: the residual adds run on n = 512 rows of h = 1024. Fused
+  // bias-dropout-add reads two and writes one in bf16 and writes the 1-byte mask: (3 x 2 + 1) x 512 x
+  // 1024 = 3,670,016 B instead of 3,145,728. Each dropout's backward reads the gradient and the mask
+  // and writes the branch's gradient: (2 x 2 + 1) x 512 x 1024 = 2,621,440 B. The backward's residual
+  // adds are plain adds.
+  TpspRequest r;
+  r.shape = TpspShape{4, 1, 1, 2048, 1, 1024, 16, 16, 64, 4096, false, true, 1, topo::Dtype::bf16, false};
+  r.kind = ScheduleKind::baseline;
+  const auto plain = generate_tpsp(r).graph;
+  r.shape.hidden_dropout = true;
+  const auto dropped = generate_tpsp(r).graph;
+  const auto ew = [](const TaskGraph& g, const std::string& op) {
+    return std::get<model::ElementwiseKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
+  };
+  for (const std::string op : {"residual1", "residual2"}) {
+    CHECK(ew(plain, op).bytes == 3'145'728);
+    CHECK(ew(dropped, op).bytes == 3'670'016);
+    CHECK(ew(dropped, op).op == "dropout_add");
+  }
+  CHECK(ew(dropped, "residual2_bwd").bytes == 3'145'728);
+  CHECK(ew(dropped, "residual1_dropout_bwd").bytes == 2'621'440);
+  CHECK(ew(dropped, "residual2_dropout_bwd").bytes == 2'621'440);
+  CHECK(dropped.size() == plain.size() + 2 * 4);
+}
+
 TEST_CASE("fp8 as Transformer Engine runs it: fp8 GEMMs after a cast, everything else bf16", "[sched][tpsp]") {
   TpspRequest r;
   r.shape = TpspShape{8, 1, 1, 8192, 1, 8192, 64, 8, 128, 28672, true, true, 2, topo::Dtype::fp8, false};

@@ -190,6 +190,10 @@ struct Workload {
   // Transformer Engine computes them (cuBLASLt's BGRADB); "kernel" (default): each a reduction kernel
   // of its own, as PyTorch's and Megatron-LM's linear layers compute grad_output.sum(0).
   bool bias_grad_fused = false;
+  // $.training.hidden_dropout: the dropout after the attention and MLP blocks (Megatron-LM's
+  // --hidden-dropout, 0.1 by default), fused with the bias and the residual add; 0: none. Its cost does
+  // not depend on the probability: a 1-byte mask per element written forward, read backward.
+  double hidden_dropout = 0.0;
   // $.training.fp8_param_gather (dtype fp8 with ZeRO-3 only): the layers' parameters gathered in e4m3,
   // as torchao's float8 training does with enable_fsdp_float8_all_gather.
   bool fp8_param_gather = false;

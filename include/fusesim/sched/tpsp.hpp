@@ -55,6 +55,10 @@ struct TpspShape {
   // $.model.bias without $.training.bias_grad "fused": the backward sums each linear's output
   // gradient over its rows in a reduction kernel of its own (Builder::backward_layer).
   bool bias_grad_kernels = false;
+  // $.training.hidden_dropout > 0: each residual add is Megatron's fused bias-dropout-add (its 1-byte
+  // mask written too) and the backward runs each dropout's backward (gradient and mask read, the
+  // branch's gradient written) before the branch.
+  bool hidden_dropout = false;
 
   // fp8 training as Transformer Engine runs it: the GEMMs of the layers take e4m3 operands, cast from
   // bf16 just before; activations, attention, norms, communication and the embedding and LM head stay

@@ -292,6 +292,17 @@ class Builder {
                    model::ElementwiseKernel{std::move(kind), bytes(traffic_elems), flops, rows}, labels(ctx, -1, name),
                    data_op, deps);
   }
+  // A residual add of `rows` x h (reads two, writes one); with hidden dropout Megatron's fused
+  // bias-dropout-add, which also writes the dropout's 1-byte mask.
+  TaskId residual_add(const OpCtx& ctx, int ti, const std::string& name, std::int64_t rows, std::int32_t data_op,
+                      const std::vector<TaskId>& deps) {
+    const std::int64_t n = rows * sh_.hidden;
+    const bool dropout = sh_.hidden_dropout && ctx.forward;
+    return compute(ti, fmt::format("{}/{}", prefix(ctx), name),
+                   model::ElementwiseKernel{dropout ? "dropout_add" : "add", bytes(3 * n) + (dropout ? n : 0),
+                                            static_cast<Flops>(n), rows},
+                   labels(ctx, -1, name), data_op, deps);
+  }
 
   // A kernel that moves data the reference computation does not model (a cast, a copy, one multiply
   // of an unfused SwiGLU): timing only, no FLOPs counted, `bytes` read and written in all.
