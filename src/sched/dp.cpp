@@ -527,7 +527,6 @@ std::vector<TaskId> DpSync::gather_updated(int rank, const std::vector<TaskId>& 
 
 std::vector<TaskId> DpSync::gather_layer(int rank, const std::string& name, int layer, std::int64_t elements,
                                          const std::vector<TaskId>& deps) {
-  RankState& st = ranks_[rank];
   TaskLabels l;
   l.region = region(name + "/dp_param_ag");
   l.layer = layer;
@@ -536,33 +535,28 @@ std::vector<TaskId> DpSync::gather_layer(int rank, const std::string& name, int 
   const Bytes gathered = layer >= 0 && cfg_.layer_gather_dtype
                              ? elements * topo::bytes_per_element(*cfg_.layer_gather_dtype)
                              : param_bytes(elements);
-  if (cfg_.as_p2p)
-    return p2p_collective(rank, CollectiveKind::all_gather, gathered, name + "/dp_param_ag",
-                          comm_.gather_stream, l, deps, {});
-  const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
-  return {add(rank, name + "/dp_param_ag", comm_.gather_stream,
-              CollectiveTask{CollectiveKind::all_gather, group(rank), gathered, instance, comm_.collective_engine,
-                             comm_.sms},
-              std::move(l), -1, deps)};
+  return timing_collective(rank, CollectiveKind::all_gather, gathered, name + "/dp_param_ag", comm_.gather_stream,
+                           std::move(l), deps);
 }
 
 std::vector<TaskId> DpSync::reduce_layer(int rank, const std::string& name, int layer, std::int64_t elements,
                                          const std::vector<TaskId>& deps) {
-  RankState& st = ranks_[rank];
   TaskLabels l;
   l.region = region(name + "/dp_grad_rs");
   l.layer = layer;
   l.phase = Phase::backward;
   l.op = "dp_reduce_scatter";
-  const Bytes reduced = bytes(elements);
-  if (cfg_.as_p2p)
-    return p2p_collective(rank, CollectiveKind::reduce_scatter, reduced, name + "/dp_grad_rs", comm_.collective_stream,
-                          l, deps, {});
-  const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
-  return {add(rank, name + "/dp_grad_rs", comm_.collective_stream,
-              CollectiveTask{CollectiveKind::reduce_scatter, group(rank), reduced, instance, comm_.collective_engine,
-                             comm_.sms},
-              std::move(l), -1, deps)};
+  return timing_collective(rank, CollectiveKind::reduce_scatter, bytes(elements), name + "/dp_grad_rs",
+                           comm_.collective_stream, std::move(l), deps);
+}
+
+std::vector<TaskId> DpSync::timing_collective(int rank, CollectiveKind kind, Bytes total, const std::string& name,
+                                              StreamRef stream, TaskLabels labels, const std::vector<TaskId>& deps) {
+  if (cfg_.as_p2p) return p2p_collective(rank, kind, total, name, stream, labels, deps, {});
+  const std::int64_t instance = kDpInstance0 + ranks_[rank].collectives++ * cfg_.members + member(rank);
+  return {add(rank, name, stream,
+              CollectiveTask{kind, group(rank), total, instance, comm_.collective_engine, comm_.sms},
+              std::move(labels), -1, deps)};
 }
 
 BufferId DpSync::synced(int rank, int j) const {

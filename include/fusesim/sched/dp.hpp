@@ -202,6 +202,10 @@ class DpSync {
   // ring_stream(stream, k): returns each ring's last receive. `grads`: the rank's gradients (indices
   // into its list) the collective moves, with dataflow when they carry buffers; empty: timing only
   // (ZeRO-3 layer gathers).
+  // A collective over the rank's DP group that carries no data (ZeRO-3's layer gathers and
+  // reduce-scatters): one task, or its ring of P2P steps in the P2P form.
+  std::vector<TaskId> timing_collective(int rank, CollectiveKind kind, Bytes total, const std::string& name,
+                                        StreamRef stream, TaskLabels labels, const std::vector<TaskId>& deps);
   std::vector<TaskId> p2p_collective(int rank, CollectiveKind kind, Bytes total, const std::string& name, StreamRef stream,
                         const TaskLabels& labels, const std::vector<TaskId>& deps, const std::vector<int>& grads);
 
