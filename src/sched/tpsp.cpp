@@ -236,8 +236,8 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   for (int ti = 0; ti < t_; ++ti) {
     const TaskId a = residual_add(ctx, ti, "residual1", e_,
                                   op(ctx, AddOp{ref(x, ti, RowSpan{0, n_}, h), ref(attn_out, ti, RowSpan{0, n_}, h),
-                                               ref(h1, ti, RowSpan{0, n_}, h)}),
-                                 d_attn_rs[ti]);
+                                                ref(h1, ti, RowSpan{0, n_}, h)}),
+                                  d_attn_rs[ti]);
     d_ln2[ti] = {elementwise(ctx, ti, "ln2", "layernorm", 2 * e_ * h, e_, 8.0 * e_ * h,
                              op(ctx, NormOp{ref(h1, ti, RowSpan{0, n_}, h), ref(g2.shard, ti, RowSpan{0, n_}, h)}), {a})};
   }
@@ -264,8 +264,8 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   for (int ti = 0; ti < t_; ++ti)
     out.done[ti] = {residual_add(ctx, ti, "residual2", e_,
                                  op(ctx, AddOp{ref(h1, ti, RowSpan{0, n_}, h), ref(mlp_out, ti, RowSpan{0, n_}, h),
-                                              ref(out.y, ti, RowSpan{0, n_}, h)}),
-                                d_fc2[ti])};
+                                               ref(out.y, ti, RowSpan{0, n_}, h)}),
+                                 d_fc2[ti])};
   out.saved = LayerData{x, w_qkv, w_o, w1, w2, g1.shard, g2.shard, qkv, attn, f, act, h1};
   return out;
 }
@@ -377,10 +377,8 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   PerRank dh1 = alloc(ctx, "h1_grad", n_, h);
   Deps d_h1 = each([&](int ti) {
     // Eager autograd sums the input gradients of the separate gate and up projections (w1, w3).
-    const std::vector<TaskId> summed = sh_.eager && sh_.gated ? std::vector<TaskId>{stream_kernel(
-                                                                    ctx, ti, "fc1_dgrad_sum", "add", bytes(3 * e_ * h), e_,
-                                                                    d_fc1[ti])}
-                                                              : d_fc1[ti];
+    std::vector<TaskId> summed = d_fc1[ti];
+    if (sh_.eager && sh_.gated) summed = {stream_kernel(ctx, ti, "fc1_dgrad_sum", "add", bytes(3 * e_ * h), e_, summed)};
     const TaskId ln = elementwise(
         ctx, ti, "ln2_bwd", "layernorm_bwd", 3 * e_ * h, e_, 10.0 * e_ * h,
         op(ctx, NormBwdOp{ref(fw.h1, ti, own, h), ref(d_ln2_out, ti, own, h), ref(d_ln2_in, ti, own, h)}), summed);
