@@ -267,7 +267,7 @@ Bytes comm_buffer_bytes_per_rank(const Workload& w, ScheduleKind kind, Bytes com
     const std::int64_t layer_params = layer_params_per_tp_rank(a, p.tp);
     if (kind == ScheduleKind::slice) {
       // Bucketed overlap: one bucket being reduced while the next one fills.
-      total = add(total, mul(2, w.schedule.dp_bucket_bytes));
+      total = add(total, mul(2, dp_bucket_bytes(w)));
     } else if (kind == ScheduleKind::commfuse) {
       // Ring P2P of one layer's gradient in dp chunks: the chunk sent and the chunk received.
       total = add(total, mul(2, ceil_div(layer_params, sync_ranks), topo::bytes_per_element(w.gradient_dtype())));

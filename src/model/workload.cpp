@@ -238,6 +238,15 @@ void validate_workload(const Workload& w, const std::string& file) {
                         tokens, widest));
 }
 
+Bytes dp_bucket_bytes(const Workload& w) {
+  if (w.schedule.dp_bucket_bytes_given) return w.schedule.dp_bucket_bytes;
+  if (w.parallel.dp_sharding == DpSharding::zero1 || w.parallel.dp_sharding == DpSharding::zero2) {
+    const std::int64_t elements = std::max<std::int64_t>(40'000'000, std::int64_t{1'000'000} * w.parallel.dp);
+    return elements * topo::bytes_per_element(w.gradient_dtype());
+  }
+  return w.schedule.dp_bucket_bytes;
+}
+
 Workload parse_workload(const JsonDocument& doc) {
   const JsonObject root = doc.root();
   const std::string& file = doc.file();
@@ -339,6 +348,7 @@ Workload parse_workload(const JsonDocument& doc) {
   if (auto sms = s.find("comm_sms")) w.schedule.comm_sms = static_cast<int>(sms->as_integer(1, kMaxCommSms));
   w.schedule.query_split_attention = s.boolean_or("query_split_attention", false);
   w.schedule.dp_bucket_bytes = s.integer_or("dp_bucket_bytes", 1, kMaxBucketBytes, kDefaultBucketBytes);
+  w.schedule.dp_bucket_bytes_given = s.has("dp_bucket_bytes");
   w.schedule.dp_serial_baseline = s.choice_or("dp_baseline", {"bucketed", "serial"}, "bucketed") == "serial";
   w.schedule.tp_baseline_te_userbuffers =
       s.choice_or("tp_baseline", {"collective", "te_userbuffers"}, "collective") == "te_userbuffers";

@@ -1304,6 +1304,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                                  "tp x up x 4 = {}",
                                  w.sequence_length, std::int64_t{w.parallel.tp} * w.parallel.up * 4));
   r.schedule = w.schedule;
+  r.schedule.dp_bucket_bytes = model::dp_bucket_bytes(w);
   r.options = options;
   r.step = StepOptions{w.grad_accumulation, w.recompute,      w.parallel.dp_sharding,          a.vocab,
                        w.gradient_dtype(),  w.parallel.overlap_param_gather, w.recompute_every,

@@ -612,6 +612,22 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
   CHECK(w.recompute == Recompute::full);
   CHECK(w.optimizer == Optimizer::sgd);
   CHECK(w.schedule.dp_bucket_bytes == 50'000'000);
+  CHECK(dp_bucket_bytes(w) == 50'000'000);  // given: the file's, whatever the sharding
+  // Not given: the framework's bucket. DDP and ZeRO-3 (PyTorch DDP, FSDP): 25 MB. ZeRO-1/2 (Megatron-
+  // Core's distributed optimizer): max(40M, 1M x dp) fp32 gradient elements: 40M x 4 B = 160 MB at
+  // dp 8 or 40; 48M x 4 B = 192 MB at dp 48; in bf16 gradients (grad_reduce_dtype) half of it.
+  CHECK(dp_bucket_bytes(d) == 25'000'000);
+  Workload z = d;
+  z.parallel.dp_sharding = DpSharding::zero1;
+  z.parallel.dp = 8;
+  CHECK(dp_bucket_bytes(z) == 160'000'000);
+  z.parallel.dp = 48;
+  CHECK(dp_bucket_bytes(z) == 192'000'000);
+  z.parallel.dp_sharding = DpSharding::zero2;
+  z.grad_reduce_dtype = topo::Dtype::bf16;
+  CHECK(dp_bucket_bytes(z) == 96'000'000);
+  z.parallel.dp_sharding = DpSharding::zero3;
+  CHECK(dp_bucket_bytes(z) == 25'000'000);
   for (const char* s : {"ddp", "zero1", "zero2", "zero3"})
     CHECK(to_string(parse(with([&](json& x) { x["parallel"]["dp_sharding"] = s; })).parallel.dp_sharding) == s);
   for (const char* s : {"none", "selective", "full", "op"})

@@ -71,6 +71,7 @@ struct ScheduleOptions {
   std::optional<int> comm_sms;               // SMs an SM-based kernel holds; default from the device model
   bool query_split_attention = false;        // CommFuse: attention + out-projection per query chunk
   Bytes dp_bucket_bytes = 25 * 1000 * 1000;  // DP bucketed overlap: gradient bucket size ($.schedule.dp_bucket_bytes)
+  bool dp_bucket_bytes_given = false;         // the file gave it; else model::dp_bucket_bytes() picks the framework's
   // What the DP baseline is ($.schedule.dp_baseline): "bucketed" (the default: PyTorch DDP's and
   // Megatron's distributed optimizer's overlapped buckets, what users run) or "serial" (one collective
   // after the whole backward, and one parameter all-gather after the optimizer: nobody runs it, but it
@@ -209,6 +210,13 @@ struct Workload {
 
 // Reads and checks a workload file: divisibility (heads by tp*up, kv heads, sequence by tp*up*...,
 // hidden by heads) is checked here; fit to a cluster by check_fits().
+// The DP bucket a workload's bucketed gradient sync uses: the file's `schedule.dp_bucket_bytes`, else
+// the default of the framework its sharding stands for: Megatron-Core's distributed optimizer for
+// zero1/zero2, max(40M, 1M x dp) gradient elements (megatron/core/distributed/
+// distributed_data_parallel.py, core_r0.8.0) in the gradient type; PyTorch DDP's bucket_cap_mb of
+// 25 MB for ddp and zero3.
+Bytes dp_bucket_bytes(const Workload& w);
+
 Workload load_workload(const std::string& name_or_path);   // path or shipped name ("llama-3-70b")
 Workload parse_workload(const JsonDocument& doc);
 // The consistency checks of parse_workload (divisibility of heads, key/value heads and sequence by the
