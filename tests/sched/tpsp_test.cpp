@@ -36,6 +36,11 @@ std::vector<const Task*> ops_on(const TaskGraph& g, int rank, const std::string&
   return v;
 }
 
+// The element-wise kernel of rank 0's first task of `op`.
+model::ElementwiseKernel ew(const TaskGraph& g, const std::string& op) {
+  return std::get<model::ElementwiseKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
+}
+
 }  // namespace
 
 TEST_CASE("task counts per rank of AG+GEMM and GEMM+RS in every schedule", "[sched][tpsp]") {
@@ -227,9 +232,6 @@ TEST_CASE("Without sequence parallelism every TP rank runs the norms and residua
   const auto sp = generate_tpsp(r).graph;
   r.shape.sequence_parallel = false;
   const auto no_sp = generate_tpsp(r).graph;
-  const auto ew = [](const TaskGraph& g, const std::string& op) {
-    return std::get<model::ElementwiseKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
-  };
   // The norm reads and writes [rows, 8192] bf16: 2 x rows x 8192 x 2 B; the residual add reads two and
   // writes one: 3 x rows x 8192 x 2 B. rows 1024 with SP, 8192 without.
   for (const std::string op : {"ln1", "ln2", "ln1_bwd", "ln2_bwd", "residual1", "residual2", "residual1_bwd",
@@ -262,9 +264,6 @@ TEST_CASE("Rotary embedding and eager element-wise kernels add the bytes they st
   const auto fused = generate_tpsp(r).graph;
   r.shape.eager = true;
   const auto eager = generate_tpsp(r).graph;
-  const auto ew = [](const TaskGraph& g, const std::string& op) {
-    return std::get<model::ElementwiseKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
-  };
   const auto has = [](const TaskGraph& g, const std::string& op) { return !ops_on(g, 0, op).empty(); };
   const std::int64_t S = 8192, q = 4096, kv = 1024, f = 14336, h = 4096;
   // Fused: one rope kernel each way, reading and writing q and k once in bf16: 2 x S x (q + kv) x 2 B.
@@ -318,16 +317,13 @@ TEST_CASE("Bias gradients: one reduction per linear over the rows of its output 
   const auto plain = generate_tpsp(r).graph;
   r.shape.bias_grad_kernels = true;
   const auto biased = generate_tpsp(r).graph;
-  const auto ew = [&](const std::string& op) {
-    return std::get<model::ElementwiseKernel>(std::get<ComputeTask>(ops_on(biased, 0, op).at(0)->kind).kernel);
-  };
-  CHECK(ew("qkv_bias_grad").bytes == (2048 * 768 + 768) * 2);
-  CHECK(ew("fc1_bias_grad").bytes == (2048 * 1024 + 1024) * 2);
-  CHECK(ew("out_proj_bias_grad").bytes == (512 * 1024 + 1024) * 2);
-  CHECK(ew("fc2_bias_grad").bytes == (512 * 1024 + 1024) * 2);
-  CHECK(ew("fc2_bias_grad").rows == 512);
-  CHECK(ew("qkv_bias_grad").op == "bias_grad");
-  CHECK(ew("qkv_bias_grad").flops == 0.0);
+  CHECK(ew(biased, "qkv_bias_grad").bytes == (2048 * 768 + 768) * 2);
+  CHECK(ew(biased, "fc1_bias_grad").bytes == (2048 * 1024 + 1024) * 2);
+  CHECK(ew(biased, "out_proj_bias_grad").bytes == (512 * 1024 + 1024) * 2);
+  CHECK(ew(biased, "fc2_bias_grad").bytes == (512 * 1024 + 1024) * 2);
+  CHECK(ew(biased, "fc2_bias_grad").rows == 512);
+  CHECK(ew(biased, "qkv_bias_grad").op == "bias_grad");
+  CHECK(ew(biased, "qkv_bias_grad").flops == 0.0);
   // Four per rank, nothing else.
   CHECK(biased.size() == plain.size() + 4 * 4);
 }
@@ -344,9 +340,6 @@ TEST_CASE("Hidden dropout: masks written by the residual adds, read by the dropo
   const auto plain = generate_tpsp(r).graph;
   r.shape.hidden_dropout = true;
   const auto dropped = generate_tpsp(r).graph;
-  const auto ew = [](const TaskGraph& g, const std::string& op) {
-    return std::get<model::ElementwiseKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
-  };
   for (const std::string op : {"residual1", "residual2"}) {
     CHECK(ew(plain, op).bytes == 3'145'728);
     CHECK(ew(dropped, op).bytes == 3'670'016);
