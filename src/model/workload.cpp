@@ -297,6 +297,10 @@ Workload parse_workload(const JsonDocument& doc) {
     if (w.fp8_param_gather && w.dtype != topo::Dtype::fp8)
       fp8_gather->fail("fp8_param_gather needs training.dtype \"fp8\" (the gathered weights feed fp8 GEMMs)");
   }
+  if (t.has("fp8_scaling")) {
+    w.fp8_dynamic_scaling = t.choice("fp8_scaling", {"delayed", "dynamic"}) == "dynamic";
+    if (w.dtype != topo::Dtype::fp8) t.at("fp8_scaling").fail("fp8_scaling needs training.dtype \"fp8\"");
+  }
   t.finish();
 
   const JsonObject p = root.object("parallel");

@@ -274,8 +274,11 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
 // _apply_ac_to_transformer_block): a block saves the outputs of its matmuls except every second one
 // (in forward order wq, wk, wv, wo, w1, w3, w2: wk, wo and w3 are not saved) and of attention; with
 // torch.compile only what the backward reads runs again. That is the norms and the first residual add
-// (the GEMM inputs), K's projection, the up half of a gated FC1 and the activation: wo's output feeds
-// nothing the backward reads. The TP all-gather of a norm's output is not repeated here: the backward
+// (the GEMM inputs), K's projection, the up half of a gated FC1 and the activation. The residual add
+// reads wo's output: with TP the policy saves the reduce-scatter's output it reads instead
+// (_c10d_functional.reduce_scatter_tensor), without TP wo's GEMM runs again (on one H200, torchtitan's
+// compiled Llama-3.1-8B block ran three forward GEMMs again per layer, wk, wo and w3: docs/validation.md,
+// "torchtitan's float8 layer on one H200"). The TP all-gather of a norm's output is not repeated here: the backward
 // gathers each column-parallel GEMM's input again anyway (backward_layer), which is the gather the
 // recomputation would run.
 Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
@@ -293,7 +296,11 @@ Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
   // The rotated (and, eager, repeated) q and k feed SDPA's backward and are no matmul outputs.
   ready = qk_prologue(rc, ready);
   for (int ti = 0; ti < t_; ++ti) {
-    TaskId d = residual_add(rc, ti, "residual1", e_, -1, ready[ti]);
+    std::vector<TaskId> add_inputs = ready[ti];
+    if (t_ == 1)
+      add_inputs = {compute(ti, prefix(rc) + "/out_proj", model::GemmKernel{S_, h, sh_.q_local(), 1},
+                            labels(rc, -1, "out_proj"), -1, ready[ti])};
+    TaskId d = residual_add(rc, ti, "residual1", e_, -1, add_inputs);
     d = elementwise(rc, ti, "ln2", "layernorm", 2 * e_ * h, e_, 8.0 * e_ * h, -1, {d});
     if (sh_.gated)
       d = compute(ti, prefix(rc) + "/fc1_up", model::GemmKernel{S_, fl, h, 1}, labels(rc, -1, "fc1_up"), -1, {d});
@@ -1290,7 +1297,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                       a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,
                       w.unfused_attention, w.parallel.pp, w.parallel.virtual_stages, w.parallel.sequence_parallel,
                       a.rotary,           w.eager_elementwise, a.bias && !w.bias_grad_fused,
-                      w.hidden_dropout > 0.0};
+                      w.hidden_dropout > 0.0, w.fp8_dynamic_scaling};
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };
   r.kind = compared(Parallelism::tpsp) ? kind : w.schedule.kind;

@@ -763,6 +763,18 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
                }),
                "$.training.fp8_param_gather");
   expect_error(with([](json& j) { j["training"]["fp8_param_gather"] = 1; }), "$.training.fp8_param_gather");
+  // fp8 scaling: fp8 only, and one of two recipes.
+  expect_error(with([](json& j) { j["training"]["fp8_scaling"] = "dynamic"; }), "$.training.fp8_scaling");
+  expect_error(with([](json& j) {
+                 j["training"]["dtype"] = "fp8";
+                 j["training"]["fp8_scaling"] = "rowwise";
+               }),
+               "$.training.fp8_scaling");
+  expect_error(with([](json& j) {
+                 j["training"]["dtype"] = "fp8";
+                 j["training"]["fp8_scaling"] = true;
+               }),
+               "$.training.fp8_scaling");
   expect_error(with([](json& j) { j["schedule"]["tp_baseline"] = "userbuffers"; }), "$.schedule.tp_baseline");
   expect_error(with([](json& j) { j["schedule"]["tp_baseline"] = true; }), "$.schedule.tp_baseline");
   expect_error(with([](json& j) { j["schedule"]["dp_bucket_bytes"] = 0; }), "$.schedule.dp_bucket_bytes");

@@ -2,6 +2,7 @@
 // accumulation and DP sync placement, and recomputation counted in HFU but not in MFU.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <map>
 #include <set>
 #include <utility>
@@ -395,6 +396,38 @@ TEST_CASE("Per-op recomputation is refused with Ulysses, naming the key", "[step
   }
   w.parallel.up = 1;
   CHECK_NOTHROW(generate(w, "llama-3-8b-ulysses", c, ScheduleKind::baseline, o));
+}
+
+TEST_CASE("Per-op recomputation re-runs the GEMMs whose outputs the backward reads and no policy saved", "[step]") {
+  // torchtitan's op policy saves wq, wv, w1 and w2 (every second mm not) and attention; the backward
+  // reads K (attention's backward), the up half of FC1 (the activation's backward) and the first
+  // residual add (norm 2's backward), which adds wo's output: without TP wo runs again too, with TP the
+  // reduce-scatter's output the add reads is saved. Llama-3-8B, S = 8192 rows, h = 4096, 8 KV heads of
+  // 128, FFN 14336. TP 1: k_proj [8192, 1024, 4096], out_proj [8192, 4096, 4096], fc1_up
+  // [8192, 14336, 4096]; TP 8 (rank 0, the gathered sequence): k_proj [8192, 128, 4096] and fc1_up
+  // [8192, 1792, 4096] only. (On one H200 the compiled torchtitan block ran 3 GEMMs again per layer.)
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100");
+  model::Workload w = model::load_workload("llama-3-8b");
+  w.arch.layers = 1;
+  w.recompute = model::Recompute::op;
+  GenerateOptions o;
+  o.scope = Scope::layer;
+  const auto recomputed = [&](int tp) {
+    w.parallel.tp = tp;
+    w.parallel.dp = 8 / tp;
+    const Schedule s = generate(w, "llama-3-8b", c, ScheduleKind::baseline, o);
+    std::vector<std::pair<std::string, std::array<std::int64_t, 3>>> gemms;
+    for (TaskId id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      const auto* ct = std::get_if<ComputeTask>(&t.kind);
+      if (t.rank != 0 || ct == nullptr || !ct->recompute) continue;
+      if (const auto* k = std::get_if<model::GemmKernel>(&ct->kernel)) gemms.push_back({t.labels.op, {k->m, k->n, k->k}});
+    }
+    return gemms;
+  };
+  using G = std::vector<std::pair<std::string, std::array<std::int64_t, 3>>>;
+  CHECK(recomputed(1) == G{{"k_proj", {8192, 1024, 4096}}, {"out_proj", {8192, 4096, 4096}}, {"fc1_up", {8192, 14336, 4096}}});
+  CHECK(recomputed(8) == G{{"k_proj", {8192, 128, 4096}}, {"fc1_up", {8192, 1792, 4096}}});
 }
 
 TEST_CASE("A step refuses a vocabulary that does not split over tp", "[step]") {

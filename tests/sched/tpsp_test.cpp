@@ -393,6 +393,15 @@ TEST_CASE("fp8 as Transformer Engine runs it: fp8 GEMMs after a cast, everything
     return b;
   };
   CHECK(collective_bytes(g) == collective_bytes(bf16));
+  // Dynamic scaling (torchao's tensorwise recipe) reads each operand once more for its amax: 2 + 3 = 5
+  // bytes per element, FC1's cast 5 x 8192 x 8192; the same tasks otherwise.
+  r.shape.dtype = topo::Dtype::fp8;
+  r.shape.fp8_dynamic_scaling = true;
+  const auto dynamic = generate_tpsp(r).graph;
+  CHECK(dynamic.size() == g.size());
+  CHECK(std::get<model::ElementwiseKernel>(std::get<ComputeTask>(dynamic.task(cast_id).kind).kernel).bytes ==
+        5 * 8192 * 8192);
+  CHECK(dynamic.task(cast_id).name == fc1->name + "/fp8_cast");
 }
 
 TEST_CASE("slice and CommFuse cut the GEMM rows, the sum is the whole sequence", "[sched][tpsp]") {

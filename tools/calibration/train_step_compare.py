@@ -111,9 +111,18 @@ def predict(fusesim, topology, repo, cfg, extra):
     w["model"]["bias"] = cfg.get("style") == "mpt"
     if cfg.get("style") == "llama":
         # train_step.py's Llama is torchtitan's code in eager PyTorch: rotary embedding in complex
-        # form, SwiGLU as silu then a multiply, K/V repeated (training.elementwise "eager").
+        # form, SwiGLU as silu then a multiply, K/V repeated (training.elementwise "eager"), unless
+        # torch.compile fuses the element-wise ops around the GEMMs ("fused").
         w["model"]["rotary_embedding"] = True
-        w["training"]["elementwise"] = "eager"
+        w["training"]["elementwise"] = "fused" if cfg.get("compile") else "eager"
+    if "fp8" in cfg:
+        # torchao's float8 linears (fusesim dtype fp8) or bf16; one GPU gathers no parameters.
+        w["training"]["dtype"] = "fp8" if cfg["fp8"] else "bf16"
+        w["training"].pop("fp8_param_gather", None)
+        if not cfg["fp8"]:
+            w["training"].pop("fp8_scaling", None)
+    if "recompute" in cfg:
+        w["training"]["recompute"] = cfg["recompute"]
     with tempfile.TemporaryDirectory() as tmp:
         wpath = os.path.join(tmp, "workload.json")
         tpath = os.path.join(tmp, "trace.json")

@@ -42,6 +42,15 @@ import time
 #          biases in linears and LayerNorms, exact GeLU, LM head tied to the input embedding);
 #   llama: torchtitan's Llama (RMSNorm, SwiGLU, rotary embedding in complex form, K/V repeated for
 #          grouped-query attention, no biases, untied head).
+# Optional keys run the layer as torchtitan's train configs do (torchtitan/models/llama3/parallelize_llama.py
+# at pytorch/torchtitan e7c0cae, the commit of its H200 benchmark):
+#   separate: wq, wk, wv and w1, w3 as separate linears (torchtitan's Attention and FeedForward);
+#   recompute "op": each block under torch.utils.checkpoint with torchtitan's per-op policy (save the outputs
+#          of mm except every second one in forward order, of flash attention and of max; recompute the rest);
+#   compile: torch.compile(block, fullgraph=True) per block, after the checkpoint wrapper, as apply_compile;
+#   fp8: torchao's float8 training (convert_to_float8_training, the default tensorwise recipe: dynamic
+#        per-tensor scales, e4m3 operands, e5m2 output gradients), the LM head left in bf16 (filter_fqns
+#        ["output"]). Needs torchao importable (PYTHONPATH); torchao's C++ extensions are not used.
 CASES = {
     "mpt-1b-plain": {"workload": "validation/workloads/mpt-1b-seq2048-8xh100-bf16.json", "layers": None,
                      "micro_batch": 8, "style": "plain"},
@@ -53,7 +62,29 @@ CASES = {
                    "micro_batch": 2, "style": "mpt"},
     "llama3-8b-4l": {"workload": "workloads/llama-3-8b.json", "layers": 4, "micro_batch": 1,
                      "style": "llama"},
+    # torchtitan's H200 float8 benchmark run's layer (validation case e2e/torchtitan-llama3.1-8b-32xh200-fp8),
+    # four of its 32 layers, local batch 2 x 8192, and the same in bf16.
+    # SDPA as torch 2.8 (the run's) chose it: FlashAttention-2, cuDNN attention opt-in since pytorch#138522;
+    # torch >= 2.10 with a bundled cuDNN > 9.15 prefers cuDNN on sm90 (sdp_utils.cpp check_prefer_cudnn_attention),
+    # whose forward torchtitan's op policy at e7c0cae does not save: the "-cudnn" cases.
+    "llama31-8b-4l-fp8": {"workload": "validation/workloads/torchtitan-llama3.1-8b-32xh200-fp8.json",
+                          "layers": 4, "micro_batch": 2, "style": "llama", "separate": True,
+                          "recompute": "op", "compile": True, "fp8": True, "cudnn_sdpa": False},
+    "llama31-8b-4l-bf16": {"workload": "validation/workloads/torchtitan-llama3.1-8b-32xh200-fp8.json",
+                           "layers": 4, "micro_batch": 2, "style": "llama", "separate": True,
+                           "recompute": "op", "compile": True, "fp8": False, "cudnn_sdpa": False},
+    # Eight layers: with the four-layer cases, the cost of one layer as (8 layers - 4 layers) / 4.
+    "llama31-8b-8l-fp8": {"workload": "validation/workloads/torchtitan-llama3.1-8b-32xh200-fp8.json",
+                          "layers": 8, "micro_batch": 2, "style": "llama", "separate": True,
+                          "recompute": "op", "compile": True, "fp8": True, "cudnn_sdpa": False},
+    "llama31-8b-8l-bf16": {"workload": "validation/workloads/torchtitan-llama3.1-8b-32xh200-fp8.json",
+                           "layers": 8, "micro_batch": 2, "style": "llama", "separate": True,
+                           "recompute": "op", "compile": True, "fp8": False, "cudnn_sdpa": False},
+    "llama31-8b-4l-fp8-cudnn": {"workload": "validation/workloads/torchtitan-llama3.1-8b-32xh200-fp8.json",
+                                "layers": 4, "micro_batch": 2, "style": "llama", "separate": True,
+                                "recompute": "op", "compile": True, "fp8": True, "cudnn_sdpa": True},
 }
+DEFAULT_CASES = ["mpt-1b-plain", "mpt-1b", "mpt-7b-8l", "mpt-13b-4l", "llama3-8b-4l"]
 
 
 def log(msg):
@@ -77,7 +108,7 @@ def model_config(repo, case):
     with open(os.path.join(repo, case["workload"])) as f:
         w = json.load(f)
     m, t = w["model"], w["training"]
-    return {
+    cfg = {
         "workload": case["workload"],
         "name": m["name"],
         "layers": case["layers"] if case["layers"] is not None else m["layers"],
@@ -91,6 +122,12 @@ def model_config(repo, case):
         "micro_batch": case["micro_batch"],
         "style": case["style"],
     }
+    # The keys of torchtitan's way of running a layer, recorded where a case sets them (the cases
+    # before them ran without: tests/tools/test_train_step_compare.py compares configurations).
+    for key in ("separate", "recompute", "compile", "fp8", "cudnn_sdpa"):
+        if key in case:
+            cfg[key] = case[key]
+    return cfg
 
 
 def build(torch, cfg):
@@ -103,6 +140,7 @@ def build(torch, cfg):
     d = h // H
     ffn, gated, V, S = cfg["ffn_hidden"], cfg["gated_mlp"], cfg["vocab"], cfg["sequence_length"]
     bias = style == "mpt"
+    separate, compiled = cfg.get("separate", False), cfg.get("compile", False)
 
     def norm():
         if style == "llama":
@@ -113,15 +151,28 @@ def build(torch, cfg):
         def __init__(self):
             super().__init__()
             self.n1 = norm()
-            self.qkv = nn.Linear(h, (H + 2 * KV) * d, bias=bias)
+            if separate:
+                self.wq = nn.Linear(h, H * d, bias=bias)
+                self.wk = nn.Linear(h, KV * d, bias=bias)
+                self.wv = nn.Linear(h, KV * d, bias=bias)
+            else:
+                self.qkv = nn.Linear(h, (H + 2 * KV) * d, bias=bias)
             self.proj = nn.Linear(H * d, h, bias=bias)
             self.n2 = norm()
-            self.fc1 = nn.Linear(h, ffn * (2 if gated else 1), bias=bias)
+            if separate:
+                self.w1 = nn.Linear(h, ffn, bias=bias)
+                self.w3 = nn.Linear(h, ffn, bias=bias)
+            else:
+                self.fc1 = nn.Linear(h, ffn * (2 if gated else 1), bias=bias)
             self.fc2 = nn.Linear(ffn, h, bias=bias)
 
         def forward(self, x, freqs):
             b, s, _ = x.shape
-            q, k, v = self.qkv(self.n1(x)).split([H * d, KV * d, KV * d], dim=-1)
+            if separate:
+                y = self.n1(x)
+                q, k, v = self.wq(y), self.wk(y), self.wv(y)
+            else:
+                q, k, v = self.qkv(self.n1(x)).split([H * d, KV * d, KV * d], dim=-1)
             q, k, v = q.view(b, s, H, d), k.view(b, s, KV, d), v.view(b, s, KV, d)
             if freqs is not None:
                 # torchtitan's apply_rotary_emb: pairs as complex numbers in fp32, then back.
@@ -133,24 +184,59 @@ def build(torch, cfg):
                 # torchtitan's repeat_kv: expand then materialize.
                 k = k[:, :, :, None, :].expand(b, s, KV, H // KV, d).reshape(b, s, H, d)
                 v = v[:, :, :, None, :].expand(b, s, KV, H // KV, d).reshape(b, s, H, d)
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            if compiled:
+                # torchtitan calls SDPA without a backend context; bf16 causal picks flash on Hopper.
                 o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                                    v.transpose(1, 2), is_causal=True)
+            else:
+                with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                    o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                                       v.transpose(1, 2), is_causal=True)
             x = x + self.proj(o.transpose(1, 2).reshape(b, s, H * d))
-            u = self.fc1(self.n2(x))
-            if gated:
+            if separate:
+                y = self.n2(x)
+                u = F.silu(self.w1(y)) * self.w3(y)
+            elif gated:
+                u = self.fc1(self.n2(x))
                 a, g = u.chunk(2, dim=-1)
                 u = F.silu(g) * a
             else:
-                u = F.gelu(u)
+                u = F.gelu(self.fc1(self.n2(x)))
             return x + self.fc2(u)
+
+    def op_checkpoint(block):
+        """torchtitan's selective_ac_option "op": _apply_ac_to_transformer_block at e7c0cae."""
+        from collections import defaultdict
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+        from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+        save = {torch.ops.aten.mm.default, torch.ops.aten._scaled_dot_product_efficient_attention.default,
+                torch.ops.aten._scaled_dot_product_flash_attention.default, torch.ops.aten.max.default}
+
+        def context_fn():
+            meta = defaultdict(int)
+
+            def policy(ctx, func, *args, **kwargs):
+                key = ("recompute" if ctx.is_recompute else "forward") + "_mm_count"
+                if func == torch.ops.aten.mm.default:
+                    meta[key] += 1
+                keep = func in save and not (func == torch.ops.aten.mm.default and meta[key] % 2 == 0)
+                return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+            return create_selective_checkpoint_contexts(policy)
+
+        return checkpoint_wrapper(block, context_fn=context_fn, preserve_rng_state=False)
 
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
             self.emb = nn.Embedding(V, h)
             self.pos = nn.Embedding(S, h) if style == "mpt" else None
-            self.blocks = nn.ModuleList([Block() for _ in range(cfg["layers"])])
+            blocks = [Block() for _ in range(cfg["layers"])]
+            if cfg.get("recompute", "none") == "op":
+                blocks = [op_checkpoint(blk) for blk in blocks]
+            elif cfg.get("recompute", "none") != "none":
+                raise ValueError("recompute %r: only none and op" % cfg["recompute"])
+            self.blocks = nn.ModuleList(blocks)
             self.norm = norm()
             self.head = None if style == "mpt" else nn.Linear(h, V, bias=False)
 
@@ -164,7 +250,15 @@ def build(torch, cfg):
             logits = F.linear(x, self.emb.weight) if self.head is None else self.head(x)
             return F.cross_entropy(logits.float().view(-1, V), targets.view(-1))
 
-    return Model()
+    model = Model().to(torch.bfloat16)
+    if cfg.get("fp8", False):
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        convert_to_float8_training(model, config=Float8LinearConfig(),
+                                   module_filter_fn=lambda mod, fqn: fqn != "head")
+    if compiled:
+        for i, blk in enumerate(model.blocks):
+            model.blocks[i] = torch.compile(blk, fullgraph=True)
+    return model
 
 
 class Trainer:
@@ -238,6 +332,8 @@ def run_case(torch, repo, name, case, args, trace_dir):
     cfg = model_config(repo, case)
     dev = torch.device("cuda")
     torch.manual_seed(0)
+    torch._dynamo.reset()  # each case compiles its own blocks, whatever the SDPA backend before it
+    torch.backends.cuda.enable_cudnn_sdp(cfg.get("cudnn_sdpa", True))
     while True:
         try:
             with dev:  # initialized on the GPU: a CPU init of billions of parameters takes minutes
@@ -297,7 +393,7 @@ def run_case(torch, repo, name, case, args, trace_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-o", "--output", required=True)
-    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES), help="any of " + ",".join(CASES))
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--trace-dir", default=None, help="write the profiled step's Kineto trace here (gzip)")

@@ -198,6 +198,11 @@ struct Workload {
   // $.training.fp8_param_gather (dtype fp8 with ZeRO-3 only): the layers' parameters gathered in e4m3,
   // as torchao's float8 training does with enable_fsdp_float8_all_gather.
   bool fp8_param_gather = false;
+  // $.training.fp8_scaling "dynamic" (dtype fp8 only): each fp8 cast scales by its operand's own amax,
+  // which a reduction pass over the operand computes first (torchao's float8 tensorwise recipe,
+  // Transformer Engine's Float8CurrentScaling); "delayed" (default): the scale comes from the amax
+  // history of earlier steps and the cast records this amax in the same pass (TE's DelayedScaling).
+  bool fp8_dynamic_scaling = false;
   // $.training.clip_grad: global-norm gradient clipping before the optimizer, what Megatron-LM
   // (--clip-grad 1.0), torchtitan (max_norm 1.0) and llm-foundry's yamls (gradient_clipping, norm 1.0)
   // run by default: a pass reading every gradient, an all-reduce of the norm, a pass scaling them.

@@ -59,6 +59,9 @@ struct TpspShape {
   // mask written too) and the backward runs each dropout's backward (gradient and mask read, the
   // branch's gradient written) before the branch.
   bool hidden_dropout = false;
+  // $.training.fp8_scaling "dynamic": each fp8 cast is preceded by an amax pass over its operand
+  // (Builder::compute).
+  bool fp8_dynamic_scaling = false;
 
   // fp8 training as Transformer Engine runs it: the GEMMs of the layers take e4m3 operands, cast from
   // bf16 just before; activations, attention, norms, communication and the embedding and LM head stay

@@ -166,13 +166,17 @@ class Builder {
     // bytes, write 1, with the amax for the next scale) in a kernel of its own before the fp8 GEMM.
     // The weight's cast is cached across micro-batches and left out; a wgrad's operand, cast and
     // transposed together with its forward input by TE, is charged here again (a few us per GEMM). No
-    // FLOPs: a cast is no model math, and MFU counts none of it.
+    // FLOPs: a cast is no model math, and MFU counts none of it. Dynamic scaling reads the operand once
+    // more before (its amax, 2 bytes per element): on one H200, torchtitan's compiled float8 Llama-3.1-8B
+    // layer spent 3.2 ms per layer on casts and amax passes more than in bf16, fusesim 1.3 ms with
+    // 3 bytes per element (docs/validation.md, "torchtitan's float8 layer on one H200").
     const std::int64_t operand = gemm->m * gemm->k * gemm->batch;
+    const std::int64_t cast_bytes_per_element = sh_.fp8_dynamic_scaling ? 5 : 3;
     TaskLabels cast_labels = lab;
     cast_labels.op = "fp8_cast";
     const TaskId cast =
         add(ti, name + "/fp8_cast", StreamRef{StreamKind::compute, 0},
-            ComputeTask{model::ElementwiseKernel{"fp8_cast", 3 * operand, 0.0, gemm->m},
+            ComputeTask{model::ElementwiseKernel{"fp8_cast", cast_bytes_per_element * operand, 0.0, gemm->m},
                         topo::Dtype::bf16, recompute_},
             std::move(cast_labels), -1, deps);
     return add(ti, std::move(name), StreamRef{StreamKind::compute, 0},
