@@ -172,6 +172,27 @@ const GemmModel* learned_gemm_model(const Profile& p, topo::Dtype dtype) {
   return m ? &*m : nullptr;
 }
 
+// The profile's ceiling for a GEMM with a dimension off 16-byte (4-byte) alignment, if it has one.
+// GemmKernel carries no layout, and in a training step each of m, n and k is some operand's leading
+// dimension: n and k in the forward and the dgrad, m too in the wgrad, whose output gradient is read
+// transposed (a vocabulary of 50,257 is the LM head's n, its dgrad's k and its wgrad's m). A plain
+// [m, k] x [k, n] with an odd m ran at full rate on an H200: token counts, m elsewhere, are even in
+// the configurations fusesim generates.
+std::optional<double> misaligned_peak_fraction(const Profile& p, const GemmKernel& g, topo::Dtype dtype) {
+  const auto& f = p.gemm_misaligned_peak_fraction;
+  if (!f.under_16_bytes) return std::nullopt;
+  const std::int64_t element = topo::bytes_per_element(dtype);
+  std::int64_t alignment = 16;
+  for (const std::int64_t d : {g.m, g.n, g.k}) {
+    if (d <= 0) continue;
+    const std::int64_t bytes = d * element;
+    alignment = std::min(alignment, bytes & -bytes);  // the largest power of two dividing it
+  }
+  if (alignment >= 16) return std::nullopt;
+  if (alignment < 4 && f.under_4_bytes) return f.under_4_bytes->value;
+  return f.under_16_bytes->value;
+}
+
 }  // namespace
 
 KernelCost CalibratedCostModel::cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
@@ -229,6 +250,8 @@ KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype 
       }
       if (fraction) c.compute_s = c.flops / (peak * *fraction) * quantization;
     }
+    if (const auto cap = misaligned_peak_fraction(profile_, *g, dtype))
+      c.compute_s = std::max(c.compute_s, c.flops / (peak * *cap));
     c.compute_s *= gemm_stretch_;
   } else if (const auto* a = std::get_if<AttentionKernel>(&kernel); a && c.flops > 0.0) {
     if (const auto r = attention_flops_per_s(*a, dtype)) c.compute_s = c.flops / *r;

@@ -398,6 +398,17 @@ Profile parse_profile(const JsonDocument& doc, KernelFits kernel_fits) {
     }
     kinds.finish();
   }
+  if (auto f = device.find("gemm_misaligned_peak_fraction")) {
+    const JsonObject cases = f->as_object();
+    for (auto [key, slot] : {std::pair{"under_16_bytes", &p.gemm_misaligned_peak_fraction.under_16_bytes},
+                             std::pair{"under_4_bytes", &p.gemm_misaligned_peak_fraction.under_4_bytes}}) {
+      if (!cases.has(key)) continue;
+      const JsonValue v = cases.at(key);
+      *slot = v.as_sourced(0.0, 1.0);
+      if (!((*slot)->value > 0)) v.fail("must be positive");
+    }
+    cases.finish();
+  }
   device.finish();
 
   const JsonObject prov = root.object("provenance");

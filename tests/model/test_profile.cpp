@@ -211,6 +211,62 @@ TEST_CASE("profile device check: another device is refused naming the profile", 
   }
 }
 
+TEST_CASE("a GEMM with a dimension off 16-byte alignment runs at most the profile's misaligned fraction of peak",
+          "[model][profile]") {
+  json doc = profile_doc();
+  doc["device"]["gemm_misaligned_peak_fraction"] = {{"under_16_bytes", {{"value", 0.25}, {"source", "test"}}},
+                                                    {"under_4_bytes", {{"value", 0.125}, {"source", "test"}}}};
+  const CalibratedCostModel model(parse(doc));
+  const CalibratedCostModel plain(parse(profile_doc()));
+  // One SM, no samples: the roofline at the device's GEMM efficiency 0.5 of the 1e15 bf16 peak (one
+  // tile per wave: no quantization), 2e15 in fp8.
+  topo::DeviceModel d = synthetic_device(1);
+  d.peak_flops_per_s[topo::Dtype::fp8] = {2e15, "test"};
+  const auto seconds = [&](const CalibratedCostModel& m, GemmKernel g, topo::Dtype t) {
+    return ps_to_seconds(m.cost(g, t, d).duration_ps);
+  };
+  const auto flops = [](const GemmKernel& g) { return 2.0 * g.m * g.n * g.k * g.batch; };
+  // bf16, 2 B: n = 10944 is 21888 B = 16 x 1368, aligned: the same as without the key, flops / 5e14.
+  const GemmKernel aligned{4096, 10944, 4096, 4};
+  CHECK(seconds(model, aligned, topo::Dtype::bf16) == seconds(plain, aligned, topo::Dtype::bf16));
+  CHECK(seconds(model, aligned, topo::Dtype::bf16) == Approx(flops(aligned) / 5e14).epsilon(1e-9));
+  // n = 10922: 21844 B = 4 x 5461, 4-byte aligned: at most 0.25 x 1e15.
+  const GemmKernel four{4096, 10922, 4096, 4};
+  CHECK(seconds(model, four, topo::Dtype::bf16) == Approx(flops(four) / 2.5e14).epsilon(1e-9));
+  // n = 10923, odd: 2-byte aligned, at most 0.125 x 1e15; so is an odd k, and an odd m (the wgrad's
+  // transposed operand).
+  for (const GemmKernel g :
+       {GemmKernel{4096, 10923, 4096, 1}, GemmKernel{4096, 4096, 4095, 1}, GemmKernel{50257, 4096, 8192, 1}})
+    CHECK(seconds(model, g, topo::Dtype::bf16) == Approx(flops(g) / 1.25e14).epsilon(1e-9));
+  // fp8, 1 B: n = 10924 is 4-byte aligned (0.25 x 2e15), n = 10928 = 16 x 683 aligned (efficiency 0.5).
+  const GemmKernel fp8_four{4096, 10924, 4096, 1}, fp8_aligned{4096, 10928, 4096, 1};
+  CHECK(seconds(model, fp8_four, topo::Dtype::fp8) == Approx(flops(fp8_four) / 5e14).epsilon(1e-9));
+  CHECK(seconds(model, fp8_aligned, topo::Dtype::fp8) == Approx(flops(fp8_aligned) / 1e15).epsilon(1e-9));
+  // Without under_4_bytes, an odd dimension takes under_16_bytes.
+  doc["device"]["gemm_misaligned_peak_fraction"].erase("under_4_bytes");
+  const CalibratedCostModel one(parse(doc));
+  CHECK(seconds(one, GemmKernel{4096, 10923, 4096, 1}, topo::Dtype::bf16) ==
+        Approx(flops(GemmKernel{4096, 10923, 4096, 1}) / 2.5e14).epsilon(1e-9));
+  // Bad values name their path.
+  const auto error_path = [](json bad) {
+    try {
+      parse(bad);
+    } catch (const InputError& e) {
+      return e.json_path();
+    }
+    return std::string("accepted");
+  };
+  json bad = profile_doc();
+  bad["device"]["gemm_misaligned_peak_fraction"] = {{"under_16_bytes", {{"value", 0.0}, {"source", "test"}}}};
+  CHECK(error_path(bad) == "$.device.gemm_misaligned_peak_fraction.under_16_bytes");
+  bad["device"]["gemm_misaligned_peak_fraction"] = {{"under_16_bytes", {{"value", 1.5}, {"source", "test"}}}};
+  CHECK(error_path(bad).rfind("$.device.gemm_misaligned_peak_fraction.under_16_bytes", 0) == 0);
+  bad["device"]["gemm_misaligned_peak_fraction"] = {{"under_8_bytes", {{"value", 0.5}, {"source", "test"}}}};
+  CHECK(error_path(bad) == "$.device.gemm_misaligned_peak_fraction.under_8_bytes");
+  bad["device"]["gemm_misaligned_peak_fraction"] = {{"under_16_bytes", 0.5}};
+  CHECK(error_path(bad).rfind("$.device.gemm_misaligned_peak_fraction.under_16_bytes", 0) == 0);
+}
+
 TEST_CASE("GEMM interpolation recovers a synthetic surface exactly at the samples and monotone between",
           "[model][profile]") {
   json doc = profile_doc();

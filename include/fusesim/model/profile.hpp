@@ -82,6 +82,14 @@ struct Profile {
   struct StepRateFraction {
     std::optional<SourcedValue> gemm, attention, elementwise;
   } step_rate_fraction;
+  // Optional "device.gemm_misaligned_peak_fraction.{under_16_bytes,under_4_bytes}" (sourced, in (0, 1]):
+  // the most a GEMM reaches, as a fraction of its dtype's peak, when one of its dimensions times the
+  // element size is not a multiple of 16 (of 4) bytes. Hopper's GEMM kernels load tiles with TMA, which
+  // needs 16-byte aligned strides; cuBLAS falls back to kernels that run at a fraction of the rate
+  // (docs/calibration.md, "Misaligned GEMMs"). under_4_bytes, when absent, is under_16_bytes.
+  struct GemmMisalignedPeakFraction {
+    std::optional<SourcedValue> under_16_bytes, under_4_bytes;
+  } gemm_misaligned_peak_fraction;
   std::string kind;  // measured, published, synthetic
   std::string machine, date, source;
   bool estimate = false;               // optional key provenance.estimate
