@@ -59,6 +59,9 @@ struct TpspShape {
   // mask written too) and the backward runs each dropout's backward (gradient and mask read, the
   // branch's gradient written) before the branch.
   bool hidden_dropout = false;
+  // $.parallel.pp_schedule "zb-h1": each layer's weight gradients split off its backward and run where
+  // the ZB-H1 order puts them (PipelineShape::zero_bubble).
+  bool zero_bubble = false;
 
   // fp8 training as Transformer Engine runs it: the GEMMs of the layers take e4m3 operands, cast from
   // bf16 just before; activations, attention, norms, communication and the embedding and LM head stay
