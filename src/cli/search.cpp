@@ -54,6 +54,7 @@ std::vector<int> divisors(std::int64_t n, std::int64_t at_most) {
 
 std::string pipeline_name(const model::Parallelism& p) {
   if (p.pp == 1) return "-";
+  if (p.pp_schedule == model::PipelineSchedule::zb_h1) return "zb-h1";
   return p.virtual_stages > 1 ? fmt::format("interleaved v{}", p.virtual_stages) : "1f1b";
 }
 
@@ -262,13 +263,17 @@ TimePs optimizer_ps(const model::Workload& w, model::ScheduleKind kind, const La
 // is done: the larger of the two (the compute-only pipeline's bubble, docs/schedules.md "Pipeline").
 // The first stage runs the embedding (t_E) of every micro-batch and its own optimizer after its
 // last backward. Without stages the one stage does both ends. The last micro-batch's backward is
-// the one carrying the DP sync. run_search checks every simulated step against its bound.
+// the one carrying the DP sync. run_search checks every simulated step against its bound. ZB-H1 has
+// no drain term: the gradient comes back through B alone, whose share of t_B the probe does not tell,
+// and the last stage runs its held-back Ws meanwhile.
 TimePs lower_bound(const model::Workload& w, model::ScheduleKind kind, const LayerCompute& c, const Pricer& p) {
   const std::int64_t m = w.grad_accumulation, pp = w.parallel.pp;
   const std::int64_t stage_layers = w.arch.layers / pp, chunk_layers = stage_layers / w.parallel.virtual_stages;
   const TimePs layers = stage_layers * (m * c.forward_ps + (m - 1) * c.backward_ps + c.last_backward_ps);
   if (pp == 1) return layers + m * (c.embedding_ps + c.head_ps) + optimizer_ps(w, kind, c, 2, p);
-  const TimePs fill = (pp - 1) * chunk_layers * c.forward_ps, drain = (pp - 1) * chunk_layers * c.last_backward_ps;
+  const bool zb = w.parallel.pp_schedule == model::PipelineSchedule::zb_h1;
+  const TimePs fill = (pp - 1) * chunk_layers * c.forward_ps;
+  const TimePs drain = zb ? 0 : (pp - 1) * chunk_layers * c.last_backward_ps;
   const TimePs optimizer = optimizer_ps(w, kind, c, 1, p);  // the first and last stage each hold one table
   const TimePs last = fill + layers + m * c.head_ps + std::max(optimizer, drain);
   const TimePs first = layers + m * c.embedding_ps + optimizer;
@@ -415,6 +420,7 @@ std::string prune_reason(const std::string& path) {
       {"$.schedule.slices", "slice-overlap: the slices do not split the sequence shard"},
       {"$.schedule.tp_baseline", "te_userbuffers: the sequence does not split into tp x up x 4"},
       {"$.training.recompute", "recompute op: needs up 1"},
+      {"$.parallel.pp_schedule", "zb-h1: needs up 1"},
       {"$.model.layers", "the task graph would be too large to build"},
       {"$.parallel", "more ranks than the cluster has"},
   };
@@ -485,6 +491,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
               {"global_batch", r.global_batch},    {"sequence_length", r.sequence_length},
               {"tp", tps},                         {"up", ups},
               {"pp", pps},                         {"virtual_stages", spec.virtual_stages},
+              {"zb_h1", spec.zb_h1},
               {"slices", ks},
               {"micro_batch", mbs},                {"recompute", names(recomputes)},
               {"dp_sharding", names(shardings)},   {"schedule", names(spec.schedules)},
@@ -511,14 +518,18 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
     for (int up : ups)
       for (int pp : pps) {
         const std::int64_t per_replica = std::int64_t{tp} * up * pp;
-        const std::vector<int> vs = pp > 1 ? spec.virtual_stages : std::vector<int>{1};
+        // The pipeline schedules: virtual_stages 1 is 1F1B, more interleaved; then ZB-H1.
+        std::vector<std::pair<int, model::PipelineSchedule>> vs;
+        for (int v : pp > 1 ? spec.virtual_stages : std::vector<int>{1})
+          vs.emplace_back(v, v > 1 ? model::PipelineSchedule::interleaved : model::PipelineSchedule::one_f_one_b);
+        if (pp > 1 && spec.zb_h1) vs.emplace_back(1, model::PipelineSchedule::zb_h1);
         if (r.gpus % per_replica != 0) {
           prune_group("gpus: not a multiple of tp x up x pp", vs.size() * mbs.size() * shardings.size() * inner);
           continue;
         }
         const int dp = static_cast<int>(r.gpus / per_replica);
         const std::vector<model::DpSharding> zs = dp * up > 1 ? shardings : std::vector<model::DpSharding>{model::DpSharding::ddp};
-        for (int v : vs)
+        for (const auto& [v, pipeline] : vs)
           for (std::int64_t mb : mbs) {
             if (r.global_batch % (std::int64_t{dp} * mb) != 0) {
               prune_group("global batch: not a multiple of dp x micro-batch", zs.size() * inner);
@@ -540,7 +551,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
                     w.parallel.pp = pp;
                     w.parallel.dp = dp;
                     w.parallel.virtual_stages = v;
-                    w.parallel.pp_schedule = v > 1 ? model::PipelineSchedule::interleaved : model::PipelineSchedule::one_f_one_b;
+                    w.parallel.pp_schedule = pipeline;
                     w.parallel.dp_sharding = z;
                     w.parallel.overlap_param_gather =
                         base.parallel.overlap_param_gather &&
@@ -1068,8 +1079,10 @@ SearchResult parse_search_json(const JsonDocument& doc) {
     w.parallel.up = static_cast<int>(o.integer("up", 1, 1 << 20));
     w.parallel.pp = static_cast<int>(o.integer("pp", 1, 1 << 20));
     w.parallel.dp = static_cast<int>(o.integer("dp", 1, 1 << 20));
-    const std::string pipeline = o.choice("pp_schedule", {"-", "1f1b", "interleaved"});
-    w.parallel.pp_schedule = pipeline == "interleaved" ? PipelineSchedule::interleaved : PipelineSchedule::one_f_one_b;
+    const std::string pipeline = o.choice("pp_schedule", {"-", "1f1b", "interleaved", "zb-h1"});
+    w.parallel.pp_schedule = pipeline == "interleaved" ? PipelineSchedule::interleaved
+                             : pipeline == "zb-h1"     ? PipelineSchedule::zb_h1
+                                                       : PipelineSchedule::one_f_one_b;
     w.parallel.virtual_stages = static_cast<int>(o.integer("virtual_stages", 1, 1 << 20));
     w.micro_batch = o.integer("micro_batch", 1, 1 << 30);
     w.grad_accumulation = o.integer("grad_accumulation", 1, 1 << 30);

@@ -44,6 +44,8 @@ std::vector<std::string> split_commas(const std::string& value) {
   else if (path == "$.parallel.up" && r.up) option = "--up";
   else if (path == "$.parallel.dp" && r.dp) option = "--dp";
   else if (path == "$.parallel.pp" && r.pp) option = "--pp";
+  else if ((path == "$.parallel.pp_schedule" || path == "$.parallel.virtual_stages") && r.pp_schedule)
+    option = "--pp-schedule";
   else if (path.rfind("$.parallel", 0) == 0 && (r.tp || r.up || r.dp || r.pp))
     option = r.tp ? "--tp" : r.up ? "--up" : r.dp ? "--dp" : "--pp";
   else if (path == "$.schedule.slices" && r.sequence_length) option = "--seq";
@@ -61,8 +63,17 @@ void apply_overrides(const SimulateRequest& r, model::Workload& w, const std::st
   if (r.up) positive("--up", *r.up), w.parallel.up = *r.up;
   if (r.dp) positive("--dp", *r.dp), w.parallel.dp = *r.dp;
   if (r.pp) positive("--pp", *r.pp), w.parallel.pp = *r.pp;
+  if (r.pp_schedule) {
+    const std::string& v = *r.pp_schedule;
+    if (v != "1f1b" && v != "interleaved" && v != "zb-h1")
+      throw InputError(kCommandLine, "--pp-schedule", fmt::format("'{}' is not 1f1b, interleaved or zb-h1", v));
+    w.parallel.pp_schedule = v == "interleaved" ? model::PipelineSchedule::interleaved
+                             : v == "zb-h1"     ? model::PipelineSchedule::zb_h1
+                                                : model::PipelineSchedule::one_f_one_b;
+    if (v != "interleaved") w.parallel.virtual_stages = 1;
+  }
   if (r.engine) model::set_engine_mode(w.schedule, parse_engine_mode("--engine", *r.engine));
-  if (!(r.sequence_length || r.micro_batch || r.tp || r.up || r.dp || r.pp)) return;
+  if (!(r.sequence_length || r.micro_batch || r.tp || r.up || r.dp || r.pp || r.pp_schedule)) return;
   try {
     model::validate_workload(w, wl);
   } catch (const InputError& e) {

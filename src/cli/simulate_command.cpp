@@ -46,6 +46,9 @@ class SimulateCommand final : public Command {
     sub.add_option("--up", up_, "override the Ulysses degree")->type_name("N");
     sub.add_option("--dp", dp_, "override the data-parallel degree")->type_name("N");
     sub.add_option("--pp", pp_, "override the pipeline-parallel degree (stages; the schedule and virtual stages are the workload's)")->type_name("N");
+    sub.add_option("--pp-schedule", pp_schedule_,
+                   "override the pipeline schedule: 1f1b, interleaved (the workload's virtual_stages) or zb-h1")
+        ->type_name("NAME");
     sub.add_option("--parallelism", parallelism_,
                    "whose schedules are compared: tpsp, up, dp, all or a comma list (default: every parallelism "
                    "the workload uses); the others run the workload's schedule.kind")
@@ -100,6 +103,7 @@ class SimulateCommand final : public Command {
     if (!up_.empty()) request.up = parse_positive_int("--up", up_, 1 << 16);
     if (!dp_.empty()) request.dp = parse_positive_int("--dp", dp_, 1 << 20);
     if (!pp_.empty()) request.pp = parse_positive_int("--pp", pp_, 1 << 16);
+    if (!pp_schedule_.empty()) request.pp_schedule = pp_schedule_;
     if (!parallelism_.empty()) request.parallelisms = parse_parallelisms(parallelism_);
     request.pricing = model::pricing_choice(profile_, roofline_);
     if (!engine_.empty()) request.engine = parse_engine_mode("--engine", engine_);
@@ -155,7 +159,7 @@ class SimulateCommand final : public Command {
  private:
   std::string topology_ = "dgx-h100-4node";
   std::string workload_ = "llama-3-70b-4node";
-  std::string seq_, micro_batch_, tp_, up_, dp_, pp_;
+  std::string seq_, micro_batch_, tp_, up_, dp_, pp_, pp_schedule_;
   std::string schedule_ = "all";
   std::string scope_ = "both";
   std::string slices_;

@@ -225,6 +225,40 @@ std::int64_t stage_layers_in_flight(const Workload& w, int stage) {
   return std::min(m * v, pipeline_warmup_forwards(pp, v, m, stage) + 1) * (w.arch.layers / (pp * v));
 }
 
+Bytes weight_pass_bytes(const Workload& w) {
+  const Architecture& a = w.arch;
+  const std::int64_t tp = w.parallel.tp, up = w.parallel.up;
+  const std::int64_t shard = norm_input_rows(w);
+  const std::int64_t gemm_tokens = ceil_div(w.tokens_per_microbatch(), up);
+  const std::int64_t q = ceil_div(a.heads, tp) * a.head_dim, kv = kv_heads_local(a, tp) * a.head_dim;
+  const std::int64_t ffn = ceil_div(a.ffn_hidden, tp);
+  const Bytes e = storage_bytes(w.dtype);
+  // GEMM inputs: the QKV and FC1 inputs as the shards W re-gathers, the out-projection's and FC2's whole.
+  const Bytes inputs = add(mul(2, shard, a.hidden, e), mul(gemm_tokens, add(q, ffn), e));
+  const Bytes output_grads = mul(gemm_tokens, add(q, mul(2, kv), mul(ffn, a.gated_mlp ? 2 : 1), mul(2, a.hidden)), e);
+  return add(inputs, output_grads);
+}
+
+WeightPassPeak zb_h1_peak(std::int64_t stages, std::int64_t micro_batches, std::int64_t stage, Bytes forward_unit,
+                          Bytes weight_unit) {
+  WeightPassPeak now, peak;
+  Bytes peak_bytes = 0;
+  for (const PipelineStep& ps : zb_h1_passes(stages, micro_batches, stage)) {
+    if (ps.pass == PipelinePass::forward) ++now.forwards;
+    if (ps.pass == PipelinePass::backward) {
+      --now.forwards;
+      ++now.weights;
+    }
+    if (ps.pass == PipelinePass::weight) --now.weights;
+    const Bytes b = add(mul(now.forwards, forward_unit), mul(now.weights, weight_unit));
+    if (b > peak_bytes) {
+      peak_bytes = b;
+      peak = now;
+    }
+  }
+  return peak;
+}
+
 Bytes communicator_buffer_bytes(const Workload& w, const topo::DeviceModel& device) {
   if (device.vendor == "huawei") return kHcclBuffsizeBytes;
   const int channels =
@@ -312,8 +346,21 @@ MemoryReport stage_memory(const Workload& w, const topo::DeviceModel& device, co
   const Bytes ge = topo::bytes_per_element(w.gradient_dtype());
   r.gradients_bytes = mul(held_grads, ge);
   r.optimizer_bytes = mul(held_states, k);
-  const std::int64_t held_layers = stage_layers_in_flight(w, stage);
+  std::int64_t held_layers = stage_layers_in_flight(w, stage);
   r.activations_bytes = activation_bytes(w, held_layers, stage == p.pp - 1);
+  std::string weight_note;
+  if (p.pp > 1 && p.pp_schedule == PipelineSchedule::zb_h1) {
+    // The Ws held back keep their inputs past 1F1B's peak: the largest state between passes counts.
+    const std::int64_t chunk = w.arch.layers / p.pp;
+    const Bytes per_weight = mul(chunk, weight_pass_bytes(w));
+    const WeightPassPeak peak = zb_h1_peak(p.pp, w.grad_accumulation, stage,
+                                           activation_bytes(w, chunk, false), per_weight);
+    held_layers = peak.forwards * chunk;
+    r.activations_bytes = add(activation_bytes(w, held_layers, stage == p.pp - 1), mul(peak.weights, per_weight));
+    if (peak.weights > 0)
+      weight_note = fmt::format(" + {} layers' W inputs ({} micro-batches x {} layers, B done, W pending, {} each)",
+                                peak.weights * chunk, peak.weights, chunk, format_gb(weight_pass_bytes(w)));
+  }
   const Bytes communicator = communicator_buffer_bytes(w, device);
   for (ScheduleKind kind : kinds) {
     const Bytes b = comm_buffer_bytes_per_rank(w, kind, communicator);
@@ -345,12 +392,13 @@ MemoryReport stage_memory(const Workload& w, const topo::DeviceModel& device, co
                    e < 4 ? ", fp32 master weights" : "")});
   r.breakdown.push_back(
       {"activations", r.activations_bytes,
-       fmt::format("{} layers{}, {} tokens per micro-batch, sequence sharded over tp x up = {}, recompute {}, "
+       fmt::format("{} layers{}{}, {} tokens per micro-batch, sequence sharded over tp x up = {}, recompute {}, "
                    "{} ({} B)",
                    held_layers,
                    p.pp > 1 ? fmt::format(" x micro-batches in flight ({} {})", to_string(p.pp_schedule), stage_note.substr(2))
                             : "",
-                   w.tokens_per_microbatch(), p.tp * p.up, to_string(w.recompute), dtype, storage_bytes(w.dtype))});
+                   weight_note, w.tokens_per_microbatch(), p.tp * p.up, to_string(w.recompute), dtype,
+                   storage_bytes(w.dtype))});
   r.breakdown.push_back({"communication buffers", r.comm_buffers_bytes,
                          fmt::format("schedule {} (the largest of those run), {} MiB per communicator",
                                      r.comm_buffers_schedule.empty() ? "-" : r.comm_buffers_schedule,

@@ -68,6 +68,7 @@ std::string to_string(PipelineSchedule s) {
   switch (s) {
     case PipelineSchedule::one_f_one_b: return "1f1b";
     case PipelineSchedule::interleaved: return "interleaved";
+    case PipelineSchedule::zb_h1: return "zb-h1";
   }
   return "?";
 }
@@ -78,6 +79,29 @@ std::int64_t pipeline_warmup_forwards(std::int64_t stages, std::int64_t virtual_
   if (virtual_stages == 1) return std::min(total, stages - stage - 1);
   if (micro_batches == stages) return total;
   return std::min(total, (stages - stage - 1) * 2 + (virtual_stages - 1) * stages);
+}
+
+std::vector<PipelineStep> zb_h1_passes(std::int64_t stages, std::int64_t micro_batches, std::int64_t stage) {
+  const std::int64_t m = micro_batches;
+  std::vector<PipelineStep> out;
+  std::int64_t f = 0, b = 0, w = 0;  // the next micro-batch of each pass
+  const auto put = [&](PipelinePass pass, std::int64_t& next) { out.push_back(PipelineStep{pass, next++}); };
+  for (std::int64_t k = std::min(stages - stage - 1, m); k > 0; --k) put(PipelinePass::forward, f);
+  for (std::int64_t k = 0; k < stage && f < m; ++k) {
+    put(PipelinePass::forward, f);
+    put(PipelinePass::backward, b);
+  }
+  while (f < m) {
+    put(PipelinePass::forward, f);
+    put(PipelinePass::backward, b);
+    put(PipelinePass::weight, w);
+  }
+  while (b < m) {
+    put(PipelinePass::backward, b);
+    put(PipelinePass::weight, w);
+  }
+  while (w < m) put(PipelinePass::weight, w);
+  return out;
 }
 
 std::string to_string(DpSharding s) {

@@ -42,7 +42,7 @@ constexpr int kSchemaVersion = 1;
 
 const std::vector<std::string> kEngines = {"sm_kernel", "copy_engine"};
 const std::vector<std::string> kDpShardings = {"ddp", "zero1", "zero2", "zero3"};
-const std::vector<std::string> kPipelineSchedules = {"1f1b", "interleaved"};
+const std::vector<std::string> kPipelineSchedules = {"1f1b", "interleaved", "zb-h1"};
 const std::vector<std::string> kRecomputes = {"none", "selective", "full", "op"};
 const std::vector<std::string> kOptimizers = {"adam", "sgd"};
 const std::vector<std::string> kGradReduceDtypes = {"fp32", "bf16", "fp16"};
@@ -184,6 +184,15 @@ void validate_workload(const Workload& w, const std::string& file) {
               fmt::format("the interleaved schedule runs micro-batches in groups of pp: grad_accumulation {} is "
                           "not a multiple of pp {}",
                           w.grad_accumulation, pp));
+  } else if (p.pp_schedule == PipelineSchedule::zb_h1) {
+    if (pp < 2) fail_at(file, "$.parallel.pp_schedule", "the zb-h1 schedule needs pp >= 2");
+    if (p.virtual_stages != 1)
+      fail_at(file, "$.parallel.virtual_stages",
+              fmt::format("the zb-h1 schedule runs one chunk of layers per stage: virtual_stages must be 1, not {}",
+                          p.virtual_stages));
+    // Ulysses' Fuse-A2A backward computes the QKV dgrad and wgrad block by block in one region
+    // (sched/tpsp.cpp up_qkv_backward): its weight gradient cannot be deferred without re-ordering it.
+    if (up > 1) fail_at(file, "$.parallel.pp_schedule", fmt::format("the zb-h1 schedule needs up 1, not {}", up));
   } else if (p.virtual_stages != 1) {
     fail_at(file, "$.parallel.virtual_stages",
             fmt::format("virtual_stages {} needs pp_schedule \"interleaved\"", p.virtual_stages));
@@ -309,9 +318,10 @@ Workload parse_workload(const JsonDocument& doc) {
   w.parallel.dp = static_cast<int>(p.integer("dp", 1, kMaxDegree));
   w.parallel.dp_sharding = parse_dp_sharding(p.choice_or("dp_sharding", kDpShardings, "ddp"));
   w.parallel.pp = static_cast<int>(p.integer_or("pp", 1, kMaxDegree, 1));
-  w.parallel.pp_schedule = p.choice_or("pp_schedule", kPipelineSchedules, "1f1b") == "interleaved"
-                               ? PipelineSchedule::interleaved
-                               : PipelineSchedule::one_f_one_b;
+  const std::string pp_schedule = p.choice_or("pp_schedule", kPipelineSchedules, "1f1b");
+  w.parallel.pp_schedule = pp_schedule == "interleaved" ? PipelineSchedule::interleaved
+                           : pp_schedule == "zb-h1"     ? PipelineSchedule::zb_h1
+                                                        : PipelineSchedule::one_f_one_b;
   w.parallel.virtual_stages = static_cast<int>(p.integer_or("virtual_stages", 1, kMaxLayers, 1));
   if (p.has("overlap_param_gather")) {
     const JsonValue v = p.at("overlap_param_gather");

@@ -101,6 +101,8 @@ class PipelineRun {
           throw ExecError(fmt::format("stage {} sent {} transfer(s) to stage {} that were never received",
                                       std::get<0>(key), queue.size(), std::get<1>(key)));
       if (!saved_.empty()) throw ExecError(fmt::format("{} layer forwards were never differentiated", saved_.size()));
+      if (!pending_w_.empty())
+        throw ExecError(fmt::format("{} weight gradients were never computed (a B without its W)", pending_w_.size()));
       r.max_abs_error = compare();
       r.passed = r.max_abs_error < 1e-9;
       if (!r.passed) r.error = fmt::format("results differ from the unpipelined model by {:.3g}", r.max_abs_error);
@@ -115,6 +117,9 @@ class PipelineRun {
   using Key = std::pair<std::int64_t, std::int64_t>;  // (micro-batch, layer)
   struct Saved {
     Matrix x, y;
+  };
+  struct Pending {
+    Matrix x, g;  // the layer's input and the gradient at its pre-activation
   };
 
   std::int64_t layers() const { return sh_.layers; }
@@ -178,9 +183,21 @@ class PipelineRun {
         auto it = saved_.find({mb, w.layer});
         if (it == saved_.end()) fail(stage, w, "no saved forward to differentiate");
         const Matrix g = layer_grad(dy, it->second.y);
-        add_into(weight_grads_[w.layer], product(it->second.x, true, g, false));
+        // ZB-H1's B: the weight gradient waits for its W with what it needs, the input and g.
+        if (sh_.zero_bubble)
+          pending_w_.emplace(Key{mb, w.layer}, Pending{std::move(it->second.x), g});
+        else
+          add_into(weight_grads_[w.layer], product(it->second.x, true, g, false));
         saved_.erase(it);
         gradients_[{mb, w.layer - 1}] = product(g, false, input(fmt::format("w{}", w.layer)), true);
+        return true;
+      }
+      case StepPhase::backward_weight: {
+        own(stage, w, w.layer);
+        auto it = pending_w_.find({mb, w.layer});
+        if (it == pending_w_.end()) fail(stage, w, "no B whose weight gradient is pending");
+        add_into(weight_grads_[w.layer], product(it->second.x, true, it->second.g, false));
+        pending_w_.erase(it);
         return true;
       }
       case StepPhase::backward_send:
@@ -252,6 +269,7 @@ class PipelineRun {
   std::map<std::tuple<std::int64_t, std::int64_t, bool>, std::deque<Message>> channels_;
   std::map<Key, Matrix> activations_, gradients_;  // what a layer (or a send) may take, by (mb, layer)
   std::map<Key, Saved> saved_;                     // forwards awaiting their backward
+  std::map<Key, Pending> pending_w_;               // ZB-H1: Bs awaiting their W
   std::map<std::int64_t, Matrix> outputs_, input_grads_, weight_grads_;
 };
 
@@ -287,6 +305,12 @@ ExecuteResult verify_pipeline_order(const PipelineShape& shape, std::uint64_t se
   } else if (fault == PipelineFault::swap_receives && orders.size() > 1) {
     // Stage 1 expects its first two activations in the other order.
     swap_first_two(orders[1], StepPhase::forward_recv);
+  } else if (fault == PipelineFault::weight_first) {
+    // The last stage runs its first W before anything else: before the B it belongs to.
+    auto& last = orders.back();
+    const auto it = std::find_if(last.begin(), last.end(),
+                                 [](const StepWork& w) { return w.phase == StepPhase::backward_weight; });
+    if (it != last.end()) std::rotate(last.begin(), it, it + 1);
   }
   PipelineRun run(shape, in);
   ExecuteResult r = run.run(orders);
@@ -295,17 +319,21 @@ ExecuteResult verify_pipeline_order(const PipelineShape& shape, std::uint64_t se
 
 void verify_pipeline(const VerifyOptions& o, VerifyReport& report) {
   for (int p : o.pps) {
-    struct Form {
-      std::int64_t v, m;
-    };
     // 1F1B with fewer micro-batches than stages, as many, and more (an odd count); interleaved with
     // 2 and 3 chunks per stage, at m = p and 2p (it runs micro-batches in groups of p).
-    std::vector<Form> forms{{1, 1}, {1, p}, {1, 2 * p + 1}, {2, p}, {2, 2 * p}, {3, 2 * p}};
+    // ZB-H1 (v 1, Ws deferred) at the 1F1B counts.
+    struct Form {
+      std::int64_t v, m;
+      bool zero_bubble = false;
+    };
+    std::vector<Form> forms{{1, 1}, {1, p}, {1, 2 * p + 1}, {2, p}, {2, 2 * p}, {3, 2 * p},
+                            {1, 1, true}, {1, p, true}, {1, 2 * p + 1, true}};
     if (p > 2) forms.insert(forms.begin() + 1, Form{1, p - 1});
+    if (p > 2) forms.push_back(Form{1, p - 1, true});
     for (const Form& f : forms) {
-      const PipelineShape shape{p, f.v, f.m, p * f.v * 2};
+      const PipelineShape shape{p, f.v, f.m, p * f.v * 2, f.zero_bubble};
       VerifyCase c;
-      c.schedule = f.v == 1 ? "1f1b" : fmt::format("interleaved-v{}", f.v);
+      c.schedule = f.zero_bubble ? "zb-h1" : f.v == 1 ? "1f1b" : fmt::format("interleaved-v{}", f.v);
       c.name = fmt::format("pipeline/{}/p{}/m{}", c.schedule, p, f.m);
       c.piece = "pipeline";
       c.tp = 1;

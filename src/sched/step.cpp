@@ -6,6 +6,7 @@
 // all-gathers the embedding output's gradient for the scatter-add into the embedding table.
 #include "fusesim/sched/step.hpp"
 
+#include <stdexcept>
 #include <utility>
 
 #include <fmt/format.h>
@@ -39,6 +40,7 @@ std::string to_string(StepPhase p) {
     case StepPhase::forward_send: return "forward_send";
     case StepPhase::backward_recv: return "backward_recv";
     case StepPhase::backward_send: return "backward_send";
+    case StepPhase::backward_weight: return "backward_weight";
   }
   return "?";
 }
@@ -67,6 +69,18 @@ std::vector<StepWork> pipeline_order(const PipelineShape& shape, std::int64_t st
     for (std::int64_t l = l0 + n - 1; l >= l0; --l) out.push_back(StepWork{StepPhase::backward_layer, mb, l});
     out.push_back(vs == 0 ? StepWork{StepPhase::backward_end, mb, -1} : StepWork{StepPhase::backward_send, mb, l0 - 1});
   };
+  if (shape.zero_bubble) {
+    if (v != 1) throw std::invalid_argument("pipeline_order: ZB-H1 runs one chunk per stage (virtual_stages 1)");
+    const std::int64_t l0 = shape.first_layer(stage, 0);
+    for (const model::PipelineStep& ps : model::zb_h1_passes(p, m, stage)) {
+      if (ps.pass == model::PipelinePass::forward) forward(ps.micro_batch);
+      if (ps.pass == model::PipelinePass::backward) backward(ps.micro_batch);
+      if (ps.pass == model::PipelinePass::weight)
+        for (std::int64_t l = l0 + n - 1; l >= l0; --l)
+          out.push_back(StepWork{StepPhase::backward_weight, ps.micro_batch, l});
+    }
+    return out;
+  }
   const std::int64_t warmup = model::pipeline_warmup_forwards(p, v, m, stage);
   for (std::int64_t k = 0; k < warmup; ++k) forward(k);
   for (std::int64_t k = 0; k < total - warmup; ++k) {

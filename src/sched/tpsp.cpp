@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <utility>
@@ -328,8 +329,9 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     return d;
   };
   const RowSpan all{0, S_}, own{0, n_};
-  // A weight gradient over the whole sequence, outside a region.
-  auto full_wgrad = [&](int ti, const std::string& name, const WorkFn& work, const std::vector<TaskId>& deps) {
+  // A weight gradient over the whole sequence, outside a region. By value: ZB-H1 runs it later.
+  auto full_wgrad = [this, ctx, all](int ti, const std::string& name, const WorkFn& work,
+                                     const std::vector<TaskId>& deps) {
     Work w = std::move(work(ti, -1, {all}, true).at(0));
     if (w.emit) return w.emit(fmt::format("{}/{}", prefix(ctx), name), labels(ctx, -1, name), deps);
     return compute(ti, fmt::format("{}/{}", prefix(ctx), name), std::move(w.kernel), labels(ctx, -1, name), w.data_op,
@@ -364,7 +366,11 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
                                    gemm_work(ctx, "fc2_dgrad", dY, fw.w2, d_act_out, h, fl, true)));
   PerRank dw2 = alloc(ctx, "dw2", fl, h);
   const WorkFn fc2_wgrad = wgrad_work(ctx, "fc2_wgrad", Rows{fw.act, {}}, dY, dw2, fl, h);
-  each([&](int ti) { return std::vector<TaskId>{full_wgrad(ti, "fc2_wgrad", fc2_wgrad, d_fc2[ti])}; });
+  weight_pass(d_fc2, [this, full_wgrad, fc2_wgrad, d_fc2](const Deps& now) {
+    Deps done(static_cast<std::size_t>(t_));
+    for (int ti = 0; ti < t_; ++ti) done[ti] = {full_wgrad(ti, "fc2_wgrad", fc2_wgrad, merged(d_fc2[ti], now[ti]))};
+    return done;
+  });
   const std::string act_kind = sh_.gated ? "swiglu" : "gelu";
   PerRank d_fc1_out = alloc(ctx, "fc1_out_grad", S_, f1);
   Deps d_act = each([&](int ti) {
@@ -407,8 +413,16 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   PerRank dw_o = alloc(ctx, "dw_o", qn, h);
   const WorkFn out_proj_wgrad = wgrad_work(ctx, "out_proj_wgrad", Rows{fw.attn, {}}, dH1, dw_o, qn, h);
   PerRank d_qkv_out = alloc(ctx, "qkv_grad", S_, qkvn);
+  // Emitted beside each rank's attention backward, unless ZB-H1 defers it.
+  if (defer_weights_ != nullptr)
+    weight_pass(d_o, [this, full_wgrad, out_proj_wgrad, d_o](const Deps& now) {
+      Deps done(static_cast<std::size_t>(t_));
+      for (int ti = 0; ti < t_; ++ti)
+        done[ti] = {full_wgrad(ti, "out_proj_wgrad", out_proj_wgrad, merged(d_o[ti], now[ti]))};
+      return done;
+    });
   Deps d_att = each([&](int ti) {
-    full_wgrad(ti, "out_proj_wgrad", out_proj_wgrad, d_o[ti]);
+    if (defer_weights_ == nullptr) full_wgrad(ti, "out_proj_wgrad", out_proj_wgrad, d_o[ti]);
     if (sh_.up > 1) return std::vector<TaskId>{};  // Ulysses: the attention backward below
     // The whole sequence's queries on this rank's heads: dk and dv collect every query that sees them
     // (query heads of one kv group add into it).
@@ -494,9 +508,15 @@ Builder::ColumnGrad Builder::column_parallel_backward(const OpCtx& ctx, const st
                            gemm_work(ctx, name + "_dgrad", Rows{d_out, {}}, weight, partial, n_out, h, true));
   g.dw = alloc(ctx, dw_name, h, n_out);
   const Rows gathered{alloc(ctx, "ag+" + name + "_wgrad/gather", S_, h), saved_shard};
-  ag_region(with_region(ctx, "ag+" + name + "_wgrad"), gathered, h, after,
-            wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls()), nullptr,
-            strategy_.async_regather());
+  // Under ZB-H1 the re-gather goes with its wgrad into W, issued when the stage reaches W.
+  weight_pass(after, [this, ctx, name, gathered, h, after,
+                      work = wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls())](
+                         const Deps& now) {
+    Deps ready = after;
+    for (int ti = 0; ti < t_; ++ti) ready[ti] = merged(after[ti], now[ti]);
+    return ag_region(with_region(ctx, "ag+" + name + "_wgrad"), gathered, h, ready, work, nullptr,
+                     strategy_.async_regather());
+  });
   return g;
 }
 
@@ -831,7 +851,9 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   Deps next_params;  // the prefetched parameters of the next layer (ZeRO-3, overlapped ZeRO-1/2)
   Deps stage_params;  // overlapped ZeRO-1/2 on a stage after the first: all of its parameters
   const int stages = sh_.pp;
-  const PipelineShape pipe{stages, sh_.virtual_stages, mbs, layers};
+  const PipelineShape pipe{stages, sh_.virtual_stages, mbs, layers, sh_.zero_bubble && stages > 1};
+  // ZB-H1: each (micro-batch, layer)'s W, held from its B until the order reaches its backward_weight.
+  std::map<std::pair<std::int64_t, std::int64_t>, std::vector<WeightPass>> held_weights;
   const auto fresh = [&](MicroBatch& m) {  // the micro-batch's first piece of work on this stage
     if (m.saved.empty()) m.saved.assign(L, LayerData{});
     if (m.inputs.empty()) m.inputs.assign(L, PerRank{});
@@ -944,7 +966,9 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         } else if (req_.step.recompute == model::Recompute::op && req_.options.forward) {
           lr = recompute_unsaved_ops(static_cast<int>(l), lr);
         }
+        if (pipe.zero_bubble) defer_weights_ = &held_weights[{mb, l}];
         LayerGrad g = backward_layer(static_cast<int>(l), m.saved[static_cast<std::size_t>(l)], m.dy, lr);
+        defer_weights_ = nullptr;
         // ZeRO-3 before the last micro-batch: FSDP reduce-scatters each layer's gradient anyway.
         if (zero3 && extra && !dp_active_)
           for (int ti = 0; ti < t_; ++ti)
@@ -992,8 +1016,20 @@ void Builder::replica_step(std::int64_t layers, bool train) {
       case StepPhase::backward_send:
         stage_transfer(true, (stage_ + stages - 1) % stages, false, mb, l, ready);
         break;
+      case StepPhase::backward_weight: {
+        // The stage's work so far includes the W: the DP sync's serial form (finish_backward) and the
+        // optimizer after the last one wait for it.
+        const auto it = held_weights.find({mb, l});
+        if (it == held_weights.end())
+          throw std::logic_error(fmt::format("TPSP generator: the W of micro-batch {} layer {} before its B", mb, l));
+        const Deps now = ready;
+        for (const WeightPass& w : it->second) ready = merge(ready, w(now));
+        held_weights.erase(it);
+        break;
+      }
     }
   }
+  if (!held_weights.empty()) throw std::logic_error("TPSP generator: a B whose W the pipeline order never runs");
   micro_batch_ = -1;
   mb_prefix_.clear();
   dp_active_ = false;
@@ -1210,6 +1246,14 @@ void check(const TpspRequest& r) {
     if (r.step.dp_sharding == model::DpSharding::zero3)
       refuse(r, "$.parallel.dp_sharding", "ZeRO-3 is not supported with pp > 1");
   }
+  if (s.zero_bubble) {
+    if (s.pp < 2) refuse(r, "$.parallel.pp_schedule", "the zb-h1 schedule needs pp >= 2");
+    if (s.virtual_stages != 1)
+      refuse(r, "$.parallel.virtual_stages",
+             fmt::format("the zb-h1 schedule runs one chunk of layers per stage: virtual_stages must be 1, not {}",
+                         s.virtual_stages));
+    if (s.up > 1) refuse(r, "$.parallel.pp_schedule", fmt::format("the zb-h1 schedule needs up 1, not {}", s.up));
+  }
   if (s.virtual_stages < 1) refuse(r, "$.parallel.virtual_stages", "virtual_stages must be >= 1");
   if (r.options.scope == Scope::step) {
     if (r.step.vocab < 1 || r.step.vocab % s.tp != 0)
@@ -1225,6 +1269,7 @@ double estimated_tasks(const TpspRequest& request) {
   TpspRequest probe = request;
   probe.shape.pp = 1;
   probe.shape.virtual_stages = 1;
+  probe.shape.zero_bubble = false;  // the same tasks, in another order
   probe.reserve_tasks = 0;  // room for the whole graph, not for a probe of a layer or two
   const auto size = [&](std::int64_t l, std::int64_t m) {
     probe.shape.layers = l;
@@ -1297,7 +1342,8 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                       a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,
                       w.unfused_attention, w.parallel.pp, w.parallel.virtual_stages, w.parallel.sequence_parallel,
                       a.rotary,           w.eager_elementwise, a.bias && !w.bias_grad_fused,
-                      w.hidden_dropout > 0.0, w.fp8_dynamic_scaling};
+                      w.hidden_dropout > 0.0, w.fp8_dynamic_scaling,
+                      w.parallel.pp_schedule == model::PipelineSchedule::zb_h1};
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };
   r.kind = compared(Parallelism::tpsp) ? kind : w.schedule.kind;

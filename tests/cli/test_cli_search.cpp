@@ -80,17 +80,17 @@ TEST_CASE("search returns the configurations that simulating every candidate ran
   }
   // Counted by hand: tp in {1, 2, 4, 8} (divisors of 8 devices), pp in {1, 2, 4, 8} (divisors of the
   // 8 layers dividing 8 GPUs). tp x pp > 8 for (2, 8), (4, 4), (4, 8), (8, 2), (8, 4), (8, 8): 6
-  // pairs, each with pp > 1 so 2 pipeline schedules (1F1B, interleaved v 2) x 2 micro-batches x 2
-  // shardings x 2 recomputes x 3 schedules = 48 candidates: 288.
-  CHECK(all.pruned.at("gpus: not a multiple of tp x up x pp") == 288);
+  // pairs, each with pp > 1 so 3 pipeline schedules (1F1B, interleaved v 2, ZB-H1) x 2 micro-batches x
+  // 2 shardings x 2 recomputes x 3 schedules = 72 candidates: 432.
+  CHECK(all.pruned.at("gpus: not a multiple of tp x up x pp") == 432);
   // At tp 1 slice-overlap runs baseline's task graph, and with dp 1 as well CommFuse does too
   // (tests/sched/step_test.cpp): those candidates take the simulated step of their baseline twin.
   // Counted by hand, the tp 1 candidates that can run (dp = 8 / pp, m = 8 / (dp x mb); interleaved
   // needs m a multiple of pp and 8 layers a multiple of pp x 2; ddp and zero1 where dp > 1), each x 2
-  // recomputes: pp 1 mb 1 (x 2 shardings) 4; pp 2 1F1B mb 1, 2 (x 2) 8 and interleaved mb 1 (x 2) 4;
-  // pp 4 the same, 8 + 4; pp 8 1F1B mb 1, 2 (dp 1) 4: 32, each with a slice-overlap twin, and the 4
-  // at pp 8 a CommFuse one too: 36.
-  CHECK(all.same_graph == 36);
+  // recomputes: pp 1 mb 1 (x 2 shardings) 4; pp 2 1F1B mb 1, 2 (x 2) 8, interleaved mb 1 (x 2) 4 and
+  // ZB-H1 as 1F1B 8; pp 4 the same, 8 + 4 + 8; pp 8 1F1B and ZB-H1 mb 1, 2 (dp 1) 4 + 4: 52, each with
+  // a slice-overlap twin, and the 8 at pp 8 a CommFuse one too: 60.
+  CHECK(all.same_graph == 60);
   std::size_t pruned = 0;
   for (const auto& [reason, n] : all.pruned) pruned += n;
   CHECK(all.candidates == pruned + all.simulated);
@@ -195,8 +195,9 @@ TEST_CASE("search extrapolates long steps from their steady state, every figure 
   steady.steady_state = true;
   const SearchResult a = run_search(full, 2), b = run_search(steady, 2);
   CHECK(a.extrapolated == 0);
-  // tp 2: pp 1, pp 2 (1F1B, v 2), pp 4 (1F1B, v 2); tp 4: pp 1, pp 2 (1F1B, v 2); 3 overlap schedules.
-  CHECK(b.simulated == 8 * 3);
+  // tp 2: pp 1, pp 2 (1F1B, v 2, ZB-H1), pp 4 (1F1B, v 2, ZB-H1); tp 4: pp 1, pp 2 (1F1B, v 2, ZB-H1);
+  // 3 overlap schedules. ZB-H1's steady state is 1F1B's: one micro-batch per increment.
+  CHECK(b.simulated == 11 * 3);
   CHECK(b.extrapolated == b.simulated);
   REQUIRE(a.rows.size() == b.rows.size());
   for (std::size_t i = 0; i < a.rows.size(); ++i) {

@@ -32,11 +32,11 @@ TEST_CASE("fusesim verify passes every schedule for t in 2 3 4 8 and k in 1 2 4"
   }
   CHECK(dp_cases == 54u);
   CHECK(p2p_cases == 27u);
-  // Pipeline orders (pipeline_test.cpp): 1F1B and interleaved for 2, 3 and 4 stages, 20 cases.
+  // Pipeline orders (pipeline_test.cpp): 1F1B, interleaved and ZB-H1 for 2, 3 and 4 stages, 31 cases.
   std::size_t pipeline_cases = 0;
   for (const json& c : report["cases"]) pipeline_cases += c["piece"] == "pipeline" ? 1 : 0;
-  CHECK(pipeline_cases == 20u);
-  CHECK(report["cases"].size() == 202u);
+  CHECK(pipeline_cases == 31u);
+  CHECK(report["cases"].size() == 213u);
   bool saw_commfuse = false, saw_slice = false, saw_baseline = false;
   for (const json& c : report["cases"]) {
     CHECK(c["passed"].get<bool>());

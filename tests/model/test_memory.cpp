@@ -371,3 +371,57 @@ TEST_CASE("Pipeline stages: each holds its layers' parameters and the micro-batc
   flat.parallel.pp = 1;
   CHECK(activation_bytes_per_rank(flat) == act0 + act3 - (act0 - act1));
 }
+
+TEST_CASE("ZB-H1 keeps 1F1B's micro-batches in flight and, per held-back W, what the W reads",
+          "[model][memory][pipeline]") {
+  // zb_h1_passes, p 4, m 8: stage s runs 3 - s warm-up forwards, then s x (F, B), then F, B, W. Counting
+  // (F done and B not, B done and W not) after every pass, with a forward unit of 3 and a W unit of 2:
+  // stage 0 peaks after the F of each F B W, (4, 0) = 12 bytes (after its B, (3, 1) = 11); stage 3
+  // after the F of its first F B W, (1, 3) = 9 (F B F B F B leave (0, 3); every later F, B, W returns
+  // there). A W heavier than the forward: stage 0 peaks after a B, (3, 1), 3 x 3 + 10 = 19 > 4 x 3.
+  CHECK(zb_h1_peak(4, 8, 0, 3, 2).forwards == 4);
+  CHECK(zb_h1_peak(4, 8, 0, 3, 2).weights == 0);
+  CHECK(zb_h1_peak(4, 8, 3, 3, 2).forwards == 1);
+  CHECK(zb_h1_peak(4, 8, 3, 3, 2).weights == 3);
+  CHECK(zb_h1_peak(4, 8, 0, 3, 10).forwards == 3);
+  CHECK(zb_h1_peak(4, 8, 0, 3, 10).weights == 1);
+  // m 2 < p on stage 3: F B F B then W W: (1, 1) after the second F is the peak, 3 + 2.
+  CHECK(zb_h1_peak(4, 2, 3, 3, 2).forwards == 1);
+  CHECK(zb_h1_peak(4, 2, 3, 3, 2).weights == 1);
+
+  // What a W reads, Llama-3-8B at TP 8 (h 4096, 4 query heads and 1 kv head of 128 per rank, ffn
+  // 1792 gated per rank), S tokens a micro-batch, 2 B each: the QKV and FC1 input shards 2 x S/8 x 4096,
+  // the attention output S x 512 and the activation's output S x 1792; the output gradients of QKV
+  // S x (512 + 2 x 128), FC1 S x 3584, and of the out-projection and FC2 gathered, 2 x S x 4096:
+  // S (1024 + 2304 + 768 + 3584 + 8192) x 2 = 31,744 S bytes. More than the layer's activations at TP 8
+  // (17,424 S: the gathered gradients are whole, the activations sharded).
+  Workload w = llama("llama-3-8b", 8, 1);
+  const std::int64_t S = w.tokens_per_microbatch();
+  CHECK(weight_pass_bytes(w) == 31'744 * S);
+  // At TP 1 with Korthikanti's layer (MHA, ffn 4h, no gate) it is the paper's M_W = 32 s b h: inputs
+  // 2 sh (norm outputs) + sh (attention output) + 4 sh (FC2 input), output gradients 3 sh (QKV) + 4 sh
+  // (FC1) + 2 sh (out-projection and FC2), 16 sh elements of 2 B.
+  Workload k = w;
+  k.parallel.tp = 1;
+  k.arch.kv_heads = k.arch.heads;
+  k.arch.ffn_hidden = 4 * k.arch.hidden;
+  k.arch.gated_mlp = false;
+  CHECK(weight_pass_bytes(k) == 32 * S * k.arch.hidden);
+
+  // PP 4, 8 micro-batches, 8 layers a stage: stage s of ZB-H1 at its peak, M_W > M_B here. Stage 0 runs
+  // each W right after its B: its largest state is the one after a B, 3 micro-batches in flight and 1 W
+  // pending (3 M_B + M_W > 4 M_B per layer). Stage 3's is after the B of an F B W: none in flight, its 3
+  // held-back Ws and the new one pending (4 M_W > M_B + 3 M_W), and the head's activations.
+  w.parallel.pp = 4;
+  w.grad_accumulation = 8;
+  const Bytes one_f_one_b0 = stage_memory(w, h100(), kCommFuse, 0).activations_bytes;
+  const Bytes one_f_one_b3 = stage_memory(w, h100(), kCommFuse, 3).activations_bytes;
+  w.parallel.pp_schedule = PipelineSchedule::zb_h1;
+  const Bytes mb_layer = one_f_one_b0 / 32;  // 1F1B stage 0: 32 layers' worth, no head
+  const Bytes mw_layer = weight_pass_bytes(w);
+  CHECK(stage_memory(w, h100(), kCommFuse, 0).activations_bytes == 3 * 8 * mb_layer + 8 * mw_layer);
+  CHECK(stage_memory(w, h100(), kCommFuse, 3).activations_bytes == one_f_one_b3 - 8 * mb_layer + 4 * 8 * mw_layer);
+  const std::string formula = stage_memory(w, h100(), kCommFuse, 3).breakdown[3].formula;
+  INFO(formula);
+  CHECK(formula.find("0 layers x micro-batches in flight (zb-h1 stage 3 of pp 4) + 32 layers' W inputs") == 0);
+}

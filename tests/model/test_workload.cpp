@@ -369,6 +369,30 @@ TEST_CASE("Loader errors name the file and the JSON path", "[model][workload][er
     CHECK(w.parallel.world() == 32);
     CHECK(w.parallel.stage_ranks() == 8);
   }
+  SECTION("zb-h1") {
+    // One chunk per stage, stages to split B and W over, and no Ulysses (its QKV backward does not split).
+    expect_error(with([](json& j) {
+                   j["parallel"]["pp"] = 4;
+                   j["parallel"]["pp_schedule"] = "zb-h1";
+                   j["parallel"]["virtual_stages"] = 2;
+                 }),
+                 "$.parallel.virtual_stages");
+    expect_error(with([](json& j) { j["parallel"]["pp_schedule"] = "zb-h1"; }), "$.parallel.pp_schedule");
+    expect_error(with([](json& j) {
+                   j["parallel"]["pp"] = 4;
+                   j["parallel"]["pp_schedule"] = "zb-h1";
+                   j["parallel"]["up"] = 2;
+                 }),
+                 "$.parallel.pp_schedule");
+    const Workload w = parse(with([](json& j) {
+      j["parallel"]["pp"] = 4;
+      j["parallel"]["pp_schedule"] = "zb-h1";
+      j["training"]["grad_accumulation"] = 5;  // any count: ZB-H1 has no groups of pp
+    }));
+    CHECK(w.parallel.pp_schedule == PipelineSchedule::zb_h1);
+    CHECK(to_string(w.parallel.pp_schedule) == "zb-h1");
+    CHECK(w.parallel.virtual_stages == 1);
+  }
   SECTION("wrong types") {
     expect_error(with([](json& j) { j["model"]["layers"] = "32"; }), "$.model.layers");
     expect_error(with([](json& j) { j["model"]["hidden"] = 4096.5; }), "$.model.hidden");

@@ -3,6 +3,7 @@
 // stages (sched/tpsp.cpp).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -34,10 +35,11 @@ std::string compress(const std::vector<StepWork>& order, const PipelineShape& sh
     const StepWork& w = order[i];
     const bool first_fwd = w.phase == StepPhase::forward_layer && w.layer % n == 0;
     const bool first_bwd = w.phase == StepPhase::backward_layer && w.layer % n == n - 1;
-    if (!first_fwd && !first_bwd) continue;
+    const bool first_w = w.phase == StepPhase::backward_weight && w.layer % n == n - 1;
+    if (!first_fwd && !first_bwd && !first_w) continue;
     const std::int64_t chunk = w.layer / (n * shape.stages);
     if (!out.empty()) out += ' ';
-    out += fmt::format("{}{}", first_fwd ? 'F' : 'B', w.micro_batch);
+    out += fmt::format("{}{}", first_fwd ? 'F' : first_bwd ? 'B' : 'W', w.micro_batch);
     if (shape.virtual_stages > 1) out += fmt::format(".{}", chunk);
   }
   return out;
@@ -70,6 +72,33 @@ TEST_CASE("1F1B: warm-up forwards, one forward one backward, cool-down backwards
   CHECK(s3[3] == StepWork{StepPhase::backward_begin, 0, -1});
 }
 
+TEST_CASE("ZB-H1: 1F1B's warm-up, s backwards whose W waits, then F B W", "[pipeline]") {
+  // p = 4, m = 8 (model::zb_h1_passes, the order of the authors' ZeroBubbleH1Pipeline with exact
+  // semantics): stage s runs min(p - s - 1, m) forwards, then s x (F, B), then F, B, W while forwards
+  // remain, then B, W, then the s Ws held back; each W is the oldest pending one.
+  const PipelineShape shape{4, 1, 8, 8, true};
+  CHECK(compress(pipeline_order(shape, 0), shape) ==
+        "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7");
+  CHECK(compress(pipeline_order(shape, 1), shape) ==
+        "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 B4 W3 F7 B5 W4 B6 W5 B7 W6 W7");
+  CHECK(compress(pipeline_order(shape, 3), shape) ==
+        "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7");
+  // Fewer micro-batches than stages: stage 3 runs F B F B and then both Ws; stage 0 only warm-up
+  // forwards, then B, W.
+  const PipelineShape few{4, 1, 2, 4, true};
+  CHECK(compress(pipeline_order(few, 3), few) == "F0 B0 F1 B1 W0 W1");
+  CHECK(compress(pipeline_order(few, 0), few) == "F0 F1 B0 W0 B1 W1");
+  // A W of stage 1 of 4 (2 layers each) is the weight gradients of its layers, last first, after the
+  // B's send: the B is what the stage before waits for.
+  const std::vector<StepWork> s1 = pipeline_order(PipelineShape{4, 1, 1, 8, true}, 1);
+  const std::vector<StepWork> expect{
+      {StepPhase::forward_recv, 0, 2},    {StepPhase::forward_layer, 0, 2},  {StepPhase::forward_layer, 0, 3},
+      {StepPhase::forward_send, 0, 4},    {StepPhase::backward_recv, 0, 3}, {StepPhase::backward_layer, 0, 3},
+      {StepPhase::backward_layer, 0, 2},  {StepPhase::backward_send, 0, 1}, {StepPhase::backward_weight, 0, 3},
+      {StepPhase::backward_weight, 0, 2}};
+  CHECK(s1 == expect);
+}
+
 TEST_CASE("Interleaved 1F1B follows Megatron-LM's chunk order", "[pipeline]") {
   // p = 2, v = 2, m = 4, 8 layers: chunk c of stage s holds layers [(2c + s) 2, (2c + s) 2 + 2).
   // Forward k: chunk (k / p) % v, micro-batch (k / (p v)) p + k % p; backward k: chunk v - 1 - that.
@@ -88,16 +117,22 @@ TEST_CASE("Interleaved 1F1B follows Megatron-LM's chunk order", "[pipeline]") {
 
 TEST_CASE("Every stage runs each of its layers once per micro-batch each way, and every send meets a receive",
           "[pipeline]") {
-  for (const PipelineShape& shape : {PipelineShape{4, 1, 8, 8}, PipelineShape{3, 1, 2, 6}, PipelineShape{2, 2, 4, 8},
-                                     PipelineShape{4, 3, 8, 24}, PipelineShape{2, 4, 2, 8}}) {
+  for (const PipelineShape& shape :
+       {PipelineShape{4, 1, 8, 8}, PipelineShape{3, 1, 2, 6}, PipelineShape{2, 2, 4, 8}, PipelineShape{4, 3, 8, 24},
+        PipelineShape{2, 4, 2, 8}, PipelineShape{4, 1, 8, 8, true}, PipelineShape{3, 1, 2, 6, true},
+        PipelineShape{4, 1, 3, 12, true}}) {
     std::multiset<std::tuple<std::int64_t, std::int64_t, bool, std::int64_t>> sent, received;  // (mb, layer, fwd, to)
     for (std::int64_t s = 0; s < shape.stages; ++s) {
-      std::map<std::pair<std::int64_t, std::int64_t>, int> fwd, bwd;
+      std::map<std::pair<std::int64_t, std::int64_t>, int> fwd, bwd, wgt;
       for (const StepWork& w : pipeline_order(shape, s)) {
         if (w.phase == StepPhase::forward_layer) ++fwd[{w.micro_batch, w.layer}];
         if (w.phase == StepPhase::backward_layer) {
           CHECK(fwd[{w.micro_batch, w.layer}] == 1);  // a layer's backward after its forward
           ++bwd[{w.micro_batch, w.layer}];
+        }
+        if (w.phase == StepPhase::backward_weight) {
+          CHECK(bwd[{w.micro_batch, w.layer}] == 1);  // a W after its B
+          ++wgt[{w.micro_batch, w.layer}];
         }
         const std::int64_t next = (s + 1) % shape.stages, prev = (s + shape.stages - 1) % shape.stages;
         if (w.phase == StepPhase::forward_send) sent.insert({w.micro_batch, w.layer, true, next});
@@ -109,6 +144,8 @@ TEST_CASE("Every stage runs each of its layers once per micro-batch each way, an
       CHECK(fwd.size() == per_stage);
       CHECK(bwd.size() == per_stage);
       for (const auto& [key, count] : bwd) CHECK(count == 1);
+      CHECK(wgt.size() == (shape.zero_bubble ? per_stage : 0));  // ZB-H1: each layer's W once
+      for (const auto& [key, count] : wgt) CHECK(count == 1);
     }
     CHECK(sent == received);
     // (p v - 1) boundaries, each crossed by every micro-batch both ways.
@@ -120,7 +157,7 @@ namespace {
 
 // A compute-only pipeline: one rank per stage, each layer's forward tf ps and backward tb ps, the
 // stage transfers as dependencies across ranks (no time). Returns the analysis with its stages.
-analysis::StepMetrics compute_only(const PipelineShape& shape, TimePs tf, TimePs tb) {
+analysis::StepMetrics compute_only(const PipelineShape& shape, TimePs tf, TimePs tb, TimePs tw = 0) {
   const auto stages = static_cast<int>(shape.stages);
   const topo::Cluster cluster = sim_test::star(stages);
   const sim_test::TestCostModel costs;
@@ -137,6 +174,9 @@ analysis::StepMetrics compute_only(const PipelineShape& shape, TimePs tf, TimePs
                                        static_cast<double>(fwd ? tf : tb)));
         if (waiting) receiver[*waiting] = last;
         waiting.reset();
+      } else if (w.phase == StepPhase::backward_weight) {
+        // ZB-H1's W: on the stage's stream after what came before it, which includes its B; nothing waits for it.
+        g.add(sim_test::compute(fmt::format("r{}/mb{}/L{}/w", s, w.micro_batch, w.layer), s, static_cast<double>(tw)));
       } else if (w.phase == StepPhase::forward_send || w.phase == StepPhase::backward_send) {
         sender[{w.micro_batch, w.layer, w.phase == StepPhase::forward_send}] = last;
       } else if (w.phase == StepPhase::forward_recv || w.phase == StepPhase::backward_recv) {
@@ -183,6 +223,57 @@ TEST_CASE("A compute-only 1F1B pipeline idles (p - 1) / (m + p - 1) of the step 
     for (TimePs ps : r.critical_path->stage_compute_ps) by_stage += ps;
     CHECK(by_stage == r.step_time_ps);
   }
+}
+
+TEST_CASE("A compute-only ZB-H1 pipeline with T_F = T_B = T_W idles (p - 1) T on every stage, a third of 1F1B's",
+          "[pipeline]") {
+  // n layers a stage, each tf = tb = tw = t: a stage's F, B and W take T = n t each. Micro-batch 0's F
+  // runs on stage s in [s T, (s + 1) T); stage s runs its p - s forwards before its first B back to
+  // back in [s T, p T), each arriving as stage s - 1 ends it; the loss's B runs on stage p - 1 in
+  // [p T, (p + 1) T) and on stage s in [(2p - 1 - s) T, (2p - s) T): stage s idles s T first and
+  // (p - 1 - s) T before that B, (p - 1) T = (p - 1)(T_F + T_B - T_W) in all. From that B on no stage
+  // waits; for p = 4, m = 8, T = 1, its passes start at (a hand-run of the orders above; each F on
+  // stage s after stage s - 1 ended it, each B after stage s + 1 ended its B):
+  //   stage 0: F0..F3 at 0-3, B0 7, W0 8, F4 9, B1 10, W1 11, ... B7 25, W7 26
+  //   stage 1: F0..F2 at 1-3, B0 6, F3 7, B1 8, W0 9, F4 10, B2 11, W1 12, ... B7 24, W6 25, W7 26
+  //   stage 3: F0 3, B0 4, F1 5, B1 6, F2 7, B2 8, F3 9, B3 10, W0 11, F4 12, ..., B7 22, W4..W7 23-26
+  // so every stage ends at (2p - 1 - s) T + (3m - (p - s)) T = (3m + p - 1) T: the step; each stage
+  // computes 3 m T and idles (p - 1) T. 1F1B with the same work (its backward B and W together, 2T) takes
+  // (m + p - 1) 3T and idles (p - 1) 3T: ZB-H1's bubble is a third of it, 2 (p - 1) T shorter.
+  for (const auto& [p, m, layers] :
+       {std::tuple{4, 8, 8}, std::tuple{2, 3, 4}, std::tuple{4, 4, 4}, std::tuple{8, 16, 16}}) {
+    const PipelineShape shape{p, 1, m, layers, true};
+    const TimePs t = 1'000'000;
+    const TimePs T = shape.chunk_layers() * t;
+    const analysis::StepMetrics r = compute_only(shape, t, t, t);
+    const analysis::StepMetrics flat = compute_only(PipelineShape{p, 1, m, layers}, t, 2 * t);
+    INFO("p " << p << " m " << m);
+    CHECK(r.step_time_ps == (3 * m + p - 1) * T);
+    CHECK(flat.step_time_ps == (m + p - 1) * 3 * T);
+    CHECK(flat.step_time_ps - r.step_time_ps == 2 * (p - 1) * T);
+    REQUIRE(r.stages.size() == static_cast<std::size_t>(p));
+    for (std::size_t s = 0; s < r.stages.size(); ++s) {
+      CHECK(r.stages[s].bubble_ps == (p - 1) * T);
+      CHECK(3 * r.stages[s].bubble_ps == flat.stages[s].bubble_ps);
+      CHECK(r.stages[s].compute_ps == 3 * m * T);
+    }
+  }
+}
+
+TEST_CASE("ZB-H1's step is never longer than 1F1B's on the same compute-only pipeline", "[pipeline]") {
+  // ZB-H1 runs 1F1B's passes with some Ws later, and its Bs wait for no W: for any pass times, stages
+  // and micro-batches (fewer than the stages too) its step is at most 1F1B's (whose backward is B + W).
+  for (std::int64_t p : {2, 3, 4})
+    for (std::int64_t m : {std::int64_t{1}, std::int64_t{2}, p, 2 * p + 1})
+      for (const auto& [tf, tb, tw] : {std::tuple{1, 1, 1}, std::tuple{1, 2, 1}, std::tuple{2, 1, 3},
+                                       std::tuple{3, 2, 2}, std::tuple{1, 3, 1}, std::tuple{4, 1, 1}}) {
+        const TimePs unit = 1'000'000;
+        const analysis::StepMetrics zb =
+            compute_only(PipelineShape{p, 1, m, 2 * p, true}, tf * unit, tb * unit, tw * unit);
+        const analysis::StepMetrics base = compute_only(PipelineShape{p, 1, m, 2 * p}, tf * unit, (tb + tw) * unit);
+        INFO("p " << p << " m " << m << " tF " << tf << " tB " << tb << " tW " << tw);
+        CHECK(zb.step_time_ps <= base.step_time_ps);
+      }
 }
 
 TEST_CASE("The interleaved schedule divides the compute-only bubble by v", "[pipeline]") {
@@ -377,6 +468,43 @@ TEST_CASE("overlap_param_gather with stages: each stage gathers its own layers i
   }
 }
 
+TEST_CASE("Generated ZB-H1 stages: the same tasks as 1F1B, each layer's weight gradients where the order puts W",
+          "[pipeline][step]") {
+  // tp 2 x dp 2 x pp 2 (ranks 0-3 stage 0, 4-7 stage 1), 8 layers, 4 micro-batches, DDP. ZB-H1 moves
+  // tasks, it adds and drops none. Stage 1 (the last) runs F0 B0 F1 B1 W0 ...: micro-batch 0's wgrads
+  // (its layers 4-7) come after micro-batch 1's backward on the compute stream; stage 0 runs each W
+  // right after its B.
+  TpspRequest one = pipeline_request(2, 2, 2, 1, 4);
+  TpspRequest zb = one;
+  zb.shape.zero_bubble = true;
+  const Schedule a = generate_tpsp(one), b = generate_tpsp(zb);
+  validate(b.graph);
+  auto names = [](const Schedule& s) {
+    std::multiset<std::string> out;
+    for (TaskId id = 0; id < s.graph.size(); ++id) out.insert(s.graph.task(id).name);
+    return out;
+  };
+  CHECK(names(a) == names(b));
+  auto id_of = [&](const std::string& name) {
+    for (TaskId id = 0; id < b.graph.size(); ++id)
+      if (b.graph.task(id).name == name) return id;
+    FAIL("no task " << name);
+    return TaskId{0};
+  };
+  CHECK(id_of("r4/L7/bwd/fc2_wgrad") > id_of("r4/mb1/L4/bwd/residual1_bwd"));
+  CHECK(id_of("r4/L4/bwd/qkv_wgrad") < id_of("r4/mb2/L4/fwd/ln1"));
+  CHECK(id_of("r0/L0/bwd/qkv_wgrad") < id_of("r0/mb2/L0/fwd/ln1"));
+  CHECK(id_of("r0/L0/bwd/qkv_wgrad") > id_of("r0/L0/bwd/residual1_bwd"));
+  // The DP sync of a stage waits for the last micro-batch's Ws: stage 1 reduces its gradients as one
+  // bucket, after micro-batch 3's QKV wgrad of layer 4, its last W.
+  const std::vector<TaskId> before = b.graph.predecessors(id_of("r4/dp/bucket0/all_reduce"));
+  CHECK(std::find(before.begin(), before.end(), id_of("r4/mb3/L4/bwd/qkv_wgrad")) != before.end());
+  const topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100");
+  const model::RooflineCostModel costs;
+  sim::Simulator sim(cluster, costs);
+  CHECK(sim.run(b.graph).makespan_ps > 0);  // runs to the end: every transfer and collective is matched
+}
+
 TEST_CASE("Pipeline requests that cannot be built are refused with the key at fault", "[pipeline]") {
   auto path_of = [](TpspRequest r) {
     try {
@@ -396,6 +524,12 @@ TEST_CASE("Pipeline requests that cannot be built are refused with the key at fa
   r = pipeline_request(2, 2, 2, 1, 4);
   r.step.dp_sharding = model::DpSharding::zero3;
   CHECK(path_of(r) == "$.parallel.dp_sharding");
+  r = pipeline_request(2, 1, 2, 2, 4);  // ZB-H1 interleaved
+  r.shape.zero_bubble = true;
+  CHECK(path_of(r) == "$.parallel.virtual_stages");
+  r = pipeline_request(2, 1, 1, 1, 4);  // ZB-H1 without stages
+  r.shape.zero_bubble = true;
+  CHECK(path_of(r) == "$.parallel.pp_schedule");
   CHECK(path_of(pipeline_request(2, 2, 2, 1, 4)) == "accepted");
 }
 
@@ -419,6 +553,17 @@ TEST_CASE("every stage's pipeline order computes what the unpipelined model comp
     INFO(r.error);
     CHECK(r.passed);
   }
+  // ZB-H1: each B keeps its layer's input and gradient until the W, which adds the weight gradient;
+  // the Ws of a layer run in micro-batch order, so the sums are again exactly the reference's.
+  for (std::int64_t p : {2, 3, 4})
+    for (std::int64_t m : {std::int64_t{1}, p - 1, p, 2 * p + 1}) {
+      if (m < 1) continue;
+      INFO(fmt::format("zb-h1 p {} m {}", p, m));
+      const ExecuteResult r = verify_pipeline_order(PipelineShape{p, 1, m, 2 * p, true}, 5);
+      INFO(r.error);
+      CHECK(r.passed);
+      CHECK(r.max_abs_error == 0.0);
+    }
 }
 
 TEST_CASE("a pipeline order that disagrees between stages or differentiates too early fails",
@@ -433,12 +578,17 @@ TEST_CASE("a pipeline order that disagrees between stages or differentiates too 
   const ExecuteResult early = verify_pipeline_order(PipelineShape{3, 2, 3, 12}, 1, PipelineFault::loss_first);
   CHECK_FALSE(early.passed);
   CHECK(early.error == "stage 2, backward_begin of micro-batch 0: the loss gradient before the forward reached the loss");
-  // verify_tpsp's report carries the pipeline cases: for 2 stages 1F1B at m 1, 2, 5 and interleaved
-  // v 2 at m 2, 4 and v 3 at m 4 (6); for 3 and 4 stages also 1F1B at m = p - 1 (7 each): 20.
+  // A W before its B (the last stage of 3, layers 4 and 5, starts with its first W: layer 5's).
+  const ExecuteResult w_first = verify_pipeline_order(PipelineShape{3, 1, 4, 6, true}, 1, PipelineFault::weight_first);
+  CHECK_FALSE(w_first.passed);
+  CHECK(w_first.error == "stage 2, backward_weight of micro-batch 0 at layer 5: no B whose weight gradient is pending");
+  // verify_tpsp's report carries the pipeline cases: for 2 stages 1F1B at m 1, 2, 5, interleaved v 2
+  // at m 2, 4 and v 3 at m 4, ZB-H1 at m 1, 2, 5 (9); for 3 and 4 stages also 1F1B and ZB-H1 at
+  // m = p - 1 (11 each): 31.
   VerifyOptions o;
   o.pieces = o.layers = o.up_layers = false;
   o.dps.clear();
   const VerifyReport report = verify_tpsp(o);
-  CHECK(report.cases.size() == 20);
+  CHECK(report.cases.size() == 31);
   CHECK(report.passed());
 }

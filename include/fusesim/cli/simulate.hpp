@@ -38,6 +38,9 @@ struct SimulateRequest {
   std::optional<std::int64_t> sequence_length;
   std::optional<std::int64_t> micro_batch;
   std::optional<int> tp, up, dp, pp;
+  // --pp-schedule: "1f1b", "interleaved" (with the workload's virtual_stages) or "zb-h1"; 1f1b and zb-h1
+  // set virtual_stages 1.
+  std::optional<std::string> pp_schedule;
   std::optional<std::string> engine;  // --engine: one of model::kEngineModes, for every parallelism
   // Whose schedules are compared: "tpsp", "up", "dp"; empty: every parallelism the workload uses.
   // The parallelisms not compared run the workload file's schedule.kind.

@@ -53,6 +53,23 @@ Bytes activation_bytes_per_rank(const Workload& w);
 std::int64_t stage_params_per_tp_rank(const Architecture& a, const Parallelism& p, int stage);
 std::int64_t stage_layers_in_flight(const Workload& w, int stage);
 
+// ZB-H1 (pp_schedule "zb-h1"; docs/memory.md "Pipeline"): what one layer's W of one micro-batch reads,
+// kept from its B until it runs (the paper's M_W, 32 bsh at tp 1): the inputs of the four weight GEMMs
+// (the two LayerNorm output shards, the attention output, the activation's output) and the gradients of
+// their outputs (QKV's and FC1's [s, cols/tp], the out-projection's and FC2's gathered [s, h], the
+// buffer the B's dgrad all-gather filled and the W's GEMM reads).
+Bytes weight_pass_bytes(const Workload& w);
+// The state of stage `stage` at its activation peak under ZB-H1, in chunk x micro-batch units: the
+// micro-batches whose forward has run and B has not (each keeps its whole activations, as 1F1B's in
+// flight), and those whose B has run and W has not (each keeps weight_pass_bytes per layer). The peak is
+// the largest of the states between passes of model::zb_h1_passes, given the bytes of each unit.
+struct WeightPassPeak {
+  std::int64_t forwards = 0;  // F done, B not
+  std::int64_t weights = 0;   // B done, W not
+};
+WeightPassPeak zb_h1_peak(std::int64_t stages, std::int64_t micro_batches, std::int64_t stage, Bytes forward_unit,
+                          Bytes weight_unit);
+
 // The buffers the collective library allocates for one communicator on one rank: NCCL, channels x
 // NCCL_BUFFSIZE (4 MiB), channels = the SMs a collective kernel holds; HCCL (vendor "huawei"),
 // HCCL_BUFFSIZE (200 MiB).

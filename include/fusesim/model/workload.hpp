@@ -126,9 +126,11 @@ topo::Dtype default_grad_reduce_dtype(topo::Dtype compute);
 // The order a pipeline stage runs its micro-batches in ($.parallel.pp_schedule; docs/schedules.md
 // "Pipeline"). one_f_one_b: PipeDream-flush, Megatron-LM's forward_backward_pipelining_without_
 // interleaving (warm-up forwards, one forward one backward, cool-down backwards); interleaved: Megatron's
-// interleaved 1F1B, each rank holding `virtual_stages` chunks of layers (Narayanan et al., SC'21).
-enum class PipelineSchedule { one_f_one_b, interleaved };
-std::string to_string(PipelineSchedule s);  // "1f1b", "interleaved"
+// interleaved 1F1B, each rank holding `virtual_stages` chunks of layers (Narayanan et al., SC'21); zb_h1:
+// the zero-bubble schedule ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024), 1F1B with
+// each backward split into B (input gradients) and W (weight gradients), W deferred (zb_h1_passes).
+enum class PipelineSchedule { one_f_one_b, interleaved, zb_h1 };
+std::string to_string(PipelineSchedule s);  // "1f1b", "interleaved", "zb-h1"
 // The forwards stage `stage` of `stages` runs before its first backward, of the micro_batches x
 // virtual_stages chunk forwards it runs in all (virtual_stages 1: 1F1B). Megatron-LM's warm-up counts:
 // min(stages - stage - 1, m) for 1F1B; (stages - stage - 1) x 2 + (v - 1) x stages for the interleaved
@@ -136,6 +138,23 @@ std::string to_string(PipelineSchedule s);  // "1f1b", "interleaved"
 // keeps (model::stage_layers_in_flight) both follow from it.
 std::int64_t pipeline_warmup_forwards(std::int64_t stages, std::int64_t virtual_stages, std::int64_t micro_batches,
                                       std::int64_t stage);
+
+// ZB-H1's passes on stage `stage` of `stages`, in order, each of one micro-batch: F (forward), B (the
+// backward's input gradients) and W (its weight gradients), each micro-batch's W after its B, the Ws in
+// micro-batch order. The order is the authors' uniform B-W split (ZeroBubbleH1Pipeline.steps with
+// --enable-zbh1-exact-semantics, microsoft/Megatron-DeepSpeed megatron/core/pipeline_parallel/
+// deepspeed_zbh1_schedule.py; the paper's figure 3, top): 1F1B's min(stages - stage - 1, m) warm-up
+// forwards; then `stage` times F, B, their Ws held back (the paper delays the Ws so that a stage runs
+// its B as soon as the next stage's gradient arrives; the held-back Ws fill the drain, where 1F1B leaves
+// stage s idle); then F, B, W while forwards remain; then B, W; then the held-back Ws. Stage 0 runs
+// each W right after its B. sched::pipeline_order and the memory model (model::stage_memory) both
+// follow it.
+enum class PipelinePass : std::uint8_t { forward, backward, weight };
+struct PipelineStep {
+  PipelinePass pass = PipelinePass::forward;
+  std::int64_t micro_batch = 0;
+};
+std::vector<PipelineStep> zb_h1_passes(std::int64_t stages, std::int64_t micro_batches, std::int64_t stage);
 
 struct Parallelism {
   int tp = 1;  // tensor (+ sequence) parallel degree

@@ -48,7 +48,7 @@ enum class StepPhase : std::uint8_t {
   forward_begin,   // the micro-batch's input (and, in a step, the embedding)
   forward_layer,   // `layer`'s forward
   backward_begin,  // the loss's gradient (in a step, the LM head, loss and their backward)
-  backward_layer,  // `layer`'s backward (with its recomputation)
+  backward_layer,  // `layer`'s backward (with its recomputation); with a backward_weight of it, its B only
   backward_end,    // in a step, the embedding's backward
   // Pipeline stages: the activation of the micro-batch from the previous (virtual) stage, or to the
   // next; its gradient from the next stage, or to the previous. `layer`: on the receiving side, the
@@ -57,6 +57,9 @@ enum class StepPhase : std::uint8_t {
   forward_send,
   backward_recv,
   backward_send,
+  // ZB-H1's W: the weight gradients of `layer` (its wgrad GEMMs, with the re-gathers of their inputs and
+  // the hand-off to the DP sync), split off the layer's backward_layer and run later.
+  backward_weight,
 };
 std::string to_string(StepPhase p);
 struct StepWork {
@@ -78,6 +81,7 @@ struct PipelineShape {
   std::int64_t virtual_stages = 1;
   std::int64_t micro_batches = 1;
   std::int64_t layers = 1;
+  bool zero_bubble = false;  // ZB-H1 (virtual_stages 1): backwards split into B and W (model::zb_h1_passes)
   std::int64_t chunk_layers() const { return layers / (stages * virtual_stages); }
   std::int64_t first_layer(std::int64_t stage, std::int64_t chunk) const {
     return (chunk * stages + stage) * chunk_layers();
@@ -92,10 +96,11 @@ struct PipelineShape {
 //   interleaving): the k-th forward is micro-batch (k / (stages v)) stages + k % stages on chunk
 //   (k / stages) % v, the k-th backward the same micro-batch on chunk v - 1 - (k / stages) % v.
 //   micro_batches must be a multiple of stages.
+// - zero_bubble: ZB-H1, model::zb_h1_passes' order of F, B and W.
 // A forward on a chunk: its input (forward_begin on virtual stage 0, else forward_recv), its layers,
-// then forward_send unless it is the last virtual stage. A backward: backward_begin on the last
-// virtual stage (else backward_recv), its layers last first, then backward_end on virtual stage 0
-// (else backward_send).
+// then forward_send unless it is the last virtual stage. A backward (ZB-H1: a B): backward_begin on the
+// last virtual stage (else backward_recv), its layers last first, then backward_end on virtual stage 0
+// (else backward_send). A W: backward_weight of the stage's layers, last first, as the B ran them.
 std::vector<StepWork> pipeline_order(const PipelineShape& shape, std::int64_t stage);
 
 // Adam with fp32 master weights and moments, as the fused kernels run it (apex/TE FusedAdam, PyTorch's

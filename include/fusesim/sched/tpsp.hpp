@@ -62,6 +62,9 @@ struct TpspShape {
   // $.training.fp8_scaling "dynamic": each fp8 cast is preceded by an amax pass over its operand
   // (Builder::compute).
   bool fp8_dynamic_scaling = false;
+  // $.parallel.pp_schedule "zb-h1": each layer's weight gradients split off its backward and run where
+  // the ZB-H1 order puts them (PipelineShape::zero_bubble).
+  bool zero_bubble = false;
 
   // fp8 training as Transformer Engine runs it: the GEMMs of the layers take e4m3 operands, cast from
   // bf16 just before; activations, attention, norms, communication and the embedding and LM head stay

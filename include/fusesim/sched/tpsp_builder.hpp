@@ -1,6 +1,7 @@
 #pragma once
 // The TPSP layer builder (sched/tpsp.cpp), shared with the schedule strategies (sched/strategy.hpp)
 // that lower its communication regions: not an interface for other callers.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -80,6 +81,25 @@ class Builder {
   bool recompute_ = false;
   int micro_batch_ = -1;
   std::string mb_prefix_;
+  // ZB-H1: while set, backward_layer emits the input-gradient half (B) and leaves here, in the order it
+  // would have emitted them, the emissions of its weight gradients (W), each given the work the stage
+  // has done when W runs and returning its last tasks.
+  using WeightPass = std::function<Deps(const Deps& now)>;
+  std::vector<WeightPass>* defer_weights_ = nullptr;
+  // `a`, then those of `b` not in it: a W run in place, whose `now` is its own dependencies, gets the
+  // same dependency list as before the split.
+  static std::vector<TaskId> merged(std::vector<TaskId> a, const std::vector<TaskId>& b) {
+    for (TaskId id : b)
+      if (std::find(a.begin(), a.end(), id) == a.end()) a.push_back(id);
+    return a;
+  }
+  // Runs `w` on the work done so far, or defers it (ZB-H1).
+  void weight_pass(const Deps& now, WeightPass w) {
+    if (defer_weights_ != nullptr)
+      defer_weights_->push_back(std::move(w));
+    else
+      w(now);
+  }
   struct PrefixMemo {
     int layer = -1;
     const char* pass = nullptr;

@@ -59,8 +59,9 @@ ExecuteResult execute(const Schedule& schedule, const ExecuteOptions& options);
 
 // Test hooks of verify_pipeline_order: `loss_first`, the last stage starts with its first loss
 // gradient (before any forward reached it); `swap_receives`, stage 1 expects its first two
-// activations in the other order (needs two stages and two micro-batches).
-enum class PipelineFault { none, loss_first, swap_receives };
+// activations in the other order (needs two stages and two micro-batches); `weight_first`, the last
+// stage starts with its first W (ZB-H1), before the B it belongs to.
+enum class PipelineFault { none, loss_first, swap_receives, weight_first };
 
 struct VerifyOptions {
   std::vector<int> tps{2, 3, 4, 8};
