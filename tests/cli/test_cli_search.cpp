@@ -40,6 +40,7 @@ SearchSpec small_space(const std::string& workload) {
   spec.micro_batches = {1, 2};
   spec.recomputes = {model::Recompute::none, model::Recompute::full};
   spec.shardings = {model::DpSharding::ddp, model::DpSharding::zero1};
+  spec.zb_h1 = true;  // the counts below include ZB-H1's candidates
   return spec;
 }
 
@@ -191,6 +192,7 @@ TEST_CASE("search extrapolates long steps from their steady state, every figure 
   full.shardings = {model::DpSharding::zero1};
   full.top = 1'000'000;
   full.steady_state = false;
+  full.zb_h1 = true;
   SearchSpec steady = full;
   steady.steady_state = true;
   const SearchResult a = run_search(full, 2), b = run_search(steady, 2);

@@ -37,8 +37,10 @@ struct SearchSpec {
   std::vector<model::ScheduleKind> schedules = model::all_schedule_kinds();
   // Pipeline schedules with pp > 1: 1 is 1F1B, v > 1 interleaved 1F1B with v chunks per rank.
   std::vector<int> virtual_stages{1, 2};
-  // With pp > 1 also ZB-H1 (pp_schedule "zb-h1"), after the virtual_stages axis.
-  bool zb_h1 = true;
+  // With pp > 1 also ZB-H1 (pp_schedule "zb-h1"), after the virtual_stages axis. Off by default: on
+  // Llama-3-70B over 64 H100 its candidates took 8x a 1F1B one's time to simulate, and the whole
+  // search 199 s and 22 GB instead of 72 s and 1.5 GB (BENCHMARKS.md, "fusesim search").
+  bool zb_h1 = false;
   // Slice-overlap's slice counts k (each a candidate of its own); empty: the workload's
   // schedule.slices alone. The other schedules have no k.
   std::vector<int> slices;
