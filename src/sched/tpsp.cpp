@@ -278,10 +278,10 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
 // (the GEMM inputs), K's projection, the up half of a gated FC1 and the activation. The residual add
 // reads wo's output: with TP the policy saves the reduce-scatter's output it reads instead
 // (_c10d_functional.reduce_scatter_tensor), without TP wo's GEMM runs again (on one H200, torchtitan's
-// compiled Llama-3.1-8B block ran three forward GEMMs again per layer, wk, wo and w3: docs/validation.md,
-// "torchtitan's float8 layer on one H200"). The TP all-gather of a norm's output is not repeated here: the backward
-// gathers each column-parallel GEMM's input again anyway (backward_layer), which is the gather the
-// recomputation would run.
+// compiled Llama-3.1-8B block ran three forward GEMMs again per layer, wk, wo and w3:
+// docs/validation.md, "torchtitan's float8 layer on one H200"). The TP all-gather of a norm's output
+// is not repeated here: the backward gathers each column-parallel GEMM's input again anyway
+// (backward_layer), which is the gather the recomputation would run.
 Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
   const std::int64_t h = sh_.hidden, S_ = S(), e_ = elementwise_rows();
   const std::int64_t fl = sh_.ffn_local();

@@ -421,12 +421,14 @@ TEST_CASE("Per-op recomputation re-runs the GEMMs whose outputs the backward rea
       const Task& t = s.graph.task(id);
       const auto* ct = std::get_if<ComputeTask>(&t.kind);
       if (t.rank != 0 || ct == nullptr || !ct->recompute) continue;
-      if (const auto* k = std::get_if<model::GemmKernel>(&ct->kernel)) gemms.push_back({t.labels.op, {k->m, k->n, k->k}});
+      if (const auto* k = std::get_if<model::GemmKernel>(&ct->kernel))
+        gemms.push_back({t.labels.op, {k->m, k->n, k->k}});
     }
     return gemms;
   };
   using G = std::vector<std::pair<std::string, std::array<std::int64_t, 3>>>;
-  CHECK(recomputed(1) == G{{"k_proj", {8192, 1024, 4096}}, {"out_proj", {8192, 4096, 4096}}, {"fc1_up", {8192, 14336, 4096}}});
+  CHECK(recomputed(1) ==
+        G{{"k_proj", {8192, 1024, 4096}}, {"out_proj", {8192, 4096, 4096}}, {"fc1_up", {8192, 14336, 4096}}});
   CHECK(recomputed(8) == G{{"k_proj", {8192, 128, 4096}}, {"fc1_up", {8192, 1792, 4096}}});
 }
 
