@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tools/calibration/train_step_compare.py: kernel classes by name (hand-picked names from the
 committed H100 traces), every measured kernel counted once, and fusesim's one-GPU step equal to the
-sum of its kernels (one compute stream, nothing overlaps)."""
+sum of its kernels (one compute stream, nothing overlaps), for the H100's eager steps and the H200's
+torchtitan float8 and bf16 steps (compiled, per-op recomputation)."""
 
 import importlib.util
 import json
@@ -10,7 +11,10 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MEASURED = os.path.join(ROOT, "tools/calibration/raw/microbench/h100-sxm-2026-11-26-train-steps.json")
+# (measured steps, the topology of their GPU)
+MEASURED = [(os.path.join(ROOT, "tools/calibration/raw/microbench/" + name), topology)
+            for name, topology in (("h100-sxm-2026-11-26-train-steps.json", "dgx-h100"),
+                                   ("h200-sxm-2026-11-28-train-steps-torchtitan.json", "hgx-h200"))]
 
 
 def load():
@@ -47,38 +51,42 @@ def main():
         got = cmp.measured_class(name)
         check(got == want, "measured_class(%s...) = %s, want %s" % (name[:40], got, want))
 
-    with open(MEASURED) as f:
-        doc = json.load(f)
-    for name, case in doc["cases"].items():
-        total = sum(r["total_us"] for r in case["profiled_step"]["by_name"]) / 1e3
-        m = cmp.measured_summary(case)
-        check(abs(sum(m["by_class_ms"].values()) - total) < 1e-6,
-              "%s: classes sum to %.6f ms, the kernels to %.6f" % (name, sum(m["by_class_ms"].values()), total))
-        check(all(v >= 0 for v in m["by_class_ms"].values()), "%s: a negative class" % name)
-
-    # The measured configurations are what train_step.py builds from the workload files today: a
-    # workload edited since the measurement would make the comparison price another model.
     spec = importlib.util.spec_from_file_location("ts", os.path.join(ROOT, "tools/microbench/train_step.py"))
     ts = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ts)  # the module imports torch only inside main()
-    for name, case in doc["cases"].items():
-        want = ts.model_config(ROOT, ts.CASES[name])
-        got = dict(case["config"])
-        check(got == want, "%s: measured with %s, train_step.py builds %s" % (name, got, want))
+    for measured, topology in MEASURED:
+        with open(measured) as f:
+            doc = json.load(f)
+        for name, case in doc["cases"].items():
+            total = sum(r["total_us"] for r in case["profiled_step"]["by_name"]) / 1e3
+            m = cmp.measured_summary(case)
+            check(abs(sum(m["by_class_ms"].values()) - total) < 1e-6,
+                  "%s: classes sum to %.6f ms, the kernels to %.6f" % (name, sum(m["by_class_ms"].values()), total))
+            check(all(v >= 0 for v in m["by_class_ms"].values()), "%s: a negative class" % name)
 
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "tools/calibration/train_step_compare.py"), MEASURED,
-                          "--fusesim", fusesim, "--format", "json"], capture_output=True, text=True)
-    check(out.returncode == 0, "compare failed: " + out.stderr)
-    if out.returncode == 0:
-        rows = json.loads(out.stdout)["cases"]
-        check(len(rows) == len(doc["cases"]), "a case missing from the comparison")
-        for r in rows:
-            p = r["predicted"]
-            # One GPU, one compute stream: the step is its kernels back to back (trace durations are
-            # rounded to the nanosecond, so 1 us over a few thousand tasks).
-            check(abs(sum(p["by_class_ms"].values()) - p["step_ms"]) < 1e-3,
-                  "%s: predicted classes %.6f ms, step %.6f" % (r["case"], sum(p["by_class_ms"].values()), p["step_ms"]))
-            check(p["by_class_ms"]["optimizer"] > 0 and p["by_class_ms"]["loss"] > 0, "%s: no optimizer or loss" % r["case"])
+        # The measured configurations are what train_step.py builds from the workload files today: a
+        # workload edited since the measurement would make the comparison price another model.
+        for name, case in doc["cases"].items():
+            want = ts.model_config(ROOT, ts.CASES[name])
+            got = dict(case["config"])
+            check(got == want, "%s: measured with %s, train_step.py builds %s" % (name, got, want))
+
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "tools/calibration/train_step_compare.py"), measured,
+                              "--fusesim", fusesim, "--topology", topology, "--format", "json"],
+                             capture_output=True, text=True)
+        check(out.returncode == 0, "compare failed: " + out.stderr)
+        if out.returncode == 0:
+            rows = json.loads(out.stdout)["cases"]
+            check(len(rows) == len(doc["cases"]), "a case missing from the comparison")
+            for r in rows:
+                p = r["predicted"]
+                # One GPU, one compute stream: the step is its kernels back to back (trace durations are
+                # rounded to the nanosecond, so 1 us over a few thousand tasks).
+                classes = sum(p["by_class_ms"].values())
+                check(abs(classes - p["step_ms"]) < 1e-3,
+                      "%s: predicted classes %.6f ms, step %.6f" % (r["case"], classes, p["step_ms"]))
+                check(p["by_class_ms"]["optimizer"] > 0 and p["by_class_ms"]["loss"] > 0,
+                      "%s: no optimizer or loss" % r["case"])
     for f in failures:
         print("FAIL: " + f)
     print("%d failures" % len(failures))

@@ -63,26 +63,16 @@ CASES = {
     "llama3-8b-4l": {"workload": "workloads/llama-3-8b.json", "layers": 4, "micro_batch": 1,
                      "style": "llama"},
     # torchtitan's H200 float8 benchmark run's layer (validation case e2e/torchtitan-llama3.1-8b-32xh200-fp8),
-    # four of its 32 layers, local batch 2 x 8192, and the same in bf16.
-    # SDPA as torch 2.8 (the run's) chose it: FlashAttention-2, cuDNN attention opt-in since pytorch#138522;
-    # torch >= 2.10 with a bundled cuDNN > 9.15 prefers cuDNN on sm90 (sdp_utils.cpp check_prefer_cudnn_attention),
-    # whose forward torchtitan's op policy at e7c0cae does not save: the "-cudnn" cases.
-    "llama31-8b-4l-fp8": {"workload": "validation/workloads/torchtitan-llama3.1-8b-32xh200-fp8.json",
-                          "layers": 4, "micro_batch": 2, "style": "llama", "separate": True,
-                          "recompute": "op", "compile": True, "fp8": True, "cudnn_sdpa": False},
-    "llama31-8b-4l-bf16": {"workload": "validation/workloads/torchtitan-llama3.1-8b-32xh200-fp8.json",
-                           "layers": 4, "micro_batch": 2, "style": "llama", "separate": True,
-                           "recompute": "op", "compile": True, "fp8": False, "cudnn_sdpa": False},
-    # Eight layers: with the four-layer cases, the cost of one layer as (8 layers - 4 layers) / 4.
-    "llama31-8b-8l-fp8": {"workload": "validation/workloads/torchtitan-llama3.1-8b-32xh200-fp8.json",
-                          "layers": 8, "micro_batch": 2, "style": "llama", "separate": True,
-                          "recompute": "op", "compile": True, "fp8": True, "cudnn_sdpa": False},
-    "llama31-8b-8l-bf16": {"workload": "validation/workloads/torchtitan-llama3.1-8b-32xh200-fp8.json",
-                           "layers": 8, "micro_batch": 2, "style": "llama", "separate": True,
-                           "recompute": "op", "compile": True, "fp8": False, "cudnn_sdpa": False},
-    "llama31-8b-4l-fp8-cudnn": {"workload": "validation/workloads/torchtitan-llama3.1-8b-32xh200-fp8.json",
-                                "layers": 4, "micro_batch": 2, "style": "llama", "separate": True,
-                                "recompute": "op", "compile": True, "fp8": True, "cudnn_sdpa": True},
+    # 4 and 8 of its 32 layers (one layer's cost: (8 layers - 4 layers) / 4), local batch 2 x 8192, in
+    # float8 and in bf16. SDPA as torch 2.8 (the run's) chose it: FlashAttention-2, cuDNN attention opt-in
+    # since pytorch#138522; torch >= 2.10 with a bundled cuDNN > 9.15 prefers cuDNN on sm90 (sdp_utils.cpp
+    # check_prefer_cudnn_attention), whose forward torchtitan's op policy at e7c0cae does not save: "-cudnn".
+    **{"llama31-8b-%dl-%s%s" % (layers, "fp8" if fp8 else "bf16", "-cudnn" if cudnn else ""): {
+        "workload": "validation/workloads/torchtitan-llama3.1-8b-32xh200-fp8.json", "layers": layers,
+        "micro_batch": 2, "style": "llama", "separate": True, "recompute": "op", "compile": True, "fp8": fp8,
+        "cudnn_sdpa": cudnn}
+       for layers, fp8, cudnn in [(4, True, False), (4, False, False), (8, True, False), (8, False, False),
+                                  (4, True, True)]},
 }
 DEFAULT_CASES = ["mpt-1b-plain", "mpt-1b", "mpt-7b-8l", "mpt-13b-4l", "llama3-8b-4l"]
 
