@@ -1080,9 +1080,8 @@ SearchResult parse_search_json(const JsonDocument& doc) {
     w.parallel.pp = static_cast<int>(o.integer("pp", 1, 1 << 20));
     w.parallel.dp = static_cast<int>(o.integer("dp", 1, 1 << 20));
     const std::string pipeline = o.choice("pp_schedule", {"-", "1f1b", "interleaved", "zb-h1"});
-    w.parallel.pp_schedule = pipeline == "interleaved" ? PipelineSchedule::interleaved
-                             : pipeline == "zb-h1"     ? PipelineSchedule::zb_h1
-                                                       : PipelineSchedule::one_f_one_b;
+    w.parallel.pp_schedule =
+        pipeline == "-" ? PipelineSchedule::one_f_one_b : *model::pipeline_schedule_named(pipeline);
     w.parallel.virtual_stages = static_cast<int>(o.integer("virtual_stages", 1, 1 << 20));
     w.micro_batch = o.integer("micro_batch", 1, 1 << 30);
     w.grad_accumulation = o.integer("grad_accumulation", 1, 1 << 30);

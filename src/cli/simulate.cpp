@@ -64,13 +64,12 @@ void apply_overrides(const SimulateRequest& r, model::Workload& w, const std::st
   if (r.dp) positive("--dp", *r.dp), w.parallel.dp = *r.dp;
   if (r.pp) positive("--pp", *r.pp), w.parallel.pp = *r.pp;
   if (r.pp_schedule) {
-    const std::string& v = *r.pp_schedule;
-    if (v != "1f1b" && v != "interleaved" && v != "zb-h1")
-      throw InputError(kCommandLine, "--pp-schedule", fmt::format("'{}' is not 1f1b, interleaved or zb-h1", v));
-    w.parallel.pp_schedule = v == "interleaved" ? model::PipelineSchedule::interleaved
-                             : v == "zb-h1"     ? model::PipelineSchedule::zb_h1
-                                                : model::PipelineSchedule::one_f_one_b;
-    if (v != "interleaved") w.parallel.virtual_stages = 1;
+    const auto schedule = model::pipeline_schedule_named(*r.pp_schedule);
+    if (!schedule)
+      throw InputError(kCommandLine, "--pp-schedule",
+                       fmt::format("'{}' is not 1f1b, interleaved or zb-h1", *r.pp_schedule));
+    w.parallel.pp_schedule = *schedule;
+    if (*schedule != model::PipelineSchedule::interleaved) w.parallel.virtual_stages = 1;
   }
   if (r.engine) model::set_engine_mode(w.schedule, parse_engine_mode("--engine", *r.engine));
   if (!(r.sequence_length || r.micro_batch || r.tp || r.up || r.dp || r.pp || r.pp_schedule)) return;

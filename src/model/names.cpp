@@ -73,6 +73,12 @@ std::string to_string(PipelineSchedule s) {
   return "?";
 }
 
+std::optional<PipelineSchedule> pipeline_schedule_named(std::string_view name) {
+  for (PipelineSchedule s : {PipelineSchedule::one_f_one_b, PipelineSchedule::interleaved, PipelineSchedule::zb_h1})
+    if (to_string(s) == name) return s;
+  return std::nullopt;
+}
+
 std::int64_t pipeline_warmup_forwards(std::int64_t stages, std::int64_t virtual_stages, std::int64_t micro_batches,
                                       std::int64_t stage) {
   const std::int64_t total = micro_batches * virtual_stages;

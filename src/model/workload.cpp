@@ -318,10 +318,7 @@ Workload parse_workload(const JsonDocument& doc) {
   w.parallel.dp = static_cast<int>(p.integer("dp", 1, kMaxDegree));
   w.parallel.dp_sharding = parse_dp_sharding(p.choice_or("dp_sharding", kDpShardings, "ddp"));
   w.parallel.pp = static_cast<int>(p.integer_or("pp", 1, kMaxDegree, 1));
-  const std::string pp_schedule = p.choice_or("pp_schedule", kPipelineSchedules, "1f1b");
-  w.parallel.pp_schedule = pp_schedule == "interleaved" ? PipelineSchedule::interleaved
-                           : pp_schedule == "zb-h1"     ? PipelineSchedule::zb_h1
-                                                        : PipelineSchedule::one_f_one_b;
+  w.parallel.pp_schedule = *pipeline_schedule_named(p.choice_or("pp_schedule", kPipelineSchedules, "1f1b"));
   w.parallel.virtual_stages = static_cast<int>(p.integer_or("virtual_stages", 1, kMaxLayers, 1));
   if (p.has("overlap_param_gather")) {
     const JsonValue v = p.at("overlap_param_gather");

@@ -337,6 +337,15 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     return compute(ti, fmt::format("{}/{}", prefix(ctx), name), std::move(w.kernel), labels(ctx, -1, name), w.data_op,
                    deps);
   };
+  // One weight pass: that gradient on every rank, after `after` and the work done when it runs.
+  auto full_wgrads = [this, full_wgrad](std::string name, WorkFn work, Deps after) -> WeightPass {
+    return [this, full_wgrad, name = std::move(name), work = std::move(work),
+            after = std::move(after)](const Deps& now) {
+      Deps done(static_cast<std::size_t>(t_));
+      for (int ti = 0; ti < t_; ++ti) done[ti] = {full_wgrad(ti, name, work, merged(after[ti], now[ti]))};
+      return done;
+    };
+  };
 
   // Bias gradients (model.bias, unless training.bias_grad "fused"): each linear's output gradient
   // summed over its rows by a reduction kernel of its own (PyTorch's and Megatron-LM's
@@ -366,11 +375,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
                                    gemm_work(ctx, "fc2_dgrad", dY, fw.w2, d_act_out, h, fl, true)));
   PerRank dw2 = alloc(ctx, "dw2", fl, h);
   const WorkFn fc2_wgrad = wgrad_work(ctx, "fc2_wgrad", Rows{fw.act, {}}, dY, dw2, fl, h);
-  weight_pass(d_fc2, [this, full_wgrad, fc2_wgrad, d_fc2](const Deps& now) {
-    Deps done(static_cast<std::size_t>(t_));
-    for (int ti = 0; ti < t_; ++ti) done[ti] = {full_wgrad(ti, "fc2_wgrad", fc2_wgrad, merged(d_fc2[ti], now[ti]))};
-    return done;
-  });
+  weight_pass(d_fc2, full_wgrads("fc2_wgrad", fc2_wgrad, d_fc2));
   const std::string act_kind = sh_.gated ? "swiglu" : "gelu";
   PerRank d_fc1_out = alloc(ctx, "fc1_out_grad", S_, f1);
   Deps d_act = each([&](int ti) {
@@ -414,13 +419,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   const WorkFn out_proj_wgrad = wgrad_work(ctx, "out_proj_wgrad", Rows{fw.attn, {}}, dH1, dw_o, qn, h);
   PerRank d_qkv_out = alloc(ctx, "qkv_grad", S_, qkvn);
   // Emitted beside each rank's attention backward, unless ZB-H1 defers it.
-  if (defer_weights_ != nullptr)
-    weight_pass(d_o, [this, full_wgrad, out_proj_wgrad, d_o](const Deps& now) {
-      Deps done(static_cast<std::size_t>(t_));
-      for (int ti = 0; ti < t_; ++ti)
-        done[ti] = {full_wgrad(ti, "out_proj_wgrad", out_proj_wgrad, merged(d_o[ti], now[ti]))};
-      return done;
-    });
+  if (defer_weights_ != nullptr) weight_pass(d_o, full_wgrads("out_proj_wgrad", out_proj_wgrad, d_o));
   Deps d_att = each([&](int ti) {
     if (defer_weights_ == nullptr) full_wgrad(ti, "out_proj_wgrad", out_proj_wgrad, d_o[ti]);
     if (sh_.up > 1) return std::vector<TaskId>{};  // Ulysses: the attention backward below

@@ -3,6 +3,7 @@
 // the schedule to simulate, read from a workload file (schema: docs/workload.md).
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -131,6 +132,8 @@ topo::Dtype default_grad_reduce_dtype(topo::Dtype compute);
 // each backward split into B (input gradients) and W (weight gradients), W deferred (zb_h1_passes).
 enum class PipelineSchedule { one_f_one_b, interleaved, zb_h1 };
 std::string to_string(PipelineSchedule s);  // "1f1b", "interleaved", "zb-h1"
+// The schedule to_string names `name`; nullopt for any other name.
+std::optional<PipelineSchedule> pipeline_schedule_named(std::string_view name);
 // The forwards stage `stage` of `stages` runs before its first backward, of the micro_batches x
 // virtual_stages chunk forwards it runs in all (virtual_stages 1: 1F1B). Megatron-LM's warm-up counts:
 // min(stages - stage - 1, m) for 1F1B; (stages - stage - 1) x 2 + (v - 1) x stages for the interleaved
