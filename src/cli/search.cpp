@@ -323,27 +323,41 @@ constexpr double kSteadyShare = 1e-9;
 // share the reported fraction is off by at most about 1e-6 of it.
 constexpr double kIdleShare = 1e-6;
 
-// The figures of four steps a, b, c, d of k, k + s, k + 2s, k + 3s micro-batches grow by the same
-// amount at each of the three steps: the tokens exactly, the step and the critical rank's exposed
-// communication within kSteadyShare of the step's increment, each stage's idle time within kIdleShare.
-bool steady(const StepFigures& fa, const StepFigures& fb, const StepFigures& fc, const StepFigures& fd) {
-  const analysis::StepMetrics &a = fa.metrics, &b = fb.metrics, &c = fc.metrics, &d = fd.metrics;
-  if (a.gpus != d.gpus || a.peak_flops_per_s != d.peak_flops_per_s) return false;
-  if (a.stages.size() != d.stages.size() || b.stages.size() != d.stages.size() || c.stages.size() != d.stages.size())
-    return false;
-  const std::int64_t step = d.step_time_ps - c.step_time_ps;
-  if (step <= 0 || !(b.tokens - a.tokens == c.tokens - b.tokens && c.tokens - b.tokens == d.tokens - c.tokens))
-    return false;
-  auto same = [&](TimePs x0, TimePs x1, TimePs x2, TimePs x3, double share) {
-    const TimePs d1 = x1 - x0, d2 = x2 - x1, d3 = x3 - x2;
-    return static_cast<double>(std::max({d1, d2, d3}) - std::min({d1, d2, d3})) <=
-           std::max(1.0, share * static_cast<double>(step));
-  };
-  if (!same(a.step_time_ps, b.step_time_ps, c.step_time_ps, d.step_time_ps, kSteadyShare)) return false;
-  if (!same(fa.exposed_comm_ps, fb.exposed_comm_ps, fc.exposed_comm_ps, fd.exposed_comm_ps, kSteadyShare)) return false;
-  for (std::size_t i = 0; i < d.stages.size(); ++i)
-    if (!same(a.stages[i].bubble_ps, b.stages[i].bubble_ps, c.stages[i].bubble_ps, d.stages[i].bubble_ps, kIdleShare))
+// Steps simulated for a window: kWindow steps of k, k + s, ..., k + (kWindow - 1) s micro-batches.
+// Two increments that agree within kSteadyShare are what a step settling geometrically shows once
+// settled (a third agreeing adds nothing the second did not: each is a quarter of the one before on
+// the Llama-3-70B step above); they must also agree for the exposed communication and for every
+// stage's idle time, so a coincidence in one figure does not pass. tests/cli/test_cli_search.cpp
+// compares every extrapolated figure with the full simulation.
+constexpr std::size_t kWindow = 3;
+
+// The figures of the steps of a window (k, k + s, ... micro-batches) grow by the same amount at each
+// step: the tokens exactly, the step and the critical rank's exposed communication within kSteadyShare
+// of the step's last increment, each stage's idle time within kIdleShare.
+bool steady(const std::vector<StepFigures>& window) {
+  const analysis::StepMetrics& last = window.back().metrics;
+  for (const StepFigures& f : window)
+    if (f.metrics.gpus != last.gpus || f.metrics.peak_flops_per_s != last.peak_flops_per_s ||
+        f.metrics.stages.size() != last.stages.size())
       return false;
+  const std::int64_t step = last.step_time_ps - window[window.size() - 2].metrics.step_time_ps;
+  if (step <= 0) return false;
+  // Whether x(0), x(1), ... grows by increments that differ by at most `slack`.
+  const auto same = [&](auto x, double slack) {
+    std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = std::numeric_limits<std::int64_t>::min();
+    for (std::size_t i = 1; i < window.size(); ++i) {
+      const std::int64_t d = x(window[i]) - x(window[i - 1]);
+      lo = std::min(lo, d);
+      hi = std::max(hi, d);
+    }
+    return static_cast<double>(hi - lo) <= slack;
+  };
+  const auto share = [&](double of_step) { return std::max(1.0, of_step * static_cast<double>(step)); };
+  if (!same([](const StepFigures& f) { return f.metrics.tokens; }, 0.0)) return false;
+  if (!same([](const StepFigures& f) { return f.metrics.step_time_ps; }, share(kSteadyShare))) return false;
+  if (!same([](const StepFigures& f) { return f.exposed_comm_ps; }, share(kSteadyShare))) return false;
+  for (std::size_t i = 0; i < last.stages.size(); ++i)
+    if (!same([i](const StepFigures& f) { return f.metrics.stages[i].bubble_ps; }, share(kIdleShare))) return false;
   return true;
 }
 
@@ -352,18 +366,19 @@ bool steady(const StepFigures& fa, const StepFigures& fb, const StepFigures& fc,
 // further micro-batch repeats the same work on the same resources, so the step and what it is made of
 // (exposed communication, each stage's idle time, tokens, FLOPs) grow by the same amount per
 // micro-batch (per pp micro-batches for interleaved 1F1B, whose counts are multiples of pp). Steps of
-// k, k + s, k + 2s, k + 3s micro-batches are simulated from k = 2 pp (2 without stages); when their
-// figures grow alike at all three steps (steady), the step of m is the last of them (of k_last
-// micro-batches) plus (m - k_last) / s times its last increment; when not, the window moves on by s
-// while that costs fewer simulated micro-batches than m, and otherwise the m micro-batches are
-// simulated.
+// k, k + s, k + 2s micro-batches are simulated from k = 2 pp (1 without stages); when their figures
+// grow alike at both steps (steady), the step of m is the last of them (of k_last micro-batches) plus
+// (m - k_last) / s times its last increment; when not, the window moves on by s while that costs
+// fewer simulated micro-batches than m, and otherwise the m micro-batches are simulated.
 std::pair<StepFigures, bool> step_figures(const model::Workload& w, model::ScheduleKind kind, const std::string& label,
                                           const Pricer& p, const std::string& symmetry, bool steady_state) {
   const std::int64_t m = w.grad_accumulation;
   const std::int64_t pp = w.parallel.pp;
   const std::int64_t s = w.parallel.pp_schedule == model::PipelineSchedule::interleaved && pp > 1 ? pp : 1;
-  const std::int64_t first = pp > 1 ? 2 * pp : 2;
-  if (!steady_state || 4 * first + 6 * s >= m) return {simulate_step(w, kind, label, p, symmetry), false};
+  const std::int64_t first = pp > 1 ? 2 * pp : 1;
+  const auto n = static_cast<std::int64_t>(kWindow);
+  // The first window's micro-batches: n k + s n (n - 1) / 2.
+  if (!steady_state || n * first + s * n * (n - 1) / 2 >= m) return {simulate_step(w, kind, label, p, symmetry), false};
   std::vector<StepFigures> seen;
   std::int64_t simulated = 0;  // micro-batches simulated so far
   for (std::int64_t k = first; k + s <= m && simulated + k < m; k += s) {
@@ -371,10 +386,10 @@ std::pair<StepFigures, bool> step_figures(const model::Workload& w, model::Sched
     fewer.grad_accumulation = k;
     seen.push_back(simulate_step(fewer, kind, label, p, symmetry));
     simulated += k;
-    const std::size_t n = seen.size();
-    if (n < 4 || !steady(seen[n - 4], seen[n - 3], seen[n - 2], seen[n - 1])) continue;
-    const StepFigures& last = seen[n - 1];
-    const StepFigures& before = seen[n - 2];
+    if (seen.size() > kWindow) seen.erase(seen.begin());
+    if (seen.size() < kWindow || !steady(seen)) continue;
+    const StepFigures& last = seen[kWindow - 1];
+    const StepFigures& before = seen[kWindow - 2];
     const std::int64_t steps = (m - k) / s;
     StepFigures f = last;
     analysis::StepMetrics& x = f.metrics;

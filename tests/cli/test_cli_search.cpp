@@ -174,10 +174,10 @@ TEST_CASE("search --symmetry mirror ranks what none ranks, every step to the pic
 
 TEST_CASE("search extrapolates long steps from their steady state, every figure equal to the full step", "[cli][search][steady]") {
   // Global batch 64 on one DGX H100 at micro-batch 1: m = 64 / dp micro-batches, 16 to 64. Each step is
-  // long enough to be extrapolated (docs/cli.md "Steady state": steps of k, k + s, k + 2s, k + 3s
-  // micro-batches from k = 2 pp, 2 without stages; s = pp for interleaved 1F1B, else 1; extrapolated
-  // when 4k + 6s < m): tp 2 pp 1 (m 16: 8 + 6 < 16), pp 2 (m 32: 16 + 6, 1F1B, and 16 + 12,
-  // interleaved), pp 4 (m 64: 32 + 6 and 32 + 24); tp 4 pp 1 (m 32) and pp 2 (m 64). Every figure the
+  // long enough to be extrapolated (docs/cli.md "Steady state": steps of k, k + s, k + 2s micro-batches
+  // from k = 2 pp, 1 without stages; s = pp for interleaved 1F1B, else 1; extrapolated when
+  // 3k + 3s < m): tp 2 pp 1 (m 16: 3 + 3 < 16), pp 2 (m 32: 12 + 3, 1F1B, and 12 + 6, interleaved),
+  // pp 4 (m 64: 24 + 3 and 24 + 12); tp 4 pp 1 (m 32) and pp 2 (m 64). Every figure the
   // search reports must be the one of simulating every micro-batch, to the picosecond.
   ScratchDir dir;
   const std::string model = write_model(dir);
