@@ -13,6 +13,7 @@
 #include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/tags.hpp"
 #include "fusesim/topo/rings.hpp"
+#include "fusesim/util/concat.hpp"
 
 namespace fusesim::sched {
 namespace {
@@ -75,7 +76,7 @@ TaskId DpSync::ring_recv(int rank, int from, const std::string& name, StreamRef 
   if (shifted >= simulated || r + simulated >= t)
     throw std::logic_error(fmt::format("DpSync: replica {}'s ring predecessor {} has no simulated image", r, from));
   Task task;
-  task.name = fmt::format("r{}/{}", rank, name);
+  task.name = concat("r", rank, "/", name);
   task.rank = peer(rank, r + simulated);
   task.stream = stream;
   task.kind = RecvTask{peer(rank, shifted), sent_bytes(shifted), tag_of(shifted)};
@@ -164,7 +165,7 @@ std::vector<TaskId> DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes 
     const std::int64_t tag0 = tags0 + k * block;
     const Bytes chunk = ring_bytes(k);
     const StreamRef ring_stream_k = ring_stream(stream, k);
-    const std::string ring_name = R > 1 ? fmt::format("{}/ring{}", name, k) : name;
+    const std::string ring_name = R > 1 ? concat(name, "/ring", k) : name;
     // One rectangle per gradient: ring chunk c of buffer `which` (0: the gradient, 1: partial sums, 2: synced).
     auto parts = [&](int which, int c, bool faulted) {
       std::vector<Ref> out;
@@ -186,7 +187,7 @@ std::vector<TaskId> DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes 
         send_op = op(SendPartsOp{m.step == 0 ? parts(0, m.chunk, true) : parts(1, m.chunk, false)});
       else if (data)
         send_op = op(SendPartsOp{parts(2, m.chunk, m.step == rs_steps)});
-      return add(rank, fmt::format("{}/send{}", ring_name, m.step), ring_stream_k,
+      return add(rank, concat(ring_name, "/send", m.step), ring_stream_k,
                  SendTask{next, chunk, m.tag(), comm_.collective_engine, sms}, step_labels(m), send_op, after);
     };
     ports.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
@@ -197,7 +198,7 @@ std::vector<TaskId> DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes 
         recv_op = op(RecvPartsOp{parts(2, m.chunk, false), {}});
       // The sender's tag names its ring position, the same for the sender shifted by a mirror.
       return ring_recv(
-          rank, from, fmt::format("{}/recv{}", ring_name, m.step), ring_stream_k, chunk, [&](int) { return chunk; },
+          rank, from, concat(ring_name, "/recv", m.step), ring_stream_k, chunk, [&](int) { return chunk; },
           [&, base = m.tag_base](int sender) { return base + position[static_cast<std::size_t>(sender)]; },
           step_labels(m), recv_op, posted);
     };
@@ -222,7 +223,7 @@ int DpSync::region(const std::string& name) {
 
 BufferId DpSync::alloc(int rank, const std::string& name, std::int64_t rows, std::int64_t cols) {
   BufferDecl b;
-  b.name = fmt::format("r{}/{}", rank, name);
+  b.name = concat("r", rank, "/", name);
   b.rank = rank;
   b.rows = rows;
   b.cols = cols;
@@ -350,13 +351,13 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   auto part_ref = [&](BufferId b, int c) { return Ref{b, part_rect(row_part(g.rows, t, c), g.cols)}; };
   RingPorts rs;
   rs.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
-    return ring_recv(rank, m.sender, fmt::format("{}/dp_recv/c{}", g.name, m.chunk), comm_.p2p_stream(),
+    return ring_recv(rank, m.sender, concat(g.name, "/dp_recv/c", m.chunk), comm_.p2p_stream(),
                      part_bytes(m.chunk), sent_at(m.step), tag_at(m.tag_base), labels("dp_recv", m.chunk, m.step),
                      data ? op(RecvOp{part_ref(recv_buf, m.chunk)}) : -1, posted);
   };
   rs.add = [&](const RingMessage& m, TaskId partial, TaskId received, bool last) {
     const std::int64_t n = row_part(g.rows, t, m.chunk).rows * g.cols;
-    return add(rank, fmt::format("{}/dp_add/c{}", g.name, m.chunk), comm_.add_stream,
+    return add(rank, concat(g.name, "/dp_add/c", m.chunk), comm_.add_stream,
                ComputeTask{model::ElementwiseKernel{"add", bytes(3 * n), static_cast<Flops>(n)}, cfg_.grad_dtype, false},
                labels("dp_add", m.chunk, m.step),
                data ? op(AddOp{part_ref(g.buffer, m.chunk), part_ref(recv_buf, m.chunk),
@@ -366,7 +367,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
   };
   rs.send = [&](const RingMessage& m, const std::vector<TaskId>& after) {
     // Step 0 passes on the own part of the gradient, later steps the running sum.
-    return add(rank, fmt::format("{}/dp_send/c{}", g.name, m.chunk), comm_.p2p_stream(),
+    return add(rank, concat(g.name, "/dp_send/c", m.chunk), comm_.p2p_stream(),
                SendTask{next, part_bytes(m.chunk), m.tag(), comm_.p2p_engine, comm_.sms},
                labels("dp_send", m.chunk, m.step),
                data ? op(SendOp{part_ref(m.step == 0 ? g.buffer : sum_buf, m.chunk)}) : -1, after);
@@ -377,12 +378,12 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     // compute stream goes on meanwhile.
     RingPorts ag;
     ag.send = [&](const RingMessage& m, const std::vector<TaskId>& after) {
-      return add(rank, fmt::format("{}/dp_ag_send/c{}", g.name, m.chunk), comm_.p2p_stream(),
+      return add(rank, concat(g.name, "/dp_ag_send/c", m.chunk), comm_.p2p_stream(),
                  SendTask{next, part_bytes(m.chunk), m.tag(), comm_.p2p_engine, comm_.sms},
                  labels("dp_ag_send", m.chunk, m.step), data ? op(SendOp{part_ref(gr.synced, m.chunk)}) : -1, after);
     };
     ag.recv = [&](const RingMessage& m, const std::vector<TaskId>& posted) {
-      return ring_recv(rank, m.sender, fmt::format("{}/dp_ag_recv/c{}", g.name, m.chunk), comm_.p2p_stream(),
+      return ring_recv(rank, m.sender, concat(g.name, "/dp_ag_recv/c", m.chunk), comm_.p2p_stream(),
                        part_bytes(m.chunk), sent_at(m.step), tag_at(m.tag_base), labels("dp_ag_recv", m.chunk, m.step),
                        data ? op(RecvOp{part_ref(gr.synced, m.chunk)}) : -1, posted);
     };
@@ -411,7 +412,7 @@ std::vector<TaskId> DpSync::collective(int rank, CollectiveKind kind, const std:
     l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
     l.phase = params ? Phase::optimizer : Phase::backward;
     l.op = "dp_" + to_string(kind);
-    return p2p_collective(rank, kind, total, fmt::format("{}/{}", region_name, to_string(kind)),
+    return p2p_collective(rank, kind, total, concat(region_name, "/", to_string(kind)),
                           comm_.collective_stream, l, deps, idx);
   }
   const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
@@ -464,7 +465,7 @@ std::vector<TaskId> DpSync::collective(int rank, CollectiveKind kind, const std:
   l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
   l.phase = params ? Phase::optimizer : Phase::backward;
   l.op = "dp_" + to_string(kind);
-  return {add(rank, fmt::format("{}/{}", region_name, to_string(kind)), comm_.collective_stream,
+  return {add(rank, concat(region_name, "/", to_string(kind)), comm_.collective_stream,
               CollectiveTask{kind, group(rank), total, instance, comm_.collective_engine, comm_.sms}, std::move(l),
               data_op, deps)};
 }
@@ -486,7 +487,7 @@ std::vector<TaskId> DpSync::finish_backward(int rank, const std::vector<TaskId>&
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     std::vector<TaskId> deps;
     for (int j : buckets[b]) deps.push_back(st.grads[static_cast<std::size_t>(j)].done);
-    for (TaskId e : collective(rank, kind, buckets[b], fmt::format("dp/bucket{}", b), deps, false)) st.ends.push_back(e);
+    for (TaskId e : collective(rank, kind, buckets[b], concat("dp/bucket", b), deps, false)) st.ends.push_back(e);
   }
   return st.ends;
 }
@@ -520,7 +521,7 @@ std::vector<TaskId> DpSync::gather_updated(int rank, const std::vector<TaskId>& 
   const auto buckets = dp_buckets(sizes, cfg_.schedule.dp_bucket_bytes);
   for (std::size_t b = 0; b < buckets.size(); ++b)
     for (TaskId e :
-         collective(rank, CollectiveKind::all_gather, buckets[b], fmt::format("dp/param_ag/bucket{}", b), after, true))
+         collective(rank, CollectiveKind::all_gather, buckets[b], concat("dp/param_ag/bucket", b), after, true))
       ends.push_back(e);
   return ends;
 }

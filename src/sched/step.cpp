@@ -5,6 +5,7 @@
 // row: the max and the sum of exponentials); the backward reduce-scatters the head's dgrad and
 // all-gathers the embedding output's gradient for the scatter-add into the embedding table.
 #include "fusesim/sched/step.hpp"
+#include "fusesim/util/concat.hpp"
 
 #include <stdexcept>
 #include <utility>
@@ -228,7 +229,7 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   }
   const DpGradient dg{mb + "head/bwd/lm_head_wgrad", -1, h, V, -1};
   gradient(dg, dp, dgrad, [&](int ti, std::int64_t row0, std::int64_t rows, int region, const std::vector<TaskId>& deps) {
-    const std::string suffix = rows == h ? "" : fmt::format("/r{}", row0);
+    const std::string suffix = rows == h ? "" : concat("/r", row0);
     return compute(ti, mb + "head/bwd/lm_head_wgrad" + suffix, model::GemmKernel{rows, V, S, 1, /*accumulate_fp32=*/true}, Phase::backward,
                    micro_batch, deps, region);
   });
@@ -252,7 +253,7 @@ StepEmitter::Deps StepEmitter::embedding_backward(const std::string& mb, int mic
   // Scatter-add of the gathered gradient rows into the table rows of this rank's vocab shard.
   const DpGradient dg{mb + "embedding/bwd/embedding_grad", -1, V, h, -1};
   return gradient(dg, dp, d, [&](int ti, std::int64_t row0, std::int64_t rows, int region, const std::vector<TaskId>& deps) {
-    const std::string suffix = rows == V ? "" : fmt::format("/r{}", row0);
+    const std::string suffix = rows == V ? "" : concat("/r", row0);
     const std::int64_t tokens = S * rows / V;  // the tokens that hit these rows, on average
     return compute(ti, mb + "embedding/bwd/scatter_add" + suffix,
                    model::ElementwiseKernel{"embedding_bwd", bytes(3 * tokens * h / tp()),

@@ -19,6 +19,7 @@
 #include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/tpsp_builder.hpp"
 #include "fusesim/util/error.hpp"
+#include "fusesim/util/concat.hpp"
 
 namespace fusesim::sched {
 
@@ -136,7 +137,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   const std::int64_t h = sh_.hidden, S_ = S(), n_ = n(), e_ = elementwise_rows();
   const std::int64_t qn = sh_.q_local(), kvn = sh_.kv_local(), qkvn = sh_.qkv_local();
   const std::int64_t f1 = sh_.fc1_local(), fl = sh_.ffn_local();
-  const std::string wp = fmt::format("L{}/", l);
+  const std::string wp = concat("L", l, "/");
   OpCtx ctx{l, true, "", data_};
   auto with = [&](std::string region) {
     OpCtx c = ctx;
@@ -333,8 +334,8 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   auto full_wgrad = [this, ctx, all](int ti, const std::string& name, const WorkFn& work,
                                      const std::vector<TaskId>& deps) {
     Work w = std::move(work(ti, -1, {all}, true).at(0));
-    if (w.emit) return w.emit(fmt::format("{}/{}", prefix(ctx), name), labels(ctx, -1, name), deps);
-    return compute(ti, fmt::format("{}/{}", prefix(ctx), name), std::move(w.kernel), labels(ctx, -1, name), w.data_op,
+    if (w.emit) return w.emit(concat(prefix(ctx), "/", name), labels(ctx, -1, name), deps);
+    return compute(ti, concat(prefix(ctx), "/", name), std::move(w.kernel), labels(ctx, -1, name), w.data_op,
                    deps);
   };
   // One weight pass: that gradient on every rank, after `after` and the work done when it runs.
@@ -555,7 +556,7 @@ Builder::ColumnGrad Builder::up_qkv_backward(const OpCtx& ctx, const LayerData& 
         gop.accumulate = !out.empty();
         for (const RowSpan& sp : rows) gop.blocks.push_back(RowBlock{sp.row0 + b.row_offset, sp.row0, sp.rows});
       }
-      Work w{fmt::format("qkv_dgrad/g{}", b.member), model::GemmKernel{m, h, Wc, 1}, op(ctx, std::move(gop))};
+      Work w{concat("qkv_dgrad/g", b.member), model::GemmKernel{m, h, Wc, 1}, op(ctx, std::move(gop))};
       w.after = in_region(b.region);
       w.wait = b.deps;
       out.push_back(std::move(w));
@@ -593,7 +594,7 @@ Builder::ColumnGrad Builder::up_qkv_backward(const OpCtx& ctx, const LayerData& 
             r = end;
           }
       }
-      const std::string name = fmt::format("qkv_wgrad/g{}", b.member);
+      const std::string name = concat("qkv_wgrad/g", b.member);
       const bool last = hand_off && j + 1 == blocks.size();
       Work wk = last ? dp_wgrad(ctx, "qkv_wgrad", dw, ti, h, qkvn, k, std::move(w), Wc)
                      : Work{name, model::GemmKernel{h, Wc, k, 1, /*accumulate_fp32=*/true}, op(ctx, std::move(w))};
@@ -656,7 +657,7 @@ Builder::ColumnGrad Builder::up_qkv_backward(const OpCtx& ctx, const LayerData& 
         TaskLabels lab = labels(wctx, call.region, wk->op);
         lab.chunk = call.chunk;
         lab.step = call.step;
-        std::string name = fmt::format("{}/{}{}", prefix(wctx), wk->op, call.suffix);
+        std::string name = concat(prefix(wctx), "/", wk->op, call.suffix);
         const TaskId id = wk->emit ? wk->emit(std::move(name), std::move(lab), deps)
                                    : compute(ti, std::move(name), wk->kernel, std::move(lab), wk->data_op, deps);
         if (wk->after) wk->after(id);
@@ -680,7 +681,7 @@ Builder::ColumnGrad Builder::up_qkv_backward(const OpCtx& ctx, const LayerData& 
 void Builder::backward_checks(int l, const PerRank& dx, const PerRank& dw_qkv, const PerRank& dw_o, const PerRank& dw1,
                               const PerRank& dw2) {
   const std::int64_t h = sh_.hidden, n_ = n(), qn = sh_.q_local(), kvn = sh_.kv_local(), fl = sh_.ffn_local();
-  const std::string wp = fmt::format("L{}/", l);
+  const std::string wp = concat("L", l, "/");
   const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
   for (int ti = 0; ti < t_; ++ti) {
     const auto i = static_cast<std::size_t>(ti);
@@ -730,7 +731,7 @@ void Builder::piece_gemm_rs() {
 
 Work Builder::dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank& c, int ti, std::int64_t a_cols,
                        std::int64_t b_cols, std::int64_t k, WgradOp w, std::int64_t gemm_cols) {
-  const DpGradient dg{fmt::format("{}/{}", prefix(ctx), name), ctx.layer, a_cols, b_cols,
+  const DpGradient dg{concat(prefix(ctx), "/", name), ctx.layer, a_cols, b_cols,
                       ctx.data ? c[static_cast<std::size_t>(ti)] : -1};
   const std::int64_t n_cols = gemm_cols > 0 ? gemm_cols : b_cols;
   Work out{name, model::GemmKernel{a_cols, n_cols, k, 1, /*accumulate_fp32=*/true}, -1, {}};
@@ -755,7 +756,7 @@ Work Builder::dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank&
           TaskLabels pl = lab;
           pl.region = region;
           pl.step = step;
-          return compute(ti, fmt::format("{}/dp{}", task_name, step), model::GemmKernel{rows, n_cols, k, 1, /*accumulate_fp32=*/true}, pl,
+          return compute(ti, concat(task_name, "/dp", step), model::GemmKernel{rows, n_cols, k, 1, /*accumulate_fp32=*/true}, pl,
                          op(ctx, std::move(piece)), d);
         },
         deps);
@@ -774,7 +775,7 @@ void Builder::up_gradient_checks(std::int64_t layers) {
   const std::int64_t h = sh_.hidden, qn = sh_.q_local(), fl = sh_.ffn_local();
   const bool kv_split = sh_.kv_heads >= t_ * sh_.up;
   for (std::int64_t l = 0; l < layers; ++l) {
-    const std::string wp = fmt::format("L{}/", l);
+    const std::string wp = concat("L", l, "/");
     const int j0 = static_cast<int>(4 * (layers - 1 - l));
     for (int ti = 0; ti < t_; ++ti) {
       auto check = [&](int j, std::vector<Piece> expect) {
@@ -824,7 +825,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   auto gather = [&](std::int64_t l, bool fwd, const Deps& issue) {
     Deps out(static_cast<std::size_t>(t_));
     for (int ti = 0; ti < t_; ++ti)
-      out[ti] = dp_->gather_layer(rank(ti), fmt::format("{}L{}/{}", mb_prefix_, l, fwd ? "fwd" : "bwd"),
+      out[ti] = dp_->gather_layer(rank(ti), concat(mb_prefix_, "L", l, "/", fwd ? "fwd" : "bwd"),
                                   static_cast<int>(l), sh_.layer_params(), issue[ti]);
     return out;
   };
@@ -872,7 +873,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     const std::int64_t mb = work.micro_batch, l = work.layer;
     MicroBatch& m = state[static_cast<std::size_t>(mb)];
     micro_batch_ = step ? static_cast<int>(mb) : -1;
-    mb_prefix_ = mb > 0 ? fmt::format("mb{}/", mb) : "";
+    mb_prefix_ = mb > 0 ? concat("mb", mb, "/") : "";
     dp_active_ = dp_ != nullptr && mb == mbs - 1;  // the DP sync in the last micro-batch (DDP no_sync, Megatron accumulates; ZeRO-3: reduce_layer)
     const int mbi = static_cast<int>(mb);
     const bool gathers = zero3 || (overlap_gather && mb == 0);
@@ -916,7 +917,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         if (data_)
           for (int ti = 0; ti < t_; ++ti)
             prog_.outputs.push_back(
-                OutputCheck{out.y[ti], {Piece{fmt::format("L{}/y", l), Rect{global_row(ti), 0, n(), h}, 0, 0}}});
+                OutputCheck{out.y[ti], {Piece{concat("L", l, "/y"), Rect{global_row(ti), 0, n(), h}, 0, 0}}});
         m.x = out.y;
         ready = out.done;
         m.saved[static_cast<std::size_t>(l)] = std::move(out.saved);
@@ -971,7 +972,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         // ZeRO-3 before the last micro-batch: FSDP reduce-scatters each layer's gradient anyway.
         if (zero3 && extra && !dp_active_)
           for (int ti = 0; ti < t_; ++ti)
-            dp_->reduce_layer(rank(ti), fmt::format("{}L{}/bwd", mb_prefix_, l), static_cast<int>(l),
+            dp_->reduce_layer(rank(ti), concat(mb_prefix_, "L", l, "/bwd"), static_cast<int>(l),
                               sh_.layer_params(), g.done[ti]);
         m.dy = std::move(g.dx);
         ready = std::move(g.done);
@@ -1076,7 +1077,7 @@ Deps Builder::stage_transfer(bool send, int peer_stage, bool forward, std::int64
     const int other = peer.rank(ti, up_index_, replica_);
     TaskKind kind = send ? TaskKind{SendTask{other, size, tag, pp_comm_.p2p_engine, pp_comm_.sms}}
                          : TaskKind{RecvTask{other, size, tag}};
-    out[ti] = {add(ti, fmt::format("{}pp/{}/L{}", mb_prefix_, what, layer), pp_comm_.p2p_stream(), std::move(kind),
+    out[ti] = {add(ti, concat(mb_prefix_, "pp/", what, "/L", layer), pp_comm_.p2p_stream(), std::move(kind),
                    std::move(lab), -1, send ? after[ti] : std::vector<TaskId>{})};
   }
   return out;
@@ -1137,7 +1138,7 @@ void Builder::generate() {
                         {"causal", sh_.causal ? 1 : 0}, {"layers", layers}};
     prog_.inputs.push_back(TensorDecl{"x", sh_.rows(), h});
     for (std::int64_t l = 0; l < layers; ++l) {
-      const std::string wp = fmt::format("L{}/", l);
+      const std::string wp = concat("L", l, "/");
       const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
       prog_.inputs.push_back(TensorDecl{wp + "w_qkv", h, Q + 2 * KV});
       prog_.inputs.push_back(TensorDecl{wp + "w_o", Q, h});
@@ -1190,7 +1191,7 @@ void check(const TpspRequest& r) {
   if (s.up < 1) refuse(r, "$.parallel.up", "up must be >= 1");
   if (s.seq < 1 || s.seq % (s.tp * s.up) != 0)
     refuse(r, "$.training.sequence_length",
-           fmt::format("sequence length {} is not a positive multiple of tp x up = {}", s.seq, s.tp * s.up));
+           concat("sequence length ", s.seq, " is not a positive multiple of tp x up = ", s.tp * s.up));
   if (s.batch < 1) refuse(r, "$.training.micro_batch", "micro batch must be >= 1");
   if (schedule_strategy(r.kind, r.schedule).sliced() || (s.up > 1 && up_strategy(r).sliced())) {
     if (r.schedule.slices < 1) refuse(r, "$.schedule.slices", "slices must be >= 1");
@@ -1213,7 +1214,7 @@ void check(const TpspRequest& r) {
     refuse(r, "$.model.kv_heads", fmt::format("{} query heads are not a multiple of {} kv heads", s.heads, s.kv_heads));
   if (s.kv_heads % s.tp != 0 && s.tp % s.kv_heads != 0)
     refuse(r, "$.parallel.tp",
-           fmt::format("model.kv_heads {} neither divide among nor replicate evenly over tp = {}", s.kv_heads, s.tp));
+           concat("model.kv_heads ", s.kv_heads, " neither divide among nor replicate evenly over tp = ", s.tp));
   if (s.ffn % s.tp != 0)
     refuse(r, "$.parallel.tp", fmt::format("model.ffn_hidden {} is not a multiple of tp = {}", s.ffn, s.tp));
   if (s.up > 1) {
@@ -1224,7 +1225,7 @@ void check(const TpspRequest& r) {
     const std::int64_t kt = s.kv_heads_local();
     if (kt % s.up != 0 && s.up % kt != 0)
       refuse(r, "$.parallel.up",
-             fmt::format("{} kv heads per TP rank neither divide among nor replicate evenly over up = {}", kt, s.up));
+             concat(kt, " kv heads per TP rank neither divide among nor replicate evenly over up = ", s.up));
   }
   if (s.dp > 1 && r.schedule.dp_bucket_bytes < 1)
     refuse(r, "$.schedule.dp_bucket_bytes", "the DP bucket size must be >= 1 byte");
@@ -1257,7 +1258,7 @@ void check(const TpspRequest& r) {
   if (r.options.scope == Scope::step) {
     if (r.step.vocab < 1 || r.step.vocab % s.tp != 0)
       refuse(r, "$.model.vocab",
-             fmt::format("a step needs a vocabulary that splits over tp = {} (vocab {})", s.tp, r.step.vocab));
+             concat("a step needs a vocabulary that splits over tp = ", s.tp, " (vocab ", r.step.vocab, ")"));
     if (r.step.micro_batches < 1) refuse(r, "$.training.grad_accumulation", "grad_accumulation must be >= 1");
   }
 }
@@ -1335,7 +1336,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   // not emit; torchtitan, whose policy it is, has no Ulysses.
   if (w.recompute == model::Recompute::op && w.parallel.up > 1)
     throw InputError(label, "$.training.recompute",
-                     fmt::format("recompute \"op\" (torchtitan's per-op checkpointing) needs up 1, not {}", w.parallel.up));
+                     concat("recompute \"op\" (torchtitan's per-op checkpointing) needs up 1, not ", w.parallel.up));
   const model::Architecture& a = w.arch;
   r.shape = TpspShape{w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden,
                       a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,

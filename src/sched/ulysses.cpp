@@ -22,6 +22,7 @@
 
 #include "fusesim/sched/ring.hpp"
 #include "fusesim/sched/strategy.hpp"
+#include "fusesim/util/concat.hpp"
 
 namespace fusesim::sched {
 
@@ -76,7 +77,7 @@ std::int64_t UlyssesEmitter::qg() const { return sh_.heads / tp_ / up_ * sh_.hea
 std::int64_t UlyssesEmitter::kvg() const { return sh_.kv_heads_up() * sh_.head_dim; }
 
 std::vector<Piece> UlyssesEmitter::qkv_weight_pieces(int layer, int ti) const {
-  const std::string w = fmt::format("L{}/w_qkv", layer);
+  const std::string w = concat("L", layer, "/w_qkv");
   const std::int64_t h = sh_.hidden, hd = sh_.head_dim;
   const std::int64_t Q = sh_.heads * hd, KV = sh_.kv_heads * hd;
   const std::int64_t qh_t = sh_.heads / tp_, qh_u = qh_t / up_, kvh_t = sh_.kv_heads_local();
@@ -119,7 +120,7 @@ int UlyssesEmitter::fault_shift(int region_index, int step, int p) const {
 }
 
 std::string UlyssesEmitter::prefix(int layer, bool forward) const {
-  return fmt::format("{}L{}/{}", mb_prefix_, layer, forward ? (recompute_ ? "rcp" : "fwd") : "bwd");
+  return concat(mb_prefix_, "L", layer, "/", forward ? (recompute_ ? "rcp" : "fwd") : "bwd");
 }
 
 TaskLabels UlyssesEmitter::labels(int layer, bool forward, int region, std::string op) const {
@@ -144,7 +145,7 @@ UpPerRank UlyssesEmitter::alloc(bool data, const std::string& name, std::int64_t
   for (int ti = 0; ti < tp_; ++ti) {
     BufferDecl b;
     b.rank = rank(ti, u_);
-    b.name = fmt::format("r{}/{}", b.rank, name);
+    b.name = concat("r", b.rank, "/", name);
     b.rows = rows;
     b.cols = cols;
     if (init) b.init = init(ti);
@@ -209,7 +210,7 @@ UpWorkFn UlyssesEmitter::producer(int layer, bool forward, bool data, UpLocate a
   p.prefix = prefix(layer, forward);
   p.name = name;
   p.region = open_region(p.prefix + "/" + name + "+a2a", pending);
-  pending.dst = alloc(data, fmt::format("{}/up/{}_heads", p.prefix, name), full_rows_, gc);
+  pending.dst = alloc(data, concat(p.prefix, "/up/", name, "_heads"), full_rows_, gc);
   p.a = std::move(a);
   p.b_whole = b_whole;
   p.k = k;
@@ -237,7 +238,7 @@ UpWorkFn UlyssesEmitter::sliced_producer(const UpProducer& pr) {
       const std::vector<RowSpan> sub = sub_slices(rows, s);
       if (sub.empty()) continue;
       UpWork w = producer_gemm(pr, ti, sub, at(pr.data, pr.b_whole, ti), at(pr.data, pr.c, ti), 0, 0, gc * up_,
-                               fmt::format("{}/s{}", pr.name, s));
+                               concat(pr.name, "/s", s));
       w.after = [=, this](TaskId id) {
         if (tp_ == 1) g_.task(id).labels.region = pr.region;
         for (const RowSpan& run : runs_of(sub)) {
@@ -250,7 +251,7 @@ UpWorkFn UlyssesEmitter::sliced_producer(const UpProducer& pr) {
             }
           TaskLabels lab = labels(pr.layer, pr.forward, pr.region, "all_to_all");
           lab.slice = s;
-          const TaskId x = add(ti, fmt::format("{}/{}+a2a/a2a/r{}", pr.prefix, pr.name, run.row0),
+          const TaskId x = add(ti, concat(pr.prefix, "/", pr.name, "+a2a/a2a/r", run.row0),
                                comm_.collective_stream,
                                CollectiveTask{CollectiveKind::all_to_all, group(ti), bytes(run.rows * gc * up_),
                                               next_instance_++, comm_.collective_engine, comm_.sms},
@@ -275,7 +276,7 @@ UpWorkFn UlyssesEmitter::ring_producer(const UpProducer& pr) {
       for (int p = 0; p < up_; ++p) {
         BufferDecl bd;
         bd.rank = rank(ti, u_);
-        bd.name = fmt::format("r{}/{}/up/{}_w/g{}", bd.rank, pr.prefix, pr.name, p);
+        bd.name = concat("r", bd.rank, "/", pr.prefix, "/up/", pr.name, "_w/g", p);
         bd.rows = pr.b_rows;
         bd.cols = pr.b_cols;
         bd.init = pr.b_group(ti, p);
@@ -290,11 +291,11 @@ UpWorkFn UlyssesEmitter::ring_producer(const UpProducer& pr) {
       const int step = i % up_;  // ring distance; the own piece (distance 0) comes last
       const int p = static_cast<int>(ring_mod(u_ + step, up_));
       const BufferId b = pr.data ? wg[static_cast<std::size_t>(ti)][static_cast<std::size_t>(p)] : -1;
-      const std::string rows_tag = runs.empty() ? "" : fmt::format("/r{}", runs.front().row0);
+      const std::string rows_tag = runs.empty() ? "" : concat("/r", runs.front().row0);
       if (step == 0) {
         // The own head group goes straight to its place among the head-sharded rows.
         UpWork w = producer_gemm(pr, ti, rows, b, at(pr.data, dst, ti), u_ * S_loc, 0, gc,
-                                 fmt::format("{}/g{}{}", pr.name, p, rows_tag));
+                                 concat(pr.name, "/g", p, rows_tag));
         w.after = [=, this](TaskId id) {
           if (tp_ == 1) g_.task(id).labels.region = pr.region;
         };
@@ -302,7 +303,7 @@ UpWorkFn UlyssesEmitter::ring_producer(const UpProducer& pr) {
         continue;
       }
       UpWork w = producer_gemm(pr, ti, rows, b, at(pr.data, pr.c, ti), 0, p * gc, gc,
-                               fmt::format("{}/g{}{}", pr.name, p, rows_tag));
+                               concat(pr.name, "/g", p, rows_tag));
       w.after = [=, this](TaskId id) {
         if (tp_ == 1) g_.task(id).labels.region = pr.region;
         const int src_block = fault_shift(pend->region_index, step, p);
@@ -310,7 +311,7 @@ UpWorkFn UlyssesEmitter::ring_producer(const UpProducer& pr) {
           TaskLabels lab = labels(pr.layer, pr.forward, pr.region, "send");
           lab.step = step;
           lab.chunk = p;
-          add(ti, fmt::format("{}/{}+a2a/send/g{}/r{}", pr.prefix, pr.name, p, run.row0), comm_.p2p_stream(),
+          add(ti, concat(pr.prefix, "/", pr.name, "+a2a/send/g", p, "/r", run.row0), comm_.p2p_stream(),
               SendTask{rank(ti, p), bytes(run.rows * gc), tag(*pend, run.row0, u_, p), comm_.p2p_engine, comm_.sms},
               std::move(lab), op(pr.data, SendOp{Ref{at(pr.data, pr.c, ti), Rect{run.row0, src_block * gc, run.rows, gc}}}),
               {id});
@@ -362,7 +363,7 @@ std::vector<TaskId> UlyssesEmitter::ring_exchange(const UpExchange& x, int ti) {
       TaskLabels lab = labels(x.layer, x.forward, x.pending.region, "recv");
       lab.step = step;
       lab.chunk = u_;
-      w.push_back(add(ti, fmt::format("{}/recv/u{}/r{}", x.region_name, from, run.row0), comm_.p2p_stream(),
+      w.push_back(add(ti, concat(x.region_name, "/recv/u", from, "/r", run.row0), comm_.p2p_stream(),
                       RecvTask{rank(ti, from), bytes(run.rows * gc), tag(x.pending, run.row0, from, u_)},
                       std::move(lab),
                       op(x.data, RecvOp{Ref{x.data ? x.pending.dst[i] : -1,
@@ -473,10 +474,10 @@ std::vector<TaskId> UlyssesEmitter::sliced_attention(const UpAttention& a, int t
     for (int p = 0; p < up_; ++p) {
       const std::int64_t row0 = p * S_loc + p0 * b;
       last = a.attention(ti, row0, (p1 - p0) * b, a.heads_out(ti, row0, (p1 - p0) * b), deps,
-                         fmt::format("attention/s{}/q{}", s, p));
+                         concat("attention/s", s, "/q", p));
       deps = {last};
     }
-    done.push_back(a.all_to_all(ti, p0 * b, (p1 - p0) * b, {last}, fmt::format("a2a/s{}", s), s));
+    done.push_back(a.all_to_all(ti, p0 * b, (p1 - p0) * b, {last}, concat("a2a/s", s), s));
   }
   return done;
 }
@@ -494,7 +495,7 @@ std::vector<TaskId> UlyssesEmitter::ring_attention(const UpAttention& a, int ti)
     if (d == 0) {
       // Straight into its place; a copy keeps the head-sharded output whole for the backward.
       const TaskId own =
-          a.attention(ti, p * S_loc, S_loc, a.out_at(ti, 0, S_loc, u_), deps, fmt::format("attention/q{}", p));
+          a.attention(ti, p * S_loc, S_loc, a.out_at(ti, 0, S_loc, u_), deps, concat("attention/q", p));
       done.push_back(own);
       TaskLabels cl = labels(a.layer, true, a.region, "copy");
       cl.chunk = u_;
@@ -504,13 +505,13 @@ std::vector<TaskId> UlyssesEmitter::ring_attention(const UpAttention& a, int ti)
       break;
     }
     const TaskId at = a.attention(ti, p * S_loc, S_loc, a.heads_out(ti, p * S_loc, S_loc), deps,
-                                  fmt::format("attention/q{}", p));
+                                  concat("attention/q", p));
     deps = {at};
     TaskLabels lab = labels(a.layer, true, a.region, "send");
     lab.step = d;
     lab.chunk = p;
     const int src_chunk = fault_shift(a.post.region_index, d, p);
-    add(ti, fmt::format("{}/attn+a2a/send/q{}", pre, p), comm_.p2p_stream(),
+    add(ti, concat(pre, "/attn+a2a/send/q", p), comm_.p2p_stream(),
         SendTask{rank(ti, p), bytes(S_loc * qg()), tag(a.post, 0, u_, p), comm_.p2p_engine, comm_.sms},
         std::move(lab), op(a.data, SendOp{a.heads_out(ti, src_chunk * S_loc, S_loc)}), {at});
   }
@@ -519,7 +520,7 @@ std::vector<TaskId> UlyssesEmitter::ring_attention(const UpAttention& a, int ti)
     TaskLabels lab = labels(a.layer, true, a.region, "recv");
     lab.step = step;
     lab.chunk = u_;
-    done.push_back(add(ti, fmt::format("{}/attn+a2a/recv/u{}", pre, from), comm_.p2p_stream(),
+    done.push_back(add(ti, concat(pre, "/attn+a2a/recv/u", from), comm_.p2p_stream(),
                        RecvTask{rank(ti, from), bytes(S_loc * qg()), tag(a.post, 0, from, u_)}, std::move(lab),
                        op(a.data, RecvOp{a.out_at(ti, 0, S_loc, from)}), {}));
   }
@@ -530,7 +531,7 @@ UpWorkFn UlyssesEmitter::out_proj_dgrad_work(int layer, bool data, UpLocate dh, 
                                              const UpPerRank& d_attn) {
   const std::int64_t qn = sh_.q_local(), h = sh_.hidden, q = qg();
   auto group_pieces = [layer, qn, h, q](int ti, int p) {
-    return std::vector<Piece>{Piece{fmt::format("L{}/w_o", layer), Rect{ti * qn + p * q, 0, q, h}, 0, 0}};
+    return std::vector<Piece>{Piece{concat("L", layer, "/w_o"), Rect{ti * qn + p * q, 0, q, h}, 0, 0}};
   };
   return producer(layer, false, data, std::move(dh), w_o, h, true, group_pieces, q, h, d_attn, q, "out_proj_dgrad",
                   dout_);
@@ -624,7 +625,7 @@ std::vector<TaskId> UlyssesEmitter::sliced_attention_bwd(const UpAttentionBwd& a
   std::vector<TaskId> done;
   for (int s = 0; s < k_; ++s) {
     const std::int64_t p0 = s * P / k_, p1 = (s + 1) * P / k_;
-    if (p1 > p0) done.push_back(a.all_to_all(ti, p0 * b, (p1 - p0) * b, {attention_bwd}, fmt::format("a2a/s{}", s), s));
+    if (p1 > p0) done.push_back(a.all_to_all(ti, p0 * b, (p1 - p0) * b, {attention_bwd}, concat("a2a/s", s), s));
   }
   return done;
 }
@@ -645,7 +646,7 @@ std::vector<TaskId> UlyssesEmitter::ring_attention_bwd(const UpAttentionBwd& a, 
       lab.step = d;
       lab.chunk = p;
       const int src_chunk = fault_shift(a.post.region_index, d, p);
-      add(ti, fmt::format("{}/attn_bwd+a2a/send/q{}/r{}", pre, p, c * n), comm_.p2p_stream(),
+      add(ti, concat(pre, "/attn_bwd+a2a/send/q", p, "/r", c * n), comm_.p2p_stream(),
           SendTask{rank(ti, p), bytes(n * Wc), tag(a.post, c * n, u_, p), comm_.p2p_engine, comm_.sms},
           std::move(lab), op(a.data, SendOp{a.d_heads(ti, src_chunk * S_loc + c * n, n)}), {attention_bwd});
     }
@@ -655,7 +656,7 @@ std::vector<TaskId> UlyssesEmitter::ring_attention_bwd(const UpAttentionBwd& a, 
       lab.step = d;
       lab.chunk = u_;
       bwd_recv_[{ti, c, from}] =
-          add(ti, fmt::format("{}/attn_bwd+a2a/recv/u{}/r{}", pre, from, c * n), comm_.p2p_stream(),
+          add(ti, concat(pre, "/attn_bwd+a2a/recv/u", from, "/r", c * n), comm_.p2p_stream(),
               RecvTask{rank(ti, from), bytes(n * Wc), tag(a.post, c * n, from, u_)}, std::move(lab),
               op(a.data, RecvOp{a.d_qkv_at(ti, c * n, n, from)}), {});
     }

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cstddef>
 #include <random>
 #include <vector>
 
@@ -106,5 +108,33 @@ TEST_CASE("interval arithmetic matches a per-picosecond reference on random sets
       REQUIRE(parts[i].begin_ps < parts[i].end_ps);
       if (i > 0) REQUIRE(parts[i - 1].end_ps < parts[i].begin_ps);
     }
+  }
+}
+
+TEST_CASE("intervals in the order transfers land give the union a sorted list gives", "[intervals]") {
+  // [1,3) and [5,7) landed after intervals that start later: sorted, [0,2) [1,3) [4,6) [5,7) [8,9),
+  // whose union is [0,3) u [4,7) u [8,9): 3 + 3 + 1 = 7.
+  const IntervalSet landed({{0, 2}, {4, 6}, {1, 3}, {8, 9}, {5, 7}});
+  CHECK(landed.intervals() == std::vector<Interval>{{0, 3}, {4, 7}, {8, 9}});
+  CHECK(landed.measure_ps() == 7);
+  // The first interval starts after every other: all but it are out of order, still the same union.
+  CHECK(IntervalSet({{50, 60}, {0, 10}, {20, 30}, {5, 25}}).intervals() == std::vector<Interval>{{0, 30}, {50, 60}});
+  // Random nearly sorted lists (a few intervals moved later) against the same list sorted first.
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<Interval> sorted;
+    TimePs t = 0;
+    for (int i = 0; i < 400; ++i) {
+      t += static_cast<TimePs>(rng() % 50);
+      sorted.push_back({t, t + 1 + static_cast<TimePs>(rng() % 40)});
+    }
+    std::vector<Interval> landing = sorted;
+    for (int k = 0; k < 20; ++k) {
+      const std::size_t from = rng() % landing.size(), to = std::min(landing.size() - 1, from + rng() % 30);
+      const Interval moved = landing[from];
+      landing.erase(landing.begin() + static_cast<std::ptrdiff_t>(from));
+      landing.insert(landing.begin() + static_cast<std::ptrdiff_t>(to), moved);
+    }
+    CHECK(IntervalSet(landing).intervals() == IntervalSet(sorted).intervals());
   }
 }

@@ -22,6 +22,7 @@
 #include "fusesim/sched/tags.hpp"
 #include "fusesim/sched/tpsp.hpp"
 #include "fusesim/sched/ulysses.hpp"
+#include "fusesim/util/concat.hpp"
 
 namespace fusesim::sched::tpsp {
 
@@ -136,7 +137,7 @@ class Builder {
       prefix_memo_.layer = ctx.layer;
       prefix_memo_.pass = pass;
       prefix_memo_.mb = mb_prefix_;
-      prefix_memo_.value = fmt::format("{}L{}/{}", mb_prefix_, ctx.layer, pass);
+      prefix_memo_.value = concat(mb_prefix_, "L", ctx.layer, "/", pass);
     }
     return prefix_memo_.value;
   }
@@ -217,13 +218,13 @@ class Builder {
     RingPorts p;
     p.send = [this, ctx, ti, chunk_bytes, step_labels, send_data = std::move(send_data)](
                  const RingMessage& m, const std::vector<TaskId>& deps) {
-      return add(ti, fmt::format("{}/{}/send/c{}", prefix(ctx), ctx.region, m.chunk), comm_.p2p_stream(),
+      return add(ti, concat(prefix(ctx), "/", ctx.region, "/send/c", m.chunk), comm_.p2p_stream(),
                  SendTask{rank(Ring{t_}.next(ti)), chunk_bytes, m.tag(), comm_.p2p_engine, comm_.sms},
                  step_labels("send", m), op(ctx, SendOp{send_data(m)}), deps);
     };
     p.recv = [this, ctx, ti, chunk_bytes, step_labels, recv_data = std::move(recv_data)](
                  const RingMessage& m, const std::vector<TaskId>& deps) {
-      return add(ti, fmt::format("{}/{}/recv/c{}", prefix(ctx), ctx.region, m.chunk), comm_.p2p_stream(),
+      return add(ti, concat(prefix(ctx), "/", ctx.region, "/recv/c", m.chunk), comm_.p2p_stream(),
                  RecvTask{rank(m.sender), chunk_bytes, m.tag()}, step_labels("recv", m), op(ctx, RecvOp{recv_data(m)}),
                  deps);
     };
@@ -238,7 +239,7 @@ class Builder {
     if (!ctx.data) return out;
     for (int ti = 0; ti < t_; ++ti) {
       BufferDecl b;
-      b.name = fmt::format("r{}/{}/{}", rank(ti), prefix(ctx), name);
+      b.name = concat("r", rank(ti), "/", prefix(ctx), "/", name);
       b.rank = rank(ti);
       b.rows = rows;
       b.cols = cols;
@@ -299,7 +300,7 @@ class Builder {
       lab.chunk = chunk;
       lab.step = step;
       lab.slice = slice;
-      std::string name = fmt::format("{}/{}{}", prefix(ctx), w.op, suffix);
+      std::string name = concat(prefix(ctx), "/", w.op, suffix);
       const TaskId id = w.emit ? w.emit(std::move(name), std::move(lab), deps)
                                : compute(ti, std::move(name), std::move(w.kernel), std::move(lab), w.data_op, deps);
       if (w.after) w.after(id);
@@ -312,7 +313,7 @@ class Builder {
   // `rows`: the token rows the kernel runs over (a row-wise kernel gives each to one block).
   TaskId elementwise(const OpCtx& ctx, int ti, const std::string& name, std::string kind, std::int64_t traffic_elems,
                      std::int64_t rows, Flops flops, std::int32_t data_op, const std::vector<TaskId>& deps) {
-    return compute(ti, fmt::format("{}/{}", prefix(ctx), name),
+    return compute(ti, concat(prefix(ctx), "/", name),
                    model::ElementwiseKernel{std::move(kind), bytes(traffic_elems), flops, rows}, labels(ctx, -1, name),
                    data_op, deps);
   }
@@ -322,7 +323,7 @@ class Builder {
                       const std::vector<TaskId>& deps) {
     const std::int64_t n = rows * sh_.hidden;
     const bool dropout = sh_.hidden_dropout && ctx.forward;
-    return compute(ti, fmt::format("{}/{}", prefix(ctx), name),
+    return compute(ti, concat(prefix(ctx), "/", name),
                    model::ElementwiseKernel{dropout ? "dropout_add" : "add", bytes(3 * n) + (dropout ? n : 0),
                                             static_cast<Flops>(n), rows},
                    labels(ctx, -1, name), data_op, deps);
@@ -332,7 +333,7 @@ class Builder {
   // of an unfused SwiGLU): timing only, no FLOPs counted, `bytes` read and written in all.
   TaskId stream_kernel(const OpCtx& ctx, int ti, const std::string& name, std::string kind, Bytes bytes_moved,
                        std::int64_t rows, const std::vector<TaskId>& deps) {
-    return compute(ti, fmt::format("{}/{}", prefix(ctx), name),
+    return compute(ti, concat(prefix(ctx), "/", name),
                    model::ElementwiseKernel{std::move(kind), bytes_moved, 0.0, rows}, labels(ctx, -1, name), -1, deps);
   }
   // The kernels between the QKV GEMM and attention (rotary embedding, eager K/V repeat) on every rank,

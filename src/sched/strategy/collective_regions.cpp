@@ -6,6 +6,7 @@
 
 #include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/tpsp_builder.hpp"
+#include "fusesim/util/concat.hpp"
 
 namespace fusesim::sched::tpsp {
 namespace {
@@ -14,7 +15,7 @@ RowSpan slice_or_chunk(const Builder& b, int slices, std::int64_t c, int j) {
   return slices == 1 ? b.chunk_span(c) : b.slice_span(c, j);
 }
 
-std::string slice_suffix(int slices, int j) { return slices == 1 ? "" : fmt::format("/k{}", j); }
+std::string slice_suffix(int slices, int j) { return slices == 1 ? "" : concat("/k", j); }
 
 }  // namespace
 
@@ -40,7 +41,7 @@ Deps collective_all_gather(Builder& b, const RegionCall& r, const Rows& g, int s
       TaskLabels lab = b.labels(ctx, r.region, "all_gather");
       lab.slice = slices == 1 ? -1 : j;
       const std::string suffix = slice_suffix(slices, j);
-      const TaskId ag = b.add(ti, fmt::format("{}/{}/ag{}", b.prefix(ctx), ctx.region, suffix), comm,
+      const TaskId ag = b.add(ti, concat(b.prefix(ctx), "/", ctx.region, "/ag", suffix), comm,
                               CollectiveTask{CollectiveKind::all_gather, b.group(), b.bytes(t * rows[0].rows * width),
                                              instance, b.comm_.collective_engine, b.comm_.sms},
                               std::move(lab), b.op(ctx, std::move(cop)), r.ready[static_cast<std::size_t>(ti)]);
@@ -76,7 +77,7 @@ Deps collective_reduce_scatter(Builder& b, const RegionCall& r, const PerRank& p
       }
       TaskLabels lab = b.labels(ctx, r.region, "reduce_scatter");
       lab.slice = slices == 1 ? -1 : j;
-      const TaskId rs = b.add(ti, fmt::format("{}/{}/rs{}", b.prefix(ctx), ctx.region, suffix), comm,
+      const TaskId rs = b.add(ti, concat(b.prefix(ctx), "/", ctx.region, "/rs", suffix), comm,
                               CollectiveTask{CollectiveKind::reduce_scatter, b.group(), b.bytes(t * rows[0].rows * width),
                                              instance, b.comm_.collective_engine, b.comm_.sms},
                               std::move(lab), b.op(ctx, std::move(cop)), ids);

@@ -9,6 +9,7 @@
 
 #include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/tpsp_builder.hpp"
+#include "fusesim/util/concat.hpp"
 
 namespace fusesim::sched::tpsp {
 namespace {
@@ -44,7 +45,7 @@ class CommFuse final : public Strategy {
                         [&](int i, int c, const std::vector<TaskId>& have) {
                           const std::int64_t cc = b.chunk_at(ti, r.region_index, i, c);
                           auto ids = b.emit_work(r.ctx, ti, r.region, r.work, static_cast<int>(cc), {b.chunk_span(cc)},
-                                                 fmt::format("/c{}", cc), i, -1, i == 0, have);
+                                                 concat("/c", cc), i, -1, i == 0, have);
                           d.insert(d.end(), ids.begin(), ids.end());
                         },
                         ports);
@@ -58,7 +59,7 @@ class CommFuse final : public Strategy {
             return ring_gather_step(ring, ti, i, tag0, at_step, ports);
           };
         (*plan)[static_cast<std::size_t>(ti)].push_back(AgCall{r.region, static_cast<int>(cc), {b.chunk_span(cc)},
-                                                               fmt::format("/c{}", cc), i,
+                                                               concat("/c", cc), i,
                                                                i == 0 ? ready : std::vector<TaskId>{}, transfer});
       }
     }
@@ -89,7 +90,7 @@ class CommFuse final : public Strategy {
         al.chunk = m.chunk;
         al.step = m.step;
         const RowSpan span = b.chunk_span(m.chunk);
-        return b.compute(ti, fmt::format("{}/{}/add/c{}", b.prefix(ctx), ctx.region, m.chunk), add_kernel,
+        return b.compute(ti, concat(b.prefix(ctx), "/", ctx.region, "/add/c", m.chunk), add_kernel,
                          std::move(al),
                          b.op(ctx, AddOp{b.ref(pbuf, ti, span, width), b.ref(recv_buf, ti, span, width),
                                          last ? b.ref(out, ti, RowSpan{0, b.n()}, width) : b.ref(sum_buf, ti, span, width)}),
@@ -100,7 +101,7 @@ class CommFuse final : public Strategy {
           [&](int i, int c) {
             const std::int64_t cc = b.chunk_at(ti, r.region_index, i, c);
             return b
-                .emit_work(ctx, ti, r.region, r.work, static_cast<int>(cc), {b.chunk_span(cc)}, fmt::format("/c{}", cc),
+                .emit_work(ctx, ti, r.region, r.work, static_cast<int>(cc), {b.chunk_span(cc)}, concat("/c", cc),
                            i, -1, i == 0, i == 0 ? r.ready[static_cast<std::size_t>(ti)] : std::vector<TaskId>{})
                 .back();
           },
