@@ -63,7 +63,7 @@ class SearchCommand final : public Command {
         ->type_name(axis);
     sub.add_flag("--zb-h1", zb_h1_,
                  "with pp > 1, also the zero-bubble schedule ZB-H1 (off by default: each of its candidates "
-                 "costs about 8x a 1F1B one)");
+                 "costs about 10x a 1F1B one)");
     sub.add_option("--micro-batch", micro_batch_, "micro-batch sizes (default: 1,2,4,8)")->type_name(axis);
     sub.add_option("--slices", slices_,
                    "slice-overlap's slice counts k, each a candidate (default: the workload's schedule.slices)")
