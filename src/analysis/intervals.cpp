@@ -12,7 +12,7 @@ IntervalSet::IntervalSet(std::vector<Interval> intervals) {
   };
   // A rank's compute intervals come in its streams' order, already sorted, and its transfers in the
   // order they landed, nearly sorted by start (a few hundred of 30,000 out of place on a Llama-3-70B
-  // step), where a full sort of them cost a tenth of a search candidate's instructions. So the
+  // step), where a full sort of them cost 3% of a search candidate's instructions. So the
   // intervals that keep the order are kept, the others (those starting before one already kept)
   // sorted apart and merged in. Intervals that compare equal are equal: the order is the same as a
   // full sort's.
