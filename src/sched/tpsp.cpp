@@ -756,8 +756,9 @@ Work Builder::dp_wgrad(const OpCtx& ctx, const std::string& name, const PerRank&
           TaskLabels pl = lab;
           pl.region = region;
           pl.step = step;
-          return compute(ti, concat(task_name, "/dp", step), model::GemmKernel{rows, n_cols, k, 1, /*accumulate_fp32=*/true}, pl,
-                         op(ctx, std::move(piece)), d);
+          return compute(ti, concat(task_name, "/dp", step),
+                         model::GemmKernel{rows, n_cols, k, 1, /*accumulate_fp32=*/true}, pl, op(ctx, std::move(piece)),
+                         d);
         },
         deps);
   };
