@@ -20,8 +20,8 @@ CriticalPath critical_path(const sched::TaskGraph& graph, const sim::SimResult& 
   const TimePs T = result.makespan_ps;
   if (graph.size() == 0 || T <= 0) return out;
 
-  // Each task's stream predecessor (the inverse of sched::stream_successors); explicit predecessors
-  // come from the graph as needed.
+  // Each task's stream predecessor (the inverse of sched::stream_successors) and its explicit ones.
+  const sched::PredecessorIndex before = graph.predecessor_index();
   std::vector<sched::TaskId> stream_prev(graph.size(), sched::kNoTask);
   {
     const std::vector<sched::TaskId> next = sched::stream_successors(graph);
@@ -95,7 +95,7 @@ CriticalPath critical_path(const sched::TaskGraph& graph, const sim::SimResult& 
       if (best == sched::kNoTask || at[p].end_ps > at[best].end_ps || (at[p].end_ps == at[best].end_ps && p < best))
         best = p;
     };
-    for (sched::TaskId p : graph.predecessors(cur)) better(p);
+    for (sched::TaskId p : before.of(cur)) better(p);
     better(stream_prev[cur]);
     if (best == sched::kNoTask || at[best].end_ps <= 0) {
       wait(0);

@@ -159,16 +159,17 @@ void exposed_waits(const sched::Schedule& s, const Pricer& p, TimePs& forward, T
       return (o.instance != instance || instance < 0) && o.start < end && o.end > start;
     });
   };
+  const sched::PredecessorIndex preds = s.graph.predecessor_index();
   for (std::size_t i = 1; i < stream.size(); ++i) {
     const sched::TaskId a = stream[i - 1], b = stream[i];
     const sched::Task& tb = s.graph.task(b);
     if (forward_pass(s.graph.task(a)) != forward_pass(tb)) continue;
     TimePs wait = 0;
-    for (const sched::TaskId c : s.graph.predecessors(b)) {
+    for (const sched::TaskId c : preds.of(b)) {
       const sched::Task& tc = s.graph.task(c);
       const auto* coll = std::get_if<sched::CollectiveTask>(&tc.kind);
       if (coll == nullptr || tc.rank != 0) continue;
-      const std::vector<sched::TaskId> before = s.graph.predecessors(c);
+      const auto before = preds.of(c);
       if (std::find(before.begin(), before.end(), a) == before.end() || !alone(c, coll->instance)) continue;
       wait = std::max(wait, r.tasks[c].end_ps - r.tasks[c].start_ps);
     }

@@ -52,8 +52,8 @@ TaskId TaskGraph::add(Task task) {
 void TaskGraph::reserve(std::size_t tasks) { graph_.m_vertices.reserve(tasks); }
 
 // adjacency_list::swap copies the graph three times (a temporary and two assignments), so the
-// containers behind it are swapped: its vertices (each with its edge lists, whose iterators point into
-// the edge list), its edge list (std::list::swap keeps those iterators valid) and its graph property.
+// containers behind it are swapped: its vertices (each with its out-edges, which hold the target
+// alone), its edge list (unused by a directed graph without edge properties) and its graph property.
 // tests/sched/dag_json_test.cpp checks a moved graph against a copy of it.
 void TaskGraph::swap_graph(Graph& a, Graph& b) noexcept {
   a.m_vertices.swap(b.m_vertices);
@@ -61,8 +61,26 @@ void TaskGraph::swap_graph(Graph& a, Graph& b) noexcept {
   a.m_property.swap(b.m_property);
 }
 
+TaskGraph::TaskGraph(const TaskGraph& other)
+    : num_ranks_(other.num_ranks_),
+      edges_(other.edges_),
+      regions_(other.regions_),
+      load_alias_(other.load_alias_),
+      alias_stage_ranks_(other.alias_stage_ranks_) {
+  graph_.m_vertices = other.graph_.m_vertices;  // the graph property is no_property: nothing to copy
+}
+
+TaskGraph& TaskGraph::operator=(const TaskGraph& other) {
+  if (this != &other) {
+    TaskGraph copy(other);
+    *this = std::move(copy);
+  }
+  return *this;
+}
+
 TaskGraph::TaskGraph(TaskGraph&& other) noexcept
     : num_ranks_(other.num_ranks_),
+      edges_(std::move(other.edges_)),
       regions_(std::move(other.regions_)),
       load_alias_(std::move(other.load_alias_)),
       alias_stage_ranks_(other.alias_stage_ranks_) {
@@ -72,6 +90,7 @@ TaskGraph::TaskGraph(TaskGraph&& other) noexcept
 TaskGraph& TaskGraph::operator=(TaskGraph&& other) noexcept {
   num_ranks_ = other.num_ranks_;
   swap_graph(graph_, other.graph_);
+  edges_ = std::move(other.edges_);
   regions_ = std::move(other.regions_);
   load_alias_ = std::move(other.load_alias_);
   alias_stage_ranks_ = other.alias_stage_ranks_;
@@ -83,6 +102,7 @@ void TaskGraph::depend(TaskId before, TaskId after) {
   if (before >= n || after >= n)
     throw GraphError(fmt::format("depend({}, {}): the graph has {} tasks", before, after, n));
   boost::add_edge(before, after, graph_);
+  edges_.push_back(Edge{before, after});
 }
 
 int TaskGraph::add_region(Region region) {
@@ -115,9 +135,21 @@ std::vector<TaskId> TaskGraph::successors(TaskId id) const {
 
 std::vector<TaskId> TaskGraph::predecessors(TaskId id) const {
   std::vector<TaskId> out;
-  for (auto [it, end] = boost::inv_adjacent_vertices(id, graph_); it != end; ++it)
-    out.push_back(static_cast<TaskId>(*it));
+  for (const Edge& e : edges_)
+    if (e.after == id) out.push_back(e.before);
   return out;
+}
+
+PredecessorIndex TaskGraph::predecessor_index() const {
+  const std::size_t n = size();
+  PredecessorIndex index;
+  index.offsets.assign(n + 1, 0);
+  for (const Edge& e : edges_) ++index.offsets[e.after + 1];
+  for (std::size_t i = 0; i < n; ++i) index.offsets[i + 1] += index.offsets[i];
+  index.sources.resize(edges_.size());
+  std::vector<std::uint32_t> next(index.offsets.begin(), index.offsets.end() - 1);
+  for (const Edge& e : edges_) index.sources[next[e.after]++] = e.before;
+  return index;
 }
 
 bool holds_stream(const Task& task) { return !std::holds_alternative<RecvTask>(task.kind); }
@@ -730,9 +762,9 @@ GraphAnalysis analyze(const TaskGraph& graph, TaskVisitor* visitor) {
   // for its stream successor, filled in when the next task of that stream comes (kNoTask if none
   // comes; such slots are squeezed out afterwards). Streams are tracked in a dense table (rank,
   // kind, index < 4) when the ranks are few enough for it, else in a hash map.
-  const std::size_t max_targets = boost::num_edges(g) + n;
+  const std::size_t max_targets = graph.num_edges() + n;
   if (max_targets > std::numeric_limits<std::uint32_t>::max())
-    throw GraphError(fmt::format("task graph has too many edges ({})", boost::num_edges(g)));
+    throw GraphError(fmt::format("task graph has too many edges ({})", graph.num_edges()));
   order.offsets.resize(n + 1);
   order.targets.resize(max_targets);
   std::vector<NameEntry> names(n);

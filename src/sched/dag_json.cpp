@@ -162,13 +162,14 @@ nlohmann::json dag_to_json(const DagFile& dag) {
   for (const Region& r : g.regions()) regions.push_back({{"name", r.name}, {"parallelism", to_string(r.parallelism)}});
   doc["regions"] = std::move(regions);
   json tasks = json::array();
+  const PredecessorIndex before = g.predecessor_index();
   for (TaskId id = 0; id < g.size(); ++id) {
     const Task& t = g.task(id);
     json task = {{"name", t.name}, {"rank", t.rank}};
     if (!std::holds_alternative<RecvTask>(t.kind))
       task["stream"] = {{"kind", to_string(t.stream.kind)}, {"index", t.stream.index}};
     json after = json::array();
-    for (TaskId p : g.predecessors(id)) after.push_back(g.task(p).name);
+    for (TaskId p : before.of(id)) after.push_back(g.task(p).name);
     if (!after.empty()) task["after"] = std::move(after);
     if (const auto* c = std::get_if<ComputeTask>(&t.kind)) {
       json compute = kernel_json(c->kernel);

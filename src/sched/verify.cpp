@@ -549,9 +549,10 @@ void Run::run(VisitOrder order, std::uint64_t seed) {
   std::map<std::tuple<int, int, std::int64_t>, TaskId> sends;
   std::map<std::int64_t, std::vector<TaskId>> collectives;
   std::map<std::pair<std::int64_t, std::vector<int>>, std::int64_t> collective_ids;
+  const PredecessorIndex before = g_.predecessor_index();
   for (TaskId id = 0; id < n; ++id) {
     const Task& t = g_.task(id);
-    for (TaskId p : g_.predecessors(id)) edge(p, id);
+    for (TaskId p : before.of(id)) edge(p, id);
     if (const auto* c = std::get_if<CollectiveTask>(&t.kind)) {
       // A collective is its instance number over its set of ranks (as in sched/dag.hpp's analyze()):
       // the TP groups of different Ulysses ranks reuse instance numbers.

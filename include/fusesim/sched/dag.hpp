@@ -6,6 +6,7 @@
 // stream does. Recv tasks hold no stream: they complete when their Send's data has landed.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -116,13 +117,29 @@ struct Region {
   Parallelism parallelism = Parallelism::custom;
 };
 
+// The predecessors of every task of a graph, each task's in the order depend() was called for it
+// (TaskGraph::predecessor_index): compressed rows, built in one pass over the graph's edges.
+struct PredecessorIndex {
+  std::vector<std::uint32_t> offsets;  // predecessors of task i: sources[offsets[i] .. offsets[i + 1])
+  std::vector<std::uint32_t> sources;
+  std::span<const std::uint32_t> of(std::uint32_t id) const {
+    return {sources.data() + offsets[id], sources.data() + offsets[id + 1]};
+  }
+};
+
 class TaskGraph {
  public:
-  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS, Task>;
+  // Directed, out-edges only: a task's successors are what the simulator walks. Its predecessors come
+  // from the log of depend() calls kept beside it (predecessor_index), where a bidirectional
+  // adjacency_list would hold a list node and an in-edge entry per edge (about 60 bytes and an
+  // allocation per edge; BENCHMARKS.md "Task graphs without in-edges").
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS, Task>;
 
   explicit TaskGraph(int num_ranks = 1) : num_ranks_(num_ranks) {}
-  TaskGraph(const TaskGraph&) = default;
-  TaskGraph& operator=(const TaskGraph&) = default;
+  // A directed adjacency_list copies itself edge by edge through its edge iterator; its vertices, each
+  // with its out-edges (targets alone), are copied as they are instead.
+  TaskGraph(const TaskGraph& other);
+  TaskGraph& operator=(const TaskGraph& other);
   // Boost's adjacency_list has copies only: a move takes its containers, where the default would
   // copy every task.
   TaskGraph(TaskGraph&& other) noexcept;
@@ -141,8 +158,12 @@ class TaskGraph {
   Task& task(TaskId id) { return graph_[id]; }
   const Graph& graph() const { return graph_; }
   const std::vector<Region>& regions() const { return regions_; }
+  std::size_t num_edges() const { return edges_.size(); }
   std::vector<TaskId> successors(TaskId id) const;
+  // One task's predecessors in the order depend() was called for it: a pass over every edge, for a
+  // lookup or two; predecessor_index() gives every task's at once.
   std::vector<TaskId> predecessors(TaskId id) const;
+  PredecessorIndex predecessor_index() const;
 
   // Symmetric (mirrored) graphs, docs/schedules.md "Symmetry": a transfer end on rank r loads the
   // HBM and SMs of rank alias[r] in the simulator (a proxy rank standing in for the mirrored rank
@@ -159,6 +180,10 @@ class TaskGraph {
 
   int num_ranks_;
   Graph graph_;
+  struct Edge {
+    TaskId before, after;
+  };
+  std::vector<Edge> edges_;  // every depend() call, in order
   std::vector<Region> regions_;
   std::vector<int> load_alias_;
   int alias_stage_ranks_ = 0;
