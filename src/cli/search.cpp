@@ -29,6 +29,7 @@
 #include "fusesim/sched/tpsp.hpp"
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/allocator.hpp"
 #include "fusesim/util/embedded.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/output.hpp"
@@ -784,6 +785,12 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
       }
     }
   };
+  // The candidates' graphs are built and dropped one after the other on each thread: the pages one
+  // frees are kept for the next (BENCHMARKS.md "Freed pages kept") while the allocator holds at most
+  // a quarter of the machine's memory; beyond it they go back to the kernel, checked before and after
+  // each candidate, so that the pages kept and a new candidate's graph (at most 75% of the memory
+  // over all threads: sched::GenerateOptions::memory_share) do not meet above it.
+  const util::KeepFreedPages kept(0.25);
   const auto work = [&](int t) {
     std::unique_lock<std::mutex> lock(mutex);
     while (true) {
@@ -793,6 +800,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
       tasks.pop_front();
       const SearchRow& in = bounded[flight.at(seq).simulate[k]];
       lock.unlock();
+      kept.trim();
       std::optional<SearchRow> row;
       std::string why;
       try {
@@ -800,6 +808,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
                                  spec.steady_state);
         row->lower_bound_ps = in.lower_bound_ps;
         row->memory_bytes = in.memory_bytes;
+        kept.trim();
       } catch (const InputError& e) {
         why = e.json_path();
       } catch (...) {

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "fusesim/cli/app.hpp"
+#include "fusesim/util/allocator.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/json_reader.hpp"
 
@@ -477,8 +478,12 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepOptions& options) {
   std::mutex mu;
   std::condition_variable cv;
 
+  // As in search: the pages of each run's dropped graphs kept for the next while the allocator holds
+  // at most a quarter of the machine's memory (util/allocator.hpp).
+  const util::KeepFreedPages kept(0.25);
   auto work = [&] {
     for (std::size_t k = next.fetch_add(1); k < mine.size(); k = next.fetch_add(1)) {
+      kept.trim();
       const std::size_t config = mine[k];
       SimulateRequest request = spec.configuration(config);
       request.profiles = profiles;
