@@ -318,7 +318,7 @@ StepFigures simulate_step(const model::Workload& w, model::ScheduleKind kind, co
 // 6, 1 ps per micro-batch and then not at all: each move about a quarter of the one before, so what
 // the increments still move once two agree within this share adds at most about a third of it, 3e-7
 // of the step time, to the extrapolated step and exposed communication: below the 0.1 ms the table
-// prints. 1e-9 until 2026-11-29 cost 13 s of the 85 s search of BENCHMARKS.md (windows moved one to
+// prints. 1e-9 until 2026-11-29 cost 12-18 s of the 85-92 s search of BENCHMARKS.md (windows moved one to
 // three more times for the last few hundred picoseconds) and changed no figure by more than 2.1e-8.
 constexpr double kSteadyShare = 1e-6;
 // The same for each stage's idle time, which search reports only as the largest stage's fraction of
