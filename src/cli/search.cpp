@@ -319,7 +319,7 @@ StepFigures simulate_step(const model::Workload& w, model::ScheduleKind kind, co
 // the increments still move once two agree within this share adds at most about a third of it, 3e-7
 // of the step time, to the extrapolated step and exposed communication: below the 0.1 ms the table
 // prints. 1e-9 until 2026-11-29 cost 12-18 s of the 85-92 s search of BENCHMARKS.md (windows moved one to
-// three more times for the last few hundred picoseconds) and changed no figure by more than 2.1e-8.
+// three more times for the last 557 to 29,000 ps) and changed no figure by more than 2.1e-8.
 constexpr double kSteadyShare = 1e-6;
 // The same for each stage's idle time, which search reports only as the largest stage's fraction of
 // the step. The stages between the first and the last settle later, swinging around their increment:
