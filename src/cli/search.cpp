@@ -414,6 +414,7 @@ std::pair<StepFigures, bool> step_figures(const model::Workload& w, model::Sched
       // steady at 30-32 (218 micro-batches simulated), where sliding on ran out of its budget at 23
       // and the step of 256 would not fit in memory (BENCHMARKS.md "Windows that jump").
       const std::int64_t start = k - (n - 1) * s;
+      // (A window at start s would jump to 2 s, the next slide's window: it slides.)
       if (start >= 2 * first - s && start > s) {
         seen.clear();
         k = 2 * start - s;  // the loop's step makes it 2 start

@@ -1,7 +1,5 @@
 #include "fusesim/sched/generate.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <exception>
@@ -14,6 +12,7 @@
 #include "fusesim/sched/symmetry.hpp"
 #include "fusesim/sched/tpsp.hpp"
 #include "fusesim/topo/rings.hpp"
+#include "fusesim/util/allocator.hpp"
 #include "fusesim/util/error.hpp"
 
 namespace fusesim::sched {
@@ -21,11 +20,6 @@ namespace fusesim::sched {
 // The TPSP builder generates every parallelism (Ulysses inside its layers, the DP gradient sync and the
 // step around them); tpsp_request() turns the workload and cluster into its request.
 namespace {
-
-double physical_memory_bytes() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
-}
 
 // The whole is refused, before it is built, when its estimate (estimated_tasks) exceeds what the
 // machine can hold: a workload at its documented limits (1,000,000 micro-batches at step scope) ended
@@ -38,7 +32,7 @@ std::size_t refuse_oversized(const TpspRequest& r, const std::string& workload_l
   if (r.options.scope == Scope::layer || copies <= 4.0) return 0;
   const double tasks = estimated_tasks(r);
   const double bytes = tasks * kGraphBytesPerTask;
-  const double memory = physical_memory_bytes();
+  const double memory = util::physical_memory_bytes();
   const double allowed = 0.75 * memory * std::clamp(r.options.memory_share, 0.0, 1.0);
   if (tasks <= kMaxGeneratedTasks && (memory <= 0.0 || bytes <= allowed)) {
     // With stages the estimate leaves out some of the stage transfers (within 10%: step_test.cpp);

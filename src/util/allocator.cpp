@@ -13,11 +13,16 @@ extern "C" int mallctl(const char* name, void* oldp, std::size_t* oldlenp, void*
 
 namespace fusesim::util {
 
+double physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
 KeepFreedPages::KeepFreedPages(double memory_share) {
   if (mallctl == nullptr) return;
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page <= 0) return;
-  limit_bytes_ = memory_share * static_cast<double>(pages) * static_cast<double>(page);
+  const double memory = physical_memory_bytes();
+  if (memory <= 0.0) return;
+  limit_bytes_ = memory_share * memory;
   ssize_t previous = 0;
   std::size_t size = sizeof(previous);
   if (mallctl("arenas.dirty_decay_ms", &previous, &size, nullptr, 0) != 0) return;

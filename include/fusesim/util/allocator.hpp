@@ -8,6 +8,9 @@
 
 namespace fusesim::util {
 
+// The machine's physical memory in bytes; 0 where the system does not say.
+double physical_memory_bytes();
+
 // While one lives, freed pages stay with the allocator for the next allocations instead of going back
 // to the kernel after its decay time (jemalloc's dirty_decay_ms -1 in every arena): a graph built
 // where the last one was dropped costs no page faults. trim() hands them back once the allocator
@@ -19,16 +22,15 @@ class KeepFreedPages {
   ~KeepFreedPages();
   KeepFreedPages(const KeepFreedPages&) = delete;
   KeepFreedPages& operator=(const KeepFreedPages&) = delete;
-  bool active() const { return active_; }
-  // Bytes of physically resident pages the allocator holds (jemalloc's stats.resident), freed ones
-  // included; nullopt where not active.
-  std::optional<std::size_t> resident_bytes() const;
   // Hands the freed pages back to the kernel now (every arena purged); they are kept again after.
   void release() const;
   // release() where the allocator holds more than its share of the machine's memory.
   void trim() const;
 
  private:
+  // Bytes of physically resident pages the allocator holds (jemalloc's stats.resident), freed ones
+  // included; nullopt where not active.
+  std::optional<std::size_t> resident_bytes() const;
   bool set_decay(long decay_ms) const;
   bool active_ = false;
   long previous_decay_ms_ = 0;
