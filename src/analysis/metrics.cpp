@@ -111,11 +111,12 @@ StepMetrics analyze(const AnalysisInput& in) {
 
   const std::vector<RankIntervals> sets = rank_intervals(graph, result);
   // A mirrored schedule: the simulated ranks' metrics, and their FLOPs as many times as the job runs them.
-  const std::vector<int> counted = sched::counted_ranks(graph.num_ranks(), in.simulated_ranks, in.pipeline_stages);
+  const std::vector<int> counted =
+      sched::counted_ranks(graph.num_ranks(), in.simulated_ranks, in.pipeline_stages, in.tp_images);
   const std::size_t ranks = counted.size();
   std::vector<int> slot(static_cast<std::size_t>(graph.num_ranks()), -1);  // rank -> index in `counted`
   for (std::size_t i = 0; i < ranks; ++i) slot[static_cast<std::size_t>(counted[i])] = static_cast<int>(i);
-  const double replicas = in.replicas > 1 ? static_cast<double>(in.replicas) : 1.0;
+  const double replicas = static_cast<double>(std::max(1, in.replicas)) * static_cast<double>(std::max(1, in.tp_images));
 
   TimePs max_end = 0;
   for (const sim::TaskTiming& t : result.tasks) max_end = std::max(max_end, t.end_ps);
@@ -258,7 +259,8 @@ StepMetrics analyze(const sched::Schedule& schedule, const sim::SimResult& resul
                     const model::KernelCostModel& costs, topo::Dtype dtype, bool critical_path) {
   AnalysisInput in{schedule.graph, result, cluster, costs, dtype, schedule.tokens, schedule.gpus,
                    model::to_string(schedule.kind), sched::to_string(schedule.parallelism), sched::to_string(schedule.scope),
-                   schedule.simulated_ranks, schedule.replicas, schedule.pipeline_stages, critical_path};
+                   schedule.simulated_ranks, schedule.replicas, schedule.pipeline_stages, critical_path,
+                   schedule.tp_images};
   return analyze(in);
 }
 

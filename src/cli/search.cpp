@@ -301,6 +301,7 @@ StepFigures simulate_step(const model::Workload& w, model::ScheduleKind kind, co
   options.backward = w.backward;
   options.dp_as_p2p = symmetry == "p2p";
   options.mirror_dp = symmetry == "mirror";
+  options.mirror_tp = options.mirror_dp;
   const sched::Schedule s = sched::generate(w, label, p.cluster, kind, options);
   sim::Simulator simulator(p.cluster, *p.pricing.costs);
   simulator.set_transfer_records(sim::TransferRecords::p2p_only);  // the analysis reads P2P records alone

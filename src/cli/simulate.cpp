@@ -351,6 +351,7 @@ SimulateReport simulate(const SimulateRequest& request) {
         options.backward = w.backward;
         options.dp_as_p2p = request.dp_as_p2p;
         options.mirror_dp = request.mirror_dp;
+        options.mirror_tp = request.mirror_dp;
         const sched::Schedule schedule = sched::generate(w, wl, cluster, kind, options);
         network_sends_on_sm = std::max(network_sends_on_sm, schedule.network_sends_on_sm);
         const auto note_once = [&](const std::string& note) {
@@ -363,13 +364,17 @@ SimulateReport simulate(const SimulateRequest& request) {
         if (!schedule.symmetry_unchecked.empty()) note_once("--symmetry mirror: " + schedule.symmetry_unchecked);
         if (request.record_traces && request.trace_filter.ranks && schedule.simulated_ranks > 0) {
           const std::vector<int> simulated =
-              sched::counted_ranks(schedule.graph.num_ranks(), schedule.simulated_ranks, schedule.pipeline_stages);
+              sched::counted_ranks(schedule.graph.num_ranks(), schedule.simulated_ranks, schedule.pipeline_stages,
+                                   schedule.tp_images);
           for (int r : *request.trace_filter.ranks)
             if (!std::binary_search(simulated.begin(), simulated.end(), r))
               throw InputError(kCommandLine, "--trace-ranks",
                                fmt::format("rank {} is not simulated with --symmetry mirror (the first {} ranks of each "
-                                           "stage stand for the others); trace it with --symmetry none",
-                                           r, schedule.simulated_ranks / schedule.pipeline_stages));
+                                           "stage{} stand for the others); trace it with --symmetry none",
+                                           r, schedule.simulated_ranks * schedule.tp_images / schedule.pipeline_stages,
+                                           schedule.tp_images > 1
+                                               ? fmt::format(", the first of each TP group of {}", schedule.tp_images)
+                                               : std::string()));
         }
         const model::KernelCostModel& costs = priced();
         std::optional<analysis::ChromeTraceRecorder> recorder;
@@ -453,8 +458,9 @@ std::string report_table(const SimulateReport& report, bool regions) {
   }
   if (!report.runs.empty() && fewest < static_cast<std::size_t>(report.runs.front().metrics.gpus))
     out.insert(out.size() - 1,
-               fmt::format("ranks simulated: {}{} of {}, the other DP replicas their images (--symmetry mirror: the "
-                           "same figures as every rank, docs/schedules.md \"Symmetry\")\n",
+               fmt::format("ranks simulated: {}{} of {}, the other DP replicas (and TP ranks, where their TP transfers "
+                           "are collectives) their images (--symmetry mirror: the same figures as every rank, "
+                           "docs/schedules.md \"Symmetry\")\n",
                            fewest, most != fewest ? fmt::format(" to {}", most) : "", report.runs.front().metrics.gpus));
   std::vector<analysis::StepMetrics> rows;
   for (const SimulateRun& run : report.runs) rows.push_back(run.metrics);

@@ -66,7 +66,8 @@ TaskGraph::TaskGraph(const TaskGraph& other)
       edges_(other.edges_),
       regions_(other.regions_),
       load_alias_(other.load_alias_),
-      alias_stage_ranks_(other.alias_stage_ranks_) {
+      alias_stage_ranks_(other.alias_stage_ranks_),
+      alias_tp_images_(other.alias_tp_images_) {
   graph_.m_vertices = other.graph_.m_vertices;  // the graph property is no_property: nothing to copy
 }
 
@@ -83,7 +84,8 @@ TaskGraph::TaskGraph(TaskGraph&& other) noexcept
       edges_(std::move(other.edges_)),
       regions_(std::move(other.regions_)),
       load_alias_(std::move(other.load_alias_)),
-      alias_stage_ranks_(other.alias_stage_ranks_) {
+      alias_stage_ranks_(other.alias_stage_ranks_),
+      alias_tp_images_(other.alias_tp_images_) {
   swap_graph(graph_, other.graph_);
 }
 
@@ -94,6 +96,7 @@ TaskGraph& TaskGraph::operator=(TaskGraph&& other) noexcept {
   regions_ = std::move(other.regions_);
   load_alias_ = std::move(other.load_alias_);
   alias_stage_ranks_ = other.alias_stage_ranks_;
+  alias_tp_images_ = other.alias_tp_images_;
   return *this;
 }
 
@@ -110,12 +113,14 @@ int TaskGraph::add_region(Region region) {
   return static_cast<int>(regions_.size()) - 1;
 }
 
-void TaskGraph::set_load_alias(std::vector<int> alias, int stage_ranks) {
+void TaskGraph::set_load_alias(std::vector<int> alias, int stage_ranks, int tp_images) {
   if (!alias.empty() && alias.size() != static_cast<std::size_t>(num_ranks_))
     throw GraphError(fmt::format("load alias table has {} entries for {} ranks", alias.size(), num_ranks_));
   const int period = stage_ranks > 0 ? stage_ranks : num_ranks_;
   if (stage_ranks < 0 || (num_ranks_ > 0 && num_ranks_ % period != 0))
     throw GraphError(fmt::format("{} ranks do not split into stages of {}", num_ranks_, stage_ranks));
+  if (tp_images < 1 || period % tp_images != 0)
+    throw GraphError(fmt::format("stages of {} ranks do not split into TP groups of {}", period, tp_images));
   for (std::size_t r = 0; r < alias.size(); ++r) {
     if (alias[r] < 0 || alias[r] >= num_ranks_)
       throw GraphError(fmt::format("load alias of rank {} is rank {}, outside [0, {})", r, alias[r], num_ranks_));
@@ -125,6 +130,33 @@ void TaskGraph::set_load_alias(std::vector<int> alias, int stage_ranks) {
   }
   load_alias_ = std::move(alias);
   alias_stage_ranks_ = stage_ranks;
+  alias_tp_images_ = tp_images;
+}
+
+std::optional<std::pair<TaskId, TaskId>> TaskGraph::retain(const std::vector<bool>& keep) {
+  const std::size_t n = size();
+  if (keep.size() != n) throw std::logic_error(fmt::format("retain: {} flags for {} tasks", keep.size(), n));
+  for (const Edge& e : edges_)
+    if (keep[e.after] && !keep[e.before]) return std::pair{e.before, e.after};
+  std::vector<TaskId> id(n, kNoTask);
+  Graph kept;
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) count += keep[i] ? 1 : 0;
+  kept.m_vertices.reserve(count);
+  for (TaskId i = 0; i < n; ++i) {
+    if (!keep[i]) continue;
+    id[i] = static_cast<TaskId>(boost::add_vertex(kept));
+    kept[id[i]] = std::move(graph_[i]);
+  }
+  std::vector<Edge> edges;
+  for (const Edge& e : edges_) {
+    if (!keep[e.after]) continue;
+    boost::add_edge(id[e.before], id[e.after], kept);
+    edges.push_back(Edge{id[e.before], id[e.after]});
+  }
+  swap_graph(graph_, kept);
+  edges_ = std::move(edges);
+  return std::nullopt;
 }
 
 std::vector<TaskId> TaskGraph::successors(TaskId id) const {
@@ -154,7 +186,7 @@ PredecessorIndex TaskGraph::predecessor_index() const {
 
 bool holds_stream(const Task& task) { return !std::holds_alternative<RecvTask>(task.kind); }
 
-std::vector<int> counted_ranks(int graph_ranks, int simulated_ranks, int pipeline_stages) {
+std::vector<int> counted_ranks(int graph_ranks, int simulated_ranks, int pipeline_stages, int tp_images) {
   const int stages = std::max(1, pipeline_stages);
   if (graph_ranks % stages != 0)
     throw std::logic_error(fmt::format("counted_ranks: {} ranks do not split into {} pipeline stages", graph_ranks, stages));
@@ -163,10 +195,14 @@ std::vector<int> counted_ranks(int graph_ranks, int simulated_ranks, int pipelin
   if (simulated > graph_ranks || simulated % stages != 0)
     throw std::logic_error(fmt::format("counted_ranks: {} simulated ranks are not the same count in each of {} stages of {} "
                                        "ranks", simulated, stages, per_stage));
+  const int stride = std::max(1, tp_images);
+  if (simulated_ranks > 0 && (simulated / stages) * stride > per_stage)
+    throw std::logic_error(fmt::format("counted_ranks: {} simulated ranks, each for {}, exceed stages of {} ranks",
+                                       simulated, stride, per_stage));
   std::vector<int> out;
   out.reserve(static_cast<std::size_t>(simulated));
   for (int s = 0; s < stages; ++s)
-    for (int i = 0; i < simulated / stages; ++i) out.push_back(s * per_stage + i);
+    for (int i = 0; i < simulated / stages; ++i) out.push_back(s * per_stage + i * (simulated_ranks > 0 ? stride : 1));
   return out;
 }
 

@@ -123,6 +123,29 @@ std::string mirror_asymmetry(const TpspShape& sh, const topo::Cluster& cluster, 
   return {};
 }
 
+// TP images (TpspRequest::tp_images) stand in for TP ranks that run the same tasks and meet only in
+// collectives of their TP group, each group inside one node, where turning a group's ranks maps the
+// group's collectives onto themselves: the schedule strategies that lower every TP region to
+// collectives (baseline without TE's userbuffers, slice), no Ulysses (its all-to-all has no ring to
+// turn), and no TP strategy of one's own. The fabric must repeat along the turned ranks too
+// (check_mirror_fabric, over every image). Returns why not, or empty.
+std::string tp_images_refused(const TpspRequest& r, const topo::Cluster& cluster) {
+  const TpspShape& sh = r.shape;
+  if (sh.tp <= 1) return "tp 1";
+  if (sh.up > 1) return fmt::format("up {}: the Ulysses all-to-all has no ring to turn", sh.up);
+  if (r.tp_strategy != nullptr) return "a TP strategy of one's own";
+  const bool collectives = r.kind == model::ScheduleKind::slice ||
+                           (r.kind == model::ScheduleKind::baseline && !r.schedule.tp_baseline_te_userbuffers);
+  if (!collectives) return fmt::format("the {} TP schedule sends point to point", model::to_string(r.kind));
+  for (int stage = 0; stage < sh.pp; ++stage) {
+    const RankLayout layout{sh.tp, sh.up, sh.dp, stage * sh.tp * sh.up * sh.dp};
+    for (int d = 0; d < sh.dp; ++d)
+      if (cluster.node_of(layout.rank(0, 0, d)) != cluster.node_of(layout.rank(sh.tp - 1, 0, d)))
+        return fmt::format("the TP group of ranks {} to {} spans nodes", layout.rank(0, 0, d), layout.rank(sh.tp - 1, 0, d));
+  }
+  return {};
+}
+
 }  // namespace
 
 Schedule generate(const model::Workload& workload, const std::string& workload_label, const topo::Cluster& cluster,
@@ -154,6 +177,7 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       break;
     }
     if (fallback.empty()) {
+      if (r.options.mirror_tp && tp_images_refused(r, cluster).empty()) r.tp_images = r.shape.tp;
       // The rows the sync cuts, and the ranks every transfer goes between, are the same in every
       // layer and micro-batch: one of each (one layer per stage and virtual stage, one group of
       // micro-batches) tells. The fabric must repeat along the replica groups too (sched/symmetry.hpp).
@@ -161,8 +185,22 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       probe.shape.layers = std::int64_t{r.shape.pp} * r.shape.virtual_stages;
       probe.step.micro_batches = r.shape.virtual_stages > 1 ? r.shape.pp : 1;
       Schedule probed = generate_tpsp(probe);
+      // With TP images the fabric is checked first (the TP ranks' images among them): where it does not
+      // repeat along them, the replicas are mirrored alone, every TP rank simulated.
+      std::optional<FabricCheck> tp_check;
+      if (r.tp_images > 1 && probed.tp_images > 1 && probed.mirror_inexact.empty())
+        tp_check = check_mirror_fabric(probed, cluster);
+      if (r.tp_images > 1 && (!tp_check || !tp_check->asymmetry.empty())) {
+        r.tp_images = probe.tp_images = 1;
+        tp_check.reset();
+        probed = generate_tpsp(probe);
+      }
       fallback = probed.mirror_inexact;
-      if (fallback.empty()) {
+      if (fallback.empty() && tp_check) {
+        std::promise<FabricCheck> done;
+        done.set_value(*tp_check);
+        fabric = done.get_future();
+      } else if (fallback.empty()) {
         fabric = std::async(std::launch::async, [probed = std::move(probed), &cluster] {
           return check_mirror_fabric(probed, cluster);
         });

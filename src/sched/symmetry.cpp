@@ -1,5 +1,6 @@
 #include "fusesim/sched/symmetry.hpp"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
@@ -19,8 +20,13 @@ topo::Route proxy_route(const topo::Cluster& cluster, const TaskGraph& graph, in
   if (alias == dst) return {};
   // A stage transfer into a proxy (pipeline stages of a mirrored graph) comes from another stage: its
   // mirrored sender stays in that stage, shifted there as dst is in its own.
-  const int period = graph.alias_stage_ranks(), first = src / period * period;
-  const int mirrored_src = first + ((src - first - (dst - alias)) % period + period) % period;
+  // With TP images (TaskGraph::alias_tp_images) dst is its alias turned within its TP group and
+  // shifted by whole groups: the sender is turned and shifted back as much, each within its own.
+  const int period = graph.alias_stage_ranks(), first = src / period * period, tp = graph.alias_tp_images();
+  const auto mod = [](int x, int m) { return (x % m + m) % m; };
+  const int turn = dst % tp - alias % tp, shift = (dst - dst % tp) - (alias - alias % tp);
+  const int local = src - first;
+  const int mirrored_src = first + mod(local - local % tp - shift, period) + mod(local % tp - turn, tp);
   if (mirrored_src == alias || mirrored_src >= cluster.num_ranks() || real.links.empty()) return {};
   // The mirrored route is the real one's image under the replica shift (check_mirror_fabric
   // requires images as long as the original), so the two join where they visit the same vertex at the
@@ -43,15 +49,18 @@ topo::Route proxy_route(const topo::Cluster& cluster, const TaskGraph& graph, in
 
 FabricCheck check_mirror_fabric(const Schedule& s, const topo::Cluster& cluster, std::size_t max_routes) {
   FabricCheck out;
-  if (s.simulated_ranks <= 0 || s.replicas <= 1) return out;
+  if (s.simulated_ranks <= 0 || s.replicas * std::max(1, s.tp_images) <= 1) return out;
   const TaskGraph& g = s.graph;
-  const int n = g.num_ranks(), stages = std::max(1, s.pipeline_stages);
-  const int stage_ranks = n / stages, block = s.simulated_ranks / stages;
-  // Rank r shifted by j replica groups within its stage.
-  const auto image = [&](int r, int j) {
-    const int first = r / stage_ranks * stage_ranks;
-    return first + (r - first + j * block) % stage_ranks;
+  const int n = g.num_ranks(), stages = std::max(1, s.pipeline_stages), tp = std::max(1, s.tp_images);
+  const int stage_ranks = n / stages, block = s.simulated_ranks / stages * tp;
+  // Rank r shifted by j replica groups within its stage, and turned by k within its TP group (TP
+  // images: image k of the simulated TP rank is the k-th of its group).
+  const auto image = [&](int r, int j, int k = 0) {
+    const int first = r / stage_ranks * stage_ranks, local = r - first;
+    return first + (local - local % tp + j * block) % stage_ranks + (local % tp + k) % tp;
   };
+  const int images = s.replicas * tp;
+  const auto image_at = [&](int r, int i) { return image(r, i / tp, i % tp); };
   // The pairs the simulated ranks send on.
   std::set<std::pair<int, int>> pairs;
   std::map<std::vector<int>, std::vector<std::vector<int>>> rings_of;
@@ -84,12 +93,13 @@ FabricCheck check_mirror_fabric(const Schedule& s, const topo::Cluster& cluster,
     for (int r = 0; r < cluster.num_ranks(); ++r) count += cluster.node_of(r) == cluster.node_of(0) ? 1 : 0;
     return count;
   }();
-  if (node_ranks > 0 && block % node_ranks == 0)
+  // TP images stay inside their node, on links the simulated rank's transfers may share: kept.
+  if (node_ranks > 0 && block % node_ranks == 0 && tp == 1)
     for (auto it = pairs.begin(); it != pairs.end();)
       it = cluster.node_of(it->first) == cluster.node_of(it->second) ? pairs.erase(it) : std::next(it);
   // A route search costs about a millisecond on a fabric of thousands of nodes: beyond the budget the
   // fabric is taken to repeat unchecked, as it was before this check (docs/schedules.md "Symmetry").
-  out.image_routes = pairs.size() * static_cast<std::size_t>(s.replicas);
+  out.image_routes = pairs.size() * static_cast<std::size_t>(images);
   if (out.image_routes > max_routes) {
     out.checked = false;
     return out;
@@ -104,8 +114,8 @@ FabricCheck check_mirror_fabric(const Schedule& s, const topo::Cluster& cluster,
   };
   std::map<topo::LinkId, int> job, mirrored;
   for (const auto& [a, b] : pairs)
-    for (int j = 0; j < s.replicas; ++j)
-      for (topo::LinkId l : route(image(a, j), image(b, j)).links) ++job[l];
+    for (int i = 0; i < images; ++i)
+      for (topo::LinkId l : route(image_at(a, i), image_at(b, i)).links) ++job[l];
   for (const auto& [a, b] : pairs) {
     const topo::Route& real = route(a, b);
     const topo::Route proxy = proxy_route(cluster, g, a, b, real);
@@ -117,23 +127,27 @@ FabricCheck check_mirror_fabric(const Schedule& s, const topo::Cluster& cluster,
   const auto reason = [&]() -> std::string {
     for (const auto& [a, b] : pairs) {
       const topo::Route& own = route(a, b);
-      for (int j = 1; j < s.replicas; ++j) {
-        const topo::Route& other = route(image(a, j), image(b, j));
+      for (int i = 1; i < images; ++i) {
+        const int j = i / tp;
+        const std::string turned = i % tp == 0 ? std::string() : fmt::format(", turned by {} in its TP group", i % tp);
+        const topo::Route& other = route(image_at(a, i), image_at(b, i));
         bool alike = other.links.size() == own.links.size();
-        for (std::size_t i = 0; alike && i < own.links.size(); ++i) {
-          const topo::Link& x = cluster.links[static_cast<std::size_t>(own.links[i])];
-          const topo::Link& y = cluster.links[static_cast<std::size_t>(other.links[i])];
-          alike = job[own.links[i]] == job[other.links[i]] && x.bandwidth_bytes_per_s == y.bandwidth_bytes_per_s &&
+        for (std::size_t h = 0; alike && h < own.links.size(); ++h) {
+          const topo::Link& x = cluster.links[static_cast<std::size_t>(own.links[h])];
+          const topo::Link& y = cluster.links[static_cast<std::size_t>(other.links[h])];
+          alike = job[own.links[h]] == job[other.links[h]] && x.bandwidth_bytes_per_s == y.bandwidth_bytes_per_s &&
                   x.latency_ps == y.latency_ps;
           if (!alike)
-            return fmt::format("the transfers from rank {} to {} and from {} to {} (its image {} replica group{} on) "
+            return fmt::format("the transfers from rank {} to {} and from {} to {} (its image {} replica group{} on{}) "
                                "cross {} and {}, which carry {} and {} of the job's transfers",
-                               a, b, image(a, j), image(b, j), j, j > 1 ? "s" : "", link_name(own.links[i]),
-                               link_name(other.links[i]), job[own.links[i]], job[other.links[i]]);
+                               a, b, image_at(a, i), image_at(b, i), j, j == 1 ? "" : "s", turned,
+                               link_name(own.links[h]), link_name(other.links[h]), job[own.links[h]],
+                               job[other.links[h]]);
         }
         if (!alike)
-          return fmt::format("the route from rank {} to {} has {} links, its image {} replica group{} on ({} to {}) {}", a,
-                             b, own.links.size(), j, j > 1 ? "s" : "", image(a, j), image(b, j), other.links.size());
+          return fmt::format("the route from rank {} to {} has {} links, its image {} replica group{} on{} ({} to {}) {}",
+                             a, b, own.links.size(), j, j == 1 ? "" : "s", turned, image_at(a, i), image_at(b, i),
+                             other.links.size());
       }
     }
     for (const auto& [l, count] : mirrored)

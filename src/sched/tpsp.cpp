@@ -1310,16 +1310,33 @@ Schedule generate_tpsp(const TpspRequest& request) {
   if (request.options.mirror_dp && request.shape.dp > 1 && request.piece == TpspPiece::layers) {
     // The simulated replicas' ranks of each stage do the work; a transfer end on a proxy rank loads the
     // rank of the simulated group in the same position, as the mirrored transfer into that rank would.
+    // With TP images, the first of each TP group stands for its group: the others' tasks go (each TP
+    // rank's tasks wait on its own and on collectives alone, which retain() checks), and a transfer
+    // end on one of them loads the first of its group.
+    int tp_images = request.tp_images;
     const int members = request.shape.tp * request.shape.up * request.mirror_replicas;
     const int stage_ranks = request.shape.tp * request.shape.up * request.shape.dp;
-    s.simulated_ranks = members * request.shape.pp;
+    if (tp_images > 1) {
+      std::vector<bool> keep(s.graph.size());
+      for (TaskId id = 0; id < s.graph.size(); ++id) keep[id] = s.graph.task(id).rank % tp_images == 0;
+      // Where a task waits for another TP rank's, the ranks are not images of one another: the graph
+      // stays whole (replicas mirrored alone), saying why, for generate() to build it so.
+      if (const auto edge = s.graph.retain(keep)) {
+        s.tp_images_refused = fmt::format("task '{}' waits for '{}' of another TP rank",
+                                          s.graph.task(edge->second).name, s.graph.task(edge->first).name);
+        tp_images = 1;
+      }
+    }
+    s.simulated_ranks = members / tp_images * request.shape.pp;
     s.replicas = request.shape.dp / request.mirror_replicas;
+    s.tp_images = tp_images;
     std::vector<int> alias(static_cast<std::size_t>(s.graph.num_ranks()));
     for (std::size_t r = 0; r < alias.size(); ++r) {
       const int rank = static_cast<int>(r), first = rank / stage_ranks * stage_ranks;
-      alias[r] = first + (rank - first) % members;
+      const int local = (rank - first) % members;
+      alias[r] = first + local - local % tp_images;
     }
-    s.graph.set_load_alias(std::move(alias), stage_ranks);
+    s.graph.set_load_alias(std::move(alias), stage_ranks, tp_images);
   }
   return s;
 }

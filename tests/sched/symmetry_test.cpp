@@ -61,12 +61,13 @@ struct Outcome {
 };
 
 Outcome simulate(const model::Workload& w, const topo::Cluster& c, model::ScheduleKind kind, bool mirror,
-                 bool p2p = true) {
+                 bool p2p = true, bool tp_images = false) {
   GenerateOptions o;
   o.scope = Scope::step;
   o.parallelism = Parallelism::dp;
   o.dp_as_p2p = p2p;
   o.mirror_dp = mirror;
+  o.mirror_tp = mirror && tp_images;
   Outcome out{generate(w, "small-llama", c, kind, o), {}, {}};
   const model::RooflineCostModel costs;
   sim::Simulator sim(c, costs);
@@ -670,4 +671,79 @@ TEST_CASE("Mirrored pipeline stages fall back to every rank where a replica's ho
   CHECK(mirror.schedule.symmetry_fallback ==
         "replica 0's activations go from stage 0 to 1 inside nodes but replica 1's cross them");
   CHECK(mirror.schedule.simulated_ranks == 0);
+}
+
+TEST_CASE("TP images: the first rank of each TP group stands for its group, exactly", "[symmetry][dp][tp_images]") {
+  // Where every TP transfer is a collective of the TP group inside one node (baseline, slice), the TP
+  // ranks of a replica run the same tasks and each one's collectives are the others' turned within
+  // the group: the first of each TP group is simulated, the others' ring steps land on it by its
+  // links (docs/schedules.md "Symmetry"). Against every rank, task by task to the picosecond, the
+  // DP sync as collectives and as P2P rings (with their proxies), for the DP schedules and shardings:
+  //   dgx-h100-4node: tp 8 dp 4 (a replica per node: ranks 0), tp 4 dp 8 (two per node, two nodes'
+  //   replicas: ranks 0, 4, 8, 12), tp 2 dp 16 (ranks 0, 2, .., 14);
+  //   hgx-h200-8node: tp 2 dp 16 pp 2 (ranks 0, 2, .., 14 and 32, 34, .., 46);
+  //   dgx-h100-128node, sixteen nodes of it: tp 8 dp 16 (rank 0), tp 4 dp 32 (ranks 0, 4, 8, 12).
+  const topo::Cluster c4 = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  const topo::Cluster c8 = topo::load_cluster_by_name_or_path("hgx-h200-8node");
+  const topo::Cluster c128 = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  struct Case {
+    const topo::Cluster* cluster;
+    int tp, dp, group, pp = 1;
+  };
+  for (const Case k : {Case{&c4, 8, 4, 1}, Case{&c4, 4, 8, 4}, Case{&c4, 2, 16, 8}, Case{&c8, 2, 16, 8, 2},
+                       Case{&c128, 8, 16, 1}, Case{&c128, 4, 32, 4}})
+    for (auto tp_kind : {model::ScheduleKind::baseline, model::ScheduleKind::slice})
+      for (auto dp_kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse})
+        for (auto sharding : {model::DpSharding::ddp, model::DpSharding::zero1, model::DpSharding::zero3})
+          for (bool p2p : {false, true}) {
+            if (k.pp > 1 && sharding == model::DpSharding::zero3) continue;  // not with stages
+            // The 128-node samples and the stages: one DP schedule and sharding each.
+            if ((k.cluster == &c128 || k.pp > 1) &&
+                (sharding != model::DpSharding::zero1 || tp_kind != model::ScheduleKind::baseline))
+              continue;
+            model::Workload w = small_llama(sharding, k.pp > 1 ? 4 : 2);
+            w.parallel.tp = k.tp;
+            w.parallel.dp = k.dp;
+            w.parallel.pp = k.pp;
+            w.schedule.kind = tp_kind;
+            w.schedule.slices = 2;
+            INFO(fmt::format("{} tp {} dp {} pp {}, TP {}, DP {} {}{}", k.cluster->name, k.tp, k.dp, k.pp,
+                             model::to_string(tp_kind), model::to_string(dp_kind), model::to_string(sharding),
+                             p2p ? " p2p" : ""));
+            const Outcome full = simulate(w, *k.cluster, dp_kind, false, p2p);
+            const Outcome mirror = simulate(w, *k.cluster, dp_kind, true, p2p, true);
+            INFO(mirror.schedule.symmetry_fallback);
+            INFO(mirror.schedule.tp_images_refused);
+            REQUIRE(mirror.schedule.symmetry_fallback.empty());
+            REQUIRE(mirror.schedule.tp_images == k.tp);
+            const int per_stage = k.group;  // one rank per TP group of the simulated replicas
+            CHECK(mirror.schedule.simulated_ranks == per_stage * k.pp);
+            CHECK(mirror.schedule.replicas == k.dp / k.group);
+            std::vector<int> simulated;
+            for (int st = 0; st < k.pp; ++st)
+              for (int r = 0; r < per_stage; ++r) simulated.push_back(st * k.tp * k.dp + r * k.tp);
+            CHECK(counted_ranks(mirror.schedule.graph.num_ranks(), mirror.schedule.simulated_ranks, k.pp, k.tp) ==
+                  simulated);
+            require_same_timeline(full, mirror, simulated, p2p || dp_kind == model::ScheduleKind::commfuse);
+          }
+}
+
+TEST_CASE("TP images are not made where a TP rank's transfers are its own", "[symmetry][dp][tp_images]") {
+  // CommFuse's TP ring sends point to point between the TP ranks: the DP replicas are mirrored, every
+  // TP rank of them simulated. So is a TP group that spans nodes (tp 16 on 8-GPU nodes).
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  model::Workload w = small_llama(model::DpSharding::zero1, 2);
+  w.schedule.kind = model::ScheduleKind::commfuse;
+  const Outcome commfuse = simulate(w, c, model::ScheduleKind::baseline, true, false, true);
+  CHECK(commfuse.schedule.symmetry_fallback.empty());
+  CHECK(commfuse.schedule.tp_images == 1);
+  CHECK(commfuse.schedule.simulated_ranks == 8);
+  w.schedule.kind = model::ScheduleKind::baseline;
+  w.parallel.tp = 16;
+  w.parallel.dp = 2;
+  w.arch.kv_heads = 16;
+  const Outcome wide = simulate(w, c, model::ScheduleKind::baseline, true, false, true);
+  CHECK(wide.schedule.symmetry_fallback.empty());
+  CHECK(wide.schedule.tp_images == 1);
+  CHECK(wide.schedule.simulated_ranks == 16);
 }

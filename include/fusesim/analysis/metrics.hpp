@@ -104,6 +104,9 @@ struct AnalysisInput {
   // With pipeline stages: fill StepMetrics::critical_path (a pass over every task; `fusesim search`,
   // which reports none, leaves it out).
   bool critical_path = true;
+  // Schedule::tp_images: the counted ranks are every tp_images-th, and the FLOPs count replicas x
+  // tp_images times.
+  int tp_images = 1;
 };
 
 // Throws std::logic_error when the result does not belong to the graph (sizes differ, a task never

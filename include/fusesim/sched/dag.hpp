@@ -171,9 +171,20 @@ class TaskGraph {
   // `stage_ranks`: the ranks of one pipeline stage (ranks stage-major; 0: the graph's ranks). A proxy
   // and its alias lie in one stage, and the rank a transfer into a proxy mirrors is found in the
   // sender's stage (sched/symmetry.hpp, proxy_route): a stage's ranks shift among themselves.
-  void set_load_alias(std::vector<int> alias, int stage_ranks = 0);
+  // `tp_images`: where > 1, each stage's ranks come in TP groups of that many consecutive ranks, of
+  // which the first stands for the others (an image rank's alias is the first of its group, shifted
+  // as above): the rank a transfer into an image mirrors is found by turning the sender within its
+  // own TP group as dst is turned onto its alias (sched/symmetry.hpp, proxy_route).
+  void set_load_alias(std::vector<int> alias, int stage_ranks = 0, int tp_images = 1);
   const std::vector<int>& load_alias() const { return load_alias_; }
   int alias_stage_ranks() const { return alias_stage_ranks_ > 0 ? alias_stage_ranks_ : num_ranks_; }
+  int alias_tp_images() const { return alias_tp_images_; }
+
+  // Keeps the tasks whose `keep` entry is true, in their order, with the edges between them (in the
+  // order depend() was called) and the regions; the ids change. Returns the first edge from a task
+  // dropped into a task kept (and changes nothing) where there is one: the kept tasks would lose an
+  // ordering they have.
+  std::optional<std::pair<TaskId, TaskId>> retain(const std::vector<bool>& keep);
 
  private:
   static void swap_graph(Graph& a, Graph& b) noexcept;
@@ -187,6 +198,7 @@ class TaskGraph {
   std::vector<Region> regions_;
   std::vector<int> load_alias_;
   int alias_stage_ranks_ = 0;
+  int alias_tp_images_ = 1;
 };
 
 // A generator's task: on `rank`, named "r<rank>/<name>", after `deps`. `data_op`: its op in the
@@ -197,10 +209,11 @@ TaskId add_rank_task(TaskGraph& graph, int rank, std::string_view name, StreamRe
 // True for the tasks that occupy their (rank, stream) while they run: every kind but Recv.
 bool holds_stream(const Task& task);
 
-// The ranks a mirrored graph's metrics count, ascending: every rank, or the first simulated_ranks /
-// pipeline_stages ranks of each of the pipeline_stages equal, stage-major parts of the graph's ranks
-// (Schedule::simulated_ranks; 0: every rank). std::logic_error when they do not split so.
-std::vector<int> counted_ranks(int graph_ranks, int simulated_ranks, int pipeline_stages);
+// The ranks a mirrored graph's metrics count, ascending: every rank, or, in each of the pipeline_stages
+// equal, stage-major parts of the graph's ranks, the first simulated_ranks x tp_images / pipeline_stages
+// ranks, every tp_images-th of them (Schedule::simulated_ranks; 0: every rank; Schedule::tp_images).
+// std::logic_error when they do not split so.
+std::vector<int> counted_ranks(int graph_ranks, int simulated_ranks, int pipeline_stages, int tp_images = 1);
 
 // Per task: the next stream-holding task added on the same (rank, stream), kNoTask for the last one
 // and for tasks that hold no stream (the implicit stream-order edges of execution_order).

@@ -37,6 +37,10 @@ struct GenerateOptions {
   // P2P steps (CommFuse's, or every collective with dp_as_p2p) receives from the images through a
   // proxy Recv that stands in for the simulated replica's own receive.
   bool mirror_dp = false;
+  // With mirror_dp: the first rank of each TP group simulated alone where the others are its images
+  // (TpspRequest::tp_images). `generate --symmetry mirror` leaves it off: a DAG file names its
+  // simulated ranks as the first of each stage.
+  bool mirror_tp = false;
   // The share of the machine's memory this graph may take (kMaxGeneratedTasks below): a caller that
   // builds n graphs at once (search --jobs n) gives each 1/n, so that together they stay within it.
   double memory_share = 1.0;
@@ -49,12 +53,17 @@ struct Schedule {
   Scope scope = Scope::layer;
   std::int64_t tokens = 0;           // tokens processed by the simulated interval (all DP replicas)
   int gpus = 0;                      // ranks the schedule occupies
-  // The first simulated_ranks / pipeline_stages ranks of each stage (counted_ranks; without
-  // pipeline parallelism ranks 0..simulated_ranks-1) carry the work, and metrics look at those only;
+  // The first simulated_ranks / pipeline_stages ranks of each stage (every tp_images-th, below;
+  // counted_ranks; without pipeline parallelism ranks 0..simulated_ranks-1) carry the work, and metrics look at those only;
   // the others hold proxies of a mirrored schedule. 0: every rank. `replicas`: identical copies of the simulated ranks that
   // the job runs (FLOPs of the simulated ranks times replicas are the job's).
   int simulated_ranks = 0;
   int replicas = 1;
+  // Each simulated rank stands for this many TP ranks (TpspRequest::tp_images): the counted ranks are
+  // every tp_images-th (counted_ranks), and FLOPs count replicas x tp_images times.
+  int tp_images = 1;
+  // Why the TP images asked for (TpspRequest::tp_images) were not made; empty otherwise.
+  std::string tp_images_refused;
   int pipeline_stages = 1;  // pp: ranks stage-major (RankLayout), metrics per stage
   // Point-to-point sends between nodes that the schedule asked to run on copy engines and that run on
   // SM kernels instead (see network_sends_to_sm_kernels).

@@ -122,6 +122,12 @@ struct TpspRequest {
   // the others their images. generate() picks the fewest whose DP ring hops repeat along the ring
   // (a node's worth where several replicas share a node; docs/schedules.md "Symmetry").
   int mirror_replicas = 1;
+  // With the mirror: the TP ranks each simulated rank stands for (tp, or 1). Where every TP transfer
+  // is a collective of the TP group, inside one node, the TP ranks of a replica run the same tasks and
+  // each one's collectives are the others' turned within the group: the first of each TP group is
+  // simulated, the others are images, as the replicas beyond the simulated ones are (generate()
+  // decides; docs/schedules.md "Symmetry").
+  int tp_images = 1;
   TpspPiece piece = TpspPiece::layers;
   std::int64_t piece_k = 0, piece_n = 0;
   TpspFault fault;
