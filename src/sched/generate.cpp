@@ -5,6 +5,7 @@
 #include <exception>
 #include <future>
 #include <optional>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -29,8 +30,31 @@ std::size_t refuse_oversized(const TpspRequest& r, const std::string& workload_l
   const std::int64_t layers = r.shape.layers;
   const std::int64_t micro_batches = r.options.scope == Scope::step ? std::max<std::int64_t>(1, r.step.micro_batches) : 1;
   const double copies = static_cast<double>(layers) * static_cast<double>(micro_batches);
-  if (r.options.scope == Scope::layer || copies <= 4.0) return 0;
-  const double tasks = estimated_tasks(r);
+  // Every rank of many DP replicas: a replica's tasks grow with dp too (a ring of dp - 1 steps per
+  // gradient), so even one layer can exceed the machine (4,096 H100 with CommFuse's DP ring: 10^8
+  // tasks for two layers), and probes of every rank would be as large. Every replica runs the same
+  // tasks, so the graph is dp times one replica's, counted on mirrored probes (a proxy receive in
+  // place of each receive from a replica not built: the same count).
+  // The first group of g replicas whose rings a mirrored probe can build (its proxies need the rings
+  // to repeat every g replicas: DpSync::ring_recv) counts; where none can, every rank's probes as for
+  // a mirrored graph.
+  const bool every_replica = !r.options.mirror_dp && r.shape.dp > 1 && r.piece == TpspPiece::layers;
+  double tasks = -1.0;
+  for (int g = 1; every_replica && g < r.shape.dp && tasks < 0.0; ++g) {
+    if (r.shape.dp % g != 0) continue;
+    TpspRequest group = r;
+    group.options.mirror_dp = true;
+    group.mirror_replicas = g;
+    group.tp_images = 1;
+    try {
+      tasks = estimated_tasks(group) * (r.shape.dp / g);
+    } catch (const std::logic_error&) {  // the rings do not repeat every g replicas: a proxy has no image
+    }
+  }
+  if (tasks < 0.0) {
+    if (r.options.scope == Scope::layer || copies <= 4.0) return 0;
+    tasks = estimated_tasks(r);
+  }
   const double bytes = tasks * kGraphBytesPerTask;
   const double memory = util::physical_memory_bytes();
   const double allowed = 0.75 * memory * std::clamp(r.options.memory_share, 0.0, 1.0);
@@ -42,10 +66,12 @@ std::size_t refuse_oversized(const TpspRequest& r, const std::string& workload_l
   }
   const bool by_micro_batches = micro_batches > layers;
   throw InputError(workload_label, by_micro_batches ? "$.training.grad_accumulation" : "$.model.layers",
-                   fmt::format("{} layers x {} micro-batches would build a task graph of about {:.3g} tasks ({:.1f} GB at "
-                               "{:.0f} bytes each), above what one run may build ({:.3g} tasks, and {:.1f} GB: 75% of "
+                   fmt::format("{} layers x {} micro-batches{} would build a task graph of about {:.3g} tasks ({:.1f} GB "
+                               "at {:.0f} bytes each), above what one run may build ({:.3g} tasks, and {:.1f} GB: 75% of "
                                "this machine's {:.1f} GB{}); simulate a layer or a stack (--scope), or fewer micro-batches",
-                               layers, micro_batches, tasks, bytes / 1e9, kGraphBytesPerTask, kMaxGeneratedTasks,
+                               layers, micro_batches,
+                               every_replica ? fmt::format(" on every rank of {} DP replicas", r.shape.dp) : std::string(),
+                               tasks, bytes / 1e9, kGraphBytesPerTask, kMaxGeneratedTasks,
                                allowed / 1e9, memory / 1e9,
                                r.options.memory_share < 1.0
                                    ? fmt::format(", shared by {:.0f} runs at once", 1.0 / r.options.memory_share)
@@ -146,6 +172,26 @@ std::string tp_images_refused(const TpspRequest& r, const topo::Cluster& cluster
   return {};
 }
 
+// The first TP rank's tasks emitted alone (TP images) against the whole graph built and filtered
+// (TaskGraph::retain, which refuses a task waiting for another TP rank's): the same tasks, names,
+// ranks and streams, with the same dependencies in the same order. A probe's worth of tasks each.
+bool same_tasks_as_filtered(const TpspRequest& probe, const Schedule& emitted) {
+  TpspRequest whole = probe;
+  whole.tp_images_by_filter = true;
+  const Schedule filtered = generate_tpsp(whole);
+  if (filtered.tp_images != emitted.tp_images || filtered.tp_images == 1) return false;
+  const TaskGraph &a = emitted.graph, &b = filtered.graph;
+  if (a.size() != b.size() || a.num_edges() != b.num_edges()) return false;
+  for (TaskId id = 0; id < a.size(); ++id) {
+    const Task &x = a.task(id), &y = b.task(id);
+    if (x.name != y.name || x.rank != y.rank || x.stream.kind != y.stream.kind || x.stream.index != y.stream.index ||
+        x.kind.index() != y.kind.index())
+      return false;
+  }
+  const PredecessorIndex pa = a.predecessor_index(), pb = b.predecessor_index();
+  return pa.offsets == pb.offsets && pa.sources == pb.sources;
+}
+
 }  // namespace
 
 Schedule generate(const model::Workload& workload, const std::string& workload_label, const topo::Cluster& cluster,
@@ -188,7 +234,7 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       // With TP images the fabric is checked first (the TP ranks' images among them): where it does not
       // repeat along them, the replicas are mirrored alone, every TP rank simulated.
       std::optional<FabricCheck> tp_check;
-      if (r.tp_images > 1 && probed.tp_images > 1 && probed.mirror_inexact.empty())
+      if (r.tp_images > 1 && probed.mirror_inexact.empty() && same_tasks_as_filtered(probe, probed))
         tp_check = check_mirror_fabric(probed, cluster);
       if (r.tp_images > 1 && (!tp_check || !tp_check->asymmetry.empty())) {
         r.tp_images = probe.tp_images = 1;

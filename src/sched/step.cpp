@@ -137,7 +137,7 @@ std::vector<TaskId> StepEmitter::collective(const std::string& name, CollectiveK
                                             Phase phase, int micro_batch, const Deps& deps) {
   const std::int64_t instance = next_instance_++;
   std::vector<TaskId> out;
-  for (int ti = 0; ti < tp(); ++ti) {
+  for (int ti = 0; ti < emit_tp(); ++ti) {
     TaskLabels l;
     l.micro_batch = micro_batch;
     l.phase = phase;
@@ -153,7 +153,7 @@ StepEmitter::Deps StepEmitter::gradient(
     const DpGradient& dg, DpSync* dp, const Deps& ready,
     const std::function<TaskId(int, std::int64_t, std::int64_t, int, const std::vector<TaskId>&)>& emit) {
   Deps done(static_cast<std::size_t>(tp()));
-  for (int ti = 0; ti < tp(); ++ti) {
+  for (int ti = 0; ti < emit_tp(); ++ti) {
     const int rank = grp_.ranks[static_cast<std::size_t>(ti)];
     const auto& deps = ready[static_cast<std::size_t>(ti)];
     if (dp != nullptr && dp->fused()) {
@@ -174,28 +174,28 @@ StepEmitter::Deps StepEmitter::embedding_forward(const std::string& mb, int micr
   Deps d(static_cast<std::size_t>(tp()));
   // Each rank reads the rows of its vocab shard that the tokens hit (S/tp rows on average) and
   // writes the partial [S, h] (zeros for tokens outside its shard).
-  for (int ti = 0; ti < tp(); ++ti)
+  for (int ti = 0; ti < emit_tp(); ++ti)
     d[ti] = {compute(ti, mb + "embedding/fwd/lookup",
                      model::ElementwiseKernel{"embedding", bytes(S * h / tp() + S * h), 0.0}, Phase::forward, micro_batch,
                      ready[static_cast<std::size_t>(ti)])};
   if (tp() == 1) return d;
   const auto rs = collective(mb + "embedding/fwd/rs", CollectiveKind::reduce_scatter, bytes(S * h), Phase::forward,
                              micro_batch, d);
-  for (int ti = 0; ti < tp(); ++ti) d[ti] = {rs[static_cast<std::size_t>(ti)]};
+  for (int ti = 0; ti < emit_tp(); ++ti) d[ti] = {rs[static_cast<std::size_t>(ti)]};
   return d;
 }
 
 StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, const Deps& ready, DpSync* dp) {
   const std::int64_t S = grp_.rows, h = grp_.hidden, n = S / tp(), V = vocab_local();
   Deps d(static_cast<std::size_t>(tp()));
-  for (int ti = 0; ti < tp(); ++ti)
+  for (int ti = 0; ti < emit_tp(); ++ti)
     d[ti] = {compute(ti, mb + "head/fwd/final_norm", model::ElementwiseKernel{"layernorm", bytes(2 * n * h), 8.0 * n * h},
                      Phase::forward, micro_batch, ready[static_cast<std::size_t>(ti)])};
   if (tp() > 1) {
     const auto ag = collective(mb + "head/fwd/ag", CollectiveKind::all_gather, bytes(S * h), Phase::forward, micro_batch, d);
-    for (int ti = 0; ti < tp(); ++ti) d[ti] = {ag[static_cast<std::size_t>(ti)]};
+    for (int ti = 0; ti < emit_tp(); ++ti) d[ti] = {ag[static_cast<std::size_t>(ti)]};
   }
-  for (int ti = 0; ti < tp(); ++ti) {
+  for (int ti = 0; ti < emit_tp(); ++ti) {
     const TaskId logits = compute(ti, mb + "head/fwd/lm_head", model::GemmKernel{S, V, h, 1}, Phase::forward, micro_batch, d[ti]);
     // Softmax cross-entropy in fp32 as the frameworks compute it (Megatron's vocab-parallel
     // cross-entropy and F.cross_entropy on logits.float()): the logits cast to fp32 (read, write 4 B)
@@ -207,25 +207,25 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   if (tp() > 1) {
     // The row max and the row sum of exponentials over the vocab shards: one fp32 value per row each.
     const auto ar = collective(mb + "head/fwd/loss_ar", CollectiveKind::all_reduce, 2 * 4 * S, Phase::forward, micro_batch, d);
-    for (int ti = 0; ti < tp(); ++ti) d[ti] = {ar[static_cast<std::size_t>(ti)]};
+    for (int ti = 0; ti < emit_tp(); ++ti) d[ti] = {ar[static_cast<std::size_t>(ti)]};
   }
   // Backward: the logits' gradient, the dgrad (partial over the vocab shards, reduce-scattered to
   // the sequence shard), the weight gradient over the gathered input, the final norm's backward.
   Deps dlog(static_cast<std::size_t>(tp()));
-  for (int ti = 0; ti < tp(); ++ti)
+  for (int ti = 0; ti < emit_tp(); ++ti)
     // The loss's dense fp32 gradient zeroed (4 B), the log-softmax backward (reads it and the saved
     // log-softmax, writes the gradient: 3 x 4 B), the cast back to the logits' type (4 B + element).
     dlog[ti] = {compute(ti, mb + "head/bwd/cross_entropy_bwd",
                         model::ElementwiseKernel{"cross_entropy_bwd", S * V * (5 * 4 + bytes(1)), 2.0 * static_cast<double>(S * V)},
                         Phase::backward, micro_batch, d[ti])};
   Deps dgrad(static_cast<std::size_t>(tp()));
-  for (int ti = 0; ti < tp(); ++ti)
+  for (int ti = 0; ti < emit_tp(); ++ti)
     dgrad[ti] = {compute(ti, mb + "head/bwd/lm_head_dgrad", model::GemmKernel{S, h, V, 1}, Phase::backward, micro_batch, dlog[ti])};
   Deps after = dgrad;
   if (tp() > 1) {
     const auto rs = collective(mb + "head/bwd/rs", CollectiveKind::reduce_scatter, bytes(S * h), Phase::backward,
                                micro_batch, dgrad);
-    for (int ti = 0; ti < tp(); ++ti) after[ti] = {rs[static_cast<std::size_t>(ti)]};
+    for (int ti = 0; ti < emit_tp(); ++ti) after[ti] = {rs[static_cast<std::size_t>(ti)]};
   }
   const DpGradient dg{mb + "head/bwd/lm_head_wgrad", -1, h, V, -1};
   gradient(dg, dp, dgrad, [&](int ti, std::int64_t row0, std::int64_t rows, int region, const std::vector<TaskId>& deps) {
@@ -234,7 +234,7 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
                    micro_batch, deps, region);
   });
   Deps out(static_cast<std::size_t>(tp()));
-  for (int ti = 0; ti < tp(); ++ti)
+  for (int ti = 0; ti < emit_tp(); ++ti)
     out[ti] = {compute(ti, mb + "head/bwd/final_norm_bwd",
                        model::ElementwiseKernel{"layernorm_bwd", bytes(3 * n * h), 10.0 * n * h}, Phase::backward,
                        micro_batch, after[ti])};
@@ -248,7 +248,7 @@ StepEmitter::Deps StepEmitter::embedding_backward(const std::string& mb, int mic
   if (tp() > 1) {
     const auto ag = collective(mb + "embedding/bwd/ag", CollectiveKind::all_gather, bytes(S * h), Phase::backward,
                                micro_batch, ready);
-    for (int ti = 0; ti < tp(); ++ti) d[ti] = {ag[static_cast<std::size_t>(ti)]};
+    for (int ti = 0; ti < emit_tp(); ++ti) d[ti] = {ag[static_cast<std::size_t>(ti)]};
   }
   // Scatter-add of the gathered gradient rows into the table rows of this rank's vocab shard.
   const DpGradient dg{mb + "embedding/bwd/embedding_grad", -1, V, h, -1};
@@ -265,7 +265,7 @@ StepEmitter::Deps StepEmitter::embedding_backward(const std::string& mb, int mic
 StepEmitter::Deps StepEmitter::optimizer(const std::vector<std::int64_t>& elements, const Deps& ready) {
   Deps d(static_cast<std::size_t>(tp()));
   std::vector<OptimizerKernels> k;
-  for (int ti = 0; ti < tp(); ++ti)
+  for (int ti = 0; ti < emit_tp(); ++ti)
     k.push_back(optimizer_kernels(elements[static_cast<std::size_t>(ti)], grp_.grad_dtype, grp_.dtype, grp_.clip_grad));
   Deps ready_for_adam = ready;
   if (grp_.clip_grad) {
@@ -273,18 +273,18 @@ StepEmitter::Deps StepEmitter::optimizer(const std::vector<std::int64_t>& elemen
     // all-reduce of one fp32 value over the group, every rank scales its gradients (read, write).
     // Over DP the ZeRO shards' sums meet too: a few microseconds, not emitted (docs/schedules.md).
     Deps norm(static_cast<std::size_t>(tp()));
-    for (int ti = 0; ti < tp(); ++ti)
+    for (int ti = 0; ti < emit_tp(); ++ti)
       norm[ti] = {compute(ti, "optimizer/grad_norm", *k[ti].grad_norm, Phase::optimizer, -1,
                           ready[static_cast<std::size_t>(ti)])};
     if (tp() > 1) {
       const auto ar = collective("optimizer/grad_norm_ar", CollectiveKind::all_reduce, 4, Phase::optimizer, -1, norm);
-      for (int ti = 0; ti < tp(); ++ti) norm[ti] = {ar[static_cast<std::size_t>(ti)]};
+      for (int ti = 0; ti < emit_tp(); ++ti) norm[ti] = {ar[static_cast<std::size_t>(ti)]};
     }
-    for (int ti = 0; ti < tp(); ++ti)
+    for (int ti = 0; ti < emit_tp(); ++ti)
       ready_for_adam[ti] = {compute(ti, "optimizer/grad_scale", *k[ti].grad_scale, Phase::optimizer, -1,
                                     norm[static_cast<std::size_t>(ti)])};
   }
-  for (int ti = 0; ti < tp(); ++ti) {
+  for (int ti = 0; ti < emit_tp(); ++ti) {
     d[ti] = {compute(ti, "optimizer/adam", k[ti].adam, Phase::optimizer, -1, ready_for_adam[static_cast<std::size_t>(ti)])};
     if (k[ti].master_copy) d[ti] = {compute(ti, "optimizer/master_copy", *k[ti].master_copy, Phase::optimizer, -1, d[ti])};
   }

@@ -91,7 +91,7 @@ Deps Builder::qk_prologue(const OpCtx& ctx, const Deps& ready, bool backward) {
   const std::int64_t rotated = S_ * (qn + kvn);  // query and key elements
   const std::string bwd = backward ? "_bwd" : "";
   Deps out(static_cast<std::size_t>(t_));
-  for (int ti = 0; ti < t_; ++ti) {
+  for (int ti = 0; ti < emit_t_; ++ti) {
     std::vector<TaskId> d = ready[ti];
     if (repeat && backward) d = {stream_kernel(ctx, ti, "repeat_kv_bwd", "add", bytes(2 * S_ * (qn + kvn)), S_, d)};
     if (sh_.rotary && !sh_.eager) {
@@ -167,7 +167,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   // saves the shard, not the gathered tensor).
   const Rows g1{alloc(ctx, "ag+qkv/gather", S_, h), alloc(ctx, "ln1_out", n_, h)};
   Deps d_ln1(static_cast<std::size_t>(t_));
-  for (int ti = 0; ti < t_; ++ti)
+  for (int ti = 0; ti < emit_t_; ++ti)
     d_ln1[ti] = {elementwise(ctx, ti, "ln1", "layernorm", 2 * e_ * h, e_, 8.0 * e_ * h,
                              op(ctx, NormOp{ref(x, ti, RowSpan{0, n_}, h), ref(g1.shard, ti, RowSpan{0, n_}, h)}), ready[ti])};
 
@@ -221,7 +221,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
     d_attn_rs = rs_region(with("attn+out_proj+rs"), po, attn_out, h, d_qkv, fused);
   } else {
     Deps d_att(static_cast<std::size_t>(t_));
-    for (int ti = 0; ti < t_; ++ti) {
+    for (int ti = 0; ti < emit_t_; ++ti) {
       Work w = attention(ti, RowSpan{0, S_});
       d_att[ti] = {compute(ti, prefix(ctx) + "/attention", std::move(w.kernel), labels(ctx, -1, "attention"), w.data_op,
                            d_qkv[ti])};
@@ -235,7 +235,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   PerRank h1 = alloc(ctx, "h1", n_, h);
   const Rows g2{alloc(ctx, "ag+fc1/gather", S_, h), alloc(ctx, "ln2_out", n_, h)};
   Deps d_ln2(static_cast<std::size_t>(t_));
-  for (int ti = 0; ti < t_; ++ti) {
+  for (int ti = 0; ti < emit_t_; ++ti) {
     const TaskId a = residual_add(ctx, ti, "residual1", e_,
                                   op(ctx, AddOp{ref(x, ti, RowSpan{0, n_}, h), ref(attn_out, ti, RowSpan{0, n_}, h),
                                                 ref(h1, ti, RowSpan{0, n_}, h)}),
@@ -249,7 +249,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
 
   PerRank act = alloc(ctx, "act", S_, fl);
   Deps d_act(static_cast<std::size_t>(t_));
-  for (int ti = 0; ti < t_; ++ti) {
+  for (int ti = 0; ti < emit_t_; ++ti) {
     const std::string kind = sh_.gated ? "swiglu" : "gelu";
     d_act[ti] = {activation(ctx, ti,
                             op(ctx, ActivationOp{kind, ref(f, ti, RowSpan{0, S_}, f1), ref(act, ti, RowSpan{0, S_}, fl)}),
@@ -263,7 +263,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   LayerOut out;
   out.y = alloc(ctx, "y", n_, h);
   out.done.resize(static_cast<std::size_t>(t_));
-  for (int ti = 0; ti < t_; ++ti)
+  for (int ti = 0; ti < emit_t_; ++ti)
     out.done[ti] = {residual_add(ctx, ti, "residual2", e_,
                                  op(ctx, AddOp{ref(h1, ti, RowSpan{0, n_}, h), ref(mlp_out, ti, RowSpan{0, n_}, h),
                                                ref(out.y, ti, RowSpan{0, n_}, h)}),
@@ -290,14 +290,14 @@ Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
   const std::int64_t k_cols = sh_.kv_local();
   recompute_ = true;
   const OpCtx rc{l, true, "", false};
-  for (int ti = 0; ti < t_; ++ti) {
+  for (int ti = 0; ti < emit_t_; ++ti) {
     TaskId d = elementwise(rc, ti, "ln1", "layernorm", 2 * e_ * h, e_, 8.0 * e_ * h, -1, ready[ti]);
     d = compute(ti, prefix(rc) + "/k_proj", model::GemmKernel{S_, k_cols, h, 1}, labels(rc, -1, "k_proj"), -1, {d});
     ready[ti] = {d};
   }
   // The rotated (and, eager, repeated) q and k feed SDPA's backward and are no matmul outputs.
   ready = qk_prologue(rc, ready);
-  for (int ti = 0; ti < t_; ++ti) {
+  for (int ti = 0; ti < emit_t_; ++ti) {
     std::vector<TaskId> add_inputs = ready[ti];
     if (t_ == 1)
       add_inputs = {compute(ti, prefix(rc) + "/out_proj", model::GemmKernel{S_, h, sh_.q_local(), 1},
@@ -326,7 +326,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   auto with = [&](std::string region) { return with_region(ctx, std::move(region)); };
   auto each = [&](auto fn) {
     Deps d(static_cast<std::size_t>(t_));
-    for (int ti = 0; ti < t_; ++ti) d[ti] = fn(ti);
+    for (int ti = 0; ti < emit_t_; ++ti) d[ti] = fn(ti);
     return d;
   };
   const RowSpan all{0, S_}, own{0, n_};
@@ -343,7 +343,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     return [this, full_wgrad, name = std::move(name), work = std::move(work),
             after = std::move(after)](const Deps& now) {
       Deps done(static_cast<std::size_t>(t_));
-      for (int ti = 0; ti < t_; ++ti) done[ti] = {full_wgrad(ti, name, work, merged(after[ti], now[ti]))};
+      for (int ti = 0; ti < emit_t_; ++ti) done[ti] = {full_wgrad(ti, name, work, merged(after[ti], now[ti]))};
       return done;
     };
   };
@@ -354,7 +354,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   // reduction its bias follows.
   auto bias_grad = [&](const std::string& name, std::int64_t rows, std::int64_t cols, Deps d) {
     if (!sh_.bias_grad_kernels) return d;
-    for (int ti = 0; ti < t_; ++ti)
+    for (int ti = 0; ti < emit_t_; ++ti)
       d[ti] = {stream_kernel(ctx, ti, name, "bias_grad", bytes(rows * cols + cols), rows, d[ti])};
     return d;
   };
@@ -363,7 +363,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   // mask read, the branch's written) before the branch's row-parallel GEMM gathers it.
   auto dropout_bwd = [&](const std::string& name, Deps d) {
     if (!sh_.hidden_dropout) return d;
-    for (int ti = 0; ti < t_; ++ti)
+    for (int ti = 0; ti < emit_t_; ++ti)
       d[ti] = {stream_kernel(ctx, ti, name, "dropout_bwd", bytes(2 * e_ * h) + e_ * h, e_, d[ti])};
     return d;
   };
@@ -513,7 +513,7 @@ Builder::ColumnGrad Builder::column_parallel_backward(const OpCtx& ctx, const st
                       work = wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls())](
                          const Deps& now) {
     Deps ready = after;
-    for (int ti = 0; ti < t_; ++ti) ready[ti] = merged(after[ti], now[ti]);
+    for (int ti = 0; ti < emit_t_; ++ti) ready[ti] = merged(after[ti], now[ti]);
     return ag_region(with_region(ctx, "ag+" + name + "_wgrad"), gathered, h, ready, work, nullptr,
                      strategy_.async_regather());
   });
@@ -668,7 +668,7 @@ Builder::ColumnGrad Builder::up_qkv_backward(const OpCtx& ctx, const LayerData& 
     return out;
   };
   g.dgrad_done = rs_region(with_region(ctx, "qkv_dgrad+rs"), partial, g.d_in, h, d_att, both);
-  for (int ti = 0; ti < t_; ++ti)
+  for (int ti = 0; ti < emit_t_; ++ti)
     if ((*rs_step)[static_cast<std::size_t>(ti)] != std::max(1, t_))
       throw std::logic_error("TPSP generator: a QKV wgrad step was not emitted");
   return g;
@@ -683,7 +683,7 @@ void Builder::backward_checks(int l, const PerRank& dx, const PerRank& dw_qkv, c
   const std::int64_t h = sh_.hidden, n_ = n(), qn = sh_.q_local(), kvn = sh_.kv_local(), fl = sh_.ffn_local();
   const std::string wp = concat("L", l, "/");
   const std::int64_t Q = sh_.heads * sh_.head_dim, KV = sh_.kv_heads * sh_.head_dim;
-  for (int ti = 0; ti < t_; ++ti) {
+  for (int ti = 0; ti < emit_t_; ++ti) {
     const auto i = static_cast<std::size_t>(ti);
     prog_.outputs.push_back(OutputCheck{dx[i], {Piece{wp + "dx", Rect{global_row(ti), 0, n_, h}, 0, 0}}});
     // Ulysses: a rank's weight gradients cover its seq/up positions only; their sum over the UP
@@ -713,7 +713,7 @@ void Builder::piece_ag_gemm() {
   PerRank w = alloc(ctx, "w", K, N, [&](int ti) { return std::vector<Piece>{Piece{"w", Rect{0, ti * N, K, N}, 0, 0}}; });
   PerRank y = alloc(ctx, "y", S(), N);
   ag_region(ctx, x, K, Deps(static_cast<std::size_t>(t_)), gemm_work(ctx, "gemm", x, w, y, K, N));
-  for (int ti = 0; ti < t_; ++ti)
+  for (int ti = 0; ti < emit_t_; ++ti)
     prog_.outputs.push_back(OutputCheck{y[ti], {Piece{"y", Rect{0, ti * N, S(), N}, 0, 0}}});
 }
 
@@ -725,7 +725,7 @@ void Builder::piece_gemm_rs() {
   PerRank p = alloc(ctx, "partial", S(), N);
   PerRank out;
   rs_region(ctx, p, out, N, Deps(static_cast<std::size_t>(t_)), gemm_work(ctx, "gemm", Rows{x, {}}, w, p, K, N));
-  for (int ti = 0; ti < t_; ++ti)
+  for (int ti = 0; ti < emit_t_; ++ti)
     prog_.outputs.push_back(OutputCheck{out[ti], {Piece{"y", Rect{ti * n(), 0, n(), N}, 0, 0}}});
 }
 
@@ -778,7 +778,7 @@ void Builder::up_gradient_checks(std::int64_t layers) {
   for (std::int64_t l = 0; l < layers; ++l) {
     const std::string wp = concat("L", l, "/");
     const int j0 = static_cast<int>(4 * (layers - 1 - l));
-    for (int ti = 0; ti < t_; ++ti) {
+    for (int ti = 0; ti < emit_t_; ++ti) {
       auto check = [&](int j, std::vector<Piece> expect) {
         const BufferId b = dp_->synced(rank(ti), j0 + j);
         if (b >= 0) prog_.outputs.push_back(OutputCheck{b, std::move(expect)});
@@ -818,26 +818,26 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     extra = std::make_unique<StepEmitter>(
         g_, next_instance_,
         StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.activation_dtype(), comm_,
-                           grad_dtype(), req_.step.clip_grad});
+                           grad_dtype(), req_.step.clip_grad, emit_t_});
   const auto L = static_cast<std::size_t>(layers);
   Deps ready(static_cast<std::size_t>(t_));
   // ZeRO-3: the layer's parameters, gathered on a stream of their own once `issue` is done (the
   // previous layer's start: one layer of prefetch).
   auto gather = [&](std::int64_t l, bool fwd, const Deps& issue) {
     Deps out(static_cast<std::size_t>(t_));
-    for (int ti = 0; ti < t_; ++ti)
+    for (int ti = 0; ti < emit_t_; ++ti)
       out[ti] = dp_->gather_layer(rank(ti), concat(mb_prefix_, "L", l, "/", fwd ? "fwd" : "bwd"),
                                   static_cast<int>(l), sh_.layer_params(), issue[ti]);
     return out;
   };
   auto merge = [&](Deps a, const Deps& b) {
-    for (int ti = 0; ti < t_; ++ti) a[ti].insert(a[ti].end(), b[ti].begin(), b[ti].end());
+    for (int ti = 0; ti < emit_t_; ++ti) a[ti].insert(a[ti].end(), b[ti].begin(), b[ti].end());
     return a;
   };
   // The embedding's or the LM head's rows (vocab / tp) of each TP rank, gathered once `issue` is done.
   auto gather_table = [&](const std::string& name, const Deps& issue) {
     Deps out(static_cast<std::size_t>(t_));
-    for (int ti = 0; ti < t_; ++ti)
+    for (int ti = 0; ti < emit_t_; ++ti)
       out[ti] = dp_->gather_layer(rank(ti), name, -1, (req_.step.vocab / t_) * h, issue[ti]);
     return out;
   };
@@ -893,7 +893,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         // immediately all-gathered for backward": torch.distributed.fsdp.fully_shard).
         if (zero3 && extra) {
           Deps root(static_cast<std::size_t>(t_));
-          for (int ti = 0; ti < t_; ++ti)
+          for (int ti = 0; ti < emit_t_; ++ti)
             root[ti] =
                 dp_->gather_layer(rank(ti), mb_prefix_ + "root", -1, 2 * (req_.step.vocab / t_) * h + h, ready[ti]);
           ready = merge(ready, root);
@@ -916,7 +916,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         m.inputs[static_cast<std::size_t>(l)] = m.x;
         LayerOut out = forward_layer(static_cast<int>(l), m.x, lr);
         if (data_)
-          for (int ti = 0; ti < t_; ++ti)
+          for (int ti = 0; ti < emit_t_; ++ti)
             prog_.outputs.push_back(
                 OutputCheck{out.y[ti], {Piece{concat("L", l, "/y"), Rect{global_row(ti), 0, n(), h}, 0, 0}}});
         m.x = out.y;
@@ -957,7 +957,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           // the TP rank's heads) and the kv heads those use.
           recompute_ = true;
           OpCtx rc{static_cast<int>(l), true, "", false};
-          for (int ti = 0; ti < t_; ++ti) {
+          for (int ti = 0; ti < emit_t_; ++ti) {
             model::AttentionKernel k{sh_.batch, sh_.heads / t_ / sh_.up, sh_.kv_heads_up(), sh_.seq, sh_.seq,
                                      sh_.head_dim, sh_.causal, 0, model::Pass::forward};
             k.unfused = sh_.unfused_attention;
@@ -972,7 +972,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         defer_weights_ = nullptr;
         // ZeRO-3 before the last micro-batch: FSDP reduce-scatters each layer's gradient anyway.
         if (zero3 && extra && !dp_active_)
-          for (int ti = 0; ti < t_; ++ti)
+          for (int ti = 0; ti < emit_t_; ++ti)
             dp_->reduce_layer(rank(ti), concat(mb_prefix_, "L", l, "/bwd"), static_cast<int>(l),
                               sh_.layer_params(), g.done[ti]);
         m.dy = std::move(g.dx);
@@ -983,7 +983,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         if (extra) ready = extra->embedding_backward(mb_prefix_, mbi, ready, dp_active_ ? dp_.get() : nullptr);
         // ... and the root module's (embedding, final norm, LM head), gathered per micro-batch likewise.
         if (zero3 && extra && !dp_active_)
-          for (int ti = 0; ti < t_; ++ti)
+          for (int ti = 0; ti < emit_t_; ++ti)
             dp_->reduce_layer(rank(ti), mb_prefix_ + "root", -1, 2 * (req_.step.vocab / t_) * h + h, ready[ti]);
         break;
       case StepPhase::forward_recv: {
@@ -995,7 +995,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           const std::int64_t table = stage_ == stages - 1 ? (req_.step.vocab / t_) * h : 0;
           const auto own = static_cast<std::int64_t>(forward_layers.size()) * sh_.layer_params() + table;
           Deps all(static_cast<std::size_t>(t_));
-          for (int ti = 0; ti < t_; ++ti) all[ti] = dp_->gather_layer(rank(ti), "params", -1, own, ready[ti]);
+          for (int ti = 0; ti < emit_t_; ++ti) all[ti] = dp_->gather_layer(rank(ti), "params", -1, own, ready[ti]);
           stage_params = all;
           if (table > 0) m.head_params = all;
         }
@@ -1037,7 +1037,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   if (!req_.options.backward) return;
   Deps synced = ready;
   if (dp_)
-    for (int ti = 0; ti < t_; ++ti) {
+    for (int ti = 0; ti < emit_t_; ++ti) {
       const auto ends = dp_->finish_backward(rank(ti), ready[ti]);
       synced[ti].insert(synced[ti].end(), ends.begin(), ends.end());
     }
@@ -1047,10 +1047,10 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   const std::int64_t table = (req_.step.vocab / t_) * h;
   const std::int64_t own = layers / stages * sh_.layer_params() + (stage_ == 0 ? table : 0) + (stage_ == stages - 1 ? table : 0);
   std::vector<std::int64_t> elements(static_cast<std::size_t>(t_));
-  for (int ti = 0; ti < t_; ++ti) elements[ti] = dp_ ? dp_->optimizer_elements(rank(ti)) : own;
+  for (int ti = 0; ti < emit_t_; ++ti) elements[ti] = dp_ ? dp_->optimizer_elements(rank(ti)) : own;
   const Deps opt = extra->optimizer(elements, synced);
   if (dp_ && !overlap_gather)
-    for (int ti = 0; ti < t_; ++ti) dp_->gather_updated(rank(ti), opt[ti]);
+    for (int ti = 0; ti < emit_t_; ++ti) dp_->gather_updated(rank(ti), opt[ti]);
 }
 
 std::int64_t Builder::stage_tag(bool forward, std::int64_t mb, std::int64_t layer) const {
@@ -1069,7 +1069,7 @@ Deps Builder::stage_transfer(bool send, int peer_stage, bool forward, std::int64
   const std::int64_t tag = stage_tag(forward, mb, layer);
   const std::string what = std::string(forward ? "" : "grad_") + (send ? "send" : "recv");
   Deps out(static_cast<std::size_t>(t_));
-  for (int ti = 0; ti < t_; ++ti) {
+  for (int ti = 0; ti < emit_t_; ++ti) {
     TaskLabels lab;
     lab.layer = static_cast<int>(layer);
     lab.micro_batch = micro_batch_;
@@ -1130,7 +1130,8 @@ void Builder::generate() {
   // The backward computes something only after a forward: it differentiates what the forward did.
   const bool train = req_.options.forward && req_.options.backward;
   // A step carries timing only (its micro-batches would repeat the same data); DP syncs the gradients.
-  data_ = req_.options.scope != Scope::step;
+  // TP images emit the first TP rank's tasks alone: no data (a mirrored schedule has no dataflow).
+  data_ = req_.options.scope != Scope::step && req_.tp_images == 1;
   make_dp_sync();
   if (req_.options.forward) {
     prog_.computation = train ? "tpsp_train" : "tpsp_forward";
@@ -1279,7 +1280,7 @@ double estimated_tasks(const TpspRequest& request) {
   };
   const double t11 = size(1, 1), t21 = size(2, 1), t12 = size(1, 2), t22 = size(2, 2);
   const double d = t22 - t21 - t12 + t11, c = t21 - t11 - d, b = t12 - t11 - d, a = t11 - b - c - d;
-  const auto L = static_cast<double>(request.shape.layers);
+  const auto L = static_cast<double>(request.options.scope == Scope::layer ? 1 : request.shape.layers);
   const auto M = static_cast<double>(request.options.scope == Scope::step ? std::max<std::int64_t>(1, request.step.micro_batches) : 1);
   return a + b * M + c * L + d * L * M;
 }
@@ -1310,13 +1311,13 @@ Schedule generate_tpsp(const TpspRequest& request) {
   if (request.options.mirror_dp && request.shape.dp > 1 && request.piece == TpspPiece::layers) {
     // The simulated replicas' ranks of each stage do the work; a transfer end on a proxy rank loads the
     // rank of the simulated group in the same position, as the mirrored transfer into that rank would.
-    // With TP images, the first of each TP group stands for its group: the others' tasks go (each TP
-    // rank's tasks wait on its own and on collectives alone, which retain() checks), and a transfer
-    // end on one of them loads the first of its group.
+    // With TP images, the first of each TP group stands for its group: the others' tasks are not
+    // emitted, or built and dropped (each TP rank's tasks wait on its own and on collectives alone,
+    // which retain() checks), and a transfer end on one of them loads the first of its group.
     int tp_images = request.tp_images;
     const int members = request.shape.tp * request.shape.up * request.mirror_replicas;
     const int stage_ranks = request.shape.tp * request.shape.up * request.shape.dp;
-    if (tp_images > 1) {
+    if (tp_images > 1 && request.tp_images_by_filter) {
       std::vector<bool> keep(s.graph.size());
       for (TaskId id = 0; id < s.graph.size(); ++id) keep[id] = s.graph.task(id).rank % tp_images == 0;
       // Where a task waits for another TP rank's, the ranks are not images of one another: the graph

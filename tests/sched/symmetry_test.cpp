@@ -61,10 +61,11 @@ struct Outcome {
 };
 
 Outcome simulate(const model::Workload& w, const topo::Cluster& c, model::ScheduleKind kind, bool mirror,
-                 bool p2p = true, bool tp_images = false) {
+                 bool p2p = true, bool tp_images = false, Scope scope = Scope::step,
+                 Parallelism parallelism = Parallelism::dp) {
   GenerateOptions o;
-  o.scope = Scope::step;
-  o.parallelism = Parallelism::dp;
+  o.scope = scope;
+  o.parallelism = parallelism;
   o.dp_as_p2p = p2p;
   o.mirror_dp = mirror;
   o.mirror_tp = mirror && tp_images;
@@ -746,4 +747,56 @@ TEST_CASE("TP images are not made where a TP rank's transfers are its own", "[sy
   CHECK(wide.schedule.symmetry_fallback.empty());
   CHECK(wide.schedule.tp_images == 1);
   CHECK(wide.schedule.simulated_ranks == 16);
+}
+
+TEST_CASE("TP images at layer and stack scope, as the default job runs them, exactly", "[symmetry][tp_images]") {
+  // The default job's TPSP rows (Llama-3-70B shapes, TP 8 x DP 4 on the four DGX H100 nodes): each TP
+  // schedule that moves its TP transfers in collectives (baseline, slice) on one layer and on a stack
+  // of two, forward and backward, the DP sync running the workload's CommFuse ring (proxies) or the
+  // collectives. Rank 0 alone stands for the 32 ranks.
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  for (Scope scope : {Scope::layer, Scope::stack})
+    for (auto tp_kind : {model::ScheduleKind::baseline, model::ScheduleKind::slice})
+      for (auto dp_kind : {model::ScheduleKind::commfuse, model::ScheduleKind::baseline}) {
+        model::Workload w = small_llama(model::DpSharding::zero2, 1);
+        w.schedule.kind = dp_kind;  // the workload's: what the DP sync runs in a TPSP row
+        INFO(fmt::format("{} TP {} DP {}", to_string(scope), model::to_string(tp_kind), model::to_string(dp_kind)));
+        const Outcome full = simulate(w, c, tp_kind, false, false, false, scope, Parallelism::tpsp);
+        const Outcome mirror = simulate(w, c, tp_kind, true, false, true, scope, Parallelism::tpsp);
+        INFO(mirror.schedule.symmetry_fallback);
+        REQUIRE(mirror.schedule.symmetry_fallback.empty());
+        REQUIRE(mirror.schedule.tp_images == 8);
+        CHECK(mirror.schedule.simulated_ranks == 1);
+        require_same_timeline(full, mirror, {0}, dp_kind == model::ScheduleKind::commfuse);
+      }
+}
+
+TEST_CASE("Every rank of thousands of DP replicas is refused before it is built, even for two layers",
+          "[symmetry][dp]") {
+  // TP 1 x DP 4096 on dgx-h100-768node, two Llama-3-70B layers, CommFuse's DP ring: each replica's
+  // gradients are reduced in 4095 ring steps each (send, receive, add: ~12,000 tasks per gradient,
+  // about ten gradients), ~5e8 tasks for every rank, ten times what one run may build. The rows of
+  // the FC2 gradient (28672) do not split into 4096 ring parts, so the mirror cannot stand in. Before,
+  // a graph of two layers was built without an estimate and the process was killed for memory.
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-768node");
+  model::Workload w = small_llama(model::DpSharding::zero1, 1);
+  w.parallel.tp = 1;
+  w.parallel.dp = 4096;
+  for (bool mirror : {true, false}) {
+    GenerateOptions o;
+    o.scope = Scope::step;
+    o.parallelism = Parallelism::dp;
+    o.mirror_dp = mirror;
+    o.mirror_tp = mirror;
+    INFO("mirror " << mirror);
+    try {
+      (void)generate(w, "wide.json", c, model::ScheduleKind::commfuse, o);
+      FAIL("not refused");
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find("on every rank of 4096 DP replicas") != std::string::npos);
+      CHECK((what.find("--symmetry mirror cannot stand in") != std::string::npos) == mirror);
+    }
+  }
 }

@@ -116,7 +116,8 @@ std::optional<TaskId> first_network_copy_send(const TaskGraph& graph, const topo
 // The most tasks one generated graph may hold, and what a task costs in memory while it is simulated
 // (BENCHMARKS.md, issue 4: 392 bytes of graph, 70-110 of engine state, 24 of timing; rounded up).
 // generate() refuses a workload whose graph would exceed either this count or 75% of the machine's
-// memory, estimated from four small probes before the graph is built (estimated_tasks, sched/tpsp.hpp).
+// memory, estimated from four small probes before the graph is built (estimated_tasks, sched/tpsp.hpp;
+// every rank of dp > 1 replicas: dp times the probes of one mirrored replica group, whatever the layers).
 inline constexpr double kMaxGeneratedTasks = 50e6;
 inline constexpr double kGraphBytesPerTask = 600.0;
 

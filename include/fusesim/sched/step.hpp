@@ -137,11 +137,13 @@ class StepEmitter {
     Communicator comm;  // the TP group's (sched/communicator.hpp)
     topo::Dtype grad_dtype = topo::Dtype::fp32;  // what the optimizer reads the gradients as
     bool clip_grad = true;                       // global-norm clipping before the optimizer
+    int emitted = 0;  // the TP ranks whose tasks are emitted, the first ones (TP images: 1); 0: all
   };
   // `next_instance`: the generator's collective instance counter (TP collectives of this group).
   StepEmitter(TaskGraph& graph, std::int64_t& next_instance, Group group);
 
   int tp() const { return static_cast<int>(grp_.ranks.size()); }
+  int emit_tp() const { return grp_.emitted > 0 ? grp_.emitted : tp(); }
   std::int64_t vocab_local() const { return grp_.vocab / tp(); }
 
   // `mb`: "mb1/" or "" (names). `dp`: when not null, the weight gradients are handed to it.

@@ -128,6 +128,10 @@ struct TpspRequest {
   // simulated, the others are images, as the replicas beyond the simulated ones are (generate()
   // decides; docs/schedules.md "Symmetry").
   int tp_images = 1;
+  // With TP images: build every TP rank and drop the others' tasks (TaskGraph::retain, which finds
+  // any task waiting for another TP rank's), instead of emitting the first's alone. generate() builds
+  // its probe both ways and requires the same graph.
+  bool tp_images_by_filter = false;
   TpspPiece piece = TpspPiece::layers;
   std::int64_t piece_k = 0, piece_n = 0;
   TpspFault fault;

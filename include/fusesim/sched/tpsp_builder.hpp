@@ -41,7 +41,8 @@ class Builder {
       : req_(req), sh_(req.shape), g_(out.graph), prog_(prog),
         strategy_(req.tp_strategy != nullptr ? *req.tp_strategy : tp_strategy(req.kind, req.schedule)),
         comm_(make_communicators(req.schedule).tp), pp_comm_(make_communicators(req.schedule).pp),
-        t_(req.shape.tp), elem_(topo::bytes_per_element(req.shape.activation_dtype())),
+        t_(req.shape.tp), emit_t_(req.tp_images > 1 && !req.tp_images_by_filter ? 1 : req.shape.tp),
+        elem_(topo::bytes_per_element(req.shape.activation_dtype())),
         up_(req, out.graph, prog, tags_, next_instance_) {
     k_ = strategy_.slices(req.schedule);
   }
@@ -67,6 +68,9 @@ class Builder {
   const TpCommunicator comm_;  // the TP group's streams and engines (UP's and DP's: their emitters')
   const Communicator pp_comm_;  // the pipeline stages' transfers
   int t_;
+  // The TP ranks whose tasks are emitted: all t_, or with TP images (TpspRequest::tp_images) the first
+  // alone; per-rank vectors keep t_ entries, of which the first emit_t_ are filled.
+  int emit_t_;
   int k_;
   int elem_;
   int replica_ = 0;

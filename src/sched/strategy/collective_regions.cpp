@@ -26,7 +26,7 @@ Deps collective_all_gather(Builder& b, const RegionCall& r, const Rows& g, int s
   Deps done(static_cast<std::size_t>(t));
   for (int j = 0; j < slices; ++j) {
     const std::int64_t instance = b.next_instance_++;
-    for (int ti = 0; ti < t; ++ti) {
+    for (int ti = 0; ti < b.emit_t_; ++ti) {
       auto span = [&](std::int64_t c) { return slice_or_chunk(b, slices, c, j); };
       CollectiveOp cop;
       std::vector<RowSpan> rows;
@@ -61,7 +61,7 @@ Deps collective_reduce_scatter(Builder& b, const RegionCall& r, const PerRank& p
   Deps done(static_cast<std::size_t>(t));
   for (int j = 0; j < slices; ++j) {
     const std::int64_t instance = b.next_instance_++;
-    for (int ti = 0; ti < t; ++ti) {
+    for (int ti = 0; ti < b.emit_t_; ++ti) {
       auto span = [&](std::int64_t c) { return slice_or_chunk(b, slices, c, j); };
       std::vector<RowSpan> rows;
       for (int p = 0; p < t; ++p) rows.push_back(span(p));
