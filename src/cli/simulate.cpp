@@ -373,7 +373,7 @@ SimulateReport simulate(const SimulateRequest& request) {
                                            "stage{} stand for the others); trace it with --symmetry none",
                                            r, schedule.simulated_ranks * schedule.tp_images / schedule.pipeline_stages,
                                            schedule.tp_images > 1
-                                               ? fmt::format(", the first of each TP group of {}", schedule.tp_images)
+                                               ? fmt::format(", the first of each {} ranks in turn", schedule.tp_images)
                                                : std::string()));
         }
         const model::KernelCostModel& costs = priced();
@@ -458,9 +458,9 @@ std::string report_table(const SimulateReport& report, bool regions) {
   }
   if (!report.runs.empty() && fewest < static_cast<std::size_t>(report.runs.front().metrics.gpus))
     out.insert(out.size() - 1,
-               fmt::format("ranks simulated: {}{} of {}, the other DP replicas (and TP ranks, where their TP transfers "
-                           "are collectives) their images (--symmetry mirror: the same figures as every rank, "
-                           "docs/schedules.md \"Symmetry\")\n",
+               fmt::format("ranks simulated: {}{} of {}, the other DP replicas (and TP ranks, or at tp 1 a node's "
+                           "replicas, where they meet in collectives alone) their images (--symmetry mirror: the same "
+                           "figures as every rank, docs/schedules.md \"Symmetry\")\n",
                            fewest, most != fewest ? fmt::format(" to {}", most) : "", report.runs.front().metrics.gpus));
   std::vector<analysis::StepMetrics> rows;
   for (const SimulateRun& run : report.runs) rows.push_back(run.metrics);

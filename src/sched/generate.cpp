@@ -5,11 +5,13 @@
 #include <exception>
 #include <future>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "fusesim/sched/dataflow.hpp"
+#include "fusesim/sched/strategy.hpp"
 #include "fusesim/sched/symmetry.hpp"
 #include "fusesim/sched/tpsp.hpp"
 #include "fusesim/topo/rings.hpp"
@@ -192,6 +194,47 @@ bool same_tasks_as_filtered(const TpspRequest& probe, const Schedule& emitted) {
   return pa.offsets == pb.offsets && pa.sources == pb.sources;
 }
 
+// At tp 1 (up 1) the DP replicas a node holds run the same tasks, each its own rank, and meet only in
+// the DP collectives, whose rings turn onto one another when a node's ranks are turned (topo/rings.hpp:
+// ring k onto ring k + 1): the first rank of each node stands for the node's replicas (node images,
+// TpspRequest::tp_images = the node's ranks). Not where the DP sync sends point to point (CommFuse's
+// fused ring, --symmetry p2p): its proxies stand in for whole replica groups only. Returns the ranks
+// per node, or 1 where not: the mirror's replica group must hold whole nodes of equal size, and every
+// turn within a node must map the DP group's rings onto its rings.
+int node_images(const TpspRequest& r, const topo::Cluster& cluster) {
+  const TpspShape& sh = r.shape;
+  if (sh.tp != 1 || sh.up != 1 || sh.dp < 2 || r.options.dp_as_p2p ||
+      schedule_strategy(r.dp_kind, r.schedule).dp_fused())
+    return 1;
+  int node_ranks = 0;
+  for (int rank = 0; rank < cluster.num_ranks() && cluster.node_of(rank) == cluster.node_of(0); ++rank) ++node_ranks;
+  if (node_ranks < 2 || r.mirror_replicas % node_ranks != 0 || sh.dp % node_ranks != 0) return 1;
+  const int world = sh.dp * sh.pp;
+  for (int rank = 0; rank < world; ++rank)
+    if (cluster.node_of(rank) != cluster.node_of(rank - rank % node_ranks)) return 1;
+  for (int stage = 0; stage < sh.pp; ++stage) {
+    std::vector<int> group;
+    for (int d = 0; d < sh.dp; ++d) group.push_back(stage * sh.dp + d);
+    const std::vector<std::vector<int>> rings = topo::collective_rings(group, cluster);
+    const int t = static_cast<int>(group.size());
+    // Position m turned by j within its node is position m - m % G + (m % G + j) % G (the group is
+    // the stage's ranks in order, whole nodes).
+    std::set<std::vector<int>> successors;  // each ring as its successor table
+    const auto table = [&](const std::vector<int>& ring, int j) {
+      std::vector<int> next(static_cast<std::size_t>(t));
+      const auto turn = [&](int m) { return m - m % node_ranks + (m % node_ranks + j) % node_ranks; };
+      for (int i = 0; i < t; ++i)
+        next[static_cast<std::size_t>(turn(ring[static_cast<std::size_t>(i)]))] = turn(ring[static_cast<std::size_t>((i + 1) % t)]);
+      return next;
+    };
+    for (const auto& ring : rings) successors.insert(table(ring, 0));
+    for (int j = 1; j < node_ranks; ++j)
+      for (const auto& ring : rings)
+        if (successors.count(table(ring, j)) == 0) return 1;
+  }
+  return node_ranks;
+}
+
 }  // namespace
 
 Schedule generate(const model::Workload& workload, const std::string& workload_label, const topo::Cluster& cluster,
@@ -224,6 +267,7 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
     }
     if (fallback.empty()) {
       if (r.options.mirror_tp && tp_images_refused(r, cluster).empty()) r.tp_images = r.shape.tp;
+      if (r.options.mirror_tp && r.shape.tp == 1) r.tp_images = node_images(r, cluster);
       // The rows the sync cuts, and the ranks every transfer goes between, are the same in every
       // layer and micro-batch: one of each (one layer per stage and virtual stage, one group of
       // micro-batches) tells. The fabric must repeat along the replica groups too (sched/symmetry.hpp).

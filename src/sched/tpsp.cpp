@@ -1156,6 +1156,9 @@ void Builder::generate() {
   for (stage_ = 0; stage_ < sh_.pp; ++stage_) {
     if (stage_ > 0) make_dp_sync();
     for (int d = 0; d < replicas; ++d) {
+      // Node images (tp_images above tp x up: a node's replicas at tp 1): the first of each group alone.
+      const int replica_ranks = sh_.tp * sh_.up;
+      if (req_.tp_images > replica_ranks && !req_.tp_images_by_filter && d * replica_ranks % req_.tp_images != 0) continue;
       set_replica(d);
       // Every UP index of the replica draws the same tags and collective instances, so that the
       // Ulysses transfers of one pass match those of the others (TP transfers and collectives of

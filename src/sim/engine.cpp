@@ -139,6 +139,7 @@ struct FlowOwner {
   int sms = 0;                       // P2P: SMs held on each end
   Bytes record_bytes = 0;
   model::CommEngine engine = model::CommEngine::sm_kernel;
+  int recv_ring = 0;                 // collective: the ring whose receive it lands as (CollectiveRun::land_ring)
   TimePs start_ps = 0;
 };
 
@@ -150,6 +151,11 @@ struct CollectiveRun {
   // next image is, shifted by the group, the flow into them from the previous image.
   std::vector<TaskId> members;
   std::vector<int> image_of;  // empty unless mirrored
+  // Mirrored with images turned within groups of ranks (TaskGraph::alias_tp_images: a node's DP
+  // replicas at tp 1), where the turn maps each ring onto another: entry to * rings + r is the ring
+  // whose receive a step flow on ring r into image position `to` lands as, on the alias's member (the
+  // flow turned back onto the alias runs on that ring). Empty: every ring lands as itself.
+  std::vector<std::uint8_t> land_ring;
   int present = 0;            // positions with a task
   std::vector<int> ranks;
   std::vector<int> sms;         // SMs held on each member's rank while it runs
@@ -357,6 +363,7 @@ class Run final : public sched::TaskVisitor {
   // A mirrored collective's rings: every present member must take exactly one arrival per ring and
   // step, from a present predecessor or as the image of the flow out of the group (GraphError).
   void check_mirrored(const CollectiveRun& c) const;
+  std::vector<std::uint8_t> land_rings(const CollectiveRun& c) const;
   RouteId route_of(int src, int dst) const { return routes_.at(pair_key(src, dst)); }
 
   void make_ready(TaskId id);
@@ -627,6 +634,7 @@ void Run::prepare() {
 
   std::size_t transfers = send_spec_.size();
   std::map<std::vector<int>, std::vector<std::vector<int>>> rings_by_group;
+  std::map<std::vector<int>, std::vector<std::uint8_t>> land_by_group;
   collectives_.resize(analysis_.collectives.size());
   for (std::size_t ci = 0; ci < collectives_.size(); ++ci) {
     CollectiveRun& c = collectives_[ci];
@@ -671,6 +679,11 @@ void Run::prepare() {
         for (int i = 0; i < t; ++i)
           c.ring_next[static_cast<std::size_t>(r) * t + ring[i]] = ring[(i + 1) % t];
       }
+    }
+    if (!c.image_of.empty() && c.rings > 1 && graph_.alias_tp_images() > 1) {
+      auto cached = land_by_group.find(c.ranks);
+      if (cached == land_by_group.end()) cached = land_by_group.emplace(c.ranks, land_rings(c)).first;
+      c.land_ring = cached->second;
     }
     if (!c.image_of.empty()) check_mirrored(c);
     if (record_steps_)
@@ -727,6 +740,55 @@ void Run::prepare() {
   choose_protocols();
 }
 
+// A mirrored collective whose images are turned within groups of G ranks (TaskGraph::alias_tp_images;
+// an image's alias is the first of its group): turning every rank by j within its group maps each
+// ring onto a ring, perhaps another (a node's replicas at tp 1: ring k onto ring k + j, topo/rings.hpp).
+// The step flow on ring k into an image turned by j from its alias stands for the flow turned back,
+// into the alias, on the ring that turns onto k. Returns, per position and ring, that ring; GraphError
+// where the turn maps a ring onto no ring.
+std::vector<std::uint8_t> Run::land_rings(const CollectiveRun& c) const {
+  const int t = static_cast<int>(c.ranks.size()), R = c.rings, G = graph_.alias_tp_images();
+  std::vector<std::pair<int, int>> position;  // (rank, position), sorted
+  for (int m = 0; m < t; ++m) position.emplace_back(c.ranks[static_cast<std::size_t>(m)], m);
+  std::sort(position.begin(), position.end());
+  const auto pos_of = [&](int rank) {
+    const auto it = std::lower_bound(position.begin(), position.end(), std::make_pair(rank, 0));
+    return it != position.end() && it->first == rank ? it->second : -1;
+  };
+  const auto turned = [&](int m, int j) {
+    const int rank = c.ranks[static_cast<std::size_t>(m)];
+    return pos_of(rank - rank % G + (rank % G + j) % G);
+  };
+  const auto next = [&](int ring, int m) { return c.ring_next[static_cast<std::size_t>(ring) * t + m]; };
+  // onto[j * R + k]: the ring that ring k turns onto when every member is turned by j.
+  std::vector<int> onto(static_cast<std::size_t>(G * R), -1);
+  for (int j = 0; j < G; ++j)
+    for (int k = 0; k < R; ++k)
+      for (int k2 = 0; k2 < R && onto[static_cast<std::size_t>(j * R + k)] < 0; ++k2) {
+        bool maps = true;
+        for (int m = 0; m < t && maps; ++m) {
+          const int a = turned(m, j), b = turned(next(k, m), j);
+          maps = a >= 0 && b >= 0 && next(k2, a) == b;
+        }
+        if (maps) onto[static_cast<std::size_t>(j * R + k)] = k2;
+      }
+  std::vector<std::uint8_t> land(static_cast<std::size_t>(t) * R);
+  for (int to = 0; to < t; ++to) {
+    const int rank = c.ranks[static_cast<std::size_t>(to)], j = rank % G - load_rank(rank) % G;
+    for (int k = 0; k < R; ++k) {
+      int from = -1;  // the ring that turns onto k
+      for (int k2 = 0; k2 < R; ++k2)
+        if (onto[static_cast<std::size_t>(((j % G + G) % G) * R + k2)] == k) from = k2;
+      if (from < 0)
+        throw GraphError(fmt::format("mirrored collective '{}' over {} ranks: turning its ranks by {} within groups of {} "
+                                     "maps no ring onto its ring {}",
+                                     graph_.task(*std::min_element(c.members.begin(), c.members.end())).name, t, j, G, k));
+      land[static_cast<std::size_t>(to) * R + k] = static_cast<std::uint8_t>(from);
+    }
+  }
+  return land;
+}
+
 void Run::check_mirrored(const CollectiveRun& c) const {
   const int t = static_cast<int>(c.ranks.size());
   const auto what = [&] {
@@ -734,20 +796,26 @@ void Run::check_mirrored(const CollectiveRun& c) const {
     return fmt::format("mirrored collective '{}' over {} ranks ({} simulated)", graph_.task(first).name, t, c.present);
   };
   if (c.spec->kind == sched::CollectiveKind::all_to_all) throw GraphError(what() + ": an all-to-all has no ring to mirror");
-  std::vector<int> arrivals(static_cast<std::size_t>(t));
-  for (int r = 0; r < c.rings; ++r) {
-    std::fill(arrivals.begin(), arrivals.end(), 0);
+  // Per member and ring: the chunks that land as its receive there (on another ring's flow into an
+  // image turned from it, CollectiveRun::land_ring).
+  std::vector<int> arrivals(static_cast<std::size_t>(t) * c.rings, 0);
+  for (int r = 0; r < c.rings; ++r)
     for (int m = 0; m < t; ++m) {
       if (c.members[static_cast<std::size_t>(m)] == kNoTask) continue;
       const int to = c.ring_next[static_cast<std::size_t>(r) * t + m];
-      ++arrivals[static_cast<std::size_t>(c.members[static_cast<std::size_t>(to)] == kNoTask ? c.image_of[to] : to)];
+      const bool image = c.members[static_cast<std::size_t>(to)] == kNoTask;
+      const int lands = image ? c.image_of[to] : to;
+      const int ring = image && !c.land_ring.empty() ? c.land_ring[static_cast<std::size_t>(to) * c.rings + r] : r;
+      ++arrivals[static_cast<std::size_t>(lands) * c.rings + ring];
     }
-    for (int m = 0; m < t; ++m)
-      if (c.members[static_cast<std::size_t>(m)] != kNoTask && arrivals[static_cast<std::size_t>(m)] != 1)
+  for (int r = 0; r < c.rings; ++r)
+    for (int m = 0; m < t; ++m) {
+      const int count = arrivals[static_cast<std::size_t>(m) * c.rings + r];
+      if (c.members[static_cast<std::size_t>(m)] != kNoTask && count != 1)
         throw GraphError(fmt::format("{}: in ring {} rank {} would receive {} chunks per step: the ring does not repeat "
                                      "along the simulated ranks' images",
-                                     what(), r, c.ranks[static_cast<std::size_t>(m)], arrivals[static_cast<std::size_t>(m)]));
-  }
+                                     what(), r, c.ranks[static_cast<std::size_t>(m)], count));
+    }
 }
 
 // Each ring collective of SM kernels takes the protocol whose time alone is least for its size, with
@@ -1221,8 +1289,11 @@ void Run::launch_step_flow(std::uint32_t ci, int member, int to, int ring, int s
                            Bytes record_bytes) {
   CollectiveRun& c = collectives_[ci];
   FlowOwner& o = launch_flow(route, bytes, c.spec->engine, c.protocol);
-  // Into an image: the flow lands on (is credited to) the member its alias stands at.
-  const int lands = c.members[to] == kNoTask ? c.image_of[to] : to;
+  // Into an image: the flow lands on (is credited to) the member its alias stands at, as its receive
+  // on the ring whose flow it stands for.
+  const bool image = c.members[to] == kNoTask;
+  const int lands = image ? c.image_of[to] : to;
+  o.recv_ring = image && !c.land_ring.empty() ? c.land_ring[static_cast<std::size_t>(to) * c.rings + ring] : ring;
   o.collective = ci;
   o.task = c.members[member];
   o.peer_task = c.members[lands];
@@ -1278,6 +1349,7 @@ void Run::on_flow_end(FlowId f) {
   const TaskId task = owner.task, peer_task = owner.peer_task;
   const int src_rank = owner.src_rank, dst_rank = owner.dst_rank;
   const int sender = owner.sender, receiver = owner.receiver, step = owner.step, ring = owner.ring, sms = owner.sms;
+  const int recv_ring = owner.recv_ring;
   const model::CommEngine engine = owner.engine;
   // A collective step's record is only built when something reads it (a million a run otherwise).
   if (collective == kNone || record_steps_ || observer_) {
@@ -1323,11 +1395,11 @@ void Run::on_flow_end(FlowId f) {
   ++c.sends_done[c.slot(sender)];
   ++c.ring_sends_done[c.slot(sender) * static_cast<std::size_t>(c.rings) + static_cast<std::size_t>(ring)];
   ++c.recvs_done[c.slot(receiver)];
-  ++c.arrived[(c.slot(receiver) * static_cast<std::size_t>(c.rings) + static_cast<std::size_t>(ring)) *
+  ++c.arrived[(c.slot(receiver) * static_cast<std::size_t>(c.rings) + static_cast<std::size_t>(recv_ring)) *
                   static_cast<std::size_t>(c.steps) +
               static_cast<std::size_t>(step)];
   advance_member(collective, sender, ring);
-  advance_member(collective, receiver, ring);
+  advance_member(collective, receiver, recv_ring);
   if (c.ended == c.present) {  // every flow of it has landed: its step state is not needed again
     std::vector<int>().swap(c.sends_done);
     std::vector<int>().swap(c.ring_sends_done);

@@ -800,3 +800,61 @@ TEST_CASE("Every rank of thousands of DP replicas is refused before it is built,
     }
   }
 }
+
+TEST_CASE("Node images: at tp 1 a node's first replica stands for the node's, exactly", "[symmetry][dp][tp_images]") {
+  // TP 1: the eight replicas of a DGX node run the same tasks, each its own rank, and meet only in the
+  // DP collectives, whose eight rings turn onto one another when the node's GPUs are turned (ring k
+  // onto ring k + 1, topo/rings.hpp): rank 0 of each node stands for its node, its step flows into
+  // the others landing on it as the receive of the ring they turn back onto (sim/engine.cpp,
+  // land_rings). The mirror's two nodes' replicas (ranks 0-15) come down to ranks 0 and 8. Against
+  // every rank, to the picosecond:
+  //   dgx-h100-4node: tp 1 dp 32, DDP, ZeRO-1 (with the parameter gather overlapped) and ZeRO-3;
+  //   hgx-h200-8node: tp 1 dp 32 pp 2 (stage 0 nodes 0-3): ranks 0, 8 and 32, 40;
+  //   dgx-h100-128node, eight nodes of it: tp 1 dp 64, ZeRO-1.
+  // Where the DP sync sends point to point (CommFuse's fused ring, the P2P form) every replica of the
+  // two nodes is simulated.
+  const topo::Cluster c4 = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  const topo::Cluster c8 = topo::load_cluster_by_name_or_path("hgx-h200-8node");
+  const topo::Cluster c128 = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  struct Case {
+    const topo::Cluster* cluster;
+    int dp, pp;
+    model::DpSharding sharding;
+    bool overlap_gather = false;
+  };
+  for (const Case k : {Case{&c4, 32, 1, model::DpSharding::ddp}, Case{&c4, 32, 1, model::DpSharding::zero1},
+                       Case{&c4, 32, 1, model::DpSharding::zero1, true}, Case{&c4, 32, 1, model::DpSharding::zero3},
+                       Case{&c8, 32, 2, model::DpSharding::zero1}, Case{&c128, 64, 1, model::DpSharding::zero1}})
+    for (auto dp_kind : {model::ScheduleKind::baseline, model::ScheduleKind::slice}) {
+      model::Workload w = small_llama(k.sharding, k.pp > 1 ? 4 : 2);
+      w.parallel.tp = 1;
+      w.parallel.dp = k.dp;
+      w.parallel.pp = k.pp;
+      w.parallel.overlap_param_gather = k.overlap_gather;
+      w.arch.layers = 2 * k.pp;
+      INFO(fmt::format("{} dp {} pp {} {}{} DP {}", k.cluster->name, k.dp, k.pp, model::to_string(k.sharding),
+                       k.overlap_gather ? " overlap_param_gather" : "", model::to_string(dp_kind)));
+      const Outcome full = simulate(w, *k.cluster, dp_kind, false, false);
+      const Outcome mirror = simulate(w, *k.cluster, dp_kind, true, false, true);
+      INFO(mirror.schedule.symmetry_fallback);
+      REQUIRE(mirror.schedule.symmetry_fallback.empty());
+      REQUIRE(mirror.schedule.tp_images == 8);
+      CHECK(mirror.schedule.simulated_ranks == 2 * k.pp);
+      std::vector<int> simulated;
+      for (int st = 0; st < k.pp; ++st)
+        for (int r : {0, 8}) simulated.push_back(st * k.dp + r);
+      CHECK(counted_ranks(mirror.schedule.graph.num_ranks(), mirror.schedule.simulated_ranks, k.pp, 8) == simulated);
+      require_same_timeline(full, mirror, simulated, false);
+    }
+  model::Workload w = small_llama(model::DpSharding::zero1, 2);
+  w.parallel.tp = 1;
+  w.parallel.dp = 32;
+  for (bool p2p : {false, true}) {
+    const auto kind = p2p ? model::ScheduleKind::baseline : model::ScheduleKind::commfuse;
+    const Outcome ring = simulate(w, c4, kind, true, p2p, true);
+    INFO(model::to_string(kind) << (p2p ? " p2p" : ""));
+    CHECK(ring.schedule.symmetry_fallback.empty());
+    CHECK(ring.schedule.tp_images == 1);
+    CHECK(ring.schedule.simulated_ranks == 16);
+  }
+}

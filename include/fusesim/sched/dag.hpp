@@ -171,10 +171,12 @@ class TaskGraph {
   // `stage_ranks`: the ranks of one pipeline stage (ranks stage-major; 0: the graph's ranks). A proxy
   // and its alias lie in one stage, and the rank a transfer into a proxy mirrors is found in the
   // sender's stage (sched/symmetry.hpp, proxy_route): a stage's ranks shift among themselves.
-  // `tp_images`: where > 1, each stage's ranks come in TP groups of that many consecutive ranks, of
-  // which the first stands for the others (an image rank's alias is the first of its group, shifted
-  // as above): the rank a transfer into an image mirrors is found by turning the sender within its
-  // own TP group as dst is turned onto its alias (sched/symmetry.hpp, proxy_route).
+  // `tp_images`: where > 1, each stage's ranks come in groups of that many consecutive ranks (a TP
+  // group, or at tp 1 a node), of which the first stands for the others (an image rank's alias is the
+  // first of its group, shifted as above): the rank a transfer into an image mirrors is found by
+  // turning the sender within its own group as dst is turned onto its alias (sched/symmetry.hpp,
+  // proxy_route), and a collective's ring step into an image lands as the receive of the ring the
+  // turn maps back onto (sim/engine.cpp).
   void set_load_alias(std::vector<int> alias, int stage_ranks = 0, int tp_images = 1);
   const std::vector<int>& load_alias() const { return load_alias_; }
   int alias_stage_ranks() const { return alias_stage_ranks_ > 0 ? alias_stage_ranks_ : num_ranks_; }

@@ -37,8 +37,8 @@ struct GenerateOptions {
   // P2P steps (CommFuse's, or every collective with dp_as_p2p) receives from the images through a
   // proxy Recv that stands in for the simulated replica's own receive.
   bool mirror_dp = false;
-  // With mirror_dp: the first rank of each TP group simulated alone where the others are its images
-  // (TpspRequest::tp_images). `generate --symmetry mirror` leaves it off: a DAG file names its
+  // With mirror_dp: the first rank of each TP group (at tp 1, of each node) simulated alone where the
+  // others are its images (TpspRequest::tp_images). `generate --symmetry mirror` leaves it off: a DAG file names its
   // simulated ranks as the first of each stage.
   bool mirror_tp = false;
   // The share of the machine's memory this graph may take (kMaxGeneratedTasks below): a caller that
@@ -59,10 +59,12 @@ struct Schedule {
   // the job runs (FLOPs of the simulated ranks times replicas are the job's).
   int simulated_ranks = 0;
   int replicas = 1;
-  // Each simulated rank stands for this many TP ranks (TpspRequest::tp_images): the counted ranks are
-  // every tp_images-th (counted_ranks), and FLOPs count replicas x tp_images times.
+  // Each simulated rank stands for this many consecutive ranks (TpspRequest::tp_images: its TP group,
+  // or at tp 1 its node): the counted ranks are every tp_images-th (counted_ranks), and FLOPs count
+  // replicas x tp_images times.
   int tp_images = 1;
-  // Why the TP images asked for (TpspRequest::tp_images) were not made; empty otherwise.
+  // Why the TP images asked for (TpspRequest::tp_images) were not made (a task waits for another TP
+  // rank's); empty otherwise.
   std::string tp_images_refused;
   int pipeline_stages = 1;  // pp: ranks stage-major (RankLayout), metrics per stage
   // Point-to-point sends between nodes that the schedule asked to run on copy engines and that run on

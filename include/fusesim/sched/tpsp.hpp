@@ -122,11 +122,12 @@ struct TpspRequest {
   // the others their images. generate() picks the fewest whose DP ring hops repeat along the ring
   // (a node's worth where several replicas share a node; docs/schedules.md "Symmetry").
   int mirror_replicas = 1;
-  // With the mirror: the TP ranks each simulated rank stands for (tp, or 1). Where every TP transfer
-  // is a collective of the TP group, inside one node, the TP ranks of a replica run the same tasks and
-  // each one's collectives are the others' turned within the group: the first of each TP group is
-  // simulated, the others are images, as the replicas beyond the simulated ones are (generate()
-  // decides; docs/schedules.md "Symmetry").
+  // With the mirror: the consecutive ranks each simulated rank stands for (1: itself). TP images (tp):
+  // where every TP transfer is a collective of the TP group, inside one node, the TP ranks of a replica
+  // run the same tasks and each one's collectives are the others' turned within the group. Node images
+  // (at tp 1, a node's ranks): the node's replicas, whose DP rings turn onto one another. The first of
+  // each group is simulated, the others are images, as the replicas beyond the simulated ones are
+  // (generate() decides; docs/schedules.md "Symmetry").
   int tp_images = 1;
   // With TP images: build every TP rank and drop the others' tasks (TaskGraph::retain, which finds
   // any task waiting for another TP rank's), instead of emitting the first's alone. generate() builds
