@@ -760,11 +760,13 @@ std::vector<std::uint8_t> Run::land_rings(const CollectiveRun& c) const {
     return pos_of(rank - rank % G + (rank % G + j) % G);
   };
   const auto next = [&](int ring, int m) { return c.ring_next[static_cast<std::size_t>(ring) * t + m]; };
-  // onto[j * R + k]: the ring that ring k turns onto when every member is turned by j.
+  // onto[j * R + k]: the ring that ring k turns onto when every member is turned by j (tried from
+  // (k + j) mod R on, so that a turn by 0 maps every ring onto itself even were two rings alike).
   std::vector<int> onto(static_cast<std::size_t>(G * R), -1);
   for (int j = 0; j < G; ++j)
     for (int k = 0; k < R; ++k)
-      for (int k2 = 0; k2 < R && onto[static_cast<std::size_t>(j * R + k)] < 0; ++k2) {
+      for (int i = 0; i < R && onto[static_cast<std::size_t>(j * R + k)] < 0; ++i) {
+        const int k2 = (k + j + i) % R;
         bool maps = true;
         for (int m = 0; m < t && maps; ++m) {
           const int a = turned(m, j), b = turned(next(k, m), j);
