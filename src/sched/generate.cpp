@@ -276,10 +276,23 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       probe.step.micro_batches = r.shape.virtual_stages > 1 ? r.shape.pp : 1;
       Schedule probed = generate_tpsp(probe);
       // With TP images the fabric is checked first (the TP ranks' images among them): where it does not
-      // repeat along them, the replicas are mirrored alone, every TP rank simulated.
+      // repeat along them, the replicas are mirrored alone, every TP rank simulated. So too where the
+      // check, which routes tp_images times the images, is over its budget but the replicas' alone
+      // would not be (TP 8 x DP 512): a checked mirror rather than an assumed one.
       std::optional<FabricCheck> tp_check;
       if (r.tp_images > 1 && probed.mirror_inexact.empty() && same_tasks_as_filtered(probe, probed))
         tp_check = check_mirror_fabric(probed, cluster);
+      if (tp_check && tp_check->asymmetry.empty() && !tp_check->checked) {
+        TpspRequest alone = probe;
+        alone.tp_images = 1;
+        Schedule replicas = generate_tpsp(alone);
+        const FabricCheck replicas_check = check_mirror_fabric(replicas, cluster);
+        if (replicas_check.checked) {
+          r.tp_images = probe.tp_images = 1;
+          tp_check = replicas_check;
+          probed = std::move(replicas);
+        }
+      }
       if (r.tp_images > 1 && (!tp_check || !tp_check->asymmetry.empty())) {
         r.tp_images = probe.tp_images = 1;
         tp_check.reset();
