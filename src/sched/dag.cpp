@@ -120,7 +120,7 @@ void TaskGraph::set_load_alias(std::vector<int> alias, int stage_ranks, int tp_i
   if (stage_ranks < 0 || (num_ranks_ > 0 && num_ranks_ % period != 0))
     throw GraphError(fmt::format("{} ranks do not split into stages of {}", num_ranks_, stage_ranks));
   if (tp_images < 1 || period % tp_images != 0)
-    throw GraphError(fmt::format("stages of {} ranks do not split into TP groups of {}", period, tp_images));
+    throw GraphError(fmt::format("stages of {} ranks do not split into groups of {} images", period, tp_images));
   for (std::size_t r = 0; r < alias.size(); ++r) {
     if (alias[r] < 0 || alias[r] >= num_ranks_)
       throw GraphError(fmt::format("load alias of rank {} is rank {}, outside [0, {})", r, alias[r], num_ranks_));

@@ -22,12 +22,13 @@ struct Schedule;  // sched/generate.hpp
 // the alias arrives (the engine's rule: the real route up to the last vertex before its destination
 // that the mirrored sender's route to the alias visits at the same hop, then that route). The mirrored
 // sender is `src` shifted within its pipeline stage (TaskGraph::alias_stage_ranks) as dst is onto its
-// alias. Empty when dst is no proxy, or the two routes differ in length or meet at no hop (the real
+// alias, and with TP or node images (TaskGraph::alias_tp_images) turned within its group as dst is. Empty when dst is no proxy, or the two routes differ in length or meet at no hop (the real
 // route is then kept).
 topo::Route proxy_route(const topo::Cluster& cluster, const TaskGraph& graph, int src, int dst,
                         const topo::Route& real);
 
-// Whether the fabric repeats along the replica groups of a mirrored schedule. Counts the distinct
+// Whether the fabric repeats along the replica groups of a mirrored schedule (and, with TP or node
+// images, along the turns of each group: Schedule::tp_images). Counts the distinct
 // (sender, receiver) pairs of the simulated ranks' Sends and collective ring steps (topo/rings.hpp)
 // and of their images in every replica group, on the cluster's routes; pairs inside a node are left
 // out when the simulated group holds whole nodes. Beyond `max_routes` routes to search the fabric is
