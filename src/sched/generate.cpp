@@ -206,8 +206,7 @@ int node_images(const TpspRequest& r, const topo::Cluster& cluster) {
   if (sh.tp != 1 || sh.up != 1 || sh.dp < 2 || r.options.dp_as_p2p ||
       schedule_strategy(r.dp_kind, r.schedule).dp_fused())
     return 1;
-  int node_ranks = 0;
-  for (int rank = 0; rank < cluster.num_ranks() && cluster.node_of(rank) == cluster.node_of(0); ++rank) ++node_ranks;
+  const int node_ranks = cluster.devices_per_node;
   if (node_ranks < 2 || r.mirror_replicas % node_ranks != 0 || sh.dp % node_ranks != 0) return 1;
   const int world = sh.dp * sh.pp;
   for (int rank = 0; rank < world; ++rank)
