@@ -79,8 +79,10 @@ TEST_CASE("event queue: matches a stable sort of (time, insertion order) on rand
 // fresh sequence number and drop the old one, as stale, when it comes up". The reference below is
 // that scheme, in a plain sorted list keyed (time, sequence); both see the same random operations
 // (tracked pushes, moves earlier, moves later by rescheduling at the top, untracked pushes, pops),
-// with few distinct times so that ties are common.
+// with few distinct times so that ties are common; and again with times spread over 40 bits, so that
+// events sit in many buckets of the radix heap and each pop above bucket 0 spreads a bucket.
 TEST_CASE("event queue: move_earlier pops what push-and-drop-stale pops", "[sim][queue]") {
+  const TimePs spread = GENERATE(TimePs{6}, TimePs{1} << 40);
   std::mt19937_64 rng(777);
   EventQueue q;
   struct Ref {
@@ -107,7 +109,8 @@ TEST_CASE("event queue: move_earlier pops what push-and-drop-stale pops", "[sim]
   };
   for (int round = 0; round < 4000; ++round) {
     const std::uint32_t x = static_cast<std::uint32_t>(rng() % kTargets);
-    const TimePs t = q.now() + static_cast<TimePs>(rng() % 6);
+    // Half the events near the present (ties), half anywhere in the spread.
+    const TimePs t = q.now() + static_cast<TimePs>(rng() % (rng() % 2 == 0 ? 6 : static_cast<std::uint64_t>(spread)));
     switch (rng() % 4) {
       case 0:  // an untracked event (target outside the tracked ones)
         q.push(t, 2, kTargets + x);
@@ -134,7 +137,7 @@ TEST_CASE("event queue: move_earlier pops what push-and-drop-stale pops", "[sim]
         REQUIRE(r.time == time);
         REQUIRE(r.target == target);
         if (handle != 0 && rng() % 3 == 0) {
-          const TimePs later = time + 1 + static_cast<TimePs>(rng() % 4);
+          const TimePs later = time + 1 + static_cast<TimePs>(rng() % static_cast<std::uint64_t>(spread));
           q.reschedule_top(later, 1, target, handle);
           ref.push_back({later, ref_seq++, target, ++version[target]});
           queued_at[target] = later;
@@ -157,6 +160,59 @@ TEST_CASE("event queue: move_earlier pops what push-and-drop-stale pops", "[sim]
   REQUIRE_THROWS_AS(q.move_earlier(100, q.now() + 10, 1), std::logic_error);  // not earlier
   REQUIRE_THROWS_AS(q.move_earlier(101, q.now() + 1, 1), std::logic_error);   // nothing queued
   REQUIRE_THROWS_AS(q.move_earlier(0, q.now() + 1, 1), std::logic_error);     // untracked
+}
+
+// The engine looks at the earliest event (top()) and may then still schedule events at the current
+// time, which must run first; it also mixes the lanes (fixed delays after now) with the buckets. The
+// reference is the global order by (time, scheduling order) of everything scheduled.
+TEST_CASE("event queue: looking at the top, then scheduling at the present, with lanes, keeps the order",
+          "[sim][queue]") {
+  std::mt19937_64 rng(4242);
+  EventQueue q;
+  const std::uint32_t lanes[2] = {q.add_lane(), q.add_lane()};
+  const TimePs lane_delay[2] = {0, 1'000};
+  struct Ref {
+    TimePs time;
+    std::uint64_t seq;
+    std::uint32_t target;
+  };
+  std::vector<Ref> ref;
+  std::uint64_t seq = 0;
+  std::vector<std::uint32_t> got, want;
+  std::uint32_t next = 0;
+  for (int round = 0; round < 20000; ++round) {
+    switch (rng() % 5) {
+      case 0: {  // anywhere ahead, from the present to 2^40 ps on
+        const TimePs t = q.now() + static_cast<TimePs>(rng() % (std::uint64_t{1} << (rng() % 41)));
+        q.push(t, 0, next);
+        ref.push_back({t, seq++, next++});
+        break;
+      }
+      case 1: {  // a lane: a fixed delay after now, so in time order
+        const int l = static_cast<int>(rng() % 2);
+        q.push_lane(lanes[l], q.now() + lane_delay[l], 0, next);
+        ref.push_back({q.now() + lane_delay[l], seq++, next++});
+        break;
+      }
+      case 2:  // look, then schedule at the present: it must come before what was looked at
+        if (!q.empty() && q.top_time() > q.now()) {
+          q.push(q.now(), 0, next);
+          ref.push_back({q.now(), seq++, next++});
+        }
+        break;
+      default: {
+        if (q.empty()) break;
+        const Event e = q.pop();
+        got.push_back(e.target);
+      }
+    }
+  }
+  while (!q.empty()) got.push_back(q.pop().target);
+  std::sort(ref.begin(), ref.end(), [](const Ref& a, const Ref& b) { return a.time != b.time ? a.time < b.time : a.seq < b.seq; });
+  for (const Ref& r : ref) want.push_back(r.target);
+  REQUIRE(got.size() > 5000);
+  REQUIRE(got == want);
+  REQUIRE(q.size() == 0);
 }
 
 TEST_CASE("event queue: scheduling into the past is refused", "[sim][queue]") {

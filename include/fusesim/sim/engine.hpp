@@ -1,7 +1,7 @@
 #pragma once
 // The discrete-event simulator. Time is an integer of picoseconds (util/units.hpp). Events sit in a
-// binary heap keyed (time, sequence number): time never goes back and events at equal times run in
-// the order they were scheduled, so a run is deterministic.
+// priority queue keyed (time, sequence number), a radix heap (sim/event_queue.hpp): time never goes
+// back and events at equal times run in the order they were scheduled, so a run is deterministic.
 //
 // Resources, per rank: compute stream(s) (kernels share the device: their speed comes from the
 // KernelCostModel given the SMs and HBM traffic communication takes at that instant), SM-based

@@ -1,6 +1,6 @@
 #pragma once
 // The simulator's event queue: a min-priority queue of small plain events keyed (time, sequence
-// number): a 4-ary heap, plus FIFO "lanes" for events scheduled in time order.
+// number): a radix heap on time, plus FIFO "lanes" for events scheduled in time order.
 //
 // Why this shape:
 // - Events are 24-byte PODs (no std::function, no heap allocation per event): the engine is meant to
@@ -8,24 +8,37 @@
 //   cost an allocation and an indirect call each.
 // - The sequence number is assigned at scheduling time, so events at equal times run in the order
 //   they were scheduled (FIFO). Together with deterministic handlers this makes a run reproducible.
-//   Keys are unique, so any exact priority queue pops the same sequence: the heap's arity and the
-//   lanes are matters of speed only.
+//   Keys are unique, so any exact priority queue pops the same sequence: the queue's structure and
+//   the lanes are matters of speed only.
 // - Time never goes back: scheduling before the time of the last popped event is a logic error.
+// - A radix heap (Ahuja, Mehlhorn, Orlin and Tarjan 1990), because that contract is exactly what it
+//   needs: every key pushed is at or after the last one popped. Bucket 0 holds the events at the
+//   base time (the time of the last event taken out of the buckets), in sequence order; bucket i
+//   holds those whose time first differs from the base in bit i-1, unordered. A push is an append to
+//   the bucket its time names (a XOR and a count of leading zeros); a pop takes the front of bucket
+//   0, and only when bucket 0 is empty scans the lowest non-empty bucket for its earliest time, makes
+//   that the base and spreads that bucket over the lower ones (each event moves down a bucket at a
+//   time, so at most 64 times in all, and far fewer where times cluster). The engine's queue holds a
+//   few dozen events at a handful of distinct times (every flow of a ring step ends together), which
+//   a comparison heap sifts through on every push and pop and this one does not.
+//   Sequence order within bucket 0: every new event (push, move_earlier, reschedule) gets a
+//   sequence number above all others, so appending keeps bucket 0 sorted; a bucket spread into an
+//   empty bucket 0 is sorted there once (it arrives nearly sorted).
 // - Moving an event EARLIER is done in place: an event pushed with a non-zero `handle` (the engine
-//   gives one per compute slot and per flow) has its heap position tracked, and move_earlier() gives
-//   it a new time and a fresh sequence number and sifts it up. That is exactly the key a new push
-//   would have had, and the event it replaces never did anything when it popped, so the pop order
-//   of the events that do something is that of "push a new event, drop the stale one when it pops",
-//   without the stale pops (a sixth of all pops on contended pipelines). Keeping the index costs one
-//   store per move of a heap entry, off the chain of dependent loads that bounds a sift.
+//   gives one per compute slot and per flow) has its (bucket, index) tracked, and move_earlier()
+//   takes it out of its bucket (the bucket's last event fills the hole) and appends it where its new
+//   time belongs, with a fresh sequence number. That is exactly the key a new push would have had,
+//   and the event it replaces never did anything when it popped, so the pop order of the events that
+//   do something is that of "push a new event, drop the stale one when it pops", without the stale
+//   pops (a sixth of all pops on contended pipelines).
 // - Moving an event LATER is left lazy: the event comes up at its old time, finds that its target
-//   now ends later and is turned into that later event in place (reschedule_top(): one sift, a fresh
-//   sequence number as a push at that moment would give). Doing it eagerly would change the sequence
-//   number, hence the order among equal times, hence results.
-// - 4-ary: half the depth of a binary heap, and the four children are compared in two independent
-//   pairs, so a pop waits on about half as many dependent loads and compares. (A structure of
-//   arrays, times apart from the rest, measured about 7% slower in the engine than this array of
-//   24-byte events.)
+//   now ends later and is turned into that later event (reschedule_top(): a fresh sequence number as
+//   a push at that moment would give). Doing it eagerly would change the sequence number, hence the
+//   order among equal times, hence results.
+// - Looking at the earliest event (top()) must not move the base: the engine looks, then may still
+//   schedule events at the current time before that event runs. So the earliest event above bucket 0
+//   is found by a scan and remembered (kept up to date by pushes and moves) until it is taken.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -54,50 +67,52 @@ struct Event {
 
 class EventQueue {
  public:
-  bool empty() const { return heap_.empty() && best_lane_ < 0; }
+  bool empty() const { return heap_empty() && best_lane_ < 0; }
   std::size_t size() const {
-    std::size_t n = heap_.size();
+    std::size_t n = buckets_[0].size() - head0_;
+    for (std::size_t b = 1; b < kBuckets; ++b) n += buckets_[b].size();
     for (const Lane& l : lanes_) n += l.count;
     return n;
   }
   // Time of the last popped event: nothing may be scheduled before it.
   TimePs now() const { return now_; }
   // The earliest event (the earliest scheduled among equal times). The queue must not be empty.
-  const Event& top() const { return top_is_lane() ? lanes_[best_lane_].head() : heap_.front(); }
+  const Event& top() const { return top_is_lane() ? lanes_[best_lane_].head() : heap_top(); }
   TimePs top_time() const { return top().time; }
   // Sequence numbers handed out so far: pushes, moves earlier and reschedules.
   std::uint64_t scheduled() const { return next_seq_; }
-  void reserve(std::size_t n) { heap_.reserve(n); }
+  void reserve(std::size_t n) { buckets_[0].reserve(n); }
 
   // Whether the event pushed with `handle` (non-zero) is still in the heap.
-  bool queued(std::uint32_t handle) const { return handle < pos_.size() && pos_[handle] != kNotQueued; }
+  bool queued(std::uint32_t handle) const { return handle < pos_.size() && pos_[handle].bucket != kNotQueued; }
   // Gives the queued event of `handle` the new, earlier time and a fresh sequence number (the key a
-  // push now would give) and restores the heap order. Throws std::logic_error if it is not queued or
-  // would not move earlier.
+  // push now would give) and puts it where that time belongs. Throws std::logic_error if it is not
+  // queued or would not move earlier.
   void move_earlier(std::uint32_t handle, TimePs time, std::uint8_t kind) {
-    if (handle == 0 || !queued(handle) || time >= heap_[pos_[handle]].time)
-      throw std::logic_error("move_earlier: no such event, or not earlier");
-    const std::size_t hole = pos_[handle];
-    sift_up(hole, next_seq_kind(time, kind), time, heap_[hole].target, handle);
+    if (handle == 0 || !queued(handle)) throw std::logic_error("move_earlier: no such event, or not earlier");
+    const Pos p = pos_[handle];
+    const Event& old = buckets_[p.bucket][p.index];
+    if (time >= old.time) throw std::logic_error("move_earlier: no such event, or not earlier");
+    const std::uint32_t target = old.target;
+    const std::uint64_t seq_kind = next_seq_kind(time, kind);  // may refuse: before anything changes
+    // (An event in bucket 0 sits at the base, not after now(), so it cannot move earlier: p.bucket > 0.)
+    const bool was_peek = peek_valid_ && peek_bucket_ == p.bucket && peek_index_ == p.index;
+    remove(p);
+    if (was_peek) peek_valid_ = false;  // the event below, earlier than the old earliest, takes its place
+    insert(seq_kind, time, target, handle, was_peek);
   }
 
-  // The new event is kept in registers and written once, field by field, into its final slot: an
-  // Event built in memory and then copied would be stored as two words and reloaded as one 16-byte
-  // word, a store-forwarding stall on every push. (Likewise in sift_down() and the lanes.)
   // A non-zero `handle` (at most one queued event per handle) makes the event's position tracked.
   void push(TimePs time, std::uint8_t kind, std::uint32_t target, std::uint32_t handle = 0) {
-    if (handle >= pos_.size()) pos_.resize(std::size_t{handle} + 1, kNotQueued);
-    const std::uint64_t seq_kind = next_seq_kind(time, kind);
-    const std::size_t hole = heap_.size();
-    heap_.emplace_back();
-    sift_up(hole, seq_kind, time, target, handle);
+    if (handle >= pos_.size()) pos_.resize(std::size_t{handle} + 1, Pos{});
+    insert(next_seq_kind(time, kind), time, target, handle, false);
   }
 
   // Lanes: FIFO side queues for events that are scheduled in time order, such as those a fixed
   // delay after the current time (a transfer's latency phase: route latency + step latency; a
   // collective's base latency; "now" itself). Since sequence numbers only grow, such a FIFO is
-  // already sorted by (time, sequence), so these events skip the heap: O(1) in and out, and the
-  // heap stays smaller. The pop order is exactly that of a single heap.
+  // already sorted by (time, sequence), so these events skip the buckets: O(1) in and out. The pop
+  // order is exactly that of a single queue.
   std::uint32_t add_lane() {
     lanes_.emplace_back();
     return static_cast<std::uint32_t>(lanes_.size() - 1);
@@ -124,12 +139,16 @@ class EventQueue {
 
   // The engine's way to look at the earliest event before deciding what to do with it: take_top()
   // makes it the current one (now() moves to its time), then either drop_top() removes it, or
-  // reschedule_top() turns it into a new event (a fresh sequence number, as push() would give),
-  // for a heap event in one sift instead of a pop and a push.
+  // reschedule_top() turns it into a new event (a fresh sequence number, as push() would give).
   const Event& take_top() {
     if (empty()) throw std::logic_error("pop from an empty event queue");
     top_lane_ = top_is_lane();
-    const Event& e = top_lane_ ? lanes_[best_lane_].head() : heap_.front();
+    if (top_lane_) {
+      now_ = lanes_[best_lane_].head().time;
+      return lanes_[best_lane_].head();
+    }
+    if (head0_ == buckets_[0].size()) spread();
+    const Event& e = buckets_[0][head0_];
     now_ = e.time;
     return e;
   }
@@ -140,29 +159,27 @@ class EventQueue {
       if (l.count == 0 && best_lane_ < 64) nonempty_lanes_ &= ~(std::uint64_t{1} << best_lane_);
       pick_best_lane();
     } else {
-      pos_[heap_.front().handle] = kNotQueued;
-      const Event& last = heap_.back();
-      const std::uint64_t seq_kind = last.seq_kind;
-      const TimePs time = last.time;
-      const std::uint32_t target = last.target, handle = last.handle;
-      heap_.pop_back();
-      if (!heap_.empty()) sift_down(0, seq_kind, time, target, handle);
+      std::vector<Event>& b0 = buckets_[0];
+      pos_[b0[head0_].handle].bucket = kNotQueued;
+      if (++head0_ == b0.size()) {
+        b0.clear();
+        head0_ = 0;
+      }
     }
   }
   void reschedule_top(TimePs time, std::uint8_t kind, std::uint32_t target, std::uint32_t handle = 0) {
-    if (top_lane_) {
-      drop_top();
-      push(time, kind, target, handle);
-    } else {
-      if (handle >= pos_.size()) pos_.resize(std::size_t{handle} + 1, kNotQueued);
-      if (heap_.front().handle != handle) pos_[heap_.front().handle] = kNotQueued;
-      sift_down(0, next_seq_kind(time, kind), time, target, handle);
-    }
+    drop_top();
+    push(time, kind, target, handle);
   }
 
  private:
-  static constexpr std::size_t kArity = 4;
+  static constexpr std::size_t kBuckets = 65;  // bucket 0, and one per bit of a 64-bit time
   static constexpr std::uint32_t kNotQueued = ~std::uint32_t{0};
+
+  struct Pos {
+    std::uint32_t bucket = kNotQueued;
+    std::uint32_t index = 0;
+  };
 
   // A ring buffer (power-of-two capacity).
   struct Lane {
@@ -193,8 +210,7 @@ class EventQueue {
     }
   };
 
-  // One 128-bit comparison of (time, sequence) (times are never negative): branch-free, since which
-  // child is smaller is a coin flip the branch predictor cannot learn, and a few instructions.
+  // One 128-bit comparison of (time, sequence) (times are never negative).
   __extension__ using Key = unsigned __int128;
   static Key key(TimePs time, std::uint64_t seq_kind) {
     return (static_cast<Key>(static_cast<std::uint64_t>(time)) << 64) | seq_kind;
@@ -202,8 +218,32 @@ class EventQueue {
   static Key key(const Event& e) { return key(e.time, e.seq_kind); }
   static bool before(const Event& a, const Event& b) { return key(a) < key(b); }
 
+  bool heap_empty() const { return head0_ == buckets_[0].size() && upper_ == 0; }
+  // The bucket of a time at or after the base: 0 at the base, else 1 + the highest bit it differs in.
+  std::size_t bucket_of(TimePs time) const {
+    const auto diff = static_cast<std::uint64_t>(time) ^ static_cast<std::uint64_t>(base_);
+    return diff == 0 ? 0 : 64 - static_cast<std::size_t>(__builtin_clzll(diff));
+  }
+  // The earliest event of the buckets: bucket 0's front, else the earliest of the lowest non-empty
+  // bucket above it (every time in bucket i is below every time in bucket i + 1).
+  const Event& heap_top() const {
+    if (head0_ < buckets_[0].size()) return buckets_[0][head0_];
+    if (!peek_valid_) find_peek();
+    return buckets_[peek_bucket_][peek_index_];
+  }
+  void find_peek() const {
+    const auto b = static_cast<std::size_t>(__builtin_ctzll(upper_)) + 1;
+    const std::vector<Event>& v = buckets_[b];
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < v.size(); ++i)
+      if (before(v[i], v[best])) best = i;
+    peek_bucket_ = static_cast<std::uint32_t>(b);
+    peek_index_ = static_cast<std::uint32_t>(best);
+    peek_valid_ = true;
+  }
+
   bool top_is_lane() const {
-    return best_lane_ >= 0 && (heap_.empty() || before(lanes_[best_lane_].head(), heap_.front()));
+    return best_lane_ >= 0 && (heap_empty() || before(lanes_[best_lane_].head(), heap_top()));
   }
 
   // Visits the non-empty lanes only (the first 64 through a bit mask): a queue has a dozen lanes, of
@@ -231,62 +271,96 @@ class EventQueue {
     throw std::logic_error("event sequence numbers exhausted");
   }
 
-  // Places the event at `hole` or above: the parent moves down while it is later. The event comes in
-  // registers and is written once (see push()). Every entry moved has its position recorded (handle
-  // 0, the untracked events, share a scratch entry).
-  void sift_up(std::size_t hole, std::uint64_t seq_kind, TimePs time, std::uint32_t target, std::uint32_t handle) {
-    const Key k = key(time, seq_kind);
-    Event* h = heap_.data();
-    std::uint32_t* pos = pos_.data();
-    while (hole > 0) {
-      const std::size_t parent = (hole - 1) / kArity;
-      if (!(k < key(h[parent]))) break;
-      h[hole] = h[parent];
-      pos[h[hole].handle] = static_cast<std::uint32_t>(hole);
-      hole = parent;
+  // Appends the event to the bucket of its time. The event comes in registers and is written once,
+  // field by field: an Event built in memory and then copied would be stored as two words and
+  // reloaded as one 16-byte word, a store-forwarding stall on every push. `earliest`: the caller
+  // knows the event is earlier than everything above bucket 0 (a moved earliest event).
+  void insert(std::uint64_t seq_kind, TimePs time, std::uint32_t target, std::uint32_t handle, bool earliest) {
+    const std::size_t b = bucket_of(time);
+    std::vector<Event>& v = buckets_[b];
+    const auto index = static_cast<std::uint32_t>(v.size());
+    Event& e = v.emplace_back();
+    e.seq_kind = seq_kind;
+    e.time = time;
+    e.target = target;
+    e.handle = handle;
+    pos_[handle] = Pos{static_cast<std::uint32_t>(b), index};
+    if (b == 0) return;
+    upper_ |= std::uint64_t{1} << (b - 1);
+    // Its sequence number is the newest, so it is the earliest above bucket 0 only if its time is
+    // strictly below the remembered one's.
+    if (earliest || (peek_valid_ && time < buckets_[peek_bucket_][peek_index_].time)) {
+      peek_bucket_ = static_cast<std::uint32_t>(b);
+      peek_index_ = index;
+      peek_valid_ = true;
     }
-    h[hole].seq_kind = seq_kind;
-    h[hole].time = time;
-    h[hole].target = target;
-    h[hole].handle = handle;
-    pos[handle] = static_cast<std::uint32_t>(hole);
   }
 
-  // Places the event at `hole` or below: the smallest child moves up while it is earlier. The event
-  // comes in registers and is written once (see push()).
-  void sift_down(std::size_t hole, std::uint64_t seq_kind, TimePs time, std::uint32_t target, std::uint32_t handle) {
-    const Key k = key(time, seq_kind);
-    const std::size_t n = heap_.size();
-    Event* h = heap_.data();
-    std::uint32_t* pos = pos_.data();
-    for (;;) {
-      const std::size_t c = kArity * hole + 1;
-      std::size_t best;
-      if (c + kArity <= n) {
-        const std::size_t b01 = c + (before(h[c + 1], h[c]) ? 1 : 0);
-        const std::size_t b23 = c + 2 + (before(h[c + 3], h[c + 2]) ? 1 : 0);
-        best = before(h[b23], h[b01]) ? b23 : b01;
-      } else if (c < n) {
-        best = c;
-        for (std::size_t k = c + 1; k < n; ++k)
-          if (before(h[k], h[best])) best = k;
-      } else {
-        break;
-      }
-      if (!(key(h[best]) < k)) break;
-      h[hole] = h[best];
-      pos[h[hole].handle] = static_cast<std::uint32_t>(hole);
-      hole = best;
+  // Takes the event at `p` (above bucket 0) out: the bucket's last event fills the hole.
+  void remove(Pos p) {
+    std::vector<Event>& v = buckets_[p.bucket];
+    const auto last = static_cast<std::uint32_t>(v.size() - 1);
+    if (p.index != last) {
+      Event& hole = v[p.index];
+      const Event& moved = v[last];
+      hole.seq_kind = moved.seq_kind;
+      hole.time = moved.time;
+      hole.target = moved.target;
+      hole.handle = moved.handle;
+      pos_[hole.handle].index = p.index;
+      if (peek_valid_ && peek_bucket_ == p.bucket && peek_index_ == last) peek_index_ = p.index;
     }
-    h[hole].seq_kind = seq_kind;
-    h[hole].time = time;
-    h[hole].target = target;
-    h[hole].handle = handle;
-    pos[handle] = static_cast<std::uint32_t>(hole);
+    v.pop_back();
+    if (v.empty()) upper_ &= ~(std::uint64_t{1} << (p.bucket - 1));
   }
 
-  std::vector<Event> heap_;
-  std::vector<std::uint32_t> pos_ = std::vector<std::uint32_t>(1, kNotQueued);  // by handle: index in heap_
+  // Bucket 0 is empty: the earliest event above it sets the new base, and its bucket is spread over
+  // the buckets below (relative to the new base every one of its events lands lower; the buckets
+  // above it keep their events where they are, since the base moved only in bits they do not differ
+  // in). The events at the new base land in bucket 0 and are put in sequence order.
+  void spread() {
+    if (!peek_valid_) find_peek();
+    const std::uint32_t b = peek_bucket_;
+    base_ = buckets_[b][peek_index_].time;
+    peek_valid_ = false;
+    std::vector<Event>& b0 = buckets_[0];
+    head0_ = 0;
+    b0.clear();
+    if (buckets_[b].size() == 1) {  // the common case where times are spread out: no spreading to do
+      const Event& e = buckets_[b].front();
+      pos_[e.handle] = Pos{0, 0};
+      b0.push_back(e);
+      buckets_[b].clear();
+      upper_ &= ~(std::uint64_t{1} << (b - 1));
+      return;
+    }
+    spare_.swap(buckets_[b]);
+    upper_ &= ~(std::uint64_t{1} << (b - 1));
+    for (const Event& e : spare_) {
+      const std::size_t to = bucket_of(e.time);
+      std::vector<Event>& v = buckets_[to];
+      pos_[e.handle] = Pos{static_cast<std::uint32_t>(to), static_cast<std::uint32_t>(v.size())};
+      v.push_back(e);
+      if (to != 0) upper_ |= std::uint64_t{1} << (to - 1);
+    }
+    spare_.clear();
+    bool sorted = true;
+    for (std::size_t i = 1; i < b0.size() && sorted; ++i) sorted = b0[i - 1].seq_kind < b0[i].seq_kind;
+    if (!sorted) {
+      std::sort(b0.begin(), b0.end(), [](const Event& x, const Event& y) { return x.seq_kind < y.seq_kind; });
+      for (std::size_t i = 0; i < b0.size(); ++i) pos_[b0[i].handle].index = static_cast<std::uint32_t>(i);
+    }
+  }
+
+  std::vector<Event> buckets_[kBuckets];
+  std::size_t head0_ = 0;             // bucket 0's events before this one have been popped
+  std::uint64_t upper_ = 0;           // bit i: bucket i + 1 holds events
+  TimePs base_ = 0;                   // every event in the buckets is at or after it
+  std::vector<Event> spare_;          // the bucket being spread
+  mutable bool peek_valid_ = false;   // the earliest event above bucket 0 is remembered:
+  mutable std::uint32_t peek_bucket_ = 0;
+  mutable std::uint32_t peek_index_ = 0;
+  std::vector<Pos> pos_ = std::vector<Pos>(1);  // by handle (0: untracked events share this entry)
   std::vector<Lane> lanes_;
   std::uint64_t nonempty_lanes_ = 0;  // bit i: lane i (< 64) holds events
   int best_lane_ = -1;     // the lane with the earliest head; -1 when every lane is empty
