@@ -175,6 +175,7 @@ class EventQueue {
  private:
   static constexpr std::size_t kBuckets = 65;  // bucket 0, and one per bit of a 64-bit time
   static constexpr std::uint32_t kNotQueued = ~std::uint32_t{0};
+  static constexpr std::size_t kKeptSpare = 4096;  // events
 
   struct Pos {
     std::uint32_t bucket = kNotQueued;
@@ -343,7 +344,10 @@ class EventQueue {
       v.push_back(e);
       if (to != 0) upper_ |= std::uint64_t{1} << (to - 1);
     }
-    spare_.clear();
+    // A spread bucket can be most of the queue; its buffer is released rather than kept beside the
+    // buckets it filled (a million pending events would otherwise hold several times their size).
+    if (spare_.capacity() > kKeptSpare) std::vector<Event>().swap(spare_);
+    else spare_.clear();
     bool sorted = true;
     for (std::size_t i = 1; i < b0.size() && sorted; ++i) sorted = b0[i - 1].seq_kind < b0[i].seq_kind;
     if (!sorted) {
