@@ -1261,7 +1261,12 @@ void check(const TpspRequest& r) {
   }
   if (s.virtual_stages < 1) refuse(r, "$.parallel.virtual_stages", "virtual_stages must be >= 1");
   if (r.options.scope == Scope::step) {
-    if (r.step.vocab < 1 || r.step.vocab % s.tp != 0)
+    // A workload of blocks alone (no vocabulary) is the usual way here: say what to run instead.
+    if (r.step.vocab < 1)
+      refuse(r, "$.model.vocab",
+             "a step needs the model's vocabulary (embedding and LM head), which this workload does not give: "
+             "set model.vocab, or simulate --scope layer or stack");
+    if (r.step.vocab % s.tp != 0)
       refuse(r, "$.model.vocab",
              concat("a step needs a vocabulary that splits over tp = ", s.tp, " (vocab ", r.step.vocab, ")"));
     if (r.step.micro_batches < 1) refuse(r, "$.training.grad_accumulation", "grad_accumulation must be >= 1");

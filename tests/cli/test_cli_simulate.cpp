@@ -128,6 +128,14 @@ TEST_CASE("fusesim simulate is deterministic and prints a table by default", "[c
   CHECK(t.out.find("step (ms)") != std::string::npos);
   CHECK(t.out.find("baseline") != std::string::npos);
   CHECK(t.out.find("commfuse") != std::string::npos);
+
+  // A step of a workload of blocks alone (vocab 0) is refused with what to run instead, on one line.
+  const auto step = run_fusesim({"simulate", "--scope", "step", "--workload", "commfuse-tpsp-block"}, dir);
+  CHECK(step.exit_code == 2);
+  CHECK(step.out.empty());
+  CHECK(step.err.find("$.model.vocab") != std::string::npos);
+  CHECK(step.err.find("--scope layer or stack") != std::string::npos);
+  CHECK(std::count(step.err.begin(), step.err.end(), '\n') == 1);
 }
 
 TEST_CASE("the forward-only option simulates less work than forward and backward", "[cli][simulate]") {
