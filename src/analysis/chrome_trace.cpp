@@ -36,10 +36,12 @@ json kernel_args(const model::Kernel& kernel) {
         if constexpr (std::is_same_v<K, model::GemmKernel>) {
           return {{"kernel", "gemm"}, {"m", k.m}, {"n", k.n}, {"k", k.k}, {"batch", k.batch}};
         } else if constexpr (std::is_same_v<K, model::AttentionKernel>) {
-          return {{"kernel", "attention"}, {"heads", k.heads},   {"kv_heads", k.kv_heads},
-                  {"seq_q", k.seq_q},      {"seq_kv", k.seq_kv}, {"head_dim", k.head_dim},
-                  {"causal", k.causal},    {"q_offset", k.q_offset},
-                  {"pass", k.pass == model::Pass::forward ? "forward" : "backward"}};
+          json args{{"kernel", "attention"}, {"heads", k.heads},   {"kv_heads", k.kv_heads},
+                    {"seq_q", k.seq_q},      {"seq_kv", k.seq_kv}, {"head_dim", k.head_dim},
+                    {"causal", k.causal},    {"q_offset", k.q_offset},
+                    {"pass", k.pass == model::Pass::forward ? "forward" : "backward"}};
+          if (k.time_factor != 1.0) args["time_factor"] = k.time_factor;
+          return args;
         } else {
           return {{"kernel", "elementwise"}, {"elementwise_op", k.op}};
         }

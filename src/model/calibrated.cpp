@@ -254,7 +254,8 @@ KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype 
       c.compute_s = std::max(c.compute_s, c.flops / (peak * *cap));
     c.compute_s *= gemm_stretch_;
   } else if (const auto* a = std::get_if<AttentionKernel>(&kernel); a && c.flops > 0.0) {
-    if (const auto r = attention_flops_per_s(*a, dtype)) c.compute_s = c.flops / *r;
+    // The profile's samples are FlashAttention-2's: another kernel is priced by its time over them.
+    if (const auto r = attention_flops_per_s(*a, dtype)) c.compute_s = c.flops / *r * a->time_factor;
     c.compute_s *= attention_stretch_;
   } else if (const auto* e = std::get_if<ElementwiseKernel>(&kernel); e && e->bytes > 0) {
     if (const SmallKernelModel* sk = small_kernel_model(profile_, e->op)) {

@@ -119,7 +119,7 @@ KernelCost attention_cost(const AttentionKernel& a, topo::Dtype dtype, const top
   // Per pair and head: S = Q K^T is 2 x head_dim FLOPs, O += P V another 2 x head_dim (x 2.5 backward).
   c.flops = attention_flops(a);
   c.hbm_bytes = backward ? 2.0 * forward_bytes : forward_bytes;
-  if (c.flops > 0.0) c.compute_s = c.flops / effective_peak(d, dtype, d.efficiency.attention);
+  if (c.flops > 0.0) c.compute_s = c.flops / effective_peak(d, dtype, d.efficiency.attention) * a.time_factor;
   c.memory_s = c.hbm_bytes / effective_hbm(d);
   c.duration_ps = seconds_to_ps(std::max(c.compute_s, c.memory_s));
   return c;

@@ -282,6 +282,16 @@ Workload parse_workload(const JsonDocument& doc) {
   }
   w.optimizer = t.choice_or("optimizer", kOptimizers, "adam") == "sgd" ? Optimizer::sgd : Optimizer::adam;
   w.unfused_attention = t.choice_or("attention", {"flash", "unfused"}, "flash") == "unfused";
+  if (t.has("attention_time_factor")) {
+    // A kernel ten times slower than FlashAttention-2, or ten times faster, is not one a run used.
+    w.attention_time_factor = t.sourced("attention_time_factor", 0.1, 10.0);
+    if (!(w.attention_time_factor.value > 0.0))
+      t.at("attention_time_factor").fail("attention_time_factor must be above 0");
+    if (w.unfused_attention)
+      t.at("attention_time_factor")
+          .fail("attention_time_factor prices a fused attention kernel against FlashAttention-2: it needs "
+                "training.attention \"flash\"");
+  }
   w.eager_elementwise = t.choice_or("elementwise", {"fused", "eager"}, "fused") == "eager";
   w.hidden_dropout = t.number_or("hidden_dropout", 0.0, 0.99, 0.0);
   if (t.has("bias_grad")) {

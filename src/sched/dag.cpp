@@ -602,6 +602,11 @@ void check_kernel(const Task& t, const ComputeTask& c) {
           "task {}: attention needs positive sizes (batch={}, heads={}, kv_heads={}, seq_q={}, seq_kv={}, "
           "head_dim={}) and q_offset >= 0 ({})",
           quoted(t), a->batch, a->heads, a->kv_heads, a->seq_q, a->seq_kv, a->head_dim, a->q_offset));
+    if (!(a->time_factor >= 0.1 && a->time_factor <= 10.0))
+      throw GraphError(fmt::format("task {}: attention time_factor {} is outside [0.1, 10]", quoted(t), a->time_factor));
+    if (a->unfused && a->time_factor != 1.0)
+      throw GraphError(fmt::format("task {}: an unfused attention is priced by its parts: time_factor must be 1, not {}",
+                                   quoted(t), a->time_factor));
   } else {
     const auto& e = std::get<model::ElementwiseKernel>(c.kernel);
     if (e.bytes < 0 || !(e.flops >= 0.0) || !std::isfinite(e.flops) || (e.bytes == 0 && e.flops == 0.0))

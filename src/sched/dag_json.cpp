@@ -61,6 +61,7 @@ json kernel_json(const model::Kernel& k) {
              {"causal", a->causal},     {"q_offset", a->q_offset},
              {"pass", a->pass == model::Pass::forward ? "forward" : "backward"}};
     if (a->unfused) att["unfused"] = true;
+    if (a->time_factor != 1.0) att["time_factor"] = a->time_factor;
     return {{"attention", att}};
   }
   const auto& e = std::get<model::ElementwiseKernel>(k);
@@ -112,6 +113,7 @@ model::Kernel read_kernel(const JsonObject& compute) {
     k.pass = a.choice_or("pass", {"forward", "backward"}, "forward") == "forward" ? model::Pass::forward
                                                                                     : model::Pass::backward;
     k.unfused = a.boolean_or("unfused", false);
+    k.time_factor = a.number_or("time_factor", 0.1, 10.0, 1.0);
     a.finish();
     if (auto why = model::kernel_size_error(k)) a.fail(*why);
     return k;

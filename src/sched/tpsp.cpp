@@ -202,6 +202,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
     model::AttentionKernel k{sh_.batch, sh_.heads / t_, sh_.kv_heads_local(), q_len, kv_len, sh_.head_dim,
                              sh_.causal, q_pos0, model::Pass::forward};
     k.unfused = sh_.unfused_attention;
+    k.time_factor = sh_.attention_time_factor;
     return Work{"attention", k, op(ctx, std::move(a))};
   };
   PerRank attn_out;
@@ -450,6 +451,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     model::AttentionKernel k{sh_.batch, sh_.heads / t_, sh_.kv_heads_local(), sh_.seq, sh_.seq, sh_.head_dim,
                              sh_.causal, 0, model::Pass::backward};
     k.unfused = sh_.unfused_attention;
+    k.time_factor = sh_.attention_time_factor;
     // Eager: the out-projection's input gradient transposed to SDPA's layout, a copy.
     const std::vector<TaskId> grad_in =
         sh_.eager ? std::vector<TaskId>{stream_kernel(ctx, ti, "attention_grad_copy", "copy", bytes(2 * S_ * qn), S_,
@@ -961,6 +963,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
             model::AttentionKernel k{sh_.batch, sh_.heads / t_ / sh_.up, sh_.kv_heads_up(), sh_.seq, sh_.seq,
                                      sh_.head_dim, sh_.causal, 0, model::Pass::forward};
             k.unfused = sh_.unfused_attention;
+            k.time_factor = sh_.attention_time_factor;
             lr[ti] = {compute(ti, prefix(rc) + "/attention", k, labels(rc, -1, "attention"), -1, lr[ti])};
           }
           recompute_ = false;
@@ -1371,6 +1374,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                       a.rotary,           w.eager_elementwise, a.bias && !w.bias_grad_fused,
                       w.hidden_dropout > 0.0, w.fp8_dynamic_scaling,
                       w.parallel.pp_schedule == model::PipelineSchedule::zb_h1};
+  r.shape.attention_time_factor = w.attention_time_factor.value;
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };
   r.kind = compared(Parallelism::tpsp) ? kind : w.schedule.kind;

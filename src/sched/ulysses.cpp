@@ -425,6 +425,7 @@ UpDeps UlyssesEmitter::attention_forward(int layer, bool data, const UpPerRank& 
     }
     model::AttentionKernel k{b, qh, kvh, q_len, kv_len, sh_.head_dim, sh_.causal, q_pos0, model::Pass::forward};
     k.unfused = sh_.unfused_attention;
+    k.time_factor = sh_.attention_time_factor;
     return add(ti, pre + "/" + name, StreamRef{StreamKind::compute, 0}, ComputeTask{k, sh_.activation_dtype(), false},
                labels(layer, true, region, "attention"), op(data, std::move(a)), deps);
   };
@@ -601,6 +602,7 @@ UpDeps UlyssesEmitter::attention_backward(int layer, bool data, const UpPerRank&
     }
     model::AttentionKernel k{b, qh, kvh, sh_.seq, sh_.seq, sh_.head_dim, sh_.causal, 0, model::Pass::backward};
     k.unfused = sh_.unfused_attention;
+    k.time_factor = sh_.attention_time_factor;
     const TaskId ab_id = add(ti, pre + "/attention_bwd", StreamRef{StreamKind::compute, 0},
                              ComputeTask{k, sh_.activation_dtype(), false}, labels(layer, false, region, "attention_bwd"),
                              op(data, std::move(ab)), wait[i]);

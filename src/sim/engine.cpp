@@ -263,6 +263,7 @@ class KernelCostCache {
     } else if (const auto* a = std::get_if<model::AttentionKernel>(&c.kernel)) {
       h = mix(mix(h, static_cast<std::uint64_t>(a->seq_q)), static_cast<std::uint64_t>(a->seq_kv));
       h = mix(mix(h, static_cast<std::uint64_t>(a->q_offset)), static_cast<std::uint64_t>(a->heads));
+      h = mix(mix(h, bits(a->time_factor)), static_cast<std::uint64_t>(a->unfused));
     } else {
       const auto& e = std::get<model::ElementwiseKernel>(c.kernel);
       std::uint64_t head = 0;
@@ -282,7 +283,8 @@ class KernelCostCache {
       const auto& b = std::get<model::AttentionKernel>(y.kernel);
       return a->batch == b.batch && a->heads == b.heads && a->kv_heads == b.kv_heads && a->seq_q == b.seq_q &&
              a->seq_kv == b.seq_kv && a->head_dim == b.head_dim && a->causal == b.causal &&
-             a->q_offset == b.q_offset && a->pass == b.pass;
+             a->q_offset == b.q_offset && a->pass == b.pass && a->unfused == b.unfused &&
+             bits(a->time_factor) == bits(b.time_factor);
     }
     const auto& a = std::get<model::ElementwiseKernel>(x.kernel);
     const auto& b = std::get<model::ElementwiseKernel>(y.kernel);

@@ -266,6 +266,21 @@ TEST_CASE("Causal attention split into query chunks adds up exactly to the whole
   }
 }
 
+TEST_CASE("an attention kernel's time factor scales its time, not its FLOPs or bytes", "[model][kernel]") {
+  // Causal, seq 4096 x 4096, 4 heads of 128: compute-bound at the roofline (0.5 of the bf16 peak),
+  // so the duration is the compute time; a kernel at twice FlashAttention-2's time (time_factor 2)
+  // takes twice as long for the same FLOPs (MFU counts the work, not the kernel).
+  const AttentionKernel fa2 = attention(4096, 4096, true);
+  AttentionKernel slow = fa2;
+  slow.time_factor = 2.0;
+  const KernelCost a = cost_of(fa2), b = cost_of(slow);
+  REQUIRE(a.compute_s > a.memory_s);
+  CHECK(b.flops == a.flops);
+  CHECK(b.hbm_bytes == a.hbm_bytes);
+  CHECK(b.compute_s == 2.0 * a.compute_s);
+  CHECK(b.duration_ps == seconds_to_ps(2.0 * a.compute_s));
+}
+
 TEST_CASE("Unfused attention: Megatron's kernels over the scores, priced one after another", "[model][kernel]") {
   // 1 sample, 4 heads (1 key/value head, expanded), seq 1024, head_dim 128, causal, bf16:
   // E = 4 x 1024 x 1024 = 4,194,304 scores of 2 bytes.

@@ -160,6 +160,27 @@ TEST_CASE("the H200 profile's kernels come from this project's microbench runs a
   CHECK(fp8_s > 0.237e-3 / 1.4);
 }
 
+TEST_CASE("the calibrated model prices an attention kernel's time factor against its FlashAttention-2 samples",
+          "[model][profile]") {
+  // Inside the measured sequences the kernel's time is its FLOPs over the samples' rate; another
+  // kernel at time_factor 2 takes exactly twice that, whatever the interpolation gave.
+  const Profile p = load_profile("h100-sxm");
+  const CalibratedCostModel model(p);
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100");
+  AttentionKernel fa2;
+  fa2.batch = 2, fa2.heads = 32, fa2.kv_heads = 8, fa2.seq_q = 8192, fa2.seq_kv = 8192, fa2.head_dim = 128;
+  AttentionKernel slow = fa2;
+  slow.time_factor = 2.0;
+  for (const Pass pass : {Pass::forward, Pass::backward}) {
+    fa2.pass = slow.pass = pass;
+    const KernelCost a = model.cost(fa2, topo::Dtype::bf16, c.device(0));
+    const KernelCost b = model.cost(slow, topo::Dtype::bf16, c.device(0));
+    REQUIRE(model.attention_flops_per_s(fa2, topo::Dtype::bf16));
+    CHECK(b.flops == a.flops);
+    CHECK(b.compute_s == 2.0 * a.compute_s);
+  }
+}
+
 TEST_CASE("the H100 profile's training-shape and fp8 GEMMs, attention and step rates were measured on a lent H100",
           "[model][profile]") {
   // vidur has no fp8 and no shape beyond 4,096 tokens: tools/calibration/raw/microbench/

@@ -670,6 +670,23 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
   CHECK(!d.unfused_attention);
   CHECK(parse(with([](json& x) { x["training"]["attention"] = "unfused"; })).unfused_attention);
   CHECK(!parse(with([](json& x) { x["training"]["attention"] = "flash"; })).unfused_attention);
+  // Another fused kernel than FlashAttention-2: its time over FlashAttention-2's, with a source.
+  CHECK(d.attention_time_factor.value == 1.0);
+  const Workload triton = parse(with([](json& x) {
+    x["training"]["attention_time_factor"] = {{"value", 2.0}, {"source", "FlashAttention-2 paper"}};
+  }));
+  CHECK(triton.attention_time_factor.value == 2.0);
+  CHECK(triton.attention_time_factor.source == "FlashAttention-2 paper");
+  expect_error(with([](json& x) { x["training"]["attention_time_factor"] = 2.0; }), "$.training.attention_time_factor");
+  expect_error(with([](json& x) { x["training"]["attention_time_factor"] = {{"value", 20.0}, {"source", "s"}}; }),
+               "$.training.attention_time_factor.value");
+  expect_error(with([](json& x) { x["training"]["attention_time_factor"] = {{"value", 0.0}, {"source", "s"}}; }),
+               "$.training.attention_time_factor.value");
+  expect_error(with([](json& x) {
+                 x["training"]["attention"] = "unfused";
+                 x["training"]["attention_time_factor"] = {{"value", 2.0}, {"source", "s"}};
+               }),
+               "$.training.attention_time_factor");
   CHECK(!d.parallel.overlap_param_gather);
   CHECK(d.recompute_every == 1);
   const Workload alt = parse(with([](json& x) {

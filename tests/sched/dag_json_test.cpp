@@ -102,6 +102,21 @@ TEST_CASE("an unfused attention kernel keeps its flag through a task-graph file"
      "labels")")).json_path() == "$.tasks[0].compute.attention.unfused");
 }
 
+TEST_CASE("an attention kernel's time factor goes through a task-graph file, checked", "[sched][dag_json]") {
+  const std::string text = with(R"("compute": {"gemm": {"m": 1024, "n": 1024, "k": 1024}},
+     "labels")",
+                                R"("compute": {"attention": {"heads": 4, "seq_q": 512, "head_dim": 64, "time_factor": 2}},
+     "labels")");
+  const DagFile dag = parse_dag(JsonDocument::parse(text, "g.json"), 8);
+  CHECK(std::get<model::AttentionKernel>(std::get<ComputeTask>(dag.graph.task(0).kind).kernel).time_factor == 2.0);
+  const nlohmann::json once = dag_to_json(dag);
+  CHECK(once["tasks"][0]["compute"]["attention"]["time_factor"] == 2.0);
+  CHECK(dag_to_json(parse_dag(JsonDocument::from_json(once, "again.json"), 8)) == once);
+  CHECK(dag_error(with(R"("gemm": {"m": 1024, "n": 1024, "k": 1024}},
+     "labels")", R"("attention": {"heads": 4, "seq_q": 512, "head_dim": 64, "time_factor": 0}},
+     "labels")")).json_path() == "$.tasks[0].compute.attention.time_factor");
+}
+
 TEST_CASE("bad task-graph files name the JSON path", "[sched][dag_json]") {
   struct Case {
     std::string text;

@@ -375,3 +375,29 @@ TEST_CASE("element-wise kernels that differ only in rows are priced apart", "[si
   CHECK(res.tasks[ia].end_ps == 16'000);
   CHECK(res.tasks[ib].end_ps == 16'000 + 4'096'000);
 }
+
+TEST_CASE("attention kernels that differ only in time factor or fusion are priced apart", "[sim][stream]") {
+  // The engine prices each distinct kernel once (KernelCostCache): two attention tasks of one shape,
+  // one at FlashAttention-2's time and one at twice it, must not share a cost. Roofline on the star's
+  // device; on one stream, back to back: the second takes its own, longer, time.
+  const auto cluster = star(1);
+  const fusesim::model::RooflineCostModel costs;
+  TaskGraph g(1);
+  fusesim::model::AttentionKernel k;
+  k.batch = 1, k.heads = 8, k.kv_heads = 8, k.seq_q = 2048, k.seq_kv = 2048, k.head_dim = 128;
+  fusesim::sched::Task fast;
+  fast.name = "fa2";
+  fast.rank = 0;
+  fast.kind = fusesim::sched::ComputeTask{k, fusesim::topo::Dtype::bf16, false};
+  fusesim::sched::Task slow = fast;
+  slow.name = "triton";
+  k.time_factor = 2.0;
+  slow.kind = fusesim::sched::ComputeTask{k, fusesim::topo::Dtype::bf16, false};
+  const auto a = g.add(fast);
+  const auto b = g.add(slow);
+  const auto res = Simulator(cluster, costs).run(g);
+  const auto one = res.tasks[a].end_ps - res.tasks[a].start_ps;
+  REQUIRE(one > 0);
+  CHECK(res.tasks[b].end_ps - res.tasks[b].start_ps == costs.cost(k, fusesim::topo::Dtype::bf16, cluster.device(0)).duration_ps);
+  CHECK(res.tasks[b].end_ps - res.tasks[b].start_ps > one);
+}

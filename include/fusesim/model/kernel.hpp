@@ -47,6 +47,10 @@ struct AttentionKernel {
   // The attention core as Megatron-LM computed it before FlashAttention ($.training.attention
   // "unfused"): the [seq_q, seq_kv] scores of every head go through HBM (unfused_attention_parts).
   bool unfused = false;
+  // The kernel's time over FlashAttention-2's on the same shape ($.training.attention_time_factor), for
+  // runs on another fused kernel: llm-foundry's Triton kernel of 2022 runs at about half its speed.
+  // Its FLOPs are the same; only the time changes.
+  double time_factor = 1.0;
 };
 
 // Memory-bound kernels: norms, activations, residual adds, the reduction add of a Fuse-RS step,

@@ -205,6 +205,9 @@ struct Workload {
   // $.training.attention: "flash" (FlashAttention, the default) or "unfused" (Megatron-LM before
   // FlashAttention: the scores through HBM, model::unfused_attention_parts).
   bool unfused_attention = false;
+  // $.training.attention_time_factor: the fused attention kernel's time over FlashAttention-2's, whose
+  // samples the profiles hold, with its source (1: FlashAttention-2 itself; model::AttentionKernel::time_factor).
+  SourcedValue attention_time_factor{1.0, ""};
   // $.training.elementwise "eager": the element-wise ops as eager PyTorch runs torchtitan's Llama code
   // without torch.compile, each its own kernel (sched::TpspShape::eager); "fused" (default): as
   // Megatron-LM, Transformer Engine and torch.compile fuse them.

@@ -65,6 +65,8 @@ struct TpspShape {
   // $.parallel.pp_schedule "zb-h1": each layer's weight gradients split off its backward and run where
   // the ZB-H1 order puts them (PipelineShape::zero_bubble).
   bool zero_bubble = false;
+  // $.training.attention_time_factor (model::AttentionKernel::time_factor) of every attention kernel.
+  double attention_time_factor = 1.0;
 
   // fp8 training as Transformer Engine runs it: the GEMMs of the layers take e4m3 operands, cast from
   // bf16 just before; activations, attention, norms, communication and the embedding and LM head stay
