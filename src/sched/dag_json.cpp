@@ -114,6 +114,9 @@ model::Kernel read_kernel(const JsonObject& compute) {
                                                                                     : model::Pass::backward;
     k.unfused = a.boolean_or("unfused", false);
     k.time_factor = a.number_or("time_factor", 0.1, 10.0, 1.0);
+    // Caught here too (validation refuses it as well) so that the file's error names the key.
+    if (k.unfused && k.time_factor != 1.0)
+      a.at("time_factor").fail("an unfused attention is priced by its parts: time_factor must be 1");
     a.finish();
     if (auto why = model::kernel_size_error(k)) a.fail(*why);
     return k;

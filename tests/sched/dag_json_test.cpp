@@ -115,6 +115,9 @@ TEST_CASE("an attention kernel's time factor goes through a task-graph file, che
   CHECK(dag_error(with(R"("gemm": {"m": 1024, "n": 1024, "k": 1024}},
      "labels")", R"("attention": {"heads": 4, "seq_q": 512, "head_dim": 64, "time_factor": 0}},
      "labels")")).json_path() == "$.tasks[0].compute.attention.time_factor");
+  CHECK(dag_error(with(R"("gemm": {"m": 1024, "n": 1024, "k": 1024}},
+     "labels")", R"("attention": {"heads": 4, "seq_q": 512, "head_dim": 64, "unfused": true, "time_factor": 2}},
+     "labels")")).json_path() == "$.tasks[0].compute.attention.time_factor");
 }
 
 TEST_CASE("bad task-graph files name the JSON path", "[sched][dag_json]") {
