@@ -50,6 +50,7 @@ struct Case {
   Bytes bytes = 0;
   model::CommEngine engine = model::CommEngine::sm_kernel;
   bool ring_only = false;  // "algorithm": "ring": the measurement disabled NVLS (NCCL_ALGO=Ring)
+  int peer = 1;            // p2p: the receiving rank (rank 0 sends), so that a pair may span nodes
   // end to end
   std::string workload, metric;
   model::ScheduleKind schedule = model::ScheduleKind::baseline;
@@ -123,6 +124,7 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
       c.op = o.choice("op", {"all_gather", "reduce_scatter", "all_reduce", "all_to_all", "p2p"});
       c.ranks = static_cast<int>(o.integer("ranks", 2, 1 << 20));
       if (c.op == "p2p" && c.ranks != 2) o.at("ranks").fail("a p2p case has 2 ranks");
+      if (c.op == "p2p") c.peer = static_cast<int>(o.integer_or("peer", 1, 1 << 20, 1));
       c.bytes = o.integer("bytes", 1, kMaxDim);
       const std::string engine =
           o.choice_or("engine", {"sm_kernel", "copy_engine"}, c.op == "p2p" ? "copy_engine" : "sm_kernel");
@@ -187,8 +189,8 @@ sched::TaskGraph collective_graph(const Case& c, int num_ranks) {
   if (c.op == "p2p") {
     const sched::StreamRef stream{
         c.engine == model::CommEngine::copy_engine ? sched::StreamKind::copy : sched::StreamKind::comm, 0};
-    g.add({"send", 0, stream, sched::SendTask{1, c.bytes, 0, c.engine, -1}, {}, -1});
-    g.add({"recv", 1, stream, sched::RecvTask{0, c.bytes, 0}, {}, -1});
+    g.add({"send", 0, stream, sched::SendTask{c.peer, c.bytes, 0, c.engine, -1}, {}, -1});
+    g.add({"recv", c.peer, stream, sched::RecvTask{0, c.bytes, 0}, {}, -1});
     return g;
   }
   const sched::CollectiveKind kind = c.op == "all_gather"       ? sched::CollectiveKind::all_gather
@@ -229,9 +231,10 @@ std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const
     return fa_flops(c) / seconds / 1e12;
   }
   if (c.category == "collective") {
-    if (c.ranks > cluster.num_ranks())
+    const int needed = std::max(c.ranks, c.op == "p2p" ? c.peer + 1 : 0);
+    if (needed > cluster.num_ranks())
       throw InputError(c.topology, "$",
-                       fmt::format("case '{}' needs {} ranks; the cluster has {}", c.id, c.ranks, cluster.num_ranks()));
+                       fmt::format("case '{}' needs {} ranks; the cluster has {}", c.id, needed, cluster.num_ranks()));
     // NCCL_ALGO=Ring: the same cluster without NVLS (copied only for such a case).
     std::optional<topo::Cluster> ring;
     if (c.ring_only) ring.emplace(cluster).comm.nvls.reset();

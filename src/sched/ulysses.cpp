@@ -1,5 +1,5 @@
 // Ulysses all-to-alls around attention, in three schedules (docs/schedules.md, "Ulysses"):
-//   baseline  one pairwise all-to-all after the QKV projection and one after attention (backward:
+//   baseline  one all-to-all after the QKV projection and one after attention (backward:
 //             after the out-projection dgrad and after the attention backward);
 //   slice     the producer (QKV projection, attention, out-projection dgrad) cut along the sequence
 //             into k slices, each slice's all-to-all issued as soon as its slice is computed;

@@ -392,7 +392,10 @@ class Run final : public sched::TaskVisitor {
   }
   void end_task(TaskId id);
   bool cross_stream(TaskId before, TaskId after) const;
-  FlowOwner& launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol = 0);
+  // `p2p`: a point-to-point transfer (a send/recv pair, an all-to-all's pair), which over the network
+  // moves its payload at the topology's p2p_network efficiency, after its added latency, where it gives one.
+  FlowOwner& launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol = 0,
+                         bool p2p = false);
   void choose_protocols();
   // Events a fixed delay after now go to a lane of the queue (event_queue.hpp), one lane per
   // distinct delay, up to kMaxLanes; beyond that to the heap.
@@ -489,7 +492,9 @@ class Run final : public sched::TaskVisitor {
   std::vector<FlowHot> flow_hot_;
   std::unordered_map<std::uint64_t, RouteId> routes_;
   std::vector<TimePs> route_latency_ps_;
-  // By route x phases_ + (copy engine ? protocols : protocol): a transfer's latency phase, and the lane of its end.
+  std::vector<std::uint8_t> route_off_node_;  // by route: its ends are on different nodes
+  // By route x phases_ + (copy engine ? protocols : protocol), or protocols + 1 (+ 2) for a P2P transfer
+  // between nodes by SM kernel (copy engine): a transfer's latency phase, and the lane of its end.
   std::vector<TimePs> latency_phase_ps_;
   std::vector<std::uint32_t> latency_lane_;
   std::vector<std::pair<TimePs, std::uint32_t>> lanes_;  // delay -> lane
@@ -512,6 +517,9 @@ class Run final : public sched::TaskVisitor {
   std::size_t phases_ = 2;
   TimePs ce_step_latency_ps_ = 0;
   double ce_efficiency_ = 1.0;
+  bool p2p_network_ = false;  // the topology gives p2p_network
+  double p2p_network_efficiency_ = 1.0;
+  TimePs p2p_network_added_ps_ = 0;
 };
 
 void Run::prepare_ranks() {
@@ -596,9 +604,20 @@ void Run::prepare() {
   if (comm.nvls)
     protocols_.push_back({seconds_to_ps(comm.nvls->base_latency_s.value), seconds_to_ps(comm.nvls->step_latency_s.value),
                           comm.nvls->efficiency.value, kNone, true, kLowLatencyChunksInFlight});
-  phases_ = protocols_.size() + 1;
+  // The protocols', the copy engine's, then a P2P transfer's between nodes by SM kernel and by copy engine.
+  phases_ = protocols_.size() + 3;
   ce_step_latency_ps_ = seconds_to_ps(comm.copy_engine_step_latency_s.value);
   ce_efficiency_ = comm.copy_engine_efficiency.value;
+  p2p_network_ = comm.p2p_network.has_value();
+  if (p2p_network_) {
+    p2p_network_efficiency_ = comm.p2p_network->efficiency.value;
+    p2p_network_added_ps_ = seconds_to_ps(comm.p2p_network->added_latency_s.value);
+    if (!(p2p_network_efficiency_ > 0.0 && p2p_network_efficiency_ <= 1.0))
+      throw GraphError(fmt::format("cluster '{}': p2p network efficiency must be in (0, 1] ({})", cluster_.name,
+                                   p2p_network_efficiency_));
+    if (p2p_network_added_ps_ < 0)
+      throw GraphError(fmt::format("cluster '{}': communication latencies must not be negative", cluster_.name));
+  }
   for (const Protocol& p : protocols_) {
     if (!(p.efficiency > 0.0 && p.efficiency <= (p.nvls ? 2.0 : 1.0)))
       throw GraphError(fmt::format("cluster '{}': communication efficiency {} out of range", cluster_.name, p.efficiency));
@@ -732,13 +751,23 @@ void Run::prepare() {
   for (RankState& rs : ranks_)
     if (rs.stream_wait_ps > 0) rs.stream_wait_lane = lane_for(rs.stream_wait_ps);
   for (Protocol& p : protocols_) p.base_lane = lane_for(p.base_ps);
+  const std::size_t p = protocols_.size();
   for (std::size_t r = 0; r < route_latency_ps_.size(); ++r) {
+    const TimePs added = route_off_node_[r] != 0 ? p2p_network_added_ps_ : 0;
     for (std::size_t k = 0; k < phases_; ++k) {
-      const TimePs step = k < protocols_.size() ? protocols_[k].step_ps : ce_step_latency_ps_;
+      const TimePs step = k < p        ? protocols_[k].step_ps
+                          : k == p     ? ce_step_latency_ps_
+                          : k == p + 1 ? protocols_[0].step_ps + added
+                                       : ce_step_latency_ps_ + added;
       latency_phase_ps_.push_back(route_latency_ps_[r] + step);
-      latency_lane_.push_back(lane_for(route_latency_ps_[r] + step));
     }
   }
+  // Lanes for the ring steps' and ordinary transfers' delays first, the P2P-between-nodes ones after,
+  // so that those (only some graphs send between nodes) never take a lane from the others.
+  latency_lane_.assign(latency_phase_ps_.size(), kNone);
+  for (const bool between_nodes : {false, true})
+    for (std::size_t i = 0; i < latency_phase_ps_.size(); ++i)
+      if ((i % phases_ > p) == between_nodes) latency_lane_[i] = lane_for(latency_phase_ps_[i]);
   choose_protocols();
 }
 
@@ -934,6 +963,7 @@ void Run::prepare_routes() {
         if (port_binds(end)) route_scratch_.push_back(hbm_port(end));
       const RouteId id = network_.add_route(route_scratch_);
       route_latency_ps_.push_back(route->latency_ps);
+      route_off_node_.push_back(cluster_.node_of(src) != cluster_.node_of(dst) ? 1 : 0);
       routes_.emplace(pairs[i], id);
     }
   }
@@ -1044,9 +1074,13 @@ SimResult Run::execute(RunProfile& profile) {
         c.in_flight = c.spec->kind == sched::CollectiveKind::all_to_all          ? 1
                       : c.spec->engine == model::CommEngine::sm_kernel ? protocols_[c.protocol].chunks_in_flight
                                                                        : kSimpleChunksInFlight;
+        // An all-to-all sends to every peer at once, as NCCL runs it (grouped send/recv pairs, one
+        // per peer, in one kernel); a ring member starts its first step on each ring.
+        const int first_steps = c.spec->kind == sched::CollectiveKind::all_to_all ? c.steps : 1;
         for (int m = 0; m < t; ++m)
           if (c.members[static_cast<std::size_t>(m)] != kNoTask)
-            for (int r = 0; r < c.rings; ++r) start_step(e.target, m, r, 0);
+            for (int r = 0; r < c.rings; ++r)
+              for (int s = 0; s < first_steps; ++s) start_step(e.target, m, r, s);
         break;
       }
       case kTaskEnd:
@@ -1157,9 +1191,11 @@ void Run::begin_transfer(FlowId f) {
   flow_hot_[f].dst_rank = load_rank(o.dst_rank);
 }
 
-FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol) {
+FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol,
+                            bool p2p) {
   const bool sm = engine == model::CommEngine::sm_kernel;
-  const double efficiency = sm ? protocols_[protocol].efficiency : ce_efficiency_;
+  const bool network_p2p = p2p && p2p_network_ && route_off_node_[route] != 0;
+  const double efficiency = network_p2p ? p2p_network_efficiency_ : sm ? protocols_[protocol].efficiency : ce_efficiency_;
   const FlowId f = network_.create(route, payload_bytes / efficiency);
   if (f >= owners_.size()) {
     owners_.resize(f + 1);
@@ -1173,7 +1209,8 @@ FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngi
   flow_hot_[f].scheduled_ps = kTimeNever;
   flow_hot_[f].payload_bytes_per_s = 0.0;  // the network's rate is 0 until the flow's first settle()
   flow_hot_[f].efficiency = efficiency;
-  const std::size_t phase = phases_ * static_cast<std::size_t>(route) + (sm ? protocol : protocols_.size());
+  const std::size_t kind = network_p2p ? protocols_.size() + (sm ? 1 : 2) : sm ? protocol : protocols_.size();
+  const std::size_t phase = phases_ * static_cast<std::size_t>(route) + kind;
   push_after(latency_phase_ps_[phase], latency_lane_[phase], kFlowLatencyEnd, f);
   return o;
 }
@@ -1239,7 +1276,7 @@ void Run::begin_p2p(TaskId send) {
   // One SM count for both ends: the kernel is launched on both with the same configuration; -1
   // takes each end's own device default. The sender's have been held since it was ready (make_ready).
   hold_sms(dst, sms_for(dst, s.engine, s.sms));
-  FlowOwner& o = launch_flow(s.route, static_cast<double>(s.bytes), s.engine);
+  FlowOwner& o = launch_flow(s.route, static_cast<double>(s.bytes), s.engine, 0, true);
   o.task = send;
   o.peer_task = recv;
   o.src_rank = src;
@@ -1272,7 +1309,7 @@ void Run::begin_collective(std::uint32_t ci) {
 }
 
 // Member `member` sends its step `step` chunk on ring `ring` to its successor there, or for the
-// pairwise all-to-all (one ring) to the member `step + 1` places ahead.
+// all-to-all (one ring) to the member `step + 1` places ahead.
 void Run::start_step(std::uint32_t ci, int member, int ring, int step) {
   CollectiveRun& c = collectives_[ci];
   const int t = static_cast<int>(c.ranks.size());
@@ -1292,7 +1329,8 @@ void Run::start_step(std::uint32_t ci, int member, int ring, int step) {
 void Run::launch_step_flow(std::uint32_t ci, int member, int to, int ring, int step, RouteId route, double bytes,
                            Bytes record_bytes) {
   CollectiveRun& c = collectives_[ci];
-  FlowOwner& o = launch_flow(route, bytes, c.spec->engine, c.protocol);
+  FlowOwner& o = launch_flow(route, bytes, c.spec->engine, c.protocol,
+                             c.spec->kind == sched::CollectiveKind::all_to_all);
   // Into an image: the flow lands on (is credited to) the member its alias stands at, as its receive
   // on the ring whose flow it stands for.
   const bool image = c.members[to] == kNoTask;
@@ -1321,9 +1359,9 @@ void Run::launch_step_flow(std::uint32_t ci, int member, int to, int ring, int s
 // latency has passed behind the one draining), so a slow hop (a NIC) drains them back to back, the
 // next one's latency run meanwhile, instead of sharing the link between them. Each ring is a
 // channel of its own: a member's rings do not wait for each other (every member of a group spanning
-// nodes receives over the network on one of its rings). The pairwise all-to-all's steps carry no
-// data from one to the next: a member sends step s+1 once its own step-s send has finished and its
-// step-s receive has landed. A member ends once every send and receive of its own is done.
+// nodes receives over the network on one of its rings). An all-to-all's steps all start together
+// (kCollectiveSteps): nothing is left to start here. A member ends once every send and receive of its
+// own is done.
 void Run::advance_member(std::uint32_t ci, int m, int ring) {
   CollectiveRun& c = collectives_[ci];
   const std::size_t k = c.slot(m);

@@ -13,6 +13,7 @@
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/topo/cluster.hpp"
 #include "fusesim/util/embedded.hpp"
+#include "fusesim/util/output.hpp"
 #include "process.hpp"
 
 using namespace fusesim::testing;
@@ -77,6 +78,33 @@ TEST_CASE("fusesim validate: a bad case file is exit 2 naming the file and the J
   const auto missing = run_fusesim({"validate", "--cases", "no-such-cases"}, dir);
   CHECK(missing.exit_code == 2);
   CHECK(missing.err.find("no-such-cases") != std::string::npos);
+}
+
+TEST_CASE("fusesim validate: a p2p case between nodes, and its peer out of range", "[cli][validate]") {
+  ScratchDir dir;
+  const auto write_case = [&](const std::string& peer) {
+    const std::string c = R"({"schema": "fusesim.validation", "schema_version": 1, "description": "t", "cases": [
+      {"id": "p2p", "category": "collective", "topology": "dgx-h100-4node", "op": "p2p", "ranks": 2, "peer": )" +
+                          peer + R"(, "bytes": 34404535, "engine": "sm_kernel", "measured_busbw_GBps": 30, "source": "t"}]})";
+    fusesim::write_output_file(dir.file("c.json"), c);
+    return run_fusesim({"validate", "--cases", dir.file("c.json"), "--format", "json"}, dir);
+  };
+  // Rank 0 to rank 8 of dgx-h100-4node (`fusesim routes`: 6 hops, 2.7 us, bottleneck the NIC link's
+  // 49.61 GB/s): latency 2.7 + 2.8 (SM step) + 11.3 (p2p_network's added latency) = 16.8 us; payload
+  // at 0.6935 x 49.61e9 = 34.404535e9 B/s, so 34,404,535 B drain in 1 ms: busbw 34,404,535 B /
+  // 1.0168 ms = 33.8361 GB/s.
+  const auto r = write_case("8");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  CHECK(doc["cases"][0]["roofline"].get<double>() == Approx(34404535 / 1.0168e-3 / 1e9).epsilon(1e-6));
+  // A peer past the cluster's ranks, and rank 0 itself, are refused.
+  const auto far = write_case("32");
+  CHECK(far.exit_code == 2);
+  CHECK(far.err.find("needs 33 ranks; the cluster has 32") != std::string::npos);
+  const auto self = write_case("0");
+  CHECK(self.exit_code == 2);
+  CHECK(self.err.find("$.cases[0].peer") != std::string::npos);
 }
 
 TEST_CASE("fusesim validate runs the shipped published cases with every shipped profile", "[cli][validate]") {

@@ -138,13 +138,18 @@ TimePs compute_sum(const Schedule& s, int rank, const topo::Cluster& c, const mo
 
 }  // namespace
 
-TEST_CASE("UP baseline: the all-to-all takes base + (t-1) hops of n/t", "[sched][ulysses][timing]") {
+TEST_CASE("UP baseline: the all-to-all takes base + one hop's latency + (t-1) transfers of n/t", "[sched][ulysses][timing]") {
+  // Every member sends its t-1 groups at once (NCCL's grouped send/recv): each pays the hop's latency
+  // (2 links + step) together, then its uplink carries t-1 groups and each downlink receives t-1, all
+  // sharing alike, so the last lands (t-1) transfer times later. t=4 compute-bound: 1000 + 500 + 3 x
+  // 15360 = 47,580 ps (one hop after another: 1000 + 3 x 15860 = 48,580).
   const LayerCostModel costs;
   for (const Net& net : {kComputeBound, kCommBound})
     for (int t : {2, 4, 8}) {
       const topo::Cluster c = cluster(t, net);
       const Timed out = run(request(1, t, ScheduleKind::baseline, false), c, costs);
-      const TimePs a2a = net.base_ps + (t - 1) * net.hop(kGroupBytes);
+      const TimePs latency = net.hop(0);
+      const TimePs a2a = net.base_ps + latency + (t - 1) * (net.hop(kGroupBytes) - latency);
       INFO("t=" << t << " B=" << net.bytes_per_s << " expected " << a2a);
       for (int r = 0; r < t; ++r) {
         const sim::TaskTiming& x = timing(out, fmt::format("r{}/L0/fwd/qkv+a2a/a2a", r));

@@ -94,22 +94,27 @@ TEST_CASE("ring all-reduce takes base + 2(t-1)(alpha + n/(tB))", "[sim][collecti
   }
 }
 
-TEST_CASE("pairwise all-to-all: step s sends to (i+s) mod t", "[sim][collective]") {
-  // Steps s = 1..t-1 (recorded as step index s-1): member i sends n/t to (i+s) mod t and receives from
-  // (i-s) mod t, so each step is again one send and one receive per rank on disjoint links:
-  // t=4: 5e6 + 3 x (2e6 + 20e6) = 71,000,000; t=8: 5e6 + 7 x (2e6 + 10e6) = 89,000,000.
-  const std::map<int, TimePs> expected{{4, 71'000'000}, {8, 89'000'000}};
+TEST_CASE("all-to-all: every member sends to every other at once", "[sim][collective]") {
+  // NCCL runs an all-to-all as grouped send/recv pairs in one kernel: member i sends n/t to each
+  // (i+s) mod t, s = 1..t-1 (recorded as step s-1), all at once. Each pays alpha once; then i's
+  // uplink carries t-1 chunks and each downlink receives t-1, every link shared alike, so all land
+  // (t-1) n/(tB) after: t=4: 5e6 + 2e6 + 3 x 20e6 = 67,000,000; t=8: 5e6 + 2e6 + 7 x 10e6 = 77,000,000
+  // (one peer after another: 71e6 and 89e6).
+  const std::map<int, TimePs> expected{{4, 67'000'000}, {8, 77'000'000}};
   for (auto [t, end] : expected) {
     INFO("t = " << t);
+    REQUIRE(kBasePs + kAlpha + (t - 1) * chunk_ps(t) == end);
     std::vector<sched::TaskId> ids;
     const auto res = run_collective(CollectiveKind::all_to_all, t, ids);
     check_all_end_at(res, ids, end);
     REQUIRE(res.transfers.size() == static_cast<std::size_t>(t * (t - 1)));
-    // Every ordered pair exactly once, at the step its offset dictates.
+    // Every ordered pair exactly once, each starting at the rendezvous's base latency.
     std::map<std::pair<int, int>, int> seen;
     for (const auto& tr : res.transfers) {
       REQUIRE(tr.dst_rank == (tr.src_rank + tr.step + 1) % t);
       REQUIRE(tr.bytes == kN / t);
+      REQUIRE(tr.start_ps == kBasePs);
+      REQUIRE(tr.end_ps == end);
       ++seen[{tr.src_rank, tr.dst_rank}];
     }
     REQUIRE(seen.size() == static_cast<std::size_t>(t * (t - 1)));

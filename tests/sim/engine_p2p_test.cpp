@@ -281,3 +281,67 @@ TEST_CASE("a copy-engine send on a device without copy engines is refused", "[si
   REQUIRE_THROWS_WITH(Simulator(cluster, costs).run(g),
                       Catch::Contains("task 's' sends on a copy engine, but rank 0 (device model 'test-gpu') has no copy engines"));
 }
+
+namespace {
+// Four ranks on one switch, ranks 2 and 3 on node 1 (the switch stands for the fabric between them):
+// routes 1,000,000 ps, links 1e11 B/s; P2P between the nodes at efficiency 0.5 after 3,000,000 ps
+// more latency where `net` is set.
+fusesim::topo::Cluster two_nodes(bool net) {
+  ClusterBuilder b;
+  std::vector<fusesim::topo::VertexId> gpus;
+  for (int i = 0; i < 4; ++i) gpus.push_back(b.gpu());
+  const auto s = b.sw("fabric");
+  for (auto g : gpus) b.cable(g, s, 1e11, 500'000);
+  b.c.vertices[gpus[2]].node = 1;
+  b.c.vertices[gpus[3]].node = 1;
+  if (net) b.c.comm.p2p_network = fusesim::topo::P2pNetwork{{0.5, "test"}, {3e-6, "test"}};
+  b.c.num_nodes = 2;
+  b.c.devices_per_node = 2;
+  b.c.finalize();
+  return b.c;
+}
+}  // namespace
+
+TEST_CASE("a point-to-point transfer between nodes takes the P2P network's efficiency and latency", "[sim][p2p]") {
+  // SM kernel, 4e6 B: latency 1,000,000 (step) + 1,000,000 (route) = 2,000,000 ps. Inside a node
+  // (0 -> 1) at the protocol's efficiency 1: 4e6 / 1e11 = 40,000,000 ps, end 42,000,000; to the
+  // other node (0 -> 2): 3,000,000 more latency, then at 0.5: wire bytes 8e6, 80,000,000 ps, end
+  // 85,000,000; without p2p_network, as inside the node. A copy-engine transfer between nodes takes
+  // it too: 2,000,000 (its step) + 1,000,000 + 3,000,000 + 80,000,000 = 86,000,000.
+  TestCostModel costs;
+  struct Case {
+    int to;
+    model::CommEngine engine;
+    bool net;
+    TimePs end;
+  };
+  for (const Case& k : {Case{1, model::CommEngine::sm_kernel, true, 42'000'000},
+                        Case{2, model::CommEngine::sm_kernel, true, 85'000'000},
+                        Case{2, model::CommEngine::sm_kernel, false, 42'000'000},
+                        Case{2, model::CommEngine::copy_engine, true, 86'000'000}}) {
+    INFO("to " << k.to << (k.net ? " with" : " without") << " the key");
+    const auto cluster = two_nodes(k.net);
+    TaskGraph g(4);
+    g.add(send("s", 0, k.to, 4'000'000, 1, k.engine));
+    const auto r = g.add(recv("r", k.to, 0, 4'000'000, 1));
+    const auto res = Simulator(cluster, costs).run(g);
+    REQUIRE(res.tasks[r].end_ps == k.end);
+    REQUIRE(res.transfers.at(0).bytes == 4'000'000);
+  }
+}
+
+TEST_CASE("an all-to-all's pairs between nodes are P2P transfers on the network, a ring's steps are not", "[sim][p2p]") {
+  // All-to-all of n = 8e6 over ranks {0, 2} (one per node): each sends 4e6 to the other at once:
+  // 5,000,000 (base) + 2,000,000 (step + route) + 3,000,000 (added) + 8e6 wire bytes / 1e11 =
+  // 90,000,000 ps. The same group's all-gather is a ring collective: at the protocol's efficiency 1
+  // and without the added latency, 47,000,000.
+  TestCostModel costs;
+  const auto cluster = two_nodes(true);
+  for (auto [kind, end] : {std::pair{fusesim::sched::CollectiveKind::all_to_all, TimePs{90'000'000}},
+                           std::pair{fusesim::sched::CollectiveKind::all_gather, TimePs{47'000'000}}}) {
+    TaskGraph g(4);
+    const auto ids = collective(g, "c", kind, {0, 2}, 8'000'000, 1);
+    const auto res = Simulator(cluster, costs).run(g);
+    for (auto id : ids) REQUIRE(res.tasks[id].end_ps == end);
+  }
+}

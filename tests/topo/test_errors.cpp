@@ -152,6 +152,21 @@ TEST_CASE("each malformed topology names its JSON path") {
        "$.node.scale_up.link.efficiency.value"},
       {"efficiency zero", [](json& j) { j["communication"]["copy_engine_efficiency"]["value"] = 0; },
        "$.communication.copy_engine_efficiency.value"},
+      {"P2P network efficiency above 1",
+       [](json& j) {
+         j["communication"]["p2p_network"] = {{"efficiency", {{"value", 1.2}, {"source", "t"}}},
+                                              {"added_latency_s", {{"value", 1e-5}, {"source", "t"}}}};
+       },
+       "$.communication.p2p_network.efficiency.value"},
+      {"P2P network latency missing",
+       [](json& j) { j["communication"]["p2p_network"] = {{"efficiency", {{"value", 0.7}, {"source", "t"}}}}; },
+       "$.communication.p2p_network.added_latency_s"},
+      {"P2P network latency of a second",
+       [](json& j) {
+         j["communication"]["p2p_network"] = {{"efficiency", {{"value", 0.7}, {"source", "t"}}},
+                                              {"added_latency_s", {{"value", 1.0}, {"source", "t"}}}};
+       },
+       "$.communication.p2p_network.added_latency_s.value"},
       {"negative latency", [](json& j) { j["node"]["scale_up"]["link"]["latency_s"]["value"] = -1e-6; },
        "$.node.scale_up.link.latency_s.value"},
       {"latency of a second (ms for s)", [](json& j) { j["node"]["scale_up"]["link"]["latency_s"]["value"] = 1.0; },

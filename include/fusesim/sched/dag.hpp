@@ -62,7 +62,7 @@ std::string to_string(CollectiveKind k);
 // One rank's part of a collective. Every member of `group` adds one task with the same `instance`,
 // kind, bytes and group. `bytes` is the full buffer n: all-gather output, reduce-scatter input,
 // all-reduce buffer, all-to-all send buffer. Ring algorithms: all-gather and reduce-scatter take
-// t-1 steps of n/t; all-reduce 2(t-1) steps of n/t; all-to-all (pairwise) t-1 steps, step s sending
+// t-1 steps of n/t; all-reduce 2(t-1) steps of n/t; all-to-all t-1 steps, all at once, step s sending
 // n/t to rank (i+s) mod t of the group and receiving from (i-s) mod t.
 struct CollectiveTask {
   CollectiveKind kind = CollectiveKind::all_gather;

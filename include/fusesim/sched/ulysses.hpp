@@ -176,7 +176,7 @@ class UlyssesEmitter {
   std::vector<GradBlock> qkv_grad_blocks(int ti, const std::vector<RowSpan>& rows) const;
 
   // The lowerings the strategies choose from. Each returns, per TP index, what the next step waits
-  // for. collective: one pairwise all-to-all after the producer and after attention (backward); sliced:
+  // for. collective: one all-to-all after the producer and after attention (backward); sliced:
   // the producer and attention cut along positions into k slices, each slice's all-to-all issued as
   // soon as it is computed (`issued_exchange`: waiting on those); ring (Fuse-A2A): the producer and
   // attention computed per destination in ring order, each piece sent while the next is computed, the

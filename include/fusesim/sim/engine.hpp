@@ -7,7 +7,7 @@
 // KernelCostModel given the SMs and HBM traffic communication takes at that instant), SM-based
 // communication stream(s), copy engines. Links: each transfer is an action with remaining bytes and
 // a rate; concurrent transfers share every link of their route with max-min fairness, re-solved
-// whenever one starts or ends. Collectives run as their ring (or pairwise) steps on the real links.
+// whenever one starts or ends. Collectives run as their ring (or all-to-all) steps on the real links.
 #include <cstdint>
 #include <vector>
 

@@ -123,12 +123,22 @@ struct CommProtocol {
   SourcedValue efficiency;       // payload / wire bytes; NVLS may exceed 1 (the switch reduces)
 };
 
+// NCCL's P2P reaches less of a NIC than its ring collectives, and pays the Simple protocol's network
+// hop where a ring step's route carries the LL one.
+struct P2pNetwork {
+  SourcedValue efficiency;       // payload / wire bytes, in place of the engine's
+  SourcedValue added_latency_s;  // on top of the route's latency and the engine's step latency
+};
+
 struct CommParams {
   SourcedValue collective_base_latency_s;   // once per collective (kernel launch, setup)
   SourcedValue sm_step_latency_s;           // per step of an SM-kernel collective or P2P
   SourcedValue copy_engine_step_latency_s;  // per copy-engine transfer (launch and completion signal)
   SourcedValue sm_kernel_efficiency;        // payload / wire bytes of SM-kernel protocols, on top of link efficiency
   SourcedValue copy_engine_efficiency;      // same for copy-engine transfers
+  // Optional ("p2p_network"): how a point-to-point transfer (send/recv, an all-to-all's pairs) between
+  // two nodes differs from a ring step, whatever its engine. Absent: it is priced as a ring step.
+  std::optional<P2pNetwork> p2p_network;
   // Optional ("protocols": {"ll": ..., "ll128": ...}, "nvls": ...): ring collectives of SM kernels
   // choose among Simple and these by size; NVLS serves all-reduces inside one NVSwitch node.
   std::vector<CommProtocol> protocols;
