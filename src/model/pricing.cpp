@@ -144,8 +144,11 @@ std::optional<std::string> ProfileCache::shipped_for(const std::string& device_m
 std::string Pricing::describe() const {
   if (!profile) return reason.empty() ? "roofline (--roofline)" : "roofline (" + reason + ")";
   const Profile& p = profile->profile;
-  return fmt::format("profile {} ({}, {} {}, fnv1a64 {})", p.device_model.empty() ? p.device_name : p.device_model,
-                     profile->label, p.kind, p.date, profile->digest);
+  std::string out =
+      fmt::format("profile {} ({}, {} {}, fnv1a64 {})", p.device_model.empty() ? p.device_name : p.device_model,
+                  profile->label, p.kind, p.date, profile->digest);
+  for (std::size_t i = 0; i < links_applied.size(); ++i) out += (i == 0 ? "; links: " : "; ") + links_applied[i];
+  return out;
 }
 
 nlohmann::json Pricing::to_json() const {
@@ -155,6 +158,7 @@ nlohmann::json Pricing::to_json() const {
   j["profile_date"] = profile ? nlohmann::json(profile->profile.date) : nlohmann::json(nullptr);
   j["profile_digest"] = profile ? nlohmann::json(profile->digest) : nlohmann::json(nullptr);
   j["reason"] = reason;
+  j["links_applied"] = links_applied;
   return j;
 }
 
@@ -168,7 +172,7 @@ Pricing pricing_for(const PricingChoice& choice, topo::Cluster& cluster, Profile
       return pricing;
     case PricingMode::profile:
       pricing.profile = profiles.load(choice.profile);
-      apply_profile(pricing.profile->profile, cluster);
+      pricing.links_applied = apply_profile(pricing.profile->profile, cluster);
       pricing.costs = std::make_unique<CalibratedCostModel>(pricing.profile->profile);
       return pricing;
     case PricingMode::automatic:

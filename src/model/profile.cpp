@@ -638,9 +638,35 @@ std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cl
     }
   }
   const FittedCollective* p2p = nullptr;
-  if (auto it = profile.fitted_collectives.find("p2p"); it != profile.fitted_collectives.end() && it->second.nodes == 1)
-    p2p = &it->second;
-  if (!ring && !p2p) return applied;
+  const FittedCollective* p2p_between_nodes = nullptr;
+  if (auto it = profile.fitted_collectives.find("p2p"); it != profile.fitted_collectives.end())
+    (it->second.nodes == 1 ? p2p : p2p_between_nodes) = &it->second;
+  // A P2P measured between two nodes (nccl-tests' sendrecv_perf across hosts: NCCL's SM-kernel P2P)
+  // sets how the cluster prices a P2P transfer between nodes (communication.p2p_network): from rank 0
+  // to the first rank of the next node, it takes route + SM step latency + the added latency, then
+  // its bytes at the route's bottleneck x the efficiency.
+  const auto apply_between_nodes = [&] {
+    if (!p2p_between_nodes || cluster.num_nodes < 2) return;
+    const topo::Route net = cluster.route(0, cluster.devices_per_node);
+    double net_bw = kInf;
+    for (topo::LinkId id : net.links)
+      net_bw = std::min(net_bw, cluster.links[static_cast<std::size_t>(id)].bandwidth_bytes_per_s);
+    if (p2p_between_nodes->busbw_bytes_per_s > net_bw * (1.0 + 1e-12))
+      throw InputError(profile.label, "$.fitted.collectives.p2p",
+                       fmt::format("fitted busbw {:.1f} GB/s between nodes exceeds the {:.1f} GB/s of the route from "
+                                   "rank 0 to rank {}",
+                                   p2p_between_nodes->busbw_bytes_per_s / 1e9, net_bw / 1e9, cluster.devices_per_node));
+    const double added =
+        std::max(0.0, p2p_between_nodes->latency_s - ps_to_seconds(net.latency_ps) - cluster.comm.sm_step_latency_s.value);
+    cluster.comm.p2p_network = topo::P2pNetwork{{std::min(1.0, p2p_between_nodes->busbw_bytes_per_s / net_bw), src},
+                                                {added, src}};
+    applied.push_back(fmt::format("p2p between nodes: p2p_network efficiency {:.4f}, added_latency_s {:.4g}",
+                                  cluster.comm.p2p_network->efficiency.value, added));
+  };
+  if (!ring && !p2p) {
+    apply_between_nodes();
+    return applied;
+  }
 
   // Bandwidth. Transfers of an engine move payload / engine efficiency bytes at the link bandwidth, so
   // its busbw is link bandwidth x engine efficiency. When a fitted busbw exceeds the link bandwidth
@@ -698,6 +724,7 @@ std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cl
                                   cluster.comm.copy_engine_efficiency.value,
                                   cluster.comm.copy_engine_step_latency_s.value));
   }
+  apply_between_nodes();  // after the ring's fit, whose step latency it counts
   return applied;
 }
 

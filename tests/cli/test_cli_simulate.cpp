@@ -1,5 +1,6 @@
 // The binary end to end: `list`, and `simulate` with the generators and the simulator behind it.
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <tuple>
 #include <set>
@@ -248,6 +249,29 @@ TEST_CASE("simulate names what priced its kernels: the shipped profile by defaul
   const auto refused = run_fusesim(both, dir);
   CHECK(refused.exit_code == 2);
   CHECK(refused.err.find("--roofline") != std::string::npos);
+  // A named profile with fitted links says what it set in the cluster: here a P2P measured between two
+  // nodes, on a cluster of four (docs/calibration.md, "Links").
+  const json links = {
+      {"schema", "fusesim.calibration"},
+      {"schema_version", 1},
+      {"device", {{"name", "H100 SXM5"}, {"model", "h100-sxm"}, {"sm_count", 132}}},
+      {"provenance", {{"kind", "synthetic"}, {"machine", "test"}, {"date", "2026-11-29"}, {"source", "test"}}},
+      {"fitted",
+       {{"collectives", {{"p2p", {{"ranks", 2}, {"nodes", 2}, {"latency_s", 20e-6}, {"busbw_bytes_per_s", 30e9}}}}}}}};
+  {
+    std::ofstream f(dir.file("links.json"));
+    f << links.dump();
+  }
+  std::vector<std::string> named = base;
+  named[2] = "dgx-h100-4node";
+  named.insert(named.end(), {"--profile", dir.file("links.json")});
+  const auto with_links = run_fusesim(named, dir);
+  INFO(with_links.err);
+  REQUIRE(with_links.exit_code == 0);
+  const json l = json::parse(with_links.out);
+  REQUIRE(l["pricing"]["links_applied"].size() == 1);
+  CHECK(l["pricing"]["links_applied"][0].get<std::string>().find("p2p between nodes: p2p_network efficiency 0.6047") == 0);
+  CHECK(a["pricing"]["links_applied"].empty());
 }
 
 TEST_CASE("simulate --engine sets what carries communication and every report names it", "[cli][simulate][engine]") {

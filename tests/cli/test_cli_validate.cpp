@@ -248,6 +248,44 @@ TEST_CASE("apply_profile: a simulated ring all-gather and a copy-engine P2P take
   CHECK(ps_to_seconds(simulator.run(p2p).makespan_ps) == Approx(3e-6 + static_cast<double>(n) / 350e9).epsilon(1e-8));
 }
 
+TEST_CASE("apply_profile: a P2P fitted between two nodes sets how the cluster prices P2P between nodes",
+          "[cli][validate]") {
+  using namespace fusesim;
+  topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  const json doc = {
+      {"schema", "fusesim.calibration"},
+      {"schema_version", 1},
+      {"device", {{"name", "H100 SXM5"}, {"sm_count", 132}}},
+      {"provenance", {{"kind", "synthetic"}, {"machine", "test"}, {"date", "2026-11-29"}, {"source", "test"}}},
+      {"fitted",
+       {{"collectives", {{"p2p", {{"ranks", 2}, {"nodes", 2}, {"latency_s", 20e-6}, {"busbw_bytes_per_s", 30e9}}}}}}}};
+  const model::Profile p = model::parse_profile(JsonDocument::from_json(doc, "<test>"));
+  const double sm_efficiency = cluster.comm.sm_kernel_efficiency.value;
+  const auto applied = model::apply_profile(p, cluster);
+  REQUIRE(applied.size() == 1);
+  // Rank 0 -> 8 (`fusesim routes`): 2.7 us over six links, bottleneck the NIC link 50e9 x 0.9922 =
+  // 49.61e9 B/s. efficiency 30e9 / 49.61e9; added latency 20 - 2.7 - 2.8 (SM step) = 14.5 us. The ring
+  // collectives keep theirs.
+  REQUIRE(cluster.comm.p2p_network);
+  CHECK(cluster.comm.p2p_network->efficiency.value == Approx(30e9 / 49.61e9).epsilon(1e-12));
+  CHECK(cluster.comm.p2p_network->added_latency_s.value == Approx(14.5e-6).epsilon(1e-9));
+  CHECK(cluster.comm.sm_kernel_efficiency.value == sm_efficiency);
+  // An SM-kernel send from rank 0 to rank 8 then takes the fitted time: 20 us + n / 30e9.
+  const Bytes n = Bytes{1} << 30;
+  const model::RooflineCostModel costs;
+  sched::TaskGraph g(cluster.num_ranks());
+  g.add({"send", 0, {sched::StreamKind::comm, 0}, sched::SendTask{8, n, 0, model::CommEngine::sm_kernel, -1}, {}, -1});
+  g.add({"recv", 8, {sched::StreamKind::comm, 0}, sched::RecvTask{0, n, 0}, {}, -1});
+  CHECK(ps_to_seconds(sim::Simulator(cluster, costs).run(g).makespan_ps) ==
+        Approx(20e-6 + static_cast<double>(n) / 30e9).epsilon(1e-8));
+  // More than the route can carry is refused, naming the profile's key.
+  json fast = doc;
+  fast["fitted"]["collectives"]["p2p"]["busbw_bytes_per_s"] = 60e9;
+  topo::Cluster again = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  CHECK_THROWS_WITH(model::apply_profile(model::parse_profile(JsonDocument::from_json(fast, "<test>")), again),
+                    Catch::Contains("$.fitted.collectives.p2p"));
+}
+
 TEST_CASE("every shipped end-to-end case names a workload that fits its cluster, read from any folder",
           "[cli][validate]") {
   // The published cases name their workloads by source-tree path (validation/workloads/...): they

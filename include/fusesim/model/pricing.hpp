@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -63,10 +64,14 @@ struct Pricing {
   std::unique_ptr<KernelCostModel> costs;
   std::shared_ptr<const LoadedProfile> profile;  // null: the roofline
   std::string reason;  // why the roofline, when it prices an automatic run (no shipped profile ...)
+  // What an explicitly named profile set in the cluster's links (apply_profile), one line each.
+  std::vector<std::string> links_applied;
 
-  // "profile h100-sxm (<embedded:profiles/h100-sxm.json>, 2026-11-24, fnv1a64 0123...)" or "roofline ...".
+  // "profile h100-sxm (<embedded:profiles/h100-sxm.json>, 2026-11-24, fnv1a64 0123...)" or "roofline
+  // ...", then "; links: ..." when the profile set some.
   std::string describe() const;
-  // {"model": "profile"|"roofline", "profile": label|null, "profile_date", "profile_digest", "reason"}.
+  // {"model": "profile"|"roofline", "profile": label|null, "profile_date", "profile_digest", "reason",
+  //  "links_applied": [...]}.
   nlohmann::json to_json() const;
 };
 
