@@ -29,12 +29,6 @@ constexpr int kAllSourcesUpTo = 1024;
 std::string gb_per_s(double bytes_per_s) { return fmt::format("{:.1f}", bytes_per_s / 1e9); }
 std::string us(TimePs ps) { return fmt::format("{:.3f}", static_cast<double>(ps) / kPsPerMicrosecond); }
 
-double bottleneck(const topo::Cluster& c, const topo::Route& r) {
-  double b = std::numeric_limits<double>::infinity();
-  for (topo::LinkId l : r.links) b = std::min(b, c.links[static_cast<std::size_t>(l)].bandwidth_bytes_per_s);
-  return b;
-}
-
 // "nvlink > nvlink", the kinds of the links in order.
 std::string kinds_of(const topo::Cluster& c, const topo::Route& r) {
   std::string s;
@@ -91,7 +85,7 @@ class RoutesCommand final : public Command {
 
   static std::string one_route(const topo::Cluster& c, int a, int b, OutputFormat format) {
     const topo::Route r = c.route(a, b);
-    const double neck = bottleneck(c, r);
+    const double neck = c.bottleneck_bytes_per_s(r);
     if (format == OutputFormat::json) {
       json links = json::array();
       for (topo::LinkId l : r.links) {
@@ -143,7 +137,7 @@ class RoutesCommand final : public Command {
         if (a == b) continue;
         const topo::Route& r = routes[static_cast<std::size_t>(b)];
         const bool same_node = c.node_of(a) == c.node_of(b);
-        Group& g = groups[{same_node, kinds_of(c, r), bottleneck(c, r), r.latency_ps}];
+        Group& g = groups[{same_node, kinds_of(c, r), c.bottleneck_bytes_per_s(r), r.latency_ps}];
         if (g.pairs++ == 0) g.example = fmt::format("{} -> {}", a, b);
         const bool over_scale_up = std::all_of(r.links.begin(), r.links.end(), [&](topo::LinkId l) {
           return topo::is_scale_up(c.links[static_cast<std::size_t>(l)].kind);

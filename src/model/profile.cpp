@@ -619,9 +619,7 @@ std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cl
   // 0 -> 1 stands for every pair: the scale-up fabric is uniform within a node). Its bottleneck and its
   // latency are what a fitted busbw and latency calibrate.
   const topo::Route route = cluster.route(0, 1);
-  double link_bw = kInf;
-  for (topo::LinkId id : route.links)
-    link_bw = std::min(link_bw, cluster.links[static_cast<std::size_t>(id)].bandwidth_bytes_per_s);
+  double link_bw = cluster.bottleneck_bytes_per_s(route);
   const double route_s = ps_to_seconds(route.latency_ps);
   const std::string src = fmt::format("fitted in calibration profile {}", profile.label);
 
@@ -648,9 +646,7 @@ std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cl
   const auto apply_between_nodes = [&] {
     if (!p2p_between_nodes || cluster.num_nodes < 2) return;
     const topo::Route net = cluster.route(0, cluster.devices_per_node);
-    double net_bw = kInf;
-    for (topo::LinkId id : net.links)
-      net_bw = std::min(net_bw, cluster.links[static_cast<std::size_t>(id)].bandwidth_bytes_per_s);
+    const double net_bw = cluster.bottleneck_bytes_per_s(net);
     if (p2p_between_nodes->busbw_bytes_per_s > net_bw * (1.0 + 1e-12))
       throw InputError(profile.label, "$.fitted.collectives.p2p",
                        fmt::format("fitted busbw {:.1f} GB/s between nodes exceeds the {:.1f} GB/s of the route from "

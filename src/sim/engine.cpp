@@ -1071,9 +1071,9 @@ SimResult Run::execute(RunProfile& profile) {
         c.ring_record = c.spec->bytes / t / c.rings;
         c.ring_extra = c.spec->bytes / t % c.rings;
         c.ring_bytes = static_cast<double>(c.spec->bytes) / t / c.rings;
-        c.in_flight = c.spec->kind == sched::CollectiveKind::all_to_all          ? 1
-                      : c.spec->engine == model::CommEngine::sm_kernel ? protocols_[c.protocol].chunks_in_flight
-                                                                       : kSimpleChunksInFlight;
+        // A ring's chunks in flight per member (an all-to-all starts all its steps below and reads none).
+        c.in_flight = c.spec->engine == model::CommEngine::sm_kernel ? protocols_[c.protocol].chunks_in_flight
+                                                                     : kSimpleChunksInFlight;
         // An all-to-all sends to every peer at once, as NCCL runs it (grouped send/recv pairs, one
         // per peer, in one kernel); a ring member starts its first step on each ring.
         const int first_steps = c.spec->kind == sched::CollectiveKind::all_to_all ? c.steps : 1;

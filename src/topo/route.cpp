@@ -303,6 +303,12 @@ void Cluster::finalize() {
   graph_ = std::move(graph);
 }
 
+double Cluster::bottleneck_bytes_per_s(const Route& route) const {
+  double b = std::numeric_limits<double>::infinity();
+  for (LinkId l : route.links) b = std::min(b, links[static_cast<std::size_t>(l)].bandwidth_bytes_per_s);
+  return b;
+}
+
 Route Cluster::route(int src_rank, int dst_rank) const {
   if (!graph_) throw std::logic_error("Cluster::route called before finalize()");
   if (src_rank == dst_rank) throw std::invalid_argument("Cluster::route: source and destination are the same rank");

@@ -24,6 +24,15 @@ namespace {
 const std::string kTiny = source_path("tests/data/validation/tiny.json");
 const std::string kProfile = source_path("tests/data/validation/h100-attention-profile.json");
 
+// A synthetic H100 SXM5 calibration profile holding fitted collectives alone (no kernel samples).
+json links_profile(const json& collectives, const std::string& date) {
+  return {{"schema", "fusesim.calibration"},
+          {"schema_version", 1},
+          {"device", {{"name", "H100 SXM5"}, {"sm_count", 132}}},
+          {"provenance", {{"kind", "synthetic"}, {"machine", "test"}, {"date", date}, {"source", "test"}}},
+          {"fitted", {{"collectives", collectives}}}};
+}
+
 }  // namespace
 
 TEST_CASE("fusesim validate: per-case errors and MAPE of the roofline and a profile, derived by hand",
@@ -205,15 +214,9 @@ TEST_CASE("simulate --profile: a profile of another device is refused naming the
 TEST_CASE("apply_profile: a simulated ring all-gather and a copy-engine P2P take the fitted times", "[cli][validate]") {
   using namespace fusesim;
   topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100");
-  const json doc = {
-      {"schema", "fusesim.calibration"},
-      {"schema_version", 1},
-      {"device", {{"name", "H100 SXM5"}, {"sm_count", 132}}},
-      {"provenance", {{"kind", "synthetic"}, {"machine", "test"}, {"date", "2026-11-22"}, {"source", "test"}}},
-      {"fitted",
-       {{"collectives",
-         {{"all_gather", {{"ranks", 8}, {"latency_s", 30e-6}, {"busbw_bytes_per_s", 300e9}}},
-          {"p2p", {{"ranks", 2}, {"latency_s", 3e-6}, {"busbw_bytes_per_s", 350e9}}}}}}}};
+  const json doc = links_profile({{"all_gather", {{"ranks", 8}, {"latency_s", 30e-6}, {"busbw_bytes_per_s", 300e9}}},
+                                  {"p2p", {{"ranks", 2}, {"latency_s", 3e-6}, {"busbw_bytes_per_s", 350e9}}}},
+                                 "2026-11-22");
   const model::Profile p = model::parse_profile(JsonDocument::from_json(doc, "<test>"));
   const auto applied = model::apply_profile(p, cluster);
   CHECK(applied.size() == 2);
@@ -252,13 +255,8 @@ TEST_CASE("apply_profile: a P2P fitted between two nodes sets how the cluster pr
           "[cli][validate]") {
   using namespace fusesim;
   topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100-4node");
-  const json doc = {
-      {"schema", "fusesim.calibration"},
-      {"schema_version", 1},
-      {"device", {{"name", "H100 SXM5"}, {"sm_count", 132}}},
-      {"provenance", {{"kind", "synthetic"}, {"machine", "test"}, {"date", "2026-11-29"}, {"source", "test"}}},
-      {"fitted",
-       {{"collectives", {{"p2p", {{"ranks", 2}, {"nodes", 2}, {"latency_s", 20e-6}, {"busbw_bytes_per_s", 30e9}}}}}}}};
+  const json doc = links_profile(
+      {{"p2p", {{"ranks", 2}, {"nodes", 2}, {"latency_s", 20e-6}, {"busbw_bytes_per_s", 30e9}}}}, "2026-11-29");
   const model::Profile p = model::parse_profile(JsonDocument::from_json(doc, "<test>"));
   const double sm_efficiency = cluster.comm.sm_kernel_efficiency.value;
   const auto applied = model::apply_profile(p, cluster);

@@ -32,22 +32,16 @@ MIN_BYTES = 1 << 20
 SMALL_BYTES = 34816
 
 
-def small_mean_us(machine, devices_per_node):
-    times = []
+def send_recv(machine):
+    """(devices per node, bytes, seconds) of every row of the machine's two-GPU send/recv curve."""
     with open(os.path.join(RAW, f"{machine}_send_recv.csv")) as f:
-        for r in csv.DictReader(f):
-            if int(r["devices_per_node"]) == devices_per_node and int(r["size_bytes"]) <= SMALL_BYTES:
-                times.append(float(r["median_ms"]) * 1e3)
+        return [(int(r["devices_per_node"]), int(r["size_bytes"]), float(r["median_ms"]) * 1e-3)
+                for r in csv.DictReader(f) if int(r["num_workers"]) == 2]
+
+
+def small_mean_us(rows, devices_per_node):
+    times = [t * 1e6 for d, s, t in rows if d == devices_per_node and s <= SMALL_BYTES]
     return sum(times) / len(times)
-
-
-def inter_node_points(machine):
-    points = []
-    with open(os.path.join(RAW, f"{machine}_send_recv.csv")) as f:
-        for r in csv.DictReader(f):
-            if int(r["num_workers"]) == 2 and int(r["devices_per_node"]) == 1 and int(r["size_bytes"]) >= MIN_BYTES:
-                points.append((int(r["size_bytes"]), float(r["median_ms"]) * 1e-3))
-    return points
 
 
 def main():
@@ -63,7 +57,8 @@ def main():
     topology = json.loads(text)
     nic = topology["node"]["nics"]["nic_link"]
     capacity = nic["line_rate_bytes_per_s"]["value"] * nic["efficiency"]["value"]
-    points = inter_node_points(args.machine)
+    rows = send_recv(args.machine)
+    points = [(s, t) for d, s, t in rows if d == 1 and s >= MIN_BYTES]
     n = len(points)
     sx = sum(s for s, _ in points)
     sy = sum(t for _, t in points)
@@ -87,8 +82,8 @@ def main():
             "source": (assumed + "14 - 2.7 us: NCCL src/graph/tuning.cc per-network-hop latency Simple 14 us (P2P runs "
                        "Simple above 16 KiB per channel, src/enqueue.cc) less LL's 2.7 us that the route's links "
                        "carry; microsoft/vidur "
-                       f"{args.machine} send_recv of 2-34 KiB agrees: {small_mean_us(args.machine, 1):.1f} us between "
-                       f"two nodes, {small_mean_us(args.machine, 2):.1f} us inside one"),
+                       f"{args.machine} send_recv of 2-34 KiB agrees: {small_mean_us(rows, 1):.1f} us between "
+                       f"two nodes, {small_mean_us(rows, 2):.1f} us inside one"),
         },
     }
     print(json.dumps(value, indent=2))

@@ -169,6 +169,8 @@ class Cluster {
   Route route(int src_rank, int dst_rank) const;
   // Every route from one source, in one graph search (index = destination rank; empty for src).
   std::vector<Route> routes_from(int src_rank) const;
+  // The narrowest bandwidth (line rate x efficiency) of the route's links; infinity for no link.
+  double bottleneck_bytes_per_s(const Route& route) const;
   // Called by the loader after vertices and links are filled: builds the graph used by route().
   void finalize();
 
