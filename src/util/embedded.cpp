@@ -42,6 +42,9 @@ ResolvedInput resolve_input(const std::string& name_or_path, std::string_view fo
   if (auto text = embedded_file(name_or_path)) return {std::string(*text), "<embedded:" + name_or_path + ">"};
   std::string names;
   for (const auto& f : embedded_files(folder)) {
+    // Only the folder's own files are names: validation/ also ships the cases' workloads in
+    // validation/workloads/, which `--cases NAME` does not read.
+    if (f.find('/', folder.size() + 1) != std::string::npos) continue;
     auto stem = std::filesystem::path(f).stem().string();
     names += (names.empty() ? "" : ", ") + stem;
   }

@@ -308,3 +308,16 @@ TEST_CASE("errors in an embedded file name the embedded label") {
   CHECK(e.file() == "<embedded:topologies/dgx-h100.json>");
   CHECK(e.json_path() == "$.node.devices_per_node");
 }
+
+TEST_CASE("an unknown shipped name lists the folder's own files, not those of its subfolders") {
+  // validation/ ships published.json and measured.json, and beside them the cases' workloads in
+  // validation/workloads/: `validate --cases NAME` reads only the first two, so only they are names.
+  try {
+    resolve_input("no-such-cases", "validation");
+    FAIL("an unknown name must be refused");
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("(measured, published)") != std::string::npos);
+    CHECK(what.find("sc21-gpt") == std::string::npos);
+  }
+}
