@@ -326,6 +326,7 @@ SimulateReport simulate(const SimulateRequest& request) {
     return *pricing->costs;
   };
   std::int64_t network_sends_on_sm = 0;
+  std::optional<sim::RingOverTree> ring_over_tree;
   // Whatever fails before the pricing is taken reports the pricing's error first, if it has one, as
   // when the pricing was read before anything else.
   try {
@@ -383,6 +384,8 @@ SimulateReport simulate(const SimulateRequest& request) {
           if (schedule.pipeline_stages > 1) recorder->label_stages(schedule.gpus / schedule.pipeline_stages);
         }
         const sim::SimResult result = simulator->run(schedule.graph, recorder ? &*recorder : nullptr);
+        if (result.ring_over_tree && (!ring_over_tree || *ring_over_tree < *result.ring_over_tree))
+          ring_over_tree = result.ring_over_tree;
         SimulateRun run;
         run.metrics = analysis::analyze(schedule, result, cluster, costs, w.dtype);
         if (recorder) run.trace_json = recorder->to_json().dump();
@@ -395,6 +398,7 @@ SimulateReport simulate(const SimulateRequest& request) {
   }
   priced();  // the report names the pricing even where nothing was simulated
   if (network_sends_on_sm > 0) report.notes.push_back(network_sends_note(network_sends_on_sm));
+  if (ring_over_tree) report.notes.push_back(ring_over_tree_note(*ring_over_tree));
   report.workload = std::move(w);
   return report;
 }
@@ -404,6 +408,14 @@ std::string network_sends_note(std::int64_t sends) {
                      "choice asked for: a copy engine cannot drive the network (NCCL's inter-node send/recv is an "
                      "SM kernel and a proxy thread)",
                      sends);
+}
+
+std::string ring_over_tree_note(const sim::RingOverTree& r) {
+  return fmt::format("all-reduces across nodes run as rings, where NCCL would run trees (not simulated: docs/engine.md, "
+                     "section 9): the all-reduce of {} bytes over {} ranks on {} nodes takes {:.1f} us as a ring, {:.1f} "
+                     "us as NCCL's tuning model prices a tree with the same constants (the largest such gap in these "
+                     "runs)",
+                     r.bytes, r.ranks, r.nodes, r.ring_s * 1e6, r.tree_s * 1e6);
 }
 
 nlohmann::json report_json(const SimulateReport& report) {

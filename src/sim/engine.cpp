@@ -14,6 +14,7 @@
 // costs and send sizes are gathered while the task is in cache), and the event loop then works on
 // 8 bytes of TaskInfo, 4 of pending count and 24 of TaskTiming per task, plus the successor lists.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -397,6 +398,9 @@ class Run final : public sched::TaskVisitor {
   FlowOwner& launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol = 0,
                          bool p2p = false);
   void choose_protocols();
+  template <typename LatencyFn, typename DataFn>
+  void price_tree(const CollectiveRun& c, TimePs route_ps, int hops, TimePs off_node_ps, int off_node_hops,
+                  const LatencyFn& latency_s, const DataFn& data_s);
   // Events a fixed delay after now go to a lane of the queue (event_queue.hpp), one lane per
   // distinct delay, up to kMaxLanes; beyond that to the heap.
   static constexpr std::size_t kMaxLanes = 16;
@@ -854,45 +858,103 @@ void Run::check_mirrored(const CollectiveRun& c) const {
 // Each ring collective of SM kernels takes the protocol whose time alone is least for its size, with
 // its first ring's mean hop latency and slowest hop's bandwidth (NCCL's tuning model: one latency and
 // one bandwidth per algorithm and protocol, precomputed, then one formula per query). NVLS only for
-// an all-reduce inside one node (the NVSwitch of that node reduces).
+// an all-reduce inside one node (the NVSwitch of that node reduces). An all-reduce across nodes is
+// also priced as NCCL's tree would be (SimResult::ring_over_tree), not run so.
 void Run::choose_protocols() {
-  if (protocols_.size() < 2) return;
+  // The route of a ring's first hop inside a node and of its first between nodes, per pair: a group's
+  // collectives share their rings, so each group searches two routes.
+  std::unordered_map<std::uint64_t, std::pair<TimePs, double>> hop_routes;
+  const auto hop_route = [&](int src, int dst) -> const std::pair<TimePs, double>& {
+    auto [it, fresh] = hop_routes.try_emplace(pair_key(src, dst));
+    if (fresh) {
+      const topo::Route route = cluster_.route(src, dst);
+      it->second = {route.latency_ps, route.links.empty() ? 0.0 : cluster_.bottleneck_bytes_per_s(route)};
+    }
+    return it->second;
+  };
   for (CollectiveRun& c : collectives_) {
     const int t = static_cast<int>(c.ranks.size());
     if (t < 2 || c.spec->kind == sched::CollectiveKind::all_to_all || c.spec->engine != model::CommEngine::sm_kernel ||
         c.ring_route.empty())
       continue;
-    // The first ring's hops from the members present (all of them unless mirrored, where the present
-    // ones repeat along the ring): a chunk crosses the ring paying each hop's latency once, and the
-    // ring drains at its slowest hop's bandwidth (a NIC where the group spans nodes), as NCCL's model
-    // counts intra- and inter-node steps apart (tuning.cc).
-    double bandwidth = std::numeric_limits<double>::infinity();
-    TimePs route_ps = 0;  // summed exactly: a mirrored group's present hops give every rank's mean
-    int hops = 0;
-    for (std::size_t m = 0; m < c.members.size(); ++m) {
-      if (c.members[m] == kNoTask) continue;
-      const RouteId route = c.ring_route[m];
-      route_ps += route_latency_ps_[route];
-      ++hops;
-      for (topo::LinkId l : network_.route_links(route))
-        if (static_cast<std::size_t>(l) < cluster_.links.size())  // the HBM ports are not wires
-          bandwidth = std::min(bandwidth, cluster_.links[l].bandwidth_bytes_per_s);
+    // All t hops of the first ring, the members present or not (a mirrored collective's present
+    // members need not hold its hops in proportion: with node images they are the first rank of
+    // each node, whose hops stay inside it), as two kinds: inside a node and between nodes, each
+    // priced by its first hop's route. A chunk crosses the ring paying each hop's latency once, and
+    // the ring drains at its slowest hop's bandwidth (a NIC where the group spans nodes), as NCCL's
+    // model counts intra- and inter-node steps apart (tuning.cc).
+    int first_on = -1, first_off = -1, off_node_hops = 0;
+    for (int m = 0; m < t; ++m) {
+      const bool off = cluster_.node_of(c.ranks[m]) != cluster_.node_of(c.ranks[c.ring_next[m]]);
+      off_node_hops += off ? 1 : 0;
+      int& first = off ? first_off : first_on;
+      if (first < 0) first = m;
     }
-    if (hops == 0 || !std::isfinite(bandwidth) || bandwidth <= 0.0) continue;
+    const int hops = t;
+    double bandwidth = std::numeric_limits<double>::infinity();
+    TimePs route_ps = 0, off_node_ps = 0;  // sums over the t hops, exact
+    for (int first : {first_on, first_off}) {
+      if (first < 0) continue;
+      const auto& [latency_ps, bottleneck] = hop_route(c.ranks[first], c.ranks[c.ring_next[first]]);
+      const int count = first == first_off ? off_node_hops : hops - off_node_hops;
+      route_ps += latency_ps * count;
+      if (first == first_off) off_node_ps = latency_ps * count;
+      bandwidth = std::min(bandwidth, bottleneck);
+    }
+    if (!std::isfinite(bandwidth) || bandwidth <= 0.0) continue;
     const double hop_latency_s = ps_to_seconds(1) * (static_cast<double>(route_ps) / hops);
     bool one_node = true;
     for (int r : c.ranks) one_node = one_node && cluster_.node_of(r) == cluster_.node_of(c.ranks.front());
     const double step_bytes = static_cast<double>(c.spec->bytes) / t / c.rings;
-    double best = std::numeric_limits<double>::infinity();
-    for (std::size_t k = 0; k < protocols_.size(); ++k) {
-      const Protocol& p = protocols_[k];
-      if (p.nvls && !(one_node && c.spec->kind == sched::CollectiveKind::all_reduce)) continue;
-      const double time = ps_to_seconds(p.base_ps) +
-                          c.steps * (hop_latency_s + ps_to_seconds(p.step_ps) + step_bytes / (bandwidth * p.efficiency));
-      // Strictly less: on a tie the earlier protocol (Simple first) keeps it, deterministically.
-      if (time < best) best = time, c.protocol = static_cast<std::uint8_t>(k);
+    const auto data_s = [&](const Protocol& p) { return c.steps * step_bytes / (bandwidth * p.efficiency); };
+    const auto latency_s = [&](const Protocol& p) {
+      return ps_to_seconds(p.base_ps) + c.steps * (hop_latency_s + ps_to_seconds(p.step_ps));
+    };
+    if (protocols_.size() > 1) {
+      double best = std::numeric_limits<double>::infinity();
+      for (std::size_t k = 0; k < protocols_.size(); ++k) {
+        const Protocol& p = protocols_[k];
+        if (p.nvls && !(one_node && c.spec->kind == sched::CollectiveKind::all_reduce)) continue;
+        const double time = latency_s(p) + data_s(p);
+        // Strictly less: on a tie the earlier protocol (Simple first) keeps it, deterministically.
+        if (time < best) best = time, c.protocol = static_cast<std::uint8_t>(k);
+      }
     }
+    if (c.spec->kind == sched::CollectiveKind::all_reduce && !one_node && off_node_hops > 0)
+      price_tree(c, route_ps, hops, off_node_ps, off_node_hops, latency_s, data_s);
   }
+}
+
+// NCCL's tree all-reduce (tuning.cc): 2 x ((g - 1) intra-node hops + log2(N) network hops) of
+// latency, with N nodes of g ranks, against the ring's 2 (t - 1); its bandwidth 0.92 of the ring's
+// beyond two nodes (the 2-node tree, which moves half a ring's bytes over the network, is given the
+// ring's: conservative). The ring's protocol and constants for both.
+template <typename LatencyFn, typename DataFn>
+void Run::price_tree(const CollectiveRun& c, TimePs route_ps, int hops, TimePs off_node_ps, int off_node_hops,
+                     const LatencyFn& latency_s, const DataFn& data_s) {
+  const int t = static_cast<int>(c.ranks.size());
+  std::vector<int> nodes;
+  nodes.reserve(c.ranks.size());
+  for (int r : c.ranks) nodes.push_back(cluster_.node_of(r));
+  std::sort(nodes.begin(), nodes.end());
+  const int n_nodes = static_cast<int>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+  const int per_node = (t + n_nodes - 1) / n_nodes;
+  const Protocol& p = protocols_[c.protocol];
+  const double step_s = ps_to_seconds(p.step_ps);
+  const double inter_s = ps_to_seconds(1) * (static_cast<double>(off_node_ps) / off_node_hops);
+  const int on_node_hops = hops - off_node_hops;
+  // The mean NVLink hop from the ring's own hops inside a node; a ring with none (one rank per node)
+  // has no intra-node hop in its tree either.
+  const double intra_s =
+      on_node_hops > 0 ? ps_to_seconds(1) * (static_cast<double>(route_ps - off_node_ps) / on_node_hops) : 0.0;
+  const int log_nodes = std::bit_width(static_cast<unsigned>(n_nodes - 1));  // ceil(log2 N)
+  const double ring_s = latency_s(p) + data_s(p);
+  const double tree_s = ps_to_seconds(p.base_ps) +
+                        2.0 * ((per_node - 1) * (intra_s + step_s) + log_nodes * (inter_s + step_s)) +
+                        data_s(p) * (n_nodes > 2 ? 1.0 / 0.92 : 1.0);
+  if (!(tree_s < ring_s)) return;
+  const RingOverTree here{t, n_nodes, c.spec->bytes, ring_s, tree_s};
+  if (auto& worst = result_.ring_over_tree; !worst || *worst < here) worst = here;
 }
 
 std::uint32_t Run::lane_for(TimePs delay_ps) {

@@ -312,3 +312,39 @@ TEST_CASE("simulate --engine sets what carries communication and every report na
   CHECK(refused.exit_code == 2);
   CHECK(refused.err.find("--engine") != std::string::npos);
 }
+
+TEST_CASE("simulate notes an all-reduce across nodes that NCCL would run as a tree", "[cli][simulate]") {
+  // Two layers of hidden 1,024 at TP 1 x DP 32 DDP on the four DGX H100 nodes: 28 MiB gradient
+  // all-reduces whose ring (62 hops) costs more than NCCL's tree (2 x (7 + 2) hops); the ZeRO-1
+  // step of the same model has no all-reduce over DP, hence no note. Mirror and every rank alike.
+  ScratchDir dir;
+  json w = json::parse(std::ifstream(source_path("workloads/llama-3-70b-4node.json")));
+  w["model"]["layers"] = 2;
+  w["model"]["hidden"] = 1024;
+  w["model"]["heads"] = 8;
+  w["model"]["kv_heads"] = 8;
+  w["model"]["ffn_hidden"] = 3584;
+  w["training"]["sequence_length"] = 1024;
+  w["parallel"]["tp"] = 1;
+  w["parallel"]["dp"] = 32;
+  for (const char* sharding : {"ddp", "zero1"}) {
+    w["parallel"]["dp_sharding"] = sharding;
+    std::ofstream(dir.file("w.json")) << w.dump();
+    std::vector<std::string> notes;
+    for (const char* symmetry : {"mirror", "none"}) {
+      const auto r = run_fusesim({"simulate", "--workload", "w.json", "--topology", "dgx-h100-4node", "--scope", "step",
+                                  "--schedule", "baseline", "--parallelism", "dp", "--symmetry", symmetry, "--format",
+                                  "json"},
+                                 dir);
+      INFO(sharding << " " << symmetry << ": " << r.err);
+      REQUIRE(r.exit_code == 0);
+      const json doc = json::parse(r.out);
+      std::string tree;
+      for (const json& n : doc["notes"])
+        if (n.get<std::string>().find("NCCL would run trees") != std::string::npos) tree = n.get<std::string>();
+      CHECK(tree.empty() == (std::string(sharding) == "zero1"));
+      notes.push_back(tree);
+    }
+    CHECK(notes[0] == notes[1]);
+  }
+}

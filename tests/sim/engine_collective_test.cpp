@@ -313,3 +313,39 @@ TEST_CASE("TransferRecords::p2p_only keeps the P2P records alone and changes no 
     CHECK(a.tasks[i].end_ps == b.tasks[i].end_ps);
   }
 }
+
+TEST_CASE("an all-reduce across nodes is priced as NCCL's tree beside its ring", "[sim][collective]") {
+  // Eight ranks on one switch, two per node on four nodes (every route 2 x 500,000 ps, inside a node
+  // or not); Simple only: base 5e6 ps, SM step 1e6 ps. An all-reduce over all eight (g = 2 per node,
+  // N = 4 nodes: two rings) of n = 8,000 B: 14 steps of n / t / rings = 500 B.
+  //   ring: 5e6 + 14 x (1e6 + 1e6) = 33e6 ps of latency + 14 x 500 / 1e11 s = 70,000 ps of data
+  //   tree: 5e6 + 2 x ((g - 1) x (1e6 + 1e6) + ceil(log2 4) x (1e6 + 1e6)) = 17e6 ps
+  //         + 70,000 / 0.92 = 76,086.96 ps (beyond two nodes, 0.92 of the ring's bandwidth)
+  // With n = 80e6 B the data is 700e6 ps, 60.9e6 more as a tree: the ring is what NCCL would run.
+  ClusterBuilder b;
+  std::vector<fusesim::topo::VertexId> gpus;
+  for (int i = 0; i < 8; ++i) gpus.push_back(b.gpu());
+  const auto s = b.sw("fabric");
+  for (int i = 0; i < 8; ++i) {
+    b.cable(gpus[static_cast<std::size_t>(i)], s, 1e11, 500'000);
+    b.c.vertices[gpus[static_cast<std::size_t>(i)]].node = i / 2;
+  }
+  b.c.num_nodes = 4;
+  b.c.devices_per_node = 2;
+  b.c.finalize();
+  TestCostModel costs;
+  const auto run = [&](const std::vector<int>& ranks, Bytes n) {
+    TaskGraph g(8);
+    collective(g, "ar", CollectiveKind::all_reduce, ranks, n, 1);
+    return Simulator(b.c, costs).run(g).ring_over_tree;
+  };
+  const auto small = run(iota_ranks(8), 8'000);
+  REQUIRE(small.has_value());
+  CHECK(small->ranks == 8);
+  CHECK(small->nodes == 4);
+  CHECK(small->bytes == 8'000);
+  CHECK(small->ring_s == Approx(33.07e-6).epsilon(1e-12));
+  CHECK(small->tree_s == Approx(17e-6 + 0.07e-6 / 0.92).epsilon(1e-12));
+  CHECK_FALSE(run(iota_ranks(8), 80'000'000).has_value());
+  CHECK_FALSE(run({0, 1}, 8'000).has_value());  // one node: no tree to compare
+}

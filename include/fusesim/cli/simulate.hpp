@@ -18,6 +18,7 @@
 #include "fusesim/model/pricing.hpp"
 #include "fusesim/model/workload.hpp"
 #include "fusesim/sched/generate.hpp"
+#include "fusesim/sim/engine.hpp"
 #include "fusesim/topo/cluster.hpp"
 
 namespace fusesim::cli {
@@ -94,6 +95,8 @@ struct PreparedJob {
 PreparedJob prepare_job(const SimulateRequest& request);
 // The report's line for copy-engine sends between nodes that ran on SM kernels.
 std::string network_sends_note(std::int64_t sends);
+// The note of an all-reduce across nodes that a ring prices above NCCL's tree (sim::SimResult::ring_over_tree).
+std::string ring_over_tree_note(const sim::RingOverTree& r);
 
 // --engine's value checked against model::kEngineModes (InputError naming `option` otherwise).
 std::string parse_engine_mode(const std::string& option, const std::string& value);

@@ -9,6 +9,8 @@
 // a rate; concurrent transfers share every link of their route with max-min fairness, re-solved
 // whenever one starts or ends. Collectives run as their ring (or all-to-all) steps on the real links.
 #include <cstdint>
+#include <optional>
+#include <tuple>
 #include <vector>
 
 #include "fusesim/model/kernel.hpp"
@@ -51,11 +53,35 @@ class Observer {
 // for tests and tools that look at them. An observer sees every transfer either way.
 enum class TransferRecords : std::uint8_t { all, p2p_only };
 
+// An all-reduce across nodes runs as rings (docs/engine.md, section 6), where NCCL would run a tree
+// when its model prices the tree lower: a ring's chunk crosses 2 (t - 1) hops, a tree's 2 (g - 1)
+// inside a node and 2 ceil(log2 N) between the N nodes (src/graph/tuning.cc). Not simulated: the
+// engine gives, for the all-reduce where it matters most, the ring's time alone and the tree's by
+// NCCL's formula with the same protocol constants, so that a report can say how much the ring
+// overstates (docs/engine.md, section 9).
+struct RingOverTree {
+  int ranks = 0;
+  int nodes = 0;
+  Bytes bytes = 0;
+  double ring_s = 0.0;
+  double tree_s = 0.0;
+  double overstated_s() const { return ring_s - tree_s; }
+  // The order SimResult::ring_over_tree keeps the greatest of: by what the ring overstates, then
+  // the larger group, the more nodes, the more bytes.
+  bool operator<(const RingOverTree& o) const {
+    return std::tuple(overstated_s(), ranks, nodes, bytes) < std::tuple(o.overstated_s(), o.ranks, o.nodes, o.bytes);
+  }
+};
+
 struct SimResult {
   std::vector<TaskTiming> tasks;           // indexed by TaskId
   std::vector<TransferRecord> transfers;   // in order of completion (see TransferRecords)
   TimePs makespan_ps = 0;                  // max end over all tasks
   std::uint64_t events_processed = 0;
+  // The all-reduce across nodes whose ring time most exceeds NCCL's tree (ties: the larger group,
+  // then the more nodes, then more bytes, so that every symmetry mode names the same one); absent
+  // when every such all-reduce is priced no higher than a tree would be, or there is none.
+  std::optional<RingOverTree> ring_over_tree;
 };
 
 // Wall-clock seconds spent in the phases of the last run(), for benchmarks. Kept out of SimResult,
