@@ -169,6 +169,13 @@ struct CollectiveRun {
   std::vector<RouteId> ring_route;
   const sched::CollectiveTask* spec = nullptr;
   int steps = 0;
+  // An all-reduce across nodes that runs as NCCL's tree (Run::price_tree): each step flow's latency
+  // phase is tree_step_ps instead of its route's and protocol's, and its payload per wire byte is
+  // scaled by tree_scale (inside a node) or tree_scale_off_node (between nodes). -1: a ring.
+  TimePs tree_step_ps = -1;
+  std::uint32_t tree_lane = kNone;
+  double tree_scale = 1.0;
+  double tree_scale_off_node = 1.0;
   // Set when the steps begin (kCollectiveSteps), for start_step() and advance_member(), which run once
   // or twice per step flow: the bytes recorded for a ring's part of a step's chunk (bytes / t split
   // over the rings, the first `ring_extra` rings one byte more), the exact share the flow moves, and
@@ -396,10 +403,10 @@ class Run final : public sched::TaskVisitor {
   // `p2p`: a point-to-point transfer (a send/recv pair, an all-to-all's pair), which over the network
   // moves its payload at the topology's p2p_network efficiency, after its added latency, where it gives one.
   FlowOwner& launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol = 0,
-                         bool p2p = false);
+                         bool p2p = false, const CollectiveRun* tree = nullptr);
   void choose_protocols();
   template <typename LatencyFn, typename DataFn>
-  void price_tree(const CollectiveRun& c, TimePs route_ps, int hops, TimePs off_node_ps, int off_node_hops,
+  void price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_node_ps, int off_node_hops,
                   const LatencyFn& latency_s, const DataFn& data_s);
   // Events a fixed delay after now go to a lane of the queue (event_queue.hpp), one lane per
   // distinct delay, up to kMaxLanes; beyond that to the heap.
@@ -920,41 +927,50 @@ void Run::choose_protocols() {
         if (time < best) best = time, c.protocol = static_cast<std::uint8_t>(k);
       }
     }
-    if (c.spec->kind == sched::CollectiveKind::all_reduce && !one_node && off_node_hops > 0)
+    if (c.spec->kind == sched::CollectiveKind::all_reduce && !one_node && off_node_hops > 0 &&
+        cluster_.comm.tree_all_reduce)
       price_tree(c, route_ps, hops, off_node_ps, off_node_hops, latency_s, data_s);
   }
 }
 
-// NCCL's tree all-reduce (tuning.cc): 2 x ((g - 1) intra-node hops + log2(N) network hops) of
-// latency, with N nodes of g ranks, against the ring's 2 (t - 1); its bandwidth 0.92 of the ring's
-// beyond two nodes (the 2-node tree, which moves half a ring's bytes over the network, is given the
-// ring's: conservative). The ring's protocol and constants for both.
+// NCCL's tree all-reduce (src/graph/tuning.cc), which NCCL runs across nodes where its model prices
+// it below the ring: a chunk crosses 2 x ((g - 1) hops inside a node + ceil(log2 N) between nodes),
+// N nodes of g ranks, against the ring's 2 (t - 1); at 0.92 of the bandwidth. Run on the ring's step
+// flows (a double binary tree moves about 2 n / g bytes over each NIC each way beyond two nodes, as g
+// rings do; on two nodes each node sends its reduced half once, n / g per NIC, half a ring's), with
+// the tree's latency spread evenly over the steps and its bandwidth as the flows' efficiency. The
+// ring's protocol and constants for both; the mean hop of each kind from the ring's hops.
 template <typename LatencyFn, typename DataFn>
-void Run::price_tree(const CollectiveRun& c, TimePs route_ps, int hops, TimePs off_node_ps, int off_node_hops,
+void Run::price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_node_ps, int off_node_hops,
                      const LatencyFn& latency_s, const DataFn& data_s) {
+  constexpr double kTreeBandwidth = 0.92;  // tuning.cc: busBw * .92 for Tree AllReduce
   const int t = static_cast<int>(c.ranks.size());
   std::vector<int> nodes;
   nodes.reserve(c.ranks.size());
   for (int r : c.ranks) nodes.push_back(cluster_.node_of(r));
   std::sort(nodes.begin(), nodes.end());
   const int n_nodes = static_cast<int>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
-  const int per_node = (t + n_nodes - 1) / n_nodes;
+  if (n_nodes < 2 || t % n_nodes != 0) return;  // a tree of g ranks per node
+  const int per_node = t / n_nodes;
   const Protocol& p = protocols_[c.protocol];
-  const double step_s = ps_to_seconds(p.step_ps);
-  const double inter_s = ps_to_seconds(1) * (static_cast<double>(off_node_ps) / off_node_hops);
   const int on_node_hops = hops - off_node_hops;
-  // The mean NVLink hop from the ring's own hops inside a node; a ring with none (one rank per node)
-  // has no intra-node hop in its tree either.
-  const double intra_s =
-      on_node_hops > 0 ? ps_to_seconds(1) * (static_cast<double>(route_ps - off_node_ps) / on_node_hops) : 0.0;
+  const double intra_ps = on_node_hops > 0 ? static_cast<double>(route_ps - off_node_ps) / on_node_hops : 0.0;
+  const double inter_ps = static_cast<double>(off_node_ps) / off_node_hops;
   const int log_nodes = std::bit_width(static_cast<unsigned>(n_nodes - 1));  // ceil(log2 N)
+  const double hops_ps = 2.0 * ((per_node - 1) * (intra_ps + static_cast<double>(p.step_ps)) +
+                                log_nodes * (inter_ps + static_cast<double>(p.step_ps)));
   const double ring_s = latency_s(p) + data_s(p);
-  const double tree_s = ps_to_seconds(p.base_ps) +
-                        2.0 * ((per_node - 1) * (intra_s + step_s) + log_nodes * (inter_s + step_s)) +
-                        data_s(p) * (n_nodes > 2 ? 1.0 / 0.92 : 1.0);
+  // The ring drains at its NIC where the group spans nodes: the tree's data time is the ring's over
+  // 0.92, halved on two nodes.
+  const double tree_data_s = data_s(p) * (n_nodes == 2 ? 0.5 : 1.0) / kTreeBandwidth;
+  const double tree_s = ps_to_seconds(p.base_ps) + ps_to_seconds(1) * hops_ps + tree_data_s;
   if (!(tree_s < ring_s)) return;
+  c.tree_step_ps = static_cast<TimePs>(std::llround(hops_ps / c.steps));
+  c.tree_lane = lane_for(c.tree_step_ps);
+  c.tree_scale = kTreeBandwidth;
+  c.tree_scale_off_node = kTreeBandwidth * (n_nodes == 2 ? 2.0 : 1.0);
   const RingOverTree here{t, n_nodes, c.spec->bytes, ring_s, tree_s};
-  if (auto& worst = result_.ring_over_tree; !worst || *worst < here) worst = here;
+  if (auto& widest = result_.ring_over_tree; !widest || *widest < here) widest = here;
 }
 
 std::uint32_t Run::lane_for(TimePs delay_ps) {
@@ -1254,10 +1270,11 @@ void Run::begin_transfer(FlowId f) {
 }
 
 FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol,
-                            bool p2p) {
+                            bool p2p, const CollectiveRun* tree) {
   const bool sm = engine == model::CommEngine::sm_kernel;
   const bool network_p2p = p2p && p2p_network_ && route_off_node_[route] != 0;
-  const double efficiency = network_p2p ? p2p_network_efficiency_ : sm ? protocols_[protocol].efficiency : ce_efficiency_;
+  double efficiency = network_p2p ? p2p_network_efficiency_ : sm ? protocols_[protocol].efficiency : ce_efficiency_;
+  if (tree) efficiency *= route_off_node_[route] != 0 ? tree->tree_scale_off_node : tree->tree_scale;
   const FlowId f = network_.create(route, payload_bytes / efficiency);
   if (f >= owners_.size()) {
     owners_.resize(f + 1);
@@ -1271,6 +1288,10 @@ FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngi
   flow_hot_[f].scheduled_ps = kTimeNever;
   flow_hot_[f].payload_bytes_per_s = 0.0;  // the network's rate is 0 until the flow's first settle()
   flow_hot_[f].efficiency = efficiency;
+  if (tree) {
+    push_after(tree->tree_step_ps, tree->tree_lane, kFlowLatencyEnd, f);
+    return o;
+  }
   const std::size_t kind = network_p2p ? protocols_.size() + (sm ? 1 : 2) : sm ? protocol : protocols_.size();
   const std::size_t phase = phases_ * static_cast<std::size_t>(route) + kind;
   push_after(latency_phase_ps_[phase], latency_lane_[phase], kFlowLatencyEnd, f);
@@ -1391,8 +1412,8 @@ void Run::start_step(std::uint32_t ci, int member, int ring, int step) {
 void Run::launch_step_flow(std::uint32_t ci, int member, int to, int ring, int step, RouteId route, double bytes,
                            Bytes record_bytes) {
   CollectiveRun& c = collectives_[ci];
-  FlowOwner& o = launch_flow(route, bytes, c.spec->engine, c.protocol,
-                             c.spec->kind == sched::CollectiveKind::all_to_all);
+  FlowOwner& o = launch_flow(route, bytes, c.spec->engine, c.protocol, c.spec->kind == sched::CollectiveKind::all_to_all,
+                             c.tree_step_ps >= 0 ? &c : nullptr);
   // Into an image: the flow lands on (is credited to) the member its alias stands at, as its receive
   // on the ring whose flow it stands for.
   const bool image = c.members[to] == kNoTask;

@@ -140,6 +140,7 @@ CommParams read_communication(const JsonObject& o) {
   c.copy_engine_step_latency_s = o.sourced("copy_engine_step_latency_s", 0.0, kMaxLatencyS);
   c.sm_kernel_efficiency = positive_sourced(o, "sm_kernel_efficiency", 1.0);
   c.copy_engine_efficiency = positive_sourced(o, "copy_engine_efficiency", 1.0);
+  c.tree_all_reduce = o.boolean_or("tree_all_reduce", true);
   if (auto pn = o.find("p2p_network")) {
     const JsonObject p = pn->as_object();
     c.p2p_network = P2pNetwork{positive_sourced(p, "efficiency", 1.0), p.sourced("added_latency_s", 0.0, kMaxLatencyS)};

@@ -313,7 +313,7 @@ TEST_CASE("simulate --engine sets what carries communication and every report na
   CHECK(refused.err.find("--engine") != std::string::npos);
 }
 
-TEST_CASE("simulate notes an all-reduce across nodes that NCCL would run as a tree", "[cli][simulate]") {
+TEST_CASE("simulate notes the all-reduces across nodes run as NCCL's tree", "[cli][simulate]") {
   // Two layers of hidden 1,024 at TP 1 x DP 32 DDP on the four DGX H100 nodes: 28 MiB gradient
   // all-reduces whose ring (62 hops) costs more than NCCL's tree (2 x (7 + 2) hops); the ZeRO-1
   // step of the same model has no all-reduce over DP, hence no note. Mirror and every rank alike.
@@ -341,7 +341,7 @@ TEST_CASE("simulate notes an all-reduce across nodes that NCCL would run as a tr
       const json doc = json::parse(r.out);
       std::string tree;
       for (const json& n : doc["notes"])
-        if (n.get<std::string>().find("NCCL would run trees") != std::string::npos) tree = n.get<std::string>();
+        if (n.get<std::string>().find("run as NCCL's tree") != std::string::npos) tree = n.get<std::string>();
       CHECK(tree.empty() == (std::string(sharding) == "zero1"));
       notes.push_back(tree);
     }

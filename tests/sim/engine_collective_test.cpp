@@ -314,7 +314,8 @@ TEST_CASE("TransferRecords::p2p_only keeps the P2P records alone and changes no 
   }
 }
 
-TEST_CASE("an all-reduce across nodes is priced as NCCL's tree beside its ring", "[sim][collective]") {
+TEST_CASE("an all-reduce across nodes runs as NCCL's tree where its model prices it below the ring",
+          "[sim][collective]") {
   // Eight ranks on one switch, two per node on four nodes (every route 2 x 500,000 ps, inside a node
   // or not); Simple only: base 5e6 ps, SM step 1e6 ps. An all-reduce over all eight (g = 2 per node,
   // N = 4 nodes: two rings) of n = 8,000 B: 14 steps of n / t / rings = 500 B.
@@ -348,4 +349,23 @@ TEST_CASE("an all-reduce across nodes is priced as NCCL's tree beside its ring",
   CHECK(small->tree_s == Approx(17e-6 + 0.07e-6 / 0.92).epsilon(1e-12));
   CHECK_FALSE(run(iota_ranks(8), 80'000'000).has_value());
   CHECK_FALSE(run({0, 1}, 8'000).has_value());  // one node: no tree to compare
+  // One rank per node (ranks 0, 2, 4, 6: one ring, every flow alone on its links), n = 8,000 B:
+  // 6 steps of 2,000 B. Ring: 5e6 + 6 x 2e6 = 17e6 ps + 6 x 20,000 ps; tree: 5e6 + 2 x ceil(log2 4) x
+  // 2e6 = 13e6 + 120,000 / 0.92 ps: a tree. Run on the ring's flows: each step's latency
+  // 8e6 / 6 = 1,333,333.3 -> 1,333,333 ps, then 2,000 B at 1e11 B/s x 0.92 = 21,739.13 ps, step after
+  // step: 5e6 + 6 x 1,355,072.13 = 13,130,432.8 ps, each drain rounded up to the picosecond.
+  TaskGraph g(8);
+  const auto ids = collective(g, "ar", CollectiveKind::all_reduce, {0, 2, 4, 6}, 8'000, 1);
+  const SimResult res = Simulator(b.c, costs).run(g);
+  REQUIRE(res.ring_over_tree.has_value());
+  CHECK(res.ring_over_tree->nodes == 4);
+  for (auto id : ids) {
+    CHECK(res.tasks[id].end_ps >= 13'130'432);
+    CHECK(res.tasks[id].end_ps <= 13'130'432 + 6);
+  }
+  // NCCL_ALGO=Ring: 17e6 + 120,000 = 17,120,000 ps.
+  b.c.comm.tree_all_reduce = false;
+  const SimResult ring = Simulator(b.c, costs).run(g);
+  CHECK_FALSE(ring.ring_over_tree.has_value());
+  for (auto id : ids) CHECK(ring.tasks[id].end_ps == 17'120'000);
 }

@@ -161,8 +161,9 @@ TEST_CASE("all-reduce over 2 nodes x 4: the rings stream through the NICs, n/(t 
   // every member is done by then. A ring whose members waited for their own sends to land (before
   // 2026-11-28) paid the 7 us latency before each drain: 8 + 14 x 27 = 386 us. (A flat ring in rank
   // order would move n/t = 4e6 B per step through one NIC, across the rails by a spine:
-  // 8 + 14 x (6 + 3 + 80) = 1254 us.)
-  const topo::Cluster c = rail(2);
+  // 8 + 14 x (6 + 3 + 80) = 1254 us.) Rings forced: NCCL's tree would take this all-reduce (below).
+  topo::Cluster c = rail(2);
+  c.comm.tree_all_reduce = false;
   TestCostModel costs;
   sched::TaskGraph g(8);
   const auto ids = collective(g, "ar", sched::CollectiveKind::all_reduce, ranks(0, 8), 32'000'000, 1);
@@ -184,7 +185,9 @@ TEST_CASE("all-reduce over 2 nodes x 4, latency-bound: a chunk pays each hop's l
   // x 5 = 86 us, as NCCL's tuning model counts a ring (intra-node steps x intra-node latency +
   // inter-node steps x network latency). Each member's last receive is such a window too. A ring whose
   // members waited for their own sends would pay the crossing at every step: 8 + 14 x 7 = 106 us.
-  const topo::Cluster c = rail(2);
+  // Rings forced (NCCL_ALGO=Ring): the tree's case follows.
+  topo::Cluster c = rail(2);
+  c.comm.tree_all_reduce = false;
   TestCostModel costs;
   sched::TaskGraph g(8);
   collective(g, "ar", sched::CollectiveKind::all_reduce, ranks(0, 8), 32, 1);
@@ -207,6 +210,7 @@ TEST_CASE("across nodes the protocol is chosen by the ring's mean hop and its sl
   // (its intra-node feeders take at most 2 + 3 + 5 = 10 us each): 15 + 140 = 155 us; LL would have
   // drained 14 chunks of 20 us from 1 + 4 = 5 us: 285 us.
   auto c = rail(2);
+  c.comm.tree_all_reduce = false;  // the rings' protocol choice
   c.comm.protocols.push_back({"ll", {1e-6, "test"}, {0.0, "test"}, {0.5, "test"}});
   TestCostModel costs;
   sched::TaskGraph g(8);
@@ -226,13 +230,41 @@ TEST_CASE("LL128 across two DGX H100 nodes: a small all-reduce pays NCCL's ring 
   // intra steps x intra latency + inter steps x network latency), plus 30 drains of 64 B, under 1 ns
   // each. LL128 keeps up to 8 chunks of a ring in flight: with Simple's 2 a member at a node boundary,
   // whose sends take 2.7 us where its receives come every ~0.86 us, would hold the ring back (66 us).
-  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  c.comm.tree_all_reduce = false;  // NCCL_ALGO=Ring: by default NCCL's tree takes it, in 39.0 us
   TestCostModel costs;
   sched::TaskGraph g(16);
   collective(g, "ar", sched::CollectiveKind::all_reduce, ranks(0, 16), 8192, 1);
   const sim::SimResult r = sim::Simulator(c, costs).run(g);
   CHECK(r.makespan_ps >= 51'580'000);
   CHECK(r.makespan_ps <= 51'580'000 + 30'000);
+}
+
+TEST_CASE("all-reduce over 2 nodes x 4 runs as NCCL's tree: its latency on the ring's flows", "[sim][rings]") {
+  // The latency-bound all-reduce above (n = 32 B) by default. NCCL's tree (g = 4 per node, N = 2):
+  // 2 x ((g - 1) x (2 + 3) + ceil(log2 2) x (4 + 3)) = 44 us of hops against the ring's 14 x 5.5 = 77;
+  // its data (1 B flows) is nothing, so it is taken. The ring's flows carry it, each step's latency
+  // 44e6 / 14 = 3,142,857.14 -> 3,142,857 ps: a member's last send lands 14 steps after the base,
+  // 8e6 + 14 x 3,142,857 = 51,999,998 ps, plus 14 drains of at most 20 ps, each rounded up.
+  const topo::Cluster c = rail(2);
+  TestCostModel costs;
+  sched::TaskGraph g(8);
+  collective(g, "ar", sched::CollectiveKind::all_reduce, ranks(0, 8), 32, 1);
+  const sim::SimResult r = sim::Simulator(c, costs).run(g);
+  CHECK(r.makespan_ps >= 51'999'998);
+  CHECK(r.makespan_ps <= 51'999'998 + 14 * 20 + 14);
+  REQUIRE(r.ring_over_tree.has_value());
+  CHECK(r.ring_over_tree->nodes == 2);
+  // 8 + 44 us, and the ring's data, 14 x 20 ps, halved over 0.92.
+  CHECK(r.ring_over_tree->tree_s == Approx(52e-6 + 14 * 20e-12 * 0.5 / 0.92).epsilon(1e-12));
+  // Bandwidth-bound (32e6 B, the first case): on two nodes each node sends its reduced half once, n / g
+  // per NIC, half a ring's bytes, at 0.92: the NIC's 14 chunks of 1e6 B drain as 1e6 / (50 GB/s x 0.92
+  // x 2) = 10.87 us each, about half the ring's 295 us.
+  sched::TaskGraph big(8);
+  collective(big, "ar", sched::CollectiveKind::all_reduce, ranks(0, 8), 32'000'000, 1);
+  const sim::SimResult rb = sim::Simulator(c, costs).run(big);
+  CHECK(rb.makespan_ps < 295'000'000 * 0.6);
+  CHECK(rb.makespan_ps > 14 * 10'869'565);
 }
 
 TEST_CASE("all-gather inside one node keeps the single ring (unchanged timing)", "[sim][rings]") {

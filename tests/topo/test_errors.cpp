@@ -167,6 +167,8 @@ TEST_CASE("each malformed topology names its JSON path") {
                                               {"added_latency_s", {{"value", 1.0}, {"source", "t"}}}};
        },
        "$.communication.p2p_network.added_latency_s.value"},
+      {"tree_all_reduce not a bool", [](json& j) { j["communication"]["tree_all_reduce"] = "yes"; },
+       "$.communication.tree_all_reduce"},
       {"negative latency", [](json& j) { j["node"]["scale_up"]["link"]["latency_s"]["value"] = -1e-6; },
        "$.node.scale_up.link.latency_s.value"},
       {"latency of a second (ms for s)", [](json& j) { j["node"]["scale_up"]["link"]["latency_s"]["value"] = 1.0; },

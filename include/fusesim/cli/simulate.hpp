@@ -95,7 +95,7 @@ struct PreparedJob {
 PreparedJob prepare_job(const SimulateRequest& request);
 // The report's line for copy-engine sends between nodes that ran on SM kernels.
 std::string network_sends_note(std::int64_t sends);
-// The note of an all-reduce across nodes that a ring prices above NCCL's tree (sim::SimResult::ring_over_tree).
+// The note of the all-reduces across nodes run as NCCL's tree (sim::SimResult::ring_over_tree).
 std::string ring_over_tree_note(const sim::RingOverTree& r);
 
 // --engine's value checked against model::kEngineModes (InputError naming `option` otherwise).

@@ -53,12 +53,10 @@ class Observer {
 // for tests and tools that look at them. An observer sees every transfer either way.
 enum class TransferRecords : std::uint8_t { all, p2p_only };
 
-// An all-reduce across nodes runs as rings (docs/engine.md, section 6), where NCCL would run a tree
-// when its model prices the tree lower: a ring's chunk crosses 2 (t - 1) hops, a tree's 2 (g - 1)
-// inside a node and 2 ceil(log2 N) between the N nodes (src/graph/tuning.cc). Not simulated: the
-// engine gives, for the all-reduce where it matters most, the ring's time alone and the tree's by
-// NCCL's formula with the same protocol constants, so that a report can say how much the ring
-// overstates (docs/engine.md, section 9).
+// An all-reduce across nodes runs as NCCL's tree where NCCL's model (src/graph/tuning.cc) prices the
+// tree below the ring: a ring's chunk crosses 2 (t - 1) hops, a tree's 2 (g - 1) inside a node and
+// 2 ceil(log2 N) between its N nodes (docs/engine.md, section 6). For a report: such an all-reduce,
+// its time as the tree the engine runs and as a ring by the same formula.
 struct RingOverTree {
   int ranks = 0;
   int nodes = 0;
@@ -78,9 +76,9 @@ struct SimResult {
   std::vector<TransferRecord> transfers;   // in order of completion (see TransferRecords)
   TimePs makespan_ps = 0;                  // max end over all tasks
   std::uint64_t events_processed = 0;
-  // The all-reduce across nodes whose ring time most exceeds NCCL's tree (ties: the larger group,
-  // then the more nodes, then more bytes, so that every symmetry mode names the same one); absent
-  // when every such all-reduce is priced no higher than a tree would be, or there is none.
+  // The all-reduce run as a tree that gains most over its ring (ties: the larger group, then the
+  // more nodes, then more bytes, so that every symmetry mode names the same one); absent when none
+  // runs as a tree.
   std::optional<RingOverTree> ring_over_tree;
 };
 

@@ -139,6 +139,10 @@ struct CommParams {
   // Optional ("p2p_network"): how a point-to-point transfer (send/recv, an all-to-all's pairs) between
   // two nodes differs from a ring step, whatever its engine. Absent: it is priced as a ring step.
   std::optional<P2pNetwork> p2p_network;
+  // Optional ("tree_all_reduce", default true): an all-reduce across nodes runs as NCCL's tree where
+  // NCCL's model prices the tree below the ring (docs/engine.md, section 6); false runs every
+  // all-reduce as rings, as NCCL_ALGO=Ring does.
+  bool tree_all_reduce = true;
   // Optional ("protocols": {"ll": ..., "ll128": ...}, "nvls": ...): ring collectives of SM kernels
   // choose among Simple and these by size; NVLS serves all-reduces inside one NVSwitch node.
   std::vector<CommProtocol> protocols;
