@@ -14,6 +14,7 @@
 // costs and send sizes are gathered while the task is in cache), and the event loop then works on
 // 8 bytes of TaskInfo, 4 of pending count and 24 of TaskTiming per task, plus the successor lists.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <cmath>
@@ -865,11 +866,11 @@ void Run::check_mirrored(const CollectiveRun& c) const {
 // Each ring collective of SM kernels takes the protocol whose time alone is least for its size, with
 // its first ring's mean hop latency and slowest hop's bandwidth (NCCL's tuning model: one latency and
 // one bandwidth per algorithm and protocol, precomputed, then one formula per query). NVLS only for
-// an all-reduce inside one node (the NVSwitch of that node reduces). An all-reduce across nodes is
-// also priced as NCCL's tree would be (SimResult::ring_over_tree), not run so.
+// an all-reduce inside one node (the NVSwitch of that node reduces). An all-reduce across nodes runs
+// as NCCL's tree where that model prices the tree lower (price_tree).
 void Run::choose_protocols() {
-  // The route of a ring's first hop inside a node and of its first between nodes, per pair: a group's
-  // collectives share their rings, so each group searches two routes.
+  // The route of a ring's first hop of each kind, per pair: a group's collectives share their rings,
+  // so each group searches at most three routes.
   std::unordered_map<std::uint64_t, std::pair<TimePs, double>> hop_routes;
   const auto hop_route = [&](int src, int dst) -> const std::pair<TimePs, double>& {
     auto [it, fresh] = hop_routes.try_emplace(pair_key(src, dst));
@@ -879,6 +880,7 @@ void Run::choose_protocols() {
     }
     return it->second;
   };
+  const int per_node = std::max(1, cluster_.devices_per_node);
   for (CollectiveRun& c : collectives_) {
     const int t = static_cast<int>(c.ranks.size());
     if (t < 2 || c.spec->kind == sched::CollectiveKind::all_to_all || c.spec->engine != model::CommEngine::sm_kernel ||
@@ -886,26 +888,27 @@ void Run::choose_protocols() {
       continue;
     // All t hops of the first ring, the members present or not (a mirrored collective's present
     // members need not hold its hops in proportion: with node images they are the first rank of
-    // each node, whose hops stay inside it), as two kinds: inside a node and between nodes, each
-    // priced by its first hop's route. A chunk crosses the ring paying each hop's latency once, and
-    // the ring drains at its slowest hop's bandwidth (a NIC where the group spans nodes), as NCCL's
-    // model counts intra- and inter-node steps apart (tuning.cc).
-    int first_on = -1, first_off = -1, off_node_hops = 0;
+    // each node, whose hops stay inside it), in three kinds, each priced by the route of its first
+    // hop: inside a node, between nodes on one rail (the same local index: a rail ring's hops to the
+    // next node), between nodes across rails (a rail ring's way back, by a spine). A chunk crosses
+    // the ring paying each hop's latency once, and the ring drains at its slowest hop's bandwidth (a
+    // NIC where the group spans nodes), as NCCL's model counts intra- and inter-node steps apart
+    // (tuning.cc).
+    std::array<int, 3> first{-1, -1, -1}, count{0, 0, 0};
     for (int m = 0; m < t; ++m) {
-      const bool off = cluster_.node_of(c.ranks[m]) != cluster_.node_of(c.ranks[c.ring_next[m]]);
-      off_node_hops += off ? 1 : 0;
-      int& first = off ? first_off : first_on;
-      if (first < 0) first = m;
+      const int a = c.ranks[m], b = c.ranks[c.ring_next[m]];
+      const int kind = cluster_.node_of(a) == cluster_.node_of(b) ? 0 : a % per_node == b % per_node ? 1 : 2;
+      ++count[kind];
+      if (first[kind] < 0) first[kind] = m;
     }
-    const int hops = t;
+    const int hops = t, off_node_hops = count[1] + count[2];
     double bandwidth = std::numeric_limits<double>::infinity();
     TimePs route_ps = 0, off_node_ps = 0;  // sums over the t hops, exact
-    for (int first : {first_on, first_off}) {
-      if (first < 0) continue;
-      const auto& [latency_ps, bottleneck] = hop_route(c.ranks[first], c.ranks[c.ring_next[first]]);
-      const int count = first == first_off ? off_node_hops : hops - off_node_hops;
-      route_ps += latency_ps * count;
-      if (first == first_off) off_node_ps = latency_ps * count;
+    for (int kind = 0; kind < 3; ++kind) {
+      if (first[kind] < 0) continue;
+      const auto& [latency_ps, bottleneck] = hop_route(c.ranks[first[kind]], c.ranks[c.ring_next[first[kind]]]);
+      route_ps += latency_ps * count[kind];
+      if (kind > 0) off_node_ps += latency_ps * count[kind];
       bandwidth = std::min(bandwidth, bottleneck);
     }
     if (!std::isfinite(bandwidth) || bandwidth <= 0.0) continue;
