@@ -147,10 +147,13 @@ class SimulateDagCommand final : public Command {
     const analysis::StepMetrics metrics = analysis::analyze(input);
     nlohmann::json doc = analysis::to_json(metrics);
     doc["pricing"] = pricing.to_json();
+    const std::string note = result.ring_over_tree ? ring_over_tree_note(*result.ring_over_tree) : "";
+    if (!note.empty()) doc["notes"] = nlohmann::json::array({note});
     const std::string text = format == OutputFormat::json ? doc.dump(2) + "\n"
                                                           : "kernels priced by " + pricing.describe() + "\n\n" +
                                                                 analysis::format_table({metrics}) + "\n" +
-                                                                analysis::format_region_table(metrics);
+                                                                analysis::format_region_table(metrics) +
+                                                                (note.empty() ? "" : "\nnote: " + note + "\n");
     // Both outputs are complete in memory before either file is written.
     if (recorder) write_maybe_gzipped(trace_, recorder->to_json().dump() + "\n", "--trace");
     if (output_.empty()) {

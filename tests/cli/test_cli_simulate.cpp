@@ -346,5 +346,15 @@ TEST_CASE("simulate notes the all-reduces across nodes run as NCCL's tree", "[cl
       notes.push_back(tree);
     }
     CHECK(notes[0] == notes[1]);
+    // simulate-dag runs the same graph written by generate and says the same.
+    REQUIRE(run_fusesim({"generate", "--workload", "w.json", "--topology", "dgx-h100-4node", "--scope", "step",
+                         "--schedule", "baseline", "--symmetry", "none", "--output", "dag.json"},
+                        dir)
+                .exit_code == 0);
+    const auto dag = run_fusesim({"simulate-dag", "--dag", "dag.json", "--format", "json"}, dir);
+    REQUIRE(dag.exit_code == 0);
+    const json dag_doc = json::parse(dag.out);
+    CHECK(dag_doc.contains("notes") == !notes[0].empty());
+    if (dag_doc.contains("notes")) CHECK(dag_doc["notes"][0].get<std::string>() == notes[0]);
   }
 }
