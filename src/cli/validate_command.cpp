@@ -529,6 +529,12 @@ class ValidateCommand final : public Command {
       // A partial case (it needs features the model lacks) is summarized on its own, out of the overall.
       std::vector<std::string> keys{r.c->category, "overall"};
       if (r.status == "partial") keys = {r.c->category + " (partial)"};
+      // Issue 11 asks for the bus bandwidth right at every size decade: the collectives also by the
+      // decade of their message size (in bytes: 1e04-1e05 B holds 8 KiB's neighbour 10 KiB and 64 KiB).
+      if (r.c->category == "collective" && r.status == "ok" && r.c->bytes > 0) {
+        const int decade = static_cast<int>(std::floor(std::log10(static_cast<double>(r.c->bytes))));
+        keys.push_back(fmt::format("collective, 1e{:02d}-1e{:02d} B", decade, decade + 1));
+      }
       for (const std::string& key : keys) {
         Summary& m = s[key];
         m.roofline.add(error_pct(*r.roofline, r.c->measured));

@@ -124,10 +124,18 @@ TEST_CASE("fusesim validate runs the shipped published cases with every shipped 
   REQUIRE(r.exit_code == 0);
   const json doc = json::parse(r.out);
   REQUIRE(doc["cases"].size() > 5u);
+  // Each case is also summarized by the decade of its message size: 10,240 B (vidur's 8 KiB point) in
+  // 1e04-1e05 B, 16 GiB in 1e10-1e11 B; the decades hold every case once.
   for (const json& c : doc["cases"]) {
     INFO(c["id"]);
     CHECK(c["roofline"].get<double>() > 0);
   }
+  int in_decades = 0;
+  for (const auto& [key, m] : doc["mape_pct"].items())
+    if (key.rfind("collective, 1e", 0) == 0) in_decades += m["cases"].get<int>();
+  CHECK(in_decades == doc["mape_pct"]["collective"]["cases"].get<int>());
+  CHECK(doc["mape_pct"].contains("collective, 1e04-1e05 B"));
+  CHECK(doc["mape_pct"].contains("collective, 1e10-1e11 B"));
 }
 
 TEST_CASE("fusesim validate --cases measured: the H100 and H200 kernel models on training shapes they were not fitted on",
