@@ -81,14 +81,28 @@ def protocol_times(protocols, bandwidth, route_latency, ranks, size):
             for p in protocols]
 
 
+# NCCL src/graph/tuning.cc: base latency of the Ring LL protocol, and llMaxBws, the most an LL ring
+# moves on one node, by GPU generation (GB/s).
+NCCL_LL_BASE_S = 6.6e-6
+NCCL_LL_MAX_GBPS = {"hopper": 141.0, "ampere": 87.7}
+# nccl-tests on 8 H20 (Hopper: NVLink4 through NVSwitch, as the H100 and H200), all_reduce_perf
+# in one node (deepseek-ai/DeepEP#303): microseconds at 4 B, 1 KiB, 4 KiB.
+H20_NCCL_TESTS_US = {4: 12.49, 1024: 16.38, 4096: 16.69}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--machine", required=True, help="h100_dgx or a100_dgx")
     ap.add_argument("--topology", required=True)
-    ap.add_argument("--write", action="store_true", help="write the fitted protocols into the topology file")
+    ap.add_argument("--ll-from-nccl", choices=sorted(NCCL_LL_MAX_GBPS),
+                    help="LL at NCCL's own constants for this GPU generation (not fitted); LL128 fitted beside it")
+    ap.add_argument("--write", action="store_true", help="write the protocols into the topology file")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the file does not hold what --write would write")
+    ap.add_argument("--assumed-for", help="another machine of the same NVLink and NVSwitch: marked an estimate for it")
     args = ap.parse_args()
     path = os.path.join(ROOT, args.topology)
-    topology = json.load(open(path))
+    text = open(path).read()
+    topology = json.loads(text)
     comm = topology["communication"]
     ranks = topology["node"]["devices_per_node"]
     bandwidth, route_latency = scale_up(topology)
@@ -97,12 +111,20 @@ def main():
     # Every single-node curve of the machine (2, 4, ... GPUs): the per-step latency is told apart from
     # the per-collective one only by curves of several rank counts.
     points = [(n, s, t) for n in (2, 4, 8, 16) if n <= ranks for s, t in curve(args.machine, n)]
+    ll_fixed = None
+    if args.ll_from_nccl:
+        # vidur's timings below a few MiB sit on a per-call floor of 30-45 us (2 GPUs: 41-43 us from
+        # 64 KiB to 4 MiB), which a protocol fitted to them takes as its latency: LL is NCCL's own.
+        ll_fixed = {"base": NCCL_LL_BASE_S, "step": 0.0,
+                    "eff": min(LL_SHARE, NCCL_LL_MAX_GBPS[args.ll_from_nccl] * 1e9 / bandwidth)}
 
     def unpack(x):
         # A protocol moves at most its payload share of the wire: LL 4 data bytes per 8 (a flag per
         # word), LL128 120 per 128 (NCCL src/device/prims_ll.h, prims_ll128.h).
-        return [{"base": math.exp(x[0]), "step": math.exp(x[1]), "eff": LL_SHARE / (1 + math.exp(-x[2]))},
-                {"base": math.exp(x[3]), "step": math.exp(x[4]), "eff": LL128_SHARE / (1 + math.exp(-x[5]))}]
+        ll128 = {"base": math.exp(x[-3]), "step": math.exp(x[-2]), "eff": LL128_SHARE / (1 + math.exp(-x[-1]))}
+        if ll_fixed:
+            return [ll_fixed, ll128]
+        return [{"base": math.exp(x[0]), "step": math.exp(x[1]), "eff": LL_SHARE / (1 + math.exp(-x[2]))}, ll128]
 
     def loss(x):
         ps = [simple] + unpack(x)
@@ -111,8 +133,10 @@ def main():
 
     # Start from NCCL's constants (measurements.md: base LL 6.6 us, LL128 14 us; per NVLink hop 0.6,
     # 1.9 us) and its protocols' payload shares (LL: 4 data bytes per 8; LL128: 120 per 128).
-    x = [math.log(6.6e-6), math.log(0.3e-6), 0.0, math.log(14e-6), math.log(1.3e-6), 2.0]
-    steps = [0.5, 0.5, 0.5, 0.5, 0.5, 0.5]
+    x = [math.log(14e-6), math.log(1.3e-6), 2.0]
+    if not ll_fixed:
+        x = [math.log(6.6e-6), math.log(0.3e-6), 0.0] + x
+    steps = [0.5] * len(x)
     for _ in range(3):
         x = nelder_mead(loss, x, steps, 4000)
         steps = [s / 2 for s in steps]
@@ -120,24 +144,62 @@ def main():
     ps = [simple, ll, ll128]
     errs = [abs(min(protocol_times(ps, bandwidth, route_latency, n, s)) / t - 1) for n, s, t in points]
     counts = sorted({n for n, _, _ in points})
-    src = (f"fitted by tools/calibration/fit_collectives.py to microsoft/vidur {args.machine} all_reduce, "
+    assumed = "" if args.assumed_for is None else f"estimate: assumed for {args.assumed_for} (the same NVLink and NVSwitch), "
+    src = (assumed + f"fitted by tools/calibration/fit_collectives.py to microsoft/vidur {args.machine} all_reduce, "
            f"{'/'.join(map(str, counts))} GPUs of one node, {len(points)} points (MIT; "
-           f"tools/calibration/raw/vidur/network), Simple fixed; mean |error| {100 * sum(errs) / len(errs):.1f}%")
+           f"tools/calibration/raw/vidur/network), Simple fixed{', LL at NCCL' + chr(39) + 's' if ll_fixed else ''}; "
+           f"mean |error| {100 * sum(errs) / len(errs):.1f}%")
+    if ll_fixed:
+        h20 = "; ".join(f"{s} B {us:.1f} us" for s, us in H20_NCCL_TESTS_US.items())
+        ours = min(protocol_times(ps, bandwidth, route_latency, 8, 4096)) * 1e6
+        check = (f"nccl-tests all_reduce_perf on 8 H20 (Hopper: NVLink4 through NVSwitch), deepseek-ai/DeepEP#303: "
+                 f"{h20}; 8 GPUs at 4 KiB priced {ours:.1f} us" if args.ll_from_nccl == "hopper" else
+                 f"8 GPUs at 4 KiB priced {ours:.1f} us; no nccl-tests curve of this GPU at these sizes is in the project")
+        ll_src = (assumed + f"NCCL src/graph/tuning.cc: base latency Ring LL {NCCL_LL_BASE_S * 1e6:.1f} us; per NVLink "
+                  f"hop LL 0.6 us, which the route's links carry (step 0); bandwidth llMaxBw "
+                  f"{NCCL_LL_MAX_GBPS[args.ll_from_nccl]:.1f} GB/s ({args.ll_from_nccl}, one node) over the ring's "
+                  f"link {bandwidth / 1e9:.2f} GB/s. Not fitted: vidur's curves below a few MiB carry a per-call floor "
+                  f"of 30-45 us. {check}")
     # A protocol that is fastest at no measured point is not determined by the curves: left out (the
-    # simulated ring then never picks it either).
+    # simulated ring then never picks it either). A fixed LL stays.
     used = {min(range(3), key=lambda k: protocol_times(ps, bandwidth, route_latency, n, s)[k]) for n, s, _ in points}
-    block = {name: {"base_latency_s": {"value": float(f"{p['base']:.4g}"), "source": src},
-                    "step_latency_s": {"value": float(f"{p['step']:.4g}"), "source": src},
-                    "efficiency": {"value": float(f"{p['eff']:.4g}"), "source": src}}
-             for k, (name, p) in enumerate((("ll", ll), ("ll128", ll128)), start=1) if k in used}
+    block = {}
+    for k, (name, p) in enumerate((("ll", ll), ("ll128", ll128)), start=1):
+        if k not in used and not (ll_fixed and name == "ll"):
+            continue
+        source = ll_src if ll_fixed and name == "ll" else src
+        block[name] = {"base_latency_s": {"value": float(f"{p['base']:.4g}"), "source": source},
+                       "step_latency_s": {"value": float(f"{p['step']:.4g}"), "source": source},
+                       "efficiency": {"value": float(f"{p['eff']:.4g}"), "source": source}}
     print(json.dumps(block, indent=2))
     print(f"{len(points)} sizes, mean |error| {100 * sum(errs) / len(errs):.1f}%, max {100 * max(errs):.1f}%",
           file=sys.stderr)
+    updated = with_protocols(text, block)
+    if args.check and updated != text:
+        print(f"{args.topology}: communication.protocols differs from what the fit writes", file=sys.stderr)
+        return 1
     if args.write:
-        comm["protocols"] = block
         with open(path, "w") as f:
-            f.write(json.dumps(topology, indent=2) + "\n")
+            f.write(updated)
     return 0
+
+
+def with_protocols(text, value):
+    """The file's text with communication.protocols set, the rest byte for byte (the shipped files
+    keep some sourced values on one line, which json.dumps would not)."""
+    decoder = json.JSONDecoder()
+    comm = text.index('"communication"')
+    key = '"protocols"'
+    at = text.find(key, comm)
+    if at >= 0:  # replace the old value
+        start = text.index("{", at)
+        _, end = decoder.raw_decode(text, start)
+        indent = text[text.rfind("\n", 0, at) + 1:at]
+        return text[:start] + json.dumps(value, indent=2).replace("\n", "\n" + indent) + text[end:]
+    at = text.index('"copy_engine_efficiency"', comm)
+    indent = text[text.rfind("\n", 0, at) + 1:at]
+    _, end = decoder.raw_decode(text, text.index("{", at))
+    return text[:end] + ",\n" + indent + key + ": " + json.dumps(value, indent=2).replace("\n", "\n" + indent) + text[end:]
 
 
 if __name__ == "__main__":
