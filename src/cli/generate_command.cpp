@@ -147,7 +147,7 @@ class SimulateDagCommand final : public Command {
     const analysis::StepMetrics metrics = analysis::analyze(input);
     nlohmann::json doc = analysis::to_json(metrics);
     doc["pricing"] = pricing.to_json();
-    const std::string note = result.ring_over_tree ? ring_over_tree_note(*result.ring_over_tree) : "";
+    const std::string note = result.best_tree_all_reduce ? tree_all_reduce_note(*result.best_tree_all_reduce) : "";
     if (!note.empty()) doc["notes"] = nlohmann::json::array({note});
     const std::string text = format == OutputFormat::json ? doc.dump(2) + "\n"
                                                           : "kernels priced by " + pricing.describe() + "\n\n" +

@@ -326,7 +326,7 @@ SimulateReport simulate(const SimulateRequest& request) {
     return *pricing->costs;
   };
   std::int64_t network_sends_on_sm = 0;
-  std::optional<sim::RingOverTree> ring_over_tree;
+  std::optional<sim::TreeAllReduce> best_tree_all_reduce;
   // Whatever fails before the pricing is taken reports the pricing's error first, if it has one, as
   // when the pricing was read before anything else.
   try {
@@ -384,8 +384,8 @@ SimulateReport simulate(const SimulateRequest& request) {
           if (schedule.pipeline_stages > 1) recorder->label_stages(schedule.gpus / schedule.pipeline_stages);
         }
         const sim::SimResult result = simulator->run(schedule.graph, recorder ? &*recorder : nullptr);
-        if (result.ring_over_tree && (!ring_over_tree || *ring_over_tree < *result.ring_over_tree))
-          ring_over_tree = result.ring_over_tree;
+        if (result.best_tree_all_reduce && (!best_tree_all_reduce || *best_tree_all_reduce < *result.best_tree_all_reduce))
+          best_tree_all_reduce = result.best_tree_all_reduce;
         SimulateRun run;
         run.metrics = analysis::analyze(schedule, result, cluster, costs, w.dtype);
         if (recorder) run.trace_json = recorder->to_json().dump();
@@ -398,7 +398,7 @@ SimulateReport simulate(const SimulateRequest& request) {
   }
   priced();  // the report names the pricing even where nothing was simulated
   if (network_sends_on_sm > 0) report.notes.push_back(network_sends_note(network_sends_on_sm));
-  if (ring_over_tree) report.notes.push_back(ring_over_tree_note(*ring_over_tree));
+  if (best_tree_all_reduce) report.notes.push_back(tree_all_reduce_note(*best_tree_all_reduce));
   report.workload = std::move(w);
   return report;
 }
@@ -410,7 +410,7 @@ std::string network_sends_note(std::int64_t sends) {
                      sends);
 }
 
-std::string ring_over_tree_note(const sim::RingOverTree& r) {
+std::string tree_all_reduce_note(const sim::TreeAllReduce& r) {
   return fmt::format("all-reduces across nodes run as NCCL's tree where its tuning model prices it below the ring "
                      "(docs/engine.md, section 6): the all-reduce of {} bytes over {} ranks on {} nodes takes {:.1f} us "
                      "by that model as a tree, {:.1f} us as a ring (the largest gain in these runs)",

@@ -972,8 +972,8 @@ void Run::price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_nod
   c.tree_lane = lane_for(c.tree_step_ps);
   c.tree_scale = kTreeBandwidth;
   c.tree_scale_off_node = kTreeBandwidth * (n_nodes == 2 ? 2.0 : 1.0);
-  const RingOverTree here{t, n_nodes, c.spec->bytes, ring_s, tree_s};
-  if (auto& widest = result_.ring_over_tree; !widest || *widest < here) widest = here;
+  const TreeAllReduce here{t, n_nodes, c.spec->bytes, ring_s, tree_s};
+  if (auto& widest = result_.best_tree_all_reduce; !widest || *widest < here) widest = here;
 }
 
 std::uint32_t Run::lane_for(TimePs delay_ps) {

@@ -847,7 +847,7 @@ TEST_CASE("Node images: at tp 1 a node's first replica stands for the node's, ex
       require_same_timeline(full, mirror, simulated, false);
     }
   // The protocol of each DP collective and the pricing of an all-reduce as NCCL's tree
-  // (SimResult::ring_over_tree) read every hop of the ring, not the hops of the members present:
+  // (SimResult::best_tree_all_reduce) read every hop of the ring, not the hops of the members present:
   // ranks 0 and 8 alone hold no NIC hop. A DDP step of narrow layers (hidden 1024: all-reduces of up to
   // 28 MiB, where the ring's 62 or 126 hops cost more than the tree's bandwidth) on 4 and 8 nodes.
   for (const auto& [cluster, dp] : {std::pair{&c4, 32}, std::pair{&c128, 64}}) {
@@ -862,11 +862,11 @@ TEST_CASE("Node images: at tp 1 a node's first replica stands for the node's, ex
     const Outcome full = simulate(w, *cluster, model::ScheduleKind::baseline, false, false);
     const Outcome mirror = simulate(w, *cluster, model::ScheduleKind::baseline, true, false, true);
     REQUIRE(mirror.schedule.tp_images == 8);
-    REQUIRE(full.result.ring_over_tree.has_value());
-    REQUIRE(mirror.result.ring_over_tree.has_value());
-    CHECK(mirror.result.ring_over_tree->bytes == full.result.ring_over_tree->bytes);
-    CHECK(mirror.result.ring_over_tree->ring_s == full.result.ring_over_tree->ring_s);
-    CHECK(mirror.result.ring_over_tree->tree_s == full.result.ring_over_tree->tree_s);
+    REQUIRE(full.result.best_tree_all_reduce.has_value());
+    REQUIRE(mirror.result.best_tree_all_reduce.has_value());
+    CHECK(mirror.result.best_tree_all_reduce->bytes == full.result.best_tree_all_reduce->bytes);
+    CHECK(mirror.result.best_tree_all_reduce->ring_s == full.result.best_tree_all_reduce->ring_s);
+    CHECK(mirror.result.best_tree_all_reduce->tree_s == full.result.best_tree_all_reduce->tree_s);
     require_same_timeline(full, mirror, {0, 8}, false);
   }
   model::Workload w = small_llama(model::DpSharding::zero1, 2);

@@ -338,7 +338,7 @@ TEST_CASE("an all-reduce across nodes runs as NCCL's tree where its model prices
   const auto run = [&](const std::vector<int>& ranks, Bytes n) {
     TaskGraph g(8);
     collective(g, "ar", CollectiveKind::all_reduce, ranks, n, 1);
-    return Simulator(b.c, costs).run(g).ring_over_tree;
+    return Simulator(b.c, costs).run(g).best_tree_all_reduce;
   };
   const auto small = run(iota_ranks(8), 8'000);
   REQUIRE(small.has_value());
@@ -357,8 +357,8 @@ TEST_CASE("an all-reduce across nodes runs as NCCL's tree where its model prices
   TaskGraph g(8);
   const auto ids = collective(g, "ar", CollectiveKind::all_reduce, {0, 2, 4, 6}, 8'000, 1);
   const SimResult res = Simulator(b.c, costs).run(g);
-  REQUIRE(res.ring_over_tree.has_value());
-  CHECK(res.ring_over_tree->nodes == 4);
+  REQUIRE(res.best_tree_all_reduce.has_value());
+  CHECK(res.best_tree_all_reduce->nodes == 4);
   for (auto id : ids) {
     CHECK(res.tasks[id].end_ps >= 13'130'432);
     CHECK(res.tasks[id].end_ps <= 13'130'432 + 6);
@@ -366,6 +366,6 @@ TEST_CASE("an all-reduce across nodes runs as NCCL's tree where its model prices
   // NCCL_ALGO=Ring: 17e6 + 120,000 = 17,120,000 ps.
   b.c.comm.tree_all_reduce = false;
   const SimResult ring = Simulator(b.c, costs).run(g);
-  CHECK_FALSE(ring.ring_over_tree.has_value());
+  CHECK_FALSE(ring.best_tree_all_reduce.has_value());
   for (auto id : ids) CHECK(ring.tasks[id].end_ps == 17'120'000);
 }

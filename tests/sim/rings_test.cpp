@@ -255,10 +255,10 @@ TEST_CASE("all-reduce over 2 nodes x 4 runs as NCCL's tree: its latency on the r
   const sim::SimResult r = sim::Simulator(c, costs).run(g);
   CHECK(r.makespan_ps >= 51'999'998);
   CHECK(r.makespan_ps <= 51'999'998 + 14 * 20 + 14);
-  REQUIRE(r.ring_over_tree.has_value());
-  CHECK(r.ring_over_tree->nodes == 2);
+  REQUIRE(r.best_tree_all_reduce.has_value());
+  CHECK(r.best_tree_all_reduce->nodes == 2);
   // 8 + 44 us, and the ring's data, 14 x 20 ps, halved over 0.92.
-  CHECK(r.ring_over_tree->tree_s == Approx(52e-6 + 14 * 20e-12 * 0.5 / 0.92).epsilon(1e-12));
+  CHECK(r.best_tree_all_reduce->tree_s == Approx(52e-6 + 14 * 20e-12 * 0.5 / 0.92).epsilon(1e-12));
   // Bandwidth-bound (32e6 B, the first case): on two nodes each node sends its reduced half once, n / g
   // per NIC, half a ring's bytes, at 0.92: the NIC's 14 chunks of 1e6 B drain as 1e6 / (50 GB/s x 0.92
   // x 2) = 10.87 us each, about half the ring's 295 us.

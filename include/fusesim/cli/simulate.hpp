@@ -95,8 +95,8 @@ struct PreparedJob {
 PreparedJob prepare_job(const SimulateRequest& request);
 // The report's line for copy-engine sends between nodes that ran on SM kernels.
 std::string network_sends_note(std::int64_t sends);
-// The note of the all-reduces across nodes run as NCCL's tree (sim::SimResult::ring_over_tree).
-std::string ring_over_tree_note(const sim::RingOverTree& r);
+// The note of the all-reduces across nodes run as NCCL's tree (sim::SimResult::best_tree_all_reduce).
+std::string tree_all_reduce_note(const sim::TreeAllReduce& r);
 
 // --engine's value checked against model::kEngineModes (InputError naming `option` otherwise).
 std::string parse_engine_mode(const std::string& option, const std::string& value);

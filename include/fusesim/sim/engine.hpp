@@ -57,17 +57,17 @@ enum class TransferRecords : std::uint8_t { all, p2p_only };
 // tree below the ring: a ring's chunk crosses 2 (t - 1) hops, a tree's 2 (g - 1) inside a node and
 // 2 ceil(log2 N) between its N nodes (docs/engine.md, section 6). For a report: such an all-reduce,
 // its time as the tree the engine runs and as a ring by the same formula.
-struct RingOverTree {
+struct TreeAllReduce {
   int ranks = 0;
   int nodes = 0;
   Bytes bytes = 0;
   double ring_s = 0.0;
   double tree_s = 0.0;
-  double overstated_s() const { return ring_s - tree_s; }
-  // The order SimResult::ring_over_tree keeps the greatest of: by what the ring overstates, then
+  double gain_s() const { return ring_s - tree_s; }
+  // The order SimResult::best_tree_all_reduce keeps the greatest of: by the tree's gain, then
   // the larger group, the more nodes, the more bytes.
-  bool operator<(const RingOverTree& o) const {
-    return std::tuple(overstated_s(), ranks, nodes, bytes) < std::tuple(o.overstated_s(), o.ranks, o.nodes, o.bytes);
+  bool operator<(const TreeAllReduce& o) const {
+    return std::tuple(gain_s(), ranks, nodes, bytes) < std::tuple(o.gain_s(), o.ranks, o.nodes, o.bytes);
   }
 };
 
@@ -79,7 +79,7 @@ struct SimResult {
   // The all-reduce run as a tree that gains most over its ring (ties: the larger group, then the
   // more nodes, then more bytes, so that every symmetry mode names the same one); absent when none
   // runs as a tree.
-  std::optional<RingOverTree> ring_over_tree;
+  std::optional<TreeAllReduce> best_tree_all_reduce;
 };
 
 // Wall-clock seconds spent in the phases of the last run(), for benchmarks. Kept out of SimResult,
