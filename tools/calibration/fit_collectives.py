@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Fits the LL and LL128 protocols of a topology's ring collectives to a measured all-reduce curve.
 
-  tools/calibration/fit_collectives.py --machine h100_dgx --topology topologies/dgx-h100.json [--write]
+  tools/calibration/fit_collectives.py --machine h100_dgx --topology topologies/dgx-h100.json \
+      --ll-from-nccl hopper [--assumed-for "HGX H200"] [--write | --check]
 
 NCCL prices a collective per algorithm and protocol with one latency and one bandwidth
 (src/graph/tuning.cc) and runs the cheapest for the size. fusesim's simulated ring does the same
@@ -10,10 +11,14 @@ NCCL prices a collective per algorithm and protocol with one latency and one ban
     base_p + steps x (route latency + step_p) + steps x bytes / ranks / (link bandwidth x efficiency_p)
 
 Simple keeps the topology's own constants (set from nccl-tests' large-message bandwidth and NCCL's
-latencies); LL and LL128 (base, step, efficiency each) are fitted here by Nelder-Mead on the squared
-log error of the fastest protocol's time over the single-node all-reduce curve of
-tools/calibration/raw/vidur/network/<machine>_all_reduce.csv with all the node's GPUs. Other rank
-counts and machines are left to validation. Deterministic.
+latencies). With --ll-from-nccl, LL takes NCCL's own constants (base 6.6 us, its NVLink hop in the
+route, NCCL's llMaxBw of the GPU generation as its bandwidth) and LL128 (base, step, efficiency) is
+fitted beside it; without, both are fitted. The fit is Nelder-Mead on the squared log error of the
+fastest protocol's time over the single-node all-reduce curves of
+tools/calibration/raw/vidur/network/<machine>_all_reduce.csv (2, 4 and 8 GPUs). vidur's timings
+below a few MiB sit on a per-call floor of 30-45 us, which is why LL is not fitted
+(docs/calibration.md, "Collectives"). --write sets communication.protocols in the file, the rest of
+it byte for byte; --check exits 1 where the file holds something else. Deterministic.
 """
 import argparse
 import csv
