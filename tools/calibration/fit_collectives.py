@@ -27,6 +27,8 @@ import math
 import os
 import sys
 
+from topology_text import with_communication_key
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RAW = os.path.join(ROOT, "tools", "calibration", "raw", "vidur", "network")
 
@@ -179,7 +181,7 @@ def main():
     print(json.dumps(block, indent=2))
     print(f"{len(points)} sizes, mean |error| {100 * sum(errs) / len(errs):.1f}%, max {100 * max(errs):.1f}%",
           file=sys.stderr)
-    updated = with_protocols(text, block)
+    updated = with_communication_key(text, "protocols", block)
     if args.check and updated != text:
         print(f"{args.topology}: communication.protocols differs from what the fit writes", file=sys.stderr)
         return 1
@@ -187,24 +189,6 @@ def main():
         with open(path, "w") as f:
             f.write(updated)
     return 0
-
-
-def with_protocols(text, value):
-    """The file's text with communication.protocols set, the rest byte for byte (the shipped files
-    keep some sourced values on one line, which json.dumps would not)."""
-    decoder = json.JSONDecoder()
-    comm = text.index('"communication"')
-    key = '"protocols"'
-    at = text.find(key, comm)
-    if at >= 0:  # replace the old value
-        start = text.index("{", at)
-        _, end = decoder.raw_decode(text, start)
-        indent = text[text.rfind("\n", 0, at) + 1:at]
-        return text[:start] + json.dumps(value, indent=2).replace("\n", "\n" + indent) + text[end:]
-    at = text.index('"copy_engine_efficiency"', comm)
-    indent = text[text.rfind("\n", 0, at) + 1:at]
-    _, end = decoder.raw_decode(text, text.index("{", at))
-    return text[:end] + ",\n" + indent + key + ": " + json.dumps(value, indent=2).replace("\n", "\n" + indent) + text[end:]
 
 
 if __name__ == "__main__":

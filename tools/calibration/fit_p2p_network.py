@@ -26,6 +26,8 @@ import json
 import os
 import sys
 
+from topology_text import with_communication_key
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RAW = os.path.join(ROOT, "tools", "calibration", "raw", "vidur", "network")
 MIN_BYTES = 1 << 20
@@ -88,35 +90,14 @@ def main():
     }
     print(json.dumps(value, indent=2))
     print(f"{n} points, bandwidth {bandwidth / 1e9:.2f} GB/s, latency {intercept * 1e6:.1f} us", file=sys.stderr)
-    if args.check and with_key(text, value) != text:
+    updated = with_communication_key(text, "p2p_network", value)
+    if args.check and updated != text:
         print(f"{args.topology}: communication.p2p_network differs from what the fit writes", file=sys.stderr)
         return 1
     if args.write:
         with open(path, "w") as f:
-            f.write(with_key(text, value))
+            f.write(updated)
     return 0
-
-
-def with_key(text, value):
-    """The file's text with communication.p2p_network_efficiency set, the rest byte for byte (the
-    shipped files keep some sourced values on one line, which json.dumps would not)."""
-    decoder = json.JSONDecoder()
-    comm = text.index('"communication"')
-    key = '"p2p_network"'
-    at = text.find(key, comm)
-    if at >= 0:  # replace the old value
-        start = text.index("{", at)
-        _, end = decoder.raw_decode(text, start)
-        indent = text[text.rfind("\n", 0, at) + 1:at]
-        return text[:start] + block(value, indent) + text[end:]
-    at = text.index('"copy_engine_efficiency"', comm)
-    indent = text[text.rfind("\n", 0, at) + 1:at]
-    _, end = decoder.raw_decode(text, text.index("{", at))
-    return text[:end] + ",\n" + indent + key + ": " + block(value, indent) + text[end:]
-
-
-def block(value, indent):
-    return json.dumps(value, indent=2).replace("\n", "\n" + indent)
 
 
 if __name__ == "__main__":
