@@ -913,8 +913,7 @@ void Run::choose_protocols() {
     }
     if (!std::isfinite(bandwidth) || bandwidth <= 0.0) continue;
     const double hop_latency_s = ps_to_seconds(1) * (static_cast<double>(route_ps) / hops);
-    bool one_node = true;
-    for (int r : c.ranks) one_node = one_node && cluster_.node_of(r) == cluster_.node_of(c.ranks.front());
+    const bool one_node = off_node_hops == 0;  // a ring visits every member: one on another node is a crossing
     const double step_bytes = static_cast<double>(c.spec->bytes) / t / c.rings;
     const auto data_s = [&](const Protocol& p) { return c.steps * step_bytes / (bandwidth * p.efficiency); };
     const auto latency_s = [&](const Protocol& p) {
@@ -930,8 +929,7 @@ void Run::choose_protocols() {
         if (time < best) best = time, c.protocol = static_cast<std::uint8_t>(k);
       }
     }
-    if (c.spec->kind == sched::CollectiveKind::all_reduce && !one_node && off_node_hops > 0 &&
-        cluster_.comm.tree_all_reduce)
+    if (c.spec->kind == sched::CollectiveKind::all_reduce && !one_node && cluster_.comm.tree_all_reduce)
       price_tree(c, route_ps, hops, off_node_ps, off_node_hops, latency_s, data_s);
   }
 }
