@@ -344,6 +344,12 @@ Workload parse_workload(const JsonDocument& doc) {
       sp->fail(fmt::format("sequence_parallel false needs up 1, not {} (Ulysses splits the sequence the norms run on)",
                            w.parallel.up));
   }
+  if (auto async = p.find("async_tp_allreduce")) {
+    w.parallel.async_tp_allreduce = async->as_bool();
+    if (w.parallel.sequence_parallel)
+      async->fail("async_tp_allreduce describes TP's all-reduces without sequence parallelism: it needs "
+                  "parallel.sequence_parallel false");
+  }
   p.finish();
   if (w.fp8_param_gather && w.parallel.dp_sharding != DpSharding::zero3)
     fp8_gather->fail(fmt::format(

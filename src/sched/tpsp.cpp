@@ -510,8 +510,12 @@ Builder::ColumnGrad Builder::column_parallel_backward(const OpCtx& ctx, const st
                            gemm_work(ctx, name + "_dgrad", Rows{d_out, {}}, weight, partial, n_out, h, true));
   g.dw = alloc(ctx, dw_name, h, n_out);
   const Rows gathered{alloc(ctx, "ag+" + name + "_wgrad/gather", S_, h), saved_shard};
+  // Megatron-LM before --async-tensor-model-parallel-allreduce: the wgrad after the all-reduce.
+  Deps wgrad_after = after;
+  if (allreduce_form() && sh_.sync_tp_allreduce)
+    for (int ti = 0; ti < emit_t_; ++ti) wgrad_after[ti] = merged(after[ti], g.dgrad_done[ti]);
   // Under ZB-H1 the re-gather goes with its wgrad into W, issued when the stage reaches W.
-  weight_pass(after, [this, ctx, name, gathered, h, after,
+  weight_pass(wgrad_after, [this, ctx, name, gathered, h, after = wgrad_after,
                       work = wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls())](
                          const Deps& now) {
     Deps ready = after;
@@ -1134,7 +1138,9 @@ void Builder::generate() {
   const bool train = req_.options.forward && req_.options.backward;
   // A step carries timing only (its micro-batches would repeat the same data); DP syncs the gradients.
   // TP images emit the first TP rank's tasks alone: no data (a mirrored schedule has no dataflow).
-  data_ = req_.options.scope != Scope::step && req_.tp_images == 1;
+  // Without sequence parallelism the baseline's all-reduces leave every rank the whole sequence, which
+  // the builder's buffers (a shard per rank) do not describe: timing only.
+  data_ = req_.options.scope != Scope::step && req_.tp_images == 1 && !allreduce_form();
   make_dp_sync();
   if (req_.options.forward) {
     prog_.computation = train ? "tpsp_train" : "tpsp_forward";
@@ -1375,6 +1381,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                       w.hidden_dropout > 0.0, w.fp8_dynamic_scaling,
                       w.parallel.pp_schedule == model::PipelineSchedule::zb_h1};
   r.shape.attention_time_factor = w.attention_time_factor.value;
+  r.shape.sync_tp_allreduce = !w.parallel.sequence_parallel && !w.parallel.async_tp_allreduce;
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };
   r.kind = compared(Parallelism::tpsp) ? kind : w.schedule.kind;

@@ -638,7 +638,7 @@ std::vector<TaskId> UlyssesEmitter::sliced_attention_bwd(const UpAttentionBwd& a
 std::vector<TaskId> UlyssesEmitter::ring_attention_bwd(const UpAttentionBwd& a, int ti, TaskId attention_bwd) {
   const std::int64_t S_loc = local_rows(), Wc = W(), n = S_loc / tp_;
   const std::string pre = prefix(a.layer, false);
-  const tpsp::TpStrategy& tp = req_.tp_strategy != nullptr ? *req_.tp_strategy : tpsp::tp_strategy(req_.kind, req_.schedule);
+  const tpsp::TpStrategy& tp = tpsp::tp_strategy(req_);
   const bool ring_rs = tp.ring_steps() && tp_ > 1;
   for (int i = 0; i < tp_; ++i) {
     const std::int64_t c = ring_rs ? ring_mod(ti - 1 - i, tp_) : i;

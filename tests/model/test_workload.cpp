@@ -704,6 +704,13 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
   // Sequence parallelism: on unless the run predates it (Megatron-LM's --sequence-parallel, 2022).
   CHECK(d.parallel.sequence_parallel);
   CHECK(!parse(with([](json& x) { x["parallel"]["sequence_parallel"] = false; })).parallel.sequence_parallel);
+  // Without it, TP's backward all-reduce beside the wgrad unless the run predates Megatron-LM's
+  // --async-tensor-model-parallel-allreduce (2021).
+  CHECK(d.parallel.async_tp_allreduce);
+  CHECK(!parse(with([](json& x) {
+           x["parallel"]["sequence_parallel"] = false;
+           x["parallel"]["async_tp_allreduce"] = false;
+         })).parallel.async_tp_allreduce);
   // Rotary embedding and eager element-wise kernels: off unless the file says so.
   CHECK(!d.arch.rotary);
   CHECK(parse(with([](json& x) { x["model"]["rotary_embedding"] = true; })).arch.rotary);
@@ -766,6 +773,13 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket errors name the key"
                  j["schedule"]["tp_baseline"] = "te_userbuffers";
                }),
                "$.schedule.tp_baseline");
+  // async_tp_allreduce: a boolean, about the all-reduces of TP without sequence parallelism only.
+  expect_error(with([](json& j) { j["parallel"]["async_tp_allreduce"] = false; }), "$.parallel.async_tp_allreduce");
+  expect_error(with([](json& j) {
+                 j["parallel"]["sequence_parallel"] = false;
+                 j["parallel"]["async_tp_allreduce"] = "sync";
+               }),
+               "$.parallel.async_tp_allreduce");
   // Megatron's --overlap-param-gather: only the distributed optimizer (ZeRO-1/2) gathers parameters
   // after the optimizer.
   expect_error(with([](json& j) { j["parallel"]["overlap_param_gather"] = true; }), "$.parallel.overlap_param_gather");

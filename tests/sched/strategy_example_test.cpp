@@ -26,7 +26,7 @@ class FuseRsOnly final : public tpsp::TpStrategy {
   }
   tpsp::Deps reduce_scatter(tpsp::Builder& b, const tpsp::RegionCall& r, const tpsp::PerRank& pbuf,
                             const tpsp::PerRank& out) const override {
-    return tpsp::tp_strategy(model::ScheduleKind::commfuse, model::ScheduleOptions{}).reduce_scatter(b, r, pbuf, out);
+    return schedule_strategy(model::ScheduleKind::commfuse, model::ScheduleOptions{}).reduce_scatter(b, r, pbuf, out);
   }
 };
 

@@ -729,6 +729,38 @@ TEST_CASE("TP images: the first rank of each TP group stands for its group, exac
           }
 }
 
+TEST_CASE("Without sequence parallelism TP's all-reduces keep mirror and TP images exact", "[symmetry][dp][tp_images]") {
+  // Megatron's TP without sequence parallelism (strategy/tp_allreduce.cpp): an all-reduce of the TP
+  // group after each row-parallel GEMM and column-parallel dgrad, beside the wgrad or before it. The TP
+  // ranks still run the same tasks, each all-reduce the others' turned within the group: against every
+  // rank, task by task, on dgx-h100-4node tp 8 dp 4 (rank 0), tp 4 dp 8 (ranks 0, 4, 8, 12), tp 2 dp 16
+  // (ranks 0, 2, .., 14), DDP, the DP sync as collectives and as P2P rings.
+  const topo::Cluster c4 = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  struct Case {
+    int tp, dp, group;
+  };
+  for (const Case k : {Case{8, 4, 1}, Case{4, 8, 4}, Case{2, 16, 8}})
+    for (bool async : {true, false})
+      for (bool p2p : {false, true}) {
+        model::Workload w = small_llama(model::DpSharding::ddp, 2);
+        w.parallel.tp = k.tp;
+        w.parallel.dp = k.dp;
+        w.parallel.sequence_parallel = false;
+        w.parallel.async_tp_allreduce = async;
+        w.schedule.kind = model::ScheduleKind::baseline;
+        INFO(fmt::format("tp {} dp {}{}{}", k.tp, k.dp, async ? " async" : " sync", p2p ? " p2p" : ""));
+        const Outcome full = simulate(w, c4, model::ScheduleKind::baseline, false, p2p);
+        const Outcome mirror = simulate(w, c4, model::ScheduleKind::baseline, true, p2p, true);
+        INFO(mirror.schedule.symmetry_fallback);
+        INFO(mirror.schedule.tp_images_refused);
+        REQUIRE(mirror.schedule.symmetry_fallback.empty());
+        REQUIRE(mirror.schedule.tp_images == k.tp);
+        std::vector<int> simulated;
+        for (int r = 0; r < k.group; ++r) simulated.push_back(r * k.tp);
+        require_same_timeline(full, mirror, simulated, p2p);
+      }
+}
+
 TEST_CASE("TP images are not made where a TP rank's transfers are its own", "[symmetry][dp][tp_images]") {
   // CommFuse's TP ring sends point to point between the TP ranks: the DP replicas are mirrored, every
   // TP rank of them simulated. So is a TP group that spans nodes (tp 16 on 8-GPU nodes).

@@ -1,6 +1,7 @@
 // TPSP generator: task counts, ring chunk order, GEMM shapes, validity of every generated graph.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -243,14 +244,69 @@ TEST_CASE("Without sequence parallelism every TP rank runs the norms and residua
   }
   CHECK(ew(sp, "ln1").bytes == 2 * 1024 * 8192 * 2);
   CHECK(ew(sp, "residual1").bytes == 3 * 1024 * 8192 * 2);
-  // The activation runs on its FFN columns of the whole sequence either way; the GEMMs and the
-  // collectives are the same tasks.
+  // The activation runs on its FFN columns of the whole sequence either way; the GEMMs are the same.
   CHECK(ew(no_sp, "act").bytes == ew(sp, "act").bytes);
-  CHECK(no_sp.size() == sp.size());
   const auto gemm = [](const TaskGraph& g, const std::string& op) {
     return std::get<model::GemmKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
   };
-  CHECK(gemm(no_sp, "fc1").m == gemm(sp, "fc1").m);
+  for (const std::string op : {"qkv", "out_proj", "fc1", "fc2", "qkv_dgrad", "fc1_dgrad", "fc2_dgrad", "out_proj_dgrad",
+                               "qkv_wgrad", "fc1_wgrad"}) {
+    INFO(op);
+    CHECK(gemm(no_sp, op).m == gemm(sp, op).m);
+    CHECK(gemm(no_sp, op).n == gemm(sp, op).n);
+    CHECK(gemm(no_sp, op).k == gemm(sp, op).k);
+  }
+}
+
+TEST_CASE("Without sequence parallelism the baseline's TP communication is Megatron's all-reduces", "[sched][tpsp]") {
+  // Llama-3-70B's layer at TP 8, s 8192, forward and backward. The forward all-reduces the out-projection's and
+  // FC2's partial sums, the backward the QKV and FC1 dgrads' (ColumnParallelLinear's backward): four per layer,
+  // each the whole sequence's [8192, 8192] bf16, 8192 x 8192 x 2 = 134,217,728 B, over the 8 ranks. Nothing is
+  // gathered (a column-parallel GEMM's input, and the one its backward saved, is whole on every rank), nothing
+  // reduce-scattered, where sequence parallelism runs 2 AG + 2 RS forward and 4 AG + 2 RS backward.
+  TpspRequest r;
+  r.shape = TpspShape{8, 1, 1, 8192, 1, 8192, 64, 8, 128, 28672, true, true, 1, topo::Dtype::bf16, false};
+  r.kind = ScheduleKind::baseline;
+  const auto sp = generate_tpsp(r).graph;
+  CHECK(ops_on(sp, 0, "all_gather").size() == 6);
+  CHECK(ops_on(sp, 0, "reduce_scatter").size() == 4);
+  CHECK(ops_on(sp, 0, "all_reduce").empty());
+  r.shape.sequence_parallel = false;
+  const auto async = generate_tpsp(r).graph;
+  CHECK(ops_on(async, 0, "all_gather").empty());
+  CHECK(ops_on(async, 0, "reduce_scatter").empty());
+  const auto ars = ops_on(async, 0, "all_reduce");
+  REQUIRE(ars.size() == 4);
+  for (const Task* t : ars) {
+    const auto& c = std::get<CollectiveTask>(t->kind);
+    CHECK(c.bytes == 134217728);
+    CHECK(c.group.size() == 8);
+  }
+  // Whether FC1's wgrad waits for its dgrad's all-reduce: not with --async-tensor-model-parallel-allreduce
+  // (Megatron-LM's default since September 2021; the wgrad follows the dgrad on the compute stream, the
+  // all-reduce beside it), and before it, blocking.
+  const auto id_of = [](const TaskGraph& g, const std::string& name) {
+    for (TaskId id = 0; id < g.size(); ++id)
+      if (g.task(id).name == name) return id;
+    FAIL("no task " << name);
+    return TaskId{0};
+  };
+  const auto waits = [&](const TaskGraph& g, const std::string& task, const std::string& on) {
+    const auto preds = g.predecessors(id_of(g, task));
+    return std::find(preds.begin(), preds.end(), id_of(g, on)) != preds.end();
+  };
+  CHECK_FALSE(waits(async, "r0/L0/bwd/fc1_wgrad", "r0/L0/bwd/fc1_dgrad+rs/ar"));
+  CHECK(waits(async, "r0/L0/bwd/ln2_bwd", "r0/L0/bwd/fc1_dgrad+rs/ar"));
+  r.shape.sync_tp_allreduce = true;
+  const auto sync = generate_tpsp(r).graph;
+  CHECK(waits(sync, "r0/L0/bwd/fc1_wgrad", "r0/L0/bwd/fc1_dgrad+rs/ar"));
+  CHECK(sync.size() == async.size());
+  // Slice-overlap and CommFuse cut sequence parallelism's collectives and keep them.
+  r.kind = ScheduleKind::slice;
+  r.schedule.slices = 2;
+  const auto slice = generate_tpsp(r).graph;
+  CHECK(ops_on(slice, 0, "all_reduce").empty());
+  CHECK(ops_on(slice, 0, "all_gather").size() == 12);
 }
 
 TEST_CASE("Rotary embedding and eager element-wise kernels add the bytes they stream", "[sched][tpsp]") {

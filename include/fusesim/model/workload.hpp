@@ -178,6 +178,11 @@ struct Parallelism {
   // TP collectives on the whole sequence and keeps their inputs whole: the collectives are all-reduces
   // of the same bytes as the reduce-scatter + all-gather pairs fusesim emits for them.
   bool sequence_parallel = true;
+  // Without sequence parallelism: whether a column-parallel GEMM's backward all-reduce of its input
+  // gradient runs beside the weight gradient (Megatron-LM's --async-tensor-model-parallel-allreduce,
+  // on by default since September 2021, commits 16c90445 and f3e57f6f) or before it, blocking, as in
+  // the runs of Narayanan et al. 2021 ($.parallel.async_tp_allreduce, default true).
+  bool async_tp_allreduce = true;
   int world() const { return tp * up * dp * pp; }
   int stage_ranks() const { return tp * up * dp; }  // the ranks of one pipeline stage
 };

@@ -116,8 +116,10 @@ class TpStrategy {
   virtual Deps reduce_scatter(Builder& b, const RegionCall& r, const PerRank& pbuf, const PerRank& out) const = 0;
 };
 
-// The TP part of schedule_strategy(kind, options).
-const TpStrategy& tp_strategy(model::ScheduleKind kind, const model::ScheduleOptions& options);
+// The TP strategy a request's layers run: its own (TpspRequest::tp_strategy), or the TP part of
+// schedule_strategy(kind, options), except the baseline without sequence parallelism, which runs
+// Megatron's all-reduces (strategy/tp_allreduce.cpp).
+const TpStrategy& tp_strategy(const TpspRequest& r);
 
 // The collective lowering baseline and slice share (src/sched/strategy/collective_regions.cpp):
 // each region as `slices` collectives, the work of slice j after its all-gather or before its

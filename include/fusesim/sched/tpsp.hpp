@@ -40,7 +40,10 @@ struct TpspShape {
   int virtual_stages = 1;
   // $.parallel.sequence_parallel false: the norms and residual adds between the TP collectives are
   // priced on all S rows, as every TP rank runs them on the whole sequence without Megatron's
-  // sequence parallelism (the data they compute stays each rank's n rows: the others are copies).
+  // sequence parallelism. Under the baseline schedule TP's communication is then Megatron's
+  // all-reduces (strategy/tp_allreduce.cpp) and the layer carries no dataflow; slice-overlap and
+  // CommFuse keep their all-gathers and reduce-scatters (the data they compute stays each rank's n
+  // rows: the others are copies).
   bool sequence_parallel = true;
   // $.model.rotary_embedding: a rope kernel on the query and key columns after the QKV GEMM, its
   // backward before the QKV dgrad.
@@ -67,6 +70,10 @@ struct TpspShape {
   bool zero_bubble = false;
   // $.training.attention_time_factor (model::AttentionKernel::time_factor) of every attention kernel.
   double attention_time_factor = 1.0;
+  // Without sequence parallelism under the baseline schedule (strategy/tp_allreduce.cpp): the
+  // column-parallel backward's all-reduce runs before the weight gradient, the compute stream waiting
+  // for it, rather than beside it (model::Parallelism::async_tp_allreduce false).
+  bool sync_tp_allreduce = false;
 
   // fp8 training as Transformer Engine runs it: the GEMMs of the layers take e4m3 operands, cast from
   // bf16 just before; activations, attention, norms, communication and the embedding and LM head stay

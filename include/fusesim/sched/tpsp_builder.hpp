@@ -39,7 +39,7 @@ class Builder {
  public:
   Builder(const TpspRequest& req, Schedule& out, DataflowProgram& prog)
       : req_(req), sh_(req.shape), g_(out.graph), prog_(prog),
-        strategy_(req.tp_strategy != nullptr ? *req.tp_strategy : tp_strategy(req.kind, req.schedule)),
+        strategy_(tp_strategy(req)),
         comm_(make_communicators(req.schedule).tp), pp_comm_(make_communicators(req.schedule).pp),
         t_(req.shape.tp), emit_t_(req.tp_images > 1 && !req.tp_images_by_filter ? 1 : req.shape.tp),
         elem_(topo::bytes_per_element(req.shape.activation_dtype())),
@@ -122,6 +122,11 @@ class Builder {
   // Calls an AG region makes to its work per rank: one per ring step (Fuse-AG), per slice, or one.
   int ag_calls() const { return t_ == 1 ? 1 : strategy_.ag_calls(t_, k_); }
   std::int64_t n() const { return S() / t_; }
+  // TP's communication as Megatron's all-reduces: the baseline without sequence parallelism
+  // (strategy/tp_allreduce.cpp).
+  bool allreduce_form() const {
+    return t_ > 1 && !sh_.sequence_parallel && req_.tp_strategy == nullptr && req_.kind == model::ScheduleKind::baseline;
+  }
   // Rows a TP rank's norms and residual adds are priced on: its own chunk under sequence parallelism,
   // the whole sequence (every rank the same) without it (TpspShape::sequence_parallel).
   std::int64_t elementwise_rows() const { return sh_.sequence_parallel ? n() : S(); }

@@ -2,6 +2,7 @@
 #include <stdexcept>
 
 #include "fusesim/sched/strategy.hpp"
+#include "fusesim/sched/tpsp.hpp"
 
 namespace fusesim::sched {
 
@@ -11,8 +12,12 @@ const Strategy& slice_strategy();           // strategy/slice.cpp
 const Strategy& commfuse_strategy();        // strategy/commfuse.cpp
 const Strategy& te_userbuffers_strategy();  // strategy/te_userbuffers.cpp
 
-const TpStrategy& tp_strategy(model::ScheduleKind kind, const model::ScheduleOptions& options) {
-  return schedule_strategy(kind, options);
+const TpStrategy& tp_allreduce_strategy();   // strategy/tp_allreduce.cpp
+
+const TpStrategy& tp_strategy(const TpspRequest& r) {
+  if (r.tp_strategy != nullptr) return *r.tp_strategy;
+  if (r.kind == model::ScheduleKind::baseline && !r.shape.sequence_parallel) return tp_allreduce_strategy();
+  return schedule_strategy(r.kind, r.schedule);
 }
 }  // namespace tpsp
 
