@@ -51,8 +51,9 @@ struct Case {
   model::CommEngine engine = model::CommEngine::sm_kernel;
   bool ring_only = false;  // "algorithm": "ring": the measurement disabled NVLS (NCCL_ALGO=Ring)
   int peer = 1;            // p2p: the receiving rank (rank 0 sends), so that a pair may span nodes
-  // end to end
+  // end to end, and layer (one transformer layer of a workload, timed alone)
   std::string workload, metric;
+  bool forward_only = false;  // layer: "pass" "forward" (the measurement timed the forward alone)
   model::ScheduleKind schedule = model::ScheduleKind::baseline;
   sched::Scope scope = sched::Scope::step;
   std::vector<std::string> needs;
@@ -95,7 +96,7 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
     Case c;
     c.id = o.string("id");
     if (!ids.insert(c.id).second) o.at("id").fail(fmt::format("case id '{}' is used twice", c.id));
-    c.category = o.choice("category", {"gemm", "attention", "collective", "end_to_end"});
+    c.category = o.choice("category", {"gemm", "attention", "collective", "end_to_end", "layer"});
     c.topology = o.string("topology");
     c.topology_at = o.at("topology");
     c.source = o.string("source");
@@ -134,13 +135,21 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
       c.measured = positive(o, "measured_busbw_GBps");
       c.unit = "busbw GB/s";
     } else {
-      c.metric = o.choice("metric", {"tokens_per_s_per_gpu", "mfu"});
+      const bool layer = c.category == "layer";
+      // A layer's time is given as the throughput it sustains (tokens of its micro-batch over its time
+      // and GPUs), so that a positive error means faster than measured in every category.
+      c.metric = layer ? o.choice("metric", {"tokens_per_s_per_gpu"}) : o.choice("metric", {"tokens_per_s_per_gpu", "mfu"});
       c.measured = positive(o, "measured");
       c.unit = c.metric == "mfu" ? "MFU" : "tokens/s/GPU";
-      c.workload = o.string_or("workload", "");
+      c.workload = layer ? o.string("workload") : o.string_or("workload", "");
       c.schedule = model::parse_schedule_kind(o.choice_or("schedule", model::schedule_names(), "baseline"));
-      // A whole training step (embedding, layers, head, DP sync, optimizer) by default.
-      c.scope = parse_scopes(o.choice_or("scope", {"layer", "stack", "step"}, "step")).front();
+      // A whole training step (embedding, layers, head, DP sync, optimizer) by default; a layer case
+      // one layer, forward and backward unless its pass says forward.
+      if (layer)
+        c.forward_only = o.choice_or("pass", {"forward", "forward_backward"}, "forward_backward") == "forward";
+      else
+        c.scope = parse_scopes(o.choice_or("scope", {"layer", "stack", "step"}, "step")).front();
+      if (layer) c.scope = sched::Scope::layer;
       if (o.has("tp")) c.tp = static_cast<int>(o.integer("tp", 1, 1 << 20));
       if (o.has("micro_batch")) c.micro_batch = o.integer("micro_batch", 1, 1 << 30);
       // The workload reader's own limit (16M tokens, model/workload.cpp).
@@ -166,8 +175,9 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
   for (const Case& c : out) {
     if (c.speedup_over.empty()) continue;
     const auto base = std::find_if(out.begin(), out.end(), [&](const Case& b) { return b.id == c.speedup_over; });
-    if (base == out.end() || base->category != "end_to_end" || base->metric != c.metric || &*base == &c)
-      c.speedup_over_at->fail(fmt::format("'{}' is not another end-to-end case with metric {}", c.speedup_over, c.metric));
+    if (base == out.end() || base->category != c.category || base->metric != c.metric || &*base == &c)
+      c.speedup_over_at->fail(
+          fmt::format("'{}' is not another {} case with metric {}", c.speedup_over, c.category, c.metric));
   }
   return out;
 }
@@ -249,6 +259,7 @@ std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const
   req.workload = c.workload;
   req.schedules = {c.schedule};
   req.scopes = {c.scope};
+  req.forward_only = c.forward_only;
   req.pricing = pricing;
   req.tp = c.tp;
   req.micro_batch = c.micro_batch;
@@ -320,7 +331,7 @@ class ValidateCommand final : public Command {
         ->delimiter(',');
     sub.add_flag("--roofline", roofline_,
                  "the roofline alone: no profile, not even the shipped one of each case's device");
-    sub.add_option("--category", category_, "only this category: gemm, attention, collective, end_to_end")
+    sub.add_option("--category", category_, "only this category: gemm, attention, collective, end_to_end, layer")
         ->type_name("NAME");
     sub.add_option("--format", format_, "table or json")->type_name("FORMAT")->capture_default_str();
     sub.add_option("--output", output_, "write the report to this file instead of standard output")->type_name("FILE");
@@ -330,9 +341,9 @@ class ValidateCommand final : public Command {
     if (!output_.empty()) check_output_path(output_, "--output");  // before the work, not after
     const OutputFormat format = parse_format(format_);
     if (!category_.empty() && category_ != "gemm" && category_ != "attention" && category_ != "collective" &&
-        category_ != "end_to_end")
+        category_ != "end_to_end" && category_ != "layer")
       throw InputError(kCommandLine, "--category",
-                       fmt::format("'{}' is not one of gemm, attention, collective, end_to_end", category_));
+                       fmt::format("'{}' is not one of gemm, attention, collective, end_to_end, layer", category_));
     const ResolvedInput in = resolve_input(cases_, "validation");
     const std::vector<Case> cases = read_cases(JsonDocument::parse(in.text, in.label));
     if (roofline_ && !profiles_.empty())

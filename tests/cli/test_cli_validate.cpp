@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -303,7 +305,7 @@ TEST_CASE("every shipped end-to-end case names a workload that fits its cluster,
   const json cases = json::parse(*fusesim::embedded_file("validation/published.json"))["cases"];
   std::size_t checked = 0, pipelined = 0;
   for (const json& c : cases) {
-    if (c["category"] != "end_to_end" || !c.contains("workload")) continue;
+    if ((c["category"] != "end_to_end" && c["category"] != "layer") || !c.contains("workload")) continue;
     const std::string workload = c["workload"].get<std::string>();
     INFO(c["id"].get<std::string>());
     const json w = json::parse(*fusesim::embedded_file(workload));
@@ -370,4 +372,64 @@ TEST_CASE("fusesim validate: the MFU of end-to-end cases, measured by fusesim's 
   REQUIRE(t.exit_code == 0);
   CHECK(t.out.find(fmt::format("over 3 cases: roofline {:.2f}, profile {:.2f}",
                                rank["roofline"].get<double>(), *rho)) != std::string::npos);
+}
+
+TEST_CASE("fusesim validate: a layer case is simulate's one layer, forward and backward or forward alone",
+          "[cli][validate]") {
+  // The reference is simulate itself: one layer of the workload, baseline, the shipped profile (and the
+  // roofline), its tokens/s/GPU; --forward-only for the case whose pass is "forward".
+  ScratchDir dir;
+  const auto r = run_fusesim({"validate", "--cases", source_path("tests/data/validation/layer.json"), "--format",
+                              "json"},
+                             dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  REQUIRE(doc["cases"].size() == 2u);
+  const auto simulated = [&](bool forward_only, bool roofline) {
+    std::vector<std::string> args{"simulate", "--workload", "commfuse-tpsp-block", "--topology", "dgx-h100",
+                                  "--schedule", "baseline", "--scope", "layer", "--format", "json"};
+    if (forward_only) args.push_back("--forward-only");
+    if (roofline) args.push_back("--roofline");
+    const auto s = run_fusesim(args, dir);
+    REQUIRE(s.exit_code == 0);
+    return json::parse(s.out)["results"][0]["tokens_per_s_per_gpu"].get<double>();
+  };
+  const json& both = doc["cases"][0];
+  const json& fwd = doc["cases"][1];
+  CHECK(both["calibrated"].get<double>() == Approx(simulated(false, false)).epsilon(1e-12));
+  CHECK(both["roofline"].get<double>() == Approx(simulated(false, true)).epsilon(1e-12));
+  CHECK(fwd["calibrated"].get<double>() == Approx(simulated(true, false)).epsilon(1e-12));
+  CHECK(fwd["roofline"].get<double>() == Approx(simulated(true, true)).epsilon(1e-12));
+  // The forward alone is faster; its speed-up over the whole pass is measured 250000 / 100000 = 2.5x.
+  CHECK(fwd["calibrated"].get<double>() > both["calibrated"].get<double>());
+  REQUIRE(doc["speedups"].size() == 1u);
+  CHECK(doc["speedups"][0]["measured"].get<double>() == Approx(2.5));
+  CHECK(doc["speedups"][0]["profile"].get<double>() ==
+        Approx(fwd["calibrated"].get<double>() / both["calibrated"].get<double>()).epsilon(1e-12));
+  // Its own MAPE row, outside the end-to-end cases' MFU ranking.
+  CHECK(doc["mape_pct"].contains("layer"));
+  CHECK((!doc.contains("end_to_end_mfu_spearman") || doc["end_to_end_mfu_spearman"].is_null()));
+
+  // A layer case names a workload, has no scope (it is one layer) and no MFU metric, and its speed-up is
+  // over another layer case: each refused with exit 2, the file and the key.
+  const json base = json::parse(slurp(source_path("tests/data/validation/layer.json")));
+  const auto refused = [&](const std::function<void(json&)>& edit, const std::string& where) {
+    json bad = base;
+    edit(bad["cases"][0]);
+    const std::string path = dir.file("bad-layer.json");
+    {
+      std::ofstream(path) << bad.dump();
+    }
+    const auto e = run_fusesim({"validate", "--cases", path}, dir);
+    INFO(e.err);
+    CHECK(e.exit_code == 2);
+    CHECK(e.err.find(path) != std::string::npos);
+    CHECK(e.err.find(where) != std::string::npos);
+  };
+  refused([](json& c) { c["scope"] = "step"; }, "scope");
+  refused([](json& c) { c["metric"] = "mfu"; }, "$.cases[0].metric");
+  refused([](json& c) { c.erase("workload"); }, "workload");
+  refused([](json& c) { c["pass"] = "backward"; }, "$.cases[0].pass");
+  refused([](json& c) { c["speedup_over"] = "layer/block"; }, "$.cases[0].speedup_over");
 }
