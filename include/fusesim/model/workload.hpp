@@ -175,8 +175,8 @@ struct Parallelism {
   bool overlap_param_gather = false;
   // Megatron-LM's --sequence-parallel ($.parallel.sequence_parallel, default true). Without it (the
   // runs before Korthikanti et al., 2022) every TP rank runs the norms and residual adds between the
-  // TP collectives on the whole sequence and keeps their inputs whole: the collectives are all-reduces
-  // of the same bytes as the reduce-scatter + all-gather pairs fusesim emits for them.
+  // TP collectives on the whole sequence and keeps their inputs whole; TP communicates by all-reduces
+  // (sched/strategy/tp_allreduce.cpp, under the baseline schedule).
   bool sequence_parallel = true;
   // Without sequence parallelism: whether a column-parallel GEMM's backward all-reduce of its input
   // gradient runs beside the weight gradient (Megatron-LM's --async-tensor-model-parallel-allreduce,

@@ -106,6 +106,9 @@ class TpStrategy {
   // Megatron-LM without --tp-comm-overlap: the backward's re-gather of a column-parallel GEMM's input
   // is launched asynchronously beside the dgrad, on a second comm stream (Builder::backward_layer).
   virtual bool async_regather() const { return false; }
+  // Whether the regions' communication is Megatron's all-reduces of TP without sequence parallelism
+  // (strategy/tp_allreduce.cpp): no gather anywhere, the dgrad's all-reduce the builder's to place.
+  virtual bool all_reduces() const { return false; }
   // AG -> GEMM with t > 1: gathers g's chunks (shard -> full) and runs r.work on them. `plan`
   // (ring_steps() only): records each rank's calls instead of emitting them (Builder::ag_region).
   // `collective_stream`: where collectives go (the TP communicator's, or its re-gather stream).

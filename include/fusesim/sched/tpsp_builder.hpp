@@ -124,9 +124,7 @@ class Builder {
   std::int64_t n() const { return S() / t_; }
   // TP's communication as Megatron's all-reduces: the baseline without sequence parallelism
   // (strategy/tp_allreduce.cpp).
-  bool allreduce_form() const {
-    return t_ > 1 && !sh_.sequence_parallel && req_.tp_strategy == nullptr && req_.kind == model::ScheduleKind::baseline;
-  }
+  bool allreduce_form() const { return t_ > 1 && strategy_.all_reduces(); }
   // Rows a TP rank's norms and residual adds are priced on: its own chunk under sequence parallelism,
   // the whole sequence (every rank the same) without it (TpspShape::sequence_parallel).
   std::int64_t elementwise_rows() const { return sh_.sequence_parallel ? n() : S(); }

@@ -21,6 +21,7 @@ class TpAllReduce final : public TpStrategy {
   int ag_calls(int, int) const override { return 1; }
   bool own_chunk_in_shard() const override { return false; }
   bool ring_steps() const override { return false; }
+  bool all_reduces() const override { return true; }
   Deps all_gather(Builder& b, const RegionCall& r, const Rows&, std::vector<std::vector<AgCall>>*,
                   StreamRef) const override {
     Deps done(static_cast<std::size_t>(b.t_));
