@@ -145,11 +145,12 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
       c.schedule = model::parse_schedule_kind(o.choice_or("schedule", model::schedule_names(), "baseline"));
       // A whole training step (embedding, layers, head, DP sync, optimizer) by default; a layer case
       // one layer, forward and backward unless its pass says forward.
-      if (layer)
+      if (layer) {
         c.forward_only = o.choice_or("pass", {"forward", "forward_backward"}, "forward_backward") == "forward";
-      else
+        c.scope = sched::Scope::layer;
+      } else {
         c.scope = parse_scopes(o.choice_or("scope", {"layer", "stack", "step"}, "step")).front();
-      if (layer) c.scope = sched::Scope::layer;
+      }
       if (o.has("tp")) c.tp = static_cast<int>(o.integer("tp", 1, 1 << 20));
       if (o.has("micro_batch")) c.micro_batch = o.integer("micro_batch", 1, 1 << 30);
       // The workload reader's own limit (16M tokens, model/workload.cpp).
