@@ -249,9 +249,8 @@ TimePs optimizer_ps(const model::Workload& w, model::ScheduleKind kind, const La
   const auto price = [&](const model::ElementwiseKernel& e) {
     return p.pricing.costs->cost(model::Kernel{e}, c.dtype, p.cluster.device(0)).duration_ps;
   };
-  TimePs total = price(k.adam);
-  if (k.grad_norm) total += price(*k.grad_norm) + price(*k.grad_scale);
-  if (k.master_copy) total += price(*k.master_copy);
+  TimePs total = 0;
+  for (const model::ElementwiseKernel& e : k.all()) total += price(e);
   return total;
 }
 

@@ -148,22 +148,6 @@ std::optional<double> CalibratedCostModel::sm_slowdown(int sms) const {
 
 namespace {
 
-// The small-kernel model that prices `op`: its own, else the forward op's for a backward kernel
-// (layernorm_bwd reads what layernorm reads, plus the gradient, and its bytes say so), else the
-// residual add's (a plain stream with the launch floor) for the streaming kernels no profile measures
-// (cross-entropy, Adam, copies). nullptr when the profile has none of these.
-const SmallKernelModel* small_kernel_model(const Profile& p, const std::string& op) {
-  const auto find = [&](const std::string& name) -> const SmallKernelModel* {
-    const auto it = p.elementwise_models.find(name);
-    return it == p.elementwise_models.end() ? nullptr : &it->second;
-  };
-  if (const auto* m = find(op)) return m;
-  constexpr std::string_view kBwd = "_bwd";
-  if (op.size() > kBwd.size() && op.compare(op.size() - kBwd.size(), kBwd.size(), kBwd) == 0)
-    if (const auto* m = find(op.substr(0, op.size() - kBwd.size()))) return m;
-  return find("add");
-}
-
 // The learned GEMM model of the dtype's family, if the profile has one.
 const GemmModel* learned_gemm_model(const Profile& p, topo::Dtype dtype) {
   const std::optional<GemmFamily> family = gemm_family(dtype);

@@ -367,6 +367,30 @@ SmallKernelModel small_kernel_model_from_parameters(const std::vector<double>& x
   return m;
 }
 
+SmallKernelModel scaled_small_kernel_model(const SmallKernelModel& base, const std::vector<SmallKernelTiming>& samples) {
+  if (samples.empty()) throw std::invalid_argument("a scaled small-kernel model needs a sample");
+  double log_sum = 0.0;
+  for (const SmallKernelTiming& s : samples) {
+    const double predicted = base.sample_reading_s(s);
+    if (!(predicted > 0) || !std::isfinite(predicted))
+      throw std::invalid_argument("the model it scales prices a sample at no time");
+    log_sum += std::log(s.time_s / predicted);
+  }
+  const double f = std::exp(log_sum / static_cast<double>(samples.size()));
+  SmallKernelModel m = base;
+  m.launch_s *= f;
+  m.row_bytes_per_s /= f;
+  m.bytes_per_s /= f;
+  m.l2_bytes_per_s /= f;
+  m.parameters.clear();
+  m.bounded = false;
+  std::vector<double> predicted, measured;
+  for (const SmallKernelTiming& s : samples) predicted.push_back(m.sample_reading_s(s)), measured.push_back(s.time_s);
+  m.samples = static_cast<int>(samples.size());
+  m.in_sample_mape_pct = mape_pct(predicted, measured);
+  return m;
+}
+
 nlohmann::json to_json(const GemmModel& m) {
   nlohmann::json tiles = nlohmann::json::array();
   for (const auto& [tm, tn] : m.tiles) tiles.push_back({tm, tn});

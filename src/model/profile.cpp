@@ -23,15 +23,19 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
 
-// The small kernels a schedule emits (ElementwiseKernel::op) and their backward kernels, and
-// "layernorm_eager": PyTorch's eager torch.nn.LayerNorm, another kernel than the fused norms training
-// frameworks run ("layernorm": RMSNorm and Apex/TransformerEngine LayerNorm alike), measured (vidur's
-// phi-2) but emitted by no schedule, so that its samples do not skew the fused norm's model.
+// The small kernels a schedule emits (ElementwiseKernel::op) and their backward kernels, and two
+// other norm kernels. "layernorm" is the fused norm as vidur timed it (vLLM's RMSNorm and LayerNorm
+// kernels, inference shapes); "layernorm_train" the norm a training graph emits (Apex's persistent
+// FastLayerNorm that Megatron-LM runs, TransformerEngine's), priced by its own samples where a profile
+// has them and by "layernorm"'s model where not (small_kernel_model). "layernorm_eager": PyTorch's
+// eager torch.nn.LayerNorm (vidur's phi-2), emitted by no schedule, kept apart so that its samples do
+// not skew the fused norm's model.
 const std::vector<std::string> kSmallOps{"layernorm",     "layernorm_bwd", "rope",          "rope_bwd",
                                          "swiglu",        "swiglu_bwd",    "gelu",          "gelu_bwd",
                                          "add",           "embedding",     "embedding_bwd", "cross_entropy",
                                          "cross_entropy_bwd", "softmax",   "adam",          "copy",
-                                         "layernorm_eager",   "grad_norm", "grad_scale"};
+                                         "layernorm_eager",   "grad_norm", "grad_scale", "layernorm_train",
+                                         "layernorm_train_bwd"};
 // A fused multi-tensor optimizer launches a kernel per chunk of tensors: 68-92 for the 1-2 B parameter
 // steps measured on an H100 (tools/microbench/train_step.py). More than 4,096 in one timed region is
 // not a kernel sample.
@@ -274,6 +278,30 @@ std::string kernel_fit_inputs_fnv1a64(const Profile& p) {
   return fnv1a64_hex(text);
 }
 
+const SmallKernelModel* small_kernel_model(const Profile& p, const std::string& op) {
+  const auto find = [&](const std::string& name) -> const SmallKernelModel* {
+    const auto it = p.elementwise_models.find(name);
+    return it == p.elementwise_models.end() ? nullptr : &it->second;
+  };
+  // A backward kernel reads what its forward reads plus the gradient, and its bytes say so; a training
+  // framework's kernel of an op (`_train`) does the work of the op's other kernels.
+  constexpr std::string_view kBwd = "_bwd", kTrain = "_train";
+  const auto forward_of = [&](const std::string& name) {
+    const bool bwd = name.size() > kBwd.size() && name.compare(name.size() - kBwd.size(), kBwd.size(), kBwd) == 0;
+    return bwd ? name.substr(0, name.size() - kBwd.size()) : std::string{};
+  };
+  std::vector<std::string> chain{op};
+  if (const std::string f = forward_of(op); !f.empty()) chain.push_back(f);
+  if (const auto at = op.find(kTrain); at != std::string::npos) {
+    const std::string base = std::string(op).erase(at, kTrain.size());
+    chain.push_back(base);
+    if (const std::string f = forward_of(base); !f.empty()) chain.push_back(f);
+  }
+  for (const std::string& name : chain)
+    if (const auto* m = find(name)) return m;
+  return find("add");
+}
+
 nlohmann::ordered_json kernel_fits_json(const Profile& p) {
   nlohmann::ordered_json out;
   out["inputs_fnv1a64"] = kernel_fit_inputs_fnv1a64(p);
@@ -282,7 +310,8 @@ nlohmann::ordered_json kernel_fits_json(const Profile& p) {
   if (p.gemm_model) out["gemm"] = {{"parameters", p.gemm_model->parameters}};
   if (p.gemm_model_fp8) out["gemm_fp8"] = {{"parameters", p.gemm_model_fp8->parameters}};
   nlohmann::ordered_json ops = nlohmann::ordered_json::object();
-  for (const auto& [op, m] : p.elementwise_models) ops[op] = {{"parameters", m.parameters}, {"bounded", m.bounded}};
+  for (const auto& [op, m] : p.elementwise_models)
+    if (!m.parameters.empty()) ops[op] = {{"parameters", m.parameters}, {"bounded", m.bounded}};
   if (!ops.empty()) out["elementwise"] = std::move(ops);
   return out;
 }
@@ -339,6 +368,19 @@ void fit_kernel_models(Profile& p, const JsonObject& root, KernelFits mode) {
       root.fail(fmt::format("cannot fit the small-kernel model of '{}': {}", op, e.what()));
     }
   }
+  // Ops of one or two samples scale the model that would price them without (scaled_small_kernel_model),
+  // forward ops first so that a `_bwd` op of few samples scales its forward op's scaled model.
+  for (const bool backward : {false, true})
+    for (const auto& [op, samples] : by_op) {
+      if (samples.size() >= 3 || (op.size() > 4 && op.compare(op.size() - 4, 4, "_bwd") == 0) != backward) continue;
+      const SmallKernelModel* base = small_kernel_model(p, op);
+      if (base == nullptr) continue;  // nothing to scale: the roofline prices the op
+      try {
+        p.elementwise_models[op] = scaled_small_kernel_model(*base, samples);
+      } catch (const std::invalid_argument& e) {
+        root.fail(fmt::format("cannot scale a small-kernel model to the samples of '{}': {}", op, e.what()));
+      }
+    }
 }
 
 // slowdown - 1 = share x (wave ratio - 1) through the origin, least squares over the sm_kernel

@@ -92,21 +92,40 @@ std::vector<StepWork> pipeline_order(const PipelineShape& shape, std::int64_t st
   return out;
 }
 
-std::int64_t adam_bytes_per_param(topo::Dtype grad_dtype) { return 2 * 3 * 4 + topo::bytes_per_element(grad_dtype); }
+std::int64_t adam_bytes_per_param(std::int64_t grad_bytes) { return 2 * 3 * 4 + grad_bytes; }
 
 std::int64_t master_copy_bytes_per_param(topo::Dtype dtype) {
   return dtype == topo::Dtype::fp32 ? 0 : 4 + topo::bytes_per_element(dtype);
 }
 
+topo::Dtype main_grad_dtype(topo::Dtype grad_dtype, topo::Dtype dtype) {
+  return dtype == topo::Dtype::fp32 ? grad_dtype : topo::Dtype::fp32;
+}
+
+std::vector<model::ElementwiseKernel> OptimizerKernels::all() const {
+  std::vector<model::ElementwiseKernel> out;
+  for (const auto* k : {&grad_cast, &grad_unscale, &grad_norm, &grad_scale})
+    if (*k) out.push_back(**k);
+  out.push_back(adam);
+  if (master_copy) out.push_back(*master_copy);
+  return out;
+}
+
 OptimizerKernels optimizer_kernels(std::int64_t elements, topo::Dtype grad_dtype, topo::Dtype dtype, bool clip_grad) {
-  const std::int64_t grad_bytes = topo::bytes_per_element(grad_dtype);
+  const topo::Dtype main = main_grad_dtype(grad_dtype, dtype);
+  const std::int64_t grad_bytes = topo::bytes_per_element(grad_dtype), main_bytes = topo::bytes_per_element(main);
   const auto n = static_cast<double>(elements);
-  OptimizerKernels k{std::nullopt, std::nullopt,
-                     model::ElementwiseKernel{"adam", elements * adam_bytes_per_param(grad_dtype), kAdamFlopsPerParam * n},
-                     std::nullopt};
+  OptimizerKernels k{};
+  k.adam = model::ElementwiseKernel{"adam", elements * adam_bytes_per_param(main_bytes), kAdamFlopsPerParam * n};
+  if (main != grad_dtype) k.grad_cast = model::ElementwiseKernel{"copy", elements * (grad_bytes + main_bytes), 0.0};
+  // fp16 trains with dynamic loss scaling (Megatron-LM's DynamicGradScaler, torch.cuda.amp.GradScaler):
+  // every step unscales the gradients and checks them for inf/NaN in one pass
+  // (torch._amp_foreach_non_finite_check_and_unscale_), then agrees on the overflow flag.
+  if (dtype == topo::Dtype::fp16)
+    k.grad_unscale = model::ElementwiseKernel{"grad_scale", 2 * elements * main_bytes, n};
   if (clip_grad) {
-    k.grad_norm = model::ElementwiseKernel{"grad_norm", elements * grad_bytes, 2.0 * n};
-    k.grad_scale = model::ElementwiseKernel{"grad_scale", 2 * elements * grad_bytes, n};
+    k.grad_norm = model::ElementwiseKernel{"grad_norm", elements * main_bytes, 2.0 * n};
+    k.grad_scale = model::ElementwiseKernel{"grad_scale", 2 * elements * main_bytes, n};
   }
   if (const std::int64_t copy_bytes = master_copy_bytes_per_param(dtype); copy_bytes > 0)
     k.master_copy = model::ElementwiseKernel{"copy", elements * copy_bytes, 0.0};
@@ -189,7 +208,7 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   const std::int64_t S = grp_.rows, h = grp_.hidden, n = S / tp(), V = vocab_local();
   Deps d(static_cast<std::size_t>(tp()));
   for (int ti = 0; ti < emit_tp(); ++ti)
-    d[ti] = {compute(ti, mb + "head/fwd/final_norm", model::ElementwiseKernel{"layernorm", bytes(2 * n * h), 8.0 * n * h},
+    d[ti] = {compute(ti, mb + "head/fwd/final_norm", model::ElementwiseKernel{"layernorm_train", bytes(2 * n * h), 8.0 * n * h},
                      Phase::forward, micro_batch, ready[static_cast<std::size_t>(ti)])};
   if (tp() > 1) {
     const auto ag = collective(mb + "head/fwd/ag", CollectiveKind::all_gather, bytes(S * h), Phase::forward, micro_batch, d);
@@ -236,7 +255,7 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   Deps out(static_cast<std::size_t>(tp()));
   for (int ti = 0; ti < emit_tp(); ++ti)
     out[ti] = {compute(ti, mb + "head/bwd/final_norm_bwd",
-                       model::ElementwiseKernel{"layernorm_bwd", bytes(3 * n * h), 10.0 * n * h}, Phase::backward,
+                       model::ElementwiseKernel{"layernorm_train_bwd", bytes(3 * n * h), 10.0 * n * h}, Phase::backward,
                        micro_batch, after[ti])};
   return out;
 }
@@ -267,23 +286,32 @@ StepEmitter::Deps StepEmitter::optimizer(const std::vector<std::int64_t>& elemen
   std::vector<OptimizerKernels> k;
   for (int ti = 0; ti < emit_tp(); ++ti)
     k.push_back(optimizer_kernels(elements[static_cast<std::size_t>(ti)], grp_.grad_dtype, grp_.dtype, grp_.clip_grad));
-  Deps ready_for_adam = ready;
-  if (grp_.clip_grad) {
-    // The global norm: every rank sums the squares of its gradients (one read), the sums meet in an
-    // all-reduce of one fp32 value over the group, every rank scales its gradients (read, write).
-    // Over DP the ZeRO shards' sums meet too: a few microseconds, not emitted (docs/schedules.md).
-    Deps norm(static_cast<std::size_t>(tp()));
+  // Each pass waits for the one before it on the rank's compute stream; `at` is where the next starts.
+  Deps at = ready;
+  const auto pass = [&](const char* name, const std::optional<model::ElementwiseKernel> OptimizerKernels::*kernel) {
     for (int ti = 0; ti < emit_tp(); ++ti)
-      norm[ti] = {compute(ti, "optimizer/grad_norm", *k[ti].grad_norm, Phase::optimizer, -1,
-                          ready[static_cast<std::size_t>(ti)])};
-    if (tp() > 1) {
-      const auto ar = collective("optimizer/grad_norm_ar", CollectiveKind::all_reduce, 4, Phase::optimizer, -1, norm);
-      for (int ti = 0; ti < emit_tp(); ++ti) norm[ti] = {ar[static_cast<std::size_t>(ti)]};
-    }
-    for (int ti = 0; ti < emit_tp(); ++ti)
-      ready_for_adam[ti] = {compute(ti, "optimizer/grad_scale", *k[ti].grad_scale, Phase::optimizer, -1,
-                                    norm[static_cast<std::size_t>(ti)])};
+      at[ti] = {compute(ti, name, *(k[ti].*kernel), Phase::optimizer, -1, at[static_cast<std::size_t>(ti)])};
+  };
+  // One fp32 value over the TP group (the overflow flag's max, the norm's sum of squares). Over DP
+  // (ZeRO shards) and PP the same values meet too: a few microseconds, not emitted (docs/schedules.md).
+  const auto agree = [&](const char* name) {
+    if (tp() <= 1) return;
+    const auto ar = collective(name, CollectiveKind::all_reduce, 4, Phase::optimizer, -1, at);
+    for (int ti = 0; ti < emit_tp(); ++ti) at[ti] = {ar[static_cast<std::size_t>(ti)]};
+  };
+  if (k.front().grad_cast) pass("optimizer/grad_cast", &OptimizerKernels::grad_cast);
+  if (k.front().grad_unscale) {
+    pass("optimizer/grad_unscale", &OptimizerKernels::grad_unscale);
+    agree("optimizer/found_inf_ar");
   }
+  if (grp_.clip_grad) {
+    // The global norm: every rank sums the squares of its gradients (one read), the sums meet,
+    // every rank scales its gradients (read, write).
+    pass("optimizer/grad_norm", &OptimizerKernels::grad_norm);
+    agree("optimizer/grad_norm_ar");
+    pass("optimizer/grad_scale", &OptimizerKernels::grad_scale);
+  }
+  const Deps& ready_for_adam = at;
   for (int ti = 0; ti < emit_tp(); ++ti) {
     d[ti] = {compute(ti, "optimizer/adam", k[ti].adam, Phase::optimizer, -1, ready_for_adam[static_cast<std::size_t>(ti)])};
     if (k[ti].master_copy) d[ti] = {compute(ti, "optimizer/master_copy", *k[ti].master_copy, Phase::optimizer, -1, d[ti])};

@@ -129,6 +129,26 @@ TEST_CASE("kernel fit: the small-kernel model recovers launch floor, per-row and
   CHECK(f.bytes_per_s == Approx(t.bytes_per_s).epsilon(0.05));
 }
 
+TEST_CASE("kernel fit: an op of one or two samples scales the model it would fall back to", "[model][kernel_fit]") {
+  // Base: 2 us + max(row_bytes / 10 GB/s, bytes / 2 TB/s). A kernel measured at 2x the base's time
+  // at one shape gets f = 2; two samples at 2x and 8x get the geometric mean, f = 4. Scaling the
+  // launch by f and every bandwidth by 1/f makes the time f x the base's at every shape (both
+  // regimes, hand-checked at 1 and 4096 rows of 32 KiB).
+  const SmallKernelModel base = row_and_stream_model();
+  const double t1 = base.time_s(1024 * 32768.0, 1024);
+  const SmallKernelModel one = scaled_small_kernel_model(base, {{"n", 1024 * 32768.0, 1024, 2 * t1, "x", 1, 0}});
+  CHECK(one.sample_time_s({"n", 1024 * 32768.0, 1024, 0, "x", 1, 0}) == Approx(2 * t1));
+  CHECK(one.in_sample_mape_pct == Approx(0).margin(1e-9));
+  CHECK(one.parameters.empty());
+  const double t2 = base.time_s(16 * 32768.0, 16);
+  const SmallKernelModel two = scaled_small_kernel_model(
+      base, {{"n", 1024 * 32768.0, 1024, 2 * t1, "x", 1, 0}, {"n", 16 * 32768.0, 16, 8 * t2, "x", 1, 0}});
+  for (double rows : {1.0, 4096.0}) CHECK(two.time_s(rows * 32768, rows) == Approx(4 * base.time_s(rows * 32768, rows)));
+  // Each sample is 2x off the scaled model (4 against 2 and 8): 50% and 100%, mean 75%.
+  CHECK(two.in_sample_mape_pct == Approx(75.0));
+  CHECK_THROWS_AS(scaled_small_kernel_model(base, {}), std::invalid_argument);
+}
+
 TEST_CASE("kernel fit: a partial last wave of GEMM tiles costs its share of a wave", "[model][kernel_fit]") {
   // 4 SMs, one 128 x 128 tile shape, no tile overhead, no k prologue, an operand stream too fast to
   // matter: compute = waves x 128 x 128 x 2 k / sm_flops. m = 640, n = 128 is 5 tiles, 1.25 waves on

@@ -618,6 +618,24 @@ TEST_CASE("a profile with enough samples gets its GEMM and small-kernel models o
   CHECK(fwd == Approx(3e-6 + 4096 * 16384 / 1.5e12).epsilon(0.02));
   CHECK(bwd == Approx(fwd).epsilon(1e-6));
 
+  // A training norm with one sample at 1.5x the layernorm model's time: its model is layernorm's
+  // scaled by 1.5 (kernel fit's scaled_small_kernel_model), not stored with the searched fits; its
+  // backward, unmeasured, takes it with its own bytes; a profile without training-norm samples
+  // prices layernorm_train as layernorm (small_kernel_model's chain).
+  json train = doc;
+  train["elementwise"].push_back({{"op", "layernorm_train"}, {"bytes", 1024 * 16384}, {"rows", 1024},
+                                  {"time_s", {1.5 * (3e-6 + 1024 * 16384 / 1.5e12)}}});
+  const Profile pt = parse(train);
+  const CalibratedCostModel trained(pt);
+  const auto price = [&](const CalibratedCostModel& m, const char* op) {
+    return ps_to_seconds(m.cost(ElementwiseKernel{op, 4096 * 16384, 0.0, 4096}, topo::Dtype::bf16, d).duration_ps);
+  };
+  CHECK(price(trained, "layernorm_train") == Approx(1.5 * price(trained, "layernorm")).epsilon(0.02));
+  CHECK(price(trained, "layernorm_train_bwd") == Approx(price(trained, "layernorm_train")).epsilon(1e-6));
+  CHECK(price(model, "layernorm_train") == Approx(fwd).epsilon(1e-6));
+  CHECK(kernel_fits_json(pt)["elementwise"].contains("layernorm"));
+  CHECK_FALSE(kernel_fits_json(pt)["elementwise"].contains("layernorm_train"));
+
   // A weight-gradient chunk accumulating into fp32 (outside the table, so the fitted model prices it):
   // the model measured C written once in 16 bits; accumulating reads C and writes it at 4 bytes, so
   // its memory time grows by m n (8 - 2) / HBM = 8192 x 1280 x 6 / 2e12 = 31.46 us, its compute time

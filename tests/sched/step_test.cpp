@@ -101,6 +101,57 @@ TEST_CASE("The optimizer's passes and the loss carry the bytes derived by hand",
   }
 }
 
+TEST_CASE("Half gradients are cast to fp32 main gradients, and fp16 unscales them, before clipping", "[step]") {
+  // The same n = 13,312 parameters per rank as above. fp16 training keeps fp16 gradients (its default
+  // reduction type): Megatron-LM's mixed-precision optimizer casts them to fp32 main gradients
+  // (2 B read, 4 B written: 6 B), unscales them and checks for inf/NaN in one pass (8 B: fp32 read and
+  // written), all-reduces the overflow flag over TP (one fp32 value), then clips and steps on fp32:
+  // grad_norm 4 B, grad_scale 8 B, Adam 24 + 4 = 28 B, master_copy 4 + 2 = 6 B. bf16 training with
+  // bf16 gradients (`grad_reduce_dtype: bf16`) casts them the same way but has no loss scale.
+  constexpr std::int64_t n = 13'312;
+  for (const auto& [dtype, grad, unscale] : {std::tuple{topo::Dtype::fp16, topo::Dtype::fp16, true},
+                                            std::tuple{topo::Dtype::bf16, topo::Dtype::bf16, false},
+                                            std::tuple{topo::Dtype::bf16, topo::Dtype::fp32, false}}) {
+    TpspRequest r = request(2, 1, Scope::step);
+    r.shape.dtype = dtype;
+    r.step.grad_dtype = grad;
+    const Schedule s = generate_tpsp(r);
+    validate(s.graph);
+    std::map<std::string, std::int64_t> bytes;
+    std::map<std::string, TaskId> id_of;
+    for (TaskId id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      if (t.rank != 0) continue;
+      const std::string name = t.name.substr(t.name.find('/') + 1);
+      id_of[name] = id;
+      if (const auto* c = std::get_if<ComputeTask>(&t.kind))
+        if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel)) bytes[name] = e->bytes;
+      if (const auto* c = std::get_if<CollectiveTask>(&t.kind)) bytes[name] = c->bytes;
+    }
+    const bool cast = grad != topo::Dtype::fp32;
+    CHECK(bytes.count("optimizer/grad_cast") == (cast ? 1u : 0u));
+    if (cast) CHECK(bytes.at("optimizer/grad_cast") == 6 * n);
+    CHECK(bytes.count("optimizer/grad_unscale") == (unscale ? 1u : 0u));
+    CHECK(bytes.count("optimizer/found_inf_ar") == (unscale ? 1u : 0u));
+    CHECK(bytes.at("optimizer/grad_norm") == 4 * n);
+    CHECK(bytes.at("optimizer/grad_scale") == 8 * n);
+    CHECK(bytes.at("optimizer/adam") == 28 * n);
+    CHECK(bytes.at("optimizer/master_copy") == 6 * n);
+    if (unscale) {
+      CHECK(bytes.at("optimizer/grad_unscale") == 8 * n);
+      CHECK(bytes.at("optimizer/found_inf_ar") == 4);
+      // In Megatron's order: cast, unscale, the flag's all-reduce, then the norm.
+      const auto deps_of = [&](const std::string& name) {
+        const auto d = s.graph.predecessors(id_of.at(name));
+        return std::set<TaskId>(d.begin(), d.end());
+      };
+      CHECK(deps_of("optimizer/grad_unscale").count(id_of.at("optimizer/grad_cast")) == 1);
+      CHECK(deps_of("optimizer/found_inf_ar").count(id_of.at("optimizer/grad_unscale")) == 1);
+      CHECK(deps_of("optimizer/grad_norm").count(id_of.at("optimizer/found_inf_ar")) == 1);
+    }
+  }
+}
+
 TEST_CASE("Gradient accumulation: DP syncs only during the last micro-batch", "[step][dp]") {
   // tp 2 x dp 2, bucketed ddp: every gradient handed to DP belongs to the last micro-batch (names
   // without "mb" prefix are micro-batch 0, so use two micro-batches and check the bucket deps).

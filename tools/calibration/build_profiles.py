@@ -58,6 +58,10 @@ BURST_HOST_FLOOR_S = {"h100-sxm-2026-11-27-burst.json": 50e-6}
 # profiled step's kernels of one kind, summed, are one sample of `kernels` launches; the bytes are
 # what the kernel moves per parameter (fp32 master weights, moments and gradients, bf16 weights).
 MEASURED_STEPS = {"h100": "h100-sxm-2026-11-26-train-steps.json"}
+# Kernel times published with their shapes (raw/published/): samples of a kernel no vidur file or
+# microbench run of this project timed, each with its source and how the shape was read from it.
+PUBLISHED_RAW = os.path.join(ROOT, "tools", "calibration", "raw", "published")
+PUBLISHED = {"a100": ["a100-apex-fast-layer-norm.json"]}
 STEP_KERNELS = [
     # (op, what the kernel name holds, bytes per parameter)
     ("adam", "FusedAdamMathFunctor<float", 28),        # master weight, m, v read and written; gradient read
@@ -218,6 +222,19 @@ def step_samples(device):
     return out
 
 
+def published_samples(device):
+    out = []
+    for name in PUBLISHED.get(device, []):
+        with open(os.path.join(PUBLISHED_RAW, name)) as f:
+            raw = json.load(f)
+        if raw.get("device") != device:
+            raise SystemExit(f"{name}: device {raw.get('device')!r}, want {device!r}")
+        for row in raw["samples"]:
+            out.append(row | {"group": name.removesuffix(".json"),
+                              "source": f"{raw['source']}; tools/calibration/raw/published/{name}"})
+    return out
+
+
 def render(doc):
     lines = ["{"]
     keys = list(doc)
@@ -277,7 +294,7 @@ def build_vidur(device, doc):
                                   " data/profiling, converted by tools/calibration/build_profiles.py")
     extra = measured_extra(device)
     out["gemm"] = kept + gemm + extra.get("gemm", [])
-    out["elementwise"] = small + step_samples(device) + extra.get("elementwise", [])
+    out["elementwise"] = small + step_samples(device) + extra.get("elementwise", []) + published_samples(device)
     for section in ("attention", "copy"):
         if section in extra:
             out[section] = without_measured(doc.get(section, [])) + extra[section]

@@ -169,6 +169,12 @@ SmallKernelModel fit_small_kernel_model(const std::vector<SmallKernelTiming>& sa
                                         double l2_bytes = 0);
 // The model fit_small_kernel_model ends with once its search has found `parameters` (bounded or
 // not), without the search (std::invalid_argument when they are not seven finite values).
+// An op with one or two samples: too few for the seven parameters, enough for one. `base` (the model
+// that would price the op without them: its forward op's, its base op's, the residual add's) times the
+// factor f its samples show (the geometric mean of measured over predicted reading): the same shape
+// dependence, the measured level. launch_s x f and every bandwidth / f make time_s exactly f times
+// base's. `parameters` stays empty: nothing searched, nothing to store (profile.cpp).
+SmallKernelModel scaled_small_kernel_model(const SmallKernelModel& base, const std::vector<SmallKernelTiming>& samples);
 SmallKernelModel small_kernel_model_from_parameters(const std::vector<double>& parameters, bool bounded,
                                                     const std::vector<SmallKernelTiming>& samples,
                                                     double hbm_bytes_per_s = 0, double l2_bytes = 0);

@@ -105,22 +105,33 @@ std::vector<StepWork> pipeline_order(const PipelineShape& shape, std::int64_t st
 
 // Adam with fp32 master weights and moments, as the fused kernels run it (apex/TE FusedAdam, PyTorch's
 // fused AdamW): per parameter it reads and writes the master weight and both moments (3 x 4 B each
-// way) and reads the gradient (its reduction type). Memory-bound. The low-precision copy of the
-// weights is another pass (master_copy_bytes_per_param).
-std::int64_t adam_bytes_per_param(topo::Dtype grad_dtype);
+// way) and reads the gradient (`grad_bytes`: the type the optimizer reads it in, main_grad_dtype).
+// Memory-bound. The low-precision copy of the weights is another pass (master_copy_bytes_per_param).
+std::int64_t adam_bytes_per_param(std::int64_t grad_bytes);
 // Megatron's _copy_main_params_to_model_params (and FSDP's cast of its fp32 shards): read the fp32
 // master weight, write the training type's copy. 0 when the parameters are fp32 themselves.
 std::int64_t master_copy_bytes_per_param(topo::Dtype dtype);
+// The type the optimizer's passes read the gradients in. With fp32 master weights (training in a half
+// type) a gradient held in a half type is cast to fp32 first: Megatron-LM's mixed-precision optimizers
+// (Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads, `main_grad.float()`, 2022; the
+// distributed optimizer's `shard_model_grad.float()`), and the measured H100 steps of
+// docs/validation.md (52 B per parameter, the cast included). Without master weights, the gradient's own.
+topo::Dtype main_grad_dtype(topo::Dtype grad_dtype, topo::Dtype dtype);
 inline constexpr double kAdamFlopsPerParam = 12.0;
 
 // The optimizer's kernels on a rank that holds `elements` parameters, as StepEmitter::optimizer emits
-// them on compute stream 0 in this order (with clipping, the norm's all-reduce over TP between
-// grad_norm and grad_scale). Shared with `fusesim search`, whose bound prices them.
+// them on compute stream 0 in this order (with loss scaling, an all-reduce of the overflow flag over
+// TP after grad_unscale; with clipping, the norm's all-reduce over TP between grad_norm and
+// grad_scale). Shared with `fusesim search`, whose bound prices them.
 struct OptimizerKernels {
-  std::optional<model::ElementwiseKernel> grad_norm;    // with clipping: the sum of squares (one read)
-  std::optional<model::ElementwiseKernel> grad_scale;   // with clipping: the scaling (read, write)
+  std::optional<model::ElementwiseKernel> grad_cast;     // half gradients to fp32 main gradients (read, write)
+  std::optional<model::ElementwiseKernel> grad_unscale;  // fp16 loss scaling: unscale + overflow check (read, write)
+  std::optional<model::ElementwiseKernel> grad_norm;     // with clipping: the sum of squares (one read)
+  std::optional<model::ElementwiseKernel> grad_scale;    // with clipping: the scaling (read, write)
   model::ElementwiseKernel adam;
   std::optional<model::ElementwiseKernel> master_copy;  // none when the parameters are fp32
+  // Every kernel above that runs, in emission order.
+  [[nodiscard]] std::vector<model::ElementwiseKernel> all() const;
 };
 OptimizerKernels optimizer_kernels(std::int64_t elements, topo::Dtype grad_dtype, topo::Dtype dtype, bool clip_grad);
 
