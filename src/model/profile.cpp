@@ -36,6 +36,12 @@ const std::vector<std::string> kSmallOps{"layernorm",     "layernorm_bwd", "rope
                                          "cross_entropy_bwd", "softmax",   "adam",          "copy",
                                          "layernorm_eager",   "grad_norm", "grad_scale", "layernorm_train",
                                          "layernorm_train_bwd"};
+// The forward op of a backward kernel's op ("layernorm" for "layernorm_bwd"); empty for a forward op.
+std::string forward_op_of(const std::string& op) {
+  constexpr std::string_view kBwd = "_bwd";
+  return op.size() > kBwd.size() && op.ends_with(kBwd) ? op.substr(0, op.size() - kBwd.size()) : std::string{};
+}
+
 // A fused multi-tensor optimizer launches a kernel per chunk of tensors: 68-92 for the 1-2 B parameter
 // steps measured on an H100 (tools/microbench/train_step.py). More than 4,096 in one timed region is
 // not a kernel sample.
@@ -285,17 +291,13 @@ const SmallKernelModel* small_kernel_model(const Profile& p, const std::string& 
   };
   // A backward kernel reads what its forward reads plus the gradient, and its bytes say so; a training
   // framework's kernel of an op (`_train`) does the work of the op's other kernels.
-  constexpr std::string_view kBwd = "_bwd", kTrain = "_train";
-  const auto forward_of = [&](const std::string& name) {
-    const bool bwd = name.size() > kBwd.size() && name.compare(name.size() - kBwd.size(), kBwd.size(), kBwd) == 0;
-    return bwd ? name.substr(0, name.size() - kBwd.size()) : std::string{};
-  };
+  constexpr std::string_view kTrain = "_train";
   std::vector<std::string> chain{op};
-  if (const std::string f = forward_of(op); !f.empty()) chain.push_back(f);
+  if (const std::string f = forward_op_of(op); !f.empty()) chain.push_back(f);
   if (const auto at = op.find(kTrain); at != std::string::npos) {
     const std::string base = std::string(op).erase(at, kTrain.size());
     chain.push_back(base);
-    if (const std::string f = forward_of(base); !f.empty()) chain.push_back(f);
+    if (const std::string f = forward_op_of(base); !f.empty()) chain.push_back(f);
   }
   for (const std::string& name : chain)
     if (const auto* m = find(name)) return m;
@@ -372,7 +374,7 @@ void fit_kernel_models(Profile& p, const JsonObject& root, KernelFits mode) {
   // forward ops first so that a `_bwd` op of few samples scales its forward op's scaled model.
   for (const bool backward : {false, true})
     for (const auto& [op, samples] : by_op) {
-      if (samples.size() >= 3 || (op.size() > 4 && op.compare(op.size() - 4, 4, "_bwd") == 0) != backward) continue;
+      if (samples.size() >= 3 || forward_op_of(op).empty() == backward) continue;
       const SmallKernelModel* base = small_kernel_model(p, op);
       if (base == nullptr) continue;  // nothing to scale: the roofline prices the op
       try {

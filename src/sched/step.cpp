@@ -311,9 +311,8 @@ StepEmitter::Deps StepEmitter::optimizer(const std::vector<std::int64_t>& elemen
     agree("optimizer/grad_norm_ar");
     pass("optimizer/grad_scale", &OptimizerKernels::grad_scale);
   }
-  const Deps& ready_for_adam = at;
   for (int ti = 0; ti < emit_tp(); ++ti) {
-    d[ti] = {compute(ti, "optimizer/adam", k[ti].adam, Phase::optimizer, -1, ready_for_adam[static_cast<std::size_t>(ti)])};
+    d[ti] = {compute(ti, "optimizer/adam", k[ti].adam, Phase::optimizer, -1, at[static_cast<std::size_t>(ti)])};
     if (k[ti].master_copy) d[ti] = {compute(ti, "optimizer/master_copy", *k[ti].master_copy, Phase::optimizer, -1, d[ti])};
   }
   return d;
