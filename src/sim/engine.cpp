@@ -88,6 +88,7 @@ struct ComputeRun {
   TaskId task = 0;
   int rank = 0;
   const model::KernelCost* cost = nullptr;  // into kernel_cost_, which is complete before the loop
+  std::uint32_t cost_index = 0;             // its index there (Run::pair_shares_)
   double work_left_ps = 0.0;  // picoseconds of work at rate 1, as of last_ps
   double rate = 0.0;          // fraction of the device, after the even split between kernels
   TimePs last_ps = 0;
@@ -427,6 +428,14 @@ class Run final : public sched::TaskVisitor {
   bool refresh_hbm(RankState& rs);
   void share_device(const std::vector<std::uint32_t>& running);  // fills shares_, one per running kernel
   std::vector<double> shares_, demand_;  // scratch of share_device()
+  // share_device()'s results for two kernels, by their ordered pair of cost indices (key: (first << 32
+  // | second) + 1, 0 empty); a direct-mapped table, a pair that collides is computed again.
+  struct PairShares {
+    std::uint64_t key = 0;
+    double first = 0.0, second = 0.0;
+  };
+  static constexpr std::size_t kPairShares = 256;
+  std::array<PairShares, kPairShares> pair_shares_{};
   std::vector<std::uint8_t> frozen_;
   // The rank whose device a transfer end on `rank` loads (TaskGraph::load_alias).
   int load_rank(int rank) const { return load_alias_.empty() ? rank : load_alias_[static_cast<std::size_t>(rank)]; }
@@ -1235,6 +1244,7 @@ void Run::start_compute(TaskId id) {
   run.task = id;
   run.rank = rank;
   run.cost = &cost;
+  run.cost_index = info.aux;
   run.work_left_ps = static_cast<double>(cost.duration_ps);
   run.rate = 0.0;
   run.last_ps = now_;
@@ -1654,11 +1664,13 @@ void Run::rerate(int rank) {
   if (rs.running.empty()) return;
   if (rs.hbm_dirty) refresh_hbm(rs);
   const model::DeviceLoad load{rs.sms_held, rs.hbm_bytes_per_s};
+  // KernelCostModel::rate is 1 when the load is empty: the cost model is not asked.
+  const bool unloaded = load.sms_held_by_comm <= 0 && load.comm_hbm_bytes_per_s <= 0.0;
   share_device(rs.running);
   for (std::size_t i = 0; i < rs.running.size(); ++i) {
     const std::uint32_t slot = rs.running[i];
     ComputeRun& run = compute_[slot];
-    const double rate = costs_.rate(*run.cost, *rs.device, load) * shares_[i];
+    const double rate = unloaded ? shares_[i] : costs_.rate(*run.cost, *rs.device, load) * shares_[i];
     if (rate == run.rate) continue;  // its completion event still holds
     if (now_ > run.last_ps && run.rate > 0.0) {
       run.work_left_ps -= run.rate * static_cast<double>(now_ - run.last_ps);
@@ -1692,11 +1704,25 @@ void Run::rerate(int rank) {
 // (0.05, 1) fill HBM at 1 / 1.3, so both run at 0.77 of their speed alone.
 void Run::share_device(const std::vector<std::uint32_t>& running) {
   const std::size_t k = running.size();
-  shares_.assign(k, 0.0);
+  shares_.resize(k);
   if (k == 1) {
     shares_[0] = 1.0;
     return;
   }
+  // Two kernels, the common case (a stream's kernel beside another's): their shares depend on their
+  // two costs alone, so they are computed once per ordered pair of distinct kernels and remembered.
+  PairShares* memo = nullptr;
+  if (k == 2) {
+    const std::uint64_t key = (std::uint64_t{compute_[running[0]].cost_index} << 32 | compute_[running[1]].cost_index) + 1;
+    memo = &pair_shares_[((key * 0x9e3779b97f4a7c15ULL) >> 56) & (kPairShares - 1)];
+    if (memo->key == key) {
+      shares_[0] = memo->first;
+      shares_[1] = memo->second;
+      return;
+    }
+    memo->key = key;
+  }
+  shares_.assign(k, 0.0);
   demand_.resize(2 * k);
   for (std::size_t i = 0; i < k; ++i) {
     const model::KernelCost& c = *compute_[running[i]].cost;
@@ -1728,6 +1754,10 @@ void Run::share_device(const std::vector<std::uint32_t>& running) {
       used[1] += level * demand_[2 * i + 1];
       --left;
     }
+  }
+  if (memo) {
+    memo->first = shares_[0];
+    memo->second = shares_[1];
   }
 }
 

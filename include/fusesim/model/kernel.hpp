@@ -125,7 +125,8 @@ class KernelCostModel {
   virtual Flops flops(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const {
     return cost(kernel, dtype, device).flops;
   }
-  // Speed of a running kernel relative to running alone, in (0, 1]: 1 when `load` is empty.
+  // Speed of a running kernel relative to running alone, in (0, 1]: exactly 1 when `load` is empty
+  // (the engine does not ask then).
   virtual double rate(const KernelCost& cost, const topo::DeviceModel& device, const DeviceLoad& load) const = 0;
 
  protected:
