@@ -23,23 +23,45 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr std::int64_t kMaxDim = std::int64_t{1} << 40;
 
-// The small kernels a schedule emits (ElementwiseKernel::op) and their backward kernels, and two
-// other norm kernels. "layernorm" is the fused norm as vidur timed it (vLLM's RMSNorm and LayerNorm
-// kernels, inference shapes); "layernorm_train" the norm a training graph emits (Apex's persistent
-// FastLayerNorm that Megatron-LM runs, TransformerEngine's), priced by its own samples where a profile
-// has them and by "layernorm"'s model where not (small_kernel_model). "layernorm_eager": PyTorch's
-// eager torch.nn.LayerNorm (vidur's phi-2), emitted by no schedule, kept apart so that its samples do
-// not skew the fused norm's model.
+// The small kernels a schedule emits (ElementwiseKernel::op) and their backward kernels. "layernorm" is
+// the fused norm as vidur timed it (vLLM's RMSNorm and LayerNorm kernels, inference shapes); the
+// norms a training graph emits are the kernel its framework ran (model::norm_op): "layernorm_train"
+// (Apex's persistent FastLayerNorm that Megatron-LM runs, TransformerEngine's), "layernorm_apex_legacy"
+// (Apex's older FusedLayerNorm), "layernorm_eager" (PyTorch's native kernels; vidur's phi-2 timed
+// them). Each is priced by its own samples where a profile has them and by the op it stands in for
+// where not (small_kernel_model).
 const std::vector<std::string> kSmallOps{"layernorm",     "layernorm_bwd", "rope",          "rope_bwd",
                                          "swiglu",        "swiglu_bwd",    "gelu",          "gelu_bwd",
                                          "add",           "embedding",     "embedding_bwd", "cross_entropy",
                                          "cross_entropy_bwd", "softmax",   "adam",          "copy",
                                          "layernorm_eager",   "grad_norm", "grad_scale", "layernorm_train",
-                                         "layernorm_train_bwd"};
+                                         "layernorm_train_bwd", "layernorm_apex_legacy", "layernorm_apex_legacy_bwd",
+                                         "layernorm_eager_bwd"};
 // The forward op of a backward kernel's op ("layernorm" for "layernorm_bwd"); empty for a forward op.
 std::string forward_op_of(const std::string& op) {
   constexpr std::string_view kBwd = "_bwd";
   return op.size() > kBwd.size() && op.ends_with(kBwd) ? op.substr(0, op.size() - kBwd.size()) : std::string{};
+}
+
+// The forward op a training norm kernel stands in for where a profile has no samples of it: the older
+// Apex kernel for the persistent one, either of those for the generic fused norm; empty for others.
+std::string stand_in_of(const std::string& forward_op) {
+  if (forward_op == "layernorm_apex_legacy") return "layernorm_train";
+  if (forward_op == "layernorm_train" || forward_op == "layernorm_eager") return "layernorm";
+  return {};
+}
+
+// The ops whose models price `op` in turn: the op; for a backward op its forward op, then the chain of
+// the backward op of what that forward op stands in for; for a forward op, the chain of what it
+// stands in for (layernorm_train_bwd: itself, layernorm_train, layernorm_bwd, layernorm).
+std::vector<std::string> fallback_chain(const std::string& op) {
+  std::vector<std::string> chain{op};
+  const std::string forward = forward_op_of(op);
+  if (!forward.empty()) chain.push_back(forward);
+  const std::string stand_in = stand_in_of(forward.empty() ? op : forward);
+  if (!stand_in.empty())
+    for (std::string& next : fallback_chain(forward.empty() ? stand_in : stand_in + "_bwd")) chain.push_back(std::move(next));
+  return chain;
 }
 
 // A fused multi-tensor optimizer launches a kernel per chunk of tensors: 68-92 for the 1-2 B parameter
@@ -290,16 +312,8 @@ const SmallKernelModel* small_kernel_model(const Profile& p, const std::string& 
     return it == p.elementwise_models.end() ? nullptr : &it->second;
   };
   // A backward kernel reads what its forward reads plus the gradient, and its bytes say so; a training
-  // framework's kernel of an op (`_train`) does the work of the op's other kernels.
-  constexpr std::string_view kTrain = "_train";
-  std::vector<std::string> chain{op};
-  if (const std::string f = forward_op_of(op); !f.empty()) chain.push_back(f);
-  if (const auto at = op.find(kTrain); at != std::string::npos) {
-    const std::string base = std::string(op).erase(at, kTrain.size());
-    chain.push_back(base);
-    if (const std::string f = forward_op_of(base); !f.empty()) chain.push_back(f);
-  }
-  for (const std::string& name : chain)
+  // norm kernel does the work of the norm kernels it stands in for.
+  for (const std::string& name : fallback_chain(op))
     if (const auto* m = find(name)) return m;
   return find("add");
 }
@@ -371,18 +385,21 @@ void fit_kernel_models(Profile& p, const JsonObject& root, KernelFits mode) {
     }
   }
   // Ops of one or two samples scale the model that would price them without (scaled_small_kernel_model),
-  // forward ops first so that a `_bwd` op of few samples scales its forward op's scaled model.
-  for (const bool backward : {false, true})
-    for (const auto& [op, samples] : by_op) {
-      if (samples.size() >= 3 || forward_op_of(op).empty() == backward) continue;
-      const SmallKernelModel* base = small_kernel_model(p, op);
-      if (base == nullptr) continue;  // nothing to scale: the roofline prices the op
-      try {
-        p.elementwise_models[op] = scaled_small_kernel_model(*base, samples);
-      } catch (const std::invalid_argument& e) {
-        root.fail(fmt::format("cannot scale a small-kernel model to the samples of '{}': {}", op, e.what()));
-      }
+  // shorter fallback chains first: every op an op falls back to has a shorter chain, so a `_bwd` op of
+  // few samples scales its forward op's scaled model, the older Apex norm the persistent one's.
+  std::vector<std::pair<std::size_t, std::string>> few;
+  for (const auto& [op, samples] : by_op)
+    if (samples.size() < 3) few.emplace_back(fallback_chain(op).size(), op);
+  std::sort(few.begin(), few.end());
+  for (const auto& [length, op] : few) {
+    const SmallKernelModel* base = small_kernel_model(p, op);
+    if (base == nullptr) continue;  // nothing to scale: the roofline prices the op
+    try {
+      p.elementwise_models[op] = scaled_small_kernel_model(*base, by_op.at(op));
+    } catch (const std::invalid_argument& e) {
+      root.fail(fmt::format("cannot scale a small-kernel model to the samples of '{}': {}", op, e.what()));
     }
+  }
 }
 
 // slowdown - 1 = share x (wave ratio - 1) through the origin, least squares over the sm_kernel

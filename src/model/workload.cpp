@@ -135,6 +135,24 @@ Architecture parse_model(const JsonObject& m) {
 
 std::string to_string(Optimizer o) { return o == Optimizer::sgd ? "sgd" : "adam"; }
 
+std::string to_string(NormKernel k) {
+  switch (k) {
+    case NormKernel::fused: return "fused";
+    case NormKernel::apex_legacy: return "apex_legacy";
+    case NormKernel::eager: return "eager";
+  }
+  return "fused";
+}
+
+const char* norm_op(NormKernel kernel, bool backward) {
+  switch (kernel) {
+    case NormKernel::apex_legacy: return backward ? "layernorm_apex_legacy_bwd" : "layernorm_apex_legacy";
+    case NormKernel::eager: return backward ? "layernorm_eager_bwd" : "layernorm_eager";
+    case NormKernel::fused: break;
+  }
+  return backward ? "layernorm_train_bwd" : "layernorm_train";
+}
+
 std::int64_t Architecture::params_per_layer() const {
   // Attention: Q, K, V projections (K and V only kv_width wide under grouped-query attention) and the
   // output projection back to the model width. No biases (Llama-style).
@@ -281,6 +299,8 @@ Workload parse_workload(const JsonDocument& doc) {
       v.fail("recompute_every needs training.recompute \"full\" (it picks which layers are recomputed fully)");
   }
   w.optimizer = t.choice_or("optimizer", kOptimizers, "adam") == "sgd" ? Optimizer::sgd : Optimizer::adam;
+  if (const std::string norm = t.choice_or("norm_kernel", {"fused", "apex_legacy", "eager"}, "fused"); norm != "fused")
+    w.norm_kernel = norm == "eager" ? NormKernel::eager : NormKernel::apex_legacy;
   w.unfused_attention = t.choice_or("attention", {"flash", "unfused"}, "flash") == "unfused";
   if (t.has("attention_time_factor")) {
     // A kernel ten times slower than FlashAttention-2, or ten times faster, is not one a run used.

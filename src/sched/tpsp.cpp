@@ -168,7 +168,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   const Rows g1{alloc(ctx, "ag+qkv/gather", S_, h), alloc(ctx, "ln1_out", n_, h)};
   Deps d_ln1(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < emit_t_; ++ti)
-    d_ln1[ti] = {elementwise(ctx, ti, "ln1", "layernorm_train", 2 * e_ * h, e_, 8.0 * e_ * h,
+    d_ln1[ti] = {elementwise(ctx, ti, "ln1", model::norm_op(sh_.norm_kernel, false), 2 * e_ * h, e_, 8.0 * e_ * h,
                              op(ctx, NormOp{ref(x, ti, RowSpan{0, n_}, h), ref(g1.shard, ti, RowSpan{0, n_}, h)}), ready[ti])};
 
   PerRank qkv = alloc(ctx, "qkv", S_, qkvn);
@@ -241,7 +241,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
                                   op(ctx, AddOp{ref(x, ti, RowSpan{0, n_}, h), ref(attn_out, ti, RowSpan{0, n_}, h),
                                                 ref(h1, ti, RowSpan{0, n_}, h)}),
                                   d_attn_rs[ti]);
-    d_ln2[ti] = {elementwise(ctx, ti, "ln2", "layernorm_train", 2 * e_ * h, e_, 8.0 * e_ * h,
+    d_ln2[ti] = {elementwise(ctx, ti, "ln2", model::norm_op(sh_.norm_kernel, false), 2 * e_ * h, e_, 8.0 * e_ * h,
                              op(ctx, NormOp{ref(h1, ti, RowSpan{0, n_}, h), ref(g2.shard, ti, RowSpan{0, n_}, h)}), {a})};
   }
 
@@ -292,7 +292,7 @@ Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
   recompute_ = true;
   const OpCtx rc{l, true, "", false};
   for (int ti = 0; ti < emit_t_; ++ti) {
-    TaskId d = elementwise(rc, ti, "ln1", "layernorm_train", 2 * e_ * h, e_, 8.0 * e_ * h, -1, ready[ti]);
+    TaskId d = elementwise(rc, ti, "ln1", model::norm_op(sh_.norm_kernel, false), 2 * e_ * h, e_, 8.0 * e_ * h, -1, ready[ti]);
     d = compute(ti, prefix(rc) + "/k_proj", model::GemmKernel{S_, k_cols, h, 1}, labels(rc, -1, "k_proj"), -1, {d});
     ready[ti] = {d};
   }
@@ -304,7 +304,7 @@ Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
       add_inputs = {compute(ti, prefix(rc) + "/out_proj", model::GemmKernel{S_, h, sh_.q_local(), 1},
                             labels(rc, -1, "out_proj"), -1, ready[ti])};
     TaskId d = residual_add(rc, ti, "residual1", e_, -1, add_inputs);
-    d = elementwise(rc, ti, "ln2", "layernorm_train", 2 * e_ * h, e_, 8.0 * e_ * h, -1, {d});
+    d = elementwise(rc, ti, "ln2", model::norm_op(sh_.norm_kernel, false), 2 * e_ * h, e_, 8.0 * e_ * h, -1, {d});
     if (sh_.gated)
       d = compute(ti, prefix(rc) + "/fc1_up", model::GemmKernel{S_, fl, h, 1}, labels(rc, -1, "fc1_up"), -1, {d});
     d = activation(rc, ti, -1, {d});
@@ -400,7 +400,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
     std::vector<TaskId> summed = d_fc1[ti];
     if (sh_.eager && sh_.gated) summed = {stream_kernel(ctx, ti, "fc1_dgrad_sum", "add", bytes(3 * e_ * h), e_, summed)};
     const TaskId ln = elementwise(
-        ctx, ti, "ln2_bwd", "layernorm_train_bwd", 3 * e_ * h, e_, 10.0 * e_ * h,
+        ctx, ti, "ln2_bwd", model::norm_op(sh_.norm_kernel, true), 3 * e_ * h, e_, 10.0 * e_ * h,
         op(ctx, NormBwdOp{ref(fw.h1, ti, own, h), ref(d_ln2_out, ti, own, h), ref(d_ln2_in, ti, own, h)}), summed);
     // The residual: the layer output's gradient flows to h1 unchanged, plus the MLP branch's.
     return std::vector<TaskId>{elementwise(
@@ -479,7 +479,7 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
       for (const char* name : {"qkv_dgrad_sum", "qkv_dgrad_sum2"})
         summed = {stream_kernel(ctx, ti, name, "add", bytes(3 * e_ * h), e_, summed)};
     const TaskId ln = elementwise(
-        ctx, ti, "ln1_bwd", "layernorm_train_bwd", 3 * e_ * h, e_, 10.0 * e_ * h,
+        ctx, ti, "ln1_bwd", model::norm_op(sh_.norm_kernel, true), 3 * e_ * h, e_, 10.0 * e_ * h,
         op(ctx, NormBwdOp{ref(fw.x, ti, own, h), ref(d_ln1_out, ti, own, h), ref(d_ln1_in, ti, own, h)}), summed);
     return std::vector<TaskId>{elementwise(
         ctx, ti, "residual1_bwd", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
@@ -824,7 +824,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     extra = std::make_unique<StepEmitter>(
         g_, next_instance_,
         StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.activation_dtype(), comm_,
-                           grad_dtype(), req_.step.clip_grad, emit_t_});
+                           grad_dtype(), req_.step.clip_grad, emit_t_, sh_.norm_kernel});
   const auto L = static_cast<std::size_t>(layers);
   Deps ready(static_cast<std::size_t>(t_));
   // ZeRO-3: the layer's parameters, gathered on a stream of their own once `issue` is done (the
@@ -1381,6 +1381,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                       w.hidden_dropout > 0.0, w.fp8_dynamic_scaling,
                       w.parallel.pp_schedule == model::PipelineSchedule::zb_h1};
   r.shape.attention_time_factor = w.attention_time_factor.value;
+  r.shape.norm_kernel = w.norm_kernel;
   r.shape.sync_tp_allreduce = !w.parallel.sequence_parallel && !w.parallel.async_tp_allreduce;
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };

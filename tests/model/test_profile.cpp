@@ -636,6 +636,23 @@ TEST_CASE("a profile with enough samples gets its GEMM and small-kernel models o
   CHECK(kernel_fits_json(pt)["elementwise"].contains("layernorm"));
   CHECK_FALSE(kernel_fits_json(pt)["elementwise"].contains("layernorm_train"));
 
+  // Apex's older norm with one sample at 2x the persistent norm's time stands in for that one, so its
+  // model is the persistent norm's scaled model times 2: 3x layernorm's (its name sorts before
+  // layernorm_train's, so only the ordering by fallback chain scales it on the scaled model, not on
+  // layernorm's). Its backward, unmeasured, takes it with its own bytes. The eager norm without
+  // samples is priced as layernorm (not as the training norm: another kernel).
+  json legacy = train;
+  legacy["elementwise"].push_back({{"op", "layernorm_apex_legacy"}, {"bytes", 1024 * 16384}, {"rows", 1024},
+                                   {"time_s", {3.0 * (3e-6 + 1024 * 16384 / 1.5e12)}}});
+  const CalibratedCostModel old_apex(parse(legacy));
+  CHECK(price(old_apex, "layernorm_apex_legacy") == Approx(3.0 * price(old_apex, "layernorm")).epsilon(0.02));
+  CHECK(price(old_apex, "layernorm_apex_legacy") == Approx(2.0 * price(old_apex, "layernorm_train")).epsilon(0.02));
+  CHECK(price(old_apex, "layernorm_apex_legacy_bwd") == Approx(price(old_apex, "layernorm_apex_legacy")).epsilon(1e-6));
+  CHECK(price(old_apex, "layernorm_eager") == Approx(price(old_apex, "layernorm")).epsilon(1e-6));
+  CHECK(price(old_apex, "layernorm_eager_bwd") == Approx(price(old_apex, "layernorm")).epsilon(1e-6));
+  // Without any training-norm sample the older Apex norm goes down the whole chain to layernorm.
+  CHECK(price(model, "layernorm_apex_legacy") == Approx(fwd).epsilon(1e-6));
+
   // A weight-gradient chunk accumulating into fp32 (outside the table, so the fitted model prices it):
   // the model measured C written once in 16 bits; accumulating reads C and writes it at 4 bytes, so
   // its memory time grows by m n (8 - 2) / HBM = 8192 x 1280 x 6 / 2e12 = 31.46 us, its compute time

@@ -717,6 +717,13 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
   CHECK(!d.eager_elementwise);
   CHECK(parse(with([](json& x) { x["training"]["elementwise"] = "eager"; })).eager_elementwise);
   CHECK(!parse(with([](json& x) { x["training"]["elementwise"] = "fused"; })).eager_elementwise);
+  // The norms' kernel: the fused training kernel unless the file names another.
+  CHECK(d.norm_kernel == model::NormKernel::fused);
+  CHECK(parse(with([](json& x) { x["training"]["norm_kernel"] = "eager"; })).norm_kernel == model::NormKernel::eager);
+  CHECK(parse(with([](json& x) { x["training"]["norm_kernel"] = "apex_legacy"; })).norm_kernel ==
+        model::NormKernel::apex_legacy);
+  expect_error(with([](json& x) { x["training"]["norm_kernel"] = "triton"; }), "$.training.norm_kernel");
+  expect_error(with([](json& x) { x["training"]["norm_kernel"] = 1; }), "$.training.norm_kernel");
   // Hidden dropout: none unless given, a probability below 1.
   CHECK(d.hidden_dropout == 0.0);
   CHECK(parse(with([](json& x) { x["training"]["hidden_dropout"] = 0.1; })).hidden_dropout == 0.1);

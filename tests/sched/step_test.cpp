@@ -5,6 +5,7 @@
 #include <array>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -55,6 +56,27 @@ TEST_CASE("A step's tasks: per micro-batch the layers plus 14 per rank, then the
       CHECK(s.graph.size() == static_cast<std::size_t>(mbs) * (stack + 14 * tp) + 5 * tp);
       CHECK(s.tokens == 8 * tp * mbs);
     }
+  }
+}
+
+TEST_CASE("The final norm is the kernel the workload's framework ran", "[step]") {
+  for (const auto& [kernel, fwd, bwd] :
+       {std::tuple{model::NormKernel::fused, "layernorm_train", "layernorm_train_bwd"},
+        std::tuple{model::NormKernel::eager, "layernorm_eager", "layernorm_eager_bwd"},
+        std::tuple{model::NormKernel::apex_legacy, "layernorm_apex_legacy", "layernorm_apex_legacy_bwd"}}) {
+    TpspRequest r = request(2, 1, Scope::step);
+    r.shape.norm_kernel = kernel;
+    const Schedule s = generate_tpsp(r);
+    std::map<std::string, std::string> op;
+    for (TaskId id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      if (const auto* c = std::get_if<ComputeTask>(&t.kind); c && t.rank == 0)
+        if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel))
+          op[t.name.substr(t.name.find('/') + 1)] = e->op;
+    }
+    INFO(model::to_string(kernel));
+    CHECK(op.at("head/fwd/final_norm") == fwd);
+    CHECK(op.at("head/bwd/final_norm_bwd") == bwd);
   }
 }
 

@@ -258,6 +258,30 @@ TEST_CASE("Without sequence parallelism every TP rank runs the norms and residua
   }
 }
 
+TEST_CASE("The norms are emitted as the kernel the workload's framework ran", "[sched][tpsp]") {
+  TpspRequest r;
+  r.shape = TpspShape{8, 1, 1, 8192, 1, 8192, 64, 8, 128, 28672, true, true, 1, topo::Dtype::bf16, false};
+  r.kind = ScheduleKind::baseline;
+  const auto op_of = [](const TaskGraph& g, const std::string& name) { return ew(g, name).op; };
+  const auto fused = generate_tpsp(r).graph;
+  r.shape.norm_kernel = model::NormKernel::eager;
+  const auto eager = generate_tpsp(r).graph;
+  r.shape.norm_kernel = model::NormKernel::apex_legacy;
+  const auto legacy = generate_tpsp(r).graph;
+  for (const std::string ln : {"ln1", "ln2"}) {
+    INFO(ln);
+    CHECK(op_of(fused, ln) == "layernorm_train");
+    CHECK(op_of(fused, ln + "_bwd") == "layernorm_train_bwd");
+    CHECK(op_of(eager, ln) == "layernorm_eager");
+    CHECK(op_of(eager, ln + "_bwd") == "layernorm_eager_bwd");
+    CHECK(op_of(legacy, ln) == "layernorm_apex_legacy");
+    CHECK(op_of(legacy, ln + "_bwd") == "layernorm_apex_legacy_bwd");
+    // The kernel changes, not the work: the same bytes and rows.
+    CHECK(ew(eager, ln).bytes == ew(fused, ln).bytes);
+    CHECK(ew(legacy, ln + "_bwd").rows == ew(fused, ln + "_bwd").rows);
+  }
+}
+
 TEST_CASE("Without sequence parallelism the baseline's TP communication is Megatron's all-reduces", "[sched][tpsp]") {
   // Llama-3-70B's layer at TP 8, s 8192, forward and backward. The forward all-reduces the out-projection's and
   // FC2's partial sums, the backward the QKV and FC1 dgrads' (ColumnParallelLinear's backward): four per layer,

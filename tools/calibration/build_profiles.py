@@ -61,7 +61,7 @@ MEASURED_STEPS = {"h100": "h100-sxm-2026-11-26-train-steps.json"}
 # Kernel times published with their shapes (raw/published/): samples of a kernel no vidur file or
 # microbench run of this project timed, each with its source and how the shape was read from it.
 PUBLISHED_RAW = os.path.join(ROOT, "tools", "calibration", "raw", "published")
-PUBLISHED = {"a100": ["a100-apex-fast-layer-norm.json"]}
+PUBLISHED = {"a100": ["a100-apex-fast-layer-norm.json", "a100-apex-fused-layer-norm.json"]}
 STEP_KERNELS = [
     # (op, what the kernel name holds, bytes per parameter)
     ("adam", "FusedAdamMathFunctor<float", 28),        # master weight, m, v read and written; gradient read
@@ -69,6 +69,16 @@ STEP_KERNELS = [
     ("grad_scale", "BinaryOpScalarTensorFunctor<float, 1, 1, 0>, std::multiplies<float>", 8),  # read, written
     ("copy", "CopyFunctor<c10::BFloat16, float, 2, 1, 1>", 6),  # fp32 master read, bf16 weight written
 ]
+# The norms of the measured steps whose model runs PyTorch's native LayerNorm (llm-foundry's MPT, style
+# "mpt" and "plain"; the "llama" style's RMSNorm is another kernel): (op, what the kernel names hold,
+# bytes per element of the norm's [rows, hidden] input). A backward is the input gradient's kernel and
+# the gamma/beta gradients' kernel, one sample launch per norm; the fused norm's bytes (x, y; x, dy, dx).
+STEP_NORMS = [
+    ("layernorm_eager", ["vectorized_layer_norm_kernel<c10::BFloat16, float, false>"], 4),
+    ("layernorm_eager_bwd", ["layer_norm_grad_input_kernel_vectorized<c10::BFloat16, float, false>",
+                             "GammaBetaBackwardCUDAKernelTemplate<c10::BFloat16, float"], 6),
+]
+STEP_NORM_STYLES = ("mpt", "plain")
 # microbench.py's layernorm sample normalises rows of this width (TorchBackend.elementwise).
 MICROBENCH_NORM_HIDDEN = 4096
 # Copies of a few MiB stay in a Hopper's 50-60 MB L2 and time the launch and the L2 (the H200's 16 MiB
@@ -219,6 +229,23 @@ def step_samples(device):
             out.append({"op": op, "bytes": per_param * result["parameters"], "kernels": r["count"],
                         "time_s": [float(f"{r['total_us'] * 1e-6:.6g}")], "group": f"train-step-{case}",
                         "source": f"{where} cases.{case}: {r['count']} launches of {marker}"})
+        cfg = result["config"]
+        if cfg["style"] not in STEP_NORM_STYLES:
+            continue
+        # Every norm of the step (two per layer, the final one) normalises the micro-batch's rows.
+        norm_rows = cfg["sequence_length"] * cfg["micro_batch"]
+        norms = 2 * cfg["layers"] + 1
+        for op, markers, per_element in STEP_NORMS:
+            total_us = 0.0
+            for marker in markers:
+                rows = [r for r in result["profiled_step"]["by_name"] if marker in r["name"]]
+                if len(rows) != 1 or rows[0]["count"] != norms:
+                    raise SystemExit(f"{name}: case {case}: want one kernel matching {marker!r} launched {norms} times")
+                total_us += rows[0]["total_us"]
+            out.append({"op": op, "bytes": per_element * norms * norm_rows * cfg["hidden"], "rows": norm_rows,
+                        "kernels": norms, "time_s": [float(f"{total_us * 1e-6:.6g}")], "group": f"train-step-{case}",
+                        "source": f"{where} cases.{case}: {norms} norms of [{norm_rows}, {cfg['hidden']}] bf16, "
+                                  f"each {' + '.join(markers)}"})
     return out
 
 

@@ -147,9 +147,10 @@ Profile parse_profile(const JsonDocument& doc, KernelFits kernel_fits = KernelFi
 // small kernels' bounds and the fit's version), as fitted.kernel_models.inputs_fnv1a64 records it.
 std::string kernel_fit_inputs_fnv1a64(const Profile& profile);
 // The small-kernel model that prices `op` (docs/calibration.md, "Small kernels"): the first of the
-// op's own, its forward op's for a `_bwd` op, its base op's for a `_train` op (`layernorm_train_bwd`:
-// then `layernorm_train`, `layernorm_bwd`, `layernorm`), else the residual add's. nullptr when the
-// profile has none of these.
+// op's own, its forward op's for a `_bwd` op, then the same of the op it stands in for where a
+// profile lacks it (a training norm kernel: `layernorm_train_bwd` -> `layernorm_train`,
+// `layernorm_bwd`, `layernorm`; `layernorm_apex_legacy` -> `layernorm_train` ...; `layernorm_eager`
+// -> `layernorm`), else the residual add's. nullptr when the profile has none of these.
 const SmallKernelModel* small_kernel_model(const Profile& profile, const std::string& op);
 // fitted.kernel_models for the profile's kernel models (their parameters), for `calibrate kernel-fits`.
 nlohmann::ordered_json kernel_fits_json(const Profile& profile);

@@ -115,6 +115,17 @@ std::string to_string(Recompute r);
 enum class Optimizer { adam, sgd };
 std::string to_string(Optimizer o);
 
+// The kernel that runs the layers' norms in training ($.training.norm_kernel, docs/workload.md):
+// fused: a one-pass training kernel (Apex's persistent FastLayerNorm, which Megatron-LM runs since
+// 2021-10; Transformer Engine's; torchtitan's fused Triton RMSNorm); apex_legacy: Apex's older
+// FusedLayerNorm, which Megatron-LM carried in megatron/fused_kernels before that; eager: PyTorch's
+// native layer_norm kernels (torch.nn.LayerNorm; llm-foundry's LPLayerNorm).
+enum class NormKernel : std::uint8_t { fused, apex_legacy, eager };
+std::string to_string(NormKernel k);
+// The element-wise op (ElementwiseKernel::op) a training graph emits for a norm run by `kernel`: its
+// forward, or its backward. The profiles price each (model::small_kernel_model).
+const char* norm_op(NormKernel kernel, bool backward);
+
 // The type gradients are accumulated and reduced in over DP when the workload does not say
 // ($.training.grad_reduce_dtype): fp32, except for fp16 training. Megatron-LM forces fp32 main
 // gradients and their reduction for bf16 ("bfloat16 requires gradient accumulation and all-reduce to
@@ -206,6 +217,7 @@ struct Workload {
     return recompute == Recompute::full && (layer + 1) % recompute_every == 0;
   }
   Optimizer optimizer = Optimizer::adam;   // $.training.optimizer
+  NormKernel norm_kernel = NormKernel::fused;  // $.training.norm_kernel
   std::optional<topo::Dtype> grad_reduce_dtype;  // $.training.grad_reduce_dtype; unset: the default above
   // $.training.attention: "flash" (FlashAttention, the default) or "unfused" (Megatron-LM before
   // FlashAttention: the scores through HBM, model::unfused_attention_parts).

@@ -149,6 +149,7 @@ class StepEmitter {
     topo::Dtype grad_dtype = topo::Dtype::fp32;  // what the optimizer reads the gradients as
     bool clip_grad = true;                       // global-norm clipping before the optimizer
     int emitted = 0;  // the TP ranks whose tasks are emitted, the first ones (TP images: 1); 0: all
+    model::NormKernel norm = model::NormKernel::fused;  // the final norm's kernel (model::norm_op)
   };
   // `next_instance`: the generator's collective instance counter (TP collectives of this group).
   StepEmitter(TaskGraph& graph, std::int64_t& next_instance, Group group);

@@ -70,6 +70,8 @@ struct TpspShape {
   bool zero_bubble = false;
   // $.training.attention_time_factor (model::AttentionKernel::time_factor) of every attention kernel.
   double attention_time_factor = 1.0;
+  // $.training.norm_kernel: the ops the norms are emitted as (model::norm_op).
+  model::NormKernel norm_kernel = model::NormKernel::fused;
   // Without sequence parallelism under the baseline schedule (strategy/tp_allreduce.cpp): the
   // column-parallel backward's all-reduce runs before the weight gradient, the compute stream waiting
   // for it, rather than beside it (model::Parallelism::async_tp_allreduce false).
