@@ -109,6 +109,11 @@ def predict(fusesim, topology, repo, cfg, extra):
     # train_step.py's "mpt" style has MPT's biases (each linear's bias gradient a reduction kernel);
     # "plain" and "llama" have none.
     w["model"]["bias"] = cfg.get("style") == "mpt"
+    # train_step.py runs PyTorch's SDPA (FlashAttention-2) and PyTorch's native norm kernels (LayerNorm,
+    # or for "llama" the RMSNorm variant of the same kernels), whatever kernels the workload file's
+    # published run had (the MPT runs' Triton attention).
+    w["training"].pop("attention_time_factor", None)
+    w["training"]["norm_kernel"] = "eager"
     if cfg.get("style") == "llama":
         # train_step.py's Llama is torchtitan's code in eager PyTorch: rotary embedding in complex
         # form, SwiGLU as silu then a multiply, K/V repeated (training.elementwise "eager"), unless
