@@ -60,7 +60,8 @@ std::vector<std::string> fallback_chain(const std::string& op) {
   if (!forward.empty()) chain.push_back(forward);
   const std::string stand_in = stand_in_of(forward.empty() ? op : forward);
   if (!stand_in.empty())
-    for (std::string& next : fallback_chain(forward.empty() ? stand_in : stand_in + "_bwd")) chain.push_back(std::move(next));
+    for (std::string& next : fallback_chain(forward.empty() ? stand_in : stand_in + "_bwd"))
+      chain.push_back(std::move(next));
   return chain;
 }
 

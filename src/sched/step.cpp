@@ -208,7 +208,8 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   const std::int64_t S = grp_.rows, h = grp_.hidden, n = S / tp(), V = vocab_local();
   Deps d(static_cast<std::size_t>(tp()));
   for (int ti = 0; ti < emit_tp(); ++ti)
-    d[ti] = {compute(ti, mb + "head/fwd/final_norm", model::ElementwiseKernel{model::norm_op(grp_.norm, false), bytes(2 * n * h), 8.0 * n * h},
+    d[ti] = {compute(ti, mb + "head/fwd/final_norm",
+                     model::ElementwiseKernel{model::norm_op(grp_.norm, false), bytes(2 * n * h), 8.0 * n * h},
                      Phase::forward, micro_batch, ready[static_cast<std::size_t>(ti)])};
   if (tp() > 1) {
     const auto ag = collective(mb + "head/fwd/ag", CollectiveKind::all_gather, bytes(S * h), Phase::forward, micro_batch, d);
@@ -255,8 +256,8 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   Deps out(static_cast<std::size_t>(tp()));
   for (int ti = 0; ti < emit_tp(); ++ti)
     out[ti] = {compute(ti, mb + "head/bwd/final_norm_bwd",
-                       model::ElementwiseKernel{model::norm_op(grp_.norm, true), bytes(3 * n * h), 10.0 * n * h}, Phase::backward,
-                       micro_batch, after[ti])};
+                       model::ElementwiseKernel{model::norm_op(grp_.norm, true), bytes(3 * n * h), 10.0 * n * h},
+                       Phase::backward, micro_batch, after[ti])};
   return out;
 }
 

@@ -292,7 +292,8 @@ Deps Builder::recompute_unsaved_ops(int l, Deps ready) {
   recompute_ = true;
   const OpCtx rc{l, true, "", false};
   for (int ti = 0; ti < emit_t_; ++ti) {
-    TaskId d = elementwise(rc, ti, "ln1", model::norm_op(sh_.norm_kernel, false), 2 * e_ * h, e_, 8.0 * e_ * h, -1, ready[ti]);
+    TaskId d =
+        elementwise(rc, ti, "ln1", model::norm_op(sh_.norm_kernel, false), 2 * e_ * h, e_, 8.0 * e_ * h, -1, ready[ti]);
     d = compute(ti, prefix(rc) + "/k_proj", model::GemmKernel{S_, k_cols, h, 1}, labels(rc, -1, "k_proj"), -1, {d});
     ready[ti] = {d};
   }

@@ -1713,7 +1713,8 @@ void Run::share_device(const std::vector<std::uint32_t>& running) {
   // two costs alone, so they are computed once per ordered pair of distinct kernels and remembered.
   PairShares* memo = nullptr;
   if (k == 2) {
-    const std::uint64_t key = (std::uint64_t{compute_[running[0]].cost_index} << 32 | compute_[running[1]].cost_index) + 1;
+    const std::uint64_t key =
+        (std::uint64_t{compute_[running[0]].cost_index} << 32 | compute_[running[1]].cost_index) + 1;
     memo = &pair_shares_[((key * 0x9e3779b97f4a7c15ULL) >> 56) & (kPairShares - 1)];
     if (memo->key == key) {
       shares_[0] = memo->first;
