@@ -130,6 +130,15 @@ std::string to_string(Recompute r) {
   return "?";
 }
 
+std::string to_string(NormKernel k) {
+  switch (k) {
+    case NormKernel::fused: return "fused";
+    case NormKernel::apex_legacy: return "apex_legacy";
+    case NormKernel::eager: return "eager";
+  }
+  return "?";
+}
+
 std::optional<std::string> kernel_size_error(const Kernel& k) {
   const auto d = [](std::int64_t v) { return static_cast<double>(v); };
   double flops = 0.0;

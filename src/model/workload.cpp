@@ -45,6 +45,7 @@ const std::vector<std::string> kDpShardings = {"ddp", "zero1", "zero2", "zero3"}
 const std::vector<std::string> kPipelineSchedules = {"1f1b", "interleaved", "zb-h1"};
 const std::vector<std::string> kRecomputes = {"none", "selective", "full", "op"};
 const std::vector<std::string> kOptimizers = {"adam", "sgd"};
+const std::vector<std::string> kNormKernels = {"fused", "apex_legacy", "eager"};
 const std::vector<std::string> kGradReduceDtypes = {"fp32", "bf16", "fp16"};
 // A gradient bucket larger than 1 TiB is no bucket; the bound also keeps bucket counts and buffer
 // sums far from int64 overflow.
@@ -81,6 +82,12 @@ Recompute parse_recompute(const std::string& s) {
   if (s == "full") return Recompute::full;
   if (s == "op") return Recompute::op;
   return Recompute::none;
+}
+
+NormKernel parse_norm_kernel(const std::string& s) {
+  if (s == "apex_legacy") return NormKernel::apex_legacy;
+  if (s == "eager") return NormKernel::eager;
+  return NormKernel::fused;
 }
 
 CommEngine parse_engine(const std::string& s) {
@@ -134,15 +141,6 @@ Architecture parse_model(const JsonObject& m) {
 }  // namespace
 
 std::string to_string(Optimizer o) { return o == Optimizer::sgd ? "sgd" : "adam"; }
-
-std::string to_string(NormKernel k) {
-  switch (k) {
-    case NormKernel::fused: return "fused";
-    case NormKernel::apex_legacy: return "apex_legacy";
-    case NormKernel::eager: return "eager";
-  }
-  return "fused";
-}
 
 const char* norm_op(NormKernel kernel, bool backward) {
   switch (kernel) {
@@ -299,8 +297,7 @@ Workload parse_workload(const JsonDocument& doc) {
       v.fail("recompute_every needs training.recompute \"full\" (it picks which layers are recomputed fully)");
   }
   w.optimizer = t.choice_or("optimizer", kOptimizers, "adam") == "sgd" ? Optimizer::sgd : Optimizer::adam;
-  if (const std::string norm = t.choice_or("norm_kernel", {"fused", "apex_legacy", "eager"}, "fused"); norm != "fused")
-    w.norm_kernel = norm == "eager" ? NormKernel::eager : NormKernel::apex_legacy;
+  w.norm_kernel = parse_norm_kernel(t.choice_or("norm_kernel", kNormKernels, "fused"));
   w.unfused_attention = t.choice_or("attention", {"flash", "unfused"}, "flash") == "unfused";
   if (t.has("attention_time_factor")) {
     // A kernel ten times slower than FlashAttention-2, or ten times faster, is not one a run used.
