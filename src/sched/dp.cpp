@@ -104,7 +104,14 @@ int DpSync::ring_sms(int rank, int count) const {
   if (count <= 1 || comm_.collective_engine != model::CommEngine::sm_kernel) return comm_.sms;
   int sms = comm_.sms;
   if (sms < 0 && cfg_.cluster == nullptr) return sms;
-  if (sms < 0) sms = static_cast<int>(std::lround(cfg_.cluster->device(rank).contention.default_comm_sms.value));
+  if (sms < 0) {
+    // As the engine gives the collective this ring stands for (Run::collective_sms_for).
+    const std::vector<int> g = group(rank);
+    const topo::Cluster& cl = *cfg_.cluster;
+    const bool one_node =
+        std::all_of(g.begin(), g.end(), [&](int r) { return cl.node_of(r) == cl.node_of(g.front()); });
+    sms = cl.device(rank).contention.collective_sms(one_node);
+  }
   return std::max(1, sms / count);
 }
 

@@ -162,6 +162,7 @@ struct CollectiveRun {
   int present = 0;            // positions with a task
   std::vector<int> ranks;
   std::vector<int> sms;         // SMs held on each member's rank while it runs
+  bool one_node = false;        // every member on one node (ContentionParams::node_collective_sms)
   // Ring kinds: `rings` rings (topo/rings.hpp), each moving an equal share of every step's chunk;
   // entry r * t + m is member m's successor in ring r and its route there. Each ring progresses on
   // its own, as NCCL's channels do (Run::advance_member).
@@ -462,6 +463,10 @@ class Run final : public sched::TaskVisitor {
     if (engine != model::CommEngine::sm_kernel) return 0;
     return requested >= 0 ? requested : ranks_[rank].default_comm_sms;
   }
+  int collective_sms_for(const CollectiveRun& c, int rank) const {
+    if (c.spec->engine != model::CommEngine::sm_kernel) return 0;
+    return c.spec->sms >= 0 ? c.spec->sms : ranks_[rank].device->contention.collective_sms(c.one_node);
+  }
   [[noreturn]] void deadlock() const;
   std::uint64_t state_bytes() const;
 
@@ -730,7 +735,9 @@ void Run::prepare() {
     if (!c.image_of.empty()) check_mirrored(c);
     if (record_steps_)
       transfers += static_cast<std::size_t>(c.present) * static_cast<std::size_t>(c.steps) * static_cast<std::size_t>(c.rings);
-    for (int r : c.ranks) c.sms.push_back(sms_for(r, c.spec->engine, c.spec->sms));
+    c.one_node = std::all_of(c.ranks.begin(), c.ranks.end(),
+                             [&](int r) { return cluster_.node_of(r) == cluster_.node_of(c.ranks.front()); });
+    for (int r : c.ranks) c.sms.push_back(collective_sms_for(c, r));
   }
   result_.transfers.reserve(transfers);
   // A copy-engine transfer on a device without copy engines would wait forever.
@@ -1214,8 +1221,9 @@ void Run::make_ready(TaskId id) {
     case TaskType::collective: {
       CollectiveRun& c = collectives_[info.aux];
       // Each member's kernel holds its SMs from its own launch, spinning until the last member
-      // arrives; the SM count is the member's (c.sms), which depends on its rank alone.
-      if (c.ranks.size() > 1) hold_sms(info.rank(), sms_for(info.rank(), c.spec->engine, c.spec->sms));
+      // arrives; the SM count is the member's (c.sms), which depends on its rank and on whether the
+      // group leaves the node.
+      if (c.ranks.size() > 1) hold_sms(info.rank(), collective_sms_for(c, info.rank()));
       if (++c.ready == c.present) start_collective(info.aux);
       break;
     }

@@ -126,6 +126,8 @@ DeviceModel read_device_model(const std::string& name, const JsonObject& o) {
 
   JsonObject cont = o.object("contention");
   m.contention.default_comm_sms = integral_sourced(cont, "default_comm_sms", 0, m.sm_count);
+  if (cont.has("node_collective_sms"))
+    m.contention.node_collective_sms = integral_sourced(cont, "node_collective_sms", 0, m.sm_count);
   m.contention.comm_hbm_traffic_factor = cont.sourced("comm_hbm_traffic_factor", 0.0, kMaxHbmTrafficFactor);
   cont.finish();
 

@@ -2,6 +2,11 @@
 // "te_userbuffers", src/sched/strategy/te_userbuffers.cpp): TransformerEngine's method per GEMM.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <utility>
+#include <variant>
+#include <vector>
+
 #include "fusesim/model/workload.hpp"
 #include "fusesim/sched/generate.hpp"
 #include "fusesim/sched/tpsp.hpp"
@@ -47,6 +52,27 @@ TEST_CASE("te_userbuffers: ring exchange, pipelined and bulk overlaps per GEMM",
     const ExecuteResult result = execute(s, ExecuteOptions{});
     INFO(result.error);
     CHECK(result.passed);
+  }
+}
+
+TEST_CASE("te_userbuffers' kernels hold TE's 16 SMs, not the device's NCCL channels", "[sched][strategy]") {
+  // TE's initialize_ub gives the pipeline and bulk methods num_sm 16 whatever NCCL would use on the
+  // device (24 inside an H100 node); the plain baseline's collectives keep -1 (the device's default),
+  // and an explicit schedule.comm_sms wins over both.
+  const auto collective_sms = [](const TpspRequest& r) {
+    std::vector<int> out;
+    const Schedule s = generate_tpsp(r);
+    for (TaskId id = 0; id < s.graph.size(); ++id)
+      if (const auto* c = std::get_if<CollectiveTask>(&s.graph.task(id).kind)) out.push_back(c->sms);
+    return out;
+  };
+  TpspRequest te = request(2), plain = request(2), fixed = request(2);
+  plain.schedule.tp_baseline_te_userbuffers = false;
+  fixed.schedule.comm_sms = 8;
+  for (const auto& [r, sms] : {std::pair{&te, 16}, std::pair{&plain, -1}, std::pair{&fixed, 8}}) {
+    const std::vector<int> got = collective_sms(*r);
+    REQUIRE_FALSE(got.empty());
+    CHECK(std::all_of(got.begin(), got.end(), [&](int v) { return v == sms; }));
   }
 }
 

@@ -2,6 +2,8 @@
 // and runs at (1 - held SMs / 100) x (1 - comm HBM bytes/s / 1e12) of that speed under load.
 #include <catch2/catch.hpp>
 
+#include <utility>
+
 #include "fusesim/util/error.hpp"
 #include "sim_test_util.hpp"
 
@@ -229,6 +231,46 @@ TEST_CASE("a collective member holds its SMs from its own launch while it waits 
   REQUIRE(res.tasks[ids[0]].end_ps == 57'000'000);
   REQUIRE(res.tasks[pre].end_ps == 10'000'000);
   REQUIRE(res.tasks[k].end_ps == 68'500'000);
+}
+
+namespace {
+// Ranks 0-1 on node 0 and 2-3 on node 1, all cabled to one fabric switch (1e11 B/s, 0.5 us a link, as
+// star()); the device holds 40 SMs for a collective inside one node and its default 20 otherwise.
+topo::Cluster two_nodes_of_two() {
+  ClusterBuilder b;
+  std::vector<topo::VertexId> gpus;
+  for (int i = 0; i < 4; ++i) gpus.push_back(b.gpu());
+  b.c.vertices[gpus[2]].node = 1;
+  b.c.vertices[gpus[3]].node = 1;
+  const auto s = b.sw("fabric");
+  b.c.vertices[s].node = -1;
+  for (auto g : gpus) b.cable(g, s, 1e11, 500'000);
+  b.c.device_models["test-gpu"].contention.node_collective_sms = SourcedValue{40, "test"};
+  b.c.num_nodes = 2;
+  b.c.devices_per_node = 2;
+  b.c.finalize();
+  return b.c;
+}
+}  // namespace
+
+TEST_CASE("a collective inside one node holds node_collective_sms, one across nodes default_comm_sms",
+          "[sim][contention]") {
+  // A t=2 all-gather of 8e6 B with sms -1 takes 47,000,000 ps on these links whichever pair it joins
+  // (the test above: same routes, Simple protocol alone). Kernel k on rank 0 (30e6 work) from 0 beside it:
+  // - ranks {0, 1}, one node: 40 SMs held, rate 1 - 40/100 = 0.6 for 47e6 ps -> 28.2e6 done, 1.8e6 left
+  //   at rate 1 -> ends 48,800,000;
+  // - ranks {0, 2}, two nodes: the default 20, rate 0.8 -> 30e6 / 0.8 = 37,500,000, before the end.
+  const auto cluster = two_nodes_of_two();
+  TestCostModel costs;
+  for (const auto& [peer, k_end] : {std::pair{1, TimePs{48'800'000}}, std::pair{2, TimePs{37'500'000}}}) {
+    TaskGraph g(4);
+    const auto k = g.add(compute("k", 0, 30'000'000));
+    const auto ids = collective(g, "ag", sched::CollectiveKind::all_gather, {0, peer}, 8'000'000, 1);
+    const auto res = Simulator(cluster, costs).run(g);
+    CAPTURE(peer);
+    REQUIRE(res.tasks[ids[0]].end_ps == 47'000'000);
+    REQUIRE(res.tasks[k].end_ps == k_end);
+  }
 }
 
 namespace {

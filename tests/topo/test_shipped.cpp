@@ -159,6 +159,11 @@ TEST_CASE("dgx-h100: two GPUs of the node talk through the NVSwitch") {
   CHECK(c.comm.sm_step_latency_s.value == 2.8e-6);
   CHECK(c.comm.sm_kernel_efficiency.value == 0.9474);
   CHECK(c.device(0).contention.default_comm_sms.value == 16);
+  // NCCL's 24 ring channels inside one H100 node, 16 across nodes and for P2P (the file's sources).
+  REQUIRE(c.device(0).contention.node_collective_sms.has_value());
+  CHECK(c.device(0).contention.node_collective_sms->value == 24);
+  CHECK(c.device(0).contention.collective_sms(true) == 24);
+  CHECK(c.device(0).contention.collective_sms(false) == 16);
   CHECK(c.device(0).kernel_launch_s.value == 2e-6);
   CHECK(c.device(0).stream_wait_s.value == 1e-6);
 }

@@ -94,6 +94,9 @@ class TpStrategy {
   virtual ~TpStrategy() = default;
   // Slices the regions' collectives are cut into (slice-overlap's k); 1: one collective per region.
   virtual int slices(const model::ScheduleOptions&) const { return 1; }
+  // SMs the TP communication kernels hold when the workload gives no schedule.comm_sms: -1 takes the
+  // device's defaults (NCCL's channels), a library with its own (TE's userbuffers) says how many.
+  virtual int comm_sms() const { return -1; }
   // Calls an AG region makes to its work per rank with t > 1 ranks and `slices` slices.
   virtual int ag_calls(int t, int slices) const = 0;
   // Whether a gathered operand's own chunk is read from its shard (a ring reads it where it is)

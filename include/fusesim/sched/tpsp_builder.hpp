@@ -40,11 +40,17 @@ class Builder {
   Builder(const TpspRequest& req, Schedule& out, DataflowProgram& prog)
       : req_(req), sh_(req.shape), g_(out.graph), prog_(prog),
         strategy_(tp_strategy(req)),
-        comm_(make_communicators(req.schedule).tp), pp_comm_(make_communicators(req.schedule).pp),
+        comm_(tp_communicator(req.schedule, strategy_)), pp_comm_(make_communicators(req.schedule).pp),
         t_(req.shape.tp), emit_t_(req.tp_images > 1 && !req.tp_images_by_filter ? 1 : req.shape.tp),
         elem_(topo::bytes_per_element(req.shape.activation_dtype())),
         up_(req, out.graph, prog, tags_, next_instance_) {
     k_ = strategy_.slices(req.schedule);
+  }
+
+  static TpCommunicator tp_communicator(const model::ScheduleOptions& schedule, const TpStrategy& strategy) {
+    TpCommunicator c = make_communicators(schedule).tp;
+    if (!schedule.comm_sms) c.sms = strategy.comm_sms();
+    return c;
   }
 
   void set_replica(int d) { replica_ = d; region_count_ = 0; }

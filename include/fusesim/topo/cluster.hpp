@@ -4,6 +4,7 @@
 // devices_per_node + local index. Routes between ranks come from the link graph (shortest path by
 // PCIe links, latency, hop count, then bottleneck; ties broken by vertex id, so they are
 // deterministic; src/topo/route.cpp).
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -34,6 +35,13 @@ struct KernelEfficiency {
 struct ContentionParams {
   SourcedValue default_comm_sms;        // SMs an SM-based collective / P2P kernel holds (NCCL: one per channel)
   SourcedValue comm_hbm_traffic_factor; // HBM bytes a transfer moves per payload byte on each end (read or write)
+  // SMs of a collective whose ranks are all on one node ("node_collective_sms"; default_comm_sms when
+  // absent): NCCL gives rings inside an NVSwitch node more channels than rings that leave it.
+  std::optional<SourcedValue> node_collective_sms = std::nullopt;
+  int collective_sms(bool one_node) const {
+    const SourcedValue& v = one_node && node_collective_sms ? *node_collective_sms : default_comm_sms;
+    return static_cast<int>(std::lround(v.value));
+  }
 };
 
 // The most a cross-stream hand-off may take, from a topology or a measured profile: 1 ms is far above

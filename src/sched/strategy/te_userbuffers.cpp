@@ -19,10 +19,14 @@ namespace {
 
 // TE's num_splits default for the pipeline method.
 constexpr int kPipelineSplits = 4;
+// TE's num_sm default for the pipeline and bulk methods (initialize_ub; TransformerEngine#750), not
+// NCCL's channel count of the device: userbuffers kernels are TE's own.
+constexpr int kUserbuffersSms = 16;
 
 class TeUserbuffers final : public Strategy {
  public:
   int slices(const model::ScheduleOptions&) const override { return kPipelineSplits; }
+  int comm_sms() const override { return kUserbuffersSms; }
   // Only the wgrad re-gathers count their calls (Builder::ag_calls): one bulk collective each.
   int ag_calls(int, int) const override { return 1; }
   // The ring exchange reads the own chunk where it is, as Fuse-AG does.
