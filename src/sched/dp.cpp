@@ -106,11 +106,7 @@ int DpSync::ring_sms(int rank, int count) const {
   if (sms < 0 && cfg_.cluster == nullptr) return sms;
   if (sms < 0) {
     // As the engine gives the collective this ring stands for (Run::collective_sms_for).
-    const std::vector<int> g = group(rank);
-    const topo::Cluster& cl = *cfg_.cluster;
-    const bool one_node =
-        std::all_of(g.begin(), g.end(), [&](int r) { return cl.node_of(r) == cl.node_of(g.front()); });
-    sms = cl.device(rank).contention.collective_sms(one_node);
+    sms = cfg_.cluster->device(rank).contention.collective_sms(cfg_.cluster->on_one_node(group(rank)));
   }
   return std::max(1, sms / count);
 }

@@ -735,8 +735,7 @@ void Run::prepare() {
     if (!c.image_of.empty()) check_mirrored(c);
     if (record_steps_)
       transfers += static_cast<std::size_t>(c.present) * static_cast<std::size_t>(c.steps) * static_cast<std::size_t>(c.rings);
-    c.one_node = std::all_of(c.ranks.begin(), c.ranks.end(),
-                             [&](int r) { return cluster_.node_of(r) == cluster_.node_of(c.ranks.front()); });
+    c.one_node = cluster_.on_one_node(c.ranks);
     for (int r : c.ranks) c.sms.push_back(collective_sms_for(c, r));
   }
   result_.transfers.reserve(transfers);

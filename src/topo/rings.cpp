@@ -11,9 +11,7 @@ std::vector<std::vector<int>> collective_rings(const std::vector<int>& group, co
   std::vector<int> flat(static_cast<std::size_t>(t));
   std::iota(flat.begin(), flat.end(), 0);
   if (cluster.full_mesh_scale_up && t >= 3) {
-    bool one_node = true;
-    for (int r : group) one_node = one_node && cluster.node_of(r) == cluster.node_of(group.front());
-    if (one_node) {
+    if (cluster.on_one_node(group)) {
       std::vector<std::vector<int>> rings;
       for (int stride = 1; stride < t; ++stride) {
         if (std::gcd(stride, t) != 1) continue;

@@ -175,6 +175,12 @@ class Cluster {
 
   int num_ranks() const { return static_cast<int>(rank_vertex.size()); }
   int node_of(int rank) const { return vertices.at(rank_vertex.at(rank)).node; }
+  // Whether every rank of `ranks` is on one node (true for none or one).
+  bool on_one_node(const std::vector<int>& ranks) const {
+    for (int r : ranks)
+      if (node_of(r) != node_of(ranks.front())) return false;
+    return true;
+  }
   const DeviceModel& device(int rank) const { return device_models.at(rank_model.at(rank)); }
   // Shortest route from one rank to another (src != dst). Deterministic. Not cached: the simulator
   // keeps its own table.
