@@ -2,6 +2,7 @@
 // request, or a profile the user names. docs/calibration.md, "Which model prices a run".
 #include "fusesim/model/pricing.hpp"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -91,6 +92,22 @@ std::string stem(const std::string& relative_path) {
   return dot == std::string::npos ? name : name.substr(0, dot);
 }
 
+// "h800-sxm runs h100-sxm's kernels at ..." for each device model of the cluster that runs the
+// profiled device's kernels (topo::KernelsAs), empty where none does.
+std::string kernels_as_line(const Profile& profile, const topo::Cluster& cluster) {
+  std::string out;
+  for (const auto& [name, device] : cluster.device_models) {
+    if (!device.kernels_as || profile.device_model.empty() || device.kernels_as->device_model != profile.device_model)
+      continue;
+    if (std::find(cluster.rank_model.begin(), cluster.rank_model.end(), name) == cluster.rank_model.end()) continue;
+    out += fmt::format("{}{} runs {}'s kernels at {:.4g} (GEMM), {:.4g} (attention), {:.4g} (element-wise) of their "
+                       "rates there",
+                       out.empty() ? "" : "; ", name, profile.device_model, device.kernels_as->gemm.value,
+                       device.kernels_as->attention.value, device.kernels_as->elementwise.value);
+  }
+  return out;
+}
+
 }  // namespace
 
 // FNV-1a: std::hash would differ between standard libraries, and a version mark must not.
@@ -147,6 +164,7 @@ std::string Pricing::describe() const {
   std::string out =
       fmt::format("profile {} ({}, {} {}, fnv1a64 {})", p.device_model.empty() ? p.device_name : p.device_model,
                   profile->label, p.kind, p.date, profile->digest);
+  if (!kernels_as.empty()) out += "; " + kernels_as;
   for (std::size_t i = 0; i < links_applied.size(); ++i) out += (i == 0 ? "; links: " : "; ") + links_applied[i];
   return out;
 }
@@ -159,6 +177,7 @@ nlohmann::json Pricing::to_json() const {
   j["profile_digest"] = profile ? nlohmann::json(profile->digest) : nlohmann::json(nullptr);
   j["reason"] = reason;
   j["links_applied"] = links_applied;
+  if (!kernels_as.empty()) j["kernels_as"] = kernels_as;  // only where it applies: other reports keep their bytes
   return j;
 }
 
@@ -173,6 +192,7 @@ Pricing pricing_for(const PricingChoice& choice, topo::Cluster& cluster, Profile
     case PricingMode::profile:
       pricing.profile = profiles.load(choice.profile);
       pricing.links_applied = apply_profile(pricing.profile->profile, cluster);
+      pricing.kernels_as = kernels_as_line(pricing.profile->profile, cluster);
       pricing.costs = std::make_unique<CalibratedCostModel>(pricing.profile->profile);
       return pricing;
     case PricingMode::automatic:
@@ -185,14 +205,21 @@ Pricing pricing_for(const PricingChoice& choice, topo::Cluster& cluster, Profile
     return pricing;
   }
   const std::string& device_model = *models.begin();
-  const std::optional<std::string> shipped = profiles.shipped_for(device_model);
+  const topo::DeviceModel& device = cluster.device_models.at(device_model);
+  // A profile of the device itself first, else one of the device whose kernels it runs (kernels_as).
+  std::optional<std::string> shipped = profiles.shipped_for(device_model);
+  if (!shipped && device.kernels_as) shipped = profiles.shipped_for(device.kernels_as->device_model);
   if (!shipped) {
-    pricing.reason = fmt::format("no shipped profile for device model '{}'", device_model);
+    pricing.reason = device.kernels_as ? fmt::format("no shipped profile for device model '{}' nor for '{}', whose "
+                                                     "kernels it runs",
+                                                     device_model, device.kernels_as->device_model)
+                                       : fmt::format("no shipped profile for device model '{}'", device_model);
     pricing.costs = std::make_unique<RooflineCostModel>();
     return pricing;
   }
   pricing.profile = profiles.load(*shipped);
-  check_profile_device(pricing.profile->profile, cluster.device_models.at(device_model));
+  check_profile_device(pricing.profile->profile, device);
+  pricing.kernels_as = kernels_as_line(pricing.profile->profile, cluster);
   pricing.costs = std::make_unique<CalibratedCostModel>(pricing.profile->profile);
   return pricing;
 }

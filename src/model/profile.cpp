@@ -652,7 +652,9 @@ Profile load_profile(const std::string& name_or_path) {
 void check_profile_device(const Profile& profile, const topo::DeviceModel& device) {
   bool same = false;
   if (!profile.device_model.empty()) {
-    same = profile.device_model == device.name;
+    // Or the device runs the kernels of the profiled one (topo::KernelsAs), the same SMs.
+    same = profile.device_model == device.name ||
+           (device.kernels_as && profile.device_model == device.kernels_as->device_model);
   } else {
     const std::string a = normalized(profile.device_name), b = normalized(device.name);
     same = !a.empty() && !b.empty() && (a.rfind(b, 0) == 0 || b.rfind(a, 0) == 0);
@@ -660,8 +662,9 @@ void check_profile_device(const Profile& profile, const topo::DeviceModel& devic
   if (!same)
     throw InputError(
         profile.label, "$.device",
-        fmt::format("the profile was measured on '{}'{}, but the cluster's device model is '{}'", profile.device_name,
-                    profile.device_model.empty() ? "" : " (model " + profile.device_model + ")", device.name));
+        fmt::format("the profile was measured on '{}'{}, but the cluster's device model is '{}'{}", profile.device_name,
+                    profile.device_model.empty() ? "" : " (model " + profile.device_model + ")", device.name,
+                    device.kernels_as ? " (which runs the kernels of '" + device.kernels_as->device_model + "')" : ""));
   if (profile.sm_count != device.sm_count)
     throw InputError(
         profile.label, "$.device.sm_count",
@@ -677,6 +680,9 @@ std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cl
     applied.push_back(fmt::format("stream_wait_s {:.4g}", *profile.stream_wait_s));
   }
   if (cluster.num_ranks() < 2 || cluster.node_of(0) != cluster.node_of(1)) return applied;
+  // A profile of the device whose kernels this one runs (topo::KernelsAs) was measured on another
+  // machine: its links describe that machine, not this cluster.
+  if (!profile.device_model.empty() && cluster.device(0).name != profile.device_model) return applied;
   // The simulator's single-node ring sends each step from a rank to the next over their route (ranks
   // 0 -> 1 stands for every pair: the scale-up fabric is uniform within a node). Its bottleneck and its
   // latency are what a fitted busbw and latency calibrate.

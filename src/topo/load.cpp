@@ -28,6 +28,10 @@ constexpr double kMaxHbmBytes = 1e14;             // 100 TB on one device
 constexpr double kMaxLatencyS = 1e-2;             // 10 ms for one hop or one software step
 constexpr double kMaxHbmTrafficFactor = 16.0;
 constexpr double kMaxKernelLaunchS = 1e-3;        // 1 ms: far above any launch overhead
+// A device that runs another's kernels at a twentieth of its rate, or more than twice it, is not that
+// device with another memory or power limit: give it a profile of its own.
+constexpr double kMinKernelsAsFraction = 0.05;
+constexpr double kMaxKernelsAsFraction = 2.0;
 constexpr std::int64_t kMaxDevicesPerNode = 1024;
 constexpr std::int64_t kMaxNodes = 65536;
 // Twice today's largest clusters. A cluster model costs 3-5 KB per rank (vertices, links and their
@@ -130,6 +134,20 @@ DeviceModel read_device_model(const std::string& name, const JsonObject& o) {
     m.contention.node_collective_sms = integral_sourced(cont, "node_collective_sms", 0, m.sm_count);
   m.contention.comm_hbm_traffic_factor = cont.sourced("comm_hbm_traffic_factor", 0.0, kMaxHbmTrafficFactor);
   cont.finish();
+
+  if (auto as = o.find("kernels_as")) {
+    JsonObject k = as->as_object();
+    KernelsAs ka;
+    ka.device_model = k.string("device_model");
+    if (ka.device_model == name) k.at("device_model").fail("names the device model itself");
+    JsonObject rates = k.object("rate_fraction");
+    ka.gemm = rates.sourced("gemm", kMinKernelsAsFraction, kMaxKernelsAsFraction);
+    ka.attention = rates.sourced("attention", kMinKernelsAsFraction, kMaxKernelsAsFraction);
+    ka.elementwise = rates.sourced("elementwise", kMinKernelsAsFraction, kMaxKernelsAsFraction);
+    rates.finish();
+    k.finish();
+    m.kernels_as = std::move(ka);
+  }
 
   o.finish();
   return m;

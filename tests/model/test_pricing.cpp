@@ -1,6 +1,7 @@
 // Which model prices a run: the shipped profile of the cluster's device by default, the roofline on
 // request, a named profile otherwise; and the version mark every report carries.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -78,6 +79,71 @@ TEST_CASE("a named profile of another device is refused naming the profile", "[m
     CHECK(e.file() == "<embedded:profiles/h100-sxm.json>");
     CHECK(e.json_path() == "$.device");
   }
+}
+
+TEST_CASE("a device that runs another's kernels (kernels_as) is priced by that device's profile at its own rates",
+          "[model][pricing]") {
+  // Each kind's time is the profiled device's time over the rate fraction, and nothing else changes:
+  // the same profile prices the same kernel on both clusters (the profile's model ignores the
+  // device's own peak and bandwidth, which the two share where a fraction is 1).
+  struct Case {
+    const char* topology;
+    const char* profiled_topology;
+    const char* profile;
+    double gemm, attention, elementwise;  // the topology files' rate fractions
+  };
+  for (const Case& c : {Case{"dgx-h800", "dgx-h100", "h100-sxm", 1.0, 1.0, 1.0},
+                        Case{"dgx-a100-40gb", "dgx-a100", "a100-sxm", 1.0, 1.0, 0.7775},
+                        Case{"grand-teton-h100", "dgx-h100", "h100-sxm", 0.877, 0.877, 0.7164}}) {
+    INFO(c.topology);
+    topo::Cluster cluster = topo::load_cluster_by_name_or_path(c.topology);
+    topo::Cluster profiled = topo::load_cluster_by_name_or_path(c.profiled_topology);
+    const topo::CommParams before = cluster.comm;
+    const topo::DeviceModel& device = cluster.device(0);
+    REQUIRE(device.kernels_as);
+    CHECK(device.kernels_as->gemm.value == c.gemm);
+    CHECK(device.kernels_as->attention.value == c.attention);
+    CHECK(device.kernels_as->elementwise.value == c.elementwise);
+    const Pricing here = pricing_for(PricingChoice{}, cluster);
+    const Pricing there = pricing_for(PricingChoice{}, profiled);
+    REQUIRE(here.profile != nullptr);
+    CHECK(here.profile->label == std::string("<embedded:profiles/") + c.profile + ".json>");
+    CHECK(here.describe().find("; " + device.name + " runs " + device.kernels_as->device_model + "'s kernels at ") !=
+          std::string::npos);
+    CHECK(here.to_json().contains("kernels_as"));
+    CHECK(!there.to_json().contains("kernels_as"));  // other reports keep their keys
+    AttentionKernel a;
+    a.batch = 2, a.heads = 32, a.kv_heads = 8, a.seq_q = 8192, a.seq_kv = 8192, a.head_dim = 128, a.causal = true;
+    const std::vector<std::pair<Kernel, double>> kernels{{GemmKernel{8192, 14336, 4096, 1}, c.gemm},
+                                                         {a, c.attention},
+                                                         {ElementwiseKernel{"add", 1 << 28, 0.0, 8192}, c.elementwise}};
+    for (const auto& [k, fraction] : kernels) {
+      INFO(kernel_kind(k));
+      const KernelCost h = here.costs->cost(k, topo::Dtype::bf16, device);
+      const KernelCost t = there.costs->cost(k, topo::Dtype::bf16, profiled.device(0));
+      CHECK(std::max(h.compute_s, h.memory_s) == Approx(std::max(t.compute_s, t.memory_s) / fraction).epsilon(1e-12));
+      CHECK(h.flops == t.flops);
+    }
+    // Named, the profiled device's profile is accepted and sets none of this cluster's links: it was
+    // measured on another machine.
+    const Pricing named = pricing_for(PricingChoice{PricingMode::profile, c.profile}, cluster);
+    CHECK(named.links_applied.empty());
+    CHECK(named.kernels_as == here.kernels_as);
+    CHECK(cluster.comm.sm_kernel_efficiency.value == before.sm_kernel_efficiency.value);
+    // The roofline prices from the device's own figures, without the fractions.
+    const Pricing roofline = pricing_for(PricingChoice{PricingMode::roofline, ""}, cluster);
+    CHECK(roofline.kernels_as.empty());
+  }
+}
+
+TEST_CASE("a device that runs another's kernels without a shipped profile of either says so", "[model][pricing]") {
+  topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-b200");
+  topo::DeviceModel& device = cluster.device_models.at("b200-sxm");
+  device.kernels_as = topo::KernelsAs{"b100-sxm", {1.0, "test"}, {1.0, "test"}, {1.0, "test"}};
+  const Pricing p = pricing_for(PricingChoice{}, cluster);
+  CHECK(p.profile == nullptr);
+  CHECK(p.describe() ==
+        "roofline (no shipped profile for device model 'b200-sxm' nor for 'b100-sxm', whose kernels it runs)");
 }
 
 TEST_CASE("no two shipped profiles claim one device model (the automatic choice is unambiguous)",

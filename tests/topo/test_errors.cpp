@@ -38,6 +38,11 @@ struct Case {
 
 json sourced(double v) { return {{"value", v}, {"source", "s"}}; }
 
+json kernels_as(const std::string& model, double fraction) {
+  return {{"device_model", model},
+          {"rate_fraction", {{"gemm", sourced(fraction)}, {"attention", sourced(1.0)}, {"elementwise", sourced(1.0)}}}};
+}
+
 }  // namespace
 
 TEST_CASE("the base topology used by the error cases is valid") {
@@ -186,6 +191,27 @@ TEST_CASE("each malformed topology names its JSON path") {
       {"node collective SMs above the SM count",
        [](json& j) { j["device_models"]["g"]["contention"]["node_collective_sms"] = {{"value", 101}, {"source", "s"}}; },
        "$.device_models.g.contention.node_collective_sms.value"},
+      {"kernels_as naming the device itself",
+       [](json& j) { j["device_models"]["g"]["kernels_as"] = kernels_as("g", 1.0); },
+       "$.device_models.g.kernels_as.device_model"},
+      {"kernels_as at a hundredth of the rate",
+       [](json& j) { j["device_models"]["g"]["kernels_as"] = kernels_as("h100-sxm", 0.01); },
+       "$.device_models.g.kernels_as.rate_fraction.gemm.value"},
+      {"kernels_as at three times the rate",
+       [](json& j) { j["device_models"]["g"]["kernels_as"] = kernels_as("h100-sxm", 3.0); },
+       "$.device_models.g.kernels_as.rate_fraction.gemm.value"},
+      {"kernels_as without an element-wise rate",
+       [](json& j) {
+         j["device_models"]["g"]["kernels_as"] = kernels_as("h100-sxm", 1.0);
+         j["device_models"]["g"]["kernels_as"]["rate_fraction"].erase("elementwise");
+       },
+       "$.device_models.g.kernels_as.rate_fraction.elementwise"},
+      {"kernels_as with an unknown key",
+       [](json& j) {
+         j["device_models"]["g"]["kernels_as"] = kernels_as("h100-sxm", 1.0);
+         j["device_models"]["g"]["kernels_as"]["power_w"] = 500;
+       },
+       "$.device_models.g.kernels_as.power_w"},
       {"node collective SMs without a source",
        [](json& j) { j["device_models"]["g"]["contention"]["node_collective_sms"] = {{"value", 24}}; },
        "$.device_models.g.contention.node_collective_sms.source"},

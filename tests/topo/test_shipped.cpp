@@ -1,6 +1,7 @@
 // The clusters shipped in topologies/: they load by name (embedded copy) and by path, have the
 // expected shape, and their routes follow the documented construction.
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -62,6 +63,9 @@ const std::vector<Expected> kShipped = {
     {"hgx-h200-8node", 8, 8, "h200-sxm", 989e12, 132, false},
     // H100 PCIe cards (issue 12's device variants): 1,513 TFLOPS bf16 with sparsity, 114 SMs.
     {"h100-pcie", 1, 8, "h100-pcie", 756.5e12, 114, false},
+    // Meta's Grand Teton hosts of torchtitan's H100 benchmarks: H100 SXM with 96 GB HBM2e at 500 W.
+    {"grand-teton-h100", 1, 8, "h100-sxm-96gb-500w", 989e12, 132, false},
+    {"grand-teton-h100-64node", 64, 8, "h100-sxm-96gb-500w", 989e12, 132, false},
 };
 
 std::string shipped_path(const std::string& name) {
@@ -375,4 +379,29 @@ TEST_CASE("dgx-h800: an H100 SXM5 node with NVLink cut to 400 GB/s per GPU; dgx-
   const Cluster a40 = load_cluster_by_name_or_path("dgx-a100-40gb");
   CHECK(a40.device(0).hbm_bytes.value == 40e9);
   CHECK(a40.device(0).hbm_bandwidth_bytes_per_s.value == 1.555e12);
+  // Both run the kernels of the profiled device of their die: the H800 at its rates (the same HBM3
+  // and power), the A100 40 GB with memory-bound kernels at 1,555 / 2,000 of theirs.
+  REQUIRE(h800.device(0).kernels_as);
+  CHECK(h800.device(0).kernels_as->device_model == "h100-sxm");
+  REQUIRE(a40.device(0).kernels_as);
+  CHECK(a40.device(0).kernels_as->device_model == "a100-sxm-80gb");
+  CHECK(a40.device(0).kernels_as->elementwise.value == Approx(1.555e12 / 2.0e12).epsilon(1e-12));
+}
+
+TEST_CASE("grand-teton-h100: torchtitan's H100 hosts, 96 GB of HBM2e at 2.4 TB/s and a 500 W limit") {
+  const Cluster gt = load_cluster_by_name_or_path("grand-teton-h100");
+  const Cluster h100 = load_cluster_by_name_or_path("dgx-h100");
+  const DeviceModel& d = gt.device(0);
+  CHECK(d.hbm_bytes.value == 96e9);
+  CHECK(d.hbm_bandwidth_bytes_per_s.value == 2.4e12);
+  REQUIRE(d.kernels_as);
+  CHECK(d.kernels_as->device_model == "h100-sxm");
+  // Memory-bound kernels at the HBM ratio; the 500 W clock an estimate, its derivation in the source:
+  // (500 - 85) / (700 - 85) of the dynamic power, cube root.
+  CHECK(d.kernels_as->elementwise.value == Approx(2.4 / 3.35).epsilon(1e-4));
+  CHECK(d.kernels_as->gemm.value == Approx(std::cbrt(415.0 / 615.0)).epsilon(1e-3));
+  CHECK(d.kernels_as->gemm.source.rfind("estimate", 0) == 0);
+  // The host is a DGX H100's NVLink and NICs: the same route between two GPUs.
+  CHECK(gt.route(0, 1).latency_ps == h100.route(0, 1).latency_ps);
+  CHECK(gt.bottleneck_bytes_per_s(gt.route(0, 1)) == h100.bottleneck_bytes_per_s(h100.route(0, 1)));
 }

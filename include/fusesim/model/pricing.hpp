@@ -66,6 +66,8 @@ struct Pricing {
   std::string reason;  // why the roofline, when it prices an automatic run (no shipped profile ...)
   // What an explicitly named profile set in the cluster's links (apply_profile), one line each.
   std::vector<std::string> links_applied;
+  // Where the cluster's device runs the profiled device's kernels (topo::KernelsAs): at which rates.
+  std::string kernels_as;
 
   // "profile h100-sxm (<embedded:profiles/h100-sxm.json>, 2026-11-24, fnv1a64 0123...)" or "roofline
   // ...", then "; links: ..." when the profile set some.

@@ -196,6 +196,8 @@ class CalibratedCostModel final : public KernelCostModel {
 
  private:
   KernelCost uncached_cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const;
+  // The cost on the device the profile describes (uncached_cost scales it for a kernels_as device).
+  KernelCost profiled_cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const;
   Profile profile_;
   // 1 / step_rate_fraction of each kind under KernelSetting::step, else 1.
   double gemm_stretch_ = 1.0, attention_stretch_ = 1.0, elementwise_stretch_ = 1.0;

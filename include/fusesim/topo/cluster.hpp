@@ -44,6 +44,18 @@ struct ContentionParams {
   }
 };
 
+// A device that runs the kernels of another, profiled device model: the same die and SMs, with another
+// memory, power limit or interconnect (an H800 as an H100 SXM5, an A100 40 GB as the 80 GB one, Meta's
+// 500 W HBM2e H100). A calibration profile measured on `device_model` then prices this device's
+// kernels, each kind at its rate fraction: this device's rate over the profiled one's, in (0, 2]
+// ("kernels_as"; docs/topology.md). A profile measured on this device itself takes precedence.
+struct KernelsAs {
+  std::string device_model;
+  SourcedValue gemm;         // GEMMs (tensor-core math: the SM clock the power limit allows)
+  SourcedValue attention;    // attention kernels
+  SourcedValue elementwise;  // element-wise and other memory-bound kernels (HBM bandwidth)
+};
+
 // The most a cross-stream hand-off may take, from a topology or a measured profile: 1 ms is far above
 // any event wait a GPU runtime has (about 1 us), so more is a unit error, not a measurement.
 inline constexpr double kMaxStreamWaitS = 1e-3;
@@ -75,6 +87,7 @@ struct DeviceModel {
   // one exchange into t steps pays the t hand-offs between its compute and communication streams.
   SourcedValue stream_wait_s;  // at most kMaxStreamWaitS
   ContentionParams contention;
+  std::optional<KernelsAs> kernels_as;    // absent: profiles of this device model alone price it
   bool estimate = false;                  // true when the figures are estimates (no official datasheet)
 
   double peak(Dtype d) const;             // InputError-free: throws std::out_of_range if absent
