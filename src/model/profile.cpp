@@ -668,7 +668,11 @@ void check_profile_device(const Profile& profile, const topo::DeviceModel& devic
   if (profile.sm_count != device.sm_count)
     throw InputError(
         profile.label, "$.device.sm_count",
-        fmt::format("{} SMs, but the cluster's '{}' has {}", profile.sm_count, device.name, device.sm_count));
+        fmt::format("{} SMs, but the cluster's '{}' has {}{}", profile.sm_count, device.name, device.sm_count,
+                    device.kernels_as && profile.device_model == device.kernels_as->device_model
+                        ? " (its kernels_as names a device of other SMs: a profile prices kernels only on the SMs "
+                          "it was measured on)"
+                        : ""));
 }
 
 std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cluster) {

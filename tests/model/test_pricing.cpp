@@ -146,6 +146,22 @@ TEST_CASE("a device that runs another's kernels without a shipped profile of eit
         "roofline (no shipped profile for device model 'b200-sxm' nor for 'b100-sxm', whose kernels it runs)");
 }
 
+TEST_CASE("kernels_as naming a device of other SMs is refused where its profile is loaded", "[model][pricing]") {
+  // The profile's GEMM model quantizes waves on its own SM count: an H100 PCIe (114 SMs) cannot run
+  // the SXM5's (132) kernels at a rate fraction.
+  topo::Cluster cluster = topo::load_cluster_by_name_or_path("h100-pcie");
+  cluster.device_models.at("h100-pcie").kernels_as =
+      topo::KernelsAs{"h100-sxm", {0.8, "test"}, {0.8, "test"}, {0.8, "test"}};
+  try {
+    pricing_for(PricingChoice{}, cluster);
+    FAIL("accepted");
+  } catch (const InputError& e) {
+    CHECK(e.file() == "<embedded:profiles/h100-sxm.json>");
+    CHECK(e.json_path() == "$.device.sm_count");
+    CHECK(std::string(e.what()).find("kernels_as") != std::string::npos);
+  }
+}
+
 TEST_CASE("no two shipped profiles claim one device model (the automatic choice is unambiguous)",
           "[model][pricing]") {
   std::set<std::string> models;
