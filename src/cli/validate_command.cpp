@@ -14,6 +14,7 @@
 #include <optional>
 #include <ostream>
 #include <set>
+#include <vector>
 
 #include "fusesim/analysis/rank_correlation.hpp"
 #include "fusesim/analysis/table.hpp"
@@ -380,7 +381,15 @@ class ValidateCommand final : public Command {
       double mfu = 0.0;
       row.roofline = predict(c, cluster, roofline, model::PricingChoice{model::PricingMode::roofline, ""}, &mfu);
       if (row.roofline && c.category == "end_to_end") row.roofline_mfu = mfu;
-      for (const model::Profile& p : profiles) {
+      // A profile of the case's device first, then one of the device whose kernels it runs (kernels_as),
+      // as the default pricing chooses.
+      std::vector<const model::Profile*> order;
+      for (const model::Profile& p : profiles)
+        if (p.device_model == cluster.device(0).name) order.push_back(&p);
+      for (const model::Profile& p : profiles)
+        if (p.device_model != cluster.device(0).name) order.push_back(&p);
+      for (const model::Profile* candidate : order) {
+        const model::Profile& p = *candidate;
         try {
           model::check_profile_device(p, cluster.device(0));
         } catch (const InputError&) {
