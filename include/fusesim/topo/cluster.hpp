@@ -47,7 +47,7 @@ struct ContentionParams {
 // A device that runs the kernels of another, profiled device model: the same die and SMs, with another
 // memory, power limit or interconnect (an H800 as an H100 SXM5, an A100 40 GB as the 80 GB one, Meta's
 // 500 W HBM2e H100). A calibration profile measured on `device_model` then prices this device's
-// kernels, each kind at its rate fraction: this device's rate over the profiled one's, in (0, 2]
+// kernels, each kind at its rate fraction: this device's rate over the profiled one's, in [0.05, 2]
 // ("kernels_as"; docs/topology.md). A profile measured on this device itself takes precedence.
 struct KernelsAs {
   std::string device_model;
