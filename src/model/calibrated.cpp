@@ -255,8 +255,8 @@ KernelCost CalibratedCostModel::profiled_cost(const Kernel& kernel, topo::Dtype 
 
 KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype dtype,
                                               const topo::DeviceModel& device) const {
-  if (!device.kernels_as || device.kernels_as->device_model != profile_.device_model)
-    return profiled_cost(kernel, dtype, device);
+  const topo::KernelsAs* as = kernels_as_for(profile_, device);
+  if (!as) return profiled_cost(kernel, dtype, device);
   // A device that runs the profiled device's kernels with another memory or power limit
   // (topo::KernelsAs): priced as on the profiled device (whose datasheet HBM the roofline's plans and
   // memory times see), then each kind at its own rate here. Not where the profile was measured on
@@ -265,10 +265,9 @@ KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype 
   there.kernels_as.reset();
   if (profile_.hbm_peak_bytes_per_s) there.hbm_bandwidth_bytes_per_s = *profile_.hbm_peak_bytes_per_s;
   KernelCost c = profiled_cost(kernel, dtype, there);
-  const topo::KernelsAs& as = *device.kernels_as;
-  const double fraction = std::holds_alternative<GemmKernel>(kernel)        ? as.gemm.value
-                          : std::holds_alternative<AttentionKernel>(kernel) ? as.attention.value
-                                                                            : as.elementwise.value;
+  const double fraction = std::holds_alternative<GemmKernel>(kernel)        ? as->gemm.value
+                          : std::holds_alternative<AttentionKernel>(kernel) ? as->attention.value
+                                                                            : as->elementwise.value;
   c.compute_s /= fraction;
   c.memory_s /= fraction;
   c.duration_ps = seconds_to_ps(std::max(c.compute_s, c.memory_s));

@@ -97,13 +97,13 @@ std::string stem(const std::string& relative_path) {
 std::string kernels_as_line(const Profile& profile, const topo::Cluster& cluster) {
   std::string out;
   for (const auto& [name, device] : cluster.device_models) {
-    if (!device.kernels_as || profile.device_model.empty() || device.kernels_as->device_model != profile.device_model)
+    const topo::KernelsAs* as = kernels_as_for(profile, device);
+    if (!as || std::find(cluster.rank_model.begin(), cluster.rank_model.end(), name) == cluster.rank_model.end())
       continue;
-    if (std::find(cluster.rank_model.begin(), cluster.rank_model.end(), name) == cluster.rank_model.end()) continue;
     out += fmt::format("{}{} runs {}'s kernels at {:.4g} (GEMM), {:.4g} (attention), {:.4g} (element-wise) of their "
                        "rates there",
-                       out.empty() ? "" : "; ", name, profile.device_model, device.kernels_as->gemm.value,
-                       device.kernels_as->attention.value, device.kernels_as->elementwise.value);
+                       out.empty() ? "" : "; ", name, profile.device_model, as->gemm.value, as->attention.value,
+                       as->elementwise.value);
   }
   return out;
 }

@@ -649,12 +649,16 @@ Profile load_profile(const std::string& name_or_path) {
   return parse_profile(JsonDocument::parse(in.text, in.label));
 }
 
+const topo::KernelsAs* kernels_as_for(const Profile& profile, const topo::DeviceModel& device) {
+  if (!device.kernels_as || profile.device_model.empty() || device.kernels_as->device_model != profile.device_model)
+    return nullptr;
+  return &*device.kernels_as;
+}
+
 void check_profile_device(const Profile& profile, const topo::DeviceModel& device) {
   bool same = false;
   if (!profile.device_model.empty()) {
-    // Or the device runs the kernels of the profiled one (topo::KernelsAs), the same SMs.
-    same = profile.device_model == device.name ||
-           (device.kernels_as && profile.device_model == device.kernels_as->device_model);
+    same = profile.device_model == device.name || kernels_as_for(profile, device) != nullptr;
   } else {
     const std::string a = normalized(profile.device_name), b = normalized(device.name);
     same = !a.empty() && !b.empty() && (a.rfind(b, 0) == 0 || b.rfind(a, 0) == 0);
@@ -669,8 +673,7 @@ void check_profile_device(const Profile& profile, const topo::DeviceModel& devic
     throw InputError(
         profile.label, "$.device.sm_count",
         fmt::format("{} SMs, but the cluster's '{}' has {}{}", profile.sm_count, device.name, device.sm_count,
-                    device.kernels_as && profile.device_model == device.kernels_as->device_model
-                        ? " (its kernels_as names a device of other SMs: a profile prices kernels only on the SMs "
+                    kernels_as_for(profile, device) ? " (its kernels_as names a device of other SMs: a profile prices kernels only on the SMs "
                           "it was measured on)"
                         : ""));
 }

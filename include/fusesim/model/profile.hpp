@@ -157,9 +157,14 @@ nlohmann::ordered_json kernel_fits_json(const Profile& profile);
 // A path, or the name of a shipped profile (profiles/<name>.json compiled into the binary).
 Profile load_profile(const std::string& name_or_path);
 
+// The device's kernels_as where it names the device model the profile was measured on (the profile
+// then prices the device's kernels at those rates), else null.
+const topo::KernelsAs* kernels_as_for(const Profile& profile, const topo::DeviceModel& device);
+
 // InputError (profile file, "$.device") unless the profile was measured on this device model: its
-// device.model equals the model's name, or (without device.model) the names agree once lowercased
-// and stripped of everything but letters and digits, one a prefix of the other; and the SM counts agree.
+// device.model equals the model's name or the one the device runs the kernels of (kernels_as_for), or
+// (without device.model) the names agree once lowercased and stripped of everything but letters and
+// digits, one a prefix of the other; and the SM counts agree.
 void check_profile_device(const Profile& profile, const topo::DeviceModel& device);
 
 // Applies the fitted scale-up collectives (nodes == 1) and copy-engine P2P to the cluster so that the
