@@ -223,8 +223,14 @@ sched::TaskGraph collective_graph(const Case& c, int num_ranks) {
 
 // The prediction of one case with a cost model (and its cluster, already calibrated when a profile
 // is in use). nullopt: the case names nothing the model can run (end-to-end without a workload).
+// End-to-end and layer cases: the predicted run's MFU and step time, beside the case's metric.
+struct StepPrediction {
+  double mfu = 0.0;
+  double step_s = 0.0;
+};
+
 std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const model::KernelCostModel& costs,
-                              const model::PricingChoice& pricing, double* mfu = nullptr) {
+                              const model::PricingChoice& pricing, StepPrediction* step = nullptr) {
   const topo::DeviceModel& device = cluster.device(0);
   if (c.category == "gemm") {
     const model::KernelCost k = costs.cost(c.gemm, c.dtype, device);
@@ -272,7 +278,7 @@ std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const
   apply_symmetry(c.symmetry, req);
   const SimulateReport rep = simulate(req);
   const analysis::StepMetrics& m = rep.runs.front().metrics;
-  if (mfu != nullptr) *mfu = m.mfu;
+  if (step != nullptr) *step = {m.mfu, ps_to_seconds(m.step_time_ps)};
   return c.metric == "mfu" ? m.mfu : m.tokens_per_s_per_gpu;
 }
 
@@ -283,8 +289,10 @@ struct Row {
   std::optional<double> calibrated;
   bool fitted = false;  // the case was one the profile was built from
   std::string status;   // ok, partial (needs ...), not modelled
-  // End-to-end cases: the predicted MFU of each model (fusesim's FLOP count over the predicted step).
+  // End-to-end cases: the predicted MFU of each model (fusesim's FLOP count over the predicted step)
+  // and the predicted step time.
   std::optional<double> roofline_mfu, calibrated_mfu;
+  std::optional<double> roofline_step_s, calibrated_step_s;
   // The measured run's MFU by the same FLOP count: the case's own when its metric is MFU, else the
   // predicted MFU scaled by measured / predicted throughput (the step's FLOPs are the same).
   std::optional<double> measured_mfu() const {
@@ -292,6 +300,14 @@ struct Row {
     const std::optional<double>& value = calibrated_mfu ? calibrated : roofline;
     if (!mfu || !value || *value <= 0.0) return std::nullopt;
     return c->metric == "mfu" ? c->measured : *mfu * c->measured / *value;
+  }
+  // The measured run's step time: the predicted one scaled by predicted / measured metric (throughput
+  // and MFU are both the step's fixed tokens and FLOPs over its time).
+  std::optional<double> measured_step_s() const {
+    const std::optional<double>& step = calibrated_step_s ? calibrated_step_s : roofline_step_s;
+    const std::optional<double>& value = calibrated_step_s ? calibrated : roofline;
+    if (!step || !value || c->measured <= 0.0) return std::nullopt;
+    return *step * *value / c->measured;
   }
 };
 
@@ -378,9 +394,12 @@ class ValidateCommand final : public Command {
         }
       }
       const topo::Cluster& cluster = it->second;
-      double mfu = 0.0;
-      row.roofline = predict(c, cluster, roofline, model::PricingChoice{model::PricingMode::roofline, ""}, &mfu);
-      if (row.roofline && c.category == "end_to_end") row.roofline_mfu = mfu;
+      StepPrediction step;
+      row.roofline = predict(c, cluster, roofline, model::PricingChoice{model::PricingMode::roofline, ""}, &step);
+      if (row.roofline && c.category == "end_to_end") {
+        row.roofline_mfu = step.mfu;
+        row.roofline_step_s = step.step_s;
+      }
       // A profile of the case's device first, then one of the device whose kernels it runs (kernels_as),
       // as the default pricing chooses.
       std::vector<const model::Profile*> order;
@@ -409,8 +428,11 @@ class ValidateCommand final : public Command {
             profiles_.empty()
                 ? model::PricingChoice{}
                 : model::PricingChoice{model::PricingMode::profile, names[static_cast<std::size_t>(&p - profiles.data())]},
-            &mfu);
-        if (row.calibrated && c.category == "end_to_end") row.calibrated_mfu = mfu;
+            &step);
+        if (row.calibrated && c.category == "end_to_end") {
+          row.calibrated_mfu = step.mfu;
+          row.calibrated_step_s = step.step_s;
+        }
         row.fitted = std::find(p.fitted_on.begin(), p.fitted_on.end(), c.id) != p.fitted_on.end();
         break;
       }
@@ -600,6 +622,12 @@ class ValidateCommand final : public Command {
         const auto measured = r.measured_mfu();
         j["measured_mfu"] = measured ? nlohmann::json(*measured) : nlohmann::json(nullptr);
       }
+      if (r.roofline_step_s) {
+        j["roofline_step_s"] = *r.roofline_step_s;
+        j["calibrated_step_s"] = r.calibrated_step_s ? nlohmann::json(*r.calibrated_step_s) : nlohmann::json(nullptr);
+        const auto measured = r.measured_step_s();
+        j["measured_step_s"] = measured ? nlohmann::json(*measured) : nlohmann::json(nullptr);
+      }
       arr.push_back(std::move(j));
     }
     doc["cases"] = std::move(arr);
@@ -674,23 +702,37 @@ class ValidateCommand final : public Command {
            t.render();
   }
 
-  // The MFU of each end-to-end case, measured and predicted, and Spearman's rho over them.
+  // Each end-to-end case's step time and MFU, measured and predicted (the profile's where one priced it,
+  // else the roofline's), with their errors, and Spearman's rho of the MFUs over the cases.
   static std::string mfu_ranking_text(const std::vector<Row>& rows) {
     const MfuRanking rank = rank_mfu(rows);
     if (rank.cases == 0) return "";
     analysis::Table t({{"end-to-end case", analysis::Align::left},
+                       {"measured step (s)", analysis::Align::right},
+                       {"predicted", analysis::Align::right},
+                       {"err %", analysis::Align::right},
                        {"measured MFU", analysis::Align::right},
                        {"roofline", analysis::Align::right},
-                       {"profile", analysis::Align::right}});
+                       {"profile", analysis::Align::right},
+                       {"points", analysis::Align::right}});
     const auto pct = [](const std::optional<double>& v) { return v ? fmt::format("{:.1f}%", *v * 100.0) : "-"; };
-    for (const Row& r : rows)
-      if (r.c->category == "end_to_end" && r.status == "ok" && r.roofline_mfu && r.measured_mfu())
-        t.add_row({r.c->id, pct(r.measured_mfu()), pct(r.roofline_mfu), pct(r.calibrated_mfu)});
+    const auto sec = [](const std::optional<double>& v) { return v ? fmt::format("{:.4g}", *v) : "-"; };
+    for (const Row& r : rows) {
+      if (r.c->category != "end_to_end" || r.status != "ok" || !r.roofline_mfu || !r.measured_mfu()) continue;
+      const std::optional<double> step = r.calibrated_step_s ? r.calibrated_step_s : r.roofline_step_s;
+      const std::optional<double> mfu = r.calibrated_mfu ? r.calibrated_mfu : r.roofline_mfu;
+      const std::optional<double> measured_step = r.measured_step_s(), measured_mfu = r.measured_mfu();
+      t.add_row({r.c->id, sec(measured_step), sec(step),
+                 step && measured_step ? fmt::format("{:+.1f}", error_pct(*step, *measured_step)) : "-",
+                 pct(measured_mfu), pct(r.roofline_mfu), pct(r.calibrated_mfu),
+                 mfu && measured_mfu ? fmt::format("{:+.1f}", (*mfu - *measured_mfu) * 100.0) : "-"});
+    }
     const auto rho = [](const std::optional<double>& v) { return v ? fmt::format("{:.2f}", *v) : "-"; };
     return fmt::format(
-        "\nMFU of the end-to-end cases (fusesim's FLOP count; measured = predicted MFU x measured / predicted "
-        "throughput unless the case gives MFU):\n{}Spearman rank correlation, measured vs predicted, over {} "
-        "cases: roofline {}, profile {}\n",
+        "\nstep time and MFU of the end-to-end cases (measured step = predicted step x predicted / measured metric; "
+        "MFU by fusesim's FLOP count, measured = predicted MFU x measured / predicted throughput unless the case gives "
+        "MFU; predicted and points: the profile's, else the roofline's):\n{}Spearman rank correlation, measured vs "
+        "predicted MFU, over {} cases: roofline {}, profile {}\n",
         t.render(), rank.cases, rho(rank.roofline), rho(rank.profile));
   }
 

@@ -7,7 +7,9 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "fusesim/analysis/rank_correlation.hpp"
 #include "fusesim/model/profile.hpp"
@@ -335,7 +337,7 @@ TEST_CASE("every shipped end-to-end case names a workload that fits its cluster,
   CHECK(pipelined >= 13);
 }
 
-TEST_CASE("fusesim validate: the MFU of end-to-end cases, measured by fusesim's FLOP count, and their rank "
+TEST_CASE("fusesim validate: the step time and MFU of end-to-end cases, measured by fusesim's FLOP count, and their rank "
           "correlation",
           "[cli][validate]") {
   ScratchDir dir;
@@ -359,6 +361,19 @@ TEST_CASE("fusesim validate: the MFU of end-to-end cases, measured by fusesim's 
     } else {
       CHECK(c["measured_mfu"].get<double>() == Approx(mfu * c["measured"].get<double>() / value).epsilon(1e-12));
     }
+    // The step: commfuse-tpsp-block is one layer at TP 4 (micro-batch 1), so a GPU's tokens per step
+    // are sequence / 4: 512 at 2,048 and 2,048 at 8,192 (throughput x step time, for either model),
+    // and the measured step is those tokens over the measured throughput (512 / 30,000 = 17.07 ms).
+    const double step = c["calibrated_step_s"].get<double>();
+    if (c["id"] == "e2e/block-2k" || c["id"] == "e2e/block-8k") {
+      const double tokens = c["id"] == "e2e/block-2k" ? 512.0 : 2048.0;
+      CHECK(value * step == Approx(tokens).epsilon(1e-9));
+      CHECK(c["roofline"].get<double>() * c["roofline_step_s"].get<double>() == Approx(tokens).epsilon(1e-9));
+      CHECK(c["measured_step_s"].get<double>() == Approx(tokens / c["measured"].get<double>()).epsilon(1e-12));
+    } else {
+      // Measured in MFU: the same FLOPs in the measured step, so it is the predicted step x MFU ratio.
+      CHECK(c["measured_step_s"].get<double>() == Approx(step * mfu / 0.2).epsilon(1e-12));
+    }
     measured.push_back(c["measured_mfu"].get<double>());
     predicted.push_back(mfu);
   }
@@ -372,6 +387,23 @@ TEST_CASE("fusesim validate: the MFU of end-to-end cases, measured by fusesim's 
   REQUIRE(t.exit_code == 0);
   CHECK(t.out.find(fmt::format("over 3 cases: roofline {:.2f}, profile {:.2f}",
                                rank["roofline"].get<double>(), *rho)) != std::string::npos);
+  // Each case's row: measured and predicted step, the step's error, and the MFU's in points.
+  const std::string steps = t.out.substr(t.out.find("step time and MFU of the end-to-end cases"));
+  for (const json& c : doc["cases"]) {
+    const std::string id = c["id"].get<std::string>();
+    INFO(id);
+    const std::size_t at = steps.find("\n" + id + " ");
+    REQUIRE(at != std::string::npos);
+    std::istringstream row(steps.substr(at + 1, steps.find('\n', at + 1) - at - 1));
+    std::vector<std::string> cells;
+    for (std::string cell; row >> cell;) cells.push_back(cell);
+    REQUIRE(cells.size() == 8u);
+    const double measured = c["measured_step_s"].get<double>(), predicted = c["calibrated_step_s"].get<double>();
+    CHECK(cells[1] == fmt::format("{:.4g}", measured));
+    CHECK(cells[2] == fmt::format("{:.4g}", predicted));
+    CHECK(cells[3] == fmt::format("{:+.1f}", (predicted - measured) / measured * 100.0));
+    CHECK(cells[7] == fmt::format("{:+.1f}", (c["calibrated_mfu"].get<double>() - c["measured_mfu"].get<double>()) * 100.0));
+  }
 }
 
 TEST_CASE("fusesim validate: a layer case is simulate's one layer, forward and backward or forward alone",
