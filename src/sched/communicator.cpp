@@ -19,7 +19,12 @@ Communicators make_communicators(const model::ScheduleOptions& schedule) {
   out.tp.regather_stream = StreamRef{StreamKind::comm, 1};
   out.up = group(Parallelism::up, 1, 1, 1);
   static_cast<Communicator&>(out.dp) = group(Parallelism::dp, 3, 2, 4);
-  out.dp.gather_stream = StreamRef{StreamKind::comm, 2};
+  // ZeRO's parameter gathers go through the DP group's one NCCL communicator, as its gradient
+  // collectives do: "for NCCL backend, any collectives, even if issued in different streams, contend for
+  // the same per-device NCCL stream" (PyTorch, torch/distributed/fsdp/api.py, BackwardPrefetch; so
+  // too Megatron-LM's distributed optimizer, whose gather and reduce-scatter use the DP group), so
+  // they run one after the other in the order issued, never beside each other.
+  out.dp.gather_stream = out.dp.collective_stream;
   // The running-sum adds of CommFuse over DP run on a second compute stream. On the backward's own
   // stream each add, which must wait for its DP hop, would hold back every later kernel of the
   // backward: a NIC hop of a dp-th of a gradient takes longer than a dp-th of its last wgrad step, so

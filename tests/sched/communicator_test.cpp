@@ -18,12 +18,13 @@ TEST_CASE("each group's streams are its own", "[sched][communicator]") {
   o.collective_engine = model::CommEngine::copy_engine;
   o.p2p_engine = model::CommEngine::sm_kernel;
   const Communicators c = make_communicators(o);
-  // Hand-assigned: TP comm 0 / copy 0, UP comm 1 / copy 1, DP comm 3 (collectives), comm 2 (gathers),
-  // copy 2, comm 4 (SM-kernel P2P), its adds on compute 1.
+  // Hand-assigned: TP comm 0 / copy 0, UP comm 1 / copy 1, DP comm 3 (collectives and ZeRO's
+  // parameter gathers: one NCCL communicator, whose collectives run in the order issued), copy 2,
+  // comm 4 (SM-kernel P2P), its adds on compute 1.
   CHECK(c.tp.collective_stream == StreamRef{StreamKind::comm, 0});
   CHECK(c.up.collective_stream == StreamRef{StreamKind::comm, 1});
   CHECK(c.dp.collective_stream == StreamRef{StreamKind::comm, 3});
-  CHECK(c.dp.gather_stream == StreamRef{StreamKind::comm, 2});
+  CHECK(c.dp.gather_stream == StreamRef{StreamKind::comm, 3});
   CHECK(c.dp.add_stream == StreamRef{StreamKind::compute, 1});
   // SM-kernel P2P: on the group's comm stream for TP and UP, a stream of DP's own.
   CHECK(c.tp.p2p_stream() == StreamRef{StreamKind::comm, 0});

@@ -451,6 +451,58 @@ TEST_CASE("ZeRO-3 reduce-scatters every layer's gradient in each micro-batch, as
   for (TaskId id = 0; id < one.graph.size(); ++id) CHECK(one.graph.task(id).name.find("/dp_grad_rs") == std::string::npos);
 }
 
+TEST_CASE("ZeRO-3's gathers and reduce-scatters run on the DP communicator one after another, as issued",
+          "[step][dp]") {
+  // PyTorch: "for NCCL backend, any collectives, even if issued in different streams, contend for the
+  // same per-device NCCL stream" (torch/distributed/fsdp/api.py, BackwardPrefetch). tp 2 x dp 2, 3
+  // layers, 3 micro-batches, on one DGX H100 (roofline). In micro-batch 0's backward each rank issues,
+  // by hand from the generator's order (the next layer's gather before a layer's gradients, its
+  // reduce-scatter after them): gather L2 (at the backward's start), gather L1, reduce-scatter L2,
+  // gather L0, reduce-scatter L1, reduce-scatter L0, reduce-scatter of the root module; they run in
+  // that order, each after the one before it has ended, on comm stream 3.
+  TpspRequest r = request(2, 2, Scope::step, 3);
+  r.shape.seq = 1024;
+  r.shape.hidden = 1024;
+  r.shape.heads = 8;
+  r.shape.kv_heads = 8;
+  r.shape.head_dim = 128;
+  r.shape.ffn = 4096;
+  r.step.vocab = 8192;
+  r.step.dp_sharding = model::DpSharding::zero3;
+  const Schedule s = generate_tpsp(r);
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100");
+  const model::RooflineCostModel costs;
+  sim::Simulator sim(c, costs);
+  const sim::SimResult res = sim.run(s.graph);
+  for (int rank = 0; rank < 4; ++rank) {
+    INFO("rank " << rank);
+    std::vector<TaskId> dp;  // the rank's DP collectives, in the order issued
+    for (TaskId id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      if (t.rank != rank || !std::holds_alternative<CollectiveTask>(t.kind) ||
+          (t.labels.op != "dp_param_all_gather" && t.labels.op != "dp_reduce_scatter"))
+        continue;
+      CHECK(t.stream == StreamRef{StreamKind::comm, 3});
+      dp.push_back(id);
+    }
+    REQUIRE(dp.size() > 1);
+    for (std::size_t i = 1; i < dp.size(); ++i)
+      CHECK(res.tasks[dp[i]].start_ps >= res.tasks[dp[i - 1]].end_ps);
+    std::vector<std::string> backward;
+    for (TaskId id : dp) {
+      const Task& t = s.graph.task(id);
+      const bool later = t.name.find("mb1/") != std::string::npos || t.name.find("mb2/") != std::string::npos;
+      // (the last micro-batch's bucketed sync, "dp/bucket<b>", comes after all of these)
+      const bool layer_rs = t.name.find("/dp_grad_rs") != std::string::npos;
+      if (later || (t.labels.op == "dp_reduce_scatter" ? !layer_rs : t.labels.phase != Phase::backward))
+        continue;
+      backward.push_back(fmt::format("{} {}", t.labels.op == "dp_param_all_gather" ? "ag" : "rs",
+                                     t.labels.layer >= 0 ? fmt::format("L{}", t.labels.layer) : "root"));
+    }
+    CHECK(backward == std::vector<std::string>{"ag L2", "ag L1", "rs L2", "ag L0", "rs L1", "rs L0", "rs root"});
+  }
+}
+
 TEST_CASE("Per-op recomputation is refused with Ulysses, naming the key", "[step]") {
   // torchtitan's policy re-runs K's projection; with Ulysses K would also cross the all-to-all again,
   // which the recomputation does not emit: the generator refuses rather than under-count.

@@ -27,7 +27,8 @@ struct Communicator {
 // TP: its collectives on comm stream 0, its ring P2P on copy stream 0 (or comm 0); the baseline
 // backward's re-gather beside the dgrad on comm stream 1, which it shares with Ulysses' all-to-alls
 // (a job with both runs them in that stream's order). Ulysses: comm 1, copy 1. DP: gradient
-// collectives on comm 3, ZeRO parameter gathers on comm 2, ring P2P on copy 2 (or comm 4), and the
+// collectives and ZeRO parameter gathers on comm 3 (one NCCL communicator: in the order issued), ring
+// P2P on copy 2 (or comm 4), and the
 // running-sum adds of its fused gradient on compute stream 1. DP's streams are apart from Ulysses'
 // because with tp x up x dp both exchange in the same backward.
 struct TpCommunicator : Communicator {

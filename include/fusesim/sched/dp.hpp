@@ -13,8 +13,9 @@
 //
 // Ranks: the members of one DP group hold the same (tp, up) position: rank = replica x members +
 // member (RankLayout with DP outermost), so a DP group spans nodes. Streams: gradient collectives
-// on comm stream 3 and ZeRO-3 parameter gathers on comm stream 2 (their own NCCL communicators, as
-// DDP and FSDP use), DP P2P on copy engine 2 (or comm stream 4 for SM-kernel P2P), so that DP
+// and ZeRO parameter gathers on comm stream 3, in the order issued (the DP group's one NCCL
+// communicator, as DDP, FSDP and Megatron-LM use it), DP P2P on copy engine 2 (or comm stream 4 for
+// SM-kernel P2P), so that DP
 // traffic never waits behind TP (stream 0) or Ulysses (stream 1) transfers in stream order; they
 // meet on the links only.
 #include <cstdint>
