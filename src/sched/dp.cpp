@@ -259,7 +259,29 @@ void DpSync::gradient(int rank, const DpGradient& g, TaskId done) {
   Grad gr;
   gr.g = g;
   gr.done = done;
-  ranks_[rank].grads.push_back(std::move(gr));
+  RankState& st = ranks_[rank];
+  st.grads.push_back(std::move(gr));
+  if (fused() || serial() || cfg_.dp == 1) return;
+  // A bucket closes once it holds at least the cap (dp_buckets) and is issued as soon as its last
+  // gradient is done: created here, not after the backward, because the DP group's collectives share
+  // one stream in the order issued (communicator.hpp), and in FSDP's backward a layer's reduce-scatter
+  // is issued after the next layer's gather and before the one after it.
+  st.bucket.push_back(static_cast<int>(st.grads.size()) - 1);
+  st.bucket_bytes += bytes(g.elements());
+  if (st.bucket_bytes >= cfg_.schedule.dp_bucket_bytes) issue_bucket(rank);
+}
+
+void DpSync::issue_bucket(int rank) {
+  RankState& st = ranks_[rank];
+  if (st.bucket.empty()) return;
+  const CollectiveKind kind =
+      cfg_.sharding == model::DpSharding::ddp ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
+  std::vector<TaskId> deps;
+  for (int j : st.bucket) deps.push_back(st.grads[static_cast<std::size_t>(j)].done);
+  const std::vector<int> idx = std::move(st.bucket);
+  st.bucket.clear();
+  st.bucket_bytes = 0;
+  for (TaskId e : collective(rank, kind, idx, concat("dp/bucket", st.buckets++), deps, false)) st.ends.push_back(e);
 }
 
 TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piece, const std::vector<TaskId>& deps) {
@@ -484,14 +506,7 @@ std::vector<TaskId> DpSync::finish_backward(int rank, const std::vector<TaskId>&
     for (TaskId e : collective(rank, kind, all, "dp/sync", after, false)) st.ends.push_back(e);
     return st.ends;
   }
-  std::vector<Bytes> sizes;
-  for (const Grad& g : st.grads) sizes.push_back(bytes(g.g.elements()));
-  const auto buckets = dp_buckets(sizes, cfg_.schedule.dp_bucket_bytes);
-  for (std::size_t b = 0; b < buckets.size(); ++b) {
-    std::vector<TaskId> deps;
-    for (int j : buckets[b]) deps.push_back(st.grads[static_cast<std::size_t>(j)].done);
-    for (TaskId e : collective(rank, kind, buckets[b], concat("dp/bucket", b), deps, false)) st.ends.push_back(e);
-  }
+  issue_bucket(rank);  // the last bucket takes the rest (the full ones were issued as they filled)
   return st.ends;
 }
 

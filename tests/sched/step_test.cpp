@@ -500,6 +500,18 @@ TEST_CASE("ZeRO-3's gathers and reduce-scatters run on the DP communicator one a
                                      t.labels.layer >= 0 ? fmt::format("L{}", t.labels.layer) : "root"));
     }
     CHECK(backward == std::vector<std::string>{"ag L2", "ag L1", "rs L2", "ag L0", "rs L1", "rs L0", "rs root"});
+    // The last micro-batch syncs in buckets, each issued as soon as its last gradient is done: the first
+    // (the LM head's gradients and layer 2's) after the gather of layer 1's backward and before layer 0's.
+    const auto at = [&](const std::string& suffix) {
+      for (std::size_t i = 0; i < dp.size(); ++i) {
+        const std::string& name = s.graph.task(dp[i]).name;
+        if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) return i;
+      }
+      FAIL("no DP collective named ..." << suffix);
+      return dp.size();
+    };
+    CHECK(at("mb2/L1/bwd/dp_param_ag") < at("dp/bucket0/reduce_scatter"));
+    CHECK(at("dp/bucket0/reduce_scatter") < at("mb2/L0/bwd/dp_param_ag"));
   }
 }
 

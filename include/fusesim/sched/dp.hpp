@@ -107,7 +107,9 @@ class DpSync {
   bool fused() const;
   bool serial() const;
 
-  // Non-fused schedules: gradient `g` is final on `rank` once `done` has run.
+  // Non-fused schedules: gradient `g` is final on `rank` once `done` has run. Bucketed: the bucket it
+  // fills is issued now when full (the buckets of dp_buckets), so that on the DP communicator's stream
+  // it comes where it is issued, among the ZeRO-3 gathers of the backward.
   void gradient(int rank, const DpGradient& g, TaskId done);
 
   // CommFuse: emits piece(row0, rows, step, region, deps) for the dp row parts of the gradient's
@@ -169,7 +171,13 @@ class DpSync {
     std::vector<TaskId> ends;
     std::int64_t collectives = 0;
     std::int64_t fused = 0;
+    // Bucketed sync: the gradients of the bucket not yet issued, their bytes, and the buckets issued.
+    std::vector<int> bucket;
+    Bytes bucket_bytes = 0;
+    int buckets = 0;
   };
+  // Issues the rank's open bucket (bucketed sync), if it holds any gradient.
+  void issue_bucket(int rank);
 
   int replica(int rank) const { return (rank - cfg_.first_rank) / cfg_.members; }
   int member(int rank) const { return (rank - cfg_.first_rank) % cfg_.members; }
