@@ -221,14 +221,14 @@ sched::TaskGraph collective_graph(const Case& c, int num_ranks) {
   return g;
 }
 
-// The prediction of one case with a cost model (and its cluster, already calibrated when a profile
-// is in use). nullopt: the case names nothing the model can run (end-to-end without a workload).
 // End-to-end and layer cases: the predicted run's MFU and step time, beside the case's metric.
 struct StepPrediction {
   double mfu = 0.0;
   double step_s = 0.0;
 };
 
+// The prediction of one case with a cost model (and its cluster, already calibrated when a profile
+// is in use). nullopt: the case names nothing the model can run (end-to-end without a workload).
 std::optional<double> predict(const Case& c, const topo::Cluster& cluster, const model::KernelCostModel& costs,
                               const model::PricingChoice& pricing, StepPrediction* step = nullptr) {
   const topo::DeviceModel& device = cluster.device(0);

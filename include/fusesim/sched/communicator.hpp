@@ -28,9 +28,8 @@ struct Communicator {
 // backward's re-gather beside the dgrad on comm stream 1, which it shares with Ulysses' all-to-alls
 // (a job with both runs them in that stream's order). Ulysses: comm 1, copy 1. DP: gradient
 // collectives and ZeRO parameter gathers on comm 3 (one NCCL communicator: in the order issued), ring
-// P2P on copy 2 (or comm 4), and the
-// running-sum adds of its fused gradient on compute stream 1. DP's streams are apart from Ulysses'
-// because with tp x up x dp both exchange in the same backward.
+// P2P on copy 2 (or comm 4), and the running-sum adds of its fused gradient on compute stream 1. DP's
+// streams are apart from Ulysses' because with tp x up x dp both exchange in the same backward.
 struct TpCommunicator : Communicator {
   StreamRef regather_stream;
 };

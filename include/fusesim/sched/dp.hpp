@@ -15,9 +15,8 @@
 // member (RankLayout with DP outermost), so a DP group spans nodes. Streams: gradient collectives
 // and ZeRO parameter gathers on comm stream 3, in the order issued (the DP group's one NCCL
 // communicator, as DDP, FSDP and Megatron-LM use it), DP P2P on copy engine 2 (or comm stream 4 for
-// SM-kernel P2P), so that DP
-// traffic never waits behind TP (stream 0) or Ulysses (stream 1) transfers in stream order; they
-// meet on the links only.
+// SM-kernel P2P), so that DP traffic never waits behind TP (stream 0) or Ulysses (stream 1)
+// transfers in stream order; they meet on the links only.
 #include <cstdint>
 #include <functional>
 #include <map>
