@@ -492,7 +492,7 @@ TEST_CASE("ZeRO-3's gathers and reduce-scatters run on the DP communicator one a
     for (TaskId id : dp) {
       const Task& t = s.graph.task(id);
       const bool later = t.name.find("mb1/") != std::string::npos || t.name.find("mb2/") != std::string::npos;
-      // (the last micro-batch's bucketed sync, "dp/bucket<b>", comes after all of these)
+      // (the last micro-batch's bucketed sync, "dp/bucket<b>", is checked below)
       const bool layer_rs = t.name.find("/dp_grad_rs") != std::string::npos;
       if (later || (t.labels.op == "dp_reduce_scatter" ? !layer_rs : t.labels.phase != Phase::backward))
         continue;
@@ -501,11 +501,12 @@ TEST_CASE("ZeRO-3's gathers and reduce-scatters run on the DP communicator one a
     }
     CHECK(backward == std::vector<std::string>{"ag L2", "ag L1", "rs L2", "ag L0", "rs L1", "rs L0", "rs root"});
     // The last micro-batch syncs in buckets, each issued as soon as its last gradient is done: the first
-    // (the LM head's gradients and layer 2's) after the gather of layer 1's backward and before layer 0's.
+    // (the backward's first gradients) after the gather of layer 1's backward and before layer 0's.
     const auto at = [&](const std::string& suffix) {
       for (std::size_t i = 0; i < dp.size(); ++i) {
         const std::string& name = s.graph.task(dp[i]).name;
-        if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) return i;
+        if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+          return i;
       }
       FAIL("no DP collective named ..." << suffix);
       return dp.size();
