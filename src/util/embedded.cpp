@@ -48,6 +48,11 @@ ResolvedInput resolve_input(const std::string& name_or_path, std::string_view fo
     auto stem = std::filesystem::path(f).stem().string();
     names += (names.empty() ? "" : ", ") + stem;
   }
+  // A directory or a device read as "no such file", which sent users looking for a typo.
+  if (std::filesystem::exists(name_or_path, ec))
+    throw InputError(name_or_path, "$",
+                     "not a regular file (a directory or a device): give a JSON file, or the name of a shipped one (" +
+                         names + ")");
   throw InputError(name_or_path, "$", "no such file, and not the name of a shipped one (" + names + ")");
 }
 

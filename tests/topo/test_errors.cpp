@@ -343,6 +343,21 @@ TEST_CASE("errors in an embedded file name the embedded label") {
   CHECK(e.json_path() == "$.node.devices_per_node");
 }
 
+TEST_CASE("a path that exists but is not a regular file is refused as such, not as a missing file") {
+  for (const char* path : {".", "/dev/null"}) {
+    INFO(path);
+    try {
+      resolve_input(path, "topologies");
+      FAIL("a directory or a device must be refused");
+    } catch (const InputError& e) {
+      CHECK(e.file() == path);
+      CHECK(e.json_path() == "$");
+      CHECK(std::string(e.what()).find("not a regular file") != std::string::npos);
+      CHECK(std::string(e.what()).find("dgx-h100") != std::string::npos);  // the shipped names
+    }
+  }
+}
+
 TEST_CASE("an unknown shipped name lists the folder's own files, not those of its subfolders") {
   // validation/ ships published.json and measured.json, and beside them the cases' workloads in
   // validation/workloads/: `validate --cases NAME` reads only the first two, so only they are names.
