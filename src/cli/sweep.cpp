@@ -45,9 +45,13 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 std::int64_t parse_number(const std::string& option, const std::string& item, std::string text) {
+  // Binary suffixes, as sequence lengths are written: 128k = 131,072 tokens, 1m = 1,048,576.
   std::int64_t scale = 1;
   if (!text.empty() && (text.back() == 'k' || text.back() == 'K')) {
     scale = 1024;
+    text.pop_back();
+  } else if (!text.empty() && (text.back() == 'm' || text.back() == 'M')) {
+    scale = 1024 * 1024;
     text.pop_back();
   }
   std::int64_t v = 0;

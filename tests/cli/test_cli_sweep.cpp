@@ -36,6 +36,9 @@ TEST_CASE("sweep axes: lists, arithmetic and geometric ranges", "[cli][sweep]") 
   CHECK(parse_int_axis("--seq", "1024:131072:x2", 1, 1 << 30) == V{1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072});
   // k = 1024: 1k = 1024, 128k = 131072, so the same range written short.
   CHECK(parse_int_axis("--seq", "1k:128k:x2", 1, 1 << 30) == parse_int_axis("--seq", "1024:131072:x2", 1, 1 << 30));
+  // m = 1024 x 1024: 256k:1m doubling is 262144, 524288, 1048576 (long-context sequence lengths).
+  CHECK(parse_int_axis("--seq", "256k:1M:x2", 1, 1 << 30) == V{262144, 524288, 1048576});
+  CHECK(parse_int_axis("--seq", "2m", 1, 1 << 30) == V{2097152});
   CHECK(parse_int_axis("--tp", "2:16:+2", 1, 64) == V{2, 4, 6, 8, 10, 12, 14, 16});
   // +3 from 2: 2, 5, 8, 11, 14; 17 would pass 16, so the range stops at 14.
   CHECK(parse_int_axis("--tp", "2:16:+3", 1, 64) == V{2, 5, 8, 11, 14});
