@@ -69,7 +69,8 @@ class SweepCommand final : public Command {
     sub.add_option("--parallelism", parallelism_, "whose schedules are compared, a comma list of tpsp, up, dp")
         ->type_name("LIST");
     const char* axis = "AXIS";
-    sub.add_option("--seq", seq_, "sequence lengths: a list or range (1024:131072:x2, 4k,8k, 256k:1m:x2)")->type_name(axis);
+    sub.add_option("--seq", seq_, "sequence lengths: a list or range (1024:131072:x2, 4k,8k, 256k:1m:x2)")
+        ->type_name(axis);
     sub.add_option("--tp", tp_, "tensor-parallel degrees: a list or range (2:8:x2, 2:16:+2)")->type_name(axis);
     sub.add_option("--up", up_, "Ulysses degrees: a list or range")->type_name(axis);
     sub.add_option("--dp", dp_, "data-parallel degrees: a list or range")->type_name(axis);
