@@ -293,21 +293,28 @@ struct Row {
   // and the predicted step time.
   std::optional<double> roofline_mfu, calibrated_mfu;
   std::optional<double> roofline_step_s, calibrated_step_s;
+  // The prediction the measured figures are derived from and compared with: the profile's where one
+  // priced the case, else the roofline's (its metric, MFU and step time together).
+  struct Prediction {
+    std::optional<double> value, mfu, step_s;
+  };
+  Prediction chosen() const {
+    return calibrated_mfu ? Prediction{calibrated, calibrated_mfu, calibrated_step_s}
+                          : Prediction{roofline, roofline_mfu, roofline_step_s};
+  }
   // The measured run's MFU by the same FLOP count: the case's own when its metric is MFU, else the
   // predicted MFU scaled by measured / predicted throughput (the step's FLOPs are the same).
   std::optional<double> measured_mfu() const {
-    const std::optional<double>& mfu = calibrated_mfu ? calibrated_mfu : roofline_mfu;
-    const std::optional<double>& value = calibrated_mfu ? calibrated : roofline;
-    if (!mfu || !value || *value <= 0.0) return std::nullopt;
-    return c->metric == "mfu" ? c->measured : *mfu * c->measured / *value;
+    const Prediction p = chosen();
+    if (!p.mfu || !p.value || *p.value <= 0.0) return std::nullopt;
+    return c->metric == "mfu" ? c->measured : *p.mfu * c->measured / *p.value;
   }
   // The measured run's step time: the predicted one scaled by predicted / measured metric (throughput
   // and MFU are both the step's fixed tokens and FLOPs over its time).
   std::optional<double> measured_step_s() const {
-    const std::optional<double>& step = calibrated_step_s ? calibrated_step_s : roofline_step_s;
-    const std::optional<double>& value = calibrated_step_s ? calibrated : roofline;
-    if (!step || !value || c->measured <= 0.0) return std::nullopt;
-    return *step * *value / c->measured;
+    const Prediction p = chosen();
+    if (!p.step_s || !p.value || c->measured <= 0.0) return std::nullopt;
+    return *p.step_s * *p.value / c->measured;
   }
 };
 
@@ -704,7 +711,7 @@ class ValidateCommand final : public Command {
 
   // Each end-to-end case's step time and MFU, measured and predicted (the profile's where one priced it,
   // else the roofline's), with their errors, and Spearman's rho of the MFUs over the cases.
-  static std::string mfu_ranking_text(const std::vector<Row>& rows) {
+  static std::string step_and_mfu_text(const std::vector<Row>& rows) {
     const MfuRanking rank = rank_mfu(rows);
     if (rank.cases == 0) return "";
     analysis::Table t({{"end-to-end case", analysis::Align::left},
@@ -719,8 +726,9 @@ class ValidateCommand final : public Command {
     const auto sec = [](const std::optional<double>& v) { return v ? fmt::format("{:.4g}", *v) : "-"; };
     for (const Row& r : rows) {
       if (r.c->category != "end_to_end" || r.status != "ok" || !r.roofline_mfu || !r.measured_mfu()) continue;
-      const std::optional<double> step = r.calibrated_step_s ? r.calibrated_step_s : r.roofline_step_s;
-      const std::optional<double> mfu = r.calibrated_mfu ? r.calibrated_mfu : r.roofline_mfu;
+      const Row::Prediction p = r.chosen();
+      const std::optional<double>& step = p.step_s;
+      const std::optional<double>& mfu = p.mfu;
       const std::optional<double> measured_step = r.measured_step_s(), measured_mfu = r.measured_mfu();
       t.add_row({r.c->id, sec(measured_step), sec(step),
                  step && measured_step ? fmt::format("{:+.1f}", error_pct(*step, *measured_step)) : "-",
@@ -767,7 +775,7 @@ class ValidateCommand final : public Command {
     return fmt::format("validation cases: {}\n\n", label) + t.render() +
            (needs.empty() ? ""
                           : "\nfeatures the model lacks (partial cases are kept out of the overall MAPE):\n" + needs) +
-           "\nmean absolute percentage error (cases):\n" + s.render() + mfu_ranking_text(rows) + speedups_text(rows);
+           "\nmean absolute percentage error (cases):\n" + s.render() + step_and_mfu_text(rows) + speedups_text(rows);
   }
 
   std::string cases_ = "published";

@@ -673,9 +673,9 @@ void check_profile_device(const Profile& profile, const topo::DeviceModel& devic
     throw InputError(
         profile.label, "$.device.sm_count",
         fmt::format("{} SMs, but the cluster's '{}' has {}{}", profile.sm_count, device.name, device.sm_count,
-                    kernels_as_for(profile, device) ? " (its kernels_as names a device of other SMs: a profile prices kernels only on the SMs "
-                          "it was measured on)"
-                        : ""));
+                    kernels_as_for(profile, device) ? " (its kernels_as names a device of other SMs: a profile prices "
+                                                      "kernels only on the SMs it was measured on)"
+                                                    : ""));
 }
 
 std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cluster) {

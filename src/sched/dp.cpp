@@ -46,6 +46,9 @@ std::vector<std::vector<int>> dp_buckets(const std::vector<Bytes>& gradient_byte
 }
 
 bool DpSync::fused() const { return strategy_.dp_fused(); }
+CollectiveKind DpSync::gradient_kind() const {
+  return cfg_.sharding == model::DpSharding::ddp ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
+}
 bool DpSync::serial() const { return strategy_.dp_serial(cfg_.schedule); }
 
 DpSync::DpSync(TaskGraph& graph, DataflowProgram* program, DpConfig config)
@@ -274,8 +277,7 @@ void DpSync::gradient(int rank, const DpGradient& g, TaskId done) {
 void DpSync::issue_bucket(int rank) {
   RankState& st = ranks_[rank];
   if (st.bucket.empty()) return;
-  const CollectiveKind kind =
-      cfg_.sharding == model::DpSharding::ddp ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
+  const CollectiveKind kind = gradient_kind();
   std::vector<TaskId> deps;
   for (int j : st.bucket) deps.push_back(st.grads[static_cast<std::size_t>(j)].done);
   const std::vector<int> idx = std::move(st.bucket);
@@ -498,8 +500,7 @@ std::vector<TaskId> DpSync::collective(int rank, CollectiveKind kind, const std:
 std::vector<TaskId> DpSync::finish_backward(int rank, const std::vector<TaskId>& after) {
   RankState& st = ranks_[rank];
   if (fused() || st.grads.empty() || cfg_.dp == 1) return st.ends;
-  const CollectiveKind kind =
-      cfg_.sharding == model::DpSharding::ddp ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
+  const CollectiveKind kind = gradient_kind();
   if (serial()) {
     std::vector<int> all;
     for (std::size_t j = 0; j < st.grads.size(); ++j) all.push_back(static_cast<int>(j));

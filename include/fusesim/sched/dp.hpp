@@ -177,6 +177,8 @@ class DpSync {
   };
   // Issues the rank's open bucket (bucketed sync), if it holds any gradient.
   void issue_bucket(int rank);
+  // What syncs the gradients: an all-reduce (ddp) or a reduce-scatter (ZeRO).
+  CollectiveKind gradient_kind() const;
 
   int replica(int rank) const { return (rank - cfg_.first_rank) / cfg_.members; }
   int member(int rank) const { return (rank - cfg_.first_rank) % cfg_.members; }
