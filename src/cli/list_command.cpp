@@ -6,6 +6,7 @@
 
 #include "fusesim/analysis/table.hpp"
 #include "fusesim/cli/commands.hpp"
+#include "fusesim/model/pricing.hpp"
 #include "fusesim/model/profile.hpp"
 #include "fusesim/model/workload.hpp"
 #include "fusesim/topo/cluster.hpp"
@@ -54,10 +55,10 @@ class ListCommand final : public Command {
                               {"device", analysis::Align::left},
                               {"kind", analysis::Align::left},
                               {"samples", analysis::Align::right}});
-    for (const std::string& f : embedded_files("profiles")) {
-      const model::Profile p = model::load_profile(stem_of(f));
+    for (const std::string& name : model::shipped_profile_names(true)) {
+      const model::Profile p = model::load_profile(name);
       const std::size_t n = p.gemm.size() + p.attention.size() + p.contention.size() + p.collectives.size();
-      profiles.add_row({stem_of(f), p.device_name + " (" + p.device_model + ")",
+      profiles.add_row({name, p.device_name + " (" + p.device_model + ")",
                         p.kind + (p.estimate ? ", estimate" : ""), fmt::format("{}", n)});
     }
     io.out << "Shipped topologies (--topology NAME, or a path to a file of the same schema):\n"

@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -22,6 +21,7 @@
 #include "fusesim/cli/input_readers.hpp"
 #include "fusesim/cli/simulate.hpp"
 #include "fusesim/model/calibration_fit.hpp"
+#include "fusesim/model/pricing.hpp"
 #include "fusesim/model/profile.hpp"
 #include "fusesim/sched/dag.hpp"
 #include "fusesim/sim/engine.hpp"
@@ -377,8 +377,7 @@ class ValidateCommand final : public Command {
     // as simulate does by default (docs/calibration.md, "Which model prices a run").
     model::ProfileCache cache;
     std::vector<std::string> names = profiles_;
-    if (names.empty() && !roofline_)
-      for (const std::string& f : embedded_files("profiles")) names.push_back(std::filesystem::path(f).stem().string());
+    if (names.empty() && !roofline_) names = model::shipped_profile_names();
     std::vector<model::Profile> profiles;
     for (const std::string& p : names) profiles.push_back(cache.load(p)->profile);
 

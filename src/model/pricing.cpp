@@ -85,11 +85,14 @@ std::optional<std::string> device_model_of(std::string_view text) {
   return scan.model;
 }
 
-std::string stem(const std::string& relative_path) {
-  const auto slash = relative_path.rfind('/');
-  const std::string name = slash == std::string::npos ? relative_path : relative_path.substr(slash + 1);
-  const auto dot = name.rfind('.');
-  return dot == std::string::npos ? name : name.substr(0, dot);
+constexpr std::string_view kProfilesFolder = "profiles/";
+constexpr std::string_view kAlternativesFolder = "profiles/alternatives/";
+
+// "profiles/h100-sxm.json" -> "h100-sxm", "profiles/alternatives/x.json" -> "alternatives/x": what
+// resolve_input finds it by.
+std::string profile_name(const std::string& embedded_path) {
+  std::string name = embedded_path.substr(kProfilesFolder.size());
+  return name.substr(0, name.size() - std::string_view(".json").size());
 }
 
 // "h800-sxm runs h100-sxm's kernels at ..." for each device model of the cluster that runs the
@@ -120,6 +123,18 @@ std::string fnv1a64_hex(std::string_view text) {
   return fmt::format("{:016x}", h);
 }
 
+std::vector<std::string> shipped_profile_names(bool alternatives) {
+  std::vector<std::string> defaults, others;
+  for (const std::string& file : embedded_files("profiles")) {
+    if (file.size() <= kProfilesFolder.size() + 5 || file.substr(file.size() - 5) != ".json") continue;
+    if (file.find('/', kProfilesFolder.size()) == std::string::npos) defaults.push_back(profile_name(file));
+    else if (file.starts_with(kAlternativesFolder) && file.find('/', kAlternativesFolder.size()) == std::string::npos)
+      others.push_back(profile_name(file));
+  }
+  if (alternatives) defaults.insert(defaults.end(), others.begin(), others.end());
+  return defaults;
+}
+
 PricingChoice pricing_choice(const std::string& profile_option, bool roofline_flag) {
   if (roofline_flag && !profile_option.empty())
     throw InputError("<command line>", "--roofline",
@@ -142,14 +157,14 @@ std::optional<std::string> ProfileCache::shipped_for(const std::string& device_m
     // Only the device block of each shipped profile is looked at here; the chosen one is parsed
     // whole (and fitted) by load().
     std::map<std::string, std::string> by_device;
-    for (const std::string& file : embedded_files("profiles")) {
-      const auto text = embedded_file(file);
+    for (const std::string& name : shipped_profile_names()) {
+      const auto text = embedded_file(std::string(kProfilesFolder) + name + ".json");
       if (!text) continue;
       std::optional<std::string> model = device_model_of(*text);
       if (!model) continue;
       // Two shipped profiles for one device model would make the default ambiguous; the
       // shipped-files test refuses that, and here the first in name order would win.
-      by_device.emplace(std::move(*model), stem(file));
+      by_device.emplace(std::move(*model), name);
     }
     shipped_by_device_ = std::move(by_device);
   }

@@ -111,7 +111,9 @@ TEST_CASE("trace compare: the measures of both sides and their errors, by hand",
 TEST_CASE("trace compare: a real H100 step against fusesim's simulation of it", "[cli][trace-compare]") {
   ScratchDir dir;
   // MPT-1B on one H100 (tests/data/kineto/README.md) as tools/calibration/train_step_compare.py
-  // simulates it: the validation workload cut to TP = DP = 1, micro-batch 8, no accumulation.
+  // simulates it: the validation workload cut to TP = DP = 1, micro-batch 8, no accumulation, priced by
+  // the profile of the libraries the step ran (torch 2.11, CUDA 13: docs/calibration.md, "Which
+  // software a profile prices").
   std::ifstream win(source_path("validation/workloads/mpt-1b-seq2048-8xh100-bf16.json"));
   json w = json::parse(win);
   w["name"] = "train-step-mpt-1b";
@@ -121,7 +123,8 @@ TEST_CASE("trace compare: a real H100 step against fusesim's simulation of it", 
   w["schedule"] = {{"kind", "baseline"}};
   write(dir, "w.json", w);
   const auto sim = run_fusesim({"simulate", "--workload", "w.json", "--topology", "dgx-h100", "--scope", "step",
-                                "--schedule", "baseline", "--trace", "sim.json", "--format", "json"},
+                                "--schedule", "baseline", "--profile", "alternatives/h100-sxm-cuda13", "--trace", "sim.json",
+                                "--format", "json"},
                                dir);
   INFO(sim.err);
   REQUIRE(sim.exit_code == 0);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -165,12 +166,46 @@ TEST_CASE("kernels_as naming a device of other SMs is refused where its profile 
 TEST_CASE("no two shipped profiles claim one device model (the automatic choice is unambiguous)",
           "[model][pricing]") {
   std::set<std::string> models;
-  for (const std::string& file : embedded_files("profiles")) {
-    const nlohmann::json doc = nlohmann::json::parse(*embedded_file(file));
+  for (const std::string& name : shipped_profile_names()) {
+    const nlohmann::json doc = nlohmann::json::parse(*embedded_file("profiles/" + name + ".json"));
     const std::string model = doc.at("device").at("model").get<std::string>();
     CHECK(models.insert(model).second);
   }
   CHECK(!models.empty());
+  // Every embedded profile is a default or an alternative: none is lost to both lists.
+  CHECK(shipped_profile_names(true).size() == embedded_files("profiles").size());
+}
+
+TEST_CASE("an alternative profile is chosen by its name only, never by default", "[model][pricing]") {
+  // profiles/alternatives/h100-sxm-cuda13.json describes the same device as profiles/h100-sxm.json
+  // (its GEMMs timed with the libraries of 2026): a dgx-h100 run without --profile takes h100-sxm,
+  // one that names the alternative takes it, and validate's default list holds the defaults alone.
+  const std::vector<std::string> defaults = shipped_profile_names();
+  const std::vector<std::string> all = shipped_profile_names(true);
+  CHECK(std::find(defaults.begin(), defaults.end(), "h100-sxm") != defaults.end());
+  CHECK(std::find(defaults.begin(), defaults.end(), "alternatives/h100-sxm-cuda13") == defaults.end());
+  REQUIRE(std::find(all.begin(), all.end(), "alternatives/h100-sxm-cuda13") != all.end());
+  // The defaults come first, in name order, then the alternatives.
+  CHECK(std::vector<std::string>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(defaults.size())) == defaults);
+
+  topo::Cluster automatic = topo::load_cluster_by_name_or_path("dgx-h100");
+  const Pricing by_default = pricing_for(PricingChoice{}, automatic);
+  REQUIRE(by_default.profile);
+  CHECK(by_default.profile->label == "<embedded:profiles/h100-sxm.json>");
+
+  topo::Cluster named = topo::load_cluster_by_name_or_path("dgx-h100");
+  const Pricing alternative = pricing_for(PricingChoice{PricingMode::profile, "alternatives/h100-sxm-cuda13"}, named);
+  REQUIRE(alternative.profile);
+  CHECK(alternative.profile->label == "<embedded:profiles/alternatives/h100-sxm-cuda13.json>");
+  CHECK(alternative.profile->profile.device_model == by_default.profile->profile.device_model);
+  // The one difference: the bf16 GEMMs of 2026 (102 burst samples), which the default leaves out.
+  CHECK(alternative.profile->profile.gemm.size() == by_default.profile->profile.gemm.size() + 102);
+  // They are faster than vidur's on the same shapes (1/1.15 of the time on the median of the 20
+  // both timed), so the alternative prices a large training GEMM faster.
+  const GemmKernel fc1{8192, 14336, 4096, 1};
+  const auto& device = automatic.device(0);
+  CHECK(alternative.costs->cost(fc1, topo::Dtype::bf16, device).duration_ps <
+        by_default.costs->cost(fc1, topo::Dtype::bf16, device).duration_ps);
 }
 
 TEST_CASE("flops() is cost().flops, bit for bit, for the roofline and every shipped profile", "[model][pricing]") {

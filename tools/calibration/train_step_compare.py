@@ -161,12 +161,18 @@ def main():
     ap.add_argument("--fusesim", default="build/fusesim")
     ap.add_argument("--topology", default="dgx-h100")
     ap.add_argument("--roofline", action="store_true")
+    # The steps were measured with torch 2.11 and CUDA 13: like with like is the profile of those
+    # libraries (docs/calibration.md, "Which software a profile prices"); the default profile prices
+    # the GEMMs of the published runs' libraries.
+    ap.add_argument("--profile", help="calibration profile (simulate --profile), e.g. alternatives/h100-sxm-cuda13")
     ap.add_argument("--format", choices=["table", "json"], default="table")
     args = ap.parse_args()
+    if args.roofline and args.profile:
+        ap.error("--roofline and --profile exclude each other")
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(args.measured) as f:
         doc = json.load(f)
-    extra = ["--roofline"] if args.roofline else []
+    extra = ["--roofline"] if args.roofline else ["--profile", args.profile] if args.profile else []
     rows = []
     for name, case in doc["cases"].items():
         if "error" in case:

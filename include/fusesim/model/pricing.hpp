@@ -39,6 +39,12 @@ PricingChoice pricing_choice(const std::string& profile_option, bool roofline_fl
 // FNV-1a 64 of `text` as 16 hex digits: the profile version mark (stable across machines and builds).
 std::string fnv1a64_hex(std::string_view text);
 
+// The shipped profiles' names (for ProfileCache::load): first those the automatic choice picks among,
+// one per device model (profiles/NAME.json, named NAME), then, with `alternatives`, the others
+// (profiles/alternatives/NAME.json, named "alternatives/NAME": a device also measured under other
+// software, docs/calibration.md "Which software a profile prices"), each part in name order.
+std::vector<std::string> shipped_profile_names(bool alternatives = false);
+
 // A loaded profile with what identifies its version.
 struct LoadedProfile {
   Profile profile;
@@ -51,7 +57,8 @@ struct LoadedProfile {
 class ProfileCache {
  public:
   std::shared_ptr<const LoadedProfile> load(const std::string& name_or_path);
-  // The shipped profile whose device.model is `device_model` (its name for load()), if any.
+  // The shipped profile whose device.model is `device_model` (its name for load()), if any; the
+  // alternatives are never chosen here (shipped_profile_names).
   std::optional<std::string> shipped_for(const std::string& device_model);
 
  private:
