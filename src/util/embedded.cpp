@@ -37,17 +37,26 @@ ResolvedInput resolve_input(const std::string& name_or_path, std::string_view fo
   std::string key = std::string(folder) + "/" + name_or_path;
   if (key.size() < 5 || key.substr(key.size() - 5) != ".json") key += ".json";
   if (auto text = embedded_file(key)) return {std::string(*text), "<embedded:" + key + ">"};
+  // An alternative (profiles/alternatives/NAME.json: a device measured under other software) by its
+  // bare name too, where no file of the folder itself has it.
+  const std::string alternative = std::string(folder) + "/alternatives/" + key.substr(folder.size() + 1);
+  if (auto text = embedded_file(alternative)) return {std::string(*text), "<embedded:" + alternative + ">"};
   // A shipped file named by its path in the source tree ("validation/workloads/sc21-gpt-1.7b.json", as
   // the validation cases name their workloads) reads the same from any working directory.
   if (auto text = embedded_file(name_or_path)) return {std::string(*text), "<embedded:" + name_or_path + ">"};
   std::string names;
+  // Only the folder's own files, then its alternatives, are names: validation/ also ships the cases'
+  // workloads in validation/workloads/, which `--cases NAME` does not read.
+  const std::string alternatives = std::string(folder) + "/alternatives/";
+  std::string alternative_names;
   for (const auto& f : embedded_files(folder)) {
-    // Only the folder's own files are names: validation/ also ships the cases' workloads in
-    // validation/workloads/, which `--cases NAME` does not read.
-    if (f.find('/', folder.size() + 1) != std::string::npos) continue;
-    auto stem = std::filesystem::path(f).stem().string();
-    names += (names.empty() ? "" : ", ") + stem;
+    const auto stem = std::filesystem::path(f).stem().string();
+    if (f.find('/', folder.size() + 1) == std::string::npos)
+      names += (names.empty() ? "" : ", ") + stem;
+    else if (f.rfind(alternatives, 0) == 0 && f.find('/', alternatives.size()) == std::string::npos)
+      alternative_names += ", alternatives/" + stem;
   }
+  names += names.empty() && !alternative_names.empty() ? alternative_names.substr(2) : alternative_names;
   // A directory or a device read as "no such file", which sent users looking for a typo.
   if (std::filesystem::exists(name_or_path, ec))
     throw InputError(name_or_path, "$",

@@ -93,6 +93,24 @@ TEST_CASE("a file that does not exist and is no shipped name exits 2", "[cli][er
                  "no such file");
   check_rejected(run_fusesim({"simulate", "--workload", "llama-4-9000", "--trace", "t.json"}, dir), dir,
                  "llama-4-9000", "$", "llama-3-70b");  // the message lists the shipped names
+  // The profiles' list names the alternatives as --profile takes them.
+  check_rejected(run_fusesim({"simulate", "--profile", "h100-sxm-cuda12", "--output", "r.json"}, dir), dir,
+                 "h100-sxm-cuda12", "$", "h200-sxm, alternatives/h100-sxm-cuda13");
+}
+
+TEST_CASE("an alternative profile is found by its bare name too", "[cli][errors]") {
+  // profiles/alternatives/h100-sxm-cuda13.json: `--profile h100-sxm-cuda13` reads the same file as
+  // `--profile alternatives/h100-sxm-cuda13` (no profile of the folder itself has that name).
+  ScratchDir dir;
+  for (const char* name : {"h100-sxm-cuda13", "alternatives/h100-sxm-cuda13"}) {
+    INFO(name);
+    const auto r = run_fusesim({"simulate", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--scope", "layer",
+                                "--schedule", "baseline", "--profile", name, "--format", "json"},
+                               dir);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find("\"profile\": \"<embedded:profiles/alternatives/h100-sxm-cuda13.json>\"") != std::string::npos);
+  }
 }
 
 TEST_CASE("bad command-line values exit 2 with file <command line>", "[cli][errors]") {
