@@ -16,8 +16,9 @@ route, NCCL's llMaxBw of the GPU generation as its bandwidth) and LL128 (base, s
 fitted beside it; without, both are fitted. The fit is Nelder-Mead on the squared log error of the
 fastest protocol's time over the single-node all-reduce curves of
 tools/calibration/raw/vidur/network/<machine>_all_reduce.csv (2, 4 and 8 GPUs). vidur's timings
-below a few MiB sit on a per-call floor of 30-45 us, which is why LL is not fitted
-(docs/calibration.md, "Collectives"). --write sets communication.protocols in the file, the rest of
+below a few MiB sit on a per-call floor of 30-45 us (NCCL kernel durations of calls launched one by
+one under the profiler: each kernel waits for the slowest host's launch), which is why LL is not
+fitted (docs/calibration.md, "Collectives"). --write sets communication.protocols in the file, the rest of
 it byte for byte; --check exits 1 where the file holds something else. Deterministic.
 """
 import argparse

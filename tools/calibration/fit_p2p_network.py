@@ -13,8 +13,8 @@ its ring collectives: microsoft/vidur's DGX H100 send/recv between GPUs of two n
 streams about 34 GB/s at 1-64 MiB, where a ring all-reduce over the same 400 Gb/s NICs moves 46-47
 GB/s per NIC (370 GB/s bus bandwidth on 4 x 8 H100, measurements.md). The transfer time is taken as
 latency + bytes / bandwidth, fitted by least squares on the time of every point of at least 1 MiB
-(below, vidur's PyTorch-level timer floor of 10-20 us dominates, which the simulated latency does
-not carry); the efficiency is that bandwidth over the capacity of the topology's NIC link (line
+(below, vidur's floor of 10-20 us per call dominates: its kernel durations wait for the peer's
+launch, which the simulated latency does not carry); the efficiency is that bandwidth over the capacity of the topology's NIC link (line
 rate x link efficiency), the route's narrowest. The added latency is NCCL's: a P2P transfer runs the
 Simple protocol, whose network hop costs 14 us where the route's links carry the LL hop's 2.7 us
 (src/graph/tuning.cc); the same curve's smallest sizes agree (2-34 KiB: 18.4 us between nodes, 6.6 us
