@@ -172,6 +172,21 @@ TEST_CASE("dgx-h100: two GPUs of the node talk through the NVSwitch") {
   CHECK(c.device(0).stream_wait_s.value == 1e-6);
 }
 
+TEST_CASE("every A100 topology: a collective inside one node holds NCCL's 24 ring channels, 16 across nodes") {
+  // An HGX A100 node's NCCL log lists 'Channel 00/24' to 'Channel 23/24', each ring over the 8 GPUs
+  // (NVIDIA/nccl-tests#100): 24 SMs for a node collective, as on the H100; the 40 GB part has the same
+  // die and NVSwitch.
+  for (const char* name : {"dgx-a100", "dgx-a100-40gb", "dgx-a100-32node", "dgx-a100-192node", "dgx-a100-320node"}) {
+    INFO(name);
+    const Cluster c = load_cluster_by_name_or_path(name);
+    const auto& contention = c.device(0).contention;
+    REQUIRE(contention.node_collective_sms.has_value());
+    CHECK(contention.node_collective_sms->source.find("NVIDIA/nccl-tests#100") != std::string::npos);
+    CHECK(contention.collective_sms(true) == 24);
+    CHECK(contention.collective_sms(false) == 16);
+  }
+}
+
 TEST_CASE("h100-pcie: two GPUs of the server talk through a PCIe switch at PCIe 5.0 x16") {
   const Cluster c = load_cluster_by_name_or_path("h100-pcie");
   // 8 GPUs + 1 PCIe switch, 8 duplex pairs = 16 directed links; no NICs.
