@@ -51,6 +51,7 @@ CalibratedCostModel::CalibratedCostModel(Profile profile, KernelSetting setting)
   if (f.gemm) gemm_stretch_ = 1.0 / f.gemm->value;
   if (f.attention) attention_stretch_ = 1.0 / f.attention->value;
   if (f.elementwise) elementwise_stretch_ = 1.0 / f.elementwise->value;
+  if (profile_.kernel_gap_s) gap_s_ = profile_.kernel_gap_s->value;
 }
 
 std::optional<double> CalibratedCostModel::gemm_efficiency(const GemmKernel& g, topo::Dtype dtype,
@@ -249,8 +250,15 @@ KernelCost CalibratedCostModel::profiled_cost(const Kernel& kernel, topo::Dtype 
     c.memory_s *= elementwise_stretch_;
     c.compute_s *= elementwise_stretch_;
   }
-  c.duration_ps = seconds_to_ps(std::max(c.compute_s, c.memory_s));
+  with_gap(c);
   return c;
+}
+
+void CalibratedCostModel::with_gap(KernelCost& c) const {
+  // The gap before the kernel, as the roofline adds its launch: a kernel of no work is not launched.
+  const double alone_s = std::max(c.compute_s, c.memory_s);
+  c.launch_s = alone_s > 0.0 ? gap_s_ : 0.0;
+  c.duration_ps = seconds_to_ps(alone_s + c.launch_s);
 }
 
 KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype dtype,
@@ -270,7 +278,7 @@ KernelCost CalibratedCostModel::uncached_cost(const Kernel& kernel, topo::Dtype 
                                                                             : as->elementwise.value;
   c.compute_s /= fraction;
   c.memory_s /= fraction;
-  c.duration_ps = seconds_to_ps(std::max(c.compute_s, c.memory_s));
+  with_gap(c);  // the gap is the launch's, not the kernel's rate
   return c;
 }
 
@@ -303,7 +311,8 @@ double CalibratedCostModel::rate(const KernelCost& cost, const topo::DeviceModel
   const double bandwidth = cost.memory_s > 0.0 ? cost.hbm_bytes / cost.memory_s : device_hbm(device);
   const double left = std::max(bandwidth - std::max(0.0, load.comm_hbm_bytes_per_s), kMinHbmShare * bandwidth);
   const double memory_s = cost.memory_s > 0.0 ? cost.hbm_bytes / left : 0.0;
-  return std::min(1.0, alone_s / std::max(compute_s, memory_s));
+  // The gap before the kernel (launch_s) is not stretched, as in the roofline.
+  return std::min(1.0, (alone_s + cost.launch_s) / (std::max(compute_s, memory_s) + cost.launch_s));
 }
 
 std::unique_ptr<KernelCostModel> cost_model_for(const std::string& profile_name_or_path, topo::Cluster& cluster) {

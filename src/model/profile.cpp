@@ -71,6 +71,7 @@ std::vector<std::string> fallback_chain(const std::string& op) {
 constexpr std::int64_t kMaxKernelsPerSample = 4096;
 constexpr double kMaxHbmPeakBytesPerS = 1e15;  // 1 PB/s, as a topology's bandwidths
 constexpr double kMaxL2Bytes = 1e10;           // 10 GB: two orders above any GPU's L2 today
+constexpr double kMaxKernelGapS = 1e-4;        // 100 us: fifty times the gaps measured between kernels
 // A timer that cannot tell kernels apart below a millisecond cannot time a kernel at all.
 constexpr double kMaxTimerResolutionS = 1e-3;
 
@@ -460,6 +461,7 @@ Profile parse_profile(const JsonDocument& doc, KernelFits kernel_fits) {
     }
     kinds.finish();
   }
+  if (device.has("kernel_gap_s")) p.kernel_gap_s = device.at("kernel_gap_s").as_sourced(0.0, kMaxKernelGapS);
   if (auto f = device.find("gemm_misaligned_peak_fraction")) {
     const JsonObject cases = f->as_object();
     for (auto [key, slot] : {std::pair{"under_16_bytes", &p.gemm_misaligned_peak_fraction.under_16_bytes},

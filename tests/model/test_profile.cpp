@@ -213,6 +213,11 @@ TEST_CASE("the H100 profile's training-shape and fp8 GEMMs, attention and step r
   CHECK(p.step_rate_fraction.gemm->value == 0.973);
   CHECK(p.step_rate_fraction.attention->value == 0.911);
   CHECK(p.step_rate_fraction.elementwise->value == 0.977);
+  // The idle time between consecutive kernels of the two profiled steps in tests/data/kineto/: 1.62 us
+  // over 1,360 gaps and 1.59 over 770 (the two at each step's start left out), 1.61 together.
+  REQUIRE(p.kernel_gap_s);
+  CHECK(p.kernel_gap_s->value == 1.6e-6);
+  CHECK(today.kernel_gap_s->value == 1.6e-6);
 }
 
 TEST_CASE("profile device check: another device is refused naming the profile", "[model][profile]") {
@@ -463,6 +468,63 @@ TEST_CASE("step rate fractions: inside a step each kind of kernel runs at its fr
   json unknown = doc;
   unknown["device"]["step_rate_fraction"]["copy"] = {{"value", 0.9}, {"source", "test"}};
   CHECK(path_of(unknown) == "$.device.step_rate_fraction.copy");
+}
+
+TEST_CASE("kernel gap: inside a step every kernel waits device.kernel_gap_s before it, which contention does not stretch",
+          "[model][profile]") {
+  // The table's GEMM at 80% of a 1e15 peak, as above; a gap of 2 us.
+  json doc = profile_doc();
+  doc["device"]["sm_count"] = 132;
+  doc["device"]["kernel_gap_s"] = {{"value", 2e-6}, {"source", "test"}};
+  for (int m : {1536, 3072})
+    doc["gemm"].push_back({{"dtype", "bf16"}, {"m", m}, {"n", 2816}, {"k", 4096}, {"tflops", 800}});
+  const Profile p = parse(doc);
+  REQUIRE(p.kernel_gap_s);
+  CHECK(p.kernel_gap_s->value == 2e-6);
+  const CalibratedCostModel step(p);
+  const CalibratedCostModel burst(p, KernelSetting::burst);
+  const topo::DeviceModel d = synthetic_device(132);
+  const GemmKernel g{1536, 2816, 4096, 1};
+  const double alone_s = 2.0 * 1536 * 2816 * 4096 / 0.8e15;  // 44.3 us
+  // In a burst, the kernel alone (what the samples timed); inside a step, 2 us more, as launch_s.
+  const KernelCost b = burst.cost(g, topo::Dtype::bf16, d);
+  const KernelCost c = step.cost(g, topo::Dtype::bf16, d);
+  CHECK(b.launch_s == 0.0);
+  CHECK(b.duration_ps == seconds_to_ps(alone_s));
+  CHECK(c.launch_s == 2e-6);
+  CHECK(c.compute_s == b.compute_s);
+  CHECK(c.duration_ps == seconds_to_ps(alone_s + 2e-6));
+  // Beside communication the kernel's own time stretches, the gap does not: with the SM slowdown s
+  // the run takes s x 44.3 + 2 us, so rate = (44.3 + 2) / (s x 44.3 + 2) > 1 / s.
+  DeviceLoad load;
+  load.sms_held_by_comm = 66;
+  const double r_burst = burst.rate(b, d, load), r_step = step.rate(c, d, load);
+  REQUIRE(r_burst < 1.0);
+  const double slowdown = 1.0 / r_burst;
+  CHECK(r_step == Approx((alone_s + 2e-6) / (slowdown * alone_s + 2e-6)).epsilon(1e-12));
+  CHECK(r_step > r_burst);
+  // A kernel of no work is not launched: no gap.
+  const ElementwiseKernel empty{"add", 0, 0};
+  CHECK(step.cost(empty, topo::Dtype::bf16, d).duration_ps == 0);
+  // Without the key, nothing changes: no gap, and the rate is the formula without it, bit for bit.
+  json none = doc;
+  none["device"].erase("kernel_gap_s");
+  const CalibratedCostModel plain(parse(none));
+  const KernelCost n = plain.cost(g, topo::Dtype::bf16, d);
+  CHECK(n.duration_ps == b.duration_ps);
+  CHECK(plain.rate(n, d, load) == r_burst);
+  // Negative, above 100 us, unsourced: refused at the key.
+  for (const json& bad : {json{{"value", -1e-6}, {"source", "s"}}, json{{"value", 2e-4}, {"source", "s"}}, json(1e-6)}) {
+    json b2 = doc;
+    b2["device"]["kernel_gap_s"] = bad;
+    INFO(bad.dump());
+    try {
+      parse(b2);
+      FAIL("accepted");
+    } catch (const InputError& e) {
+      CHECK(e.json_path().rfind("$.device.kernel_gap_s", 0) == 0);
+    }
+  }
 }
 
 TEST_CASE("attention throughput is interpolated in log seq, per head_dim and causality", "[model][profile]") {

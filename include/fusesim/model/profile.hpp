@@ -82,6 +82,11 @@ struct Profile {
   struct StepRateFraction {
     std::optional<SourcedValue> gemm, attention, elementwise;
   } step_rate_fraction;
+  // Optional "device.kernel_gap_s" (sourced, in [0, 1e-4] s): the idle time between two kernels that
+  // follow each other on one stream inside a training step (the next kernel's launch on the GPU; the
+  // host ahead). The samples time kernels alone (CUPTI durations, events around one kernel), which
+  // leaves it out; a step pays it before every kernel (docs/calibration.md, "Kernels inside a step").
+  std::optional<SourcedValue> kernel_gap_s;
   // Optional "device.gemm_misaligned_peak_fraction.{under_16_bytes,under_4_bytes}" (sourced, in (0, 1]):
   // the most a GEMM reaches, as a fraction of its dtype's peak, when one of its dimensions times the
   // element size is not a multiple of 16 (of 4) bytes. Hopper's GEMM kernels load tiles with TMA, which
@@ -203,9 +208,13 @@ class CalibratedCostModel final : public KernelCostModel {
   KernelCost uncached_cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const;
   // The cost on the device the profile describes (uncached_cost scales it for a kernels_as device).
   KernelCost profiled_cost(const Kernel& kernel, topo::Dtype dtype, const topo::DeviceModel& device) const;
+  // Sets launch_s to the kernel gap (0 for a kernel of no work) and duration_ps to the time alone plus it.
+  void with_gap(KernelCost& c) const;
   Profile profile_;
   // 1 / step_rate_fraction of each kind under KernelSetting::step, else 1.
   double gemm_stretch_ = 1.0, attention_stretch_ = 1.0, elementwise_stretch_ = 1.0;
+  // Profile::kernel_gap_s under KernelSetting::step, else 0: every kernel's launch_s.
+  double gap_s_ = 0.0;
   RooflineCostModel roofline_;
   // GEMM costs by (m, n, k, batch, accumulate_fp32, dtype, device model name): the table look-up and the model's residual
   // correction each scan every sample. The engine caches costs within one run; this keeps them across
