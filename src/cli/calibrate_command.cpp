@@ -42,6 +42,42 @@ std::string today_utc() {
   return buf;
 }
 
+// The idle time between two GPU activities that follow each other on the busiest stream of a step:
+// under this, the next kernel's launch on the GPU (1.5-2 us on an H100 with the host ahead); at or
+// above it, the GPU waited for something else (the step's start, the host, a peer).
+constexpr TimePs kKernelGapCeilingPs = 20'000'000;  // 20 us
+// Fewer gaps than this in the steps read: too few to say what a step's kernels wait.
+constexpr std::size_t kMinKernelGaps = 100;
+
+struct KernelGaps {
+  std::size_t count = 0;
+  TimePs total_ps = 0;
+  std::set<std::int64_t> streams;
+};
+
+// Adds the gaps under the ceiling between consecutive activities of the step's busiest stream (the one
+// with the most activities; the lowest id among equals).
+void add_kernel_gaps(const analysis::MeasuredStep& s, KernelGaps& gaps) {
+  std::map<std::int64_t, std::vector<const analysis::TraceActivity*>> by_stream;
+  for (const analysis::TraceActivity& a : s.activities) by_stream[a.stream].push_back(&a);
+  const auto busiest = std::max_element(by_stream.begin(), by_stream.end(), [](const auto& a, const auto& b) {
+    return a.second.size() < b.second.size();
+  });
+  if (busiest == by_stream.end()) return;
+  std::vector<const analysis::TraceActivity*>& on = busiest->second;
+  std::stable_sort(on.begin(), on.end(), [](const auto* a, const auto* b) { return a->begin_ps < b->begin_ps; });
+  gaps.streams.insert(busiest->first);
+  TimePs end = on.front()->end_ps;
+  for (std::size_t i = 1; i < on.size(); ++i) {
+    const TimePs gap = on[i]->begin_ps - end;
+    if (gap >= 0 && gap < kKernelGapCeilingPs) {
+      ++gaps.count;
+      gaps.total_ps += gap;
+    }
+    end = std::max(end, on[i]->end_ps);
+  }
+}
+
 // Letters and digits, lowercased: "NVIDIA H100 80GB HBM3" and "nvidia-h100-80gb-hbm3" compare equal.
 std::string normalized(const std::string& s) {
   std::string out;
@@ -385,6 +421,7 @@ class CalibrateCommand final : public Command {
   int run_from_trace(Io& io) {
     analysis::TraceReadOptions options;
     options.gemm_shapes = true;
+    options.keep_activities = true;  // for the gaps between kernels
     const analysis::MeasuredTrace t = analysis::import_kineto(trace_, 0, options);
     if (step_ && std::none_of(t.steps.begin(), t.steps.end(), [&](const auto& s) { return s.step == *step_; }))
       throw InputError(kCommandLine, "--step", fmt::format("{} has no ProfilerStep#{}", trace_, *step_));
@@ -394,9 +431,11 @@ class CalibrateCommand final : public Command {
         attention;
     std::int64_t unshaped = 0, unshaped_attention = 0;
     std::vector<std::string> steps;
+    KernelGaps gaps;
     for (const analysis::MeasuredStep& s : t.steps) {
       if (step_ && s.step != *step_) continue;
       steps.push_back(s.step < 0 ? std::string("the whole trace") : fmt::format("step {}", s.step));
+      add_kernel_gaps(s, gaps);
       unshaped += s.gemm_kernels_without_shape;
       unshaped_attention += s.attention_kernels_without_shape;
       for (const analysis::MeasuredGemm& g : s.gemms)
@@ -425,6 +464,14 @@ class CalibrateCommand final : public Command {
       throw InputError(kCommandLine, "--topology", "the trace gives no numSms: name the topology of its device");
     }
     const std::string where = fmt::format("trace: {}, rank {}, {}", trace_, t.rank, fmt::join(steps, ", "));
+    // The samples are kernels' own times; a step's kernels also wait for each other's launch
+    // (docs/calibration.md, "Kernels inside a step"): the mean gap, where the trace holds enough.
+    if (gaps.count >= kMinKernelGaps)
+      dev["kernel_gap_s"] = {
+          {"value", ps_to_seconds(gaps.total_ps) / static_cast<double>(gaps.count)},
+          {"source", fmt::format("the mean of the {} gaps under 20 us between consecutive GPU activities on the busiest "
+                                 "stream ({}) of {}",
+                                 gaps.count, fmt::join(gaps.streams, ", "), where)}};
     nlohmann::json gemm = nlohmann::json::array();
     for (const auto& [key, ts] : times) {
       const auto& [dtype, m, n, k, batch] = key;
