@@ -86,7 +86,6 @@ std::optional<std::string> device_model_of(std::string_view text) {
 }
 
 constexpr std::string_view kProfilesFolder = "profiles/";
-constexpr std::string_view kAlternativesFolder = "profiles/alternatives/";
 
 // "profiles/h100-sxm.json" -> "h100-sxm", "profiles/alternatives/x.json" -> "alternatives/x": what
 // resolve_input finds it by.
@@ -124,11 +123,12 @@ std::string fnv1a64_hex(std::string_view text) {
 }
 
 std::vector<std::string> shipped_profile_names(bool alternatives) {
+  const std::string alternatives_folder = std::string(kProfilesFolder) + std::string(kAlternativesFolder) + "/";
   std::vector<std::string> defaults, others;
   for (const std::string& file : embedded_files("profiles")) {
     if (file.size() <= kProfilesFolder.size() + 5 || file.substr(file.size() - 5) != ".json") continue;
     if (file.find('/', kProfilesFolder.size()) == std::string::npos) defaults.push_back(profile_name(file));
-    else if (file.starts_with(kAlternativesFolder) && file.find('/', kAlternativesFolder.size()) == std::string::npos)
+    else if (file.starts_with(alternatives_folder) && file.find('/', alternatives_folder.size()) == std::string::npos)
       others.push_back(profile_name(file));
   }
   if (alternatives) defaults.insert(defaults.end(), others.begin(), others.end());

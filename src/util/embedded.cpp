@@ -39,7 +39,8 @@ ResolvedInput resolve_input(const std::string& name_or_path, std::string_view fo
   if (auto text = embedded_file(key)) return {std::string(*text), "<embedded:" + key + ">"};
   // An alternative (profiles/alternatives/NAME.json: a device measured under other software) by its
   // bare name too, where no file of the folder itself has it.
-  const std::string alternative = std::string(folder) + "/alternatives/" + key.substr(folder.size() + 1);
+  const std::string alternatives = std::string(folder) + "/" + std::string(kAlternativesFolder) + "/";
+  const std::string alternative = alternatives + key.substr(folder.size() + 1);
   if (auto text = embedded_file(alternative)) return {std::string(*text), "<embedded:" + alternative + ">"};
   // A shipped file named by its path in the source tree ("validation/workloads/sc21-gpt-1.7b.json", as
   // the validation cases name their workloads) reads the same from any working directory.
@@ -47,14 +48,13 @@ ResolvedInput resolve_input(const std::string& name_or_path, std::string_view fo
   std::string names;
   // Only the folder's own files, then its alternatives, are names: validation/ also ships the cases'
   // workloads in validation/workloads/, which `--cases NAME` does not read.
-  const std::string alternatives = std::string(folder) + "/alternatives/";
   std::string alternative_names;
   for (const auto& f : embedded_files(folder)) {
     const auto stem = std::filesystem::path(f).stem().string();
     if (f.find('/', folder.size() + 1) == std::string::npos)
       names += (names.empty() ? "" : ", ") + stem;
     else if (f.rfind(alternatives, 0) == 0 && f.find('/', alternatives.size()) == std::string::npos)
-      alternative_names += ", alternatives/" + stem;
+      alternative_names += ", " + std::string(kAlternativesFolder) + "/" + stem;
   }
   names += names.empty() && !alternative_names.empty() ? alternative_names.substr(2) : alternative_names;
   // A directory or a device read as "no such file", which sent users looking for a typo.
