@@ -311,8 +311,7 @@ double CalibratedCostModel::rate(const KernelCost& cost, const topo::DeviceModel
   const double bandwidth = cost.memory_s > 0.0 ? cost.hbm_bytes / cost.memory_s : device_hbm(device);
   const double left = std::max(bandwidth - std::max(0.0, load.comm_hbm_bytes_per_s), kMinHbmShare * bandwidth);
   const double memory_s = cost.memory_s > 0.0 ? cost.hbm_bytes / left : 0.0;
-  // The gap before the kernel (launch_s) is not stretched, as in the roofline.
-  return std::min(1.0, (alone_s + cost.launch_s) / (std::max(compute_s, memory_s) + cost.launch_s));
+  return contended_rate(cost, std::max(compute_s, memory_s));  // the gap before the kernel not stretched
 }
 
 std::unique_ptr<KernelCostModel> cost_model_for(const std::string& profile_name_or_path, topo::Cluster& cluster) {

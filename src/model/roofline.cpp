@@ -150,6 +150,11 @@ Flops kernel_flops(const Kernel& kernel) {
   return std::get<ElementwiseKernel>(kernel).flops;
 }
 
+double contended_rate(const KernelCost& cost, double contended_s) {
+  const double alone_s = std::max(cost.compute_s, cost.memory_s);
+  return std::min(1.0, (alone_s + cost.launch_s) / (contended_s + cost.launch_s));
+}
+
 double wave_ratio(std::int64_t tiles, int sm_count, int sms_held) {
   require(sm_count > 0, "SM count must be positive");
   if (sms_held <= 0) return 1.0;
@@ -188,9 +193,7 @@ double RooflineCostModel::rate(const KernelCost& cost, const topo::DeviceModel& 
       std::max(bandwidth - std::max(0.0, load.comm_hbm_bytes_per_s), kMinHbmShare * bandwidth);
   const double memory_s = cost.hbm_bytes / bandwidth_left;
 
-  // The launch is latency, not SM or HBM work: contention stretches the rest.
-  const double contended_s = std::max(compute_s, memory_s);
-  return std::min(1.0, (alone_s + cost.launch_s) / (contended_s + cost.launch_s));
+  return contended_rate(cost, std::max(compute_s, memory_s));
 }
 
 }  // namespace fusesim::model

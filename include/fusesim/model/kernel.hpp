@@ -110,6 +110,11 @@ struct DeviceLoad {
 // long as before); a kernel without a tile count (tiles 0) spreads over the SMs left. 1 when none are held.
 double wave_ratio(std::int64_t tiles, int sm_count, int sms_held);
 
+// The rate (<= 1) of a kernel whose work, max(compute_s, memory_s) alone, takes `contended_s` under
+// contention: its launch_s is latency, not SM or HBM work, and is not stretched. Every cost model's
+// rate() ends here.
+double contended_rate(const KernelCost& cost, double contended_s);
+
 // 2 m n k x batch.
 Flops gemm_flops(const GemmKernel& g);
 // The useful FLOPs of a kernel as the shipped cost models count them: gemm_flops() for a GEMM,
