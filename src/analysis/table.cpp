@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -15,11 +16,57 @@ void Table::add_row(std::vector<std::string> cells) {
   rows_.push_back(std::move(cells));
 }
 
+namespace {
+
+// `text` broken at spaces into lines of at most `width` characters (a longer word alone on its line).
+std::vector<std::string> wrap_words(const std::string& text, std::size_t width) {
+  std::vector<std::string> lines;
+  std::string line;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t start = text.find_first_not_of(' ', i);
+    if (start == std::string::npos) break;
+    std::size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view word(text.data() + start, end - start);
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      lines.push_back(std::move(line));
+      line.clear();
+    }
+    if (!line.empty()) line += ' ';
+    line += word;
+    i = end;
+  }
+  lines.push_back(std::move(line));
+  return lines;
+}
+
+}  // namespace
+
 std::string Table::render() const {
+  // Each row as one or more lines of cells: a wrapped column's long cell spreads over several.
+  std::vector<std::vector<std::string>> lines;
+  for (const auto& row : rows_) {
+    std::vector<std::vector<std::string>> parts(columns_.size());
+    std::size_t height = 1;
+    for (std::size_t c = 0; c < columns_.size(); ++c) {
+      if (columns_[c].wrap > 0 && row[c].size() > columns_[c].wrap)
+        parts[c] = wrap_words(row[c], columns_[c].wrap);
+      else
+        parts[c] = {row[c]};
+      height = std::max(height, parts[c].size());
+    }
+    for (std::size_t k = 0; k < height; ++k) {
+      std::vector<std::string> cells(columns_.size());
+      for (std::size_t c = 0; c < columns_.size(); ++c)
+        if (k < parts[c].size()) cells[c] = parts[c][k];
+      lines.push_back(std::move(cells));
+    }
+  }
   std::vector<std::size_t> width(columns_.size());
   for (std::size_t c = 0; c < columns_.size(); ++c) {
     width[c] = columns_[c].header.size();
-    for (const auto& row : rows_) width[c] = std::max(width[c], row[c].size());
+    for (const auto& cells : lines) width[c] = std::max(width[c], cells[c].size());
   }
   auto line = [&](const std::vector<std::string>& cells) {
     std::string out;
@@ -40,7 +87,7 @@ std::string Table::render() const {
     rule.emplace_back(width[c], '-');
   }
   std::string out = line(headers) + line(rule);
-  for (const auto& row : rows_) out += line(row);
+  for (const auto& cells : lines) out += line(cells);
   return out;
 }
 

@@ -19,6 +19,10 @@ std::string stem_of(const std::string& relative_path) {
   return std::filesystem::path(relative_path).stem().string();
 }
 
+// A topology's description is a paragraph: wrapped to this many characters, the table stays about 130
+// columns wide instead of one line of up to 600 per topology.
+constexpr std::size_t kDescriptionWidth = 72;
+
 class ListCommand final : public Command {
  public:
   void configure(CLI::App& /*sub*/) override {}
@@ -29,7 +33,7 @@ class ListCommand final : public Command {
     analysis::Table topologies({{"topology", analysis::Align::left},
                                 {"ranks", analysis::Align::right},
                                 {"layout", analysis::Align::left},
-                                {"description", analysis::Align::left}});
+                                {"description", analysis::Align::left, kDescriptionWidth}});
     for (const std::string& f : embedded_files("topologies")) {
       const std::string name = stem_of(f);
       const topo::Cluster c = topo::load_cluster_by_name_or_path(name);

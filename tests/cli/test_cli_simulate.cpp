@@ -58,6 +58,15 @@ TEST_CASE("fusesim list names the shipped topologies and workloads", "[cli]") {
   CHECK(r.err.empty());
   for (const char* name : {"dgx-h100", "dgx-h100-4node", "llama-3-70b", "llama-3-8b"})
     CHECK(r.out.find(name) != std::string::npos);
+  // The topologies' descriptions (up to 600 characters) wrap at 72 within their column: with the
+  // name (23), ranks (5) and layout (25) columns and their gaps, a line stays within 140.
+  std::size_t widest = 0;
+  for (std::size_t at = 0; at < r.out.size();) {
+    const std::size_t end = std::min(r.out.find('\n', at), r.out.size());
+    widest = std::max(widest, end - at);
+    at = end + 1;
+  }
+  CHECK(widest <= 140);
 }
 
 TEST_CASE("fusesim simulate --format json runs the default job of three schedules at both scopes", "[cli][simulate]") {
