@@ -33,14 +33,12 @@ RowPart row_part(std::int64_t rows, int parts, int p) {
 
 std::vector<std::vector<int>> dp_buckets(const std::vector<Bytes>& gradient_bytes, Bytes bucket_bytes) {
   std::vector<std::vector<int>> out;
-  Bytes filled = 0;
+  BucketFill fill;
+  bool open = false;
   for (std::size_t j = 0; j < gradient_bytes.size(); ++j) {
-    if (out.empty() || filled >= bucket_bytes) {
-      out.emplace_back();
-      filled = 0;
-    }
+    if (!open) out.emplace_back();
     out.back().push_back(static_cast<int>(j));
-    filled += gradient_bytes[j];
+    open = !fill.add(gradient_bytes[j], bucket_bytes);
   }
   return out;
 }
@@ -265,13 +263,12 @@ void DpSync::gradient(int rank, const DpGradient& g, TaskId done) {
   RankState& st = ranks_[rank];
   st.grads.push_back(std::move(gr));
   if (fused() || serial() || cfg_.dp == 1) return;
-  // A bucket closes once it holds at least the cap (dp_buckets) and is issued as soon as its last
+  // A bucket closes once it holds at least the cap (BucketFill) and is issued as soon as its last
   // gradient is done: created here, not after the backward, because the DP group's collectives share
   // one stream in the order issued (communicator.hpp), and in FSDP's backward a layer's reduce-scatter
   // is issued after the next layer's gather and before the one after it.
   st.bucket.push_back(static_cast<int>(st.grads.size()) - 1);
-  st.bucket_bytes += bytes(g.elements());
-  if (st.bucket_bytes >= cfg_.schedule.dp_bucket_bytes) issue_bucket(rank);
+  if (st.fill.add(bytes(g.elements()), cfg_.schedule.dp_bucket_bytes)) issue_bucket(rank);
 }
 
 void DpSync::issue_bucket(int rank) {
@@ -282,7 +279,7 @@ void DpSync::issue_bucket(int rank) {
   for (int j : st.bucket) deps.push_back(st.grads[static_cast<std::size_t>(j)].done);
   const std::vector<int> idx = std::move(st.bucket);
   st.bucket.clear();
-  st.bucket_bytes = 0;
+  st.fill = {};
   for (TaskId e : collective(rank, kind, idx, concat("dp/bucket", st.buckets++), deps, false)) st.ends.push_back(e);
 }
 

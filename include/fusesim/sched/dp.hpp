@@ -91,8 +91,22 @@ struct RowPart {
 };
 RowPart row_part(std::int64_t rows, int parts, int p);
 
-// Gradient indices per bucket: gradients in order, a bucket closes once it holds at least
-// `bucket_bytes` (a gradient larger than the cap fills a bucket alone); the last takes the rest.
+// The bucketing rule, one gradient at a time: a bucket closes once it holds at least the cap (a
+// gradient larger than the cap fills a bucket alone). Both the backward's gradient buckets
+// (DpSync::gradient, issued as they fill) and the parameter gathers' (dp_buckets) follow it, so that
+// the two cut the gradients alike.
+struct BucketFill {
+  Bytes filled = 0;
+  // Adds a gradient's bytes; true when that closes the bucket (the next one starts empty).
+  bool add(Bytes bytes, Bytes cap) {
+    filled += bytes;
+    if (filled < cap) return false;
+    filled = 0;
+    return true;
+  }
+};
+
+// Gradient indices per bucket: gradients in order, cut by BucketFill; the last bucket takes the rest.
 std::vector<std::vector<int>> dp_buckets(const std::vector<Bytes>& gradient_bytes, Bytes bucket_bytes);
 
 class DpSync {
@@ -170,9 +184,9 @@ class DpSync {
     std::vector<TaskId> ends;
     std::int64_t collectives = 0;
     std::int64_t fused = 0;
-    // Bucketed sync: the gradients of the bucket not yet issued, their bytes, and the buckets issued.
+    // Bucketed sync: the gradients of the bucket not yet issued, its fill, and the buckets issued.
     std::vector<int> bucket;
-    Bytes bucket_bytes = 0;
+    BucketFill fill;
     int buckets = 0;
   };
   // Issues the rank's open bucket (bucketed sync), if it holds any gradient.
