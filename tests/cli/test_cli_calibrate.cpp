@@ -125,7 +125,7 @@ TEST_CASE("calibrate fit recovers the synthetic constants of the microbench dry 
   CHECK(*p.stream_wait_s == Approx(1e-6).epsilon(1e-9));
 }
 
-TEST_CASE("microbench --fusesim writes one fitted calibration file; noisy samples fit within the noise",
+TEST_CASE("microbench --fusesim writes one fitted calibration file - noisy samples fit within the noise",
           "[cli][calibrate]") {
   ScratchDir dir;
   const ProcessResult mb = run_microbench(

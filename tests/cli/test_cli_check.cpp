@@ -68,7 +68,7 @@ TEST_CASE("check: --update records metrics, an unchanged re-run passes", "[cli][
   CHECK(slurp(dir.file("b.json")) == recorded);
 }
 
-TEST_CASE("check: a planted regression fails with a readable diff; improvements pass", "[cli][check]") {
+TEST_CASE("check: a planted regression fails with a readable diff - improvements pass", "[cli][check]") {
   ScratchDir dir;
   write_output_file(dir.file("b.json"), kFresh);
   REQUIRE(run_fusesim({"check", "--baseline", "b.json", "--update"}, dir).exit_code == 0);

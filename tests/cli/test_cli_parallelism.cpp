@@ -79,7 +79,7 @@ TEST_CASE("simulate --parallelism and --scope refuse unknown values", "[cli][sim
   CHECK(c.err.find("--scope") != std::string::npos);
 }
 
-TEST_CASE("simulate --parallelism all is every parallelism the workload uses; an unused one is refused",
+TEST_CASE("simulate --parallelism all is every parallelism the workload uses - an unused one is refused",
           "[cli][simulate]") {
   ScratchDir dir;
   write_workload(dir, 1);  // tp 2, up 1, dp 1: only tpsp has communication to schedule

@@ -43,7 +43,7 @@ std::vector<std::string> data_lines(const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("plot writes data and scripts of every figure; images when gnuplot is present", "[cli][plot]") {
+TEST_CASE("plot writes data and scripts of every figure - images when gnuplot is present", "[cli][plot]") {
   ScratchDir dir;
   // 3 sequences x 2 TP degrees x 3 schedules (the memory check is not the point here).
   REQUIRE(run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "2k:8k:x2", "--tp", "2,4", "--output", "r.json",

@@ -36,7 +36,7 @@ TEST_CASE("routes --from --to prints the path link by link with its bottleneck",
   CHECK(t.out.find("2 hops, latency") != std::string::npos);
 }
 
-TEST_CASE("routes without a pair summarises every pair; bad ranks exit 2 naming the option", "[cli][routes]") {
+TEST_CASE("routes without a pair summarises every pair - bad ranks exit 2 naming the option", "[cli][routes]") {
   ScratchDir dir;
   const auto r = run_fusesim({"routes", "--topology", "dgx-h100-4node", "--format", "json"}, dir);
   REQUIRE(r.exit_code == 0);

@@ -387,7 +387,7 @@ TEST_CASE("search tries each slice count of slice-overlap as a candidate of its 
   CHECK(search_json(read_search_json(dir.file("both.json"))) == doc);
 }
 
-TEST_CASE("fusesim search --shard and merge from the command line; parts that do not fit are refused", "[cli][search][errors]") {
+TEST_CASE("fusesim search --shard and merge from the command line - parts that do not fit are refused", "[cli][search][errors]") {
   ScratchDir dir;
   write_model(dir);
   const std::vector<std::string> base{"search", "--workload", "model.json", "--topology", "dgx-h100", "--global-batch",

@@ -255,7 +255,7 @@ TEST_CASE("copy engines cannot drive the network: generated sends between nodes 
   CHECK(!first_network_copy_send(s.graph, cluster).has_value());
 }
 
-TEST_CASE("the DP baseline is the bucketed overlap users run; serial is the named reference", "[sched][dp]") {
+TEST_CASE("the DP baseline is the bucketed overlap users run - serial is the named reference", "[sched][dp]") {
   // Issue 17: the DP "baseline" was one collective after the whole backward, a schedule nobody runs.
   // Now the baseline buckets as PyTorch DDP and Megatron's distributed optimizer do (25 MB buckets, each
   // reduced once its gradients are done); $.schedule.dp_baseline "serial" keeps the old one.

@@ -87,7 +87,7 @@ TEST_CASE("DP piece in the ring P2P form: task counts, and every transfer carrie
   }
 }
 
-TEST_CASE("DP syncs equal the sum over replicas; an injected fault fails every case", "[dp][verify]") {
+TEST_CASE("DP syncs equal the sum over replicas - an injected fault fails every case", "[dp][verify]") {
   VerifyOptions o;
   o.dps = {2, 4, 8};
   VerifyReport ok;

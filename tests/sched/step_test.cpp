@@ -380,7 +380,7 @@ TEST_CASE("Recomputation counts in HFU, not in MFU", "[step][metrics]") {
   CHECK(per_op.hardware_flops - per_op.model_flops == Approx(182'784.0).epsilon(1e-9));
 }
 
-TEST_CASE("ZeRO-3 gathers the root module once per micro-batch; fp8 gathers halve the layers' bytes", "[step][dp]") {
+TEST_CASE("ZeRO-3 gathers the root module once per micro-batch - fp8 gathers halve the layers' bytes", "[step][dp]") {
   // ZeRO-3 over dp 2 with fp8 GEMMs: each layer's parameter all-gather carries its tp-rank's layer
   // parameters once per forward and once per backward; torchao's fp8 all-gather halves those bytes
   // (e4m3 against bf16). The root module (FSDP's: embedding, final norm, LM head) is gathered once, in

@@ -160,7 +160,7 @@ TEST_CASE("UP baseline: the all-to-all takes base + one hop's latency + (t-1) tr
     }
 }
 
-TEST_CASE("Fuse-A2A: compute-bound, only the projection's time; comm-bound, T_g + (t-1) hops", "[sched][ulysses][timing]") {
+TEST_CASE("Fuse-A2A: compute-bound, only the projection's time - comm-bound, T_g + (t-1) hops", "[sched][ulysses][timing]") {
   // Rank u computes group u+1, sends it (one hop) while computing u+2, ..., and its own group last.
   // Every rank does the same at the same time, so the Recv of step i lands when the sender's step-i
   // Send ends. The Sends queue on one copy engine: Send i starts at max(end of GEMM i, end of Send

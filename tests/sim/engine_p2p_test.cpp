@@ -142,7 +142,7 @@ TEST_CASE("a route through a switch: capacity is the min, latency the sum", "[si
   REQUIRE(res.tasks[r].end_ps == 23'000'000);
 }
 
-TEST_CASE("a transfer starts when both ends are ready; the recv holds no stream", "[sim][p2p]") {
+TEST_CASE("a transfer starts when both ends are ready - the recv holds no stream", "[sim][p2p]") {
   // Rank 1 computes 5,000,000 ps before its recv is ready: the send waits (ready at 0, started at
   // 5e6) and lands at 5e6 + 3e6 latency + 1e6 / 1e11 (10,000,000) = 18,000,000.
   // The recv sits on rank 1's comm stream 0; an SM-kernel send "o" (holding 0 SMs, so the kernel is

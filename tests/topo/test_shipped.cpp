@@ -381,7 +381,7 @@ TEST_CASE("an unknown topology name is an InputError naming it") {
   }
 }
 
-TEST_CASE("dgx-h800: an H100 SXM5 node with NVLink cut to 400 GB/s per GPU; dgx-a100-40gb: half the memory") {
+TEST_CASE("dgx-h800: an H100 SXM5 node with NVLink cut to 400 GB/s per GPU - dgx-a100-40gb: half the memory") {
   const Cluster h800 = load_cluster_by_name_or_path("dgx-h800");
   const Cluster h100 = load_cluster_by_name_or_path("dgx-h100");
   // 400 GB/s per GPU over both directions is 200 GB/s each way, against the H100's 450: the first link
