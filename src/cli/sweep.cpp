@@ -77,7 +77,8 @@ const std::vector<Column>& columns() {
       {"config", Kind::integer},        {"topology", Kind::text},        {"cluster", Kind::text},
       {"workload", Kind::text},         {"model", Kind::text},           {"dtype", Kind::text},
       {"sequence_length", Kind::integer}, {"micro_batch", Kind::integer}, {"tp", Kind::integer},
-      {"up", Kind::integer},            {"dp", Kind::integer},           {"slices", Kind::integer},
+      {"up", Kind::integer},            {"pp", Kind::integer},           {"dp", Kind::integer},
+      {"slices", Kind::integer},
       {"passes", Kind::text},           {"parallelism", Kind::text},     {"scope", Kind::text},
       {"schedule", Kind::text},         {"engine", Kind::text},          {"pricing", Kind::text},
       // metrics
@@ -93,7 +94,10 @@ const std::vector<Column>& columns() {
   };
   return cols;
 }
-constexpr std::size_t kConfigColumns = 18;
+constexpr std::size_t kConfigColumns = 19;
+// The pipeline stages' column came later than the others: a file written before it reads as pp 1,
+// what every configuration of such a sweep ran.
+constexpr const char* kPpColumn = "pp";
 constexpr const char* kStatusOk = "ok";
 
 std::size_t column_index(const std::string& name) {
@@ -132,6 +136,7 @@ std::string describe(const SimulateRequest& r, const SweepSpec& spec) {
   if (r.sequence_length) s += fmt::format(" seq={}", *r.sequence_length);
   if (r.tp) s += fmt::format(" tp={}", *r.tp);
   if (r.up) s += fmt::format(" up={}", *r.up);
+  if (r.pp) s += fmt::format(" pp={}", *r.pp);
   if (r.dp) s += fmt::format(" dp={}", *r.dp);
   if (r.micro_batch) s += fmt::format(" micro-batch={}", *r.micro_batch);
   if (r.slices) s += fmt::format(" slices={}", *r.slices);
@@ -254,8 +259,8 @@ std::size_t SweepSpec::size() const {
   // Saturating: ten axes of up to 65,536 values each overflow 64 bits (2^64 wrapped to "0
   // configurations"); a product past the largest size_t reads as that, which every limit refuses.
   const std::size_t factors[] = {topologies.size(),       workloads.size(), axis_size(parallelisms), axis_size(engines),
-                                 axis_size(sequence_lengths), axis_size(tps), axis_size(ups),         axis_size(dps),
-                                 axis_size(micro_batches),    axis_size(slices)};
+                                 axis_size(sequence_lengths), axis_size(tps), axis_size(ups),         axis_size(pps),
+                                 axis_size(dps),              axis_size(micro_batches), axis_size(slices)};
   std::size_t n = 1;
   for (std::size_t f : factors) {
     if (f == 0) return 0;
@@ -276,6 +281,7 @@ SimulateRequest SweepSpec::configuration(std::size_t index) const {
   const std::size_t i_slices = take(axis_size(slices));
   const std::size_t i_mb = take(axis_size(micro_batches));
   const std::size_t i_dp = take(axis_size(dps));
+  const std::size_t i_pp = take(axis_size(pps));
   const std::size_t i_up = take(axis_size(ups));
   const std::size_t i_tp = take(axis_size(tps));
   const std::size_t i_seq = take(axis_size(sequence_lengths));
@@ -290,6 +296,7 @@ SimulateRequest SweepSpec::configuration(std::size_t index) const {
   if (!sequence_lengths.empty()) r.sequence_length = sequence_lengths[i_seq];
   if (!tps.empty()) r.tp = static_cast<int>(tps[i_tp]);
   if (!ups.empty()) r.up = static_cast<int>(ups[i_up]);
+  if (!pps.empty()) r.pp = static_cast<int>(pps[i_pp]);
   if (!dps.empty()) r.dp = static_cast<int>(dps[i_dp]);
   if (!micro_batches.empty()) r.micro_batch = micro_batches[i_mb];
   if (!slices.empty()) r.slices = static_cast<int>(slices[i_slices]);
@@ -310,6 +317,7 @@ nlohmann::json SweepSpec::to_json() const {
           {"sequence_lengths", sequence_lengths},
           {"tp", tps},
           {"up", ups},
+          {"pp", pps},
           {"dp", dps},
           {"micro_batches", micro_batches},
           {"slices", slices},
@@ -360,6 +368,7 @@ std::vector<Cell> make_row(const SimulateRequest& request, const SimulateReport&
   cells.emplace_back(std::int64_t{w.micro_batch});
   cells.emplace_back(std::int64_t{w.parallel.tp});
   cells.emplace_back(std::int64_t{w.parallel.up});
+  cells.emplace_back(std::int64_t{w.parallel.pp});
   cells.emplace_back(std::int64_t{w.parallel.dp});
   cells.emplace_back(std::int64_t{w.schedule.slices});
   cells.emplace_back(std::string(w.backward ? "forward+backward" : "forward"));
@@ -408,6 +417,7 @@ std::vector<std::vector<Cell>> problem_rows(const SimulateRequest& request, std:
   if (request.micro_batch) w.micro_batch = *request.micro_batch;
   if (request.tp) w.parallel.tp = *request.tp;
   if (request.up) w.parallel.up = *request.up;
+  if (request.pp) w.parallel.pp = *request.pp;
   if (request.dp) w.parallel.dp = *request.dp;
   if (request.slices) w.schedule.slices = *request.slices;
   if (request.forward_only) w.backward = false;
@@ -436,7 +446,8 @@ std::vector<std::vector<Cell>> problem_rows(const SimulateRequest& request, std:
         rows.push_back({static_cast<std::int64_t>(config), request.topology, std::string(), request.workload,
                         loaded ? w.arch.name : std::string(), loaded ? topo::to_string(w.dtype) : std::string(),
                         std::int64_t{w.sequence_length}, std::int64_t{w.micro_batch}, std::int64_t{w.parallel.tp},
-                        std::int64_t{w.parallel.up}, std::int64_t{w.parallel.dp}, std::int64_t{w.schedule.slices},
+                        std::int64_t{w.parallel.up}, std::int64_t{w.parallel.pp}, std::int64_t{w.parallel.dp},
+                        std::int64_t{w.schedule.slices},
                         std::string(w.backward ? "forward+backward" : "forward"), par, sched::to_string(scope),
                         model::to_string(kind), engine, std::string()});
   return rows;
@@ -706,6 +717,10 @@ SweepResult parse_sweep_json(const JsonDocument& doc) {
     SweepRow row;
     for (std::size_t ci = 0; ci + 1 < cols.size(); ++ci) {
       const Column& c = cols[ci];
+      if (c.name == std::string_view(kPpColumn) && !o.has(c.name)) {
+        row.cells.emplace_back(std::int64_t{1});
+        continue;
+      }
       const JsonValue v = o.at(c.name);
       if (!ok && ci >= kConfigColumns) {
         if (!v.is_null()) v.fail(fmt::format("expected null: the row's status is {}", status));
@@ -801,7 +816,7 @@ SweepResult read_sweep_csv(const std::string& path) {
     index_of[c] = h;
   }
   for (std::size_t c = 0; c + 1 < cols.size(); ++c)
-    if (index_of[c] == std::string::npos)
+    if (index_of[c] == std::string::npos && cols[c].name != std::string_view(kPpColumn))
       throw InputError(path, "line 1", fmt::format("column '{}' is missing", cols[c].name));
 
   SweepResult r;
@@ -821,6 +836,10 @@ SweepResult read_sweep_csv(const std::string& path) {
       throw InputError(path, where + ": status", fmt::format("'{}' is not ok, failed or skipped-<reason>", status));
     SweepRow row;
     for (std::size_t c = 0; c + 1 < cols.size(); ++c) {
+      if (index_of[c] == std::string::npos) {  // the pp column of an older file
+        row.cells.emplace_back(std::int64_t{1});
+        continue;
+      }
       const std::string& v = f[index_of[c]];
       if (!ok && c >= kConfigColumns) {
         if (!v.empty()) throw InputError(path, where + ": " + cols[c].name, fmt::format("expected no value: the status is {}", status));

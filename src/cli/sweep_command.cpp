@@ -73,13 +73,20 @@ class SweepCommand final : public Command {
         ->type_name(axis);
     sub.add_option("--tp", tp_, "tensor-parallel degrees: a list or range (2:8:x2, 2:16:+2)")->type_name(axis);
     sub.add_option("--up", up_, "Ulysses degrees: a list or range")->type_name(axis);
+    sub.add_option("--pp", pp_,
+                   "pipeline-parallel degrees (stages; the workload's pipeline schedule): a list or range")
+        ->type_name(axis);
     sub.add_option("--dp", dp_, "data-parallel degrees: a list or range")->type_name(axis);
     sub.add_option("--micro-batch", micro_batch_, "micro-batch sizes: a list or range")->type_name(axis);
     sub.add_option("--slices", slices_, "slice-overlap k: a list or range")->type_name(axis);
     sub.add_option("--schedule", schedule_, "baseline, slice, commfuse, all, or a comma list")
         ->type_name("KIND")
         ->capture_default_str();
-    sub.add_option("--scope", scope_, "layer, stack or both")->type_name("SCOPE")->capture_default_str();
+    sub.add_option("--scope", scope_,
+                   "layer (one transformer layer), stack (all layers), both, or step (a whole training step, as "
+                   "simulate's)")
+        ->type_name("SCOPE")
+        ->capture_default_str();
     sub.add_flag("--forward-only", forward_only_, "simulate the forward pass only");
     sub.add_option("--profile", profile_,
                    "calibration profile for every configuration (default: the shipped profile of each cluster's "
@@ -122,14 +129,16 @@ class SweepCommand final : public Command {
     spec.sequence_lengths = axis("--seq", seq_);
     spec.tps = axis("--tp", tp_);
     spec.ups = axis("--up", up_);
+    spec.pps = axis("--pp", pp_);
     spec.dps = axis("--dp", dp_);
     spec.micro_batches = axis("--micro-batch", micro_batch_);
     spec.slices = axis("--slices", slices_);
-    for (auto* v : {&spec.tps, &spec.ups, &spec.dps, &spec.slices})
+    for (const auto& [option, v] : {std::pair{"--tp", &spec.tps}, std::pair{"--up", &spec.ups},
+                                    std::pair{"--pp", &spec.pps}, std::pair{"--dp", &spec.dps},
+                                    std::pair{"--slices", &spec.slices}})
       for (std::int64_t x : *v)
         if (x > (1 << 20))
-          throw InputError(kCommandLine, v == &spec.slices ? "--slices" : v == &spec.tps ? "--tp" : v == &spec.ups ? "--up" : "--dp",
-                           fmt::format("value {} is outside the allowed range [1, {}]", x, 1 << 20));
+          throw InputError(kCommandLine, option, fmt::format("value {} is outside the allowed range [1, {}]", x, 1 << 20));
     spec.schedules = parse_schedules(schedule_);
     spec.scopes = parse_scopes(scope_);
     spec.forward_only = forward_only_;
@@ -207,7 +216,7 @@ class SweepCommand final : public Command {
   std::string workload_ = "llama-3-70b-4node";
   std::string parallelism_;
   std::string engine_;
-  std::string seq_, tp_, up_, dp_, micro_batch_, slices_;
+  std::string seq_, tp_, up_, pp_, dp_, micro_batch_, slices_;
   std::string schedule_ = "all";
   std::string scope_ = "layer";
   bool forward_only_ = false;
