@@ -40,7 +40,7 @@ constexpr const char* kDeprecatedTail = "tail_latency_s";
 constexpr double kNoise = 1e-12;
 
 // Configuration keys of an entry, in the order --update writes them.
-const std::vector<std::string> kIntKeys{"sequence_length", "micro_batch", "tp", "up", "dp", "slices"};
+const std::vector<std::string> kIntKeys{"sequence_length", "micro_batch", "tp", "up", "pp", "dp", "slices"};
 
 struct Entry {
   std::string path;              // "$.entries[3]"
@@ -99,10 +99,10 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
       e.config[k] = x;
       if (k == "sequence_length") r.sequence_length = x;
       if (k == "micro_batch") r.micro_batch = x;
-      if (k == "tp" || k == "up" || k == "dp" || k == "slices") {
+      if (k == "tp" || k == "up" || k == "pp" || k == "dp" || k == "slices") {
         if (x > (1 << 20)) v->fail("at most 1048576");
         const int xi = static_cast<int>(x);
-        (k == "tp" ? r.tp : k == "up" ? r.up : k == "dp" ? r.dp : r.slices) = xi;
+        (k == "tp" ? r.tp : k == "up" ? r.up : k == "pp" ? r.pp : k == "dp" ? r.dp : r.slices) = xi;
       }
     }
   }

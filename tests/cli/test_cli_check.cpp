@@ -142,3 +142,34 @@ TEST_CASE("check: the committed CI baseline is readable and every configuration 
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
 }
+
+TEST_CASE("check: an entry's pp stages the workload as simulate --pp does", "[cli][check][pp]") {
+  ScratchDir dir;
+  write_output_file(dir.file("b.json"), R"({
+  "format": "fusesim-baseline",
+  "version": 1,
+  "description": "pipeline stages",
+  "entries": [
+    {"topology": "dgx-h100-4node", "workload": "llama-3-8b", "parallelism": "tpsp", "pp": 2, "scope": "step",
+     "schedule": "baseline"}
+  ]
+})");
+  const auto up = run_fusesim({"check", "--baseline", "b.json", "--update"}, dir);
+  INFO(up.out << up.err);
+  REQUIRE(up.exit_code == 0);
+  const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("b.json")));
+  CHECK(doc["entries"][0]["pp"] == 2);
+  const auto sim = run_fusesim({"simulate", "--topology", "dgx-h100-4node", "--workload", "llama-3-8b", "--parallelism",
+                                "tpsp", "--pp", "2", "--scope", "step", "--schedule", "baseline", "--format", "json"},
+                               dir);
+  REQUIRE(sim.exit_code == 0);
+  const nlohmann::json report = nlohmann::json::parse(sim.out);
+  CHECK(doc["entries"][0]["metrics"]["step_time_s"].get<double>() ==
+        report["results"][0]["step_time_s"].get<double>());
+  // A pp of 0 is refused naming the entry's key.
+  write_output_file(dir.file("bad.json"), R"({"format": "fusesim-baseline", "version": 1, "description": "x",
+    "entries": [{"topology": "dgx-h100", "workload": "llama-3-8b", "pp": 0, "schedule": "baseline"}]})");
+  const auto bad = run_fusesim({"check", "--baseline", "bad.json", "--update"}, dir);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("bad.json: $.entries[0].pp") != std::string::npos);
+}
