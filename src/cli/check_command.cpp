@@ -40,7 +40,8 @@ constexpr const char* kDeprecatedTail = "tail_latency_s";
 constexpr double kNoise = 1e-12;
 
 // Configuration keys of an entry, in the order --update writes them.
-const std::vector<std::string> kIntKeys{"sequence_length", "micro_batch", "tp", "up", "pp", "dp", "slices"};
+const std::vector<std::string> kIntKeys{"sequence_length", "micro_batch", "grad_accumulation", "tp",
+                                        "up",              "pp",          "dp",                "slices"};
 
 struct Entry {
   std::string path;              // "$.entries[3]"
@@ -99,6 +100,7 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
       e.config[k] = x;
       if (k == "sequence_length") r.sequence_length = x;
       if (k == "micro_batch") r.micro_batch = x;
+      if (k == "grad_accumulation") r.grad_accumulation = x;
       if (k == "tp" || k == "up" || k == "pp" || k == "dp" || k == "slices") {
         if (x > (1 << 20)) v->fail("at most 1048576");
         const int xi = static_cast<int>(x);

@@ -83,7 +83,8 @@ const std::vector<KeyColumn> kKeyColumns{
     {"topology", "{}"},          {"workload", "{}"},  {"parallelism", "{}"},      {"engine", "engines {}"},
     {"scope", "{} scope"},
     {"passes", "{}"},            {"sequence_length", "seq {}"}, {"tp", "TP {}"}, {"up", "UP {}"},
-    {"pp", "PP {}"},             {"dp", "DP {}"},             {"micro_batch", "micro-batch {}"}, {"slices", "k = {}"},
+    {"pp", "PP {}"},             {"dp", "DP {}"},             {"micro_batch", "micro-batch {}"},
+    {"grad_accumulation", "{} micro-batches"}, {"slices", "k = {}"},
 };
 
 std::string cell_text(const SweepRow& row, const std::string& column) {

@@ -32,14 +32,15 @@ std::vector<std::string> split_commas(const std::string& value) {
   return out;
 }
 
-// An override (SimulateRequest::sequence_length, micro_batch, tp, up, dp) that makes the workload
-// invalid is the command line's fault, not the file's: the error names the option. Errors at keys no
-// override touched are the file's and pass unchanged.
+// An override (SimulateRequest::sequence_length, micro_batch, grad_accumulation, tp, up, dp, pp) that
+// makes the workload invalid is the command line's fault, not the file's: the error names the option.
+// Errors at keys no override touched are the file's and pass unchanged.
 [[noreturn]] void rethrow_for_overrides(const InputError& e, const SimulateRequest& r, const std::string& wl) {
   const std::string& path = e.json_path();
   std::string option;
   if (path == "$.training.sequence_length" && r.sequence_length) option = "--seq";
   else if (path == "$.training.micro_batch" && r.micro_batch) option = "--micro-batch";
+  else if (path == "$.training.grad_accumulation" && r.grad_accumulation) option = "--grad-accumulation";
   else if (path == "$.parallel.tp" && r.tp) option = "--tp";
   else if (path == "$.parallel.up" && r.up) option = "--up";
   else if (path == "$.parallel.dp" && r.dp) option = "--dp";
@@ -59,6 +60,8 @@ void apply_overrides(const SimulateRequest& r, model::Workload& w, const std::st
   };
   if (r.sequence_length) positive("--seq", *r.sequence_length), w.sequence_length = *r.sequence_length;
   if (r.micro_batch) positive("--micro-batch", *r.micro_batch), w.micro_batch = *r.micro_batch;
+  if (r.grad_accumulation)
+    positive("--grad-accumulation", *r.grad_accumulation), w.grad_accumulation = *r.grad_accumulation;
   if (r.tp) positive("--tp", *r.tp), w.parallel.tp = *r.tp;
   if (r.up) positive("--up", *r.up), w.parallel.up = *r.up;
   if (r.dp) positive("--dp", *r.dp), w.parallel.dp = *r.dp;
@@ -72,7 +75,8 @@ void apply_overrides(const SimulateRequest& r, model::Workload& w, const std::st
     if (*schedule != model::PipelineSchedule::interleaved) w.parallel.virtual_stages = 1;
   }
   if (r.engine) model::set_engine_mode(w.schedule, parse_engine_mode("--engine", *r.engine));
-  if (!(r.sequence_length || r.micro_batch || r.tp || r.up || r.dp || r.pp || r.pp_schedule)) return;
+  if (!(r.sequence_length || r.micro_batch || r.grad_accumulation || r.tp || r.up || r.dp || r.pp || r.pp_schedule))
+    return;
   try {
     model::validate_workload(w, wl);
   } catch (const InputError& e) {

@@ -42,6 +42,10 @@ class SimulateCommand final : public Command {
     sub.add_flag("--forward-only", forward_only_, "simulate the forward pass only");
     sub.add_option("--seq", seq_, "override the workload's sequence length")->type_name("N");
     sub.add_option("--micro-batch", micro_batch_, "override the workload's micro-batch")->type_name("N");
+    sub.add_option("--grad-accumulation", grad_accumulation_,
+                   "override the workload's gradient accumulation: micro-batches per step (with pp > 1, what "
+                   "fills the pipeline)")
+        ->type_name("N");
     sub.add_option("--tp", tp_, "override the tensor-parallel degree")->type_name("N");
     sub.add_option("--up", up_, "override the Ulysses degree")->type_name("N");
     sub.add_option("--dp", dp_, "override the data-parallel degree")->type_name("N");
@@ -99,6 +103,8 @@ class SimulateCommand final : public Command {
     request.forward_only = forward_only_;
     if (!seq_.empty()) request.sequence_length = parse_positive_int("--seq", seq_, 1 << 30);
     if (!micro_batch_.empty()) request.micro_batch = parse_positive_int("--micro-batch", micro_batch_, 1 << 20);
+    if (!grad_accumulation_.empty())
+      request.grad_accumulation = parse_positive_int("--grad-accumulation", grad_accumulation_, 1 << 20);
     if (!tp_.empty()) request.tp = parse_positive_int("--tp", tp_, 1 << 16);
     if (!up_.empty()) request.up = parse_positive_int("--up", up_, 1 << 16);
     if (!dp_.empty()) request.dp = parse_positive_int("--dp", dp_, 1 << 20);
@@ -159,7 +165,7 @@ class SimulateCommand final : public Command {
  private:
   std::string topology_ = "dgx-h100-4node";
   std::string workload_ = "llama-3-70b-4node";
-  std::string seq_, micro_batch_, tp_, up_, dp_, pp_, pp_schedule_;
+  std::string seq_, micro_batch_, grad_accumulation_, tp_, up_, dp_, pp_, pp_schedule_;
   std::string schedule_ = "all";
   std::string scope_ = "both";
   std::string slices_;

@@ -76,7 +76,8 @@ const std::vector<Column>& columns() {
   static const std::vector<Column> cols{
       {"config", Kind::integer},        {"topology", Kind::text},        {"cluster", Kind::text},
       {"workload", Kind::text},         {"model", Kind::text},           {"dtype", Kind::text},
-      {"sequence_length", Kind::integer}, {"micro_batch", Kind::integer}, {"tp", Kind::integer},
+      {"sequence_length", Kind::integer}, {"micro_batch", Kind::integer}, {"grad_accumulation", Kind::integer},
+      {"tp", Kind::integer},
       {"up", Kind::integer},            {"pp", Kind::integer},           {"dp", Kind::integer},
       {"slices", Kind::integer},
       {"passes", Kind::text},           {"parallelism", Kind::text},     {"scope", Kind::text},
@@ -94,10 +95,12 @@ const std::vector<Column>& columns() {
   };
   return cols;
 }
-constexpr std::size_t kConfigColumns = 19;
-// The pipeline stages' column came later than the others: a file written before it reads as pp 1,
-// what every configuration of such a sweep ran.
-constexpr const char* kPpColumn = "pp";
+constexpr std::size_t kConfigColumns = 20;
+// Columns that came later than the others (2026-11-30): a file written before them reads 0 there,
+// "not recorded" (its workloads' own values, which the file does not say).
+bool late_column(const char* name) {
+  return name == std::string_view("pp") || name == std::string_view("grad_accumulation");
+}
 constexpr const char* kStatusOk = "ok";
 
 std::size_t column_index(const std::string& name) {
@@ -139,6 +142,7 @@ std::string describe(const SimulateRequest& r, const SweepSpec& spec) {
   if (r.pp) s += fmt::format(" pp={}", *r.pp);
   if (r.dp) s += fmt::format(" dp={}", *r.dp);
   if (r.micro_batch) s += fmt::format(" micro-batch={}", *r.micro_batch);
+  if (r.grad_accumulation) s += fmt::format(" grad-accumulation={}", *r.grad_accumulation);
   if (r.slices) s += fmt::format(" slices={}", *r.slices);
   (void)spec;
   return s;
@@ -260,7 +264,8 @@ std::size_t SweepSpec::size() const {
   // configurations"); a product past the largest size_t reads as that, which every limit refuses.
   const std::size_t factors[] = {topologies.size(),       workloads.size(), axis_size(parallelisms), axis_size(engines),
                                  axis_size(sequence_lengths), axis_size(tps), axis_size(ups),         axis_size(pps),
-                                 axis_size(dps),              axis_size(micro_batches), axis_size(slices)};
+                                 axis_size(dps),              axis_size(micro_batches), axis_size(grad_accumulations),
+                                 axis_size(slices)};
   std::size_t n = 1;
   for (std::size_t f : factors) {
     if (f == 0) return 0;
@@ -279,6 +284,7 @@ SimulateRequest SweepSpec::configuration(std::size_t index) const {
     return d;
   };
   const std::size_t i_slices = take(axis_size(slices));
+  const std::size_t i_ga = take(axis_size(grad_accumulations));
   const std::size_t i_mb = take(axis_size(micro_batches));
   const std::size_t i_dp = take(axis_size(dps));
   const std::size_t i_pp = take(axis_size(pps));
@@ -299,6 +305,7 @@ SimulateRequest SweepSpec::configuration(std::size_t index) const {
   if (!pps.empty()) r.pp = static_cast<int>(pps[i_pp]);
   if (!dps.empty()) r.dp = static_cast<int>(dps[i_dp]);
   if (!micro_batches.empty()) r.micro_batch = micro_batches[i_mb];
+  if (!grad_accumulations.empty()) r.grad_accumulation = grad_accumulations[i_ga];
   if (!slices.empty()) r.slices = static_cast<int>(slices[i_slices]);
   r.schedules = schedules;
   r.scopes = scopes;
@@ -320,6 +327,7 @@ nlohmann::json SweepSpec::to_json() const {
           {"pp", pps},
           {"dp", dps},
           {"micro_batches", micro_batches},
+          {"grad_accumulations", grad_accumulations},
           {"slices", slices},
           {"schedules", kind_names(schedules)},
           {"scopes", scope_names(scopes)},
@@ -366,6 +374,7 @@ std::vector<Cell> make_row(const SimulateRequest& request, const SimulateReport&
   cells.emplace_back(topo::to_string(w.dtype));
   cells.emplace_back(std::int64_t{w.sequence_length});
   cells.emplace_back(std::int64_t{w.micro_batch});
+  cells.emplace_back(std::int64_t{w.grad_accumulation});
   cells.emplace_back(std::int64_t{w.parallel.tp});
   cells.emplace_back(std::int64_t{w.parallel.up});
   cells.emplace_back(std::int64_t{w.parallel.pp});
@@ -415,6 +424,7 @@ std::vector<std::vector<Cell>> problem_rows(const SimulateRequest& request, std:
   }
   if (request.sequence_length) w.sequence_length = *request.sequence_length;
   if (request.micro_batch) w.micro_batch = *request.micro_batch;
+  if (request.grad_accumulation) w.grad_accumulation = *request.grad_accumulation;
   if (request.tp) w.parallel.tp = *request.tp;
   if (request.up) w.parallel.up = *request.up;
   if (request.pp) w.parallel.pp = *request.pp;
@@ -445,7 +455,8 @@ std::vector<std::vector<Cell>> problem_rows(const SimulateRequest& request, std:
       for (model::ScheduleKind kind : request.schedules)
         rows.push_back({static_cast<std::int64_t>(config), request.topology, std::string(), request.workload,
                         loaded ? w.arch.name : std::string(), loaded ? topo::to_string(w.dtype) : std::string(),
-                        std::int64_t{w.sequence_length}, std::int64_t{w.micro_batch}, std::int64_t{w.parallel.tp},
+                        std::int64_t{w.sequence_length}, std::int64_t{w.micro_batch},
+                        std::int64_t{w.grad_accumulation}, std::int64_t{w.parallel.tp},
                         std::int64_t{w.parallel.up}, std::int64_t{w.parallel.pp}, std::int64_t{w.parallel.dp},
                         std::int64_t{w.schedule.slices},
                         std::string(w.backward ? "forward+backward" : "forward"), par, sched::to_string(scope),
@@ -717,8 +728,8 @@ SweepResult parse_sweep_json(const JsonDocument& doc) {
     SweepRow row;
     for (std::size_t ci = 0; ci + 1 < cols.size(); ++ci) {
       const Column& c = cols[ci];
-      if (c.name == std::string_view(kPpColumn) && !o.has(c.name)) {
-        row.cells.emplace_back(std::int64_t{1});
+      if (late_column(c.name) && !o.has(c.name)) {
+        row.cells.emplace_back(std::int64_t{0});
         continue;
       }
       const JsonValue v = o.at(c.name);
@@ -816,7 +827,7 @@ SweepResult read_sweep_csv(const std::string& path) {
     index_of[c] = h;
   }
   for (std::size_t c = 0; c + 1 < cols.size(); ++c)
-    if (index_of[c] == std::string::npos && cols[c].name != std::string_view(kPpColumn))
+    if (index_of[c] == std::string::npos && !late_column(cols[c].name))
       throw InputError(path, "line 1", fmt::format("column '{}' is missing", cols[c].name));
 
   SweepResult r;
@@ -836,8 +847,8 @@ SweepResult read_sweep_csv(const std::string& path) {
       throw InputError(path, where + ": status", fmt::format("'{}' is not ok, failed or skipped-<reason>", status));
     SweepRow row;
     for (std::size_t c = 0; c + 1 < cols.size(); ++c) {
-      if (index_of[c] == std::string::npos) {  // the pp column of an older file
-        row.cells.emplace_back(std::int64_t{1});
+      if (index_of[c] == std::string::npos) {  // a late column, not in an older file
+        row.cells.emplace_back(std::int64_t{0});
         continue;
       }
       const std::string& v = f[index_of[c]];

@@ -78,6 +78,9 @@ class SweepCommand final : public Command {
         ->type_name(axis);
     sub.add_option("--dp", dp_, "data-parallel degrees: a list or range")->type_name(axis);
     sub.add_option("--micro-batch", micro_batch_, "micro-batch sizes: a list or range")->type_name(axis);
+    sub.add_option("--grad-accumulation", grad_accumulation_,
+                   "gradient accumulation (micro-batches per step): a list or range")
+        ->type_name(axis);
     sub.add_option("--slices", slices_, "slice-overlap k: a list or range")->type_name(axis);
     sub.add_option("--schedule", schedule_, "baseline, slice, commfuse, all, or a comma list")
         ->type_name("KIND")
@@ -132,9 +135,11 @@ class SweepCommand final : public Command {
     spec.pps = axis("--pp", pp_);
     spec.dps = axis("--dp", dp_);
     spec.micro_batches = axis("--micro-batch", micro_batch_);
+    spec.grad_accumulations = axis("--grad-accumulation", grad_accumulation_);
     spec.slices = axis("--slices", slices_);
     for (const auto& [option, v] : {std::pair{"--tp", &spec.tps}, std::pair{"--up", &spec.ups},
                                     std::pair{"--pp", &spec.pps}, std::pair{"--dp", &spec.dps},
+                                    std::pair{"--grad-accumulation", &spec.grad_accumulations},
                                     std::pair{"--slices", &spec.slices}})
       for (std::int64_t x : *v)
         if (x > (1 << 20))
@@ -216,7 +221,7 @@ class SweepCommand final : public Command {
   std::string workload_ = "llama-3-70b-4node";
   std::string parallelism_;
   std::string engine_;
-  std::string seq_, tp_, up_, pp_, dp_, micro_batch_, slices_;
+  std::string seq_, tp_, up_, pp_, dp_, micro_batch_, grad_accumulation_, slices_;
   std::string schedule_ = "all";
   std::string scope_ = "layer";
   bool forward_only_ = false;

@@ -105,9 +105,13 @@ TEST_CASE("command-line overrides reach the workload and are blamed by option", 
   CHECK(error_path([&] { prepare_job(r); }) == "<command line> --seq");
   r.sequence_length = 4096;
   r.micro_batch = 2;
+  r.grad_accumulation = 0;
+  CHECK(error_path([&] { prepare_job(r); }) == "<command line> --grad-accumulation");
+  r.grad_accumulation = 4;
   const PreparedJob job = prepare_job(r);
   CHECK(job.workload.sequence_length == 4096);
   CHECK(job.workload.micro_batch == 2);
+  CHECK(job.workload.grad_accumulation == 4);
   CHECK(job.workload.parallel.tp == 8);
 }
 
@@ -140,18 +144,20 @@ TEST_CASE("sweep rows equal simulate() of the same configuration", "[cli][sweep]
   }
 }
 
-TEST_CASE("sweep --pp is an axis of pipeline stages - a file written before the pp column reads as pp 1",
+TEST_CASE("sweep --pp and --grad-accumulation are axes - a file written before their columns reads 0 there",
           "[cli][sweep][pp]") {
   ScratchDir dir;
   SweepSpec spec;
   spec.topologies = {"dgx-h100-4node"};
   spec.workloads = {"llama-3-8b"};
   spec.pps = {1, 2, 4};
+  spec.grad_accumulations = {8};
   spec.schedules = {model::ScheduleKind::baseline};
   spec.scopes = {sched::Scope::step};
   spec.parallelisms = {sched::Parallelism::tpsp};
   REQUIRE(spec.size() == 3);
   CHECK(*spec.configuration(1).pp == 2);
+  CHECK(*spec.configuration(1).grad_accumulation == 8);
   SweepOptions opt;
   opt.jobs = 2;
   const SweepResult res = run_sweep(spec, opt);
@@ -160,15 +166,21 @@ TEST_CASE("sweep --pp is an axis of pipeline stages - a file written before the 
     const SimulateReport rep = simulate(spec.configuration(c));
     REQUIRE(rep.runs.size() == 1);
     CHECK(row_integer(res.rows[c], "pp") == V{1, 2, 4}[c]);
+    CHECK(row_integer(res.rows[c], "grad_accumulation") == 8);
+    // 8 micro-batches of 1 sequence of 8192 tokens per step on one DP replica.
+    CHECK(row_integer(res.rows[c], "tokens") == 8 * 8192);
     CHECK(row_number(res.rows[c], "step_time_s") == ps_to_seconds(rep.runs[0].metrics.step_time_ps));
   }
   // Each stage holds its own GPUs: 8 (TP) x pp of the cluster's.
   CHECK(row_integer(res.rows[2], "gpus") == 32);
 
-  // The same rows without the pp column (as a sweep wrote them before it existed) read back as pp 1.
+  // The same rows without the two columns (as a sweep wrote them before they existed) read back 0
+  // there: not recorded.
   const std::string csv = sweep_csv(res);
   const std::vector<std::string> cols = row_columns();
   const auto pp_at = static_cast<std::size_t>(std::find(cols.begin(), cols.end(), "pp") - cols.begin());
+  const auto ga_at = static_cast<std::size_t>(std::find(cols.begin(), cols.end(), "grad_accumulation") - cols.begin());
+  REQUIRE(ga_at < pp_at);  // erased from the back first
   std::istringstream in(csv);
   std::string line, old;
   for (int n = 0; std::getline(in, line) && n < 2; ++n) {  // the header and the pp-1 row
@@ -186,6 +198,7 @@ TEST_CASE("sweep --pp is an axis of pipeline stages - a file written before the 
     }
     f.push_back(cell);
     f.erase(f.begin() + static_cast<std::ptrdiff_t>(pp_at));
+    f.erase(f.begin() + static_cast<std::ptrdiff_t>(ga_at));
     old += fmt::format("{}\n", fmt::join(f, ","));
   }
   {
@@ -194,7 +207,8 @@ TEST_CASE("sweep --pp is an axis of pipeline stages - a file written before the 
   }
   const SweepResult back = read_sweep_csv(dir.file("old.csv"));
   REQUIRE(back.rows.size() == 1);
-  CHECK(row_integer(back.rows[0], "pp") == 1);
+  CHECK(row_integer(back.rows[0], "pp") == 0);
+  CHECK(row_integer(back.rows[0], "grad_accumulation") == 0);
   CHECK(row_number(back.rows[0], "step_time_s") == row_number(res.rows[0], "step_time_s"));
 }
 

@@ -38,6 +38,7 @@ struct SimulateRequest {
   // prepare_job() like the file's own values, the command line named as the culprit.
   std::optional<std::int64_t> sequence_length;
   std::optional<std::int64_t> micro_batch;
+  std::optional<std::int64_t> grad_accumulation;  // micro-batches per step (training.grad_accumulation)
   std::optional<int> tp, up, dp, pp;
   // --pp-schedule: "1f1b", "interleaved" (with the workload's virtual_stages) or "zb-h1"; 1f1b and zb-h1
   // set virtual_stages 1.
