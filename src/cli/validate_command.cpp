@@ -358,6 +358,11 @@ class ValidateCommand final : public Command {
                  "the roofline alone: no profile, not even the shipped one of each case's device");
     sub.add_option("--category", category_, "only this category: gemm, attention, collective, end_to_end, layer")
         ->type_name("NAME");
+    sub.add_option("--id", ids_,
+                   "only the cases whose id contains one of these (repeat or comma-separate), e.g. "
+                   "--id e2e/torchtitan; a speed-up is reported when both its cases are in")
+        ->type_name("TEXT")
+        ->delimiter(',');
     sub.add_option("--format", format_, "table or json")->type_name("FORMAT")->capture_default_str();
     sub.add_option("--output", output_, "write the report to this file instead of standard output")->type_name("FILE");
   }
@@ -381,11 +386,23 @@ class ValidateCommand final : public Command {
     std::vector<model::Profile> profiles;
     for (const std::string& p : names) profiles.push_back(cache.load(p)->profile);
 
+    for (const std::string& id : ids_) {
+      if (id.empty()) throw InputError(kCommandLine, "--id", "an empty id pattern");
+      if (std::none_of(cases.begin(), cases.end(), [&](const Case& c) { return c.id.find(id) != std::string::npos; }))
+        throw InputError(kCommandLine, "--id", fmt::format("no case of {} has an id containing '{}'", in.label, id));
+    }
+    const auto selected = [&](const Case& c) {
+      return ids_.empty() || std::any_of(ids_.begin(), ids_.end(), [&](const std::string& id) {
+               return c.id.find(id) != std::string::npos;
+             });
+    };
+
     std::vector<Row> rows;
     std::map<std::string, topo::Cluster> clusters;
     const model::RooflineCostModel roofline;
     for (const Case& c : cases) {
       if (!category_.empty() && c.category != category_) continue;
+      if (!selected(c)) continue;
       Row row;
       row.c = &c;
       auto it = clusters.find(c.topology);
@@ -455,7 +472,8 @@ class ValidateCommand final : public Command {
     // The kernel models' errors on the profiles' own samples, fitted on all of them and leave one
     // model out (fit without model X, predict X).
     std::vector<KernelModelReport> kernel_models;
-    if (category_.empty() || category_ == "gemm")
+    // Not with --id: they are the profiles' samples, not cases.
+    if ((category_.empty() || category_ == "gemm") && ids_.empty())
       for (const model::Profile& p : profiles) kernel_models.push_back(kernel_model_report(p));
     std::string text;
     if (format == OutputFormat::json) {
@@ -780,6 +798,7 @@ class ValidateCommand final : public Command {
   std::string cases_ = "published";
   std::vector<std::string> profiles_;
   std::string category_;
+  std::vector<std::string> ids_;  // --id: substrings of the case ids to run
   std::string format_ = "table";
   std::string output_;
   bool roofline_ = false;

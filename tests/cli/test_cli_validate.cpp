@@ -503,3 +503,31 @@ TEST_CASE("fusesim validate: a layer case is simulate's one layer, forward and b
   refused([](json& c) { c["pass"] = "backward"; }, "$.cases[0].pass");
   refused([](json& c) { c["speedup_over"] = "layer/block"; }, "$.cases[0].speedup_over");
 }
+
+TEST_CASE("fusesim validate --id runs the cases whose id contains a pattern, the same as among all", "[cli][validate]") {
+  ScratchDir dir;
+  const std::string cases = source_path("tests/data/validation/e2e-rank.json");
+  const auto all = run_fusesim({"validate", "--cases", cases, "--format", "json"}, dir);
+  REQUIRE(all.exit_code == 0);
+  // "block-" is in all three ids of the file (e2e/block-2k, e2e/block-8k, e2e/block-mfu), "block-2k" in one.
+  const auto every = run_fusesim({"validate", "--cases", cases, "--id", "block-", "--format", "json"}, dir);
+  REQUIRE(every.exit_code == 0);
+  CHECK(json::parse(every.out)["cases"].size() == 3u);
+  const auto some = run_fusesim({"validate", "--cases", cases, "--id", "block-2k", "--format", "json"}, dir);
+  INFO(some.err);
+  REQUIRE(some.exit_code == 0);
+  const json a = json::parse(all.out), s = json::parse(some.out);
+  REQUIRE(s["cases"].size() == 1u);
+  for (const json& c : s["cases"]) {
+    CHECK(c["id"] == "e2e/block-2k");
+    for (const json& d : a["cases"])
+      if (d["id"] == c["id"]) CHECK(d["calibrated"].get<double>() == c["calibrated"].get<double>());
+  }
+  // Two patterns select the union; one that matches nothing is bad input naming the option.
+  const auto two = run_fusesim({"validate", "--cases", cases, "--id", "block-2k,block-8k", "--format", "json"}, dir);
+  REQUIRE(two.exit_code == 0);
+  CHECK(json::parse(two.out)["cases"].size() == 2u);
+  const auto none = run_fusesim({"validate", "--cases", cases, "--id", "no-such-case"}, dir);
+  CHECK(none.exit_code == 2);
+  CHECK(none.err.find("<command line>: --id") != std::string::npos);
+}
