@@ -401,6 +401,18 @@ SimulateReport simulate(const SimulateRequest& request) {
     throw;
   }
   priced();  // the report names the pricing even where nothing was simulated
+  // Two rows of the DP comparison that are one schedule read as a fault of the simulator without this.
+  const auto asked = [&](model::ScheduleKind k) {
+    return std::find(request.schedules.begin(), request.schedules.end(), k) != request.schedules.end();
+  };
+  const bool dp_compared = std::any_of(report.runs.begin(), report.runs.end(),
+                                       [](const SimulateRun& r) { return r.metrics.parallelism == "dp"; });
+  if (dp_compared && asked(model::ScheduleKind::baseline) && asked(model::ScheduleKind::slice) &&
+      !w.schedule.dp_serial_baseline)
+    report.notes.push_back(
+        "dp: baseline and slice are the same schedule, the bucketed overlap PyTorch DDP and Megatron-LM run "
+        "($.schedule.dp_baseline \"serial\" makes baseline one collective after the whole backward; "
+        "docs/schedules.md \"DP: gradient synchronisation\")");
   if (network_sends_on_sm > 0) report.notes.push_back(network_sends_note(network_sends_on_sm));
   if (best_tree_all_reduce) report.notes.push_back(tree_all_reduce_note(*best_tree_all_reduce));
   report.workload = std::move(w);

@@ -121,3 +121,28 @@ TEST_CASE("sweep --parallelism checks its names and takes all as every paralleli
   CHECK(per["dp"] == 3);
   CHECK(per.count("all") == 0);
 }
+
+TEST_CASE("simulate notes that the DP baseline and slice rows are one schedule, unless the baseline is serial",
+          "[cli][simulate][dp]") {
+  ScratchDir dir;
+  write_workload(dir, 2);
+  const std::string note = "dp: baseline and slice are the same schedule";
+  const auto r = run_fusesim({"simulate", "--workload", "w.json", "--scope", "layer", "--parallelism", "dp"}, dir);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find(note) != std::string::npos);
+  // Only one of the two asked for: nothing to say.
+  const auto one = run_fusesim(
+      {"simulate", "--workload", "w.json", "--scope", "layer", "--parallelism", "dp", "--schedule", "baseline,commfuse"},
+      dir);
+  REQUIRE(one.exit_code == 0);
+  CHECK(one.out.find(note) == std::string::npos);
+  // The serial baseline is another schedule.
+  json w = json::parse(slurp(dir.path() / "w.json"));
+  w["schedule"]["dp_baseline"] = "serial";
+  std::ofstream(dir.path() / "serial.json") << w.dump();
+  const auto serial =
+      run_fusesim({"simulate", "--workload", "serial.json", "--scope", "layer", "--parallelism", "dp"}, dir);
+  INFO(serial.err);
+  REQUIRE(serial.exit_code == 0);
+  CHECK(serial.out.find(note) == std::string::npos);
+}
