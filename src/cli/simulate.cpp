@@ -357,7 +357,15 @@ SimulateReport simulate(const SimulateRequest& request) {
         options.dp_as_p2p = request.dp_as_p2p;
         options.mirror_dp = request.mirror_dp;
         options.mirror_tp = request.mirror_dp;
-        const sched::Schedule schedule = sched::generate(w, wl, cluster, kind, options);
+        // A generator's refusal of a value an override set (a graph too large for its micro-batches)
+        // names the option, as the workload's checks do.
+        const sched::Schedule schedule = [&] {
+          try {
+            return sched::generate(w, wl, cluster, kind, options);
+          } catch (const InputError& e) {
+            rethrow_for_overrides(e, request, wl);
+          }
+        }();
         network_sends_on_sm = std::max(network_sends_on_sm, schedule.network_sends_on_sm);
         const auto note_once = [&](const std::string& note) {
           if (std::find(report.notes.begin(), report.notes.end(), note) == report.notes.end())

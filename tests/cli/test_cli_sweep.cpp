@@ -107,6 +107,12 @@ TEST_CASE("command-line overrides reach the workload and are blamed by option", 
   r.micro_batch = 2;
   r.grad_accumulation = 0;
   CHECK(error_path([&] { prepare_job(r); }) == "<command line> --grad-accumulation");
+  // 32 layers x 2^20 micro-batches: a step graph of about 1e10 tasks, refused by the generator,
+  // which blames the option that set it.
+  r.grad_accumulation = 1 << 20;
+  r.scopes = {sched::Scope::step};
+  CHECK(error_path([&] { simulate(r); }) == "<command line> --grad-accumulation");
+  r.scopes = {sched::Scope::layer};
   r.grad_accumulation = 4;
   const PreparedJob job = prepare_job(r);
   CHECK(job.workload.sequence_length == 4096);
