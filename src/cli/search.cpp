@@ -945,6 +945,14 @@ std::string search_table(const SearchResult& r) {
   std::stable_sort(reasons.begin(), reasons.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   for (const auto& [n, reason] : reasons) out += fmt::format("  pruned {:>7}  {}\n", n, reason);
   if (r.rows.empty()) out += "no configuration can run: see the reasons above\n";
+  // A workload file's own batch (micro-batch x accumulation x dp) is often one replica's, far below a
+  // training run's: then DP cannot take the GPUs and the best configurations are deep pipelines and
+  // wide TP that one step cannot fill, which reads as the search's advice unless said.
+  if (r.global_batch < r.gpus)
+    out += fmt::format("note: the global batch of {} sequence{} is smaller than the {} GPUs, so DP is at most {} and "
+                       "the rest of the GPUs go to TP, UP and pipeline stages that one step cannot fill; a training "
+                       "run's is usually hundreds to thousands of sequences (--global-batch)\n",
+                       r.global_batch, r.global_batch == 1 ? "" : "s", r.gpus, r.global_batch);
   return out;
 }
 

@@ -241,6 +241,16 @@ TEST_CASE("fusesim search prints the best configurations and writes CSV and the 
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("best per overlap schedule:") != std::string::npos);
   CHECK(r.out.find(" candidates: ") != std::string::npos);
+  // A global batch of 8 on the 8 GPUs is no smaller than the GPUs: nothing to note.
+  CHECK(r.out.find("is smaller than the") == std::string::npos);
+  // Of 4 it is, and the table says what it does to the ranking.
+  const auto small = run_fusesim({"search", "--workload", "model.json", "--topology", "dgx-h100", "--global-batch",
+                                  "4", "--tp", "4,8", "--micro-batch", "1", "--recompute", "none", "--zero", "ddp",
+                                  "--top", "3", "--quiet"},
+                                 dir);
+  REQUIRE(small.exit_code == 0);
+  CHECK(small.out.find("note: the global batch of 4 sequences is smaller than the 8 GPUs, so DP is at most 4") !=
+        std::string::npos);
   const std::string csv = slurp(dir.path() / "best.csv");
   CHECK(csv.rfind("rank,tp,up,pp,dp,pp_schedule,virtual_stages,micro_batch,grad_accumulation,recompute,", 0) == 0);
   CHECK(std::filesystem::exists(dir.path() / "fig" / "search.dat"));
