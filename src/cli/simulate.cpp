@@ -454,6 +454,7 @@ nlohmann::json report_json(const SimulateReport& report) {
   doc["dtype"] = topo::to_string(w.dtype);
   doc["sequence_length"] = w.sequence_length;
   doc["micro_batch"] = w.micro_batch;
+  doc["grad_accumulation"] = w.grad_accumulation;
   doc["parallel"] = {{"tp", w.parallel.tp}, {"up", w.parallel.up}, {"dp", w.parallel.dp}};
   if (w.parallel.pp > 1) {
     doc["parallel"]["pp"] = w.parallel.pp;

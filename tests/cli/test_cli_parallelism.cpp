@@ -145,4 +145,10 @@ TEST_CASE("simulate notes that the DP baseline and slice rows are one schedule, 
   INFO(serial.err);
   REQUIRE(serial.exit_code == 0);
   CHECK(serial.out.find(note) == std::string::npos);
+  // The JSON report names the gradient accumulation the run used (here set on the command line).
+  const auto accumulated = run_fusesim({"simulate", "--workload", "w.json", "--scope", "layer", "--parallelism", "dp",
+                                        "--grad-accumulation", "3", "--format", "json"},
+                                       dir);
+  REQUIRE(accumulated.exit_code == 0);
+  CHECK(json::parse(accumulated.out)["grad_accumulation"] == 3);
 }
