@@ -484,6 +484,8 @@ std::string report_table(const SimulateReport& report, bool regions) {
                                            model::to_string(w.parallel.pp_schedule),
                                            w.parallel.virtual_stages > 1 ? fmt::format(" v {}", w.parallel.virtual_stages) : "",
                                            w.grad_accumulation));
+  else if (w.grad_accumulation > 1)  // the micro-batches of one step (a step scope runs them all)
+    out.insert(out.size() - 2, fmt::format(", {} micro-batches per step", w.grad_accumulation));
   out.insert(out.size() - 1, "kernels priced by " + report.pricing + "\n");
   // Mirrored runs list fewer ranks than the job has; a reader must know the rest were not dropped.
   std::size_t fewest = 0, most = 0;
