@@ -24,7 +24,10 @@ class GenerateCommand final : public Command {
     sub.add_option("--topology", topology_, "cluster: a topology file or a shipped name")->capture_default_str();
     sub.add_option("--workload", workload_, "workload: a workload file or a shipped name")->capture_default_str();
     sub.add_option("--schedule", schedule_, "baseline, slice or commfuse")->capture_default_str();
-    sub.add_option("--scope", scope_, "layer or stack")->capture_default_str();
+    scope_option_ = sub.add_option("--scope", scope_,
+                                   "layer, stack or step (a whole training step, as simulate's; the default for a "
+                                   "workload with pipeline stages)")
+                        ->capture_default_str();
     sub.add_option("--slices", slices_, "k of slice-overlap (default: the workload's schedule.slices)");
     sub.add_flag("--forward-only", forward_only_, "the forward pass only");
     sub.add_option("--output", output_, "the task-graph file to write")->required();
@@ -43,7 +46,8 @@ class GenerateCommand final : public Command {
     request.schedules = parse_schedules(schedule_);
     if (request.schedules.size() != 1) throw InputError(kCommandLine, "--schedule", "name exactly one schedule");
     request.scopes = parse_scopes(scope_);
-    if (request.scopes.size() != 1) throw InputError(kCommandLine, "--scope", "name one scope: layer or stack");
+    if (request.scopes.size() != 1)
+      throw InputError(kCommandLine, "--scope", "name one scope: layer, stack or step");
     if (!slices_.empty()) request.slices = parse_positive_int("--slices", slices_, 1024);
     request.forward_only = forward_only_;
     // A task graph is a timing study, not a claim that the run fits: generate writes it whatever the
@@ -54,6 +58,12 @@ class GenerateCommand final : public Command {
     const PreparedJob job = prepare_job(request);
     sched::GenerateOptions options;
     options.scope = request.scopes[0];
+    // As simulate does: a pipeline passes micro-batches between stages, which only a whole step has.
+    if (scope_option_->count() == 0 && job.workload.parallel.pp > 1) {
+      options.scope = sched::Scope::step;
+      io.err << fmt::format("note: pp {}: the whole step is generated (a pipeline has no layer or stack scope)\n",
+                            job.workload.parallel.pp);
+    }
     options.backward = job.workload.backward;
     options.dp_as_p2p = request.dp_as_p2p;
     options.mirror_dp = request.mirror_dp;
@@ -74,6 +84,7 @@ class GenerateCommand final : public Command {
   std::string workload_ = "llama-3-70b-4node";
   std::string schedule_ = "commfuse";
   std::string scope_ = "layer";
+  CLI::Option* scope_option_ = nullptr;
   std::string slices_;
   bool forward_only_ = false;
   std::string output_;

@@ -233,3 +233,22 @@ TEST_CASE("zb-h1 errors name the key or the option, exit 2", "[cli][simulate][pi
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("--pp-schedule") != std::string::npos);
 }
+
+TEST_CASE("generate without --scope writes a pipelined workload's whole step, as simulate runs it",
+          "[cli][pipeline][dag]") {
+  ScratchDir dir;
+  write_workload(dir, "pp.json", 2);
+  const auto defaulted = run_fusesim({"generate", "--workload", "pp.json", "--output", "default.json"}, dir);
+  INFO(defaulted.err);
+  REQUIRE(defaulted.exit_code == 0);
+  CHECK(defaulted.err.find("note: pp 2: the whole step is generated") != std::string::npos);
+  const auto step =
+      run_fusesim({"generate", "--workload", "pp.json", "--scope", "step", "--output", "step.json"}, dir);
+  REQUIRE(step.exit_code == 0);
+  CHECK(slurp(dir.file("default.json")) == slurp(dir.file("step.json")));
+  // A scope named on the command line is the user's: a layer of a pipeline is refused, naming pp.
+  const auto layer =
+      run_fusesim({"generate", "--workload", "pp.json", "--scope", "layer", "--output", "layer.json"}, dir);
+  CHECK(layer.exit_code == 2);
+  CHECK(layer.err.find("$.parallel.pp") != std::string::npos);
+}
