@@ -243,7 +243,8 @@ class CalibrateCommand final : public Command {
     plan_->add_option("--workload", workload_, "workload: a file or a shipped name")->capture_default_str();
     plan_->add_option("--topology", plan_topology_, "cluster: a file or a shipped name")->capture_default_str();
     plan_->add_option("--tp", tp_, "override the tensor-parallel degree");
-    plan_->add_option("--sequence", sequence_, "override the sequence length");
+    // --seq as simulate, sweep and search spell it; --sequence as this option was first named.
+    plan_->add_option("--seq,--sequence", sequence_, "override the sequence length");
     plan_->add_option("--slices", slices_, "slice counts of slice-overlap, comma-separated (default: the "
                                            "workload's)");
     plan_->add_option("--scope", scope_, "generate one layer or the whole stack (the same shapes unless the "

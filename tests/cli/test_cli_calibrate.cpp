@@ -440,3 +440,14 @@ TEST_CASE("calibrate from-trace refuses a trace without shaped GEMMs, naming the
   CHECK(step.exit_code == 2);
   CHECK(step.err.find("--step") != std::string::npos);
 }
+
+TEST_CASE("calibrate plan takes --seq, as simulate spells it, and --sequence alike", "[cli][calibrate]") {
+  ScratchDir dir;
+  const auto seq = run_fusesim({"calibrate", "plan", "--workload", "llama-3-8b", "--seq", "4096"}, dir);
+  const auto sequence = run_fusesim({"calibrate", "plan", "--workload", "llama-3-8b", "--sequence", "4096"}, dir);
+  REQUIRE(seq.exit_code == 0);
+  REQUIRE(sequence.exit_code == 0);
+  CHECK(seq.out == sequence.out);
+  // Llama-3-8B at TP 8: attention over the whole 4096-token sequence on every rank.
+  CHECK(json::parse(seq.out)["attention"][0]["seq_q"] == 4096);
+}
