@@ -946,12 +946,12 @@ std::string search_table(const SearchResult& r) {
   for (const auto& [n, reason] : reasons) out += fmt::format("  pruned {:>7}  {}\n", n, reason);
   if (r.rows.empty()) out += "no configuration can run: see the reasons above\n";
   // A workload file's own batch (micro-batch x accumulation x dp) is often one replica's, far below a
-  // training run's: then DP cannot take the GPUs and the best configurations are deep pipelines and
-  // wide TP that one step cannot fill, which reads as the search's advice unless said.
+  // training run's: then DP cannot take the GPUs and the best rows are deep pipelines and wide TP,
+  // which reads as the search's advice for the run unless said.
   if (r.global_batch < r.gpus)
     out += fmt::format("note: the global batch of {} sequence{} is smaller than the {} GPUs, so DP is at most {} and "
-                       "the rest of the GPUs go to TP, UP and pipeline stages that one step cannot fill; a training "
-                       "run's is usually hundreds to thousands of sequences (--global-batch)\n",
+                       "the other GPUs must be TP, UP or pipeline stages; a training run's global batch is usually "
+                       "hundreds to thousands of sequences (--global-batch)\n",
                        r.global_batch, r.global_batch == 1 ? "" : "s", r.gpus, r.global_batch);
   return out;
 }
