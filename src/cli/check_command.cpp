@@ -39,9 +39,19 @@ constexpr const char* kDeprecatedTail = "tail_latency_s";
 // above 1e-9; a picosecond is 1e-12 s).
 constexpr double kNoise = 1e-12;
 
-// Configuration keys of an entry, in the order --update writes them.
-const std::vector<std::string> kIntKeys{"sequence_length", "micro_batch", "grad_accumulation", "tp",
-                                        "up",              "pp",          "dp",                "slices"};
+// Integer configuration keys of an entry, in the order --update writes them, and the override of the
+// request each sets: a sequence or batch count (`wide`), or a degree or slice count (`narrow`, at most
+// 2^20).
+struct IntKey {
+  std::string name;
+  std::optional<std::int64_t> SimulateRequest::*wide = nullptr;
+  std::optional<int> SimulateRequest::*narrow = nullptr;
+};
+const std::vector<IntKey> kIntKeys{
+    {"sequence_length", &SimulateRequest::sequence_length}, {"micro_batch", &SimulateRequest::micro_batch},
+    {"grad_accumulation", &SimulateRequest::grad_accumulation}, {"tp", nullptr, &SimulateRequest::tp},
+    {"up", nullptr, &SimulateRequest::up},  {"pp", nullptr, &SimulateRequest::pp},
+    {"dp", nullptr, &SimulateRequest::dp},  {"slices", nullptr, &SimulateRequest::slices}};
 
 struct Entry {
   std::string path;              // "$.entries[3]"
@@ -94,17 +104,15 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
     r.parallelisms = {*par};
     e.config["parallelism"] = e.parallelism;
   }
-  for (const std::string& k : kIntKeys) {
-    if (auto v = o.find(k)) {
+  for (const IntKey& k : kIntKeys) {
+    if (auto v = o.find(k.name)) {
       const std::int64_t x = v->as_integer(1, std::int64_t{1} << 40);
-      e.config[k] = x;
-      if (k == "sequence_length") r.sequence_length = x;
-      if (k == "micro_batch") r.micro_batch = x;
-      if (k == "grad_accumulation") r.grad_accumulation = x;
-      if (k == "tp" || k == "up" || k == "pp" || k == "dp" || k == "slices") {
+      e.config[k.name] = x;
+      if (k.wide) {
+        r.*k.wide = x;
+      } else {
         if (x > (1 << 20)) v->fail("at most 1048576");
-        const int xi = static_cast<int>(x);
-        (k == "tp" ? r.tp : k == "up" ? r.up : k == "pp" ? r.pp : k == "dp" ? r.dp : r.slices) = xi;
+        r.*k.narrow = static_cast<int>(x);
       }
     }
   }
@@ -160,8 +168,10 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
   o.finish();
   e.label = fmt::format("{} {}", short_label(r.topology), short_label(r.workload));
   if (!e.parallelism.empty()) e.label += " " + e.parallelism;
-  for (const std::string& k : kIntKeys)
-    if (e.config.contains(k)) e.label += fmt::format(" {}={}", k == "sequence_length" ? "seq" : k, e.config[k].get<std::int64_t>());
+  for (const IntKey& k : kIntKeys)
+    if (e.config.contains(k.name))
+      e.label += fmt::format(" {}={}", k.name == "sequence_length" ? "seq" : k.name,
+                             e.config[k.name].get<std::int64_t>());
   e.label += " " + e.scope;
   return e;
 }
@@ -227,7 +237,7 @@ std::string write_baseline(const std::string& description, const std::vector<Ent
       if (e.config.contains(key)) fields.push_back(fmt::format("\"{}\": {}", key, e.config[key].dump()));
     };
     for (const char* k : {"topology", "workload", "parallelism"}) add(k);
-    for (const std::string& k : kIntKeys) add(k);
+    for (const IntKey& k : kIntKeys) add(k.name);
     for (const char* k : {"scope", "schedule", "forward_only", "force_memory", "profile", "roofline"}) add(k);
     std::vector<std::string> metrics;
     for (const Guarded& g : kGuarded)
