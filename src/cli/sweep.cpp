@@ -77,9 +77,8 @@ const std::vector<Column>& columns() {
       {"config", Kind::integer},        {"topology", Kind::text},        {"cluster", Kind::text},
       {"workload", Kind::text},         {"model", Kind::text},           {"dtype", Kind::text},
       {"sequence_length", Kind::integer}, {"micro_batch", Kind::integer}, {"grad_accumulation", Kind::integer},
-      {"tp", Kind::integer},
-      {"up", Kind::integer},            {"pp", Kind::integer},           {"dp", Kind::integer},
-      {"slices", Kind::integer},
+      {"tp", Kind::integer},            {"up", Kind::integer},           {"pp", Kind::integer},
+      {"dp", Kind::integer},            {"slices", Kind::integer},
       {"passes", Kind::text},           {"parallelism", Kind::text},     {"scope", Kind::text},
       {"schedule", Kind::text},         {"engine", Kind::text},          {"pricing", Kind::text},
       // metrics
