@@ -10,6 +10,7 @@
 
 #include "fusesim/cli/commands.hpp"
 #include "fusesim/cli/input_readers.hpp"
+#include "fusesim/cli/overrides.hpp"
 #include "fusesim/cli/simulate.hpp"
 #include "fusesim/cli/sweep.hpp"
 #include "fusesim/util/error.hpp"
@@ -38,20 +39,6 @@ constexpr const char* kDeprecatedTail = "tail_latency_s";
 // Differences below this are the same value (all guarded metrics are seconds or ratios of order 1 or
 // above 1e-9; a picosecond is 1e-12 s).
 constexpr double kNoise = 1e-12;
-
-// Integer configuration keys of an entry, in the order --update writes them, and the override of the
-// request each sets: a sequence or batch count (`wide`), or a degree or slice count (`narrow`, at most
-// 2^20).
-struct IntKey {
-  std::string name;
-  std::optional<std::int64_t> SimulateRequest::*wide = nullptr;
-  std::optional<int> SimulateRequest::*narrow = nullptr;
-};
-const std::vector<IntKey> kIntKeys{
-    {"sequence_length", &SimulateRequest::sequence_length}, {"micro_batch", &SimulateRequest::micro_batch},
-    {"grad_accumulation", &SimulateRequest::grad_accumulation}, {"tp", nullptr, &SimulateRequest::tp},
-    {"up", nullptr, &SimulateRequest::up},  {"pp", nullptr, &SimulateRequest::pp},
-    {"dp", nullptr, &SimulateRequest::dp},  {"slices", nullptr, &SimulateRequest::slices}};
 
 struct Entry {
   std::string path;              // "$.entries[3]"
@@ -104,16 +91,13 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
     r.parallelisms = {*par};
     e.config["parallelism"] = e.parallelism;
   }
-  for (const IntKey& k : kIntKeys) {
-    if (auto v = o.find(k.name)) {
-      const std::int64_t x = v->as_integer(1, std::int64_t{1} << 40);
-      e.config[k.name] = x;
-      if (k.wide) {
-        r.*k.wide = x;
-      } else {
-        if (x > (1 << 20)) v->fail("at most 1048576");
-        r.*k.narrow = static_cast<int>(x);
-      }
+  // The workload overrides (cli/overrides.hpp), by their keys, within the bounds the command line has.
+  for (const WorkloadOverride& k : workload_overrides()) {
+    const std::string name(k.key);
+    if (auto v = o.find(name)) {
+      const std::int64_t x = v->as_integer(1, k.max);
+      e.config[name] = x;
+      k.request(r, x);
     }
   }
   e.scope = "layer";
@@ -168,10 +152,9 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
   o.finish();
   e.label = fmt::format("{} {}", short_label(r.topology), short_label(r.workload));
   if (!e.parallelism.empty()) e.label += " " + e.parallelism;
-  for (const IntKey& k : kIntKeys)
-    if (e.config.contains(k.name))
-      e.label += fmt::format(" {}={}", k.name == "sequence_length" ? "seq" : k.name,
-                             e.config[k.name].get<std::int64_t>());
+  for (const WorkloadOverride& k : workload_overrides())
+    if (const std::string name(k.key); e.config.contains(name))
+      e.label += fmt::format(" {}={}", name == "sequence_length" ? "seq" : name, e.config[name].get<std::int64_t>());
   e.label += " " + e.scope;
   return e;
 }
@@ -237,7 +220,7 @@ std::string write_baseline(const std::string& description, const std::vector<Ent
       if (e.config.contains(key)) fields.push_back(fmt::format("\"{}\": {}", key, e.config[key].dump()));
     };
     for (const char* k : {"topology", "workload", "parallelism"}) add(k);
-    for (const IntKey& k : kIntKeys) add(k.name);
+    for (const WorkloadOverride& k : workload_overrides()) add(std::string(k.key));
     for (const char* k : {"scope", "schedule", "forward_only", "force_memory", "profile", "roofline"}) add(k);
     std::vector<std::string> metrics;
     for (const Guarded& g : kGuarded)

@@ -1,10 +1,12 @@
 // `fusesim generate`: write a generated schedule's task graph as a JSON file (docs/dag.md), to read,
 // edit and run again with `fusesim simulate-dag`.
+#include <map>
 #include <ostream>
 
 #include <fmt/format.h>
 
 #include "fusesim/cli/commands.hpp"
+#include "fusesim/cli/overrides.hpp"
 #include "fusesim/cli/simulate.hpp"
 #include "fusesim/sched/dag_json.hpp"
 #include "fusesim/util/error.hpp"
@@ -28,7 +30,11 @@ class GenerateCommand final : public Command {
                                    "layer, stack or step (a whole training step, as simulate's; the default for a "
                                    "workload with pipeline stages)")
                         ->capture_default_str();
-    sub.add_option("--slices", slices_, "k of slice-overlap (default: the workload's schedule.slices)");
+    // The workload overrides of simulate (--seq, --tp, ..., --slices), with its bounds and errors.
+    for (const WorkloadOverride& o : workload_overrides())
+      sub.add_option(std::string(o.option), override_text_[std::string(o.option)],
+                     fmt::format("override the workload's {}", o.what))
+          ->type_name("N");
     sub.add_flag("--forward-only", forward_only_, "the forward pass only");
     sub.add_option("--output", output_, "the task-graph file to write")->required();
     sub.add_option("--symmetry", symmetry_,
@@ -48,7 +54,7 @@ class GenerateCommand final : public Command {
     request.scopes = parse_scopes(scope_);
     if (request.scopes.size() != 1)
       throw InputError(kCommandLine, "--scope", "name one scope: layer, stack or step");
-    if (!slices_.empty()) request.slices = parse_positive_int("--slices", slices_, 1024);
+    parse_overrides(override_text_, request);
     request.forward_only = forward_only_;
     // A task graph is a timing study, not a claim that the run fits: generate writes it whatever the
     // memory per rank, and says so on stderr when it would not fit (simulate refuses it).
@@ -67,8 +73,14 @@ class GenerateCommand final : public Command {
     options.backward = job.workload.backward;
     options.dp_as_p2p = request.dp_as_p2p;
     options.mirror_dp = request.mirror_dp;
-    sched::Schedule schedule =
-        sched::generate(job.workload, job.workload_label, job.cluster, request.schedules[0], options);
+    // A generator's refusal of a value an override set names the option, as in simulate.
+    sched::Schedule schedule = [&] {
+      try {
+        return sched::generate(job.workload, job.workload_label, job.cluster, request.schedules[0], options);
+      } catch (const InputError& e) {
+        rethrow_for_overrides(e, request, job.workload_label);
+      }
+    }();
     sched::DagFile file{std::move(schedule.graph), job.workload.dtype, schedule.tokens,
                         model::to_string(schedule.kind), schedule.parallelism, topology_,
                         schedule.gpus,   schedule.simulated_ranks, schedule.replicas, schedule.pipeline_stages};
@@ -85,7 +97,8 @@ class GenerateCommand final : public Command {
   std::string schedule_ = "commfuse";
   std::string scope_ = "layer";
   CLI::Option* scope_option_ = nullptr;
-  std::string slices_;
+  // The text of each workload override's option (cli/overrides.hpp), by option name.
+  std::map<std::string, std::string> override_text_;
   bool forward_only_ = false;
   std::string output_;
   std::string symmetry_ = "none";

@@ -10,6 +10,7 @@
 
 #include "fusesim/analysis/chrome_trace.hpp"
 #include "fusesim/cli/app.hpp"
+#include "fusesim/cli/overrides.hpp"
 #include "fusesim/model/kernel.hpp"
 #include "fusesim/model/profile.hpp"
 #include "fusesim/sim/engine.hpp"
@@ -32,40 +33,12 @@ std::vector<std::string> split_commas(const std::string& value) {
   return out;
 }
 
-// An override (SimulateRequest::sequence_length, micro_batch, grad_accumulation, tp, up, dp, pp) that
-// makes the workload invalid is the command line's fault, not the file's: the error names the option.
-// Errors at keys no override touched are the file's and pass unchanged.
-[[noreturn]] void rethrow_for_overrides(const InputError& e, const SimulateRequest& r, const std::string& wl) {
-  const std::string& path = e.json_path();
-  std::string option;
-  if (path == "$.training.sequence_length" && r.sequence_length) option = "--seq";
-  else if (path == "$.training.micro_batch" && r.micro_batch) option = "--micro-batch";
-  else if (path == "$.training.grad_accumulation" && r.grad_accumulation) option = "--grad-accumulation";
-  else if (path == "$.parallel.tp" && r.tp) option = "--tp";
-  else if (path == "$.parallel.up" && r.up) option = "--up";
-  else if (path == "$.parallel.dp" && r.dp) option = "--dp";
-  else if (path == "$.parallel.pp" && r.pp) option = "--pp";
-  else if ((path == "$.parallel.pp_schedule" || path == "$.parallel.virtual_stages") && r.pp_schedule)
-    option = "--pp-schedule";
-  else if (path.rfind("$.parallel", 0) == 0 && (r.tp || r.up || r.dp || r.pp))
-    option = r.tp ? "--tp" : r.up ? "--up" : r.dp ? "--dp" : "--pp";
-  else if (path == "$.schedule.slices" && r.sequence_length) option = "--seq";
-  if (option.empty()) throw e;
-  throw InputError(kCommandLine, option, fmt::format("{} (workload {})", e.message(), wl));
-}
-
 void apply_overrides(const SimulateRequest& r, model::Workload& w, const std::string& wl) {
-  auto positive = [](const char* option, std::int64_t v) {
-    if (v < 1) throw InputError(kCommandLine, option, fmt::format("value {} must be at least 1", v));
-  };
-  if (r.sequence_length) positive("--seq", *r.sequence_length), w.sequence_length = *r.sequence_length;
-  if (r.micro_batch) positive("--micro-batch", *r.micro_batch), w.micro_batch = *r.micro_batch;
-  if (r.grad_accumulation)
-    positive("--grad-accumulation", *r.grad_accumulation), w.grad_accumulation = *r.grad_accumulation;
-  if (r.tp) positive("--tp", *r.tp), w.parallel.tp = *r.tp;
-  if (r.up) positive("--up", *r.up), w.parallel.up = *r.up;
-  if (r.dp) positive("--dp", *r.dp), w.parallel.dp = *r.dp;
-  if (r.pp) positive("--pp", *r.pp), w.parallel.pp = *r.pp;
+  for (const WorkloadOverride& o : workload_overrides())
+    if (const std::optional<std::int64_t> v = o.requested(r); v && (*v < 1 || *v > o.max))
+      throw InputError(kCommandLine, std::string(o.option),
+                       fmt::format("value {} is outside the allowed range [1, {}]", *v, o.max));
+  set_overrides(r, w);
   if (r.pp_schedule) {
     const auto schedule = model::pipeline_schedule_named(*r.pp_schedule);
     if (!schedule)
@@ -75,8 +48,7 @@ void apply_overrides(const SimulateRequest& r, model::Workload& w, const std::st
     if (*schedule != model::PipelineSchedule::interleaved) w.parallel.virtual_stages = 1;
   }
   if (r.engine) model::set_engine_mode(w.schedule, parse_engine_mode("--engine", *r.engine));
-  if (!(r.sequence_length || r.micro_batch || r.grad_accumulation || r.tp || r.up || r.dp || r.pp || r.pp_schedule))
-    return;
+  if (!any_override(r) && !r.pp_schedule) return;
   try {
     model::validate_workload(w, wl);
   } catch (const InputError& e) {
@@ -251,7 +223,6 @@ PreparedJob prepare_job(const SimulateRequest& request) {
                   resolve_input(request.workload, "workloads").label, model::MemoryReport{}};
   model::Workload& w = job.workload;
   const std::string& wl = job.workload_label;
-  if (request.slices) w.schedule.slices = *request.slices;
   apply_overrides(request, w, wl);
   // The file's schedule.kind may not be slice, so its checks of `slices` have not run yet; run them
   // now rather than after the other schedules were simulated.
@@ -262,9 +233,6 @@ PreparedJob prepare_job(const SimulateRequest& request) {
     try {
       model::validate_workload(probe, wl);
     } catch (const InputError& e) {
-      // With --slices, the value at fault came from the command line, not from the file.
-      if (request.slices && e.json_path().rfind("$.schedule.slices", 0) == 0)
-        throw InputError(kCommandLine, "--slices", fmt::format("{} (workload {})", e.message(), wl));
       rethrow_for_overrides(e, request, wl);
     }
   }

@@ -1,11 +1,13 @@
 // `fusesim simulate`: the schedules side by side for one workload on one cluster.
 #include <filesystem>
+#include <map>
 #include <ostream>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "fusesim/cli/commands.hpp"
+#include "fusesim/cli/overrides.hpp"
 #include "fusesim/cli/simulate.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/output.hpp"
@@ -37,19 +39,23 @@ class SimulateCommand final : public Command {
                    "embedding, layers, LM head, gradient accumulation, DP sync, optimizer)")
         ->type_name("SCOPE")
         ->capture_default_str();
-    sub.add_option("--slices", slices_, "k of slice-overlap (default: the workload's schedule.slices)")
+    sub.add_option("--slices", override_text_["--slices"],
+                   "k of slice-overlap (default: the workload's schedule.slices)")
         ->type_name("K");
     sub.add_flag("--forward-only", forward_only_, "simulate the forward pass only");
-    sub.add_option("--seq", seq_, "override the workload's sequence length")->type_name("N");
-    sub.add_option("--micro-batch", micro_batch_, "override the workload's micro-batch")->type_name("N");
-    sub.add_option("--grad-accumulation", grad_accumulation_,
+    sub.add_option("--seq", override_text_["--seq"], "override the workload's sequence length")->type_name("N");
+    sub.add_option("--micro-batch", override_text_["--micro-batch"], "override the workload's micro-batch")
+        ->type_name("N");
+    sub.add_option("--grad-accumulation", override_text_["--grad-accumulation"],
                    "override the workload's gradient accumulation: micro-batches per step (with pp > 1, what "
                    "fills the pipeline)")
         ->type_name("N");
-    sub.add_option("--tp", tp_, "override the tensor-parallel degree")->type_name("N");
-    sub.add_option("--up", up_, "override the Ulysses degree")->type_name("N");
-    sub.add_option("--dp", dp_, "override the data-parallel degree")->type_name("N");
-    sub.add_option("--pp", pp_, "override the pipeline-parallel degree (stages; the schedule and virtual stages are the workload's)")->type_name("N");
+    sub.add_option("--tp", override_text_["--tp"], "override the tensor-parallel degree")->type_name("N");
+    sub.add_option("--up", override_text_["--up"], "override the Ulysses degree")->type_name("N");
+    sub.add_option("--dp", override_text_["--dp"], "override the data-parallel degree")->type_name("N");
+    sub.add_option("--pp", override_text_["--pp"],
+                   "override the pipeline-parallel degree (stages; the schedule and virtual stages are the workload's)")
+        ->type_name("N");
     sub.add_option("--pp-schedule", pp_schedule_,
                    "override the pipeline schedule: 1f1b, interleaved (the workload's virtual_stages) or zb-h1")
         ->type_name("NAME");
@@ -99,16 +105,8 @@ class SimulateCommand final : public Command {
     request.workload = workload_;
     request.schedules = parse_schedules(schedule_);
     request.scopes = parse_scopes(scope_);
-    if (!slices_.empty()) request.slices = parse_positive_int("--slices", slices_, 1 << 20);
+    parse_overrides(override_text_, request);
     request.forward_only = forward_only_;
-    if (!seq_.empty()) request.sequence_length = parse_positive_int("--seq", seq_, 1 << 30);
-    if (!micro_batch_.empty()) request.micro_batch = parse_positive_int("--micro-batch", micro_batch_, 1 << 20);
-    if (!grad_accumulation_.empty())
-      request.grad_accumulation = parse_positive_int("--grad-accumulation", grad_accumulation_, 1 << 20);
-    if (!tp_.empty()) request.tp = parse_positive_int("--tp", tp_, 1 << 16);
-    if (!up_.empty()) request.up = parse_positive_int("--up", up_, 1 << 16);
-    if (!dp_.empty()) request.dp = parse_positive_int("--dp", dp_, 1 << 20);
-    if (!pp_.empty()) request.pp = parse_positive_int("--pp", pp_, 1 << 16);
     if (!pp_schedule_.empty()) request.pp_schedule = pp_schedule_;
     if (!parallelism_.empty()) request.parallelisms = parse_parallelisms(parallelism_);
     request.pricing = model::pricing_choice(profile_, roofline_);
@@ -165,10 +163,11 @@ class SimulateCommand final : public Command {
  private:
   std::string topology_ = "dgx-h100-4node";
   std::string workload_ = "llama-3-70b-4node";
-  std::string seq_, micro_batch_, grad_accumulation_, tp_, up_, dp_, pp_, pp_schedule_;
+  std::string pp_schedule_;
+  // The text of each workload override's option (cli/overrides.hpp), by option name.
+  std::map<std::string, std::string> override_text_;
   std::string schedule_ = "all";
   std::string scope_ = "both";
-  std::string slices_;
   bool forward_only_ = false;
   std::string parallelism_;
   std::string symmetry_ = "mirror";

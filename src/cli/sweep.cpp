@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "fusesim/cli/app.hpp"
+#include "fusesim/cli/overrides.hpp"
 #include "fusesim/util/allocator.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/json_reader.hpp"
@@ -135,14 +136,8 @@ std::string describe(const SimulateRequest& r, const SweepSpec& spec) {
   std::string s = fmt::format("topology={} workload={}", r.topology, r.workload);
   if (!r.parallelisms.empty()) s += " parallelism=" + sched::to_string(r.parallelisms.front());
   if (r.engine) s += " engine=" + *r.engine;
-  if (r.sequence_length) s += fmt::format(" seq={}", *r.sequence_length);
-  if (r.tp) s += fmt::format(" tp={}", *r.tp);
-  if (r.up) s += fmt::format(" up={}", *r.up);
-  if (r.pp) s += fmt::format(" pp={}", *r.pp);
-  if (r.dp) s += fmt::format(" dp={}", *r.dp);
-  if (r.micro_batch) s += fmt::format(" micro-batch={}", *r.micro_batch);
-  if (r.grad_accumulation) s += fmt::format(" grad-accumulation={}", *r.grad_accumulation);
-  if (r.slices) s += fmt::format(" slices={}", *r.slices);
+  for (const WorkloadOverride& o : workload_overrides())
+    if (const std::optional<std::int64_t> v = o.requested(r)) s += fmt::format(" {}={}", o.option.substr(2), *v);
   (void)spec;
   return s;
 }
@@ -371,14 +366,7 @@ std::vector<Cell> make_row(const SimulateRequest& request, const SimulateReport&
   cells.emplace_back(request.workload);
   cells.emplace_back(w.arch.name);
   cells.emplace_back(topo::to_string(w.dtype));
-  cells.emplace_back(std::int64_t{w.sequence_length});
-  cells.emplace_back(std::int64_t{w.micro_batch});
-  cells.emplace_back(std::int64_t{w.grad_accumulation});
-  cells.emplace_back(std::int64_t{w.parallel.tp});
-  cells.emplace_back(std::int64_t{w.parallel.up});
-  cells.emplace_back(std::int64_t{w.parallel.pp});
-  cells.emplace_back(std::int64_t{w.parallel.dp});
-  cells.emplace_back(std::int64_t{w.schedule.slices});
+  for (const WorkloadOverride& o : workload_overrides()) cells.emplace_back(o.get(w));
   cells.emplace_back(std::string(w.backward ? "forward+backward" : "forward"));
   cells.emplace_back(run.metrics.parallelism);
   cells.emplace_back(run.metrics.scope);
@@ -421,14 +409,7 @@ std::vector<std::vector<Cell>> problem_rows(const SimulateRequest& request, std:
     loaded = true;
   } catch (const std::exception&) {
   }
-  if (request.sequence_length) w.sequence_length = *request.sequence_length;
-  if (request.micro_batch) w.micro_batch = *request.micro_batch;
-  if (request.grad_accumulation) w.grad_accumulation = *request.grad_accumulation;
-  if (request.tp) w.parallel.tp = *request.tp;
-  if (request.up) w.parallel.up = *request.up;
-  if (request.pp) w.parallel.pp = *request.pp;
-  if (request.dp) w.parallel.dp = *request.dp;
-  if (request.slices) w.schedule.slices = *request.slices;
+  set_overrides(request, w);
   if (request.forward_only) w.backward = false;
   std::string engine;
   if (loaded) {
@@ -451,15 +432,15 @@ std::vector<std::vector<Cell>> problem_rows(const SimulateRequest& request, std:
   std::vector<std::vector<Cell>> rows;
   for (const std::string& par : pars)
     for (sched::Scope scope : request.scopes)
-      for (model::ScheduleKind kind : request.schedules)
-        rows.push_back({static_cast<std::int64_t>(config), request.topology, std::string(), request.workload,
-                        loaded ? w.arch.name : std::string(), loaded ? topo::to_string(w.dtype) : std::string(),
-                        std::int64_t{w.sequence_length}, std::int64_t{w.micro_batch},
-                        std::int64_t{w.grad_accumulation}, std::int64_t{w.parallel.tp},
-                        std::int64_t{w.parallel.up}, std::int64_t{w.parallel.pp}, std::int64_t{w.parallel.dp},
-                        std::int64_t{w.schedule.slices},
-                        std::string(w.backward ? "forward+backward" : "forward"), par, sched::to_string(scope),
-                        model::to_string(kind), engine, std::string()});
+      for (model::ScheduleKind kind : request.schedules) {
+        std::vector<Cell> row{static_cast<std::int64_t>(config), request.topology, std::string(), request.workload,
+                              loaded ? w.arch.name : std::string(), loaded ? topo::to_string(w.dtype) : std::string()};
+        for (const WorkloadOverride& o : workload_overrides()) row.emplace_back(o.get(w));
+        for (Cell c : {Cell(std::string(w.backward ? "forward+backward" : "forward")), Cell(par),
+                       Cell(sched::to_string(scope)), Cell(model::to_string(kind)), Cell(engine), Cell(std::string())})
+          row.push_back(std::move(c));
+        rows.push_back(std::move(row));
+      }
   return rows;
 }
 

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "fusesim/cli/commands.hpp"
+#include "fusesim/cli/overrides.hpp"
 #include "fusesim/cli/plot.hpp"
 #include "fusesim/cli/sweep.hpp"
 #include "fusesim/model/workload.hpp"
@@ -20,8 +21,6 @@
 
 namespace fusesim::cli {
 namespace {
-
-constexpr std::int64_t kMaxAxisValue = std::int64_t{1} << 40;
 
 // Redraws one line on a terminal; elsewhere (a Slurm log) prints a line per tenth done. Silent for
 // the first second, so that quick sweeps print nothing but the summary.
@@ -126,8 +125,10 @@ class SweepCommand final : public Command {
     if (!engine_.empty())
       for (const std::string& e : parse_name_axis("--engine", engine_))
         spec.engines.push_back(parse_engine_mode("--engine", e));
+    // Each axis within the bounds its option has in simulate (cli/overrides.hpp).
     auto axis = [](const char* option, const std::string& text) {
-      return text.empty() ? std::vector<std::int64_t>{} : parse_int_axis(option, text, 1, kMaxAxisValue);
+      return text.empty() ? std::vector<std::int64_t>{}
+                          : parse_int_axis(option, text, 1, workload_override(option).max);
     };
     spec.sequence_lengths = axis("--seq", seq_);
     spec.tps = axis("--tp", tp_);
@@ -137,13 +138,6 @@ class SweepCommand final : public Command {
     spec.micro_batches = axis("--micro-batch", micro_batch_);
     spec.grad_accumulations = axis("--grad-accumulation", grad_accumulation_);
     spec.slices = axis("--slices", slices_);
-    for (const auto& [option, v] : {std::pair{"--tp", &spec.tps}, std::pair{"--up", &spec.ups},
-                                    std::pair{"--pp", &spec.pps}, std::pair{"--dp", &spec.dps},
-                                    std::pair{"--grad-accumulation", &spec.grad_accumulations},
-                                    std::pair{"--slices", &spec.slices}})
-      for (std::int64_t x : *v)
-        if (x > (1 << 20))
-          throw InputError(kCommandLine, option, fmt::format("value {} is outside the allowed range [1, {}]", x, 1 << 20));
     spec.schedules = parse_schedules(schedule_);
     spec.scopes = parse_scopes(scope_);
     spec.forward_only = forward_only_;

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "fusesim/cli/overrides.hpp"
 #include "fusesim/cli/simulate.hpp"
 #include "fusesim/cli/sweep.hpp"
 #include "fusesim/util/error.hpp"
@@ -148,6 +149,38 @@ TEST_CASE("sweep rows equal simulate() of the same configuration", "[cli][sweep]
       CHECK(row_number(row, "tokens_per_s") == m.tokens_per_s);
     }
   }
+}
+
+TEST_CASE("workload overrides - one table for simulate, sweep's columns and check's keys", "[cli][sweep][check]") {
+  const std::vector<WorkloadOverride>& table = workload_overrides();
+  // The sweep's configuration columns 6..13 are the overrides' keys, in the table's order (make_row
+  // and problem_rows write them by the table).
+  const std::vector<std::string>& cols = row_columns();
+  REQUIRE(cols.size() >= 6 + table.size());
+  for (std::size_t i = 0; i < table.size(); ++i) CHECK(cols[6 + i] == table[i].key);
+  CHECK(table.size() == 8);
+  for (const WorkloadOverride& o : table) {
+    INFO(o.option);
+    // A value past the table's bound is refused by simulate() with the option named, before any file
+    // is read: the same bound as the command line's and check's.
+    SimulateRequest r;
+    r.workload = "llama-3-8b";
+    r.scopes = {sched::Scope::layer};
+    r.schedules = {model::ScheduleKind::baseline};
+    o.request(r, o.max + 1);
+    CHECK(error_path([&] { prepare_job(r); }) == "<command line> " + std::string(o.option));
+    // Within it, the request's field reads back what was set.
+    o.request(r, 2);
+    CHECK(o.requested(r) == std::optional<std::int64_t>(2));
+    CHECK(workload_override(o.option).key == o.key);
+  }
+  // An error at a key below an override's is the override's; a key that only starts alike is not.
+  const WorkloadOverride& tp = workload_override("--tp");
+  CHECK(tp.names("$.parallel.tp"));
+  CHECK(tp.names("$.parallel.tp[0]"));
+  CHECK(!tp.names("$.parallel.tp_comm"));
+  CHECK(!tp.names("$.parallel"));
+  CHECK_THROWS_AS(workload_override("--nope"), std::out_of_range);
 }
 
 TEST_CASE("sweep --pp and --grad-accumulation are axes - a file written before their columns reads 0 there",
