@@ -152,19 +152,18 @@ std::string mirror_asymmetry(const TpspShape& sh, const topo::Cluster& cluster, 
 }
 
 // TP images (TpspRequest::tp_images) stand in for TP ranks that run the same tasks and meet only in
-// collectives of their TP group, each group inside one node, where turning a group's ranks maps the
-// group's collectives onto themselves: the schedule strategies that lower every TP region to
-// collectives (baseline without TE's userbuffers, slice), no Ulysses (its all-to-all has no ring to
-// turn), and no TP strategy of one's own. The fabric must repeat along the turned ranks too
-// (check_mirror_fabric, over every image). Returns why not, or empty.
+// collectives of their TP group or in its ring P2P steps (sched/ring.hpp), each group inside one node,
+// where turning a group's ranks maps the group's collectives onto themselves and each member's Send
+// of a ring step onto its successor's (the first rank's receive is then a proxy Recv on the second
+// rank, of the first rank's own Send: Builder::ring_ports): every shipped TP strategy (baseline, TE's
+// userbuffers, slice, CommFuse), no Ulysses (its all-to-all has no ring to turn), and no TP strategy
+// of one's own. The fabric must repeat along the turned ranks too (check_mirror_fabric, over every
+// image). Returns why not, or empty.
 std::string tp_images_refused(const TpspRequest& r, const topo::Cluster& cluster) {
   const TpspShape& sh = r.shape;
   if (sh.tp <= 1) return "tp 1";
   if (sh.up > 1) return fmt::format("up {}: the Ulysses all-to-all has no ring to turn", sh.up);
   if (r.tp_strategy != nullptr) return "a TP strategy of one's own";
-  const bool collectives = r.kind == model::ScheduleKind::slice ||
-                           (r.kind == model::ScheduleKind::baseline && !r.schedule.tp_baseline_te_userbuffers);
-  if (!collectives) return fmt::format("the {} TP schedule sends point to point", model::to_string(r.kind));
   for (int stage = 0; stage < sh.pp; ++stage) {
     const RankLayout layout{sh.tp, sh.up, sh.dp, stage * sh.tp * sh.up * sh.dp};
     for (int d = 0; d < sh.dp; ++d)
@@ -176,7 +175,9 @@ std::string tp_images_refused(const TpspRequest& r, const topo::Cluster& cluster
 
 // The first TP rank's tasks emitted alone (TP images) against the whole graph built and filtered
 // (TaskGraph::retain, which refuses a task waiting for another TP rank's): the same tasks, names,
-// ranks and streams, with the same dependencies in the same order. A probe's worth of tasks each.
+// ranks and streams, with the same dependencies in the same order, except that a ring step's receive
+// from an image is a proxy (Builder::ring_ports): a Recv of the same name and bytes on the rank after,
+// from the first rank, where the filtered one is on the first rank. A probe's worth of tasks each.
 bool same_tasks_as_filtered(const TpspRequest& probe, const Schedule& emitted) {
   TpspRequest whole = probe;
   whole.tp_images_by_filter = true;
@@ -186,8 +187,14 @@ bool same_tasks_as_filtered(const TpspRequest& probe, const Schedule& emitted) {
   if (a.size() != b.size() || a.num_edges() != b.num_edges()) return false;
   for (TaskId id = 0; id < a.size(); ++id) {
     const Task &x = a.task(id), &y = b.task(id);
-    if (x.name != y.name || x.rank != y.rank || x.stream.kind != y.stream.kind || x.stream.index != y.stream.index ||
+    if (x.name != y.name || x.stream.kind != y.stream.kind || x.stream.index != y.stream.index ||
         x.kind.index() != y.kind.index())
+      return false;
+    if (x.rank == y.rank) continue;
+    const auto* proxy = std::get_if<RecvTask>(&x.kind);
+    const auto* own = std::get_if<RecvTask>(&y.kind);
+    if (proxy == nullptr || own == nullptr || proxy->peer != y.rank || x.rank != y.rank + 1 ||
+        proxy->bytes != own->bytes)
       return false;
   }
   const PredecessorIndex pa = a.predecessor_index(), pb = b.predecessor_index();

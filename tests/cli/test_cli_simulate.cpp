@@ -87,14 +87,12 @@ TEST_CASE("fusesim simulate --format json runs the default job of three schedule
   CHECK(doc["backward"].get<bool>());
   // Both parallelisms the workload uses (tpsp, dp) x two scopes x three schedules.
   REQUIRE(doc["results"].size() == 12);
-  // Mirrored by default: DP replica 0's 8 ranks stand for the 4 replicas (tests/sched/symmetry_test.cpp
-  // proves the figures equal every rank's); where the TP schedule is collectives alone (the tpsp rows'
-  // baseline and slice; the dp rows' TP runs the workload's CommFuse ring), rank 0 stands for its TP
-  // group too.
+  // Mirrored by default: DP replica 0 stands for the 4 replicas, and its rank 0 for its TP group
+  // (collectives and CommFuse's ring alike turn onto themselves), so one rank for all 32
+  // (tests/sched/symmetry_test.cpp proves the figures equal every rank's).
   for (const json& row : doc["results"]) {
-    const bool tp_collectives = row["parallelism"] == "tpsp" && row["schedule"] != "commfuse";
     INFO(row["parallelism"].get<std::string>() << " " << row["schedule"].get<std::string>());
-    CHECK(row["simulated_ranks"].get<int>() == (tp_collectives ? 1 : 8));
+    CHECK(row["simulated_ranks"].get<int>() == 1);
   }
   std::map<std::tuple<std::string, std::string, std::string>, json> by;
   for (const json& row : doc["results"]) {

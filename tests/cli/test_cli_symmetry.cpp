@@ -46,13 +46,14 @@ TEST_CASE("simulate --symmetry mirror reports what every rank reports", "[cli][s
   REQUIRE(mirror["results"].size() == 3);
   for (std::size_t i = 0; i < 3; ++i) {
     json& row = full["results"][i];
-    // The full run lists 8 ranks; the mirrored one replica 0's 2 (tp 2 x up 1), the rest identical.
+    // The full run lists 8 ranks; the mirrored one replica 0's first TP rank (tp 2 x up 1: the TP
+    // group's CommFuse ring turns onto itself, TP images), the rest identical.
     REQUIRE(row["ranks"].size() == 8);
-    REQUIRE(mirror["results"][i]["ranks"].size() == 2);
+    REQUIRE(mirror["results"][i]["ranks"].size() == 1);
     CHECK(row["simulated_ranks"] == 8);
-    CHECK(mirror["results"][i]["simulated_ranks"] == 2);
-    row["ranks"].erase(row["ranks"].begin() + 2, row["ranks"].end());
-    row["simulated_ranks"] = 2;
+    CHECK(mirror["results"][i]["simulated_ranks"] == 1);
+    row["ranks"].erase(row["ranks"].begin() + 1, row["ranks"].end());
+    row["simulated_ranks"] = 1;
     CHECK(row.dump() == mirror["results"][i].dump());
     CHECK(mirror["results"][i]["gpus"] == 8);
   }

@@ -675,11 +675,13 @@ TEST_CASE("Mirrored pipeline stages fall back to every rank where a replica's ho
 }
 
 TEST_CASE("TP images: the first rank of each TP group stands for its group, exactly", "[symmetry][dp][tp_images]") {
-  // Where every TP transfer is a collective of the TP group inside one node (baseline, slice), the TP
-  // ranks of a replica run the same tasks and each one's collectives are the others' turned within
-  // the group: the first of each TP group is simulated, the others' ring steps land on it by its
-  // links (docs/schedules.md "Symmetry"). Against every rank, task by task to the picosecond, the
-  // DP sync as collectives and as P2P rings (with their proxies), for the DP schedules and shardings:
+  // Where every TP transfer is a collective of the TP group inside one node (baseline, slice) or a
+  // step of its ring (CommFuse, TE's userbuffers ring exchange), the TP ranks of a replica run the
+  // same tasks and each one's transfers are the others' turned within the group: the first of each
+  // TP group is simulated, the others' ring steps land on it by its links, and its receive of a P2P
+  // ring step is a proxy Recv on the second rank of its own Send (docs/schedules.md "Symmetry").
+  // Against every rank, task by task to the picosecond, the DP sync as collectives and as P2P rings
+  // (with their proxies), for the DP schedules and shardings:
   //   dgx-h100-4node: tp 8 dp 4 (a replica per node: ranks 0), tp 4 dp 8 (two per node, two nodes'
   //   replicas: ranks 0, 4, 8, 12), tp 2 dp 16 (ranks 0, 2, .., 14);
   //   hgx-h200-8node: tp 2 dp 16 pp 2 (ranks 0, 2, .., 14 and 32, 34, .., 46);
@@ -693,24 +695,32 @@ TEST_CASE("TP images: the first rank of each TP group stands for its group, exac
   };
   for (const Case k : {Case{&c4, 8, 4, 1}, Case{&c4, 4, 8, 4}, Case{&c4, 2, 16, 8}, Case{&c8, 2, 16, 8, 2},
                        Case{&c128, 8, 16, 1}, Case{&c128, 4, 32, 4}})
-    for (auto tp_kind : {model::ScheduleKind::baseline, model::ScheduleKind::slice})
+    // TP schedules: baseline, slice, CommFuse, and the baseline as TE's userbuffers run it (te).
+    for (const auto& [tp_kind, te] :
+         {std::pair{model::ScheduleKind::baseline, false}, std::pair{model::ScheduleKind::slice, false},
+          std::pair{model::ScheduleKind::commfuse, false}, std::pair{model::ScheduleKind::baseline, true}})
       for (auto dp_kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse})
         for (auto sharding : {model::DpSharding::ddp, model::DpSharding::zero1, model::DpSharding::zero3})
           for (bool p2p : {false, true}) {
             if (k.pp > 1 && sharding == model::DpSharding::zero3) continue;  // not with stages
-            // The 128-node samples and the stages: one DP schedule and sharding each.
+            // The 128-node samples and the stages: one DP schedule and sharding each, and the TP
+            // schedules whose transfers differ in kind (collectives, ring P2P); TE's userbuffers on
+            // the four nodes, ZeRO-1.
+            const bool ring = tp_kind == model::ScheduleKind::commfuse;
             if ((k.cluster == &c128 || k.pp > 1) &&
-                (sharding != model::DpSharding::zero1 || tp_kind != model::ScheduleKind::baseline))
+                (sharding != model::DpSharding::zero1 || te || (tp_kind != model::ScheduleKind::baseline && !ring)))
               continue;
+            if (te && (k.cluster != &c4 || sharding != model::DpSharding::zero1)) continue;
             model::Workload w = small_llama(sharding, k.pp > 1 ? 4 : 2);
             w.parallel.tp = k.tp;
             w.parallel.dp = k.dp;
             w.parallel.pp = k.pp;
             w.schedule.kind = tp_kind;
+            w.schedule.tp_baseline_te_userbuffers = te;
             w.schedule.slices = 2;
-            INFO(fmt::format("{} tp {} dp {} pp {}, TP {}, DP {} {}{}", k.cluster->name, k.tp, k.dp, k.pp,
-                             model::to_string(tp_kind), model::to_string(dp_kind), model::to_string(sharding),
-                             p2p ? " p2p" : ""));
+            INFO(fmt::format("{} tp {} dp {} pp {}, TP {}{}, DP {} {}{}", k.cluster->name, k.tp, k.dp, k.pp,
+                             model::to_string(tp_kind), te ? " (TE userbuffers)" : "", model::to_string(dp_kind),
+                             model::to_string(sharding), p2p ? " p2p" : ""));
             const Outcome full = simulate(w, *k.cluster, dp_kind, false, p2p);
             const Outcome mirror = simulate(w, *k.cluster, dp_kind, true, p2p, true);
             INFO(mirror.schedule.symmetry_fallback);
@@ -725,7 +735,8 @@ TEST_CASE("TP images: the first rank of each TP group stands for its group, exac
               for (int r = 0; r < per_stage; ++r) simulated.push_back(st * k.tp * k.dp + r * k.tp);
             CHECK(counted_ranks(mirror.schedule.graph.num_ranks(), mirror.schedule.simulated_ranks, k.pp, k.tp) ==
                   simulated);
-            require_same_timeline(full, mirror, simulated, p2p || dp_kind == model::ScheduleKind::commfuse);
+            require_same_timeline(full, mirror, simulated,
+                                  p2p || dp_kind == model::ScheduleKind::commfuse || ring || te);
           }
 }
 
@@ -761,16 +772,12 @@ TEST_CASE("Without sequence parallelism TP's all-reduces keep mirror and TP imag
       }
 }
 
-TEST_CASE("TP images are not made where a TP rank's transfers are its own", "[symmetry][dp][tp_images]") {
-  // CommFuse's TP ring sends point to point between the TP ranks: the DP replicas are mirrored, every
-  // TP rank of them simulated. So is a TP group that spans nodes (tp 16 on 8-GPU nodes).
+TEST_CASE("TP images are not made where a TP group spans nodes", "[symmetry][dp][tp_images]") {
+  // tp 16 on 8-GPU nodes: a turn of the group would move a rank's transfers onto other links (some
+  // of its ring steps cross nodes, the turned ones inside one). The DP replicas are mirrored, every
+  // TP rank of them simulated.
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
   model::Workload w = small_llama(model::DpSharding::zero1, 2);
-  w.schedule.kind = model::ScheduleKind::commfuse;
-  const Outcome commfuse = simulate(w, c, model::ScheduleKind::baseline, true, false, true);
-  CHECK(commfuse.schedule.symmetry_fallback.empty());
-  CHECK(commfuse.schedule.tp_images == 1);
-  CHECK(commfuse.schedule.simulated_ranks == 8);
   w.schedule.kind = model::ScheduleKind::baseline;
   w.parallel.tp = 16;
   w.parallel.dp = 2;
@@ -783,12 +790,12 @@ TEST_CASE("TP images are not made where a TP rank's transfers are its own", "[sy
 
 TEST_CASE("TP images at layer and stack scope, as the default job runs them, exactly", "[symmetry][tp_images]") {
   // The default job's TPSP rows (Llama-3-70B shapes, TP 8 x DP 4 on the four DGX H100 nodes): each TP
-  // schedule that moves its TP transfers in collectives (baseline, slice) on one layer and on a stack
-  // of two, forward and backward, the DP sync running the workload's CommFuse ring (proxies) or the
-  // collectives. Rank 0 alone stands for the 32 ranks.
+  // schedule (baseline and slice: collectives; CommFuse: ring P2P steps, with proxies) on one layer
+  // and on a stack of two, forward and backward, the DP sync running the workload's CommFuse ring
+  // (proxies) or the collectives. Rank 0 alone stands for the 32 ranks.
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
   for (Scope scope : {Scope::layer, Scope::stack})
-    for (auto tp_kind : {model::ScheduleKind::baseline, model::ScheduleKind::slice})
+    for (auto tp_kind : {model::ScheduleKind::baseline, model::ScheduleKind::slice, model::ScheduleKind::commfuse})
       for (auto dp_kind : {model::ScheduleKind::commfuse, model::ScheduleKind::baseline}) {
         model::Workload w = small_llama(model::DpSharding::zero2, 1);
         w.schedule.kind = dp_kind;  // the workload's: what the DP sync runs in a TPSP row
@@ -799,7 +806,8 @@ TEST_CASE("TP images at layer and stack scope, as the default job runs them, exa
         REQUIRE(mirror.schedule.symmetry_fallback.empty());
         REQUIRE(mirror.schedule.tp_images == 8);
         CHECK(mirror.schedule.simulated_ranks == 1);
-        require_same_timeline(full, mirror, {0}, dp_kind == model::ScheduleKind::commfuse);
+        require_same_timeline(full, mirror, {0},
+                              dp_kind == model::ScheduleKind::commfuse || tp_kind == model::ScheduleKind::commfuse);
       }
 }
 

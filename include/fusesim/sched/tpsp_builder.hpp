@@ -237,9 +237,23 @@ class Builder {
     };
     p.recv = [this, ctx, ti, chunk_bytes, step_labels, recv_data = std::move(recv_data)](
                  const RingMessage& m, const std::vector<TaskId>& deps) {
-      return add(ti, concat(prefix(ctx), "/", ctx.region, "/recv/c", m.chunk), comm_.p2p_stream(),
-                 RecvTask{rank(m.sender), chunk_bytes, m.tag()}, step_labels("recv", m), op(ctx, RecvOp{recv_data(m)}),
-                 deps);
+      std::string name = concat(prefix(ctx), "/", ctx.region, "/recv/c", m.chunk);
+      if (m.sender < emit_t_)
+        return add(ti, std::move(name), comm_.p2p_stream(), RecvTask{rank(m.sender), chunk_bytes, m.tag()},
+                   step_labels("recv", m), op(ctx, RecvOp{recv_data(m)}), deps);
+      // TP images (emit_t_ 1): the sender is an image. Turning the TP group by one member maps its Send
+      // onto ti's own Send of the same step to ti + 1, and ti + 1 onto ti: ti + 1 receives that Send
+      // exactly when ti receives its predecessor's, so a proxy Recv there (ti + 1's alias is ti, whose
+      // links, HBM and SMs it loads), named as ti's receive and posted with its deps, stands in for it.
+      Task task;
+      task.name = concat("r", rank(ti), "/", name);
+      task.rank = rank(Ring{t_}.next(ti));
+      task.stream = comm_.p2p_stream();
+      task.kind = RecvTask{rank(ti), chunk_bytes, m.tag_base + ti};
+      task.labels = step_labels("recv", m);
+      const TaskId id = g_.add(std::move(task));
+      for (TaskId d : deps) g_.depend(d, id);
+      return id;
     };
     return p;
   }

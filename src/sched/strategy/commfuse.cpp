@@ -29,7 +29,7 @@ class CommFuse final : public Strategy {
     const Ring ring{t};
     const std::int64_t tag0 = b.tags_.reserve(ring.tags_per_exchange());
     Deps done(static_cast<std::size_t>(t));
-    for (int ti = 0; ti < t; ++ti) {
+    for (int ti = 0; ti < b.emit_t_; ++ti) {
       Builder* bp = &b;
       const RingPorts ports = b.ring_ports(
           r.ctx, r.region, ti, b.bytes(b.n() * width),
@@ -79,7 +79,7 @@ class CommFuse final : public Strategy {
     const std::int64_t tag0 = b.tags_.reserve(ring.tags_per_exchange());
     const model::ElementwiseKernel add_kernel{"add", b.bytes(3 * b.n() * width), static_cast<Flops>(b.n() * width)};
     Deps done(static_cast<std::size_t>(t));
-    for (int ti = 0; ti < t; ++ti) {
+    for (int ti = 0; ti < b.emit_t_; ++ti) {
       RingPorts ports = b.ring_ports(
           ctx, r.region, ti, b.bytes(b.n() * width),
           // Step 0 passes on the own partial, later steps the running sum.
