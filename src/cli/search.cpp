@@ -1036,6 +1036,58 @@ std::string search_csv(const SearchResult& r) {
   return out;
 }
 
+std::string write_search_workloads(const SearchResult& r, const SearchSpec& spec, const std::string& workload_text,
+                                   const std::string& dir) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  // Ordered: the file keeps the order of the workload it came from, the row's values in their places.
+  const nlohmann::ordered_json base = nlohmann::ordered_json::parse(workload_text);
+  const std::size_t rows = std::min(r.top, r.rows.size());
+  std::string log;
+  for (std::size_t i = 0; i < rows; ++i) {
+    const SearchCandidate& c = r.rows[i].candidate;
+    const model::Workload& w = c.workload;
+    const model::Parallelism& p = w.parallel;
+    nlohmann::ordered_json doc = base;
+    doc["name"] = fmt::format("{}-search-{}", base.contains("name") ? base["name"].get<std::string>() : "workload", i + 1);
+    nlohmann::ordered_json& t = doc["training"];
+    t["sequence_length"] = w.sequence_length;
+    t["micro_batch"] = w.micro_batch;
+    t["grad_accumulation"] = w.grad_accumulation;
+    t["recompute"] = model::to_string(w.recompute);
+    // Optional keys the search may have changed: written where the file had them or the row sets them.
+    if (t.contains("fp8_param_gather") || w.fp8_param_gather) t["fp8_param_gather"] = w.fp8_param_gather;
+    nlohmann::ordered_json& par = doc["parallel"];
+    par["tp"] = p.tp;
+    par["up"] = p.up;
+    par["dp"] = p.dp;
+    par["pp"] = p.pp;
+    par["pp_schedule"] = model::to_string(p.pp_schedule);
+    par["virtual_stages"] = p.virtual_stages;
+    par["dp_sharding"] = model::to_string(p.dp_sharding);
+    if (par.contains("overlap_param_gather") || p.overlap_param_gather)
+      par["overlap_param_gather"] = p.overlap_param_gather;
+    nlohmann::ordered_json& sched = doc["schedule"];
+    sched["kind"] = model::to_string(c.kind);
+    sched["slices"] = w.schedule.slices;
+    const std::string path = (fs::path(dir) / fmt::format("{}.json", i + 1)).string();
+    write_output_file(path, doc.dump(2) + "\n", "--write-workloads");
+    if (i == 0) {
+      std::string options;
+      if (spec.symmetry != "mirror") options += " --symmetry " + spec.symmetry;
+      if (spec.pricing.mode == model::PricingMode::roofline) options += " --roofline";
+      if (spec.pricing.mode == model::PricingMode::profile) options += " --profile " + spec.pricing.profile;
+      log += fmt::format("search: the row ranked 1 runs as: fusesim simulate --topology {} --workload {} --scope step "
+                         "--schedule {}{}\n",
+                         spec.topology, path, model::to_string(c.kind), options);
+    }
+  }
+  log.insert(0, rows == 0 ? std::string("search: no row to write\n")
+                          : fmt::format("search: wrote the workloads of the {} best rows to {}/1.json{}\n", rows, dir,
+                                        rows > 1 ? fmt::format(" .. {}.json", rows) : ""));
+  return log;
+}
+
 std::string write_search_plot(const SearchResult& r, const std::string& dir) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);

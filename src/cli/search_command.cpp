@@ -10,6 +10,7 @@
 #include "fusesim/cli/search.hpp"
 #include "fusesim/cli/simulate.hpp"
 #include "fusesim/cli/sweep.hpp"
+#include "fusesim/util/embedded.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/output.hpp"
 
@@ -94,6 +95,10 @@ class SearchCommand final : public Command {
     sub.add_option("--shard", shard_,
                    "search only candidates with index % n == i, written with --output as JSON for `fusesim merge`")
         ->type_name("i/n");
+    sub.add_option("--write-workloads", workloads_dir_,
+                   "write the workload of each of the --top rows into this folder as <rank>.json (the workload file "
+                   "with the row's configuration), for simulate --scope step and its --trace")
+        ->type_name("DIR");
   }
 
   int run(Io& io) override {
@@ -133,6 +138,12 @@ class SearchCommand final : public Command {
       check_output_path(output_, "--output");
     }
     if (!plot_dir_.empty()) check_plot_folder(plot_dir_, "--plot");
+    if (!workloads_dir_.empty()) {
+      check_plot_folder(workloads_dir_, "--write-workloads");
+      if (spec.shard.count > 1)
+        throw InputError(kCommandLine, "--write-workloads",
+                         "a shard does not know the best rows: merge the parts, then search without --shard");
+    }
     if (spec.shard.count > 1 && file_format != "json")
       throw InputError(kCommandLine, "--shard",
                        "a shard is written with --output as JSON (name the file .json), so that `fusesim merge` can "
@@ -162,6 +173,8 @@ class SearchCommand final : public Command {
     if (!output_.empty())
       write_output_file(output_, file_format == "json" ? search_json(result).dump(2) + "\n" : search_csv(result));
     if (!plot_dir_.empty()) io.err << write_search_plot(result, plot_dir_);
+    if (!workloads_dir_.empty())
+      io.err << write_search_workloads(result, spec, resolve_input(spec.workload, "workloads").text, workloads_dir_);
     return 0;
   }
 
@@ -174,7 +187,7 @@ class SearchCommand final : public Command {
   bool roofline_ = false;
   std::string symmetry_ = "mirror";
   std::string format_ = "table";
-  std::string output_, plot_dir_, shard_;
+  std::string output_, plot_dir_, shard_, workloads_dir_;
   bool quiet_ = false;
   bool full_steps_ = false;
   bool zb_h1_ = false;

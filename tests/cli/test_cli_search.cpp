@@ -2,6 +2,7 @@
 // counted by reason; the Pareto front; the command end to end.
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -444,4 +445,61 @@ TEST_CASE("fusesim search --shard and merge from the command line - parts that d
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("$.results[0].index") != std::string::npos);
   CHECK(!std::filesystem::exists(dir.path() / "x.json"));
+}
+
+TEST_CASE("search --write-workloads writes each best row's workload, and simulate runs it to the same step",
+          "[cli][search]") {
+  // Llama-3-8B on 16 H100s, pipeline stages of 1F1B and interleaved (two chunks), full and selective
+  // recomputation, ZeRO-1: the rows differ in degrees, pipeline schedule, virtual stages, recompute and
+  // overlap schedule, and the 1F1B rows' steps are extrapolated from their steady state. Each written
+  // workload, simulated as the search prints it (`--scope step --schedule <kind>`), must give the
+  // row's step to the picosecond, in every row simulate reports (the other parallelisms run the file's
+  // schedule.kind, which is the row's).
+  ScratchDir dir;
+  const auto r = run_fusesim({"search", "--workload", "llama-3-8b", "--topology", "dgx-h100-4node", "--gpus", "16",
+                              "--global-batch", "32", "--seq", "2048", "--tp", "4,8", "--pp", "2", "--virtual-stages",
+                              "1,2", "--micro-batch", "1", "--recompute", "full,selective", "--zero", "zero1", "--top",
+                              "4", "--quiet", "--format", "json", "--write-workloads", "best"},
+                             dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("search: wrote the workloads of the 4 best rows to best/1.json .. 4.json") != std::string::npos);
+  CHECK(r.err.find("fusesim simulate --topology dgx-h100-4node --workload best/1.json --scope step --schedule ") !=
+        std::string::npos);
+  const json doc = json::parse(r.out);
+  REQUIRE(doc["results"].size() >= 4);
+  std::set<std::string> pipelines;
+  bool extrapolated = false;
+  for (std::size_t i = 0; i < 4; ++i) {
+    const json& row = doc["results"][i];
+    pipelines.insert(row["pp_schedule"].get<std::string>());
+    extrapolated = extrapolated || row["extrapolated"].get<bool>();
+    const std::string file = fmt::format("best/{}.json", i + 1);
+    const json w = json::parse(slurp(dir.path() / file));
+    CHECK(w["parallel"]["tp"] == row["tp"]);
+    CHECK(w["parallel"]["pp_schedule"] == row["pp_schedule"]);
+    CHECK(w["training"]["recompute"] == row["recompute"]);
+    const auto sim = run_fusesim({"simulate", "--topology", "dgx-h100-4node", "--workload", file, "--scope", "step",
+                                  "--schedule", row["schedule"].get<std::string>(), "--format", "json"},
+                                 dir);
+    INFO(file << ": " << sim.err);
+    REQUIRE(sim.exit_code == 0);
+    const json report = json::parse(sim.out);
+    REQUIRE(!report["results"].empty());
+    for (const json& run : report["results"]) CHECK(run["step_time_s"] == row["step_time_s"]);
+  }
+  CHECK(pipelines == std::set<std::string>{"1f1b", "interleaved"});
+  CHECK(extrapolated);
+  // A shard does not know the best rows; a file where the folder should be is refused before the search.
+  const auto shard = run_fusesim({"search", "--workload", "llama-3-8b", "--topology", "dgx-h100", "--shard", "0/2",
+                                  "--output", "part.json", "--write-workloads", "best2"},
+                                 dir);
+  CHECK(shard.exit_code == 2);
+  CHECK(shard.err.find("--write-workloads: a shard does not know the best rows") != std::string::npos);
+  std::ofstream(dir.path() / "afile") << "x";
+  const auto file = run_fusesim({"search", "--workload", "llama-3-8b", "--topology", "dgx-h100", "--write-workloads",
+                                 "afile"},
+                                dir);
+  CHECK(file.exit_code == 2);
+  CHECK(file.err == "error: afile: --write-workloads: is a file, not a folder\n");
 }

@@ -123,6 +123,14 @@ bool is_search_json(const JsonDocument& doc);
 std::string search_table(const SearchResult& r);
 nlohmann::json search_json(const SearchResult& r);
 std::string search_csv(const SearchResult& r);
+// The workload of each of the best `top` rows (SearchResult::top), written into `dir` as <rank>.json:
+// the search's workload file (`workload_text`, its keys and order kept) with the row's configuration
+// written over it (sequence, micro-batch, gradient accumulation, recomputation, degrees, pipeline
+// schedule, ZeRO stage and its gathers, schedule kind and slices), so that `fusesim simulate
+// --workload <dir>/<rank>.json --scope step --schedule <kind>` runs that row and reports its step.
+// Returns the lines to print (the files, and the command for the best row).
+std::string write_search_workloads(const SearchResult& r, const SearchSpec& spec, const std::string& workload_text,
+                                   const std::string& dir);
 // Step time against memory per GPU, the Pareto front marked: <dir>/search.dat, search.gp and, with
 // gnuplot on the PATH, search.svg. Returns the lines to print (files written, or why not drawn).
 std::string write_search_plot(const SearchResult& r, const std::string& dir);
