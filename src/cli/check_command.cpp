@@ -100,6 +100,15 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
       k.request(r, x);
     }
   }
+  for (const NamedOverride& k : named_overrides()) {
+    const std::string name(k.key);
+    if (auto v = o.find(name)) {
+      const std::string x = v->as_string();
+      if (!k.known(x)) v->fail(k.unknown(x));
+      e.config[name] = x;
+      r.*k.field = x;
+    }
+  }
   e.scope = "layer";
   if (auto sc = o.find("scope")) {
     e.scope = sc->as_string();
@@ -155,6 +164,9 @@ Entry read_entry(const JsonValue& value, bool need_metrics) {
   for (const WorkloadOverride& k : workload_overrides())
     if (const std::string name(k.key); e.config.contains(name))
       e.label += fmt::format(" {}={}", name == "sequence_length" ? "seq" : name, e.config[name].get<std::int64_t>());
+  for (const NamedOverride& k : named_overrides())
+    if (const std::string name(k.key); e.config.contains(name))
+      e.label += fmt::format(" {}={}", name, e.config[name].get<std::string>());
   e.label += " " + e.scope;
   return e;
 }
@@ -221,6 +233,7 @@ std::string write_baseline(const std::string& description, const std::vector<Ent
     };
     for (const char* k : {"topology", "workload", "parallelism"}) add(k);
     for (const WorkloadOverride& k : workload_overrides()) add(std::string(k.key));
+    for (const NamedOverride& k : named_overrides()) add(std::string(k.key));
     for (const char* k : {"scope", "schedule", "forward_only", "force_memory", "profile", "roofline"}) add(k);
     std::vector<std::string> metrics;
     for (const Guarded& g : kGuarded)

@@ -35,6 +35,10 @@ class GenerateCommand final : public Command {
       sub.add_option(std::string(o.option), override_text_[std::string(o.option)],
                      fmt::format("override the workload's {}", o.what))
           ->type_name("N");
+    for (const NamedOverride& o : named_overrides())
+      sub.add_option(std::string(o.option), override_text_[std::string(o.option)],
+                     fmt::format("override the workload's {}: {}", o.what, fmt::join(o.names, ", ")))
+          ->type_name("NAME");
     sub.add_flag("--forward-only", forward_only_, "the forward pass only");
     sub.add_option("--output", output_, "the task-graph file to write")->required();
     sub.add_option("--symmetry", symmetry_,

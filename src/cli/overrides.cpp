@@ -1,8 +1,11 @@
 #include "fusesim/cli/overrides.hpp"
 
+#include <algorithm>
+#include <initializer_list>
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "fusesim/cli/app.hpp"
 #include "fusesim/cli/simulate.hpp"
@@ -63,6 +66,67 @@ const std::vector<WorkloadOverride>& workload_overrides() {
   return table;
 }
 
+namespace {
+
+template <typename T>
+T named_value(const std::string& name, std::initializer_list<T> values) {
+  for (T v : values)
+    if (model::to_string(v) == name) return v;
+  throw std::logic_error("no value named " + name);  // callers check the name first (NamedOverride::known)
+}
+
+}  // namespace
+
+bool NamedOverride::known(const std::string& value) const {
+  return std::find(names.begin(), names.end(), value) != names.end();
+}
+
+std::string NamedOverride::unknown(const std::string& value) const {
+  return fmt::format("'{}' is not one of {}", value, fmt::join(names, ", "));
+}
+
+bool NamedOverride::blamed_for(const std::string& path) const {
+  return std::find(json_paths.begin(), json_paths.end(), path) != json_paths.end();
+}
+
+const std::vector<NamedOverride>& named_overrides() {
+  using model::DpSharding, model::Recompute;
+  using W = model::Workload;
+  static const std::vector<NamedOverride> table{
+      {"--recompute",
+       "recompute",
+       {"$.training.recompute", "$.training.recompute_every"},
+       "activation recomputation",
+       &SimulateRequest::recompute,
+       {"none", "selective", "full", "op"},
+       [](const W& w) { return model::to_string(w.recompute); },
+       [](W& w, const std::string& v) {
+         w.recompute = named_value(v, {Recompute::none, Recompute::selective, Recompute::full, Recompute::op});
+       }},
+      {"--zero",
+       "dp_sharding",
+       {"$.parallel.dp_sharding", "$.parallel.overlap_param_gather", "$.training.fp8_param_gather"},
+       "DP sharding (ZeRO stage)",
+       &SimulateRequest::dp_sharding,
+       {"ddp", "zero1", "zero2", "zero3"},
+       [](const W& w) { return model::to_string(w.parallel.dp_sharding); },
+       [](W& w, const std::string& v) {
+         const DpSharding z = named_value(v, {DpSharding::ddp, DpSharding::zero1, DpSharding::zero2, DpSharding::zero3});
+         w.parallel.dp_sharding = z;
+         w.parallel.overlap_param_gather =
+             w.parallel.overlap_param_gather && (z == DpSharding::zero1 || z == DpSharding::zero2);
+         w.fp8_param_gather = w.fp8_param_gather && z == DpSharding::zero3;
+       }},
+  };
+  return table;
+}
+
+const NamedOverride& named_override(std::string_view option) {
+  for (const NamedOverride& o : named_overrides())
+    if (o.option == option) return o;
+  throw std::out_of_range("no named override " + std::string(option));
+}
+
 const WorkloadOverride& workload_override(std::string_view option) {
   for (const WorkloadOverride& o : workload_overrides())
     if (o.option == option) return o;
@@ -75,16 +139,37 @@ void parse_overrides(const std::map<std::string, std::string>& text_by_option, S
     if (const auto it = text_by_option.find(option); it != text_by_option.end() && !it->second.empty())
       o.request(r, parse_positive_int(option, it->second, static_cast<int>(o.max)));
   }
+  for (const NamedOverride& o : named_overrides()) {
+    const std::string option(o.option);
+    if (const auto it = text_by_option.find(option); it != text_by_option.end() && !it->second.empty()) {
+      if (!o.known(it->second)) throw InputError(kCommandLine, option, o.unknown(it->second));
+      r.*o.field = it->second;
+    }
+  }
+}
+
+void check_overrides(const SimulateRequest& r) {
+  for (const WorkloadOverride& o : workload_overrides())
+    if (const std::optional<std::int64_t> v = o.requested(r); v && (*v < 1 || *v > o.max))
+      throw InputError(kCommandLine, std::string(o.option),
+                       fmt::format("value {} is outside the allowed range [1, {}]", *v, o.max));
+  for (const NamedOverride& o : named_overrides())
+    if (const std::optional<std::string>& v = r.*o.field; v && !o.known(*v))
+      throw InputError(kCommandLine, std::string(o.option), o.unknown(*v));
 }
 
 void set_overrides(const SimulateRequest& r, model::Workload& w) {
   for (const WorkloadOverride& o : workload_overrides())
     if (const std::optional<std::int64_t> v = o.requested(r)) o.set(w, *v);
+  for (const NamedOverride& o : named_overrides())
+    if (const std::optional<std::string>& v = r.*o.field) o.set(w, *v);
 }
 
 bool any_override(const SimulateRequest& r) {
   for (const WorkloadOverride& o : workload_overrides())
     if (o.requested(r)) return true;
+  for (const NamedOverride& o : named_overrides())
+    if (r.*o.field) return true;
   return false;
 }
 
@@ -95,6 +180,8 @@ bool any_override(const SimulateRequest& r) {
   };
   for (const WorkloadOverride& o : workload_overrides())
     if (o.requested(r) && o.names(path)) blame(o.option);
+  for (const NamedOverride& o : named_overrides())
+    if (r.*o.field && o.blamed_for(path)) blame(o.option);
   if ((path == "$.parallel.pp_schedule" || path == "$.parallel.virtual_stages") && r.pp_schedule)
     blame("--pp-schedule");
   if (path.rfind("$.parallel", 0) == 0)

@@ -84,7 +84,8 @@ const std::vector<KeyColumn> kKeyColumns{
     {"scope", "{} scope"},
     {"passes", "{}"},            {"sequence_length", "seq {}"}, {"tp", "TP {}"}, {"up", "UP {}"},
     {"pp", "PP {}"},             {"dp", "DP {}"},             {"micro_batch", "micro-batch {}"},
-    {"grad_accumulation", "{} micro-batches"}, {"slices", "k = {}"},
+    {"grad_accumulation", "{} micro-batches"}, {"slices", "k = {}"}, {"recompute", "recompute {}"},
+    {"dp_sharding", "{}"},
 };
 
 std::string cell_text(const SweepRow& row, const std::string& column) {

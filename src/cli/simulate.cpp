@@ -34,10 +34,7 @@ std::vector<std::string> split_commas(const std::string& value) {
 }
 
 void apply_overrides(const SimulateRequest& r, model::Workload& w, const std::string& wl) {
-  for (const WorkloadOverride& o : workload_overrides())
-    if (const std::optional<std::int64_t> v = o.requested(r); v && (*v < 1 || *v > o.max))
-      throw InputError(kCommandLine, std::string(o.option),
-                       fmt::format("value {} is outside the allowed range [1, {}]", *v, o.max));
+  check_overrides(r);
   set_overrides(r, w);
   if (r.pp_schedule) {
     const auto schedule = model::pipeline_schedule_named(*r.pp_schedule);

@@ -56,6 +56,13 @@ class SimulateCommand final : public Command {
     sub.add_option("--pp", override_text_["--pp"],
                    "override the pipeline-parallel degree (stages; the schedule and virtual stages are the workload's)")
         ->type_name("N");
+    sub.add_option("--recompute", override_text_["--recompute"],
+                   "override the workload's activation recomputation: none, selective, full or op")
+        ->type_name("NAME");
+    sub.add_option("--zero", override_text_["--zero"],
+                   "override the workload's DP sharding: ddp, zero1, zero2 or zero3 (a stage that cannot carry the "
+                   "workload's overlapped or fp8 parameter gather turns it off)")
+        ->type_name("NAME");
     sub.add_option("--pp-schedule", pp_schedule_,
                    "override the pipeline schedule: 1f1b, interleaved (the workload's virtual_stages) or zb-h1")
         ->type_name("NAME");

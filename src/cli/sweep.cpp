@@ -80,6 +80,7 @@ const std::vector<Column>& columns() {
       {"sequence_length", Kind::integer}, {"micro_batch", Kind::integer}, {"grad_accumulation", Kind::integer},
       {"tp", Kind::integer},            {"up", Kind::integer},           {"pp", Kind::integer},
       {"dp", Kind::integer},            {"slices", Kind::integer},
+      {"recompute", Kind::text},        {"dp_sharding", Kind::text},
       {"passes", Kind::text},           {"parallelism", Kind::text},     {"scope", Kind::text},
       {"schedule", Kind::text},         {"engine", Kind::text},          {"pricing", Kind::text},
       // metrics
@@ -95,12 +96,16 @@ const std::vector<Column>& columns() {
   };
   return cols;
 }
-constexpr std::size_t kConfigColumns = 20;
+constexpr std::size_t kConfigColumns = 22;
 // Columns that came later than the others (2026-11-30): a file written before them reads 0 there,
 // "not recorded" (its workloads' own values, which the file does not say).
 bool late_column(const char* name) {
-  return name == std::string_view("pp") || name == std::string_view("grad_accumulation");
+  for (const char* late : {"pp", "grad_accumulation", "recompute", "dp_sharding"})
+    if (name == std::string_view(late)) return true;
+  return false;
 }
+// What a late column reads in a file written before it: 0, or an empty name.
+Cell late_cell(const Column& c) { return c.kind == Kind::text ? Cell(std::string()) : Cell(std::int64_t{0}); }
 constexpr const char* kStatusOk = "ok";
 
 std::size_t column_index(const std::string& name) {
@@ -138,6 +143,8 @@ std::string describe(const SimulateRequest& r, const SweepSpec& spec) {
   if (r.engine) s += " engine=" + *r.engine;
   for (const WorkloadOverride& o : workload_overrides())
     if (const std::optional<std::int64_t> v = o.requested(r)) s += fmt::format(" {}={}", o.option.substr(2), *v);
+  for (const NamedOverride& o : named_overrides())
+    if (const std::optional<std::string>& v = r.*o.field) s += fmt::format(" {}={}", o.option.substr(2), *v);
   (void)spec;
   return s;
 }
@@ -259,7 +266,7 @@ std::size_t SweepSpec::size() const {
   const std::size_t factors[] = {topologies.size(),       workloads.size(), axis_size(parallelisms), axis_size(engines),
                                  axis_size(sequence_lengths), axis_size(tps), axis_size(ups),         axis_size(pps),
                                  axis_size(dps),              axis_size(micro_batches), axis_size(grad_accumulations),
-                                 axis_size(slices)};
+                                 axis_size(recomputes),       axis_size(dp_shardings),  axis_size(slices)};
   std::size_t n = 1;
   for (std::size_t f : factors) {
     if (f == 0) return 0;
@@ -278,6 +285,8 @@ SimulateRequest SweepSpec::configuration(std::size_t index) const {
     return d;
   };
   const std::size_t i_slices = take(axis_size(slices));
+  const std::size_t i_zero = take(axis_size(dp_shardings));
+  const std::size_t i_rc = take(axis_size(recomputes));
   const std::size_t i_ga = take(axis_size(grad_accumulations));
   const std::size_t i_mb = take(axis_size(micro_batches));
   const std::size_t i_dp = take(axis_size(dps));
@@ -300,6 +309,8 @@ SimulateRequest SweepSpec::configuration(std::size_t index) const {
   if (!dps.empty()) r.dp = static_cast<int>(dps[i_dp]);
   if (!micro_batches.empty()) r.micro_batch = micro_batches[i_mb];
   if (!grad_accumulations.empty()) r.grad_accumulation = grad_accumulations[i_ga];
+  if (!recomputes.empty()) r.recompute = recomputes[i_rc];
+  if (!dp_shardings.empty()) r.dp_sharding = dp_shardings[i_zero];
   if (!slices.empty()) r.slices = static_cast<int>(slices[i_slices]);
   r.schedules = schedules;
   r.scopes = scopes;
@@ -322,6 +333,8 @@ nlohmann::json SweepSpec::to_json() const {
           {"dp", dps},
           {"micro_batches", micro_batches},
           {"grad_accumulations", grad_accumulations},
+          {"recomputes", recomputes},
+          {"dp_shardings", dp_shardings},
           {"slices", slices},
           {"schedules", kind_names(schedules)},
           {"scopes", scope_names(scopes)},
@@ -367,6 +380,7 @@ std::vector<Cell> make_row(const SimulateRequest& request, const SimulateReport&
   cells.emplace_back(w.arch.name);
   cells.emplace_back(topo::to_string(w.dtype));
   for (const WorkloadOverride& o : workload_overrides()) cells.emplace_back(o.get(w));
+  for (const NamedOverride& o : named_overrides()) cells.emplace_back(o.get(w));
   cells.emplace_back(std::string(w.backward ? "forward+backward" : "forward"));
   cells.emplace_back(run.metrics.parallelism);
   cells.emplace_back(run.metrics.scope);
@@ -436,6 +450,7 @@ std::vector<std::vector<Cell>> problem_rows(const SimulateRequest& request, std:
         std::vector<Cell> row{static_cast<std::int64_t>(config), request.topology, std::string(), request.workload,
                               loaded ? w.arch.name : std::string(), loaded ? topo::to_string(w.dtype) : std::string()};
         for (const WorkloadOverride& o : workload_overrides()) row.emplace_back(o.get(w));
+        for (const NamedOverride& o : named_overrides()) row.emplace_back(loaded ? o.get(w) : std::string());
         for (Cell c : {Cell(std::string(w.backward ? "forward+backward" : "forward")), Cell(par),
                        Cell(sched::to_string(scope)), Cell(model::to_string(kind)), Cell(engine), Cell(std::string())})
           row.push_back(std::move(c));
@@ -709,7 +724,7 @@ SweepResult parse_sweep_json(const JsonDocument& doc) {
     for (std::size_t ci = 0; ci + 1 < cols.size(); ++ci) {
       const Column& c = cols[ci];
       if (late_column(c.name) && !o.has(c.name)) {
-        row.cells.emplace_back(std::int64_t{0});
+        row.cells.push_back(late_cell(c));
         continue;
       }
       const JsonValue v = o.at(c.name);
@@ -828,7 +843,7 @@ SweepResult read_sweep_csv(const std::string& path) {
     SweepRow row;
     for (std::size_t c = 0; c + 1 < cols.size(); ++c) {
       if (index_of[c] == std::string::npos) {  // a late column, not in an older file
-        row.cells.emplace_back(std::int64_t{0});
+        row.cells.push_back(late_cell(cols[c]));
         continue;
       }
       const std::string& v = f[index_of[c]];

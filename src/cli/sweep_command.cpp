@@ -80,6 +80,9 @@ class SweepCommand final : public Command {
     sub.add_option("--grad-accumulation", grad_accumulation_,
                    "gradient accumulation (micro-batches per step): a list or range")
         ->type_name(axis);
+    sub.add_option("--recompute", recompute_, "activation recomputation: a comma list of none, selective, full, op")
+        ->type_name("LIST");
+    sub.add_option("--zero", zero_, "DP sharding: a comma list of ddp, zero1, zero2, zero3")->type_name("LIST");
     sub.add_option("--slices", slices_, "slice-overlap k: a list or range")->type_name(axis);
     sub.add_option("--schedule", schedule_, "baseline, slice, commfuse, all, or a comma list")
         ->type_name("KIND")
@@ -138,6 +141,19 @@ class SweepCommand final : public Command {
     spec.micro_batches = axis("--micro-batch", micro_batch_);
     spec.grad_accumulations = axis("--grad-accumulation", grad_accumulation_);
     spec.slices = axis("--slices", slices_);
+    // The named axes, each value one the workload files spell (cli/overrides.hpp).
+    const auto named_axis = [](const char* option, const std::string& text) {
+      std::vector<std::string> out;
+      if (text.empty()) return out;
+      const NamedOverride& o = named_override(option);
+      for (const std::string& v : parse_name_axis(option, text)) {
+        if (!o.known(v)) throw InputError(kCommandLine, option, o.unknown(v));
+        out.push_back(v);
+      }
+      return out;
+    };
+    spec.recomputes = named_axis("--recompute", recompute_);
+    spec.dp_shardings = named_axis("--zero", zero_);
     spec.schedules = parse_schedules(schedule_);
     spec.scopes = parse_scopes(scope_);
     spec.forward_only = forward_only_;
@@ -215,7 +231,7 @@ class SweepCommand final : public Command {
   std::string workload_ = "llama-3-70b-4node";
   std::string parallelism_;
   std::string engine_;
-  std::string seq_, tp_, up_, pp_, dp_, micro_batch_, grad_accumulation_, slices_;
+  std::string seq_, tp_, up_, pp_, dp_, micro_batch_, grad_accumulation_, slices_, recompute_, zero_;
   std::string schedule_ = "all";
   std::string scope_ = "layer";
   bool forward_only_ = false;

@@ -173,3 +173,38 @@ TEST_CASE("check: an entry's pp stages the workload as simulate --pp does", "[cl
   CHECK(bad.exit_code == 2);
   CHECK(bad.err.find("bad.json: $.entries[0].pp") != std::string::npos);
 }
+
+TEST_CASE("check: an entry's recompute and dp_sharding set the workload as simulate --recompute and --zero do",
+          "[cli][check]") {
+  ScratchDir dir;
+  write_output_file(dir.file("b.json"), R"({
+  "format": "fusesim-baseline",
+  "version": 1,
+  "description": "named overrides",
+  "entries": [
+    {"topology": "dgx-h100", "workload": "llama-3-8b", "recompute": "full", "dp_sharding": "zero3",
+     "schedule": "baseline"}
+  ]
+})");
+  const auto up = run_fusesim({"check", "--baseline", "b.json", "--update"}, dir);
+  INFO(up.out << up.err);
+  REQUIRE(up.exit_code == 0);
+  const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("b.json")));
+  CHECK(doc["entries"][0]["recompute"] == "full");
+  CHECK(doc["entries"][0]["dp_sharding"] == "zero3");
+  const auto sim = run_fusesim({"simulate", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--recompute", "full",
+                                "--zero", "zero3", "--scope", "layer", "--schedule", "baseline", "--format", "json"},
+                               dir);
+  REQUIRE(sim.exit_code == 0);
+  const nlohmann::json report = nlohmann::json::parse(sim.out);
+  // Full recomputation runs the forward again: hardware FLOPs above the model's.
+  CHECK(report["results"][0]["hfu"].get<double>() > report["results"][0]["mfu"].get<double>());
+  CHECK(doc["entries"][0]["metrics"]["step_time_s"].get<double>() ==
+        report["results"][0]["step_time_s"].get<double>());
+  // A name none of the workload files use is refused at the entry's key.
+  write_output_file(dir.file("bad.json"), R"({"format": "fusesim-baseline", "version": 1, "description": "x",
+    "entries": [{"topology": "dgx-h100", "workload": "llama-3-8b", "recompute": "some", "schedule": "baseline"}]})");
+  const auto bad = run_fusesim({"check", "--baseline", "bad.json", "--update"}, dir);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err == "error: bad.json: $.entries[0].recompute: 'some' is not one of none, selective, full, op\n");
+}

@@ -11,6 +11,7 @@
 #include "fusesim/cli/simulate.hpp"
 #include "fusesim/cli/sweep.hpp"
 #include "fusesim/util/error.hpp"
+#include "fusesim/util/output.hpp"
 #include "process.hpp"
 
 using namespace fusesim;
@@ -249,6 +250,82 @@ TEST_CASE("sweep --pp and --grad-accumulation are axes - a file written before t
   CHECK(row_integer(back.rows[0], "pp") == 0);
   CHECK(row_integer(back.rows[0], "grad_accumulation") == 0);
   CHECK(row_number(back.rows[0], "step_time_s") == row_number(res.rows[0], "step_time_s"));
+}
+
+TEST_CASE("sweep --recompute and --zero are axes - their columns, blame and the gathers a stage cannot carry",
+          "[cli][sweep]") {
+  SweepSpec spec;
+  spec.topologies = {"dgx-h100-4node"};
+  spec.workloads = {"llama-3-8b"};
+  spec.dps = {4};
+  spec.recomputes = {"none", "full"};
+  spec.dp_shardings = {"zero1", "zero3"};
+  spec.schedules = {model::ScheduleKind::baseline};
+  spec.parallelisms = {sched::Parallelism::tpsp};
+  // recompute x zero = 2 x 2, the ZeRO stage varying faster.
+  REQUIRE(spec.size() == 4);
+  CHECK(*spec.configuration(1).recompute == "none");
+  CHECK(*spec.configuration(1).dp_sharding == "zero3");
+  CHECK(*spec.configuration(2).recompute == "full");
+  SweepOptions opt;
+  opt.jobs = 2;
+  const SweepResult res = run_sweep(spec, opt);
+  REQUIRE(res.rows.size() == 4);
+  for (std::size_t c = 0; c < 4; ++c) {
+    const SimulateReport rep = simulate(spec.configuration(c));
+    REQUIRE(rep.runs.size() == 1);
+    CHECK(row_string(res.rows[c], "recompute") == std::vector<std::string>{"none", "none", "full", "full"}[c]);
+    CHECK(row_string(res.rows[c], "dp_sharding") == std::vector<std::string>{"zero1", "zero3", "zero1", "zero3"}[c]);
+    CHECK(row_number(res.rows[c], "step_time_s") == ps_to_seconds(rep.runs[0].metrics.step_time_ps));
+  }
+  // Full recomputation runs each layer's forward again: more hardware FLOPs, a longer step.
+  CHECK(row_number(res.rows[2], "hfu") > row_number(res.rows[2], "mfu"));
+  CHECK(row_number(res.rows[2], "step_time_s") > row_number(res.rows[0], "step_time_s"));
+  // A sweep file written before the two columns reads them empty: not recorded.
+  std::string csv = sweep_csv(res);
+  const std::string header = csv.substr(0, csv.find('\n'));
+  REQUIRE(header.find(",slices,recompute,dp_sharding,") != std::string::npos);
+  std::string old;
+  std::istringstream in(csv);
+  for (std::string line; std::getline(in, line);) {
+    // The two columns follow slices; the rows' values there are none/full and zero1/zero3.
+    for (const char* cut : {",recompute,dp_sharding", ",none,zero1", ",none,zero3", ",full,zero1", ",full,zero3"})
+      if (const auto at = line.find(cut); at != std::string::npos) line.erase(at, std::string(cut).size());
+    old += line + "\n";
+  }
+  ScratchDir dir;
+  write_output_file(dir.file("old.csv"), old);
+  const SweepResult back = read_sweep_csv(dir.file("old.csv"));
+  REQUIRE(back.rows.size() == 4);
+  CHECK(row_string(back.rows[0], "recompute").empty());
+  CHECK(row_string(back.rows[0], "dp_sharding").empty());
+  CHECK(row_number(back.rows[3], "step_time_s") == row_number(res.rows[3], "step_time_s"));
+
+  // simulate: a name the workload files do not use is refused before any file is read; a value the
+  // workload cannot take is blamed on the option; ZeRO-3 cannot carry Megatron's overlapped parameter
+  // gather of ZeRO-1/2, which it turns off as search does.
+  SimulateRequest r;
+  r.workload = "llama-3-8b";
+  r.scopes = {sched::Scope::layer};
+  r.schedules = {model::ScheduleKind::baseline};
+  r.recompute = "most";
+  CHECK(error_path([&] { prepare_job(r); }) == "<command line> --recompute");
+  r.recompute = "op";  // torchtitan's per-op checkpointing needs up 1 (the generator refuses it)
+  r.up = 2;
+  r.tp = 4;
+  CHECK(error_path([&] { simulate(r); }) == "<command line> --recompute");
+  SimulateRequest z;
+  z.workload = "validation/workloads/megatron-core-7.1b-tp2.json";
+  z.topology = "dgx-h100-128node";
+  z.scopes = {sched::Scope::layer};
+  REQUIRE(prepare_job(z).workload.parallel.overlap_param_gather);
+  z.dp_sharding = "zero3";
+  const PreparedJob job = prepare_job(z);
+  CHECK(job.workload.parallel.dp_sharding == model::DpSharding::zero3);
+  CHECK(!job.workload.parallel.overlap_param_gather);
+  const auto cli = run_fusesim({"sweep", "--zero", "zero4"}, dir);
+  CHECK(cli.exit_code == 2);
+  CHECK(cli.err == "error: <command line>: --zero: 'zero4' is not one of ddp, zero1, zero2, zero3\n");
 }
 
 TEST_CASE("sweep skips and counts invalid combinations", "[cli][sweep]") {

@@ -42,11 +42,36 @@ const std::vector<WorkloadOverride>& workload_overrides();
 // The row of an option ("--tp"); std::out_of_range if there is none.
 const WorkloadOverride& workload_override(std::string_view option);
 
+// The overrides of a workload that take a name: --recompute ($.training.recompute) and --zero
+// ($.parallel.dp_sharding), in the order of the sweep's columns and check's keys (recompute,
+// dp_sharding). A ZeRO stage that cannot carry the workload's overlapped parameter gather (ZeRO-1/2
+// only) or fp8 gather (ZeRO-3 only) turns that gather off, as `fusesim search` does.
+struct NamedOverride {
+  std::string_view option;                 // "--recompute"
+  std::string_view key;                    // "recompute": check's entry key and the sweep's column
+  std::vector<std::string_view> json_paths;  // the workload keys an error blames it for, the first its own
+  std::string_view what;                   // for help texts
+  std::optional<std::string> SimulateRequest::*field = nullptr;
+  std::vector<std::string> names;          // the values it takes, as the workload files spell them
+  std::string (*get)(const model::Workload&) = nullptr;
+  void (*set)(model::Workload&, const std::string&) = nullptr;  // a value of `names`
+
+  bool known(const std::string& value) const;
+  // "'x' is not one of none, selective, full, op"
+  std::string unknown(const std::string& value) const;
+  bool blamed_for(const std::string& json_path) const;
+};
+const std::vector<NamedOverride>& named_overrides();
+const NamedOverride& named_override(std::string_view option);  // std::out_of_range if none
+
 // The command line's text of each override's option, by option name ("--tp"), parsed into the request
 // within the table's bounds (an empty text: not given).
 void parse_overrides(const std::map<std::string, std::string>& text_by_option, SimulateRequest& r);
 
-// The requested overrides written into the workload (no checks: prepare_job validates).
+// Each requested override within its bounds or names; InputError naming the option otherwise.
+void check_overrides(const SimulateRequest& r);
+
+// The requested overrides written into the workload (values as check_overrides allows them).
 void set_overrides(const SimulateRequest& r, model::Workload& w);
 bool any_override(const SimulateRequest& r);
 

@@ -40,6 +40,9 @@ struct SimulateRequest {
   std::optional<std::int64_t> micro_batch;
   std::optional<std::int64_t> grad_accumulation;  // micro-batches per step (training.grad_accumulation)
   std::optional<int> tp, up, dp, pp;
+  // --recompute (none, selective, full, op) and --zero (ddp, zero1, zero2, zero3): named overrides
+  // (cli/overrides.hpp, named_overrides).
+  std::optional<std::string> recompute, dp_sharding;
   // --pp-schedule: "1f1b", "interleaved" (with the workload's virtual_stages) or "zb-h1"; 1f1b and zb-h1
   // set virtual_stages 1.
   std::optional<std::string> pp_schedule;

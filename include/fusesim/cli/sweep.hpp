@@ -36,6 +36,8 @@ struct SweepSpec {
   std::vector<std::int64_t> tps, ups, pps, dps;
   std::vector<std::int64_t> micro_batches;
   std::vector<std::int64_t> grad_accumulations;
+  std::vector<std::string> recomputes;    // NamedOverride "--recompute": none, selective, full, op
+  std::vector<std::string> dp_shardings;  // NamedOverride "--zero": ddp, zero1, zero2, zero3
   std::vector<std::int64_t> slices;
   std::vector<model::ScheduleKind> schedules = model::all_schedule_kinds();
   std::vector<sched::Scope> scopes{sched::Scope::layer};
@@ -50,7 +52,7 @@ struct SweepSpec {
   std::size_t size() const;  // configurations in the grid (product of the axis sizes)
   // Configuration `index` (0 <= index < size()), the last axis (slices) varying fastest, in the order
   // topology, workload, parallelism, engine, sequence, tp, up, pp, dp, micro-batch, grad accumulation,
-  // slices.
+  // recompute, ZeRO stage, slices.
   SimulateRequest configuration(std::size_t index) const;
   // Canonical form, stored in sweep files so that merge can tell parts of the same sweep apart.
   nlohmann::json to_json() const;
