@@ -184,9 +184,12 @@ bool any_override(const SimulateRequest& r) {
     if (r.*o.field && o.blamed_for(path)) blame(o.option);
   if ((path == "$.parallel.pp_schedule" || path == "$.parallel.virtual_stages") && r.pp_schedule)
     blame("--pp-schedule");
-  if (path.rfind("$.parallel", 0) == 0)
+  if (path.rfind("$.parallel", 0) == 0) {
     for (const WorkloadOverride& o : workload_overrides())
       if (o.requested(r) && o.json_path.rfind("$.parallel", 0) == 0) blame(o.option);
+    for (const NamedOverride& o : named_overrides())
+      if (r.*o.field && o.json_paths.front().rfind("$.parallel", 0) == 0) blame(o.option);
+  }
   if (path.rfind("$.schedule.slices", 0) == 0 && r.sequence_length) blame("--seq");
   throw e;
 }

@@ -323,6 +323,13 @@ TEST_CASE("sweep --recompute and --zero are axes - their columns, blame and the 
   const PreparedJob job = prepare_job(z);
   CHECK(job.workload.parallel.dp_sharding == model::DpSharding::zero3);
   CHECK(!job.workload.parallel.overlap_param_gather);
+  // Llama-3-70B's training state replicated on each of 4 replicas at TP 8 does not fit an H100 (182 GB
+  // per rank): the memory check's error at $.parallel is the ZeRO stage's.
+  SimulateRequest ddp;
+  ddp.workload = "llama-3-70b-4node";
+  ddp.scopes = {sched::Scope::layer};
+  ddp.dp_sharding = "ddp";
+  CHECK(error_path([&] { prepare_job(ddp); }) == "<command line> --zero");
   const auto cli = run_fusesim({"sweep", "--zero", "zero4"}, dir);
   CHECK(cli.exit_code == 2);
   CHECK(cli.err == "error: <command line>: --zero: 'zero4' is not one of ddp, zero1, zero2, zero3\n");
