@@ -1,9 +1,10 @@
 #pragma once
-// The integer overrides of a workload that the commands share: simulate's options (--seq, --tp, ...),
-// the request fields a sweep configuration or a check entry sets, the sweep's configuration columns
-// and check's entry keys. One row per override, so that adding one is adding a row: every command
-// parses it with the same bound, applies it the same way and, when the workload it makes is refused,
-// names the option instead of the file (rethrow_for_overrides).
+// The overrides of a workload that the commands share, integers (--seq, --tp, ...) and names
+// (--recompute, --zero): simulate's and generate's options, the request fields a sweep configuration
+// or a check entry sets, the sweep's configuration columns and check's entry keys. One row per
+// override, so that adding one is adding a row: every command parses it with the same bound or names,
+// applies it the same way and, when the workload it makes is refused, names the option instead of the
+// file (rethrow_for_overrides).
 #include <cstdint>
 #include <map>
 #include <optional>
