@@ -1,7 +1,7 @@
 #include "fusesim/cli/overrides.hpp"
 
 #include <algorithm>
-#include <initializer_list>
+#include <array>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -68,8 +68,22 @@ const std::vector<WorkloadOverride>& workload_overrides() {
 
 namespace {
 
-template <typename T>
-T named_value(const std::string& name, std::initializer_list<T> values) {
+// The values each named override takes: its names are these values' to_string, so that the two
+// cannot drift apart.
+constexpr std::array kRecomputes{model::Recompute::none, model::Recompute::selective, model::Recompute::full,
+                                 model::Recompute::op};
+constexpr std::array kShardings{model::DpSharding::ddp, model::DpSharding::zero1, model::DpSharding::zero2,
+                                model::DpSharding::zero3};
+
+template <typename T, std::size_t N>
+std::vector<std::string> names_of(const std::array<T, N>& values) {
+  std::vector<std::string> out;
+  for (T v : values) out.push_back(model::to_string(v));
+  return out;
+}
+
+template <typename T, std::size_t N>
+T named_value(const std::string& name, const std::array<T, N>& values) {
   for (T v : values)
     if (model::to_string(v) == name) return v;
   throw std::logic_error("no value named " + name);  // callers check the name first (NamedOverride::known)
@@ -90,7 +104,7 @@ bool NamedOverride::blamed_for(const std::string& path) const {
 }
 
 const std::vector<NamedOverride>& named_overrides() {
-  using model::DpSharding, model::Recompute;
+  using model::DpSharding;
   using W = model::Workload;
   static const std::vector<NamedOverride> table{
       {"--recompute",
@@ -98,20 +112,18 @@ const std::vector<NamedOverride>& named_overrides() {
        {"$.training.recompute", "$.training.recompute_every"},
        "activation recomputation",
        &SimulateRequest::recompute,
-       {"none", "selective", "full", "op"},
+       names_of(kRecomputes),
        [](const W& w) { return model::to_string(w.recompute); },
-       [](W& w, const std::string& v) {
-         w.recompute = named_value(v, {Recompute::none, Recompute::selective, Recompute::full, Recompute::op});
-       }},
+       [](W& w, const std::string& v) { w.recompute = named_value(v, kRecomputes); }},
       {"--zero",
        "dp_sharding",
        {"$.parallel.dp_sharding", "$.parallel.overlap_param_gather", "$.training.fp8_param_gather"},
        "DP sharding (ZeRO stage)",
        &SimulateRequest::dp_sharding,
-       {"ddp", "zero1", "zero2", "zero3"},
+       names_of(kShardings),
        [](const W& w) { return model::to_string(w.parallel.dp_sharding); },
        [](W& w, const std::string& v) {
-         const DpSharding z = named_value(v, {DpSharding::ddp, DpSharding::zero1, DpSharding::zero2, DpSharding::zero3});
+         const DpSharding z = named_value(v, kShardings);
          w.parallel.dp_sharding = z;
          w.parallel.overlap_param_gather =
              w.parallel.overlap_param_gather && (z == DpSharding::zero1 || z == DpSharding::zero2);

@@ -19,11 +19,13 @@
 
 namespace fusesim::sched {
 
-TaskId add_rank_task(TaskGraph& graph, int rank, std::string_view name, StreamRef stream, TaskKind kind,
-                     TaskLabels labels, std::int32_t data_op, const std::vector<TaskId>& deps) {
+namespace {
+
+TaskId add_named_task(TaskGraph& graph, int rank, int named_rank, std::string_view name, StreamRef stream,
+                      TaskKind kind, TaskLabels labels, std::int32_t data_op, const std::vector<TaskId>& deps) {
   Task task;
-  // "r<rank>/<name>", without a format call: every task of a graph of millions is named here.
-  const fmt::format_int digits(rank);
+  // "r<named_rank>/<name>", without a format call: every task of a graph of millions is named here.
+  const fmt::format_int digits(named_rank);
   task.name.reserve(2 + digits.size() + name.size());
   task.name += 'r';
   task.name.append(digits.data(), digits.size());
@@ -37,6 +39,18 @@ TaskId add_rank_task(TaskGraph& graph, int rank, std::string_view name, StreamRe
   const TaskId id = graph.add(std::move(task));
   for (TaskId d : deps) graph.depend(d, id);
   return id;
+}
+
+}  // namespace
+
+TaskId add_rank_task(TaskGraph& graph, int rank, std::string_view name, StreamRef stream, TaskKind kind,
+                     TaskLabels labels, std::int32_t data_op, const std::vector<TaskId>& deps) {
+  return add_named_task(graph, rank, rank, name, stream, std::move(kind), std::move(labels), data_op, deps);
+}
+
+TaskId add_proxy_task(TaskGraph& graph, int rank, int named_rank, std::string_view name, StreamRef stream,
+                      TaskKind kind, TaskLabels labels, const std::vector<TaskId>& deps) {
+  return add_named_task(graph, rank, named_rank, name, stream, std::move(kind), std::move(labels), -1, deps);
 }
 
 TaskId TaskGraph::add(Task task) {

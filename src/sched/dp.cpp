@@ -76,15 +76,8 @@ TaskId DpSync::ring_recv(int rank, int from, const std::string& name, StreamRef 
   const int shifted = (from + simulated) % t;
   if (shifted >= simulated || r + simulated >= t)
     throw std::logic_error(fmt::format("DpSync: replica {}'s ring predecessor {} has no simulated image", r, from));
-  Task task;
-  task.name = concat("r", rank, "/", name);
-  task.rank = peer(rank, r + simulated);
-  task.stream = stream;
-  task.kind = RecvTask{peer(rank, shifted), sent_bytes(shifted), tag_of(shifted)};
-  task.labels = labels;
-  const TaskId id = g_.add(std::move(task));
-  for (TaskId d : deps) g_.depend(d, id);
-  return id;
+  return add_proxy_task(g_, peer(rank, r + simulated), rank, name, stream,
+                        RecvTask{peer(rank, shifted), sent_bytes(shifted), tag_of(shifted)}, labels, deps);
 }
 
 const std::vector<std::vector<int>>& DpSync::rings(int rank) {

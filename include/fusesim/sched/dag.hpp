@@ -208,6 +208,12 @@ class TaskGraph {
 TaskId add_rank_task(TaskGraph& graph, int rank, std::string_view name, StreamRef stream, TaskKind kind,
                      TaskLabels labels, std::int32_t data_op, const std::vector<TaskId>& deps);
 
+// A mirrored graph's proxy (a receive that stands in for another rank's, docs/schedules.md
+// "Symmetry"): on `rank`, named "r<named_rank>/<name>" as the task it stands in for, after `deps`;
+// no dataflow op.
+TaskId add_proxy_task(TaskGraph& graph, int rank, int named_rank, std::string_view name, StreamRef stream,
+                      TaskKind kind, TaskLabels labels, const std::vector<TaskId>& deps);
+
 // True for the tasks that occupy their (rank, stream) while they run: every kind but Recv.
 bool holds_stream(const Task& task);
 

@@ -245,15 +245,8 @@ class Builder {
       // onto ti's own Send of the same step to ti + 1, and ti + 1 onto ti: ti + 1 receives that Send
       // exactly when ti receives its predecessor's, so a proxy Recv there (ti + 1's alias is ti, whose
       // links, HBM and SMs it loads), named as ti's receive and posted with its deps, stands in for it.
-      Task task;
-      task.name = concat("r", rank(ti), "/", name);
-      task.rank = rank(Ring{t_}.next(ti));
-      task.stream = comm_.p2p_stream();
-      task.kind = RecvTask{rank(ti), chunk_bytes, m.tag_base + ti};
-      task.labels = step_labels("recv", m);
-      const TaskId id = g_.add(std::move(task));
-      for (TaskId d : deps) g_.depend(d, id);
-      return id;
+      return add_proxy_task(g_, rank(Ring{t_}.next(ti)), rank(ti), name, comm_.p2p_stream(),
+                            RecvTask{rank(ti), chunk_bytes, m.tag_base + ti}, step_labels("recv", m), deps);
     };
     return p;
   }
