@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -271,6 +272,17 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       fallback.clear();
       break;
     }
+    // Where no smaller group repeats (TP 4 x DP 4 on two 8-GPU nodes: NCCL's rings repeat every two
+    // nodes, the whole group), every replica is simulated, but images may still stand for the TP ranks
+    // or a node's replicas: their DP groups are the simulated one's turned within the groups or nodes,
+    // each on its own GPUs and rails, as with fewer replicas (the whole group repeats trivially). Kept
+    // only where the images are made below; else every rank, as before, for the first reason.
+    std::string whole_group_reason;
+    if (!fallback.empty() && r.options.mirror_tp &&
+        (r.shape.tp > 1 ? tp_images_refused(r, cluster).empty() : r.shape.up == 1)) {
+      whole_group_reason = std::exchange(fallback, std::string());
+      r.mirror_replicas = r.shape.dp;
+    }
     if (fallback.empty()) {
       if (r.options.mirror_tp && tp_images_refused(r, cluster).empty()) r.tp_images = r.shape.tp;
       if (r.options.mirror_tp && r.shape.tp == 1) r.tp_images = node_images(r, cluster);
@@ -305,6 +317,7 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
         probed = generate_tpsp(probe);
       }
       fallback = probed.mirror_inexact;
+      if (!whole_group_reason.empty() && r.tp_images == 1 && fallback.empty()) fallback = whole_group_reason;
       if (fallback.empty() && tp_check) {
         std::promise<FabricCheck> done;
         done.set_value(*tp_check);

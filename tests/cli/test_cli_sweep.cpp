@@ -574,22 +574,31 @@ TEST_CASE("sweep --symmetry reaches every configuration - mirror runs every rank
   CHECK(row_number(mirrored16.rows[0], "step_time_s") == row_number(none16.rows[0], "step_time_s"));
   CHECK(row_number(mirrored16.rows[0], "exposed_comm_s") == row_number(none16.rows[0], "exposed_comm_s"));
   // TP 2 x DP 6: the ring crosses nodes at hops 3 -> 4 and 5 -> 0 only, which no group of 1, 2 or 3
-  // replicas repeats: mirror gives what none gives, and says so.
-  spec.dps = {6};
-  SimulateRequest r = spec.configuration(0);
-  apply_symmetry("mirror", r);
-  const SimulateReport fallback = simulate(r);
-  spec.symmetry = "mirror";
-  const SweepResult mirrored6 = run_sweep(spec, opt);
-  spec.symmetry = "none";
-  const SweepResult none6 = run_sweep(spec, opt);
-  REQUIRE(mirrored6.rows.size() == 1);
-  CHECK(row_number(mirrored6.rows[0], "step_time_s") == row_number(none6.rows[0], "step_time_s"));
-  CHECK(row_number(mirrored6.rows[0], "exposed_comm_s") == row_number(none6.rows[0], "exposed_comm_s"));
-  // One note says so (another may name the tree all-reduce that gains most: docs/engine.md section 6).
-  CHECK(std::count_if(fallback.notes.begin(), fallback.notes.end(), [](const std::string& n) {
-          return n.find("every rank simulated") != std::string::npos;
-        }) == 1);
+  // replicas repeats: every replica is simulated, the first rank of each TP group standing for the
+  // group (6 ranks of 12), and mirror gives what none gives, with no note. With Ulysses (TP 2 x UP 2
+  // x DP 3: hops 0 -> 1 inside the first DGX, 1 -> 2 and 2 -> 0 across) no TP image is made: every
+  // rank, and a note says so (another may name the tree all-reduce that gains most: docs/engine.md
+  // section 6).
+  for (const auto& [up, dp] : {std::pair{1, 6}, std::pair{2, 3}}) {
+    spec.ups = {up};
+    spec.dps = {dp};
+    INFO("tp 2 up " << up << " dp " << dp);
+    SimulateRequest r = spec.configuration(0);
+    apply_symmetry("mirror", r);
+    const SimulateReport report = simulate(r);
+    spec.symmetry = "mirror";
+    const SweepResult mirrored6 = run_sweep(spec, opt);
+    spec.symmetry = "none";
+    const SweepResult none6 = run_sweep(spec, opt);
+    REQUIRE(mirrored6.rows.size() == 1);
+    CHECK(row_number(mirrored6.rows[0], "step_time_s") == row_number(none6.rows[0], "step_time_s"));
+    CHECK(row_number(mirrored6.rows[0], "exposed_comm_s") == row_number(none6.rows[0], "exposed_comm_s"));
+    REQUIRE(report.runs.size() == 1);
+    CHECK(report.runs[0].metrics.ranks.size() == (up == 1 ? 6U : 12U));
+    CHECK(std::count_if(report.notes.begin(), report.notes.end(), [](const std::string& n) {
+            return n.find("every rank simulated") != std::string::npos;
+          }) == (up == 1 ? 0 : 1));
+  }
   // A mode that is not one is refused before anything runs.
   ScratchDir dir;
   const auto bad = run_fusesim({"sweep", "--symmetry", "mirrored", "--output", "x.json"}, dir);

@@ -921,3 +921,65 @@ TEST_CASE("Node images: at tp 1 a node's first replica stands for the node's, ex
     CHECK(ring.schedule.simulated_ranks == 16);
   }
 }
+
+TEST_CASE("Images where only the whole DP group repeats: every replica simulated, one rank per TP group or node",
+          "[symmetry][dp][tp_images]") {
+  // With two or four replicas per node and the DP group on two nodes, NCCL's rings repeat only every
+  // two nodes (topo/rings.hpp), the whole group: no smaller group of replicas stands for the others.
+  // Every replica is simulated, and the TP images (the first rank of each TP group) or at tp 1 the
+  // node images (the first rank of each node) stand for the rest, as with fewer replicas. Against
+  // every rank, task by task to the picosecond, the DP sync as collectives and as P2P rings:
+  //   dgx-h100-4node: tp 4 dp 4 (ranks 0, 4, 8, 12 of 16), tp 2 dp 8 (ranks 0, 2, .., 14);
+  //   hgx-h200-8node: tp 4 dp 4 pp 2, a stage on two nodes (ranks 0, 4, 8, 12 and 16, 20, 24, 28);
+  //   dgx-h100-4node: tp 1 dp 16 (node images: ranks 0 and 8).
+  // Before, each fell back to every rank (16 or 32 of them).
+  const topo::Cluster c4 = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  const topo::Cluster c8 = topo::load_cluster_by_name_or_path("hgx-h200-8node");
+  struct Case {
+    const topo::Cluster* cluster;
+    int tp, dp, pp;
+  };
+  for (const Case k : {Case{&c4, 4, 4, 1}, Case{&c4, 2, 8, 1}, Case{&c8, 4, 4, 2}, Case{&c4, 1, 16, 1}})
+    for (auto tp_kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse})
+      for (auto dp_kind : {model::ScheduleKind::baseline, model::ScheduleKind::commfuse})
+        for (auto sharding : {model::DpSharding::zero1, model::DpSharding::zero3})
+          for (bool p2p : {false, true}) {
+            if (k.pp > 1 && sharding == model::DpSharding::zero3) continue;  // not with stages
+            if (k.tp == 1 && tp_kind == model::ScheduleKind::commfuse) continue;  // no TP
+            model::Workload w = small_llama(sharding, k.pp > 1 ? 4 : 2);
+            w.parallel.tp = k.tp;
+            w.parallel.dp = k.dp;
+            w.parallel.pp = k.pp;
+            w.arch.layers = 2 * k.pp;
+            w.schedule.kind = tp_kind;
+            INFO(fmt::format("{} tp {} dp {} pp {}, TP {}, DP {} {}{}", k.cluster->name, k.tp, k.dp, k.pp,
+                             model::to_string(tp_kind), model::to_string(dp_kind), model::to_string(sharding),
+                             p2p ? " p2p" : ""));
+            const Outcome full = simulate(w, *k.cluster, dp_kind, false, p2p);
+            const Outcome mirror = simulate(w, *k.cluster, dp_kind, true, p2p, true);
+            INFO(mirror.schedule.symmetry_fallback);
+            INFO(mirror.schedule.tp_images_refused);
+            // Node images stand for replicas whose DP sync runs as collectives only (their rings turn
+            // onto one another); a P2P sync there keeps every rank, with the DP sync as collectives
+            // (--symmetry none), for the reason of a single replica.
+            if (k.tp == 1 && (p2p || dp_kind == model::ScheduleKind::commfuse)) {
+              CHECK(mirror.schedule.symmetry_fallback.find("replica 7 to 8 crosses them") != std::string::npos);
+              CHECK(mirror.schedule.simulated_ranks == 0);
+              if (!p2p) CHECK(mirror.result.makespan_ps == full.result.makespan_ps);
+              continue;
+            }
+            REQUIRE(mirror.schedule.symmetry_fallback.empty());
+            const int images = k.tp > 1 ? k.tp : 8;
+            REQUIRE(mirror.schedule.tp_images == images);
+            const int per_stage = k.tp * k.dp / images;
+            CHECK(mirror.schedule.simulated_ranks == per_stage * k.pp);
+            CHECK(mirror.schedule.replicas == 1);
+            std::vector<int> simulated;
+            for (int st = 0; st < k.pp; ++st)
+              for (int r = 0; r < per_stage; ++r) simulated.push_back(st * k.tp * k.dp + r * images);
+            CHECK(counted_ranks(mirror.schedule.graph.num_ranks(), mirror.schedule.simulated_ranks, k.pp, images) ==
+                  simulated);
+            // Every replica present: the DP rings need no proxy, CommFuse's TP ring its own.
+            require_same_timeline(full, mirror, simulated, tp_kind == model::ScheduleKind::commfuse);
+          }
+}
