@@ -385,7 +385,11 @@ bool steady(const std::vector<StepFigures>& window, bool zero_bubble) {
 // grow alike at both steps (steady), the step of m is the last of them (of k_last micro-batches) plus
 // (m - k_last) / s times its last increment; when not, the window moves on by s until it starts
 // first - s micro-batches later than it began, then starts again at twice its start, while that costs
-// fewer simulated micro-batches than m; otherwise the m micro-batches are simulated.
+// fewer simulated micro-batches than m; otherwise the m micro-batches are simulated. Some steps repeat
+// every second micro-batch instead (their increments alternate between two values: Llama-3-70B at TP 4
+// x PP 4 x DP 4, CommFuse, by 461,721,9xx,xxx and 461,761,6xx,xxx ps from 8 micro-batches on): where
+// the steps of k - 4s, k - 2s and k micro-batches, k of m's parity (in steps of s), grow alike, the
+// step of m is extrapolated from them by 2s at a time.
 std::pair<StepFigures, bool> step_figures(const model::Workload& w, model::ScheduleKind kind, const std::string& label,
                                           const Pricer& p, const std::string& symmetry, bool steady_state) {
   const std::int64_t m = w.grad_accumulation;
@@ -393,37 +397,16 @@ std::pair<StepFigures, bool> step_figures(const model::Workload& w, model::Sched
   const std::int64_t s = w.parallel.pp_schedule == model::PipelineSchedule::interleaved && pp > 1 ? pp : 1;
   const std::int64_t first = pp > 1 ? 2 * pp : 1;
   const auto n = static_cast<std::int64_t>(kWindow);
+  const bool zero_bubble = w.parallel.pp_schedule == model::PipelineSchedule::zb_h1;
   // The first window's micro-batches: n k + s n (n - 1) / 2.
   if (!steady_state || n * first + s * n * (n - 1) / 2 >= m) return {simulate_step(w, kind, label, p, symmetry), false};
-  std::vector<StepFigures> seen;
-  std::int64_t simulated = 0;  // micro-batches simulated so far
-  for (std::int64_t k = first; k + s <= m && simulated + k < m; k += s) {
-    model::Workload fewer = w;
-    fewer.grad_accumulation = k;
-    seen.push_back(simulate_step(fewer, kind, label, p, symmetry));
-    simulated += k;
-    if (seen.size() > kWindow) seen.erase(seen.begin());
-    if (seen.size() < kWindow) continue;
-    if (!steady(seen, w.parallel.pp_schedule == model::PipelineSchedule::zb_h1)) {
-      // One more step simulated per move, the window's other two kept: the steps that settle late
-      // mostly settle within a move or two. A step still not steady after the window has moved about
-      // as far as it began (ZB-H1's weight passes landing in other gaps until 20-30 micro-batches)
-      // would reach its steady state one micro-batch at a time only at the cost of the whole step:
-      // from there each window starts at twice the start of the last (three steps simulated anew).
-      // Llama-3-70B, TP 8 x PP 4 x DP 2, ZB-H1, CommFuse, 256 micro-batches: not steady at 15-17,
-      // steady at 30-32 (218 micro-batches simulated), where sliding on ran out of its budget at 23
-      // and the step of 256 would not fit in memory (BENCHMARKS.md "Windows that jump").
-      const std::int64_t start = k - (n - 1) * s;
-      // (A window at start s would jump to 2 s, the next slide's window: it slides.)
-      if (start >= 2 * first - s && start > s) {
-        seen.clear();
-        k = 2 * start - s;  // the loop's step makes it 2 start
-      }
-      continue;
-    }
-    const StepFigures& last = seen[kWindow - 1];
-    const StepFigures& before = seen[kWindow - 2];
-    const std::int64_t steps = (m - k) / s;
+  // The steps of the current run of windows, by micro-batches: k, k + s, ... (a jump starts anew).
+  std::vector<std::pair<std::int64_t, StepFigures>> seen;
+  // The step of m from the steady window `window` (its steps `stride` apart, the last of `last` micro-batches).
+  const auto extrapolate = [&](const std::vector<StepFigures>& window, std::int64_t last_k, std::int64_t stride) {
+    const StepFigures& last = window[window.size() - 1];
+    const StepFigures& before = window[window.size() - 2];
+    const std::int64_t steps = (m - last_k) / stride;
     StepFigures f = last;
     analysis::StepMetrics& x = f.metrics;
     const analysis::StepMetrics &l = last.metrics, &e = before.metrics;
@@ -435,7 +418,50 @@ std::pair<StepFigures, bool> step_figures(const model::Workload& w, model::Sched
     x.model_flops += static_cast<double>(steps) * (l.model_flops - e.model_flops);
     x.hardware_flops += static_cast<double>(steps) * (l.hardware_flops - e.hardware_flops);
     analysis::derive_rates(x);
-    return {f, true};
+    return f;
+  };
+  // The window of kWindow steps `stride` apart ending at `last_k` micro-batches, where all were simulated.
+  const auto window_at = [&](std::int64_t last_k, std::int64_t stride) {
+    std::vector<StepFigures> window;
+    for (std::int64_t i = n - 1; i >= 0; --i) {
+      const std::int64_t want = last_k - i * stride;
+      const auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& e) { return e.first == want; });
+      if (it == seen.end()) return std::vector<StepFigures>{};
+      window.push_back(it->second);
+    }
+    return window;
+  };
+  std::int64_t simulated = 0;  // micro-batches simulated so far
+  std::int64_t run_start = first;
+  for (std::int64_t k = first; k + s <= m && simulated + k < m; k += s) {
+    model::Workload fewer = w;
+    fewer.grad_accumulation = k;
+    seen.emplace_back(k, simulate_step(fewer, kind, label, p, symmetry));
+    simulated += k;
+    // A window of steps s apart, then one of steps 2 s apart ending at the last step of m's parity.
+    if (const auto window = window_at(k, s); !window.empty() && steady(window, zero_bubble))
+      return {extrapolate(window, k, s), true};
+    for (const std::int64_t last_k : {k, k - s}) {
+      if ((m - last_k) % (2 * s) != 0) continue;
+      if (const auto window = window_at(last_k, 2 * s); !window.empty() && steady(window, zero_bubble))
+        return {extrapolate(window, last_k, 2 * s), true};
+    }
+    if (k - run_start < (n - 1) * s) continue;  // the first window of this run is not complete yet
+    // One more step simulated per move, the window's other two kept: the steps that settle late
+    // mostly settle within a move or two. A step still not steady after the window has moved about
+    // as far as it began (ZB-H1's weight passes landing in other gaps until 20-30 micro-batches)
+    // would reach its steady state one micro-batch at a time only at the cost of the whole step:
+    // from there each window starts at twice the start of the last (three steps simulated anew).
+    // Llama-3-70B, TP 8 x PP 4 x DP 2, ZB-H1, CommFuse, 256 micro-batches: not steady at 15-17,
+    // steady at 30-32 (218 micro-batches simulated), where sliding on ran out of its budget at 23
+    // and the step of 256 would not fit in memory (BENCHMARKS.md "Windows that jump").
+    const std::int64_t start = k - (n - 1) * s;
+    // (A window at start s would jump to 2 s, the next slide's window: it slides.)
+    if (start >= 2 * first - s && start > s) {
+      seen.clear();
+      k = 2 * start - s;  // the loop's step makes it 2 start
+      run_start = k + s;
+    }
   }
   return {simulate_step(w, kind, label, p, symmetry), false};
 }
