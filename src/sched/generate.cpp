@@ -258,9 +258,12 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   // graph is dropped and every rank built, as when the check came first. Its error, if any, comes
   // before the build's.
   std::future<FabricCheck> fabric;
-  if (r.options.mirror_dp && r.shape.pp > 1 && r.shape.dp == 1) {
+  // One DP replica: no replica to mirror, but its TP images may stand for the TP ranks (a pipeline of
+  // TP 8 x PP 35 on 280 GPUs: 35 ranks simulated of 280); where they cannot, every rank, silently.
+  const bool images_only = r.options.mirror_dp && r.shape.dp == 1;
+  if (images_only && !(r.options.mirror_tp && tp_images_refused(r, cluster).empty())) {
     r.options.mirror_dp = false;  // nothing to mirror
-  } else if (r.options.mirror_dp && r.shape.dp > 1) {
+  } else if (r.options.mirror_dp) {
     // The fewest replicas whose images make up the rest: a divisor of dp below dp (dp itself would
     // simulate every replica, as p2p does); the reason given is the one of a single replica.
     for (int g = 1; g < r.shape.dp; ++g) {
@@ -318,7 +321,10 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       }
       fallback = probed.mirror_inexact;
       if (!whole_group_reason.empty() && r.tp_images == 1 && fallback.empty()) fallback = whole_group_reason;
-      if (fallback.empty() && tp_check) {
+      if (images_only && r.tp_images == 1) {
+        r.options.mirror_dp = false;  // no image made: every rank, as without the mirror
+        fallback.clear();
+      } else if (fallback.empty() && tp_check) {
         std::promise<FabricCheck> done;
         done.set_value(*tp_check);
         fabric = done.get_future();

@@ -1325,8 +1325,10 @@ Schedule generate_tpsp(const TpspRequest& request) {
   // The P2P form of the DP sync carries no data: without it the program would not compute a step.
   const bool dp_p2p =
       request.shape.dp * request.shape.up > 1 && (request.options.dp_as_p2p || request.options.mirror_dp);
-  if (!dp_p2p) s.dataflow = std::move(program);
-  if (request.options.mirror_dp && request.shape.dp > 1 && request.piece == TpspPiece::layers) {
+  // TP images emit the first TP rank's tasks alone: no data either (Builder::generate).
+  if (!dp_p2p && request.tp_images == 1) s.dataflow = std::move(program);
+  if (request.options.mirror_dp && (request.shape.dp > 1 || request.tp_images > 1) &&
+      request.piece == TpspPiece::layers) {
     // The simulated replicas' ranks of each stage do the work; a transfer end on a proxy rank loads the
     // rank of the simulated group in the same position, as the mirrored transfer into that rank would.
     // With TP images, the first of each TP group stands for its group: the others' tasks are not

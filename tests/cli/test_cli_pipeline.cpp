@@ -44,7 +44,11 @@ TEST_CASE("simulate runs a pipeline's step and reports the bubble of every stage
   const json& row = doc["results"][0];
   CHECK(row["scope"].get<std::string>() == "step");
   CHECK(row["gpus"].get<int>() == 16);
-  CHECK(row["ranks"].size() == 16);
+  // TP 8 x PP 2 at dp 1: the first rank of each stage's TP group stands for its group (TP images),
+  // ranks 0 and 8.
+  REQUIRE(row["ranks"].size() == 2);
+  CHECK(row["ranks"][0]["rank"].get<int>() == 0);
+  CHECK(row["ranks"][1]["rank"].get<int>() == 8);
   REQUIRE(row["stages"].size() == 2);
   const double T = row["step_time_s"].get<double>();
   for (const json& st : row["stages"]) {

@@ -983,3 +983,54 @@ TEST_CASE("Images where only the whole DP group repeats: every replica simulated
             require_same_timeline(full, mirror, simulated, tp_kind == model::ScheduleKind::commfuse);
           }
 }
+
+TEST_CASE("TP images with one DP replica: the first rank of each TP group of every stage, exactly",
+          "[symmetry][tp_images][pp]") {
+  // DP 1: no replica to mirror, but the TP ranks of each stage still run the same tasks and meet only
+  // in their collectives or ring steps, so the first of each TP group stands for its group (Korthikanti
+  // et al.'s 530B, TP 8 x PP 35 on 280 A100s: 35 ranks simulated of 280). Against every rank, task by
+  // task to the picosecond, on dgx-h100-4node: tp 8 pp 4 (a stage per node: ranks 0, 8, 16, 24), 1F1B
+  // and interleaved (v 2), tp 4 pp 2 (ranks 0 and 4), tp 8 alone (rank 0); every TP schedule. Where no
+  // image can be made (tp 16 across two nodes) every rank is simulated, saying nothing: nothing was
+  // mirrored.
+  const topo::Cluster c4 = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  struct Case {
+    int tp, pp, virtual_stages;
+  };
+  for (const Case k : {Case{8, 4, 1}, Case{8, 4, 2}, Case{4, 2, 1}, Case{8, 1, 1}})
+    for (const auto& [tp_kind, te] :
+         {std::pair{model::ScheduleKind::baseline, false}, std::pair{model::ScheduleKind::slice, false},
+          std::pair{model::ScheduleKind::commfuse, false}, std::pair{model::ScheduleKind::baseline, true}}) {
+      model::Workload w = small_llama(model::DpSharding::ddp, k.pp > 1 ? 2 * k.pp : 2);
+      w.parallel.tp = k.tp;
+      w.parallel.dp = 1;
+      w.parallel.pp = k.pp;
+      w.parallel.virtual_stages = k.virtual_stages;
+      if (k.virtual_stages > 1) w.parallel.pp_schedule = model::PipelineSchedule::interleaved;
+      w.arch.layers = 2 * k.pp * k.virtual_stages;
+      w.schedule.tp_baseline_te_userbuffers = te;
+      w.schedule.slices = 2;
+      INFO(fmt::format("tp {} pp {} v {}, TP {}{}", k.tp, k.pp, k.virtual_stages, model::to_string(tp_kind),
+                       te ? " (TE userbuffers)" : ""));
+      const Outcome full = simulate(w, c4, tp_kind, false, false, false, Scope::step, Parallelism::tpsp);
+      const Outcome mirror = simulate(w, c4, tp_kind, true, false, true, Scope::step, Parallelism::tpsp);
+      INFO(mirror.schedule.tp_images_refused);
+      REQUIRE(mirror.schedule.symmetry_fallback.empty());
+      REQUIRE(mirror.schedule.tp_images == k.tp);
+      CHECK(mirror.schedule.simulated_ranks == k.pp);
+      CHECK(mirror.schedule.replicas == 1);
+      CHECK(mirror.schedule.dataflow == nullptr);
+      std::vector<int> simulated;
+      for (int st = 0; st < k.pp; ++st) simulated.push_back(st * k.tp);
+      CHECK(counted_ranks(mirror.schedule.graph.num_ranks(), mirror.schedule.simulated_ranks, k.pp, k.tp) == simulated);
+      require_same_timeline(full, mirror, simulated, tp_kind == model::ScheduleKind::commfuse || te);
+    }
+  model::Workload w = small_llama(model::DpSharding::ddp, 2);
+  w.parallel.tp = 16;
+  w.parallel.dp = 1;
+  w.arch.kv_heads = 16;
+  const Outcome wide = simulate(w, c4, model::ScheduleKind::baseline, true, false, true, Scope::step, Parallelism::tpsp);
+  CHECK(wide.schedule.symmetry_fallback.empty());
+  CHECK(wide.schedule.tp_images == 1);
+  CHECK(wide.schedule.simulated_ranks == 0);
+}
