@@ -93,13 +93,22 @@ FabricCheck check_mirror_fabric(const Schedule& s, const topo::Cluster& cluster,
     for (int r = 0; r < cluster.num_ranks(); ++r) count += cluster.node_of(r) == cluster.node_of(0) ? 1 : 0;
     return count;
   }();
-  // TP images stay inside their node, on links the simulated rank's transfers may share: kept.
-  if (node_ranks > 0 && block % node_ranks == 0 && tp == 1)
+  // TP images stay inside their node, on links the simulated rank's transfers may share: kept, but
+  // only their turns within the simulated group's nodes (the images in other replica groups are
+  // inside other nodes, as above).
+  const bool whole_nodes = node_ranks > 0 && block % node_ranks == 0;
+  if (whole_nodes && tp == 1)
     for (auto it = pairs.begin(); it != pairs.end();)
       it = cluster.node_of(it->first) == cluster.node_of(it->second) ? pairs.erase(it) : std::next(it);
+  // The images checked of a pair: every one, or for a pair inside a node of whole nodes' groups its TP
+  // turns alone (the images of the simulated replica group, i < tp).
+  const auto images_of = [&](const std::pair<int, int>& p) {
+    return whole_nodes && cluster.node_of(p.first) == cluster.node_of(p.second) ? tp : images;
+  };
   // A route search costs about a millisecond on a fabric of thousands of nodes: beyond the budget the
   // fabric is taken to repeat unchecked, as it was before this check (docs/schedules.md "Symmetry").
-  out.image_routes = pairs.size() * static_cast<std::size_t>(images);
+  out.image_routes = 0;
+  for (const auto& p : pairs) out.image_routes += static_cast<std::size_t>(images_of(p));
   if (out.image_routes > max_routes) {
     out.checked = false;
     return out;
@@ -113,9 +122,9 @@ FabricCheck check_mirror_fabric(const Schedule& s, const topo::Cluster& cluster,
     return it->second;
   };
   std::map<topo::LinkId, int> job, mirrored;
-  for (const auto& [a, b] : pairs)
-    for (int i = 0; i < images; ++i)
-      for (topo::LinkId l : route(image_at(a, i), image_at(b, i)).links) ++job[l];
+  for (const auto& p : pairs)
+    for (int i = 0; i < images_of(p); ++i)
+      for (topo::LinkId l : route(image_at(p.first, i), image_at(p.second, i)).links) ++job[l];
   for (const auto& [a, b] : pairs) {
     const topo::Route& real = route(a, b);
     const topo::Route proxy = proxy_route(cluster, g, a, b, real);
@@ -125,9 +134,10 @@ FabricCheck check_mirror_fabric(const Schedule& s, const topo::Cluster& cluster,
     return fmt::format("link {}", cluster.links[static_cast<std::size_t>(l)].name);
   };
   const auto reason = [&]() -> std::string {
-    for (const auto& [a, b] : pairs) {
+    for (const auto& p : pairs) {
+      const auto [a, b] = p;
       const topo::Route& own = route(a, b);
-      for (int i = 1; i < images; ++i) {
+      for (int i = 1; i < images_of(p); ++i) {
         const int j = i / tp;
         const std::string turned = i % tp == 0 ? std::string() : fmt::format(", turned by {} in its TP group", i % tp);
         const topo::Route& other = route(image_at(a, i), image_at(b, i));

@@ -20,6 +20,7 @@
 #include "fusesim/sched/symmetry.hpp"
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/topo/cluster.hpp"
+#include "fusesim/topo/rings.hpp"
 #include "fusesim/util/embedded.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/json_reader.hpp"
@@ -1033,4 +1034,33 @@ TEST_CASE("TP images with one DP replica: the first rank of each TP group of eve
   CHECK(wide.schedule.symmetry_fallback.empty());
   CHECK(wide.schedule.tp_images == 1);
   CHECK(wide.schedule.simulated_ranks == 0);
+}
+
+TEST_CASE("The fabric check turns a TP image's pairs inside a node only within the simulated nodes",
+          "[symmetry][dp][tp_images]") {
+  // TP 8 x DP 4 on the four DGX H100 nodes, TP baseline (collectives of the TP group, inside node 0),
+  // DP CommFuse (its ring of P2P steps from rank 0 to rank 8, across the NICs), ZeRO-1: rank 0 alone is
+  // simulated, 4 replicas x 8 TP images. A pair inside node 0 has its images in the other replica
+  // groups inside the other nodes, on their links alone (as the check assumes at tp 1): only its 8
+  // turns are routed. The pair across nodes is routed in all 32 images. Before, 32 each.
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  model::Workload w = small_llama(model::DpSharding::zero1, 1);
+  w.schedule.kind = model::ScheduleKind::baseline;
+  GenerateOptions o;
+  o.scope = Scope::step;
+  o.parallelism = Parallelism::dp;
+  o.mirror_dp = o.mirror_tp = true;
+  const Schedule s = generate(w, "w", c, model::ScheduleKind::commfuse, o);
+  REQUIRE(s.tp_images == 8);
+  REQUIRE(s.replicas == 4);
+  // Rank 0's pairs: its successor on each ring NCCL runs over the TP group (topo/rings.hpp), and 8.
+  std::set<int> inner;
+  for (const auto& ring : topo::collective_rings({0, 1, 2, 3, 4, 5, 6, 7}, c))
+    for (std::size_t i = 0; i < ring.size(); ++i)
+      if (ring[i] == 0) inner.insert(ring[(i + 1) % ring.size()]);
+  REQUIRE(!inner.empty());
+  const FabricCheck f = check_mirror_fabric(s, c);
+  CHECK(f.checked);
+  CHECK(f.asymmetry.empty());
+  CHECK(f.image_routes == inner.size() * 8 + 32);
 }
