@@ -1,7 +1,6 @@
 #include "fusesim/cli/overrides.hpp"
 
 #include <algorithm>
-#include <array>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -68,22 +67,16 @@ const std::vector<WorkloadOverride>& workload_overrides() {
 
 namespace {
 
-// The values each named override takes: its names are these values' to_string, so that the two
-// cannot drift apart.
-constexpr std::array kRecomputes{model::Recompute::none, model::Recompute::selective, model::Recompute::full,
-                                 model::Recompute::op};
-constexpr std::array kShardings{model::DpSharding::ddp, model::DpSharding::zero1, model::DpSharding::zero2,
-                                model::DpSharding::zero3};
-
-template <typename T, std::size_t N>
-std::vector<std::string> names_of(const std::array<T, N>& values) {
+// A named override's names are its values' to_string, so that the two cannot drift apart.
+template <typename T>
+std::vector<std::string> names_of(const std::vector<T>& values) {
   std::vector<std::string> out;
   for (T v : values) out.push_back(model::to_string(v));
   return out;
 }
 
-template <typename T, std::size_t N>
-T named_value(const std::string& name, const std::array<T, N>& values) {
+template <typename T>
+T named_value(const std::string& name, const std::vector<T>& values) {
   for (T v : values)
     if (model::to_string(v) == name) return v;
   throw std::logic_error("no value named " + name);  // callers check the name first (NamedOverride::known)
@@ -112,18 +105,18 @@ const std::vector<NamedOverride>& named_overrides() {
        {"$.training.recompute", "$.training.recompute_every"},
        "activation recomputation",
        &SimulateRequest::recompute,
-       names_of(kRecomputes),
+       names_of(model::all_recomputes()),
        [](const W& w) { return model::to_string(w.recompute); },
-       [](W& w, const std::string& v) { w.recompute = named_value(v, kRecomputes); }},
+       [](W& w, const std::string& v) { w.recompute = named_value(v, model::all_recomputes()); }},
       {"--zero",
        "dp_sharding",
        {"$.parallel.dp_sharding", "$.parallel.overlap_param_gather", "$.training.fp8_param_gather"},
        "DP sharding (ZeRO stage)",
        &SimulateRequest::dp_sharding,
-       names_of(kShardings),
+       names_of(model::all_dp_shardings()),
        [](const W& w) { return model::to_string(w.parallel.dp_sharding); },
        [](W& w, const std::string& v) {
-         const DpSharding z = named_value(v, kShardings);
+         const DpSharding z = named_value(v, model::all_dp_shardings());
          w.parallel.dp_sharding = z;
          w.parallel.overlap_param_gather =
              w.parallel.overlap_param_gather && (z == DpSharding::zero1 || z == DpSharding::zero2);

@@ -547,9 +547,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
           ? std::vector<model::Recompute>{model::Recompute::none, model::Recompute::selective, model::Recompute::full}
           : spec.recomputes;
   const std::vector<model::DpSharding> shardings =
-      spec.shardings.empty() ? std::vector<model::DpSharding>{model::DpSharding::ddp, model::DpSharding::zero1,
-                                                              model::DpSharding::zero2, model::DpSharding::zero3}
-                             : spec.shardings;
+      spec.shardings.empty() ? model::all_dp_shardings() : spec.shardings;
 
   // Slice-overlap runs once per slice count; the others once.
   const std::vector<int> ks = spec.slices.empty() ? std::vector<int>{base.schedule.slices} : spec.slices;
@@ -1227,10 +1225,8 @@ SearchResult parse_search_json(const JsonDocument& doc) {
     w.parallel.virtual_stages = static_cast<int>(o.integer("virtual_stages", 1, 1 << 20));
     w.micro_batch = o.integer("micro_batch", 1, 1 << 30);
     w.grad_accumulation = o.integer("grad_accumulation", 1, 1 << 30);
-    w.recompute = named<Recompute>(o.at("recompute"),
-                                   {Recompute::none, Recompute::selective, Recompute::full, Recompute::op});
-    w.parallel.dp_sharding = named<DpSharding>(o.at("dp_sharding"),
-                                               {DpSharding::ddp, DpSharding::zero1, DpSharding::zero2, DpSharding::zero3});
+    w.recompute = named<Recompute>(o.at("recompute"), model::all_recomputes());
+    w.parallel.dp_sharding = named<DpSharding>(o.at("dp_sharding"), model::all_dp_shardings());
     row.candidate.kind = named<ScheduleKind>(o.at("schedule"), model::all_schedule_kinds());
     w.schedule.kind = row.candidate.kind;
     if (auto k = o.find("slices"); k && !k->is_null()) {

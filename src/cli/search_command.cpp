@@ -116,11 +116,8 @@ class SearchCommand final : public Command {
     if (!slices_.empty()) spec.slices = ints("--slices", slices_);
     if (!micro_batch_.empty())
       for (int v : ints("--micro-batch", micro_batch_)) spec.micro_batches.push_back(v);
-    using model::DpSharding, model::Recompute;
-    spec.recomputes = names<Recompute>("--recompute", recompute_,
-                                       {Recompute::none, Recompute::selective, Recompute::full, Recompute::op});
-    spec.shardings = names<DpSharding>("--zero", zero_,
-                                       {DpSharding::ddp, DpSharding::zero1, DpSharding::zero2, DpSharding::zero3});
+    spec.recomputes = names<model::Recompute>("--recompute", recompute_, model::all_recomputes());
+    spec.shardings = names<model::DpSharding>("--zero", zero_, model::all_dp_shardings());
     spec.schedules = parse_schedules(schedule_);
     if (!top_.empty()) spec.top = static_cast<std::size_t>(parse_positive_int("--top", top_, 1 << 20));
     spec.pricing = model::pricing_choice(profile_, roofline_);

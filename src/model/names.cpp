@@ -120,6 +120,12 @@ std::string to_string(DpSharding s) {
   return "?";
 }
 
+const std::vector<DpSharding>& all_dp_shardings() {
+  static const std::vector<DpSharding> values = {DpSharding::ddp, DpSharding::zero1, DpSharding::zero2,
+                                                 DpSharding::zero3};
+  return values;
+}
+
 std::string to_string(Recompute r) {
   switch (r) {
     case Recompute::none: return "none";
@@ -128,6 +134,11 @@ std::string to_string(Recompute r) {
     case Recompute::op: return "op";
   }
   return "?";
+}
+
+const std::vector<Recompute>& all_recomputes() {
+  static const std::vector<Recompute> values = {Recompute::none, Recompute::selective, Recompute::full, Recompute::op};
+  return values;
 }
 
 std::string to_string(NormKernel k) {

@@ -101,6 +101,8 @@ void set_engine_mode(ScheduleOptions& s, const std::string& mode);
 // How data-parallel replicas hold the training state (ZeRO stages; zero3 is FSDP's full sharding).
 enum class DpSharding { ddp, zero1, zero2, zero3 };
 std::string to_string(DpSharding s);
+// Every ZeRO stage, in the order the CLI and workload files list them.
+const std::vector<DpSharding>& all_dp_shardings();
 
 // Activation recomputation in backward: counted in HFU, not in MFU.
 // op: torchtitan's per-op selective activation checkpointing (selective_ac_option "op"): a layer
@@ -108,6 +110,8 @@ std::string to_string(DpSharding s);
 // forward that the backward needs runs again (docs/workload.md).
 enum class Recompute { none, selective, full, op };
 std::string to_string(Recompute r);
+// Every recomputation, in the order the CLI and workload files list them.
+const std::vector<Recompute>& all_recomputes();
 
 // The optimizer whose state each rank keeps ($.training.optimizer; memory model: docs/memory.md).
 // adam: Adam with fp32 master weights, momentum and variance; sgd: SGD with momentum (fp32 master
