@@ -461,8 +461,8 @@ std::string report_table(const SimulateReport& report, bool regions) {
   }
   if (!report.runs.empty() && fewest < static_cast<std::size_t>(report.runs.front().metrics.gpus))
     out.insert(out.size() - 1,
-               fmt::format("ranks simulated: {}{} of {}, the other DP replicas (and TP ranks, or at tp 1 a node's "
-                           "replicas, where their transfers turn onto one another) their images (--symmetry mirror: the same "
+               fmt::format("ranks simulated: {}{} of {}, the others their images (DP replicas, and TP ranks or at tp 1 "
+                           "a node's replicas where their transfers turn onto one another; --symmetry mirror: the same "
                            "figures as every rank, docs/schedules.md \"Symmetry\")\n",
                            fewest, most != fewest ? fmt::format(" to {}", most) : "", report.runs.front().metrics.gpus));
   std::vector<analysis::StepMetrics> rows;

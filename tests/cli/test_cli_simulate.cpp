@@ -136,6 +136,8 @@ TEST_CASE("fusesim simulate is deterministic and prints a table by default", "[c
   CHECK(t.out.find("step (ms)") != std::string::npos);
   CHECK(t.out.find("baseline") != std::string::npos);
   CHECK(t.out.find("commfuse") != std::string::npos);
+  // commfuse-tpsp-block is TP 4 x DP 1: rank 0 stands for its TP group (TP images), and the table says so.
+  CHECK(t.out.find("ranks simulated: 1 of 4, the others their images") != std::string::npos);
 
   // A step of a workload of blocks alone (vocab 0) is refused with what to run instead, on one line.
   const auto step = run_fusesim({"simulate", "--scope", "step", "--workload", "commfuse-tpsp-block"}, dir);
