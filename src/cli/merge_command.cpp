@@ -5,9 +5,12 @@
 
 #include <fmt/format.h>
 
+#include "fusesim/cli/app.hpp"
 #include "fusesim/cli/commands.hpp"
+#include "fusesim/cli/plot.hpp"
 #include "fusesim/cli/search.hpp"
 #include "fusesim/cli/sweep.hpp"
+#include "fusesim/util/error.hpp"
 #include "fusesim/util/output.hpp"
 
 namespace fusesim::cli {
@@ -19,10 +22,15 @@ class MergeCommand final : public Command {
     sub.add_option("parts", parts_, "the sweep (or search) parts (.json), in any order")->type_name("FILE")->required();
     sub.add_option("-o,--output", output_, "the merged result, .csv or .json")->type_name("FILE")->required();
     sub.add_option("--format", format_, "csv or json (default: from the --output extension)")->type_name("FORMAT");
+    sub.add_option("--write-workloads", workloads_dir_,
+                   "search parts: write the workload of each of the --top rows into this folder as <rank>.json, as "
+                   "search --write-workloads does")
+        ->type_name("DIR");
   }
 
   int run(Io& io) override {
     if (!output_.empty()) check_output_path(output_, "--output");  // before the work, not after
+    if (!workloads_dir_.empty()) check_plot_folder(workloads_dir_, "--write-workloads");
     const std::string format = output_format_for(output_, format_);
     // Each part read once; the first tells which kind (a search file says so in its "format").
     std::vector<JsonDocument> docs;
@@ -38,8 +46,11 @@ class MergeCommand final : public Command {
       io.err << fmt::format("merge: {} search parts, {} candidates, {} simulated, best step {:.1f} ms\n", parts.size(),
                             all.candidates, all.simulated,
                             all.rows.empty() ? 0.0 : ps_to_seconds(all.rows.front().step_ps) * 1e3);
+      if (!workloads_dir_.empty()) io.err << write_merged_search_workloads(all, workloads_dir_);
       return 0;
     }
+    if (!workloads_dir_.empty())
+      throw InputError(kCommandLine, "--write-workloads", "only the parts of a search have best rows to write");
     std::vector<SweepResult> parts;
     parts.reserve(docs.size());
     for (const JsonDocument& d : docs) parts.push_back(parse_sweep_json(d));
@@ -53,6 +64,7 @@ class MergeCommand final : public Command {
   std::vector<std::string> parts_;
   std::string output_;
   std::string format_;
+  std::string workloads_dir_;
 };
 
 }  // namespace

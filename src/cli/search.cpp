@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -502,6 +503,16 @@ std::string prune_reason(const std::string& path) {
   return it == known.end() ? path : it->second + " (" + path + ")";
 }
 
+// A candidate keeps the workload's overlapped parameter gather where its ZeRO stage can carry it
+// (ZeRO-1/2), and its fp8 gather where it is ZeRO-3; else they are off (the memory check and the DP
+// sync would refuse them).
+void keep_gathers_of(model::Workload& w, const model::Workload& base) {
+  const model::DpSharding z = w.parallel.dp_sharding;
+  w.parallel.overlap_param_gather =
+      base.parallel.overlap_param_gather && (z == model::DpSharding::zero1 || z == model::DpSharding::zero2);
+  w.fp8_param_gather = base.fp8_param_gather && z == model::DpSharding::zero3;
+}
+
 bool better(const SearchRow& a, const SearchRow& b) {
   return a.step_ps != b.step_ps ? a.step_ps < b.step_ps : a.candidate.index < b.candidate.index;
 }
@@ -568,7 +579,12 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
               {"micro_batch", mbs},                {"recompute", names(recomputes)},
               {"dp_sharding", names(shardings)},   {"schedule", names(spec.schedules)},
               {"top", spec.top},                   {"symmetry", spec.symmetry},
-              {"steady_state", spec.steady_state}};
+              {"steady_state", spec.steady_state},
+              // What --profile / --roofline asked for, so that a merged search can print the simulate
+              // command of its best row (merge --write-workloads).
+              {"pricing_choice", {{"roofline", spec.pricing.mode == model::PricingMode::roofline},
+                                  {"profile", spec.pricing.mode == model::PricingMode::profile ? spec.pricing.profile
+                                                                                                : std::string()}}}};
   }
 
   // Enumerate. A configuration that is the same run under two names (ZeRO stages without DP, pipeline
@@ -625,10 +641,7 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
                     w.parallel.virtual_stages = v;
                     w.parallel.pp_schedule = pipeline;
                     w.parallel.dp_sharding = z;
-                    w.parallel.overlap_param_gather =
-                        base.parallel.overlap_param_gather &&
-                        (z == model::DpSharding::zero1 || z == model::DpSharding::zero2);
-                    w.fp8_param_gather = base.fp8_param_gather && z == model::DpSharding::zero3;
+                    keep_gathers_of(w, base);
                     w.micro_batch = mb;
                     w.grad_accumulation = r.global_batch / (std::int64_t{dp} * mb);
                     w.recompute = rc;
@@ -1110,6 +1123,53 @@ std::string write_search_workloads(const SearchResult& r, const SearchSpec& spec
                           : fmt::format("search: wrote the workloads of the {} best rows to {}/1.json{}\n", rows, dir,
                                         rows > 1 ? fmt::format(" .. {}.json", rows) : ""));
   return log;
+}
+
+std::string write_merged_search_workloads(const SearchResult& merged, const std::string& dir) {
+  // A shipped file is named by its stem on the command line ("<embedded:topologies/dgx-h100.json>" ->
+  // "dgx-h100"), a file of one's own by its path.
+  const auto argument = [](const std::string& label) {
+    constexpr std::string_view open = "<embedded:";
+    if (label.rfind(open, 0) != 0 || label.back() != '>') return label;
+    return std::filesystem::path(label.substr(open.size(), label.size() - open.size() - 1)).stem().string();
+  };
+  const auto inside = [](const std::string& label) {
+    constexpr std::string_view open = "<embedded:";
+    return label.rfind(open, 0) == 0 && label.back() == '>' ? label.substr(open.size(), label.size() - open.size() - 1)
+                                                            : label;
+  };
+  // The searched workload, read again: each row's configuration is put on it as search put it.
+  const ResolvedInput workload = resolve_input(inside(merged.workload_label), "workloads");
+  model::Workload base = model::load_workload(inside(merged.workload_label));
+  base.sequence_length = merged.sequence_length;
+  SearchResult rows = merged;
+  for (SearchRow& row : rows.rows) {
+    const model::Workload& axes = row.candidate.workload;  // the row's configuration (parse_search_json)
+    model::Workload w = base;
+    w.parallel.tp = axes.parallel.tp;
+    w.parallel.up = axes.parallel.up;
+    w.parallel.pp = axes.parallel.pp;
+    w.parallel.dp = axes.parallel.dp;
+    w.parallel.pp_schedule = axes.parallel.pp_schedule;
+    w.parallel.virtual_stages = axes.parallel.virtual_stages;
+    w.parallel.dp_sharding = axes.parallel.dp_sharding;
+    keep_gathers_of(w, base);
+    w.micro_batch = axes.micro_batch;
+    w.grad_accumulation = axes.grad_accumulation;
+    w.recompute = axes.recompute;
+    w.schedule.kind = row.candidate.kind;
+    if (row.candidate.kind == model::ScheduleKind::slice) w.schedule.slices = axes.schedule.slices;
+    row.candidate.workload = std::move(w);
+  }
+  SearchSpec spec;
+  spec.topology = argument(merged.topology_label);
+  spec.symmetry = merged.symmetry;
+  if (const auto p = merged.spec.find("pricing_choice"); p != merged.spec.end() && p->is_object()) {
+    if (p->value("roofline", false)) spec.pricing = {model::PricingMode::roofline, ""};
+    const std::string profile = p->value("profile", std::string());
+    if (!profile.empty()) spec.pricing = {model::PricingMode::profile, profile};
+  }
+  return write_search_workloads(rows, spec, workload.text, dir);
 }
 
 std::string write_search_plot(const SearchResult& r, const std::string& dir) {

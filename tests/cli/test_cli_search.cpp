@@ -551,3 +551,49 @@ TEST_CASE("search --write-workloads writes each best row's workload, and simulat
   CHECK(file.exit_code == 2);
   CHECK(file.err == "error: afile: --write-workloads: is a file, not a folder\n");
 }
+
+TEST_CASE("merge --write-workloads writes the best rows of a sharded search as the whole search does",
+          "[cli][search]") {
+  // The search of the test above in two shards, merged with --write-workloads: the files are those the
+  // whole search writes, byte for byte (the workload file read again, each row's configuration put on
+  // it as the search built its candidates), and the command printed is the same. A sweep's parts have
+  // no best rows: --write-workloads there is bad input, exit 2, nothing written.
+  ScratchDir dir;
+  const std::vector<std::string> base{"search", "--workload", "llama-3-8b", "--topology", "dgx-h100-4node", "--gpus",
+                                      "16", "--global-batch", "32", "--seq", "2048", "--tp", "4,8", "--pp", "2",
+                                      "--virtual-stages", "1,2", "--micro-batch", "1", "--recompute", "full,selective",
+                                      "--zero", "zero1", "--top", "4", "--quiet"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_fusesim(args, dir);
+  };
+  const auto whole = with({"--write-workloads", "whole"});
+  REQUIRE(whole.exit_code == 0);
+  REQUIRE(with({"--shard", "0/2", "--output", "a.json"}).exit_code == 0);
+  REQUIRE(with({"--shard", "1/2", "--output", "b.json"}).exit_code == 0);
+  const auto merged = run_fusesim({"merge", "b.json", "a.json", "-o", "all.json", "--write-workloads", "merged"}, dir);
+  INFO(merged.err);
+  REQUIRE(merged.exit_code == 0);
+  for (int i = 1; i <= 4; ++i) {
+    INFO(i);
+    const std::string a = slurp(dir.path() / "whole" / fmt::format("{}.json", i));
+    CHECK(!a.empty());
+    CHECK(slurp(dir.path() / "merged" / fmt::format("{}.json", i)) == a);
+  }
+  const auto command = [](const std::string& err) {
+    const std::size_t at = err.find("fusesim simulate");
+    return at == std::string::npos ? std::string() : err.substr(at, err.find('\n', at) - at);
+  };
+  CHECK(!command(whole.err).empty());
+  CHECK(command(merged.err) == command(whole.err).replace(command(whole.err).find("whole/"), 6, "merged/"));
+  // A sweep's parts.
+  REQUIRE(run_fusesim({"sweep", "--workload", "llama-3-8b", "--topology", "dgx-h100", "--seq", "1024", "--scope",
+                       "layer", "--schedule", "baseline", "--shard", "0/1", "--output", "s.json"},
+                      dir)
+              .exit_code == 0);
+  const auto sweep = run_fusesim({"merge", "s.json", "-o", "s-all.json", "--write-workloads", "w"}, dir);
+  CHECK(sweep.exit_code == 2);
+  CHECK(sweep.err.find("--write-workloads: only the parts of a search have best rows to write") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir.path() / "s-all.json"));
+}

@@ -131,6 +131,11 @@ std::string search_csv(const SearchResult& r);
 // Returns the lines to print (the files, and the command for the best row).
 std::string write_search_workloads(const SearchResult& r, const SearchSpec& spec, const std::string& workload_text,
                                    const std::string& dir);
+// The same for a search read back from its parts (`fusesim merge --write-workloads`): the workload file
+// the parts name (workload_file) read again, each row's configuration put on it as the search built
+// its candidates, and the simulate command printed with the search's topology, symmetry and
+// --profile / --roofline. InputError naming the workload file where it cannot be read.
+std::string write_merged_search_workloads(const SearchResult& merged, const std::string& dir);
 // Step time against memory per GPU, the Pareto front marked: <dir>/search.dat, search.gp and, with
 // gnuplot on the PATH, search.svg. Returns the lines to print (files written, or why not drawn).
 std::string write_search_plot(const SearchResult& r, const std::string& dir);
