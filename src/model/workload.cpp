@@ -41,9 +41,7 @@ constexpr std::int64_t kMaxActivationElements = std::int64_t{1} << 48;
 constexpr int kSchemaVersion = 1;
 
 const std::vector<std::string> kEngines = {"sm_kernel", "copy_engine"};
-const std::vector<std::string> kDpShardings = {"ddp", "zero1", "zero2", "zero3"};
 const std::vector<std::string> kPipelineSchedules = {"1f1b", "interleaved", "zb-h1"};
-const std::vector<std::string> kRecomputes = {"none", "selective", "full", "op"};
 const std::vector<std::string> kOptimizers = {"adam", "sgd"};
 const std::vector<std::string> kNormKernels = {"fused", "apex_legacy", "eager"};
 const std::vector<std::string> kGradReduceDtypes = {"fp32", "bf16", "fp16"};
@@ -62,11 +60,19 @@ std::string degrees(const Parallelism& p) {
                      std::int64_t{p.tp} * p.up * p.dp * p.pp);
 }
 
-DpSharding parse_dp_sharding(const std::string& s) {
-  if (s == "zero1") return DpSharding::zero1;
-  if (s == "zero2") return DpSharding::zero2;
-  if (s == "zero3") return DpSharding::zero3;
-  return DpSharding::ddp;
+// The names of every value of an enum (its to_string), in the order `values` lists them, and the
+// value of a name among them (the reader checks the name first: choice_or).
+template <class T>
+std::vector<std::string> names_of(const std::vector<T>& values) {
+  std::vector<std::string> out;
+  for (T v : values) out.push_back(to_string(v));
+  return out;
+}
+template <class T>
+T value_named(const std::string& name, const std::vector<T>& values) {
+  for (T v : values)
+    if (to_string(v) == name) return v;
+  return values.front();
 }
 
 }  // namespace
@@ -76,13 +82,6 @@ topo::Dtype default_grad_reduce_dtype(topo::Dtype compute) {
 }
 
 namespace {
-
-Recompute parse_recompute(const std::string& s) {
-  if (s == "selective") return Recompute::selective;
-  if (s == "full") return Recompute::full;
-  if (s == "op") return Recompute::op;
-  return Recompute::none;
-}
 
 NormKernel parse_norm_kernel(const std::string& s) {
   if (s == "apex_legacy") return NormKernel::apex_legacy;
@@ -289,7 +288,7 @@ Workload parse_workload(const JsonDocument& doc) {
   w.micro_batch = t.integer("micro_batch", 1, kMaxMicroBatch);
   w.grad_accumulation = t.integer_or("grad_accumulation", 1, kMaxGradAccumulation, 1);
   w.dtype = topo::parse_dtype(t.at("dtype"));
-  w.recompute = parse_recompute(t.choice_or("recompute", kRecomputes, "none"));
+  w.recompute = value_named(t.choice_or("recompute", names_of(all_recomputes()), "none"), all_recomputes());
   if (t.has("recompute_every")) {
     const JsonValue v = t.at("recompute_every");
     w.recompute_every = v.as_integer(1, 1000);
@@ -341,7 +340,8 @@ Workload parse_workload(const JsonDocument& doc) {
   w.parallel.tp = static_cast<int>(p.integer("tp", 1, kMaxDegree));
   w.parallel.up = static_cast<int>(p.integer("up", 1, kMaxDegree));
   w.parallel.dp = static_cast<int>(p.integer("dp", 1, kMaxDegree));
-  w.parallel.dp_sharding = parse_dp_sharding(p.choice_or("dp_sharding", kDpShardings, "ddp"));
+  w.parallel.dp_sharding =
+      value_named(p.choice_or("dp_sharding", names_of(all_dp_shardings()), "ddp"), all_dp_shardings());
   w.parallel.pp = static_cast<int>(p.integer_or("pp", 1, kMaxDegree, 1));
   w.parallel.pp_schedule = *pipeline_schedule_named(p.choice_or("pp_schedule", kPipelineSchedules, "1f1b"));
   w.parallel.virtual_stages = static_cast<int>(p.integer_or("virtual_stages", 1, kMaxLayers, 1));
