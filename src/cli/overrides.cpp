@@ -65,25 +65,6 @@ const std::vector<WorkloadOverride>& workload_overrides() {
   return table;
 }
 
-namespace {
-
-// A named override's names are its values' to_string, so that the two cannot drift apart.
-template <typename T>
-std::vector<std::string> names_of(const std::vector<T>& values) {
-  std::vector<std::string> out;
-  for (T v : values) out.push_back(model::to_string(v));
-  return out;
-}
-
-template <typename T>
-T named_value(const std::string& name, const std::vector<T>& values) {
-  for (T v : values)
-    if (model::to_string(v) == name) return v;
-  throw std::logic_error("no value named " + name);  // callers check the name first (NamedOverride::known)
-}
-
-}  // namespace
-
 bool NamedOverride::known(const std::string& value) const {
   return std::find(names.begin(), names.end(), value) != names.end();
 }
@@ -105,18 +86,18 @@ const std::vector<NamedOverride>& named_overrides() {
        {"$.training.recompute", "$.training.recompute_every"},
        "activation recomputation",
        &SimulateRequest::recompute,
-       names_of(model::all_recomputes()),
+       model::names_of(model::all_recomputes()),
        [](const W& w) { return model::to_string(w.recompute); },
-       [](W& w, const std::string& v) { w.recompute = named_value(v, model::all_recomputes()); }},
+       [](W& w, const std::string& v) { w.recompute = model::value_named(v, model::all_recomputes()); }},
       {"--zero",
        "dp_sharding",
        {"$.parallel.dp_sharding", "$.parallel.overlap_param_gather", "$.training.fp8_param_gather"},
        "DP sharding (ZeRO stage)",
        &SimulateRequest::dp_sharding,
-       names_of(model::all_dp_shardings()),
+       model::names_of(model::all_dp_shardings()),
        [](const W& w) { return model::to_string(w.parallel.dp_sharding); },
        [](W& w, const std::string& v) {
-         const DpSharding z = named_value(v, model::all_dp_shardings());
+         const DpSharding z = model::value_named(v, model::all_dp_shardings());
          w.parallel.dp_sharding = z;
          w.parallel.overlap_param_gather =
              w.parallel.overlap_param_gather && (z == DpSharding::zero1 || z == DpSharding::zero2);

@@ -565,19 +565,15 @@ SearchResult run_search(const SearchSpec& spec, int jobs, const SearchProgress& 
 
   r.shard = spec.shard;
   {
-    auto names = [](const auto& values) {
-      std::vector<std::string> out;
-      for (const auto& v : values) out.push_back(model::to_string(v));
-      return out;
-    };
+    using model::names_of;
     r.spec = {{"topology_file", r.topology_label}, {"workload_file", r.workload_label}, {"gpus", r.gpus},
               {"global_batch", r.global_batch},    {"sequence_length", r.sequence_length},
               {"tp", tps},                         {"up", ups},
               {"pp", pps},                         {"virtual_stages", spec.virtual_stages},
               {"zb_h1", spec.zb_h1},
               {"slices", ks},
-              {"micro_batch", mbs},                {"recompute", names(recomputes)},
-              {"dp_sharding", names(shardings)},   {"schedule", names(spec.schedules)},
+              {"micro_batch", mbs},                {"recompute", names_of(recomputes)},
+              {"dp_sharding", names_of(shardings)},   {"schedule", names_of(spec.schedules)},
               {"top", spec.top},                   {"symmetry", spec.symmetry},
               {"steady_state", spec.steady_state},
               // What --profile / --roofline asked for, so that a merged search can print the simulate
@@ -1126,21 +1122,11 @@ std::string write_search_workloads(const SearchResult& r, const SearchSpec& spec
 }
 
 std::string write_merged_search_workloads(const SearchResult& merged, const std::string& dir) {
-  // A shipped file is named by its stem on the command line ("<embedded:topologies/dgx-h100.json>" ->
-  // "dgx-h100"), a file of one's own by its path.
-  const auto argument = [](const std::string& label) {
-    constexpr std::string_view open = "<embedded:";
-    if (label.rfind(open, 0) != 0 || label.back() != '>') return label;
-    return std::filesystem::path(label.substr(open.size(), label.size() - open.size() - 1)).stem().string();
-  };
-  const auto inside = [](const std::string& label) {
-    constexpr std::string_view open = "<embedded:";
-    return label.rfind(open, 0) == 0 && label.back() == '>' ? label.substr(open.size(), label.size() - open.size() - 1)
-                                                            : label;
-  };
-  // The searched workload, read again: each row's configuration is put on it as search put it.
-  const ResolvedInput workload = resolve_input(inside(merged.workload_label), "workloads");
-  model::Workload base = model::load_workload(inside(merged.workload_label));
+  // The searched workload, read again (a shipped one by its path inside the binary): each row's
+  // configuration is put on it as search put it.
+  const ResolvedInput workload =
+      resolve_input(embedded_path(merged.workload_label).value_or(merged.workload_label), "workloads");
+  model::Workload base = model::parse_workload(JsonDocument::parse(workload.text, workload.label));
   base.sequence_length = merged.sequence_length;
   SearchResult rows = merged;
   for (SearchRow& row : rows.rows) {
@@ -1162,7 +1148,10 @@ std::string write_merged_search_workloads(const SearchResult& merged, const std:
     row.candidate.workload = std::move(w);
   }
   SearchSpec spec;
-  spec.topology = argument(merged.topology_label);
+  // A shipped topology is named by its stem on the command line ("<embedded:topologies/dgx-h100.json>"
+  // -> "dgx-h100"), a file of one's own by its path.
+  const std::optional<std::string> shipped = embedded_path(merged.topology_label);
+  spec.topology = shipped ? std::filesystem::path(*shipped).stem().string() : merged.topology_label;
   spec.symmetry = merged.symmetry;
   if (const auto p = merged.spec.find("pricing_choice"); p != merged.spec.end() && p->is_object()) {
     if (p->value("roofline", false)) spec.pricing = {model::PricingMode::roofline, ""};

@@ -60,20 +60,6 @@ std::string degrees(const Parallelism& p) {
                      std::int64_t{p.tp} * p.up * p.dp * p.pp);
 }
 
-// The names of every value of an enum (its to_string), in the order `values` lists them, and the
-// value of a name among them (the reader checks the name first: choice_or).
-template <class T>
-std::vector<std::string> names_of(const std::vector<T>& values) {
-  std::vector<std::string> out;
-  for (T v : values) out.push_back(to_string(v));
-  return out;
-}
-template <class T>
-T value_named(const std::string& name, const std::vector<T>& values) {
-  for (T v : values)
-    if (to_string(v) == name) return v;
-  return values.front();
-}
 
 }  // namespace
 

@@ -261,7 +261,10 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   // One DP replica: no replica to mirror, but its TP images may stand for the TP ranks (a pipeline of
   // TP 8 x PP 35 on 280 GPUs: 35 ranks simulated of 280); where they cannot, every rank, silently.
   const bool images_only = r.options.mirror_dp && r.shape.dp == 1;
-  if (images_only && !(r.options.mirror_tp && tp_images_refused(r, cluster).empty())) {
+  // Whether the first rank of each TP group may stand for its group (it still must pass the probe and
+  // the fabric check below).
+  const bool tp_imageable = r.options.mirror_tp && tp_images_refused(r, cluster).empty();
+  if (images_only && !tp_imageable) {
     r.options.mirror_dp = false;  // nothing to mirror
   } else if (r.options.mirror_dp) {
     // The fewest replicas whose images make up the rest: a divisor of dp below dp (dp itself would
@@ -281,13 +284,12 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
     // each on its own GPUs and rails, as with fewer replicas (the whole group repeats trivially). Kept
     // only where the images are made below; else every rank, as before, for the first reason.
     std::string whole_group_reason;
-    if (!fallback.empty() && r.options.mirror_tp &&
-        (r.shape.tp > 1 ? tp_images_refused(r, cluster).empty() : r.shape.up == 1)) {
+    if (!fallback.empty() && (tp_imageable || (r.options.mirror_tp && r.shape.tp == 1 && r.shape.up == 1))) {
       whole_group_reason = std::exchange(fallback, std::string());
       r.mirror_replicas = r.shape.dp;
     }
     if (fallback.empty()) {
-      if (r.options.mirror_tp && tp_images_refused(r, cluster).empty()) r.tp_images = r.shape.tp;
+      if (tp_imageable) r.tp_images = r.shape.tp;
       if (r.options.mirror_tp && r.shape.tp == 1) r.tp_images = node_images(r, cluster);
       // The rows the sync cuts, and the ranks every transfer goes between, are the same in every
       // layer and micro-batch: one of each (one layer per stage and virtual stage, one group of

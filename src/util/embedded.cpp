@@ -28,6 +28,20 @@ std::vector<std::string> embedded_files(std::string_view folder) {
   return out;
 }
 
+namespace {
+constexpr std::string_view kLabelOpen = "<embedded:";
+}  // namespace
+
+std::string embedded_label(std::string_view relative_path) {
+  return std::string(kLabelOpen) + std::string(relative_path) + ">";
+}
+
+std::optional<std::string> embedded_path(std::string_view label) {
+  if (label.size() <= kLabelOpen.size() || label.substr(0, kLabelOpen.size()) != kLabelOpen || label.back() != '>')
+    return std::nullopt;
+  return std::string(label.substr(kLabelOpen.size(), label.size() - kLabelOpen.size() - 1));
+}
+
 ResolvedInput resolve_input(const std::string& name_or_path, std::string_view folder) {
   // `--topology ""` printed "error: : $: no such file": an empty name is a command-line mistake.
   if (name_or_path.empty())
@@ -36,15 +50,15 @@ ResolvedInput resolve_input(const std::string& name_or_path, std::string_view fo
   if (std::filesystem::is_regular_file(name_or_path, ec)) return {read_text_file(name_or_path), name_or_path};
   std::string key = std::string(folder) + "/" + name_or_path;
   if (key.size() < 5 || key.substr(key.size() - 5) != ".json") key += ".json";
-  if (auto text = embedded_file(key)) return {std::string(*text), "<embedded:" + key + ">"};
+  if (auto text = embedded_file(key)) return {std::string(*text), embedded_label(key)};
   // An alternative (profiles/alternatives/NAME.json: a device measured under other software) by its
   // bare name too, where no file of the folder itself has it.
   const std::string alternatives = std::string(folder) + "/" + std::string(kAlternativesFolder) + "/";
   const std::string alternative = alternatives + key.substr(folder.size() + 1);
-  if (auto text = embedded_file(alternative)) return {std::string(*text), "<embedded:" + alternative + ">"};
+  if (auto text = embedded_file(alternative)) return {std::string(*text), embedded_label(alternative)};
   // A shipped file named by its path in the source tree ("validation/workloads/sc21-gpt-1.7b.json", as
   // the validation cases name their workloads) reads the same from any working directory.
-  if (auto text = embedded_file(name_or_path)) return {std::string(*text), "<embedded:" + name_or_path + ">"};
+  if (auto text = embedded_file(name_or_path)) return {std::string(*text), embedded_label(name_or_path)};
   std::string names;
   // Only the folder's own files, then its alternatives, are names: validation/ also ships the cases'
   // workloads in validation/workloads/, which `--cases NAME` does not read.

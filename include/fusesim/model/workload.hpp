@@ -3,6 +3,7 @@
 // the schedule to simulate, read from a workload file (schema: docs/workload.md).
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string_view>
 #include <string>
 #include <vector>
@@ -112,6 +113,22 @@ enum class Recompute { none, selective, full, op };
 std::string to_string(Recompute r);
 // Every recomputation, in the order the CLI and workload files list them.
 const std::vector<Recompute>& all_recomputes();
+
+// The names of `values` (their to_string), in their order, and the value named `name` among them:
+// what workload files, the CLI and search files read. std::logic_error where none is (callers check
+// the name against names_of first).
+template <class T>
+std::vector<std::string> names_of(const std::vector<T>& values) {
+  std::vector<std::string> out;
+  for (T v : values) out.push_back(to_string(v));
+  return out;
+}
+template <class T>
+T value_named(const std::string& name, const std::vector<T>& values) {
+  for (T v : values)
+    if (to_string(v) == name) return v;
+  throw std::logic_error("no value named " + name);
+}
 
 // The optimizer whose state each rank keeps ($.training.optimizer; memory model: docs/memory.md).
 // adam: Adam with fp32 master weights, momentum and variance; sgd: SGD with momentum (fp32 master

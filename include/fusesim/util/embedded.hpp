@@ -9,6 +9,10 @@
 namespace fusesim {
 
 std::optional<std::string_view> embedded_file(std::string_view relative_path);
+// The label of a shipped file in errors and reports, "<embedded:topologies/dgx-h100.json>", and back:
+// the relative path a label names, or nothing for another label (a file's path).
+std::string embedded_label(std::string_view relative_path);
+std::optional<std::string> embedded_path(std::string_view label);
 // Relative paths of the embedded files under a folder ("topologies"), sorted.
 std::vector<std::string> embedded_files(std::string_view folder);
 
