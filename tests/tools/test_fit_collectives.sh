@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# The shipped topologies' communication.protocols are what tools/calibration/fit_collectives.py writes
-# from the committed vidur all-reduce curves, LL at NCCL's own constants (the files made from them by
-# make_rail_topology.py are checked by test_topo; dgx-h800 carries dgx-h100's block as it is). Runs
-# from the repository root; PYTHON overrides the interpreter.
+# The shipped topologies' communication.protocols are what tools/calibration/fit_collectives.py writes:
+# Hopper's from the committed nccl-tests curve of an 8x H100 DGX, the A100's from vidur's all-reduce
+# curves with LL at NCCL's own constants (the files made from them by make_rail_topology.py are checked
+# by test_topo; dgx-h800 carries dgx-h100's block as it is). Runs from the repository root; PYTHON
+# overrides the interpreter.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 py="${PYTHON:-python3}"
 fit=tools/calibration/fit_collectives.py
-"$py" "$fit" --machine h100_dgx --topology topologies/dgx-h100.json --ll-from-nccl hopper --check >/dev/null
-"$py" "$fit" --machine h100_dgx --topology topologies/dgx-h100-4node.json --ll-from-nccl hopper --check >/dev/null
+h100=tools/calibration/raw/nccl-tests/dgx-h100-all_reduce-dgxc-benchmarking.json
+for f in dgx-h100 dgx-h100-4node grand-teton-h100 grand-teton-h100-64node; do
+  "$py" "$fit" --nccl-tests "$h100" --topology "topologies/$f.json" --check >/dev/null
+done
 for f in hgx-h200 hgx-h200-8node; do
-  "$py" "$fit" --machine h100_dgx --topology "topologies/$f.json" --ll-from-nccl hopper --assumed-for "HGX H200" \
-    --check >/dev/null
+  "$py" "$fit" --nccl-tests "$h100" --topology "topologies/$f.json" --assumed-for "HGX H200" --check >/dev/null
 done
 for f in dgx-a100 dgx-a100-40gb; do
   "$py" "$fit" --machine a100_dgx --topology "topologies/$f.json" --ll-from-nccl ampere --check >/dev/null
