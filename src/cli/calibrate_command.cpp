@@ -158,8 +158,10 @@ std::string describe_fitted(const nlohmann::json& fitted) {
 // (model::apply_profile): no ring beats its links. An all_reduce_perf log gets there when NCCL ran
 // NVLS (NVLink SHARP: the NVSwitch reduces, so each GPU sends its data once), which the ring the
 // profile calibrates does not describe. Said at import, where the fix is one rerun away, rather than
-// at the first simulate. The clusters tried: --topology, else every shipped one of the device.
-void warn_unusable_fit(const nlohmann::json& out, const std::string& output, const std::string& topology, Io& io) {
+// at the first simulate. The clusters tried: --topology, else every shipped one of the device. Where
+// the curve spans NCCL's protocols (an all_reduce_perf log from bytes to GiBs, NVLS included), simulate
+// fits them one by one instead: said too, with the fit's error, for the first cluster that takes it.
+void check_fit_on_clusters(const nlohmann::json& out, const std::string& output, const std::string& topology, Io& io) {
   const model::Profile profile = model::parse_profile(JsonDocument::from_json(out, output));
   std::vector<std::string> names;
   if (!topology.empty()) {
@@ -170,10 +172,17 @@ void warn_unusable_fit(const nlohmann::json& out, const std::string& output, con
       names.push_back(f.substr(slash + 1, dot - slash - 1));
     }
   }
+  bool noted = false;
   for (const std::string& name : names) {
     topo::Cluster cluster = topo::load_cluster_by_name_or_path(name);
     try {
-      (void)model::apply_profile(profile, cluster);
+      // A curve that spans the protocols is priced protocol by protocol (model::apply_profile), not by
+      // the one latency and bandwidth the summary above prints: say what simulate will take, once.
+      for (const std::string& line : model::apply_profile(profile, cluster)) {
+        if (noted || line.find("NCCL's protocols fitted") == std::string::npos) continue;
+        io.err << fmt::format("note: {}: on {}, `fusesim simulate --profile` prices {}\n", output, name, line);
+        noted = true;
+      }
     } catch (const InputError& e) {
       // Another device's cluster refuses the profile at $.device: not this warning's business.
       const std::string prefix = "$.fitted.collectives.";
@@ -412,7 +421,7 @@ class CalibrateCommand final : public Command {
     const nlohmann::json out = with_fitted(built, model::FitOptions{});
     write(out, io);
     io.err << describe_fitted(out["fitted"]);
-    warn_unusable_fit(out, output_, topology_, io);
+    check_fit_on_clusters(out, output_, topology_, io);
     return 0;
   }
 

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "fusesim/model/nelder_mead.hpp"
 #include "fusesim/util/error.hpp"
 
 namespace fusesim::model {
@@ -236,6 +237,107 @@ CollectiveFit fit_collective(const std::vector<CollectiveSample>& samples) {
   fit.busbw_bytes_per_s = 1.0 / line.slope;
   fit.samples = static_cast<int>(samples.size());
   fit.max_rel_error = max_rel_error(x, y, line);
+  return fit;
+}
+
+bool spans_ring_protocols(const std::vector<std::pair<double, double>>& samples) {
+  std::vector<double> sizes;
+  for (const auto& [bytes, time] : samples) sizes.push_back(bytes);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  return sizes.size() >= 8 && sizes.front() <= 64.0 * 1024 && sizes.back() >= 16.0 * 1024 * 1024;
+}
+
+RingProtocolFit fit_ring_protocols(const RingProtocolFitInput& in) {
+  if (in.ranks < 2 || in.steps < 1) throw std::invalid_argument(fmt::format("{} ranks, {} steps", in.ranks, in.steps));
+  if (!positive_finite(in.link_bytes_per_s) || !(std::isfinite(in.route_s) && in.route_s >= 0))
+    throw std::invalid_argument("the ring's link needs a positive bandwidth and a latency >= 0");
+  for (const auto& [bytes, time] : in.samples)
+    if (!positive_finite(bytes) || !positive_finite(time))
+      throw std::invalid_argument(fmt::format("sample of {} B in {} s", bytes, time));
+  if (!spans_ring_protocols(in.samples))
+    throw std::invalid_argument("the curve needs at least 8 sizes from 64 KiB or below to 16 MiB or above");
+  // Below 1 KiB the times step with the element count (13-16 us for 8-512 B on 8 H100s), which no
+  // collective of a training step is: left out, as the shipped fits leave them.
+  std::vector<std::pair<double, double>> samples;
+  for (const auto& s : in.samples)
+    if (s.first >= kRingProtocolMinBytes) samples.push_back(s);
+  const double per_byte = static_cast<double>(in.steps) / in.ranks;  // bus factor: busbw = bytes x this / time
+  const auto time_of = [&](const RingProtocol& p, double bytes) {
+    return p.base_s + in.steps * (in.route_s + p.step_s) + bytes * per_byte / (in.link_bytes_per_s * p.efficiency);
+  };
+  // The switch reduced where some size moved more bus bytes than the ring's link carries.
+  bool switch_reduced = false;
+  for (const auto& [bytes, time] : samples) switch_reduced |= bytes * per_byte / time > in.link_bytes_per_s;
+  const bool all_reduce = in.steps == 2 * (in.ranks - 1);
+  const bool fit_nvls = switch_reduced && all_reduce && in.nvls.has_value();
+
+  // Payload shares (NCCL src/device/prims_ll.h, prims_ll128.h): LL 4 data bytes per 8, LL128 120 per 128.
+  constexpr double kLlShare = 0.5, kLl128Share = 120.0 / 128.0;
+  const auto sigmoid = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  const auto logit = [](double y) { return std::log(y / (1.0 - y)); };
+  const double ll_step = std::max(0.0, kNcclNvlinkHopLlS - in.route_s);
+  const double ll128_step = std::max(0.0, kNcclNvlinkHopLl128S - in.route_s);
+  const double fourth_share = fit_nvls ? 2.0 : 1.0;  // NVLS moves up to twice its wire bytes (the switch reduces)
+  const RingProtocol fourth_start = fit_nvls ? *in.nvls : in.simple;
+  struct Candidates {
+    RingProtocol ll, ll128, simple;
+    std::optional<RingProtocol> nvls;
+  };
+  const auto unpack = [&](const std::vector<double>& x) {
+    Candidates c{{std::exp(x[0]), ll_step, kLlShare * sigmoid(x[1])},
+                 {std::exp(x[2]), ll128_step, kLl128Share * sigmoid(x[3])},
+                 in.simple,
+                 in.nvls};
+    const RingProtocol fourth{std::exp(x[4]), fourth_start.step_s, fourth_share * sigmoid(x[5])};
+    (fit_nvls ? *c.nvls : c.simple) = fourth;
+    return c;
+  };
+  // Index of the fastest: 0 LL, 1 LL128, 2 Simple, 3 NVLS (ties keep the earlier, as the engine's
+  // choice does with Simple first; the order only matters on exact ties).
+  const auto fastest = [&](const Candidates& c, double bytes) {
+    std::pair<double, int> best{time_of(c.simple, bytes), 2};
+    best = std::min(best, {time_of(c.ll, bytes), 0});
+    best = std::min(best, {time_of(c.ll128, bytes), 1});
+    if (c.nvls && all_reduce) best = std::min(best, {time_of(*c.nvls, bytes), 3});
+    return best;
+  };
+  const auto loss = [&](const std::vector<double>& x) {
+    const Candidates c = unpack(x);
+    double sum = 0;
+    for (const auto& [bytes, time] : samples) {
+      const double e = std::log(fastest(c, bytes).first / time);
+      sum += e * e;
+    }
+    return sum / static_cast<double>(samples.size());
+  };
+  // From NCCL's constants (tuning.cc: base LL 6.6 us, LL128 8.4 us) and the cluster's fourth protocol.
+  const double fourth_eff = std::clamp(fourth_start.efficiency / fourth_share, 1e-3, 1.0 - 1e-3);
+  std::vector<double> x{std::log(6.6e-6), 0.0, std::log(8.4e-6), 2.0, std::log(std::max(fourth_start.base_s, 1e-7)),
+                        logit(fourth_eff)};
+  std::vector<double> steps(x.size(), 0.5);
+  for (int round = 0; round < 3; ++round) {
+    x = nelder_mead(loss, x, steps, 4000);
+    for (double& s : steps) s /= 2;
+  }
+  const Candidates c = unpack(x);
+  RingProtocolFit fit;
+  fit.simple = c.simple;
+  fit.nvls = c.nvls;
+  fit.nvls_fitted = fit_nvls;
+  fit.samples = static_cast<int>(samples.size());
+  bool used[4] = {false, false, false, false};
+  double sum = 0;
+  for (const auto& [bytes, time] : samples) {
+    const auto [t, k] = fastest(c, bytes);
+    used[k] = true;
+    const double e = std::abs(t / time - 1.0);
+    sum += e;
+    fit.max_rel_error = std::max(fit.max_rel_error, e);
+  }
+  fit.mean_rel_error = sum / static_cast<double>(samples.size());
+  if (used[0]) fit.ll = c.ll;
+  if (used[1]) fit.ll128 = c.ll128;
   return fit;
 }
 

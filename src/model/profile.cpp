@@ -736,6 +736,61 @@ std::vector<std::string> apply_profile(const Profile& profile, topo::Cluster& cl
     applied.push_back(fmt::format("p2p between nodes: p2p_network efficiency {:.4f}, added_latency_s {:.4g}",
                                   cluster.comm.p2p_network->efficiency.value, added));
   };
+  // A curve of the ring's collective from small to large sizes (an nccl-tests log of one node, 8 B to
+  // GiBs) calibrates NCCL's protocols one by one, as the shipped topologies' are fitted
+  // (tools/calibration/fit_collectives.py, docs/calibration.md "Collectives"): one latency and one
+  // bandwidth through such a curve miss it by tens of percent, and an all-reduce that NVLS ran at
+  // large sizes would otherwise read as a ring faster than its links.
+  if (ring) {
+    std::vector<std::pair<double, double>> curve;
+    for (const ProfileCollective& c : profile.collectives)
+      if (c.op == ring_op && c.nodes == 1 && c.ranks == ring->ranks) curve.emplace_back(c.bytes, c.time_s);
+    if (spans_ring_protocols(curve)) {
+      RingProtocolFitInput in;
+      in.ranks = ring->ranks;
+      in.steps = (ring_op == "all_reduce" ? 2 : 1) * (ring->ranks - 1);
+      in.link_bytes_per_s = link_bw;
+      in.route_s = route_s;
+      in.simple = {cluster.comm.collective_base_latency_s.value, cluster.comm.sm_step_latency_s.value,
+                   cluster.comm.sm_kernel_efficiency.value};
+      if (ring_op == "all_reduce" && cluster.comm.nvls)
+        in.nvls = RingProtocol{cluster.comm.nvls->base_latency_s.value, cluster.comm.nvls->step_latency_s.value,
+                               cluster.comm.nvls->efficiency.value};
+      in.samples = std::move(curve);
+      RingProtocolFit fit;
+      try {
+        fit = fit_ring_protocols(in);
+      } catch (const std::invalid_argument& e) {
+        throw InputError(profile.label, "$.collectives", fmt::format("{}: {}", ring_op, e.what()));
+      }
+      const std::string fit_src =
+          fmt::format("fitted in calibration profile {} to its {} curve ({} ranks, {} sizes; mean |error| {:.1f}%)",
+                      profile.label, ring_op, ring->ranks, fit.samples, 100 * fit.mean_rel_error);
+      const auto sourced = [&](const char* name, const RingProtocol& p) {
+        return topo::CommProtocol{name, {p.base_s, fit_src}, {p.step_s, fit_src}, {p.efficiency, fit_src}};
+      };
+      cluster.comm.protocols.clear();
+      std::string what;
+      for (const auto& [name, p] : {std::pair{"ll", fit.ll}, std::pair{"ll128", fit.ll128}}) {
+        if (!p) continue;
+        cluster.comm.protocols.push_back(sourced(name, *p));
+        what += fmt::format("{} base {:.3g} us, efficiency {:.4f}; ", name, p->base_s * 1e6, p->efficiency);
+      }
+      if (fit.nvls_fitted) {
+        cluster.comm.nvls = sourced("nvls", *fit.nvls);
+        what += fmt::format("nvls base {:.3g} us, efficiency {:.4f}; ", fit.nvls->base_s * 1e6, fit.nvls->efficiency);
+      } else {
+        cluster.comm.collective_base_latency_s = {fit.simple.base_s, fit_src};
+        cluster.comm.sm_kernel_efficiency = {fit.simple.efficiency, fit_src};
+        what += fmt::format("simple base {:.3g} us, sm_kernel_efficiency {:.4f}; ", fit.simple.base_s * 1e6,
+                            fit.simple.efficiency);
+      }
+      applied.push_back(fmt::format("{} ({} ranks, {} sizes): NCCL's protocols fitted: {}mean |error| {:.1f}%, max {:.1f}%",
+                                    ring_op, ring->ranks, fit.samples, what, 100 * fit.mean_rel_error,
+                                    100 * fit.max_rel_error));
+      ring = nullptr;  // what follows prices the copy-engine P2P alone
+    }
+  }
   if (!ring && !p2p) {
     apply_between_nodes();
     return applied;

@@ -303,6 +303,28 @@ TEST_CASE("calibrate refuses bad input with exit 2 and the file", "[cli][calibra
   CHECK(plan.exit_code == 2);
 }
 
+TEST_CASE("calibrate import-nccl-tests: an all-reduce curve from bytes to GiBs is priced protocol by protocol, NVLS "
+          "included", "[cli][calibrate]") {
+  ScratchDir dir;
+  // A real all_reduce_perf log of one 8x H100 DGX, 8 B to 16 GiB (NVIDIA/dgxc-benchmarking; NVLS from
+  // some tens of MiB: 480 GB/s busbw at 16 GiB, above NVLink4's 450 GB/s line rate). One latency and
+  // bandwidth through it miss by up to 58% and would read as a ring faster than its links; fitted
+  // protocol by protocol (model::apply_profile) it is no warning, and simulate takes the profile.
+  const std::string log = kLogs + "all_reduce_h100x8_dgxc_benchmarking.log";
+  const ProcessResult r = run_fusesim({"calibrate", "import-nccl-tests", log, "--topology", "dgx-h100", "-o", "ar.json"}, dir);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("warning") == std::string::npos);
+  CHECK(r.err.find("note: ar.json: on dgx-h100, `fusesim simulate --profile` prices all_reduce (8 ranks, 25 sizes): "
+                   "NCCL's protocols fitted: ll base") != std::string::npos);
+  CHECK(r.err.find("nvls base") != std::string::npos);
+  const ProcessResult sim = run_fusesim(
+      {"simulate", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--scope", "layer", "--profile", "ar.json"}, dir);
+  INFO("simulate stderr: " << sim.err);
+  REQUIRE(sim.exit_code == 0);
+  CHECK(sim.out.find("NCCL's protocols fitted") != std::string::npos);
+}
+
 TEST_CASE("calibrate import-nccl-tests warns when simulate --profile would refuse the fit (NVLS all-reduce)",
           "[cli][calibrate]") {
   ScratchDir dir;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -52,6 +53,60 @@ CollectiveFit fit_collective(const std::vector<CollectiveSample>& samples);
 
 // Every known op name, in the order the fitted section lists them.
 const std::vector<std::string>& collective_ops();
+
+// --- ring protocols -------------------------------------------------------------------------------
+
+// One of NCCL's protocols on one node's ring, as the simulator prices it (docs/engine.md,
+// "Protocols"): a collective of `steps` ring steps over `ranks` takes
+//   base_s + steps x (route + step_s) + steps x bytes / ranks / (link x efficiency)
+// and the cheapest protocol runs.
+struct RingProtocol {
+  double base_s = 0;
+  double step_s = 0;
+  double efficiency = 1;
+};
+
+// NCCL's NVLink hop latency per protocol (src/graph/tuning.cc, hwLat[NVLINK][RING]): LL, LL128,
+// Simple. One node's curve has one rank count, which cannot tell a per-step latency from a
+// per-collective one: the step is this hop less the route's own latency, the base is fitted.
+inline constexpr double kNcclNvlinkHopLlS = 0.6e-6;
+inline constexpr double kNcclNvlinkHopLl128S = 1.9e-6;
+// The smallest size fit_ring_protocols fits: below it nccl-tests' times step with the element count.
+inline constexpr double kRingProtocolMinBytes = 1024;
+
+struct RingProtocolFitInput {
+  int ranks = 0;
+  int steps = 0;                      // 2(n-1) for all_reduce, n-1 for all_gather and reduce_scatter
+  double link_bytes_per_s = 0;        // a ring hop's bandwidth
+  double route_s = 0;                 // a ring hop's latency
+  RingProtocol simple;                // the cluster's Simple (its step kept when fitted)
+  std::optional<RingProtocol> nvls;   // the cluster's NVLS, for an all-reduce inside one NVSwitch node
+  std::vector<std::pair<double, double>> samples;  // (bytes in nccl-tests' size convention, seconds)
+};
+
+struct RingProtocolFit {
+  // Fitted: LL and LL128 (each nullopt where it is fastest at no measured size: the curve says
+  // nothing of it); Simple where the curve never beats the ring's links, else NVLS (the switch
+  // reduced: the largest sizes' bus bandwidth exceeds the link's).
+  std::optional<RingProtocol> ll, ll128;
+  RingProtocol simple;
+  std::optional<RingProtocol> nvls;
+  bool nvls_fitted = false;
+  int samples = 0;
+  double mean_rel_error = 0, max_rel_error = 0;  // of the fastest protocol's time, over the samples
+};
+
+// Whether a curve spans the protocols' ranges, so that fit_ring_protocols can tell them apart: at
+// least 8 distinct sizes, from 64 KiB or below to 16 MiB or above.
+bool spans_ring_protocols(const std::vector<std::pair<double, double>>& samples);
+
+// Nelder-Mead on the squared log error of the fastest protocol's time over the sizes from
+// kRingProtocolMinBytes (every size weighs alike):
+// LL's and LL128's base latency and efficiency (bounded by their payload shares, 4 data bytes per 8
+// and 120 per 128), and Simple's (its efficiency at most 1) or, where the switch reduced, NVLS's (at
+// most 2). Deterministic. Throws std::invalid_argument where the input cannot be fitted (fewer than 2
+// ranks or steps, a non-positive link, time or size, a curve that does not span the protocols).
+RingProtocolFit fit_ring_protocols(const RingProtocolFitInput& in);
 
 // --- contention -----------------------------------------------------------------------------------
 
