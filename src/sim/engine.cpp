@@ -179,6 +179,9 @@ struct CollectiveRun {
   std::uint32_t tree_lane = kNone;
   double tree_scale = 1.0;
   double tree_scale_off_node = 1.0;
+  // Across nodes with LL, the share of LL's efficiency that keeps the collective's bus bandwidth within
+  // the hosts' cap (topo::NetworkTuning, Run::choose_protocols); 1 elsewhere.
+  double bus_cap_scale = 1.0;
   // Set when the steps begin (kCollectiveSteps), for start_step() and advance_member(), which run once
   // or twice per step flow: the bytes recorded for a ring's part of a step's chunk (bytes / t split
   // over the rings, the first `ring_extra` rings one byte more), the exact share the flow moves, and
@@ -405,12 +408,17 @@ class Run final : public sched::TaskVisitor {
   bool cross_stream(TaskId before, TaskId after) const;
   // `p2p`: a point-to-point transfer (a send/recv pair, an all-to-all's pair), which over the network
   // moves its payload at the topology's p2p_network efficiency, after its added latency, where it gives one.
+  // `ring`: a ring collective's step flow (not a tree's), which between nodes costs at least its
+  // protocol's network hop (topo::NetworkTuning). `scale`: the collective's share of its protocol's
+  // efficiency (CollectiveRun::bus_cap_scale).
   FlowOwner& launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol = 0,
-                         bool p2p = false, const CollectiveRun* tree = nullptr);
+                         bool p2p = false, const CollectiveRun* tree = nullptr, bool ring = false, double scale = 1.0);
   void choose_protocols();
-  template <typename LatencyFn, typename DataFn>
-  void price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_node_ps, int off_node_hops,
-                  const LatencyFn& latency_s, const DataFn& data_s);
+  template <typename LatencyFn, typename DataFn, typename CapFn>
+  void price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_node_ps, int off_node_hops, int n_nodes,
+                  double bandwidth, const LatencyFn& latency_s, const DataFn& data_s, const CapFn& cap_scale);
+  // The distinct nodes of a group's ranks.
+  int nodes_of(const std::vector<int>& ranks) const;
   // Events a fixed delay after now go to a lane of the queue (event_queue.hpp), one lane per
   // distinct delay, up to kMaxLanes; beyond that to the heap.
   static constexpr std::size_t kMaxLanes = 16;
@@ -538,8 +546,14 @@ class Run final : public sched::TaskVisitor {
     std::uint32_t base_lane = kNone;
     bool nvls = false;
     int chunks_in_flight = kSimpleChunksInFlight;
+    // NCCL's tuning between nodes (topo::NetworkTuning): the least a hop between nodes costs on a ring
+    // and on a tree (route and step together; -1: none), and whether LL's bus bandwidth cap binds it.
+    TimePs ring_network_hop_ps = -1;
+    TimePs tree_network_hop_ps = -1;
+    bool ll = false;
   };
   std::vector<Protocol> protocols_;
+  double ll_bus_cap_two_nodes_ = 0.0, ll_bus_cap_more_nodes_ = 0.0;  // 0: no cap (no network tuning)
   std::size_t phases_ = 2;
   TimePs ce_step_latency_ps_ = 0;
   double ce_efficiency_ = 1.0;
@@ -630,8 +644,28 @@ void Run::prepare() {
   if (comm.nvls)
     protocols_.push_back({seconds_to_ps(comm.nvls->base_latency_s.value), seconds_to_ps(comm.nvls->step_latency_s.value),
                           comm.nvls->efficiency.value, kNone, true, kLowLatencyChunksInFlight});
-  // The protocols', the copy engine's, then a P2P transfer's between nodes by SM kernel and by copy engine.
-  phases_ = protocols_.size() + 3;
+  if (comm.network_tuning) {
+    const topo::NetworkTuning& t = *comm.network_tuning;
+    const auto set = [&](Protocol& p, const SourcedValue& ring, const SourcedValue& tree) {
+      p.ring_network_hop_ps = seconds_to_ps(ring.value);
+      p.tree_network_hop_ps = seconds_to_ps(tree.value);
+    };
+    set(protocols_[0], t.ring_hop_simple_s, t.tree_hop_simple_s);
+    for (std::size_t k = 0; k < comm.protocols.size(); ++k) {
+      Protocol& p = protocols_[k + 1];
+      if (comm.protocols[k].name == "ll") {
+        set(p, t.ring_hop_ll_s, t.tree_hop_ll_s);
+        p.ll = true;
+      } else if (comm.protocols[k].name == "ll128") {
+        set(p, t.ring_hop_ll128_s, t.tree_hop_ll128_s);
+      }
+    }
+    ll_bus_cap_two_nodes_ = t.ll_max_bus_bandwidth_two_nodes_bytes_per_s.value;
+    ll_bus_cap_more_nodes_ = t.ll_max_bus_bandwidth_more_nodes_bytes_per_s.value;
+  }
+  // The protocols', the copy engine's, a P2P transfer's between nodes by SM kernel and by copy engine,
+  // then each protocol's ring step between nodes (at least the protocol's network hop).
+  phases_ = 2 * protocols_.size() + 3;
   ce_step_latency_ps_ = seconds_to_ps(comm.copy_engine_step_latency_s.value);
   ce_efficiency_ = comm.copy_engine_efficiency.value;
   p2p_network_ = comm.p2p_network.has_value();
@@ -782,6 +816,11 @@ void Run::prepare() {
   for (std::size_t r = 0; r < route_latency_ps_.size(); ++r) {
     const TimePs added = route_off_node_[r] != 0 ? p2p_network_added_ps_ : 0;
     for (std::size_t k = 0; k < phases_; ++k) {
+      if (k >= p + 3) {  // a ring step between nodes: at least its protocol's network hop
+        const Protocol& q = protocols_[k - p - 3];
+        latency_phase_ps_.push_back(std::max(route_latency_ps_[r] + q.step_ps, q.ring_network_hop_ps));
+        continue;
+      }
       const TimePs step = k < p        ? protocols_[k].step_ps
                           : k == p     ? ce_step_latency_ps_
                           : k == p + 1 ? protocols_[0].step_ps + added
@@ -919,33 +958,52 @@ void Run::choose_protocols() {
     const int hops = t, off_node_hops = count[1] + count[2];
     double bandwidth = std::numeric_limits<double>::infinity();
     TimePs route_ps = 0, off_node_ps = 0;  // sums over the t hops, exact
+    std::array<TimePs, 3> kind_ps{0, 0, 0};
     for (int kind = 0; kind < 3; ++kind) {
       if (first[kind] < 0) continue;
       const auto& [latency_ps, bottleneck] = hop_route(c.ranks[first[kind]], c.ranks[c.ring_next[first[kind]]]);
+      kind_ps[kind] = latency_ps;
       route_ps += latency_ps * count[kind];
       if (kind > 0) off_node_ps += latency_ps * count[kind];
       bandwidth = std::min(bandwidth, bottleneck);
     }
     if (!std::isfinite(bandwidth) || bandwidth <= 0.0) continue;
-    const double hop_latency_s = ps_to_seconds(1) * (static_cast<double>(route_ps) / hops);
     const bool one_node = off_node_hops == 0;  // a ring visits every member: one on another node is a crossing
+    const int nodes = one_node ? 1 : nodes_of(c.ranks);
     const double step_bytes = static_cast<double>(c.spec->bytes) / t / c.rings;
+    // LL across nodes moves at most the hosts' cap of bus bandwidth (NCCL's llMaxBw): the share of
+    // its efficiency that keeps rings x bottleneck x efficiency within it.
+    const auto cap_scale = [&](const Protocol& p, double bus_bytes_per_s) {
+      const double cap = nodes == 2 ? ll_bus_cap_two_nodes_ : ll_bus_cap_more_nodes_;
+      return p.ll && !one_node && cap > 0.0 ? std::min(1.0, cap / bus_bytes_per_s) : 1.0;
+    };
+    const auto ring_scale = [&](const Protocol& p) { return cap_scale(p, c.rings * bandwidth * p.efficiency); };
     const auto data_s = [&](const Protocol& p) { return c.steps * step_bytes / (bandwidth * p.efficiency); };
+    // A ring's latency: each of its t hops at its route's latency and the protocol's step, a hop
+    // between nodes at least the protocol's network hop (NCCL's hwLat[NET], where the topology has it).
+    const double hop_latency_s = ps_to_seconds(1) * (static_cast<double>(route_ps) / hops);
     const auto latency_s = [&](const Protocol& p) {
-      return ps_to_seconds(p.base_ps) + c.steps * (hop_latency_s + ps_to_seconds(p.step_ps));
+      if (one_node || p.ring_network_hop_ps < 0)
+        return ps_to_seconds(p.base_ps) + c.steps * (hop_latency_s + ps_to_seconds(p.step_ps));
+      TimePs hop_ps = 0;
+      for (int kind = 0; kind < 3; ++kind)
+        hop_ps += count[kind] * (kind == 0 ? kind_ps[kind] + p.step_ps
+                                           : std::max(kind_ps[kind] + p.step_ps, p.ring_network_hop_ps));
+      return ps_to_seconds(p.base_ps) + c.steps * ps_to_seconds(1) * (static_cast<double>(hop_ps) / hops);
     };
     if (protocols_.size() > 1) {
       double best = std::numeric_limits<double>::infinity();
       for (std::size_t k = 0; k < protocols_.size(); ++k) {
         const Protocol& p = protocols_[k];
         if (p.nvls && !(one_node && c.spec->kind == sched::CollectiveKind::all_reduce)) continue;
-        const double time = latency_s(p) + data_s(p);
+        const double time = latency_s(p) + data_s(p) / ring_scale(p);
         // Strictly less: on a tie the earlier protocol (Simple first) keeps it, deterministically.
         if (time < best) best = time, c.protocol = static_cast<std::uint8_t>(k);
       }
     }
+    c.bus_cap_scale = ring_scale(protocols_[c.protocol]);
     if (c.spec->kind == sched::CollectiveKind::all_reduce && !one_node && cluster_.comm.tree_all_reduce)
-      price_tree(c, route_ps, hops, off_node_ps, off_node_hops, latency_s, data_s);
+      price_tree(c, route_ps, hops, off_node_ps, off_node_hops, nodes, bandwidth, latency_s, data_s, cap_scale);
   }
 }
 
@@ -956,16 +1014,11 @@ void Run::choose_protocols() {
 // rings do; on two nodes each node sends its reduced half once, n / g per NIC, half a ring's), with
 // the tree's latency spread evenly over the steps and its bandwidth as the flows' efficiency. The
 // ring's protocol and constants for both; the mean hop of each kind from the ring's hops.
-template <typename LatencyFn, typename DataFn>
-void Run::price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_node_ps, int off_node_hops,
-                     const LatencyFn& latency_s, const DataFn& data_s) {
+template <typename LatencyFn, typename DataFn, typename CapFn>
+void Run::price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_node_ps, int off_node_hops, int n_nodes,
+                     double bandwidth, const LatencyFn& latency_s, const DataFn& data_s, const CapFn& cap_scale) {
   constexpr double kTreeBandwidth = 0.92;  // tuning.cc: busBw * .92 for Tree AllReduce
   const int t = static_cast<int>(c.ranks.size());
-  std::vector<int> nodes;
-  nodes.reserve(c.ranks.size());
-  for (int r : c.ranks) nodes.push_back(cluster_.node_of(r));
-  std::sort(nodes.begin(), nodes.end());
-  const int n_nodes = static_cast<int>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
   if (n_nodes < 2 || t % n_nodes != 0) return;  // a tree of g ranks per node
   const int per_node = t / n_nodes;
   const Protocol& p = protocols_[c.protocol];
@@ -973,20 +1026,35 @@ void Run::price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_nod
   const double intra_ps = on_node_hops > 0 ? static_cast<double>(route_ps - off_node_ps) / on_node_hops : 0.0;
   const double inter_ps = static_cast<double>(off_node_ps) / off_node_hops;
   const int log_nodes = std::bit_width(static_cast<unsigned>(n_nodes - 1));  // ceil(log2 N)
-  const double hops_ps = 2.0 * ((per_node - 1) * (intra_ps + static_cast<double>(p.step_ps)) +
-                                log_nodes * (inter_ps + static_cast<double>(p.step_ps)));
-  const double ring_s = latency_s(p) + data_s(p);
+  // A hop between nodes: its route and the protocol's step, at least the protocol's network hop on a
+  // tree where the topology gives one (NCCL's hwLat[NET][TREE]).
+  const double inter_hop_ps =
+      std::max(inter_ps + static_cast<double>(p.step_ps), static_cast<double>(p.tree_network_hop_ps));
+  const double hops_ps =
+      2.0 * ((per_node - 1) * (intra_ps + static_cast<double>(p.step_ps)) + log_nodes * inter_hop_ps);
+  const double ring_s = latency_s(p) + data_s(p) / c.bus_cap_scale;
   // The ring drains at its NIC where the group spans nodes: the tree's data time is the ring's over
-  // 0.92, halved on two nodes.
-  const double tree_data_s = data_s(p) * (n_nodes == 2 ? 0.5 : 1.0) / kTreeBandwidth;
+  // 0.92, halved on two nodes; LL's within the hosts' cap of the tree's bus bandwidth.
+  const double off_node_scale = kTreeBandwidth * (n_nodes == 2 ? 2.0 : 1.0);
+  const double scale = cap_scale(p, c.rings * bandwidth * p.efficiency * off_node_scale);
+  const double tree_data_s = data_s(p) * (n_nodes == 2 ? 0.5 : 1.0) / kTreeBandwidth / scale;
   const double tree_s = ps_to_seconds(p.base_ps) + ps_to_seconds(1) * hops_ps + tree_data_s;
   if (!(tree_s < ring_s)) return;
   c.tree_step_ps = static_cast<TimePs>(std::llround(hops_ps / c.steps));
   c.tree_lane = lane_for(c.tree_step_ps);
   c.tree_scale = kTreeBandwidth;
-  c.tree_scale_off_node = kTreeBandwidth * (n_nodes == 2 ? 2.0 : 1.0);
+  c.tree_scale_off_node = off_node_scale;
+  c.bus_cap_scale = scale;
   const TreeAllReduce here{t, n_nodes, c.spec->bytes, ring_s, tree_s};
   if (auto& widest = result_.best_tree_all_reduce; !widest || *widest < here) widest = here;
+}
+
+int Run::nodes_of(const std::vector<int>& ranks) const {
+  std::vector<int> nodes;
+  nodes.reserve(ranks.size());
+  for (int r : ranks) nodes.push_back(cluster_.node_of(r));
+  std::sort(nodes.begin(), nodes.end());
+  return static_cast<int>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
 }
 
 std::uint32_t Run::lane_for(TimePs delay_ps) {
@@ -1288,11 +1356,12 @@ void Run::begin_transfer(FlowId f) {
 }
 
 FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngine engine, std::size_t protocol,
-                            bool p2p, const CollectiveRun* tree) {
+                            bool p2p, const CollectiveRun* tree, bool ring, double scale) {
   const bool sm = engine == model::CommEngine::sm_kernel;
   const bool network_p2p = p2p && p2p_network_ && route_off_node_[route] != 0;
   double efficiency = network_p2p ? p2p_network_efficiency_ : sm ? protocols_[protocol].efficiency : ce_efficiency_;
   if (tree) efficiency *= route_off_node_[route] != 0 ? tree->tree_scale_off_node : tree->tree_scale;
+  efficiency *= scale;
   const FlowId f = network_.create(route, payload_bytes / efficiency);
   if (f >= owners_.size()) {
     owners_.resize(f + 1);
@@ -1310,7 +1379,10 @@ FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngi
     push_after(tree->tree_step_ps, tree->tree_lane, kFlowLatencyEnd, f);
     return o;
   }
-  const std::size_t kind = network_p2p ? protocols_.size() + (sm ? 1 : 2) : sm ? protocol : protocols_.size();
+  const std::size_t kind = network_p2p                                  ? protocols_.size() + (sm ? 1 : 2)
+                           : sm && ring && route_off_node_[route] != 0 ? protocols_.size() + 3 + protocol
+                           : sm                                         ? protocol
+                                                                        : protocols_.size();
   const std::size_t phase = phases_ * static_cast<std::size_t>(route) + kind;
   push_after(latency_phase_ps_[phase], latency_lane_[phase], kFlowLatencyEnd, f);
   return o;
@@ -1430,8 +1502,9 @@ void Run::start_step(std::uint32_t ci, int member, int ring, int step) {
 void Run::launch_step_flow(std::uint32_t ci, int member, int to, int ring, int step, RouteId route, double bytes,
                            Bytes record_bytes) {
   CollectiveRun& c = collectives_[ci];
-  FlowOwner& o = launch_flow(route, bytes, c.spec->engine, c.protocol, c.spec->kind == sched::CollectiveKind::all_to_all,
-                             c.tree_step_ps >= 0 ? &c : nullptr);
+  const bool all_to_all = c.spec->kind == sched::CollectiveKind::all_to_all;
+  FlowOwner& o = launch_flow(route, bytes, c.spec->engine, c.protocol, all_to_all, c.tree_step_ps >= 0 ? &c : nullptr,
+                             !all_to_all && c.tree_step_ps < 0, c.bus_cap_scale);
   // Into an image: the flow lands on (is credited to) the member its alias stands at, as its receive
   // on the ring whose flow it stands for.
   const bool image = c.members[to] == kNoTask;

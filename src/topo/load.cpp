@@ -183,6 +183,26 @@ CommParams read_communication(const JsonObject& o) {
   }
   // NVLS reduces in the switch: its bus bandwidth may exceed a ring's on the same links, never twice.
   if (auto nv = o.find("nvls")) c.nvls = protocol(nv->as_object(), "nvls", 2.0);
+  if (auto nt = o.find("network_tuning")) {
+    const JsonObject t = nt->as_object();
+    NetworkTuning n;
+    const JsonObject ring = t.object("ring_hop_latency_s"), tree = t.object("tree_hop_latency_s");
+    n.ring_hop_simple_s = ring.sourced("simple", 0.0, kMaxLatencyS);
+    n.ring_hop_ll_s = ring.sourced("ll", 0.0, kMaxLatencyS);
+    n.ring_hop_ll128_s = ring.sourced("ll128", 0.0, kMaxLatencyS);
+    n.tree_hop_simple_s = tree.sourced("simple", 0.0, kMaxLatencyS);
+    n.tree_hop_ll_s = tree.sourced("ll", 0.0, kMaxLatencyS);
+    n.tree_hop_ll128_s = tree.sourced("ll128", 0.0, kMaxLatencyS);
+    ring.finish();
+    tree.finish();
+    // A bus bandwidth: at least 1 MB/s (a zero would stall every LL collective across nodes), at most 100 TB/s.
+    const JsonObject ll = t.object("ll_max_bus_bandwidth_bytes_per_s");
+    n.ll_max_bus_bandwidth_two_nodes_bytes_per_s = ll.sourced("two_nodes", 1e6, 1e14);
+    n.ll_max_bus_bandwidth_more_nodes_bytes_per_s = ll.sourced("more_nodes", 1e6, 1e14);
+    ll.finish();
+    t.finish();
+    c.network_tuning = std::move(n);
+  }
   o.finish();
   return c;
 }

@@ -225,13 +225,16 @@ TEST_CASE("LL across two DGX H100 nodes: a small all-reduce pays NCCL's ring lat
   // 64 B per ring and step: LL (base 8.474 us fitted on nccl-tests, no step latency beyond the route)
   // beats LL128 (base 7.977 us + 30 x 1.3 us of steps) and Simple (base 8.4 us + 30 x (2.8 + ...) us).
   // Route latencies: inside a node GPU -> NVSwitch -> GPU 2 x 0.3 = 0.6 us; across, GPU -> PCIe -> PCIe
-  // -> NIC -> leaf -> NIC -> PCIe -> PCIe -> GPU 4 x 0.25 + 2 x 0.85 = 2.7 us. On each ring 14 hops
-  // inside the nodes and 2 across; a member's last send lands 30 consecutive hops after the base, the
-  // most that hold 4 crossings: 8.474 + 26 x 0.6 + 4 x 2.7 = 34.874 us (NCCL's form, intra steps x
-  // intra latency + inter steps x network latency), plus 30 drains of 64 B at LL's 0.4334 of the link,
-  // at most 64 / (49.61e9 x 0.4334) = 3.0 ns each. LL keeps up to 8 chunks of a ring in flight: with
-  // Simple's 2 a member at a node boundary, whose sends take 2.7 us where its receives come every
-  // ~0.6 us, would hold the ring back.
+  // -> NIC -> leaf -> NIC -> PCIe -> PCIe -> GPU 4 x 0.25 + 2 x 0.85 = 2.7 us, which is NCCL's LL
+  // network hop too (network_tuning: max(2.7 + 0, 2.7)). On each ring 14 hops inside the nodes and 2
+  // across; a member's last send lands 30 consecutive hops after the base, the most that hold 4
+  // crossings: 8.474 + 26 x 0.6 + 4 x 2.7 = 34.874 us (NCCL's form, intra steps x intra latency +
+  // inter steps x network latency), plus at most 30 drains of 64 B. Across two nodes LL moves at most
+  // the hosts' 39 GB/s of bus bandwidth (network_tuning, NCCL's llMaxBw for Intel): 8 rings x
+  // 49.61 GB/s x 0.4334 = 172.0 GB/s, so its efficiency is scaled by 39 / 172.0 = 0.2267 and a drain
+  // takes 64 / (49.61e9 x 0.4334 x 0.2267) = 13.1 ns, where uncapped it took 3.0 ns. LL keeps up to 8
+  // chunks of a ring in flight: with Simple's 2 a member at a node boundary, whose sends take 2.7 us
+  // where its receives come every ~0.6 us, would hold the ring back.
   topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
   c.comm.tree_all_reduce = false;  // NCCL_ALGO=Ring: by default NCCL's tree takes it
   TestCostModel costs;
@@ -239,7 +242,51 @@ TEST_CASE("LL across two DGX H100 nodes: a small all-reduce pays NCCL's ring lat
   collective(g, "ar", sched::CollectiveKind::all_reduce, ranks(0, 16), 8192, 1);
   const sim::SimResult r = sim::Simulator(c, costs).run(g);
   CHECK(r.makespan_ps >= 34'874'000);
-  CHECK(r.makespan_ps <= 34'874'000 + 30 * 3'000);
+  CHECK(r.makespan_ps <= 34'874'000 + 30 * 13'200);
+  CHECK(r.makespan_ps > 34'874'000 + 30 * 3'000);  // the cap drains slower than the protocol alone would
+}
+
+TEST_CASE("Between nodes a ring step costs at least NCCL's network hop for its protocol", "[sim][rings]") {
+  // Ranks 0 and 8 of dgx-h100-128node (one on each of two nodes, both on rail 0), Simple alone (the
+  // topology's LL and LL128 removed) and no tree: an all-reduce of 2 ranks is 2 steps, each a hop
+  // between the nodes. The route is 2.7 us and Simple's step 2.8 us, 5.5 us together; NCCL's tuning
+  // model prices Simple's network hop at 14 us (network_tuning.ring_hop_latency_s.simple), which the
+  // step takes: 8.4 + 2 x 14 = 36.4 us, plus two drains of 32 B (0.7 ns each). Without the topology's
+  // network_tuning: 8.4 + 2 x 5.5 = 19.4 us.
+  topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  c.comm.protocols.clear();
+  c.comm.tree_all_reduce = false;
+  TestCostModel costs;
+  sched::TaskGraph g(16);
+  collective(g, "ar", sched::CollectiveKind::all_reduce, {0, 8}, 64, 1);
+  const sim::SimResult r = sim::Simulator(c, costs).run(g);
+  CHECK(r.makespan_ps >= 36'400'000);
+  CHECK(r.makespan_ps <= 36'400'000 + 2 * 1'000);
+  c.comm.network_tuning.reset();
+  const sim::SimResult plain = sim::Simulator(c, costs).run(g);
+  CHECK(plain.makespan_ps >= 19'400'000);
+  CHECK(plain.makespan_ps <= 19'400'000 + 2 * 1'000);
+}
+
+TEST_CASE("NCCL's tree between two nodes: its network hops at NCCL's tree latency, LL within the hosts' cap",
+          "[sim][rings]") {
+  // Ranks 0-15 of dgx-h100-128node (two nodes of 8), 1 KiB, the tree allowed. The ring picks LL (its
+  // time 8.474 + 30 x (14 x 0.6 + 2 x 2.7) / 16 = 34.349 us and little data); the tree, with LL's
+  // constants, crosses 2 x (7 hops inside a node at 0.6 us + 1 between nodes at NCCL's tree LL hop,
+  // max(2.7, 5.0) = 5.0 us) = 18.4 us after the base: 26.874 us. Its data: the ring's, 30 steps of
+  // 1024 / 16 / 8 = 8 B per ring at 49.61 GB/s x 0.4334, halved on two nodes, over 0.92, over the cap's
+  // share of the tree's bus bandwidth, 39 / (8 x 49.61 x 0.4334 x 0.92 x 2) = 0.12323.
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  TestCostModel costs;
+  sched::TaskGraph g(16);
+  collective(g, "ar", sched::CollectiveKind::all_reduce, ranks(0, 16), 1024, 1);
+  const sim::SimResult r = sim::Simulator(c, costs).run(g);
+  REQUIRE(r.best_tree_all_reduce.has_value());
+  const double bus = 8 * 49.61e9 * 0.4334 * 0.92 * 2;
+  const double data = 30 * 8.0 / (49.61e9 * 0.4334) * 0.5 / 0.92 / (39e9 / bus);
+  CHECK(r.best_tree_all_reduce->tree_s == Approx(26.874e-6 + data).epsilon(1e-9));
+  CHECK(r.best_tree_all_reduce->ring_s == Approx(34.349e-6 + 30 * 8.0 / (49.61e9 * 0.4334) / (39e9 / (8 * 49.61e9 * 0.4334)))
+                                               .epsilon(1e-9));
 }
 
 TEST_CASE("all-reduce over 2 nodes x 4 runs as NCCL's tree: its latency on the ring's flows", "[sim][rings]") {

@@ -45,6 +45,18 @@ json kernels_as(const std::string& model, double fraction) {
 
 }  // namespace
 
+namespace {
+
+// A well-formed communication.network_tuning block (NCCL's constants), for the cases that break one part.
+json network_tuning() {
+  const auto v = [](double x) { return json{{"value", x}, {"source", "s"}}; };
+  return {{"ring_hop_latency_s", {{"simple", v(14e-6)}, {"ll", v(2.7e-6)}, {"ll128", v(4e-6)}}},
+          {"tree_hop_latency_s", {{"simple", v(14e-6)}, {"ll", v(5e-6)}, {"ll128", v(8.5e-6)}}},
+          {"ll_max_bus_bandwidth_bytes_per_s", {{"two_nodes", v(39e9)}, {"more_nodes", v(20.4e9)}}}};
+}
+
+}  // namespace
+
 TEST_CASE("the base topology used by the error cases is valid") {
   // Guards the table below: every error comes from its mutation, not from the base.
   const Cluster c = parse_cluster(JsonDocument::parse(topo_test::kBaseTopology, "mem.json"));
@@ -96,6 +108,31 @@ TEST_CASE("each malformed topology names its JSON path") {
                                        {"efficiency", {{"value", 2.5}, {"source", "s"}}}};
        },
        "$.communication.nvls.efficiency.value"},
+      // NCCL's tuning between nodes: every hop latency and both caps required, sourced, in range.
+      {"network tuning without its tree hops",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning();
+         j["communication"]["network_tuning"].erase("tree_hop_latency_s");
+       },
+       "$.communication.network_tuning.tree_hop_latency_s"},
+      {"network tuning: a negative hop latency",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning();
+         j["communication"]["network_tuning"]["ring_hop_latency_s"]["simple"]["value"] = -14e-6;
+       },
+       "$.communication.network_tuning.ring_hop_latency_s.simple.value"},
+      {"network tuning: an LL cap of zero",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning();
+         j["communication"]["network_tuning"]["ll_max_bus_bandwidth_bytes_per_s"]["more_nodes"]["value"] = 0.0;
+       },
+       "$.communication.network_tuning.ll_max_bus_bandwidth_bytes_per_s.more_nodes.value"},
+      {"network tuning: an unknown protocol",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning();
+         j["communication"]["network_tuning"]["tree_hop_latency_s"]["nvls"] = {{"value", 20.9e-6}, {"source", "s"}};
+       },
+       "$.communication.network_tuning.tree_hop_latency_s.nvls"},
       {"missing nic_link", [](json& j) { j["node"]["nics"].erase("nic_link"); }, "$.node.nics.nic_link"},
       {"missing latency", [](json& j) { j["node"]["scale_up"]["link"].erase("latency_s"); },
        "$.node.scale_up.link.latency_s"},

@@ -151,6 +151,16 @@ struct P2pNetwork {
   SourcedValue added_latency_s;  // on top of the route's latency and the engine's step latency
 };
 
+// NCCL's tuning model between nodes (src/graph/tuning.cc), where the simulated route alone would say
+// less (docs/engine.md, "Protocols"): per protocol, the least a hop between nodes costs (hwLat[NET],
+// route and the protocol's step latency together) on a ring and on a tree, and LL's bus bandwidth
+// across nodes, which the hosts' CPU bounds (llMaxBws, by CPU vendor and node count).
+struct NetworkTuning {
+  SourcedValue ring_hop_simple_s, ring_hop_ll_s, ring_hop_ll128_s;
+  SourcedValue tree_hop_simple_s, tree_hop_ll_s, tree_hop_ll128_s;
+  SourcedValue ll_max_bus_bandwidth_two_nodes_bytes_per_s, ll_max_bus_bandwidth_more_nodes_bytes_per_s;
+};
+
 struct CommParams {
   SourcedValue collective_base_latency_s;   // once per collective (kernel launch, setup)
   SourcedValue sm_step_latency_s;           // per step of an SM-kernel collective or P2P
@@ -168,6 +178,10 @@ struct CommParams {
   // choose among Simple and these by size; NVLS serves all-reduces inside one NVSwitch node.
   std::vector<CommProtocol> protocols;
   std::optional<CommProtocol> nvls;
+  // Optional ("network_tuning"): collectives across nodes as NCCL's tuning model prices them. Absent:
+  // a hop between nodes costs its route's latency and the protocol's step, and LL moves its share of
+  // every rail's NIC.
+  std::optional<NetworkTuning> network_tuning;
 };
 
 class Cluster {
