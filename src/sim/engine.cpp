@@ -419,6 +419,9 @@ class Run final : public sched::TaskVisitor {
                   double bandwidth, const LatencyFn& latency_s, const DataFn& data_s, const CapFn& cap_scale);
   // The distinct nodes of a group's ranks.
   int nodes_of(const std::vector<int>& ranks) const;
+  // The share of its bandwidth NCCL's tree reaches at this size (topo::NetworkTuning::tree_size_factors
+  // row `row`: 0 Simple, 1 LL, 2 LL128; -1: none).
+  double tree_size_factor(int row, Bytes bytes) const;
   // Events a fixed delay after now go to a lane of the queue (event_queue.hpp), one lane per
   // distinct delay, up to kMaxLanes; beyond that to the heap.
   static constexpr std::size_t kMaxLanes = 16;
@@ -551,6 +554,8 @@ class Run final : public sched::TaskVisitor {
     TimePs ring_network_hop_ps = -1;
     TimePs tree_network_hop_ps = -1;
     bool ll = false;
+    // Its row of topo::NetworkTuning::tree_size_factors (0 Simple, 1 LL, 2 LL128); -1: none.
+    int tree_factor_row = -1;
   };
   std::vector<Protocol> protocols_;
   double ll_bus_cap_two_nodes_ = 0.0, ll_bus_cap_more_nodes_ = 0.0;  // 0: no cap (no network tuning)
@@ -651,13 +656,16 @@ void Run::prepare() {
       p.tree_network_hop_ps = seconds_to_ps(tree.value);
     };
     set(protocols_[0], t.ring_hop_simple_s, t.tree_hop_simple_s);
+    protocols_[0].tree_factor_row = 0;
     for (std::size_t k = 0; k < comm.protocols.size(); ++k) {
       Protocol& p = protocols_[k + 1];
       if (comm.protocols[k].name == "ll") {
         set(p, t.ring_hop_ll_s, t.tree_hop_ll_s);
         p.ll = true;
+        p.tree_factor_row = 1;
       } else if (comm.protocols[k].name == "ll128") {
         set(p, t.ring_hop_ll128_s, t.tree_hop_ll128_s);
+        p.tree_factor_row = 2;
       }
     }
     ll_bus_cap_two_nodes_ = t.ll_max_bus_bandwidth_two_nodes_bytes_per_s.value;
@@ -1037,16 +1045,28 @@ void Run::price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_nod
   // 0.92, halved on two nodes; LL's within the hosts' cap of the tree's bus bandwidth.
   const double off_node_scale = kTreeBandwidth * (n_nodes == 2 ? 2.0 : 1.0);
   const double scale = cap_scale(p, c.rings * bandwidth * p.efficiency * off_node_scale);
-  const double tree_data_s = data_s(p) * (n_nodes == 2 ? 0.5 : 1.0) / kTreeBandwidth / scale;
+  const double size_factor = tree_size_factor(p.tree_factor_row, c.spec->bytes);
+  const double tree_data_s = data_s(p) * (n_nodes == 2 ? 0.5 : 1.0) / kTreeBandwidth / scale / size_factor;
   const double tree_s = ps_to_seconds(p.base_ps) + ps_to_seconds(1) * hops_ps + tree_data_s;
   if (!(tree_s < ring_s)) return;
   c.tree_step_ps = static_cast<TimePs>(std::llround(hops_ps / c.steps));
   c.tree_lane = lane_for(c.tree_step_ps);
-  c.tree_scale = kTreeBandwidth;
-  c.tree_scale_off_node = off_node_scale;
+  c.tree_scale = kTreeBandwidth * size_factor;
+  c.tree_scale_off_node = off_node_scale * size_factor;
   c.bus_cap_scale = scale;
   const TreeAllReduce here{t, n_nodes, c.spec->bytes, ring_s, tree_s};
   if (auto& widest = result_.best_tree_all_reduce; !widest || *widest < here) widest = here;
+}
+
+// The share of its bandwidth NCCL's tree reaches at this size and protocol (treeCorrectionFactor,
+// indexed by floor(log2(bytes / 64)) as tuning.cc's log2i(nBytes >> 6)); 1 outside the table.
+double Run::tree_size_factor(int row, Bytes bytes) const {
+  if (!cluster_.comm.network_tuning || row < 0) return 1.0;
+  const std::vector<double>& factors = cluster_.comm.network_tuning->tree_size_factors[static_cast<std::size_t>(row)];
+  const auto units = static_cast<std::uint64_t>(bytes) >> 6;
+  if (factors.empty() || units == 0) return 1.0;
+  const auto index = static_cast<std::size_t>(std::bit_width(units) - 1);
+  return index < factors.size() ? factors[index] : 1.0;
 }
 
 int Run::nodes_of(const std::vector<int>& ranks) const {

@@ -25,7 +25,8 @@ namespace {
 constexpr double kMaxBandwidthBytesPerS = 1e15;   // 1 PB/s: above any single link or HBM today
 constexpr double kMaxFlopsPerS = 1e18;            // 1 EFLOP/s for one device
 constexpr double kMaxHbmBytes = 1e14;             // 100 TB on one device
-constexpr double kMaxLatencyS = 1e-2;             // 10 ms for one hop or one software step
+constexpr double kMaxLatencyS = 1e-2;
+constexpr std::size_t kTreeSizeFactors = 23;  // floor(log2(bytes / 64)) = 0 .. 22, as NCCL applies them             // 10 ms for one hop or one software step
 constexpr double kMaxHbmTrafficFactor = 16.0;
 constexpr double kMaxKernelLaunchS = 1e-3;        // 1 ms: far above any launch overhead
 // A device that runs another's kernels at a twentieth of its rate, or more than twice it, is not that
@@ -200,6 +201,21 @@ CommParams read_communication(const JsonObject& o) {
     n.ll_max_bus_bandwidth_two_nodes_bytes_per_s = ll.sourced("two_nodes", 1e6, 1e14);
     n.ll_max_bus_bandwidth_more_nodes_bytes_per_s = ll.sourced("more_nodes", 1e6, 1e14);
     ll.finish();
+    if (auto tf = t.find("tree_size_factors")) {
+      const JsonObject f = tf->as_object();
+      const char* names[3] = {"simple", "ll", "ll128"};
+      for (std::size_t k = 0; k < 3; ++k) {
+        const JsonArray a = f.array(names[k]);
+        a.require_size(kTreeSizeFactors, kTreeSizeFactors);
+        for (std::size_t i = 0; i < a.size(); ++i) {
+          const double x = a.at(i).as_number(0.0, 1.0);
+          if (!(x > 0.0)) a.at(i).fail("must be above 0 (a share of the tree's bandwidth)");
+          n.tree_size_factors[k].push_back(x);
+        }
+      }
+      n.tree_size_factors_source = f.string("source");
+      f.finish();
+    }
     t.finish();
     c.network_tuning = std::move(n);
   }

@@ -268,14 +268,16 @@ TEST_CASE("Between nodes a ring step costs at least NCCL's network hop for its p
   CHECK(plain.makespan_ps <= 19'400'000 + 2 * 1'000);
 }
 
-TEST_CASE("NCCL's tree between two nodes: its network hops at NCCL's tree latency, LL within the hosts' cap",
+TEST_CASE("NCCL's tree between two nodes: its network hops at NCCL's tree latency, LL within the hosts' cap, "
+          "its size's correction",
           "[sim][rings]") {
   // Ranks 0-15 of dgx-h100-128node (two nodes of 8), 1 KiB, the tree allowed. The ring picks LL (its
   // time 8.474 + 30 x (14 x 0.6 + 2 x 2.7) / 16 = 34.349 us and little data); the tree, with LL's
   // constants, crosses 2 x (7 hops inside a node at 0.6 us + 1 between nodes at NCCL's tree LL hop,
   // max(2.7, 5.0) = 5.0 us) = 18.4 us after the base: 26.874 us. Its data: the ring's, 30 steps of
   // 1024 / 16 / 8 = 8 B per ring at 49.61 GB/s x 0.4334, halved on two nodes, over 0.92, over the cap's
-  // share of the tree's bus bandwidth, 39 / (8 x 49.61 x 0.4334 x 0.92 x 2) = 0.12323.
+  // share of the tree's bus bandwidth, 39 / (8 x 49.61 x 0.4334 x 0.92 x 2) = 0.12323, over NCCL's
+  // tree correction for LL at log2(1024 / 64) = 4, 0.9 (network_tuning.tree_size_factors).
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
   TestCostModel costs;
   sched::TaskGraph g(16);
@@ -283,7 +285,7 @@ TEST_CASE("NCCL's tree between two nodes: its network hops at NCCL's tree latenc
   const sim::SimResult r = sim::Simulator(c, costs).run(g);
   REQUIRE(r.best_tree_all_reduce.has_value());
   const double bus = 8 * 49.61e9 * 0.4334 * 0.92 * 2;
-  const double data = 30 * 8.0 / (49.61e9 * 0.4334) * 0.5 / 0.92 / (39e9 / bus);
+  const double data = 30 * 8.0 / (49.61e9 * 0.4334) * 0.5 / 0.92 / (39e9 / bus) / 0.9;
   CHECK(r.best_tree_all_reduce->tree_s == Approx(26.874e-6 + data).epsilon(1e-9));
   CHECK(r.best_tree_all_reduce->ring_s == Approx(34.349e-6 + 30 * 8.0 / (49.61e9 * 0.4334) / (39e9 / (8 * 49.61e9 * 0.4334)))
                                                .epsilon(1e-9));

@@ -133,6 +133,24 @@ TEST_CASE("each malformed topology names its JSON path") {
          j["communication"]["network_tuning"]["tree_hop_latency_s"]["nvls"] = {{"value", 20.9e-6}, {"source", "s"}};
        },
        "$.communication.network_tuning.tree_hop_latency_s.nvls"},
+      {"network tuning: a tree size factor list too short",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning();
+         j["communication"]["network_tuning"]["tree_size_factors"] = {
+             {"simple", json::array({0.9, 0.9})}, {"ll", json::array()}, {"ll128", json::array()}, {"source", "s"}};
+       },
+       "$.communication.network_tuning.tree_size_factors.simple"},
+      {"network tuning: a tree size factor of 0",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning();
+         json ones = json::array();
+         for (int i = 0; i < 23; ++i) ones.push_back(1.0);
+         json zero = ones;
+         zero[5] = 0.0;
+         j["communication"]["network_tuning"]["tree_size_factors"] = {
+             {"simple", ones}, {"ll", zero}, {"ll128", ones}, {"source", "s"}};
+       },
+       "$.communication.network_tuning.tree_size_factors.ll[5]"},
       {"missing nic_link", [](json& j) { j["node"]["nics"].erase("nic_link"); }, "$.node.nics.nic_link"},
       {"missing latency", [](json& j) { j["node"]["scale_up"]["link"].erase("latency_s"); },
        "$.node.scale_up.link.latency_s"},

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <array>
 #include <optional>
 #include <string>
 #include <utility>
@@ -159,6 +160,12 @@ struct NetworkTuning {
   SourcedValue ring_hop_simple_s, ring_hop_ll_s, ring_hop_ll128_s;
   SourcedValue tree_hop_simple_s, tree_hop_ll_s, tree_hop_ll128_s;
   SourcedValue ll_max_bus_bandwidth_two_nodes_bytes_per_s, ll_max_bus_bandwidth_more_nodes_bytes_per_s;
+  // Optional ("tree_size_factors": {"simple", "ll", "ll128": 23 numbers in (0, 1], "source"}): the
+  // share of its bandwidth a tree all-reduce reaches, by floor(log2(bytes / 64)) from 0 to 22 (NCCL's
+  // treeCorrectionFactor: "trees are not perfectly sticking to the model for medium sizes"); 1
+  // outside that range. Empty: none.
+  std::array<std::vector<double>, 3> tree_size_factors;  // simple, ll, ll128
+  std::string tree_size_factors_source;
 };
 
 struct CommParams {
