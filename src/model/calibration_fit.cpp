@@ -242,7 +242,8 @@ CollectiveFit fit_collective(const std::vector<CollectiveSample>& samples) {
 
 bool spans_ring_protocols(const std::vector<std::pair<double, double>>& samples) {
   std::vector<double> sizes;
-  for (const auto& [bytes, time] : samples) sizes.push_back(bytes);
+  for (const auto& [bytes, time] : samples)
+    if (bytes >= kRingProtocolMinBytes) sizes.push_back(bytes);
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   return sizes.size() >= 8 && sizes.front() <= 64.0 * 1024 && sizes.back() >= 16.0 * 1024 * 1024;

@@ -97,7 +97,7 @@ struct RingProtocolFit {
 };
 
 // Whether a curve spans the protocols' ranges, so that fit_ring_protocols can tell them apart: at
-// least 8 distinct sizes, from 64 KiB or below to 16 MiB or above.
+// least 8 distinct sizes from kRingProtocolMinBytes on, from 64 KiB or below to 16 MiB or above.
 bool spans_ring_protocols(const std::vector<std::pair<double, double>>& samples);
 
 // Nelder-Mead on the squared log error of the fastest protocol's time over the sizes from
