@@ -257,7 +257,7 @@ RingProtocolFit fit_ring_protocols(const RingProtocolFitInput& in) {
     if (!positive_finite(bytes) || !positive_finite(time))
       throw std::invalid_argument(fmt::format("sample of {} B in {} s", bytes, time));
   if (!spans_ring_protocols(in.samples))
-    throw std::invalid_argument("the curve needs at least 8 sizes from 64 KiB or below to 16 MiB or above");
+    throw std::invalid_argument("the curve needs at least 8 sizes of 1 KiB or more, from 64 KiB or below to 16 MiB or above");
   // Below 1 KiB the times step with the element count (13-16 us for 8-512 B on 8 H100s), which no
   // collective of a training step is: left out, as the shipped fits leave them.
   std::vector<std::pair<double, double>> samples;

@@ -672,8 +672,8 @@ void Run::prepare() {
     ll_bus_cap_more_nodes_ = t.ll_max_bus_bandwidth_more_nodes_bytes_per_s.value;
   }
   // The protocols', the copy engine's, a P2P transfer's between nodes by SM kernel and by copy engine,
-  // then each protocol's ring step between nodes (at least the protocol's network hop).
-  phases_ = 2 * protocols_.size() + 3;
+  // then, with network tuning, each protocol's ring step between nodes (at least its network hop).
+  phases_ = protocols_.size() + 3 + (comm.network_tuning ? protocols_.size() : 0);
   ce_step_latency_ps_ = seconds_to_ps(comm.copy_engine_step_latency_s.value);
   ce_efficiency_ = comm.copy_engine_efficiency.value;
   p2p_network_ = comm.p2p_network.has_value();
@@ -1399,10 +1399,12 @@ FlowOwner& Run::launch_flow(RouteId route, double payload_bytes, model::CommEngi
     push_after(tree->tree_step_ps, tree->tree_lane, kFlowLatencyEnd, f);
     return o;
   }
-  const std::size_t kind = network_p2p                                  ? protocols_.size() + (sm ? 1 : 2)
-                           : sm && ring && route_off_node_[route] != 0 ? protocols_.size() + 3 + protocol
-                           : sm                                         ? protocol
-                                                                        : protocols_.size();
+  // A ring step between nodes has a phase of its own only where the topology tunes the network.
+  const bool network_ring_step = sm && ring && route_off_node_[route] != 0 && phases_ > protocols_.size() + 3;
+  const std::size_t kind = network_p2p         ? protocols_.size() + (sm ? 1 : 2)
+                           : network_ring_step ? protocols_.size() + 3 + protocol
+                           : sm                ? protocol
+                                               : protocols_.size();
   const std::size_t phase = phases_ * static_cast<std::size_t>(route) + kind;
   push_after(latency_phase_ps_[phase], latency_lane_[phase], kFlowLatencyEnd, f);
   return o;

@@ -25,8 +25,8 @@ namespace {
 constexpr double kMaxBandwidthBytesPerS = 1e15;   // 1 PB/s: above any single link or HBM today
 constexpr double kMaxFlopsPerS = 1e18;            // 1 EFLOP/s for one device
 constexpr double kMaxHbmBytes = 1e14;             // 100 TB on one device
-constexpr double kMaxLatencyS = 1e-2;
-constexpr std::size_t kTreeSizeFactors = 23;  // floor(log2(bytes / 64)) = 0 .. 22, as NCCL applies them             // 10 ms for one hop or one software step
+constexpr double kMaxLatencyS = 1e-2;             // 10 ms for one hop or one software step
+constexpr std::size_t kTreeSizeFactors = 23;      // floor(log2(bytes / 64)) = 0 .. 22, as NCCL applies them
 constexpr double kMaxHbmTrafficFactor = 16.0;
 constexpr double kMaxKernelLaunchS = 1e-3;        // 1 ms: far above any launch overhead
 // A device that runs another's kernels at a twentieth of its rate, or more than twice it, is not that
