@@ -36,6 +36,7 @@
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/sim/event_queue.hpp"
 #include "fusesim/sim/flow_network.hpp"
+#include "fusesim/sim/nccl_all_reduce.hpp"
 #include "fusesim/sched/symmetry.hpp"
 #include "fusesim/topo/rings.hpp"
 #include "fusesim/util/error.hpp"
@@ -182,6 +183,10 @@ struct CollectiveRun {
   // Across nodes with LL, the share of LL's efficiency that keeps the collective's bus bandwidth within
   // the hosts' cap (topo::NetworkTuning, Run::choose_protocols); 1 elsewhere.
   double bus_cap_scale = 1.0;
+  // An all-reduce priced by NCCL's model (Run::price_nccl_all_reduce): the latency charged at the
+  // rendezvous in place of its protocol's base latency. -1: the protocol's.
+  TimePs base_ps = -1;
+  std::uint32_t base_lane = kNone;
   // Set when the steps begin (kCollectiveSteps), for start_step() and advance_member(), which run once
   // or twice per step flow: the bytes recorded for a ring's part of a step's chunk (bytes / t split
   // over the rings, the first `ring_extra` rings one byte more), the exact share the flow moves, and
@@ -417,6 +422,8 @@ class Run final : public sched::TaskVisitor {
   template <typename LatencyFn, typename DataFn, typename CapFn>
   void price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_node_ps, int off_node_hops, int n_nodes,
                   double bandwidth, const LatencyFn& latency_s, const DataFn& data_s, const CapFn& cap_scale);
+  template <typename DataFn>
+  void price_nccl_all_reduce(CollectiveRun& c, int n_nodes, const DataFn& data_s);
   // The distinct nodes of a group's ranks.
   int nodes_of(const std::vector<int>& ranks) const;
   // The share of its bandwidth NCCL's tree reaches at this size (topo::NetworkTuning::tree_size_factors
@@ -558,6 +565,8 @@ class Run final : public sched::TaskVisitor {
     int tree_factor_row = -1;
   };
   std::vector<Protocol> protocols_;
+  // protocols_' index of NCCL's Simple, LL and LL128 (NcclProtocol order); -1: the topology has none.
+  std::array<int, 3> nccl_protocol_{0, -1, -1};
   double ll_bus_cap_two_nodes_ = 0.0, ll_bus_cap_more_nodes_ = 0.0;  // 0: no cap (no network tuning)
   std::size_t phases_ = 2;
   TimePs ce_step_latency_ps_ = 0;
@@ -667,6 +676,7 @@ void Run::prepare() {
         set(p, t.ring_hop_ll128_s, t.tree_hop_ll128_s);
         p.tree_factor_row = 2;
       }
+      if (p.tree_factor_row > 0) nccl_protocol_[static_cast<std::size_t>(p.tree_factor_row)] = static_cast<int>(k + 1);
     }
     ll_bus_cap_two_nodes_ = t.ll_max_bus_bandwidth_two_nodes_bytes_per_s.value;
     ll_bus_cap_more_nodes_ = t.ll_max_bus_bandwidth_more_nodes_bytes_per_s.value;
@@ -999,6 +1009,11 @@ void Run::choose_protocols() {
                                            : std::max(kind_ps[kind] + p.step_ps, p.ring_network_hop_ps));
       return ps_to_seconds(p.base_ps) + c.steps * ps_to_seconds(1) * (static_cast<double>(hop_ps) / hops);
     };
+    if (c.spec->kind == sched::CollectiveKind::all_reduce && !one_node && cluster_.comm.network_tuning &&
+        cluster_.comm.network_tuning->all_reduce_model && t % nodes == 0 && t / nodes >= 2) {
+      price_nccl_all_reduce(c, nodes, data_s);
+      continue;
+    }
     if (protocols_.size() > 1) {
       double best = std::numeric_limits<double>::infinity();
       for (std::size_t k = 0; k < protocols_.size(); ++k) {
@@ -1055,6 +1070,53 @@ void Run::price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_nod
   c.tree_scale_off_node = off_node_scale * size_factor;
   c.bus_cap_scale = scale;
   const TreeAllReduce here{t, n_nodes, c.spec->bytes, ring_s, tree_s};
+  if (auto& widest = result_.best_tree_all_reduce; !widest || *widest < here) widest = here;
+}
+
+// An all-reduce across nodes of g >= 2 members each where the topology gives NCCL's model
+// (topo::AllReduceModel): NCCL's algorithm and protocol, the least time of its model, which the run
+// then takes alone. Its latency is charged at the rendezvous (no latency phase per step), and its
+// step flows move their payload at the model's algorithm bandwidth: the ring's drain at the slowest
+// hop (data_s, the protocol's efficiency there) over the model's bytes / bandwidth scales the flows
+// between nodes (and those inside a node where it speeds them up: an NVLS tree's switch reduces
+// there). Contention still acts on the flows' links.
+template <typename DataFn>
+void Run::price_nccl_all_reduce(CollectiveRun& c, int n_nodes, const DataFn& data_s) {
+  const topo::NetworkTuning& tuning = *cluster_.comm.network_tuning;
+  const int t = static_cast<int>(c.ranks.size());
+  const Bytes bytes = c.spec->bytes;
+  struct Choice {
+    NcclAlgorithm algorithm;
+    std::size_t protocol;
+    NcclAllReduceTime time;
+    double seconds;
+  };
+  std::optional<Choice> best, best_ring;
+  for (const NcclAlgorithm a : {NcclAlgorithm::ring, NcclAlgorithm::tree, NcclAlgorithm::nvls_tree}) {
+    if (a != NcclAlgorithm::ring && !cluster_.comm.tree_all_reduce) continue;  // NCCL_ALGO=Ring
+    for (std::size_t k = 0; k < 3; ++k) {
+      if (nccl_protocol_[k] < 0) continue;
+      const auto time = nccl_all_reduce_time(tuning, a, static_cast<NcclProtocol>(k), t, n_nodes, bytes);
+      if (!time) continue;
+      const Choice here{a, k, *time, time->seconds(bytes)};
+      // Strictly less: on a tie the earlier (ring before tree, Simple first) keeps it, as NCCL's scan does.
+      if (!best || here.seconds < best->seconds) best = here;
+      if (a == NcclAlgorithm::ring && (!best_ring || here.seconds < best_ring->seconds)) best_ring = here;
+    }
+  }
+  if (!best) return;
+  c.protocol = static_cast<std::uint8_t>(nccl_protocol_[best->protocol]);
+  const Protocol& p = protocols_[c.protocol];
+  const double scale = data_s(p) / (static_cast<double>(bytes) / best->time.bytes_per_s);
+  c.tree_step_ps = 0;
+  c.tree_lane = lane_for(0);
+  c.tree_scale_off_node = scale;
+  c.tree_scale = std::max(1.0, scale);
+  c.bus_cap_scale = 1.0;
+  c.base_ps = seconds_to_ps(best->time.latency_s);
+  c.base_lane = lane_for(c.base_ps);
+  if (best->algorithm == NcclAlgorithm::ring) return;
+  const TreeAllReduce here{t, n_nodes, bytes, best_ring->seconds, best->seconds};
   if (auto& widest = result_.best_tree_all_reduce; !widest || *widest < here) widest = here;
 }
 
@@ -1500,7 +1562,10 @@ void Run::begin_collective(std::uint32_t ci) {
     return;
   }
   const Protocol& p = protocols_[c.spec->engine == model::CommEngine::sm_kernel ? c.protocol : 0];
-  push_after(p.base_ps, p.base_lane, kCollectiveSteps, ci);
+  if (c.base_ps >= 0)
+    push_after(c.base_ps, c.base_lane, kCollectiveSteps, ci);
+  else
+    push_after(p.base_ps, p.base_lane, kCollectiveSteps, ci);
 }
 
 // Member `member` sends its step `step` chunk on ring `ring` to its successor there, or for the

@@ -154,6 +154,64 @@ DeviceModel read_device_model(const std::string& name, const JsonObject& o) {
   return m;
 }
 
+// NCCL's all-reduce model (topo::AllReduceModel): its constants, one source for the table.
+AllReduceModel read_all_reduce_model(const JsonObject& o) {
+  AllReduceModel m;
+  m.channels = static_cast<int>(o.integer("channels", 1, 64));
+  m.channel_bytes_per_s = o.number("channel_bandwidth_bytes_per_s", 1e6, 1e14);
+  const auto per_protocol = [](const JsonObject& p, std::array<double, 3>& out) {
+    const char* names[3] = {"simple", "ll", "ll128"};
+    for (std::size_t k = 0; k < 3; ++k) out[k] = p.number(names[k], 0.0, kMaxLatencyS);
+    p.finish();
+  };
+  for (const char* algorithm : {"ring", "tree"}) {
+    const JsonObject a = o.object(algorithm);
+    const bool ring = std::string_view(algorithm) == "ring";
+    per_protocol(a.object("base_latency_s"), ring ? m.ring_base_s : m.tree_base_s);
+    per_protocol(a.object("node_hop_latency_s"), ring ? m.ring_node_hop_s : m.tree_node_hop_s);
+    a.finish();
+  }
+  const bool nvls_tree = o.has("nvls_tree");
+  if (nvls_tree) {
+    const JsonObject v = o.object("nvls_tree");
+    m.nvls_tree_node_s = v.number("node_latency_s", 0.0, kMaxLatencyS);
+    m.nvls_tree_network_hop_s = v.number("network_hop_latency_s", 0.0, kMaxLatencyS);
+    m.nvls_efficiency = v.number("efficiency", 0.0, 1.0);
+    if (!(m.nvls_efficiency > 0.0)) v.at("efficiency").fail("must be above 0 (the share of NVLS's bandwidth)");
+    v.finish();
+  }
+  m.network_overhead_s = o.number("network_overhead_s", 0.0, kMaxLatencyS);
+  m.ring_simple_plateau = o.number("ring_simple_plateau", 1.0, 10.0);
+  const JsonObject f = o.object("bandwidth_factors");
+  // Each refines a bus bandwidth downwards: in (0, 1].
+  const auto factor = [&f](const char* key) {
+    const double x = f.number(key, 0.0, 1.0);
+    if (!(x > 0.0)) f.at(key).fail("must be above 0 (a share of the bus bandwidth)");
+    return x;
+  };
+  m.ring_ll_factor = factor("ring_ll");
+  m.ring_ll128_factor = factor("ring_ll128");
+  m.tree_factor = factor("tree");
+  m.tree_ll_factor = factor("tree_ll");
+  m.tree_ll128_factor = factor("tree_ll128");
+  f.finish();
+  const JsonObject caps = o.object("channel_caps_bytes_per_s");
+  const char* counts[2] = {"two_nodes", "more_nodes"};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const JsonObject k = caps.object(counts[i]);
+    m.ring_ll128_cap[i] = k.number("ring_ll128", 1e6, 1e14);
+    m.tree_cap[i] = k.number("tree", 1e6, 1e14);
+    m.tree_ll128_cap[i] = k.number("tree_ll128", 1e6, 1e14);
+    // The NVLS tree's cap only beside an NVLS tree.
+    if (nvls_tree) m.nvls_tree_cap[i] = k.number("nvls_tree", 1e6, 1e14);
+    k.finish();
+  }
+  caps.finish();
+  m.source = o.string("source");
+  o.finish();
+  return m;
+}
+
 CommParams read_communication(const JsonObject& o) {
   CommParams c;
   c.collective_base_latency_s = o.sourced("collective_base_latency_s", 0.0, kMaxLatencyS);
@@ -216,6 +274,7 @@ CommParams read_communication(const JsonObject& o) {
       n.tree_size_factors_source = f.string("source");
       f.finish();
     }
+    if (auto am = t.find("all_reduce_model")) n.all_reduce_model = read_all_reduce_model(am->as_object());
     t.finish();
     c.network_tuning = std::move(n);
   }

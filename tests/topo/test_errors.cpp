@@ -55,6 +55,29 @@ json network_tuning() {
           {"ll_max_bus_bandwidth_bytes_per_s", {{"two_nodes", v(39e9)}, {"more_nodes", v(20.4e9)}}}};
 }
 
+// The same with NCCL's all-reduce model (a DGX H100's constants).
+json network_tuning_with_model() {
+  json t = network_tuning();
+  const json caps = {{"ring_ll128", 36.7e9}, {"tree", 41.4e9}, {"tree_ll128", 36.7e9}, {"nvls_tree", 57.7e9}};
+  t["all_reduce_model"] = {
+      {"channels", 8},
+      {"channel_bandwidth_bytes_per_s", 48e9},
+      {"ring",
+       {{"base_latency_s", {{"simple", 8.4e-6}, {"ll", 6.6e-6}, {"ll128", 14e-6}}},
+        {"node_hop_latency_s", {{"simple", 3.4e-6}, {"ll", 0.6e-6}, {"ll128", 1.9e-6}}}}},
+      {"tree",
+       {{"base_latency_s", {{"simple", 8.4e-6}, {"ll", 6.8e-6}, {"ll128", 14e-6}}},
+        {"node_hop_latency_s", {{"simple", 4e-6}, {"ll", 0.6e-6}, {"ll128", 1.25e-6}}}}},
+      {"nvls_tree", {{"node_latency_s", 25e-6}, {"network_hop_latency_s", 20.9e-6}, {"efficiency", 0.85}}},
+      {"network_overhead_s", 1e-6},
+      {"ring_simple_plateau", 1.4},
+      {"bandwidth_factors",
+       {{"ring_ll", 0.5}, {"ring_ll128", 0.92}, {"tree", 0.92}, {"tree_ll", 0.263158}, {"tree_ll128", 0.9375}}},
+      {"channel_caps_bytes_per_s", {{"two_nodes", caps}, {"more_nodes", caps}}},
+      {"source", "s"}};
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("the base topology used by the error cases is valid") {
@@ -121,6 +144,39 @@ TEST_CASE("each malformed topology names its JSON path") {
          j["communication"]["network_tuning"]["ring_hop_latency_s"]["simple"]["value"] = -14e-6;
        },
        "$.communication.network_tuning.ring_hop_latency_s.simple.value"},
+      // NCCL's all-reduce model (valid as given: the test after this one): each part required, in range,
+      // no unknown key.
+      {"all-reduce model: no caps",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning_with_model();
+         j["communication"]["network_tuning"]["all_reduce_model"].erase("channel_caps_bytes_per_s");
+       },
+       "$.communication.network_tuning.all_reduce_model.channel_caps_bytes_per_s"},
+      {"all-reduce model: an NVLS tree without its cap",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning_with_model();
+         j["communication"]["network_tuning"]["all_reduce_model"]["channel_caps_bytes_per_s"]["more_nodes"].erase(
+             "nvls_tree");
+       },
+       "$.communication.network_tuning.all_reduce_model.channel_caps_bytes_per_s.more_nodes.nvls_tree"},
+      {"all-reduce model: a bandwidth factor of zero",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning_with_model();
+         j["communication"]["network_tuning"]["all_reduce_model"]["bandwidth_factors"]["tree_ll"] = 0.0;
+       },
+       "$.communication.network_tuning.all_reduce_model.bandwidth_factors.tree_ll"},
+      {"all-reduce model: a negative hop",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning_with_model();
+         j["communication"]["network_tuning"]["all_reduce_model"]["ring"]["node_hop_latency_s"]["ll"] = -1e-6;
+       },
+       "$.communication.network_tuning.all_reduce_model.ring.node_hop_latency_s.ll"},
+      {"all-reduce model: an unknown key",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning_with_model();
+         j["communication"]["network_tuning"]["all_reduce_model"]["collnet"] = 1;
+       },
+       "$.communication.network_tuning.all_reduce_model.collnet"},
       {"network tuning: an LL cap of zero",
        [](json& j) {
          j["communication"]["network_tuning"] = network_tuning();
@@ -424,4 +480,21 @@ TEST_CASE("an unknown shipped name lists the folder's own files, not those of it
     CHECK(what.find("(measured, published)") != std::string::npos);
     CHECK(what.find("sc21-gpt") == std::string::npos);
   }
+}
+
+TEST_CASE("NCCL's all-reduce model as the topology gives it") {
+  json j = topo_test::base_json();
+  j["communication"]["network_tuning"] = network_tuning_with_model();
+  const Cluster c = parse_cluster(JsonDocument::parse(j.dump(), "mem.json"));
+  REQUIRE(c.comm.network_tuning->all_reduce_model.has_value());
+  const AllReduceModel& m = *c.comm.network_tuning->all_reduce_model;
+  CHECK(m.channels == 8);
+  CHECK(m.ring_base_s[2] == 14e-6);     // LL128, the third of simple, ll, ll128
+  CHECK(m.tree_node_hop_s[1] == 0.6e-6);
+  CHECK(m.nvls_tree_cap[1] == 57.7e9);  // more than two nodes
+  CHECK(m.nvls_efficiency == 0.85);
+  // Without an NVLS tree its caps are refused as unknown keys.
+  j["communication"]["network_tuning"]["all_reduce_model"].erase("nvls_tree");
+  const InputError e = error_of_text(j.dump());
+  CHECK(e.json_path() == "$.communication.network_tuning.all_reduce_model.channel_caps_bytes_per_s.two_nodes.nvls_tree");
 }

@@ -156,6 +156,28 @@ struct P2pNetwork {
 // less (docs/engine.md, "Protocols"): per protocol, the least a hop between nodes costs (hwLat[NET],
 // route and the protocol's step latency together) on a ring and on a tree, and LL's bus bandwidth
 // across nodes, which the hosts' CPU bounds (llMaxBws, by CPU vendor and node count).
+// NCCL's cost model of an all-reduce across nodes of g >= 2 members each (src/graph/tuning.cc,
+// ncclTopoTuneModel and ncclTopoGetAlgoTime), with NCCL's constants: one latency and one algorithm
+// bandwidth per algorithm (ring, tree, NVLS tree) and protocol, the least time taken (docs/engine.md,
+// "NCCL's all-reduce model"). Arrays by protocol in the order simple, ll, ll128.
+struct AllReduceModel {
+  int channels = 0;                   // NCCL's ring and tree graphs: one channel per NIC of a node
+  double channel_bytes_per_s = 0.0;   // each channel's bandwidth (bwIntra = bwInter of those graphs)
+  std::array<double, 3> ring_base_s{}, tree_base_s{};  // baseLat
+  std::array<double, 3> ring_node_hop_s{}, tree_node_hop_s{};  // hwLat[NVLINK]: a hop inside a node
+  double nvls_tree_node_s = 0.0;      // hwLat[NVLINK][NVLS_TREE]: the switch's reduction, once
+  double nvls_tree_network_hop_s = 0.0;  // hwLat[NET][NVLS_TREE]
+  double nvls_efficiency = 0.0;       // nvlsEfficiency of the device's generation; 0: no NVLS tree
+  double network_overhead_s = 0.0;    // getNetOverhead: the least a ring step inside a node costs (x3 Simple)
+  double ring_simple_plateau = 1.0;   // a Simple ring's latency factor across nodes once chunks are full
+  // Bus bandwidth refinements: ring LL, ring LL128, tree, tree LL, tree LL128 (busBw x factor).
+  double ring_ll_factor = 1.0, ring_ll128_factor = 1.0, tree_factor = 1.0, tree_ll_factor = 1.0,
+         tree_ll128_factor = 1.0;
+  // Per-channel bandwidth caps on two nodes ([0]) and more ([1]).
+  std::array<double, 2> ring_ll128_cap{}, tree_cap{}, tree_ll128_cap{}, nvls_tree_cap{};
+  std::string source;
+};
+
 struct NetworkTuning {
   SourcedValue ring_hop_simple_s, ring_hop_ll_s, ring_hop_ll128_s;
   SourcedValue tree_hop_simple_s, tree_hop_ll_s, tree_hop_ll128_s;
@@ -166,6 +188,9 @@ struct NetworkTuning {
   // outside that range. Empty: none.
   std::array<std::vector<double>, 3> tree_size_factors;  // simple, ll, ll128
   std::string tree_size_factors_source;
+  // Optional ("all_reduce_model"): an all-reduce across nodes priced as NCCL prices it. Absent: by
+  // the simulated ring and tree with the network hops and caps above.
+  std::optional<AllReduceModel> all_reduce_model;
 };
 
 struct CommParams {

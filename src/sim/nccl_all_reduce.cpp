@@ -1,0 +1,86 @@
+#include "fusesim/sim/nccl_all_reduce.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+
+namespace fusesim::sim {
+
+namespace {
+
+int log2_floor(std::uint64_t x) { return x == 0 ? -1 : static_cast<int>(std::bit_width(x)) - 1; }
+
+}  // namespace
+
+std::optional<NcclAllReduceTime> nccl_all_reduce_time(const topo::NetworkTuning& tuning, NcclAlgorithm algorithm,
+                                                      NcclProtocol protocol, int ranks, int nodes, Bytes bytes) {
+  if (!tuning.all_reduce_model || nodes < 2 || ranks % nodes != 0 || ranks / nodes < 2) return std::nullopt;
+  const topo::AllReduceModel& m = *tuning.all_reduce_model;
+  const auto p = static_cast<std::size_t>(protocol);
+  const int per_node = ranks / nodes;
+  // One channel per NIC a member owns: with rails, each GPU its own NIC.
+  const int channels = std::min(m.channels, per_node);
+  const std::size_t count = nodes <= 2 ? 0 : 1;  // tuning.cc's node-count column: two nodes, more
+  const int steps = 2 * (ranks - 1);
+  const double ll_cap = nodes <= 2 ? tuning.ll_max_bus_bandwidth_two_nodes_bytes_per_s.value
+                                   : tuning.ll_max_bus_bandwidth_more_nodes_bytes_per_s.value;
+  double channel_bw = m.channel_bytes_per_s;
+  if (algorithm == NcclAlgorithm::nvls_tree) {
+    if (protocol != NcclProtocol::simple || m.nvls_efficiency <= 0.0 || channels < 2) return std::nullopt;
+    // The switch reduces inside each node (two operations pipelined, one channel kept back), the
+    // channels' NICs between nodes (on two nodes each node's half once: twice the rate).
+    const double intra = channel_bw * m.nvls_efficiency * (channels - 1) / channels * 2.0;
+    const double inter = channel_bw * (nodes <= 2 ? 2.0 : 1.0);
+    channel_bw = std::min({intra, inter, m.nvls_tree_cap[count]});
+  }
+  double bus = channels * channel_bw;
+  if (algorithm == NcclAlgorithm::ring && protocol == NcclProtocol::ll) bus = std::min(ll_cap, bus * m.ring_ll_factor);
+  if (algorithm == NcclAlgorithm::ring && protocol == NcclProtocol::ll128)
+    bus = std::min(bus * m.ring_ll128_factor, channels * m.ring_ll128_cap[count]);
+  if (algorithm == NcclAlgorithm::tree) {
+    bus = std::min(bus * m.tree_factor, channels * m.tree_cap[count]);
+    if (protocol == NcclProtocol::ll) bus = std::min(bus * m.tree_ll_factor, ll_cap);
+    if (protocol == NcclProtocol::ll128) bus = std::min(bus * m.tree_ll128_factor, channels * m.tree_ll128_cap[count]);
+  }
+  // Bus to algorithm bandwidth: a ring's (and the NVLS tree's) ranks / steps, a tree's half.
+  double algorithm_bw = algorithm == NcclAlgorithm::tree ? bus * 0.5 : bus * ranks / steps;
+  double latency = 0.0;
+  const int log_nodes = log2_floor(static_cast<std::uint64_t>(nodes));
+  switch (algorithm) {
+    case NcclAlgorithm::ring: {
+      // Every step inside a node costs at least the host's network overhead (three posts with
+      // Simple); 2 (nodes - 1) of the steps cross the network.
+      const double overhead = m.network_overhead_s * (protocol == NcclProtocol::simple ? 3.0 : 1.0);
+      const double intra = std::max(m.ring_node_hop_s[p], overhead);
+      const double network_hop = protocol == NcclProtocol::simple ? tuning.ring_hop_simple_s.value
+                                 : protocol == NcclProtocol::ll   ? tuning.ring_hop_ll_s.value
+                                                                  : tuning.ring_hop_ll128_s.value;
+      const int network_steps = 2 * (nodes - 1);
+      latency = m.ring_base_s[p] + (steps - network_steps) * intra + network_steps * network_hop;
+      // Once each rank's share of a channel (the communicator's rings twice the graph's) is 64 B or more.
+      if (protocol == NcclProtocol::simple &&
+          static_cast<double>(bytes) / (2.0 * channels * ranks) >= 64.0)
+        latency *= m.ring_simple_plateau;
+      break;
+    }
+    case NcclAlgorithm::tree: {
+      const double network_hop = protocol == NcclProtocol::simple ? tuning.tree_hop_simple_s.value
+                                 : protocol == NcclProtocol::ll   ? tuning.tree_hop_ll_s.value
+                                                                  : tuning.tree_hop_ll128_s.value;
+      latency = m.tree_base_s[p] + 2.0 * ((per_node - 1) * m.tree_node_hop_s[p] + log_nodes * network_hop);
+      // treeCorrectionFactor, by log2(bytes / 64).
+      const std::vector<double>& factors = tuning.tree_size_factors[p];
+      const int index = log2_floor(static_cast<std::uint64_t>(bytes) >> 6);
+      if (index >= 0 && static_cast<std::size_t>(index) < factors.size())
+        algorithm_bw *= factors[static_cast<std::size_t>(index)];
+      break;
+    }
+    case NcclAlgorithm::nvls_tree:
+      latency = m.nvls_tree_node_s + 2.0 * log_nodes * m.nvls_tree_network_hop_s;
+      break;
+  }
+  return NcclAllReduceTime{latency, algorithm_bw};
+}
+
+}  // namespace fusesim::sim

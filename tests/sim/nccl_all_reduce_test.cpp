@@ -1,0 +1,120 @@
+// NCCL's all-reduce model across nodes (sim/nccl_all_reduce.hpp, topo::AllReduceModel): its
+// latencies and bandwidths derived by hand from tuning.cc's formulas at the constants the shipped
+// dgx-h100-128node carries, and the engine's run of the chosen algorithm at that time.
+#include "fusesim/sim/nccl_all_reduce.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "sim_test_util.hpp"
+
+using namespace sim_test;
+using sim::NcclAlgorithm;
+using sim::NcclProtocol;
+
+namespace {
+
+const topo::NetworkTuning& h100_tuning() {
+  static const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  return *c.comm.network_tuning;
+}
+
+}  // namespace
+
+TEST_CASE("NCCL's all-reduce model: latency and bandwidth by algorithm and protocol, as tuning.cc computes them",
+          "[sim][nccl]") {
+  const topo::NetworkTuning& t = h100_tuning();
+  REQUIRE(t.all_reduce_model.has_value());
+  constexpr Bytes kMiB = 1 << 20;
+
+  // NVLS tree, 2 nodes x 8, 8 MiB: per channel min(48 x 0.85 x 7/8 x 2 = 71.4 (the switch, two
+  // operations pipelined), 48 x 2 = 96 (two nodes), cap 57.7) = 57.7 GB/s; 8 channels: 461.6 GB/s of bus
+  // bandwidth, x 16 / 30 (ranks / steps) = 246.19 GB/s. Latency 25 + 2 x log2(2) x 20.9 = 66.8 us.
+  const auto nvls = sim::nccl_all_reduce_time(t, NcclAlgorithm::nvls_tree, NcclProtocol::simple, 16, 2, 8 * kMiB);
+  REQUIRE(nvls.has_value());
+  CHECK(nvls->latency_s == Approx(66.8e-6).epsilon(1e-9));
+  CHECK(nvls->bytes_per_s == Approx(461.6e9 * 16 / 30).epsilon(1e-9));
+  CHECK(nvls->seconds(8 * kMiB) == Approx(66.8e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30)).epsilon(1e-9));
+  // Only with Simple, and not inside a node or with one member per node.
+  CHECK_FALSE(sim::nccl_all_reduce_time(t, NcclAlgorithm::nvls_tree, NcclProtocol::ll, 16, 2, 8 * kMiB));
+  CHECK_FALSE(sim::nccl_all_reduce_time(t, NcclAlgorithm::ring, NcclProtocol::simple, 8, 8, 8 * kMiB));
+  CHECK_FALSE(sim::nccl_all_reduce_time(t, NcclAlgorithm::ring, NcclProtocol::simple, 8, 1, 8 * kMiB));
+
+  // Tree LL128, 2 nodes x 8, 1 MiB: 8 x 48 = 384 GB/s x 0.92 = 353.28, within 8 x 41.4 = 331.2 -> 331.2;
+  // LL128: min(331.2 x 120/128 = 310.5, 8 x 36.7 = 293.6) = 293.6; a tree's half: 146.8 GB/s; x the tree
+  // correction of LL128 at log2(2^20 / 64) = 14, 0.6: 88.08 GB/s. Latency 14 + 2 x (7 x 1.25 + 1 x 8.5) = 48.5 us.
+  const auto tree = sim::nccl_all_reduce_time(t, NcclAlgorithm::tree, NcclProtocol::ll128, 16, 2, kMiB);
+  REQUIRE(tree.has_value());
+  CHECK(tree->latency_s == Approx(48.5e-6).epsilon(1e-9));
+  CHECK(tree->bytes_per_s == Approx(88.08e9).epsilon(1e-9));
+
+  // Ring Simple, 8 nodes x 8, 8 MiB: 126 steps, 14 of them between nodes at 14 us, the other 112 at
+  // max(3.4, 3 x 1.0 us of the host's overhead) = 3.4 us: 8.4 + 380.8 + 196 = 585.2 us, x 1.4 once a
+  // channel's share is 64 B or more (8 MiB / (16 x 64) = 8 KiB): 819.28 us. Bandwidth 384 x 64 / 126.
+  const auto ring = sim::nccl_all_reduce_time(t, NcclAlgorithm::ring, NcclProtocol::simple, 64, 8, 8 * kMiB);
+  REQUIRE(ring.has_value());
+  CHECK(ring->latency_s == Approx(819.28e-6).epsilon(1e-9));
+  CHECK(ring->bytes_per_s == Approx(384e9 * 64 / 126).epsilon(1e-9));
+  // Below 64 B a channel (64 x 16 x 64 = 64 KiB) no plateau.
+  CHECK(sim::nccl_all_reduce_time(t, NcclAlgorithm::ring, NcclProtocol::simple, 64, 8, 32 * 1024)->latency_s ==
+        Approx(585.2e-6).epsilon(1e-9));
+
+  // Ring LL, 8 nodes: min(the hosts' 20.4 GB/s, 384 x 0.5) = 20.4 GB/s of bus bandwidth; latency 6.6 +
+  // 112 x max(0.6, 1.0) + 14 x 2.7 = 156.4 us.
+  const auto ll = sim::nccl_all_reduce_time(t, NcclAlgorithm::ring, NcclProtocol::ll, 64, 8, 64);
+  REQUIRE(ll.has_value());
+  CHECK(ll->latency_s == Approx(156.4e-6).epsilon(1e-9));
+  CHECK(ll->bytes_per_s == Approx(20.4e9 * 64 / 126).epsilon(1e-9));
+
+  // Without the model: none.
+  topo::NetworkTuning bare = t;
+  bare.all_reduce_model.reset();
+  CHECK_FALSE(sim::nccl_all_reduce_time(bare, NcclAlgorithm::ring, NcclProtocol::simple, 16, 2, kMiB));
+}
+
+TEST_CASE("an all-reduce across nodes runs NCCL's choice at the time NCCL's model gives it", "[sim][nccl]") {
+  constexpr Bytes kMiB = 1 << 20;
+  topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  TestCostModel costs;
+
+  SECTION("2 nodes x 8, 8 MiB: the NVLS tree") {
+    // Its 66.8 + 34.07 us (above) against the best ring's, LL128: 14 + 28 x 1.9 + 2 x 4.0 = 75.2 us and
+    // min(353.28, 293.6) x 16/30 = 156.59 GB/s, 75.2 + 53.57 = 128.77 us. The run: the latency at the
+    // rendezvous, then the ring's 30 steps of 8 MiB / 16 / 8 = 64 KiB per ring, whose NIC drains
+    // together take bytes / 246.19 GB/s; the first hop inside a node before the first NIC chunk and
+    // the last after it add at most a few of the NVLink drains (64 KiB at ~50 GB/s each, 1.3 us).
+    sched::TaskGraph g(16);
+    collective(g, "ar", sched::CollectiveKind::all_reduce, iota_ranks(16), 8 * kMiB, 1);
+    const sim::SimResult r = sim::Simulator(c, costs).run(g);
+    const double nvls_s = 66.8e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30);
+    const double ring_s = 75.2e-6 + 8.0 * kMiB / (293.6e9 * 16 / 30);
+    REQUIRE(r.best_tree_all_reduce.has_value());
+    CHECK(r.best_tree_all_reduce->tree_s == Approx(nvls_s).epsilon(1e-9));
+    CHECK(r.best_tree_all_reduce->ring_s == Approx(ring_s).epsilon(1e-9));
+    CHECK(r.makespan_ps >= static_cast<TimePs>(nvls_s * 1e12) - 1000);
+    CHECK(r.makespan_ps <= static_cast<TimePs>(nvls_s * 1e12) + 3'000'000);
+  }
+
+  SECTION("NCCL_ALGO=Ring: the ring's LL128 at its time") {
+    c.comm.tree_all_reduce = false;
+    sched::TaskGraph g(16);
+    collective(g, "ar", sched::CollectiveKind::all_reduce, iota_ranks(16), 8 * kMiB, 1);
+    const sim::SimResult r = sim::Simulator(c, costs).run(g);
+    const double ring_s = 75.2e-6 + 8.0 * kMiB / (293.6e9 * 16 / 30);
+    CHECK_FALSE(r.best_tree_all_reduce.has_value());
+    CHECK(r.makespan_ps >= static_cast<TimePs>(ring_s * 1e12) - 1000);
+    CHECK(r.makespan_ps <= static_cast<TimePs>(ring_s * 1e12) + 3'000'000);
+  }
+
+  SECTION("8 nodes x 8, 64 B: the tree with LL") {
+    // Tree LL: 6.8 + 2 x (7 x 0.6 + log2(8) x 5.0) = 45.2 us, and 64 B at min(288 / 3.8, 20.4) x 0.5 =
+    // 10.2 GB/s (6.3 ns); the ring's best, LL: 6.6 + 112 x 1.0 + 14 x 2.7 = 156.4 us.
+    sched::TaskGraph g(64);
+    collective(g, "ar", sched::CollectiveKind::all_reduce, iota_ranks(64), 64, 1);
+    const sim::SimResult r = sim::Simulator(c, costs).run(g);
+    REQUIRE(r.best_tree_all_reduce.has_value());
+    CHECK(r.best_tree_all_reduce->tree_s == Approx(45.2e-6 + 64 / 10.2e9).epsilon(1e-9));
+    CHECK(r.best_tree_all_reduce->ring_s == Approx(156.4e-6 + 64 / (20.4e9 * 64 / 126)).epsilon(1e-9));
+    CHECK(r.makespan_ps >= 45'200'000);
+    CHECK(r.makespan_ps <= 45'200'000 + 126 * 1'000);
+  }
+}
