@@ -402,8 +402,8 @@ std::string network_sends_note(std::int64_t sends) {
 std::string tree_all_reduce_note(const sim::TreeAllReduce& r) {
   return fmt::format("all-reduces across nodes run as NCCL's tree where its tuning model prices it below the ring "
                      "(docs/engine.md, section 6): the all-reduce of {} bytes over {} ranks on {} nodes takes {:.1f} us "
-                     "by that model as a tree, {:.1f} us as a ring (the largest gain in these runs)",
-                     r.bytes, r.ranks, r.nodes, r.tree_s * 1e6, r.ring_s * 1e6);
+                     "by that model as {}, {:.1f} us as a ring (the largest gain in these runs)",
+                     r.bytes, r.ranks, r.nodes, r.tree_s * 1e6, r.nvls ? "an NVLS tree" : "a tree", r.ring_s * 1e6);
 }
 
 nlohmann::json report_json(const SimulateReport& report) {

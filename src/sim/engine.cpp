@@ -1116,7 +1116,8 @@ void Run::price_nccl_all_reduce(CollectiveRun& c, int n_nodes, const DataFn& dat
   c.base_ps = seconds_to_ps(best->time.latency_s);
   c.base_lane = lane_for(c.base_ps);
   if (best->algorithm == NcclAlgorithm::ring) return;
-  const TreeAllReduce here{t, n_nodes, bytes, best_ring->seconds, best->seconds};
+  const TreeAllReduce here{t, n_nodes, bytes, best_ring->seconds, best->seconds,
+                           best->algorithm == NcclAlgorithm::nvls_tree};
   if (auto& widest = result_.best_tree_all_reduce; !widest || *widest < here) widest = here;
 }
 

@@ -88,6 +88,7 @@ TEST_CASE("an all-reduce across nodes runs NCCL's choice at the time NCCL's mode
     const double nvls_s = 66.8e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30);
     const double ring_s = 75.2e-6 + 8.0 * kMiB / (293.6e9 * 16 / 30);
     REQUIRE(r.best_tree_all_reduce.has_value());
+    CHECK(r.best_tree_all_reduce->nvls);
     CHECK(r.best_tree_all_reduce->tree_s == Approx(nvls_s).epsilon(1e-9));
     CHECK(r.best_tree_all_reduce->ring_s == Approx(ring_s).epsilon(1e-9));
     CHECK(r.makespan_ps >= static_cast<TimePs>(nvls_s * 1e12) - 1000);
@@ -112,6 +113,7 @@ TEST_CASE("an all-reduce across nodes runs NCCL's choice at the time NCCL's mode
     collective(g, "ar", sched::CollectiveKind::all_reduce, iota_ranks(64), 64, 1);
     const sim::SimResult r = sim::Simulator(c, costs).run(g);
     REQUIRE(r.best_tree_all_reduce.has_value());
+    CHECK_FALSE(r.best_tree_all_reduce->nvls);
     CHECK(r.best_tree_all_reduce->tree_s == Approx(45.2e-6 + 64 / 10.2e9).epsilon(1e-9));
     CHECK(r.best_tree_all_reduce->ring_s == Approx(156.4e-6 + 64 / (20.4e9 * 64 / 126)).epsilon(1e-9));
     CHECK(r.makespan_ps >= 45'200'000);
