@@ -36,7 +36,7 @@
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/sim/event_queue.hpp"
 #include "fusesim/sim/flow_network.hpp"
-#include "fusesim/sim/nccl_all_reduce.hpp"
+#include "fusesim/sim/nccl_collective.hpp"
 #include "fusesim/sched/symmetry.hpp"
 #include "fusesim/topo/rings.hpp"
 #include "fusesim/util/error.hpp"
@@ -423,7 +423,16 @@ class Run final : public sched::TaskVisitor {
   void price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_node_ps, int off_node_hops, int n_nodes,
                   double bandwidth, const LatencyFn& latency_s, const DataFn& data_s, const CapFn& cap_scale);
   template <typename DataFn>
-  void price_nccl_all_reduce(CollectiveRun& c, int n_nodes, const DataFn& data_s);
+  void price_nccl_collective(CollectiveRun& c, int n_nodes, const DataFn& data_s);
+  // Whether the topology's NCCL collective model prices this kind (topo::CollectiveModel::collectives).
+  bool nccl_prices(sched::CollectiveKind kind) const {
+    if (!cluster_.comm.network_tuning || !cluster_.comm.network_tuning->collective_model) return false;
+    const topo::CollectiveModel& m = *cluster_.comm.network_tuning->collective_model;
+    return kind == sched::CollectiveKind::all_reduce    ? m.all_reduce
+           : kind == sched::CollectiveKind::all_gather  ? m.all_gather
+           : kind == sched::CollectiveKind::reduce_scatter ? m.reduce_scatter
+                                                        : false;
+  }
   // The distinct nodes of a group's ranks.
   int nodes_of(const std::vector<int>& ranks) const;
   // The share of its bandwidth NCCL's tree reaches at this size (topo::NetworkTuning::tree_size_factors
@@ -1009,9 +1018,8 @@ void Run::choose_protocols() {
                                            : std::max(kind_ps[kind] + p.step_ps, p.ring_network_hop_ps));
       return ps_to_seconds(p.base_ps) + c.steps * ps_to_seconds(1) * (static_cast<double>(hop_ps) / hops);
     };
-    if (c.spec->kind == sched::CollectiveKind::all_reduce && !one_node && cluster_.comm.network_tuning &&
-        cluster_.comm.network_tuning->all_reduce_model && t % nodes == 0 && t / nodes >= 2) {
-      price_nccl_all_reduce(c, nodes, data_s);
+    if (!one_node && t % nodes == 0 && t / nodes >= 2 && nccl_prices(c.spec->kind)) {
+      price_nccl_collective(c, nodes, data_s);
       continue;
     }
     if (protocols_.size() > 1) {
@@ -1073,22 +1081,22 @@ void Run::price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_nod
   if (auto& widest = result_.best_tree_all_reduce; !widest || *widest < here) widest = here;
 }
 
-// An all-reduce across nodes of g >= 2 members each where the topology gives NCCL's model
-// (topo::AllReduceModel): NCCL's algorithm and protocol, the least time of its model, which the run
-// then takes alone. Its latency is charged at the rendezvous (no latency phase per step), and its
-// step flows move their payload at the model's algorithm bandwidth: the ring's drain at the slowest
-// hop (data_s, the protocol's efficiency there) over the model's bytes / bandwidth scales the flows
-// between nodes (and those inside a node where it speeds them up: an NVLS tree's switch reduces
-// there). Contention still acts on the flows' links.
+// An all-reduce, all-gather or reduce-scatter across nodes of g >= 2 members each where the topology
+// gives NCCL's model (topo::CollectiveModel): NCCL's algorithm and protocol, the least time of its
+// model, which the run then takes alone. Its latency is charged at the rendezvous (no latency phase
+// per step), and its step flows move their payload at the model's algorithm bandwidth: the ring's
+// drain at the slowest hop (data_s, the protocol's efficiency there) over the model's bytes /
+// bandwidth scales the flows between nodes (and those inside a node where it speeds them up: an
+// NVLS tree's switch reduces there). Contention still acts on the flows' links.
 template <typename DataFn>
-void Run::price_nccl_all_reduce(CollectiveRun& c, int n_nodes, const DataFn& data_s) {
+void Run::price_nccl_collective(CollectiveRun& c, int n_nodes, const DataFn& data_s) {
   const topo::NetworkTuning& tuning = *cluster_.comm.network_tuning;
   const int t = static_cast<int>(c.ranks.size());
   const Bytes bytes = c.spec->bytes;
   struct Choice {
     NcclAlgorithm algorithm;
     std::size_t protocol;
-    NcclAllReduceTime time;
+    NcclCollectiveTime time;
     double seconds;
   };
   std::optional<Choice> best, best_ring;
@@ -1096,7 +1104,8 @@ void Run::price_nccl_all_reduce(CollectiveRun& c, int n_nodes, const DataFn& dat
     if (a != NcclAlgorithm::ring && !cluster_.comm.tree_all_reduce) continue;  // NCCL_ALGO=Ring
     for (std::size_t k = 0; k < 3; ++k) {
       if (nccl_protocol_[k] < 0) continue;
-      const auto time = nccl_all_reduce_time(tuning, a, static_cast<NcclProtocol>(k), t, n_nodes, bytes);
+      const auto time =
+          nccl_collective_time(tuning, c.spec->kind, a, static_cast<NcclProtocol>(k), t, n_nodes, bytes);
       if (!time) continue;
       const Choice here{a, k, *time, time->seconds(bytes)};
       // Strictly less: on a tie the earlier (ring before tree, Simple first) keeps it, as NCCL's scan does.
@@ -1107,7 +1116,8 @@ void Run::price_nccl_all_reduce(CollectiveRun& c, int n_nodes, const DataFn& dat
   if (!best) return;
   c.protocol = static_cast<std::uint8_t>(nccl_protocol_[best->protocol]);
   const Protocol& p = protocols_[c.protocol];
-  const double scale = data_s(p) / (static_cast<double>(bytes) / best->time.bytes_per_s);
+  const double model_data_s = static_cast<double>(bytes) / best->time.bytes_per_s;
+  const double scale = model_data_s > 0.0 ? data_s(p) / model_data_s : 1.0;  // nothing to move: as it is
   c.tree_step_ps = 0;
   c.tree_lane = lane_for(0);
   c.tree_scale_off_node = scale;

@@ -154,9 +154,20 @@ DeviceModel read_device_model(const std::string& name, const JsonObject& o) {
   return m;
 }
 
-// NCCL's all-reduce model (topo::AllReduceModel): its constants, one source for the table.
-AllReduceModel read_all_reduce_model(const JsonObject& o) {
-  AllReduceModel m;
+// NCCL's collective model (topo::CollectiveModel): the collectives it prices and its constants, one source
+// for the table.
+CollectiveModel read_collective_model(const JsonObject& o) {
+  CollectiveModel m;
+  const JsonArray kinds = o.array("collectives");
+  kinds.require_size(1, 3);
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    const std::string kind = kinds.at(i).as_string();
+    if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter")
+      kinds.at(i).fail("unknown collective '" + kind + "' (all_reduce, all_gather, reduce_scatter)");
+    bool& on = kind == "all_reduce" ? m.all_reduce : kind == "all_gather" ? m.all_gather : m.reduce_scatter;
+    if (on) kinds.at(i).fail("'" + kind + "' listed twice");
+    on = true;
+  }
   m.channels = static_cast<int>(o.integer("channels", 1, 64));
   m.channel_bytes_per_s = o.number("channel_bandwidth_bytes_per_s", 1e6, 1e14);
   const auto per_protocol = [](const JsonObject& p, std::array<double, 3>& out) {
@@ -274,7 +285,7 @@ CommParams read_communication(const JsonObject& o) {
       n.tree_size_factors_source = f.string("source");
       f.finish();
     }
-    if (auto am = t.find("all_reduce_model")) n.all_reduce_model = read_all_reduce_model(am->as_object());
+    if (auto am = t.find("collective_model")) n.collective_model = read_collective_model(am->as_object());
     t.finish();
     c.network_tuning = std::move(n);
   }

@@ -237,7 +237,7 @@ TEST_CASE("LL across two DGX H100 nodes: a small all-reduce pays NCCL's ring lat
   // where its receives come every ~0.6 us, would hold the ring back.
   topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
   c.comm.tree_all_reduce = false;  // NCCL_ALGO=Ring: by default NCCL's tree takes it
-  c.comm.network_tuning->all_reduce_model.reset();  // the simulated ring's own latency (NCCL's model: below)
+  c.comm.network_tuning->collective_model.reset();  // the simulated ring's own latency (NCCL's model: below)
   TestCostModel costs;
   sched::TaskGraph g(16);
   collective(g, "ar", sched::CollectiveKind::all_reduce, ranks(0, 16), 8192, 1);
@@ -280,7 +280,7 @@ TEST_CASE("NCCL's tree between two nodes: its network hops at NCCL's tree latenc
   // share of the tree's bus bandwidth, 39 / (8 x 49.61 x 0.4334 x 0.92 x 2) = 0.12323, over NCCL's
   // tree correction for LL at log2(1024 / 64) = 4, 0.9 (network_tuning.tree_size_factors).
   topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
-  c.comm.network_tuning->all_reduce_model.reset();  // the simulated tree (NCCL's model: below)
+  c.comm.network_tuning->collective_model.reset();  // the simulated tree (NCCL's model: below)
   TestCostModel costs;
   sched::TaskGraph g(16);
   collective(g, "ar", sched::CollectiveKind::all_reduce, ranks(0, 16), 1024, 1);

@@ -55,11 +55,12 @@ json network_tuning() {
           {"ll_max_bus_bandwidth_bytes_per_s", {{"two_nodes", v(39e9)}, {"more_nodes", v(20.4e9)}}}};
 }
 
-// The same with NCCL's all-reduce model (a DGX H100's constants).
+// The same with NCCL's collective model (a DGX H100's constants).
 json network_tuning_with_model() {
   json t = network_tuning();
   const json caps = {{"ring_ll128", 36.7e9}, {"tree", 41.4e9}, {"tree_ll128", 36.7e9}, {"nvls_tree", 57.7e9}};
-  t["all_reduce_model"] = {
+  t["collective_model"] = {
+      {"collectives", {"all_reduce", "reduce_scatter"}},
       {"channels", 8},
       {"channel_bandwidth_bytes_per_s", 48e9},
       {"ring",
@@ -144,39 +145,57 @@ TEST_CASE("each malformed topology names its JSON path") {
          j["communication"]["network_tuning"]["ring_hop_latency_s"]["simple"]["value"] = -14e-6;
        },
        "$.communication.network_tuning.ring_hop_latency_s.simple.value"},
-      // NCCL's all-reduce model (valid as given: the test after this one): each part required, in range,
+      // NCCL's collective model (valid as given: the test after this one): each part required, in range,
       // no unknown key.
-      {"all-reduce model: no caps",
+      {"collective model: no caps",
        [](json& j) {
          j["communication"]["network_tuning"] = network_tuning_with_model();
-         j["communication"]["network_tuning"]["all_reduce_model"].erase("channel_caps_bytes_per_s");
+         j["communication"]["network_tuning"]["collective_model"].erase("channel_caps_bytes_per_s");
        },
-       "$.communication.network_tuning.all_reduce_model.channel_caps_bytes_per_s"},
-      {"all-reduce model: an NVLS tree without its cap",
+       "$.communication.network_tuning.collective_model.channel_caps_bytes_per_s"},
+      {"collective model: an NVLS tree without its cap",
        [](json& j) {
          j["communication"]["network_tuning"] = network_tuning_with_model();
-         j["communication"]["network_tuning"]["all_reduce_model"]["channel_caps_bytes_per_s"]["more_nodes"].erase(
+         j["communication"]["network_tuning"]["collective_model"]["channel_caps_bytes_per_s"]["more_nodes"].erase(
              "nvls_tree");
        },
-       "$.communication.network_tuning.all_reduce_model.channel_caps_bytes_per_s.more_nodes.nvls_tree"},
-      {"all-reduce model: a bandwidth factor of zero",
+       "$.communication.network_tuning.collective_model.channel_caps_bytes_per_s.more_nodes.nvls_tree"},
+      {"collective model: a bandwidth factor of zero",
        [](json& j) {
          j["communication"]["network_tuning"] = network_tuning_with_model();
-         j["communication"]["network_tuning"]["all_reduce_model"]["bandwidth_factors"]["tree_ll"] = 0.0;
+         j["communication"]["network_tuning"]["collective_model"]["bandwidth_factors"]["tree_ll"] = 0.0;
        },
-       "$.communication.network_tuning.all_reduce_model.bandwidth_factors.tree_ll"},
-      {"all-reduce model: a negative hop",
+       "$.communication.network_tuning.collective_model.bandwidth_factors.tree_ll"},
+      {"collective model: a negative hop",
        [](json& j) {
          j["communication"]["network_tuning"] = network_tuning_with_model();
-         j["communication"]["network_tuning"]["all_reduce_model"]["ring"]["node_hop_latency_s"]["ll"] = -1e-6;
+         j["communication"]["network_tuning"]["collective_model"]["ring"]["node_hop_latency_s"]["ll"] = -1e-6;
        },
-       "$.communication.network_tuning.all_reduce_model.ring.node_hop_latency_s.ll"},
-      {"all-reduce model: an unknown key",
+       "$.communication.network_tuning.collective_model.ring.node_hop_latency_s.ll"},
+      {"collective model: an unknown collective",
        [](json& j) {
          j["communication"]["network_tuning"] = network_tuning_with_model();
-         j["communication"]["network_tuning"]["all_reduce_model"]["collnet"] = 1;
+         j["communication"]["network_tuning"]["collective_model"]["collectives"] = {"all_reduce", "all_to_all"};
        },
-       "$.communication.network_tuning.all_reduce_model.collnet"},
+       "$.communication.network_tuning.collective_model.collectives[1]"},
+      {"collective model: a collective twice",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning_with_model();
+         j["communication"]["network_tuning"]["collective_model"]["collectives"] = {"all_reduce", "all_reduce"};
+       },
+       "$.communication.network_tuning.collective_model.collectives[1]"},
+      {"collective model: none listed",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning_with_model();
+         j["communication"]["network_tuning"]["collective_model"]["collectives"] = json::array();
+       },
+       "$.communication.network_tuning.collective_model.collectives"},
+      {"collective model: an unknown key",
+       [](json& j) {
+         j["communication"]["network_tuning"] = network_tuning_with_model();
+         j["communication"]["network_tuning"]["collective_model"]["collnet"] = 1;
+       },
+       "$.communication.network_tuning.collective_model.collnet"},
       {"network tuning: an LL cap of zero",
        [](json& j) {
          j["communication"]["network_tuning"] = network_tuning();
@@ -482,19 +501,22 @@ TEST_CASE("an unknown shipped name lists the folder's own files, not those of it
   }
 }
 
-TEST_CASE("NCCL's all-reduce model as the topology gives it") {
+TEST_CASE("NCCL's collective model as the topology gives it") {
   json j = topo_test::base_json();
   j["communication"]["network_tuning"] = network_tuning_with_model();
   const Cluster c = parse_cluster(JsonDocument::parse(j.dump(), "mem.json"));
-  REQUIRE(c.comm.network_tuning->all_reduce_model.has_value());
-  const AllReduceModel& m = *c.comm.network_tuning->all_reduce_model;
+  REQUIRE(c.comm.network_tuning->collective_model.has_value());
+  const CollectiveModel& m = *c.comm.network_tuning->collective_model;
+  CHECK(m.all_reduce);
+  CHECK_FALSE(m.all_gather);
+  CHECK(m.reduce_scatter);
   CHECK(m.channels == 8);
   CHECK(m.ring_base_s[2] == 14e-6);     // LL128, the third of simple, ll, ll128
   CHECK(m.tree_node_hop_s[1] == 0.6e-6);
   CHECK(m.nvls_tree_cap[1] == 57.7e9);  // more than two nodes
   CHECK(m.nvls_efficiency == 0.85);
   // Without an NVLS tree its caps are refused as unknown keys.
-  j["communication"]["network_tuning"]["all_reduce_model"].erase("nvls_tree");
+  j["communication"]["network_tuning"]["collective_model"].erase("nvls_tree");
   const InputError e = error_of_text(j.dump());
-  CHECK(e.json_path() == "$.communication.network_tuning.all_reduce_model.channel_caps_bytes_per_s.two_nodes.nvls_tree");
+  CHECK(e.json_path() == "$.communication.network_tuning.collective_model.channel_caps_bytes_per_s.two_nodes.nvls_tree");
 }

@@ -63,7 +63,7 @@ struct TreeAllReduce {
   Bytes bytes = 0;
   double ring_s = 0.0;
   double tree_s = 0.0;
-  bool nvls = false;  // NCCL's NVLS tree (the node's switch reduces), by NCCL's all-reduce model
+  bool nvls = false;  // NCCL's NVLS tree (the node's switch reduces), by NCCL's collective model
   double gain_s() const { return ring_s - tree_s; }
   // The order SimResult::best_tree_all_reduce keeps the greatest of: by the tree's gain, then
   // the larger group, the more nodes, the more bytes.

@@ -156,11 +156,14 @@ struct P2pNetwork {
 // less (docs/engine.md, "Protocols"): per protocol, the least a hop between nodes costs (hwLat[NET],
 // route and the protocol's step latency together) on a ring and on a tree, and LL's bus bandwidth
 // across nodes, which the hosts' CPU bounds (llMaxBws, by CPU vendor and node count).
-// NCCL's cost model of an all-reduce across nodes of g >= 2 members each (src/graph/tuning.cc,
+// NCCL's cost model of a collective across nodes of g >= 2 members each (src/graph/tuning.cc,
 // ncclTopoTuneModel and ncclTopoGetAlgoTime), with NCCL's constants: one latency and one algorithm
 // bandwidth per algorithm (ring, tree, NVLS tree) and protocol, the least time taken (docs/engine.md,
-// "NCCL's all-reduce model"). Arrays by protocol in the order simple, ll, ll128.
-struct AllReduceModel {
+// "NCCL's collective model"). Arrays by protocol in the order simple, ll, ll128.
+struct CollectiveModel {
+  // The collectives it prices ("collectives": a subset of all_reduce, all_gather, reduce_scatter);
+  // the others take the simulated ring and tree.
+  bool all_reduce = false, all_gather = false, reduce_scatter = false;
   int channels = 0;                   // NCCL's ring and tree graphs: one channel per NIC of a node
   double channel_bytes_per_s = 0.0;   // each channel's bandwidth (bwIntra = bwInter of those graphs)
   std::array<double, 3> ring_base_s{}, tree_base_s{};  // baseLat
@@ -188,9 +191,9 @@ struct NetworkTuning {
   // outside that range. Empty: none.
   std::array<std::vector<double>, 3> tree_size_factors;  // simple, ll, ll128
   std::string tree_size_factors_source;
-  // Optional ("all_reduce_model"): an all-reduce across nodes priced as NCCL prices it. Absent: by
+  // Optional ("collective_model"): an all-reduce across nodes priced as NCCL prices it. Absent: by
   // the simulated ring and tree with the network hops and caps above.
-  std::optional<AllReduceModel> all_reduce_model;
+  std::optional<CollectiveModel> collective_model;
 };
 
 struct CommParams {

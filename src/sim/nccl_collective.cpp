@@ -1,4 +1,4 @@
-#include "fusesim/sim/nccl_all_reduce.hpp"
+#include "fusesim/sim/nccl_collective.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -13,16 +13,22 @@ int log2_floor(std::uint64_t x) { return x == 0 ? -1 : static_cast<int>(std::bit
 
 }  // namespace
 
-std::optional<NcclAllReduceTime> nccl_all_reduce_time(const topo::NetworkTuning& tuning, NcclAlgorithm algorithm,
-                                                      NcclProtocol protocol, int ranks, int nodes, Bytes bytes) {
-  if (!tuning.all_reduce_model || nodes < 2 || ranks % nodes != 0 || ranks / nodes < 2) return std::nullopt;
-  const topo::AllReduceModel& m = *tuning.all_reduce_model;
+std::optional<NcclCollectiveTime> nccl_collective_time(const topo::NetworkTuning& tuning, sched::CollectiveKind kind,
+                                                       NcclAlgorithm algorithm, NcclProtocol protocol, int ranks,
+                                                       int nodes, Bytes bytes) {
+  if (!tuning.collective_model || nodes < 2 || ranks % nodes != 0 || ranks / nodes < 2) return std::nullopt;
+  if (kind == sched::CollectiveKind::all_to_all) return std::nullopt;  // NCCL prices no all-to-all
+  const bool all_reduce = kind == sched::CollectiveKind::all_reduce;
+  // Trees and NVLS trees reduce a whole buffer: all-reduce only (NVLS all-gather and reduce-scatter
+  // across nodes need CollNet, which these topologies do not have).
+  if (!all_reduce && algorithm != NcclAlgorithm::ring) return std::nullopt;
+  const topo::CollectiveModel& m = *tuning.collective_model;
   const auto p = static_cast<std::size_t>(protocol);
   const int per_node = ranks / nodes;
   // One channel per NIC a member owns: with rails, each GPU its own NIC.
   const int channels = std::min(m.channels, per_node);
   const std::size_t count = nodes <= 2 ? 0 : 1;  // tuning.cc's node-count column: two nodes, more
-  const int steps = 2 * (ranks - 1);
+  const int steps = all_reduce ? 2 * (ranks - 1) : ranks - 1;
   const double ll_cap = nodes <= 2 ? tuning.ll_max_bus_bandwidth_two_nodes_bytes_per_s.value
                                    : tuning.ll_max_bus_bandwidth_more_nodes_bytes_per_s.value;
   double channel_bw = m.channel_bytes_per_s;
@@ -50,16 +56,16 @@ std::optional<NcclAllReduceTime> nccl_all_reduce_time(const topo::NetworkTuning&
   switch (algorithm) {
     case NcclAlgorithm::ring: {
       // Every step inside a node costs at least the host's network overhead (three posts with
-      // Simple); 2 (nodes - 1) of the steps cross the network.
+      // Simple); 2 (nodes - 1) of an all-reduce's steps cross the network, nodes - 1 of the others'.
       const double overhead = m.network_overhead_s * (protocol == NcclProtocol::simple ? 3.0 : 1.0);
       const double intra = std::max(m.ring_node_hop_s[p], overhead);
       const double network_hop = protocol == NcclProtocol::simple ? tuning.ring_hop_simple_s.value
                                  : protocol == NcclProtocol::ll   ? tuning.ring_hop_ll_s.value
                                                                   : tuning.ring_hop_ll128_s.value;
-      const int network_steps = 2 * (nodes - 1);
+      const int network_steps = (all_reduce ? 2 : 1) * (nodes - 1);
       latency = m.ring_base_s[p] + (steps - network_steps) * intra + network_steps * network_hop;
       // Once each rank's share of a channel (the communicator's rings twice the graph's) is 64 B or more.
-      if (protocol == NcclProtocol::simple &&
+      if (all_reduce && protocol == NcclProtocol::simple &&
           static_cast<double>(bytes) / (2.0 * channels * ranks) >= 64.0)
         latency *= m.ring_simple_plateau;
       break;
@@ -80,7 +86,7 @@ std::optional<NcclAllReduceTime> nccl_all_reduce_time(const topo::NetworkTuning&
       latency = m.nvls_tree_node_s + 2.0 * log_nodes * m.nvls_tree_network_hop_s;
       break;
   }
-  return NcclAllReduceTime{latency, algorithm_bw};
+  return NcclCollectiveTime{latency, algorithm_bw};
 }
 
 }  // namespace fusesim::sim

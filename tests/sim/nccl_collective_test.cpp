@@ -1,0 +1,164 @@
+// NCCL's collective model across nodes (sim/nccl_collective.hpp, topo::CollectiveModel): its
+// latencies and bandwidths derived by hand from tuning.cc's formulas at the constants the shipped
+// dgx-h100-128node carries, and the engine's run of the chosen algorithm at that time.
+#include "fusesim/sim/nccl_collective.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "sim_test_util.hpp"
+
+using namespace sim_test;
+using sim::NcclAlgorithm;
+using sim::NcclProtocol;
+constexpr sched::CollectiveKind kAllReduce = sched::CollectiveKind::all_reduce;
+
+namespace {
+
+const topo::NetworkTuning& h100_tuning() {
+  static const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  return *c.comm.network_tuning;
+}
+
+}  // namespace
+
+TEST_CASE("NCCL's collective model: latency and bandwidth by algorithm and protocol, as tuning.cc computes them",
+          "[sim][nccl]") {
+  const topo::NetworkTuning& t = h100_tuning();
+  REQUIRE(t.collective_model.has_value());
+  constexpr Bytes kMiB = 1 << 20;
+  const auto ar = [&t](NcclAlgorithm a, NcclProtocol p, int ranks, int nodes, Bytes bytes) {
+    return sim::nccl_collective_time(t, kAllReduce, a, p, ranks, nodes, bytes);
+  };
+
+  // NVLS tree, 2 nodes x 8, 8 MiB: per channel min(48 x 0.85 x 7/8 x 2 = 71.4 (the switch, two
+  // operations pipelined), 48 x 2 = 96 (two nodes), cap 57.7) = 57.7 GB/s; 8 channels: 461.6 GB/s of bus
+  // bandwidth, x 16 / 30 (ranks / steps) = 246.19 GB/s. Latency 25 + 2 x log2(2) x 20.9 = 66.8 us.
+  const auto nvls = ar(NcclAlgorithm::nvls_tree, NcclProtocol::simple, 16, 2, 8 * kMiB);
+  REQUIRE(nvls.has_value());
+  CHECK(nvls->latency_s == Approx(66.8e-6).epsilon(1e-9));
+  CHECK(nvls->bytes_per_s == Approx(461.6e9 * 16 / 30).epsilon(1e-9));
+  CHECK(nvls->seconds(8 * kMiB) == Approx(66.8e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30)).epsilon(1e-9));
+  // Only with Simple, and not inside a node or with one member per node.
+  CHECK_FALSE(ar(NcclAlgorithm::nvls_tree, NcclProtocol::ll, 16, 2, 8 * kMiB));
+  CHECK_FALSE(ar(NcclAlgorithm::ring, NcclProtocol::simple, 8, 8, 8 * kMiB));
+  CHECK_FALSE(ar(NcclAlgorithm::ring, NcclProtocol::simple, 8, 1, 8 * kMiB));
+
+  // Tree LL128, 2 nodes x 8, 1 MiB: 8 x 48 = 384 GB/s x 0.92 = 353.28, within 8 x 41.4 = 331.2 -> 331.2;
+  // LL128: min(331.2 x 120/128 = 310.5, 8 x 36.7 = 293.6) = 293.6; a tree's half: 146.8 GB/s; x the tree
+  // correction of LL128 at log2(2^20 / 64) = 14, 0.6: 88.08 GB/s. Latency 14 + 2 x (7 x 1.25 + 1 x 8.5) = 48.5 us.
+  const auto tree = ar(NcclAlgorithm::tree, NcclProtocol::ll128, 16, 2, kMiB);
+  REQUIRE(tree.has_value());
+  CHECK(tree->latency_s == Approx(48.5e-6).epsilon(1e-9));
+  CHECK(tree->bytes_per_s == Approx(88.08e9).epsilon(1e-9));
+
+  // Ring Simple, 8 nodes x 8, 8 MiB: 126 steps, 14 of them between nodes at 14 us, the other 112 at
+  // max(3.4, 3 x 1.0 us of the host's overhead) = 3.4 us: 8.4 + 380.8 + 196 = 585.2 us, x 1.4 once a
+  // channel's share is 64 B or more (8 MiB / (16 x 64) = 8 KiB): 819.28 us. Bandwidth 384 x 64 / 126.
+  const auto ring = ar(NcclAlgorithm::ring, NcclProtocol::simple, 64, 8, 8 * kMiB);
+  REQUIRE(ring.has_value());
+  CHECK(ring->latency_s == Approx(819.28e-6).epsilon(1e-9));
+  CHECK(ring->bytes_per_s == Approx(384e9 * 64 / 126).epsilon(1e-9));
+  // Below 64 B a channel (64 x 16 x 64 = 64 KiB) no plateau.
+  CHECK(ar(NcclAlgorithm::ring, NcclProtocol::simple, 64, 8, 32 * 1024)->latency_s ==
+        Approx(585.2e-6).epsilon(1e-9));
+
+  // Ring LL, 8 nodes: min(the hosts' 20.4 GB/s, 384 x 0.5) = 20.4 GB/s of bus bandwidth; latency 6.6 +
+  // 112 x max(0.6, 1.0) + 14 x 2.7 = 156.4 us.
+  const auto ll = ar(NcclAlgorithm::ring, NcclProtocol::ll, 64, 8, 64);
+  REQUIRE(ll.has_value());
+  CHECK(ll->latency_s == Approx(156.4e-6).epsilon(1e-9));
+  CHECK(ll->bytes_per_s == Approx(20.4e9 * 64 / 126).epsilon(1e-9));
+
+  // All-gather and reduce-scatter: rings alone, 127 steps over 16 nodes x 8, 15 of them between nodes,
+  // no plateau. LL128: min(353.28, 293.6) x 128 / 127 = 295.91 GB/s; 14 + 112 x 1.9 + 15 x 4.0 =
+  // 286.8 us. Simple: 384 x 128 / 127 = 387.02 GB/s; 8.4 + 112 x 3.4 + 15 x 14 = 599.2 us at any size.
+  for (const sched::CollectiveKind kind : {sched::CollectiveKind::all_gather, sched::CollectiveKind::reduce_scatter}) {
+    const auto ll128 = sim::nccl_collective_time(t, kind, NcclAlgorithm::ring, NcclProtocol::ll128, 128, 16, 64 * kMiB);
+    REQUIRE(ll128.has_value());
+    CHECK(ll128->latency_s == Approx(286.8e-6).epsilon(1e-9));
+    CHECK(ll128->bytes_per_s == Approx(293.6e9 * 128 / 127).epsilon(1e-9));
+    const auto simple =
+        sim::nccl_collective_time(t, kind, NcclAlgorithm::ring, NcclProtocol::simple, 128, 16, 4096 * kMiB);
+    REQUIRE(simple.has_value());
+    CHECK(simple->latency_s == Approx(599.2e-6).epsilon(1e-9));
+    CHECK(simple->bytes_per_s == Approx(384e9 * 128 / 127).epsilon(1e-9));
+    CHECK_FALSE(sim::nccl_collective_time(t, kind, NcclAlgorithm::tree, NcclProtocol::ll128, 128, 16, 64 * kMiB));
+    CHECK_FALSE(sim::nccl_collective_time(t, kind, NcclAlgorithm::nvls_tree, NcclProtocol::simple, 128, 16, kMiB));
+  }
+  CHECK_FALSE(sim::nccl_collective_time(t, sched::CollectiveKind::all_to_all, NcclAlgorithm::ring,
+                                        NcclProtocol::simple, 16, 2, kMiB));
+
+  // Without the model: none.
+  topo::NetworkTuning bare = t;
+  bare.collective_model.reset();
+  CHECK_FALSE(sim::nccl_collective_time(bare, kAllReduce, NcclAlgorithm::ring, NcclProtocol::simple, 16, 2, kMiB));
+}
+
+TEST_CASE("a collective across nodes runs NCCL's choice at the time NCCL's model gives it", "[sim][nccl]") {
+  constexpr Bytes kMiB = 1 << 20;
+  topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  TestCostModel costs;
+  // One collective of `kind` over ranks 0..n-1; its makespan at the model's time, up to the few NVLink
+  // drains before the first chunk reaches a NIC and after the last leaves one (64 KiB at ~50 GB/s each).
+  const auto run_at = [&](sched::CollectiveKind kind, int n, Bytes bytes, double model_s) {
+    sched::TaskGraph g(n);
+    collective(g, "c", kind, iota_ranks(n), bytes, 1);
+    const sim::SimResult r = sim::Simulator(c, costs).run(g);
+    CHECK(r.makespan_ps >= static_cast<TimePs>(model_s * 1e12) - 1000);
+    CHECK(r.makespan_ps <= static_cast<TimePs>(model_s * 1e12) + 3'000'000);
+    return r;
+  };
+
+  SECTION("2 nodes x 8, 8 MiB: the NVLS tree") {
+    // Its 66.8 + 34.07 us (above) against the best ring's, LL128: 14 + 28 x 1.9 + 2 x 4.0 = 75.2 us and
+    // min(353.28, 293.6) x 16/30 = 156.59 GB/s, 75.2 + 53.57 = 128.77 us. The run: the latency at the
+    // rendezvous, then the ring's 30 steps of 8 MiB / 16 / 8 = 64 KiB per ring, whose NIC drains
+    // together take bytes / 246.19 GB/s; the first hop inside a node before the first NIC chunk and
+    // the last after it add at most a few of the NVLink drains (64 KiB at ~50 GB/s each, 1.3 us).
+    const double nvls_s = 66.8e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30);
+    const double ring_s = 75.2e-6 + 8.0 * kMiB / (293.6e9 * 16 / 30);
+    const sim::SimResult r = run_at(sched::CollectiveKind::all_reduce, 16, 8 * kMiB, nvls_s);
+    REQUIRE(r.best_tree_all_reduce.has_value());
+    CHECK(r.best_tree_all_reduce->nvls);
+    CHECK(r.best_tree_all_reduce->tree_s == Approx(nvls_s).epsilon(1e-9));
+    CHECK(r.best_tree_all_reduce->ring_s == Approx(ring_s).epsilon(1e-9));
+  }
+
+  SECTION("NCCL_ALGO=Ring: the ring's LL128 at its time") {
+    c.comm.tree_all_reduce = false;
+    const double ring_s = 75.2e-6 + 8.0 * kMiB / (293.6e9 * 16 / 30);
+    CHECK_FALSE(run_at(sched::CollectiveKind::all_reduce, 16, 8 * kMiB, ring_s).best_tree_all_reduce.has_value());
+  }
+
+  SECTION("an all-gather over 16 nodes x 8, 64 MiB: the ring's LL128") {
+    // LL128 286.8 + 64 MiB / 295.91 GB/s = 513.59 us (above) against Simple's 599.2 + 173.40 = 772.6 us
+    // and LL's 6.6 + 112 x 1.0 + 15 x 2.7 = 159.1 us + 64 MiB / (20.4 x 128 / 127 GB/s) = 3.42 ms. The
+    // shipped files list all_reduce alone (docs/topology.md): here the model prices all-gathers too.
+    c.comm.network_tuning->collective_model->all_gather = true;
+    const double ll128_s = 286.8e-6 + 64.0 * kMiB / (293.6e9 * 128 / 127);
+    CHECK_FALSE(run_at(sched::CollectiveKind::all_gather, 128, 64 * kMiB, ll128_s).best_tree_all_reduce.has_value());
+  }
+
+  SECTION("the same all-gather where the topology lists all_reduce alone: the simulated ring, faster") {
+    // The simulated ring overlaps each step's latency with the previous step's drain (docs/calibration.md,
+    // "Collectives": 192 against the model's 130 GB/s of bus bandwidth here).
+    sched::TaskGraph g(128);
+    collective(g, "c", sched::CollectiveKind::all_gather, iota_ranks(128), 64 * kMiB, 1);
+    const double ll128_s = 286.8e-6 + 64.0 * kMiB / (293.6e9 * 128 / 127);
+    CHECK(sim::Simulator(c, costs).run(g).makespan_ps < static_cast<TimePs>(ll128_s * 1e12 * 0.8));
+  }
+
+  SECTION("8 nodes x 8, 64 B: the tree with LL") {
+    // Tree LL: 6.8 + 2 x (7 x 0.6 + log2(8) x 5.0) = 45.2 us, and 64 B at min(288 / 3.8, 20.4) x 0.5 =
+    // 10.2 GB/s (6.3 ns); the ring's best, LL: 6.6 + 112 x 1.0 + 14 x 2.7 = 156.4 us.
+    sched::TaskGraph g(64);
+    collective(g, "ar", sched::CollectiveKind::all_reduce, iota_ranks(64), 64, 1);
+    const sim::SimResult r = sim::Simulator(c, costs).run(g);
+    REQUIRE(r.best_tree_all_reduce.has_value());
+    CHECK_FALSE(r.best_tree_all_reduce->nvls);
+    CHECK(r.best_tree_all_reduce->tree_s == Approx(45.2e-6 + 64 / 10.2e9).epsilon(1e-9));
+    CHECK(r.best_tree_all_reduce->ring_s == Approx(156.4e-6 + 64 / (20.4e9 * 64 / 126)).epsilon(1e-9));
+    CHECK(r.makespan_ps >= 45'200'000);
+    CHECK(r.makespan_ps <= 45'200'000 + 126 * 1'000);
+  }
+}
