@@ -948,7 +948,9 @@ void Run::check_mirrored(const CollectiveRun& c) const {
 // its first ring's mean hop latency and slowest hop's bandwidth (NCCL's tuning model: one latency and
 // one bandwidth per algorithm and protocol, precomputed, then one formula per query). NVLS only for
 // an all-reduce inside one node (the NVSwitch of that node reduces). An all-reduce across nodes runs
-// as NCCL's tree where that model prices the tree lower (price_tree).
+// as NCCL's tree where that model prices the tree lower (price_tree); where the topology gives NCCL's
+// collective model, the collectives it lists across nodes take its choice and time instead
+// (price_nccl_collective).
 void Run::choose_protocols() {
   // The route of a ring's first hop of each kind, per pair: a group's collectives share their rings,
   // so each group searches at most three routes.
