@@ -173,9 +173,10 @@ struct CollectiveRun {
   std::vector<RouteId> ring_route;
   const sched::CollectiveTask* spec = nullptr;
   int steps = 0;
-  // An all-reduce across nodes that runs as NCCL's tree (Run::price_tree): each step flow's latency
-  // phase is tree_step_ps instead of its route's and protocol's, and its payload per wire byte is
-  // scaled by tree_scale (inside a node) or tree_scale_off_node (between nodes). -1: a ring.
+  // An all-reduce across nodes that runs as NCCL's tree (Run::price_tree), or a collective paced by
+  // NCCL's model (Run::price_nccl_collective, tree_step_ps 0): each step flow's latency phase is
+  // tree_step_ps instead of its route's and protocol's, and its payload per wire byte is scaled by
+  // tree_scale (inside a node) or tree_scale_off_node (between nodes). -1: a ring.
   TimePs tree_step_ps = -1;
   std::uint32_t tree_lane = kNone;
   double tree_scale = 1.0;
@@ -183,7 +184,7 @@ struct CollectiveRun {
   // Across nodes with LL, the share of LL's efficiency that keeps the collective's bus bandwidth within
   // the hosts' cap (topo::NetworkTuning, Run::choose_protocols); 1 elsewhere.
   double bus_cap_scale = 1.0;
-  // An all-reduce priced by NCCL's model (Run::price_nccl_all_reduce): the latency charged at the
+  // A collective priced by NCCL's model (Run::price_nccl_collective): the latency charged at the
   // rendezvous in place of its protocol's base latency. -1: the protocol's.
   TimePs base_ps = -1;
   std::uint32_t base_lane = kNone;
@@ -1084,12 +1085,12 @@ void Run::price_tree(CollectiveRun& c, TimePs route_ps, int hops, TimePs off_nod
 }
 
 // An all-reduce, all-gather or reduce-scatter across nodes of g >= 2 members each where the topology
-// gives NCCL's model (topo::CollectiveModel): NCCL's algorithm and protocol, the least time of its
-// model, which the run then takes alone. Its latency is charged at the rendezvous (no latency phase
-// per step), and its step flows move their payload at the model's algorithm bandwidth: the ring's
-// drain at the slowest hop (data_s, the protocol's efficiency there) over the model's bytes /
-// bandwidth scales the flows between nodes (and those inside a node where it speeds them up: an
-// NVLS tree's switch reduces there). Contention still acts on the flows' links.
+// gives NCCL's model and lists its kind (topo::CollectiveModel): NCCL's algorithm and protocol, the
+// least time of its model, which the run then takes alone. Its latency is charged at the rendezvous
+// (no latency phase per step), and its step flows move their payload at the model's algorithm
+// bandwidth: the ring's drain at the slowest hop (data_s, the protocol's efficiency there) over the
+// model's bytes / bandwidth scales the flows between nodes (and those inside a node where it speeds
+// them up: an NVLS tree's switch reduces there). Contention still acts on the flows' links.
 template <typename DataFn>
 void Run::price_nccl_collective(CollectiveRun& c, int n_nodes, const DataFn& data_s) {
   const topo::NetworkTuning& tuning = *cluster_.comm.network_tuning;
