@@ -285,7 +285,13 @@ CommParams read_communication(const JsonObject& o) {
       n.tree_size_factors_source = f.string("source");
       f.finish();
     }
-    if (auto am = t.find("collective_model")) n.collective_model = read_collective_model(am->as_object());
+    if (auto am = t.find("collective_model")) {
+      const JsonObject model = am->as_object();
+      // NCCL runs its NVLS tree only where the node's switch reduces (the topology's nvls).
+      if (model.has("nvls_tree") && !c.nvls)
+        model.at("nvls_tree").fail("an NVLS tree needs communication.nvls (a switch that reduces inside the node)");
+      n.collective_model = read_collective_model(model);
+    }
     t.finish();
     c.network_tuning = std::move(n);
   }

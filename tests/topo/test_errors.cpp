@@ -79,6 +79,14 @@ json network_tuning_with_model() {
   return t;
 }
 
+// A topology with NVLS (the switch reduces) and NCCL's collective model, NVLS tree included.
+void add_model(json& j) {
+  j["communication"]["nvls"] = {{"base_latency_s", {{"value", 2e-5}, {"source", "s"}}},
+                                {"step_latency_s", {{"value", 0.0}, {"source", "s"}}},
+                                {"efficiency", {{"value", 1.6}, {"source", "s"}}}};
+  j["communication"]["network_tuning"] = network_tuning_with_model();
+}
+
 }  // namespace
 
 TEST_CASE("the base topology used by the error cases is valid") {
@@ -149,50 +157,56 @@ TEST_CASE("each malformed topology names its JSON path") {
       // no unknown key.
       {"collective model: no caps",
        [](json& j) {
-         j["communication"]["network_tuning"] = network_tuning_with_model();
+         add_model(j);
          j["communication"]["network_tuning"]["collective_model"].erase("channel_caps_bytes_per_s");
        },
        "$.communication.network_tuning.collective_model.channel_caps_bytes_per_s"},
       {"collective model: an NVLS tree without its cap",
        [](json& j) {
-         j["communication"]["network_tuning"] = network_tuning_with_model();
+         add_model(j);
          j["communication"]["network_tuning"]["collective_model"]["channel_caps_bytes_per_s"]["more_nodes"].erase(
              "nvls_tree");
        },
        "$.communication.network_tuning.collective_model.channel_caps_bytes_per_s.more_nodes.nvls_tree"},
       {"collective model: a bandwidth factor of zero",
        [](json& j) {
-         j["communication"]["network_tuning"] = network_tuning_with_model();
+         add_model(j);
          j["communication"]["network_tuning"]["collective_model"]["bandwidth_factors"]["tree_ll"] = 0.0;
        },
        "$.communication.network_tuning.collective_model.bandwidth_factors.tree_ll"},
       {"collective model: a negative hop",
        [](json& j) {
-         j["communication"]["network_tuning"] = network_tuning_with_model();
+         add_model(j);
          j["communication"]["network_tuning"]["collective_model"]["ring"]["node_hop_latency_s"]["ll"] = -1e-6;
        },
        "$.communication.network_tuning.collective_model.ring.node_hop_latency_s.ll"},
+      {"collective model: an NVLS tree without the topology's NVLS",
+       [](json& j) {
+         add_model(j);
+         j["communication"].erase("nvls");
+       },
+       "$.communication.network_tuning.collective_model.nvls_tree"},
       {"collective model: an unknown collective",
        [](json& j) {
-         j["communication"]["network_tuning"] = network_tuning_with_model();
+         add_model(j);
          j["communication"]["network_tuning"]["collective_model"]["collectives"] = {"all_reduce", "all_to_all"};
        },
        "$.communication.network_tuning.collective_model.collectives[1]"},
       {"collective model: a collective twice",
        [](json& j) {
-         j["communication"]["network_tuning"] = network_tuning_with_model();
+         add_model(j);
          j["communication"]["network_tuning"]["collective_model"]["collectives"] = {"all_reduce", "all_reduce"};
        },
        "$.communication.network_tuning.collective_model.collectives[1]"},
       {"collective model: none listed",
        [](json& j) {
-         j["communication"]["network_tuning"] = network_tuning_with_model();
+         add_model(j);
          j["communication"]["network_tuning"]["collective_model"]["collectives"] = json::array();
        },
        "$.communication.network_tuning.collective_model.collectives"},
       {"collective model: an unknown key",
        [](json& j) {
-         j["communication"]["network_tuning"] = network_tuning_with_model();
+         add_model(j);
          j["communication"]["network_tuning"]["collective_model"]["collnet"] = 1;
        },
        "$.communication.network_tuning.collective_model.collnet"},
@@ -503,7 +517,7 @@ TEST_CASE("an unknown shipped name lists the folder's own files, not those of it
 
 TEST_CASE("NCCL's collective model as the topology gives it") {
   json j = topo_test::base_json();
-  j["communication"]["network_tuning"] = network_tuning_with_model();
+  add_model(j);
   const Cluster c = parse_cluster(JsonDocument::parse(j.dump(), "mem.json"));
   REQUIRE(c.comm.network_tuning->collective_model.has_value());
   const CollectiveModel& m = *c.comm.network_tuning->collective_model;
