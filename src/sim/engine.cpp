@@ -1138,11 +1138,7 @@ void Run::price_nccl_collective(CollectiveRun& c, int n_nodes, const DataFn& dat
 // indexed by floor(log2(bytes / 64)) as tuning.cc's log2i(nBytes >> 6)); 1 outside the table.
 double Run::tree_size_factor(int row, Bytes bytes) const {
   if (!cluster_.comm.network_tuning || row < 0) return 1.0;
-  const std::vector<double>& factors = cluster_.comm.network_tuning->tree_size_factors[static_cast<std::size_t>(row)];
-  const auto units = static_cast<std::uint64_t>(bytes) >> 6;
-  if (factors.empty() || units == 0) return 1.0;
-  const auto index = static_cast<std::size_t>(std::bit_width(units) - 1);
-  return index < factors.size() ? factors[index] : 1.0;
+  return sim::tree_size_factor(*cluster_.comm.network_tuning, static_cast<NcclProtocol>(row), bytes);
 }
 
 int Run::nodes_of(const std::vector<int>& ranks) const {

@@ -13,6 +13,13 @@ int log2_floor(std::uint64_t x) { return x == 0 ? -1 : static_cast<int>(std::bit
 
 }  // namespace
 
+double tree_size_factor(const topo::NetworkTuning& tuning, NcclProtocol protocol, Bytes bytes) {
+  const std::vector<double>& factors = tuning.tree_size_factors[static_cast<std::size_t>(protocol)];
+  const int index = log2_floor(static_cast<std::uint64_t>(bytes) >> 6);
+  return index >= 0 && static_cast<std::size_t>(index) < factors.size() ? factors[static_cast<std::size_t>(index)]
+                                                                        : 1.0;
+}
+
 std::optional<NcclCollectiveTime> nccl_collective_time(const topo::NetworkTuning& tuning, sched::CollectiveKind kind,
                                                        NcclAlgorithm algorithm, NcclProtocol protocol, int ranks,
                                                        int nodes, Bytes bytes) {
@@ -53,17 +60,19 @@ std::optional<NcclCollectiveTime> nccl_collective_time(const topo::NetworkTuning
   double algorithm_bw = algorithm == NcclAlgorithm::tree ? bus * 0.5 : bus * ranks / steps;
   double latency = 0.0;
   const int log_nodes = log2_floor(static_cast<std::uint64_t>(nodes));
+  // The topology's network hop (hwLat[NET]) of this protocol among a ring's or a tree's three.
+  const auto network_hop = [protocol](const SourcedValue& simple, const SourcedValue& ll, const SourcedValue& ll128) {
+    return (protocol == NcclProtocol::simple ? simple : protocol == NcclProtocol::ll ? ll : ll128).value;
+  };
   switch (algorithm) {
     case NcclAlgorithm::ring: {
       // Every step inside a node costs at least the host's network overhead (three posts with
       // Simple); 2 (nodes - 1) of an all-reduce's steps cross the network, nodes - 1 of the others'.
       const double overhead = m.network_overhead_s * (protocol == NcclProtocol::simple ? 3.0 : 1.0);
       const double intra = std::max(m.ring_node_hop_s[p], overhead);
-      const double network_hop = protocol == NcclProtocol::simple ? tuning.ring_hop_simple_s.value
-                                 : protocol == NcclProtocol::ll   ? tuning.ring_hop_ll_s.value
-                                                                  : tuning.ring_hop_ll128_s.value;
+      const double hop = network_hop(tuning.ring_hop_simple_s, tuning.ring_hop_ll_s, tuning.ring_hop_ll128_s);
       const int network_steps = (all_reduce ? 2 : 1) * (nodes - 1);
-      latency = m.ring_base_s[p] + (steps - network_steps) * intra + network_steps * network_hop;
+      latency = m.ring_base_s[p] + (steps - network_steps) * intra + network_steps * hop;
       // Once each rank's share of a channel (the communicator's rings twice the graph's) is 64 B or more.
       if (all_reduce && protocol == NcclProtocol::simple &&
           static_cast<double>(bytes) / (2.0 * channels * ranks) >= 64.0)
@@ -71,15 +80,9 @@ std::optional<NcclCollectiveTime> nccl_collective_time(const topo::NetworkTuning
       break;
     }
     case NcclAlgorithm::tree: {
-      const double network_hop = protocol == NcclProtocol::simple ? tuning.tree_hop_simple_s.value
-                                 : protocol == NcclProtocol::ll   ? tuning.tree_hop_ll_s.value
-                                                                  : tuning.tree_hop_ll128_s.value;
-      latency = m.tree_base_s[p] + 2.0 * ((per_node - 1) * m.tree_node_hop_s[p] + log_nodes * network_hop);
-      // treeCorrectionFactor, by log2(bytes / 64).
-      const std::vector<double>& factors = tuning.tree_size_factors[p];
-      const int index = log2_floor(static_cast<std::uint64_t>(bytes) >> 6);
-      if (index >= 0 && static_cast<std::size_t>(index) < factors.size())
-        algorithm_bw *= factors[static_cast<std::size_t>(index)];
+      const double hop = network_hop(tuning.tree_hop_simple_s, tuning.tree_hop_ll_s, tuning.tree_hop_ll128_s);
+      latency = m.tree_base_s[p] + 2.0 * ((per_node - 1) * m.tree_node_hop_s[p] + log_nodes * hop);
+      algorithm_bw *= tree_size_factor(tuning, protocol, bytes);
       break;
     }
     case NcclAlgorithm::nvls_tree:

@@ -33,4 +33,9 @@ std::optional<NcclCollectiveTime> nccl_collective_time(const topo::NetworkTuning
                                                        NcclAlgorithm algorithm, NcclProtocol protocol, int ranks,
                                                        int nodes, Bytes bytes);
 
+// The share of its bandwidth NCCL's tree all-reduce reaches at this size with `protocol`
+// (treeCorrectionFactor, tuning.tree_size_factors: indexed by floor(log2(bytes / 64)) as tuning.cc's
+// log2i(nBytes >> 6)); 1 outside the table or without it.
+double tree_size_factor(const topo::NetworkTuning& tuning, NcclProtocol protocol, Bytes bytes);
+
 }  // namespace fusesim::sim

@@ -152,10 +152,6 @@ struct P2pNetwork {
   SourcedValue added_latency_s;  // on top of the route's latency and the engine's step latency
 };
 
-// NCCL's tuning model between nodes (src/graph/tuning.cc), where the simulated route alone would say
-// less (docs/engine.md, "Protocols"): per protocol, the least a hop between nodes costs (hwLat[NET],
-// route and the protocol's step latency together) on a ring and on a tree, and LL's bus bandwidth
-// across nodes, which the hosts' CPU bounds (llMaxBws, by CPU vendor and node count).
 // NCCL's cost model of a collective across nodes of g >= 2 members each (src/graph/tuning.cc,
 // ncclTopoTuneModel and ncclTopoGetAlgoTime), with NCCL's constants: one latency and one algorithm
 // bandwidth per algorithm (ring, tree, NVLS tree) and protocol, the least time taken (docs/engine.md,
@@ -181,6 +177,10 @@ struct CollectiveModel {
   std::string source;
 };
 
+// NCCL's tuning model between nodes (src/graph/tuning.cc), where the simulated route alone would say
+// less (docs/engine.md, "Protocols"): per protocol, the least a hop between nodes costs (hwLat[NET],
+// route and the protocol's step latency together) on a ring and on a tree, and LL's bus bandwidth
+// across nodes, which the hosts' CPU bounds (llMaxBws, by CPU vendor and node count).
 struct NetworkTuning {
   SourcedValue ring_hop_simple_s, ring_hop_ll_s, ring_hop_ll128_s;
   SourcedValue tree_hop_simple_s, tree_hop_ll_s, tree_hop_ll128_s;
@@ -191,8 +191,8 @@ struct NetworkTuning {
   // outside that range. Empty: none.
   std::array<std::vector<double>, 3> tree_size_factors;  // simple, ll, ll128
   std::string tree_size_factors_source;
-  // Optional ("collective_model"): an all-reduce across nodes priced as NCCL prices it. Absent: by
-  // the simulated ring and tree with the network hops and caps above.
+  // Optional ("collective_model"): the collectives it lists, across nodes, priced as NCCL prices them.
+  // Absent (or a collective it does not list): the simulated ring and tree with the hops and caps above.
   std::optional<CollectiveModel> collective_model;
 };
 
