@@ -293,6 +293,8 @@ Workload parse_workload(const JsonDocument& doc) {
                 "training.attention \"flash\"");
   }
   w.eager_elementwise = t.choice_or("elementwise", {"fused", "eager"}, "fused") == "eager";
+  w.separate_projections =
+      t.choice_or("projections", {"fused", "separate"}, w.eager_elementwise ? "separate" : "fused") == "separate";
   w.hidden_dropout = t.number_or("hidden_dropout", 0.0, 0.99, 0.0);
   if (t.has("bias_grad")) {
     w.bias_grad_fused = t.choice("bias_grad", {"kernel", "fused"}) == "fused";

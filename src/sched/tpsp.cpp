@@ -172,7 +172,7 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
                              op(ctx, NormOp{ref(x, ti, RowSpan{0, n_}, h), ref(g1.shard, ti, RowSpan{0, n_}, h)}), ready[ti])};
 
   PerRank qkv = alloc(ctx, "qkv", S_, qkvn);
-  WorkFn qkv_work = gemm_work(ctx, "qkv", g1, w_qkv, qkv, h, qkvn);
+  WorkFn qkv_work = gemm_work(ctx, "qkv", g1, w_qkv, qkv, h, qkvn, false, projection_parts("qkv"));
   if (sh_.up > 1) {
     up_naming();
     qkv_work = up_work(up_.qkv_work(l, ctx.data, up_locate(g1), w_qkv, qkv), std::move(qkv_work));
@@ -246,7 +246,8 @@ Builder::LayerOut Builder::forward_layer(int l, const PerRank& x, const Deps& re
   }
 
   PerRank f = alloc(ctx, "fc1_out", S_, f1);
-  Deps d_fc1 = ag_region(with("ag+fc1"), g2, h, d_ln2, gemm_work(ctx, "fc1", g2, w1, f, h, f1));
+  Deps d_fc1 =
+      ag_region(with("ag+fc1"), g2, h, d_ln2, gemm_work(ctx, "fc1", g2, w1, f, h, f1, false, projection_parts("fc1")));
 
   PerRank act = alloc(ctx, "act", S_, fl);
   Deps d_act(static_cast<std::size_t>(t_));
@@ -397,12 +398,9 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   PerRank d_ln2_in = alloc(ctx, "ln2_grad", n_, h);
   PerRank dh1 = alloc(ctx, "h1_grad", n_, h);
   Deps d_h1 = each([&](int ti) {
-    // Eager autograd sums the input gradients of the separate gate and up projections (w1, w3).
-    std::vector<TaskId> summed = d_fc1[ti];
-    if (sh_.eager && sh_.gated) summed = {stream_kernel(ctx, ti, "fc1_dgrad_sum", "add", bytes(3 * e_ * h), e_, summed)};
     const TaskId ln = elementwise(
         ctx, ti, "ln2_bwd", model::norm_op(sh_.norm_kernel, true), 3 * e_ * h, e_, 10.0 * e_ * h,
-        op(ctx, NormBwdOp{ref(fw.h1, ti, own, h), ref(d_ln2_out, ti, own, h), ref(d_ln2_in, ti, own, h)}), summed);
+        op(ctx, NormBwdOp{ref(fw.h1, ti, own, h), ref(d_ln2_out, ti, own, h), ref(d_ln2_in, ti, own, h)}), d_fc1[ti]);
     // The residual: the layer output's gradient flows to h1 unchanged, plus the MLP branch's.
     return std::vector<TaskId>{elementwise(
         ctx, ti, "residual2_bwd", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
@@ -474,14 +472,9 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
   LayerGrad out;
   out.dx = alloc(ctx, "x_grad", n_, h);
   out.done = each([&](int ti) {
-    // Eager autograd sums the input gradients of the separate q, k and v projections: two adds.
-    std::vector<TaskId> summed = d_qkv[ti];
-    if (sh_.eager)
-      for (const char* name : {"qkv_dgrad_sum", "qkv_dgrad_sum2"})
-        summed = {stream_kernel(ctx, ti, name, "add", bytes(3 * e_ * h), e_, summed)};
     const TaskId ln = elementwise(
         ctx, ti, "ln1_bwd", model::norm_op(sh_.norm_kernel, true), 3 * e_ * h, e_, 10.0 * e_ * h,
-        op(ctx, NormBwdOp{ref(fw.x, ti, own, h), ref(d_ln1_out, ti, own, h), ref(d_ln1_in, ti, own, h)}), summed);
+        op(ctx, NormBwdOp{ref(fw.x, ti, own, h), ref(d_ln1_out, ti, own, h), ref(d_ln1_in, ti, own, h)}), d_qkv[ti]);
     return std::vector<TaskId>{elementwise(
         ctx, ti, "residual1_bwd", "add", 3 * e_ * h, e_, 1.0 * e_ * h,
         op(ctx, AddOp{ref(dh1, ti, own, h), ref(d_ln1_in, ti, own, h), ref(out.dx, ti, own, h)}), {ln})};
@@ -508,7 +501,8 @@ Builder::ColumnGrad Builder::column_parallel_backward(const OpCtx& ctx, const st
   ColumnGrad g;
   PerRank partial = alloc(ctx, name + "_dgrad_partial", S_, h);
   g.dgrad_done = rs_region(with_region(ctx, name + "_dgrad+rs"), partial, g.d_in, h, after,
-                           gemm_work(ctx, name + "_dgrad", Rows{d_out, {}}, weight, partial, n_out, h, true));
+                           gemm_work(ctx, name + "_dgrad", Rows{d_out, {}}, weight, partial, n_out, h, true,
+                                     projection_parts(name)));
   g.dw = alloc(ctx, dw_name, h, n_out);
   const Rows gathered{alloc(ctx, "ag+" + name + "_wgrad/gather", S_, h), saved_shard};
   // Megatron-LM before --async-tensor-model-parallel-allreduce: the wgrad after the all-reduce.
@@ -517,7 +511,8 @@ Builder::ColumnGrad Builder::column_parallel_backward(const OpCtx& ctx, const st
     for (int ti = 0; ti < emit_t_; ++ti) wgrad_after[ti] = merged(after[ti], g.dgrad_done[ti]);
   // Under ZB-H1 the re-gather goes with its wgrad into W, issued when the stage reaches W.
   weight_pass(wgrad_after, [this, ctx, name, gathered, h, after = wgrad_after,
-                      work = wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls())](
+                      work = wgrad_work(ctx, name + "_wgrad", gathered, Rows{d_out, {}}, g.dw, h, n_out, ag_calls(),
+                                         projection_parts(name))](
                          const Deps& now) {
     Deps ready = after;
     for (int ti = 0; ti < emit_t_; ++ti) ready[ti] = merged(after[ti], now[ti]);
@@ -1376,6 +1371,11 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   if (w.recompute == model::Recompute::op && w.parallel.up > 1)
     throw InputError(label, "$.training.recompute",
                      concat("recompute \"op\" (torchtitan's per-op checkpointing) needs up 1, not ", w.parallel.up));
+  // Ulysses projects each head group's block of QKV apart already (UlyssesEmitter); torchtitan, whose
+  // separate projections these are, has no Ulysses.
+  if (w.separate_projections && w.parallel.up > 1)
+    throw InputError(label, "$.training.projections",
+                     concat("projections \"separate\" needs up 1, not ", w.parallel.up));
   const model::Architecture& a = w.arch;
   r.shape = TpspShape{w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden,
                       a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,
@@ -1385,6 +1385,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                       w.parallel.pp_schedule == model::PipelineSchedule::zb_h1};
   r.shape.attention_time_factor = w.attention_time_factor.value;
   r.shape.norm_kernel = w.norm_kernel;
+  r.shape.separate_projections = w.separate_projections;
   r.shape.sync_tp_allreduce = !w.parallel.sequence_parallel && !w.parallel.async_tp_allreduce;
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };

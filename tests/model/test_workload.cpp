@@ -717,6 +717,16 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
   CHECK(!d.eager_elementwise);
   CHECK(parse(with([](json& x) { x["training"]["elementwise"] = "eager"; })).eager_elementwise);
   CHECK(!parse(with([](json& x) { x["training"]["elementwise"] = "fused"; })).eager_elementwise);
+  // Projections: fused (Megatron's linear_qkv) unless the file says separate; eager element-wise is
+  // torchtitan's eager Llama code, whose q, k, v are separate linears, unless the file says fused.
+  CHECK(!d.separate_projections);
+  CHECK(parse(with([](json& x) { x["training"]["projections"] = "separate"; })).separate_projections);
+  CHECK(parse(with([](json& x) { x["training"]["elementwise"] = "eager"; })).separate_projections);
+  CHECK(!parse(with([](json& x) {
+           x["training"]["elementwise"] = "eager";
+           x["training"]["projections"] = "fused";
+         })).separate_projections);
+  expect_error(with([](json& x) { x["training"]["projections"] = "split"; }), "$.training.projections");
   // The norms' kernel: the fused training kernel unless the file names another.
   CHECK(d.norm_kernel == model::NormKernel::fused);
   CHECK(parse(with([](json& x) { x["training"]["norm_kernel"] = "eager"; })).norm_kernel == model::NormKernel::eager);

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -516,24 +517,31 @@ TEST_CASE("ZeRO-3's gathers and reduce-scatters run on the DP communicator one a
   }
 }
 
-TEST_CASE("Per-op recomputation is refused with Ulysses, naming the key", "[step]") {
+TEST_CASE("Per-op recomputation and separate projections are refused with Ulysses, naming the key", "[step]") {
   // torchtitan's policy re-runs K's projection; with Ulysses K would also cross the all-to-all again,
-  // which the recomputation does not emit: the generator refuses rather than under-count.
+  // which the recomputation does not emit: the generator refuses rather than under-count. Ulysses
+  // projects each head group's block of QKV apart already, so separate projections are refused too
+  // (torchtitan, whose policy and projections these are, has no Ulysses).
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
-  model::Workload w = model::load_workload("llama-3-8b-ulysses");
-  w.arch.layers = 1;
-  w.recompute = model::Recompute::op;
-  GenerateOptions o;
-  o.scope = Scope::layer;
-  try {
-    generate(w, "llama-3-8b-ulysses", c, ScheduleKind::baseline, o);
-    FAIL("per-op recomputation with up 4 was accepted");
-  } catch (const fusesim::InputError& e) {
-    CHECK(e.json_path() == "$.training.recompute");
-    CHECK(e.file() == "llama-3-8b-ulysses");
+  const std::vector<std::pair<std::string, std::function<void(model::Workload&)>>> refused{
+      {"$.training.recompute", [](model::Workload& w) { w.recompute = model::Recompute::op; }},
+      {"$.training.projections", [](model::Workload& w) { w.separate_projections = true; }}};
+  for (const auto& [path, set] : refused) {
+    model::Workload w = model::load_workload("llama-3-8b-ulysses");
+    w.arch.layers = 1;
+    set(w);
+    GenerateOptions o;
+    o.scope = Scope::layer;
+    try {
+      generate(w, "llama-3-8b-ulysses", c, ScheduleKind::baseline, o);
+      FAIL(path << " with up 4 was accepted");
+    } catch (const fusesim::InputError& e) {
+      CHECK(e.json_path() == path);
+      CHECK(e.file() == "llama-3-8b-ulysses");
+    }
+    w.parallel.up = 1;
+    CHECK_NOTHROW(generate(w, "llama-3-8b-ulysses", c, ScheduleKind::baseline, o));
   }
-  w.parallel.up = 1;
-  CHECK_NOTHROW(generate(w, "llama-3-8b-ulysses", c, ScheduleKind::baseline, o));
 }
 
 TEST_CASE("Per-op recomputation re-runs the GEMMs whose outputs the backward reads and no policy saved", "[step]") {

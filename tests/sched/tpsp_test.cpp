@@ -343,7 +343,10 @@ TEST_CASE("Rotary embedding and eager element-wise kernels add the bytes they st
   r.shape.rotary = true;
   const auto fused = generate_tpsp(r).graph;
   r.shape.eager = true;
+  r.shape.separate_projections = true;  // torchtitan's eager Llama (the workload's default with eager)
   const auto eager = generate_tpsp(r).graph;
+  r.shape.eager = false;
+  const auto separate = generate_tpsp(r).graph;
   const auto has = [](const TaskGraph& g, const std::string& op) { return !ops_on(g, 0, op).empty(); };
   const std::int64_t S = 8192, q = 4096, kv = 1024, f = 14336, h = 4096;
   // Fused: one rope kernel each way, reading and writing q and k once in bf16: 2 x S x (q + kv) x 2 B.
@@ -380,10 +383,70 @@ TEST_CASE("Rotary embedding and eager element-wise kernels add the bytes they st
   CHECK(ew(eager, "qkv_dgrad_sum").bytes == 3 * S * h * 2);
   CHECK(ew(eager, "qkv_dgrad_sum2").bytes == 3 * S * h * 2);
   CHECK(ew(eager, "fc1_dgrad_sum").bytes == 3 * S * h * 2);
-  // Counted: plain + 6 rope + 2 repeat + 2 act + 2 copies + 3 sums.
-  CHECK(eager.size() == plain.size() + 15);
+  // Counted against the separate projections' graph (whose GEMMs and sums these are): its 2 fused rope
+  // kernels out, 6 rope + 2 repeat + 2 act + 2 copies in, and one more sum (eager adds two at a time:
+  // q/k/v's in two kernels where torch.compile's one reads three) ...
+  CHECK(eager.size() == separate.size() - 2 + 12 + 1);
+  // ... over the fused graph's: 2 more forward GEMMs for q/k/v and 1 for gate/up, as many dgrads and
+  // wgrads (9), and the fused rope's 2 kernels, each of q/k/v and gate/up's input-gradient sums (2).
+  CHECK(separate.size() == plain.size() + 9 + 2 + 2);
   // None of it is model math: the GEMM FLOPs of the layer are those of the plain graph.
   CHECK(ew(eager, "rope_mul").flops == 0.0);
+}
+
+TEST_CASE("Separate projections: one GEMM per linear, their input gradients summed before the RS", "[sched][tpsp]") {
+  // torchtitan's Llama 3.1 8B layer at TP 8, s 8192, micro-batch 1, bf16: S = 8192 rows, h 4096; per
+  // rank q 32 / 8 x 128 = 512 columns, k and v 8 / 8 x 128 = 128 each (QKV 768 fused), FFN
+  // 14336 / 8 = 1792 per branch (FC1 3584 fused).
+  TpspRequest r;
+  r.shape = TpspShape{8, 1, 1, 8192, 1, 4096, 32, 8, 128, 14336, true, true, 1, topo::Dtype::bf16, false};
+  r.kind = ScheduleKind::baseline;
+  const auto fused = generate_tpsp(r).graph;
+  r.shape.separate_projections = true;
+  const auto sep = generate_tpsp(r).graph;
+  const std::int64_t S = 8192, h = 4096, q = 512, kv = 128, f = 1792;
+  auto gemm = [&](const TaskGraph& g, const std::string& op) {
+    return std::get<model::GemmKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
+  };
+  auto same = [](const model::GemmKernel& k, std::int64_t m, std::int64_t n, std::int64_t kk) {
+    return k.m == m && k.n == n && k.k == kk;
+  };
+  CHECK(same(gemm(fused, "qkv"), S, q + 2 * kv, h));
+  CHECK(ops_on(sep, 0, "qkv").empty());
+  // Forward: [S, h] x [h, N] per projection.
+  CHECK(same(gemm(sep, "qkv.q"), S, q, h));
+  CHECK(same(gemm(sep, "qkv.k"), S, kv, h));
+  CHECK(same(gemm(sep, "qkv.v"), S, kv, h));
+  CHECK(same(gemm(sep, "fc1.gate"), S, f, h));
+  CHECK(same(gemm(sep, "fc1.up"), S, f, h));
+  // dgrad: [S, N] x [N, h] per projection, contracting over its own columns.
+  CHECK(same(gemm(sep, "qkv_dgrad.q"), S, h, q));
+  CHECK(same(gemm(sep, "qkv_dgrad.v"), S, h, kv));
+  CHECK(same(gemm(sep, "fc1_dgrad.up"), S, h, f));
+  // wgrad: [h, S] x [S, N] per projection, the last one completing the gradient.
+  CHECK(same(gemm(sep, "qkv_wgrad.k"), h, kv, S));
+  CHECK(same(gemm(sep, "qkv_wgrad.v"), h, kv, S));
+  CHECK(same(gemm(sep, "fc1_wgrad.gate"), h, f, S));
+  // torch.compile sums the three [S, h] input gradients in one kernel (reads three, writes one) and the
+  // two of gate/up in another (reads two, writes one), bf16, on all S rows: before the reduce-scatter,
+  // whose input the sum is.
+  CHECK(ew(sep, "qkv_dgrad_sum").bytes == 4 * S * h * 2);
+  CHECK(ew(sep, "fc1_dgrad_sum").bytes == 3 * S * h * 2);
+  const Task* sum = ops_on(sep, 0, "qkv_dgrad_sum").at(0);
+  bool rs_waits_for_sum = false;
+  for (const Task* rs : ops_on(sep, 0, "reduce_scatter")) {
+    TaskId id = 0;
+    while (&sep.task(id) != rs) ++id;
+    for (TaskId p : sep.predecessors(id)) rs_waits_for_sum |= &sep.task(p) == sum;
+  }
+  CHECK(rs_waits_for_sum);
+  // The same arithmetic: the layer's FLOPs are the fused layer's.
+  double fused_flops = 0.0, sep_flops = 0.0;
+  for (TaskId id = 0; id < fused.size(); ++id)
+    if (const auto* c = std::get_if<ComputeTask>(&fused.task(id).kind)) fused_flops += model::kernel_flops(c->kernel);
+  for (TaskId id = 0; id < sep.size(); ++id)
+    if (const auto* c = std::get_if<ComputeTask>(&sep.task(id).kind)) sep_flops += model::kernel_flops(c->kernel);
+  CHECK(sep_flops == fused_flops);
 }
 
 TEST_CASE("Bias gradients: one reduction per linear over the rows of its output gradient", "[sched][tpsp]") {

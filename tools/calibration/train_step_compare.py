@@ -120,6 +120,9 @@ def predict(fusesim, topology, repo, cfg, extra):
         # torch.compile fuses the element-wise ops around the GEMMs ("fused").
         w["model"]["rotary_embedding"] = True
         w["training"]["elementwise"] = "fused" if cfg.get("compile") else "eager"
+    # train_step.py's "separate": q, k, v and the gate and up halves as linears of their own, as
+    # torchtitan's Llama has them; otherwise one fused QKV and one FC1 linear.
+    w["training"]["projections"] = "separate" if cfg.get("separate") else "fused"
     if "fp8" in cfg:
         # torchao's float8 linears (fusesim dtype fp8) or bf16; one GPU gathers no parameters.
         w["training"]["dtype"] = "fp8" if cfg["fp8"] else "bf16"

@@ -250,6 +250,11 @@ struct Workload {
   // without torch.compile, each its own kernel (sched::TpspShape::eager); "fused" (default): as
   // Megatron-LM, Transformer Engine and torch.compile fuse them.
   bool eager_elementwise = false;
+  // $.training.projections "separate": q, k and v, and the gate and up halves of a gated FFN, are
+  // linears of their own (torchtitan's Llama, Hugging Face's), not one fused GEMM each (Megatron-LM's
+  // linear_qkv and linear_fc1) (sched::TpspShape::separate_projections). Default: "separate" with
+  // elementwise "eager" (torchtitan's eager Llama code), else "fused".
+  bool separate_projections = false;
   // $.training.bias_grad "fused": the bias gradients come out of the wgrad GEMMs' epilogue, as
   // Transformer Engine computes them (cuBLASLt's BGRADB); "kernel" (default): each a reduction kernel
   // of its own, as PyTorch's and Megatron-LM's linear layers compute grad_output.sum(0).

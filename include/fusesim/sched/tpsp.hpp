@@ -52,8 +52,8 @@ struct TpspShape {
   // complex fp32 form (a cast up, a complex multiply, a cast down, each way), SwiGLU as silu then a
   // multiply (backward: two multiplies, then silu's backward), K and V repeated to the query heads
   // before attention (grouped-query attention) and summed back after, the attention output made
-  // contiguous (and its gradient), and the input gradients of the separate q/k/v and gate/up
-  // projections summed by add kernels. Each is a kernel of its own, priced by the bytes it streams.
+  // contiguous (and its gradient), and the separate projections' input gradients summed two at a
+  // time. Each is a kernel of its own, priced by the bytes it streams.
   bool eager = false;
   // $.model.bias without $.training.bias_grad "fused": the backward sums each linear's output
   // gradient over its rows in a reduction kernel of its own (Builder::backward_layer).
@@ -70,6 +70,11 @@ struct TpspShape {
   bool zero_bubble = false;
   // $.training.attention_time_factor (model::AttentionKernel::time_factor) of every attention kernel.
   double attention_time_factor = 1.0;
+  // $.training.projections "separate" (torchtitan's Llama: wq, wk, wv and w1, w3 as nn.Linear each):
+  // the QKV and gated FC1 GEMMs, their dgrads and wgrads run as one GEMM per projection, and the
+  // dgrads' outputs are summed by element-wise adds before the reduce-scatter (Builder::projection_parts).
+  // Set by name: the positional initializers of TpspShape (tpsp_request, tests) stop before it.
+  bool separate_projections = false;
   // $.training.norm_kernel: the ops the norms are emitted as (model::norm_op).
   model::NormKernel norm_kernel = model::NormKernel::fused;
   // Without sequence parallelism under the baseline schedule (strategy/tp_allreduce.cpp): the

@@ -429,12 +429,31 @@ class Builder {
   void piece_ag_gemm();
   void piece_gemm_rs();
 
+  // A projection run as separate linears (TpspShape::separate_projections): one column block of its
+  // weight each, named op + suffix.
+  struct Part {
+    const char* suffix;
+    std::int64_t col0, cols;
+  };
+  // The parts of the column-parallel projection `name` ("qkv", "fc1"); empty when it is one GEMM.
+  std::vector<Part> projection_parts(const std::string& name) const {
+    if (!sh_.separate_projections) return {};
+    const std::int64_t qn = sh_.q_local(), kvn = sh_.kv_local(), fl = sh_.ffn_local();
+    if (name == "qkv") return {Part{".q", 0, qn}, Part{".k", qn, kvn}, Part{".v", qn + kvn, kvn}};
+    if (name == "fc1" && sh_.gated) return {Part{".gate", 0, fl}, Part{".up", fl, fl}};
+    return {};
+  }
+
   // C[rows, :nn] = A[rows, :k] x op(B): a forward GEMM, or a dgrad (transpose_b: the weight shard
   // used as B^T). One buffer of A per call: the rows of one call never mix the shard and the gather
   // buffer (Fuse-AG and t = 1 pass one chunk, baseline and slice read the gather buffer only).
+  // `parts`: separate linears (projection_parts). Forward, each computes its column block of C; a
+  // dgrad's parts each contract over their block (the first writes C, the others add to it, as the sum
+  // autograd takes), and their outputs are then summed by element-wise adds that the dataflow does
+  // not model (it accumulates in place): eager PyTorch adds two at a time, torch.compile in one kernel.
   WorkFn gemm_work(const OpCtx& ctx, std::string name, const Rows& a, const PerRank& b, const PerRank& c,
-                   std::int64_t k, std::int64_t nn, bool transpose_b = false) {
-    return [this, ctx, name, a, b, c, k, nn, transpose_b](int ti, int, const std::vector<RowSpan>& rows, bool) {
+                   std::int64_t k, std::int64_t nn, bool transpose_b = false, std::vector<Part> parts = {}) {
+    return [this, ctx, name, a, b, c, k, nn, transpose_b, parts](int ti, int, const std::vector<RowSpan>& rows, bool) {
       GemmOp g;
       std::int64_t m = 0;
       for (const RowSpan& s : rows) {
@@ -452,17 +471,49 @@ class Builder {
         g.c_cols = nn;
         g.transpose_b = transpose_b;
       }
-      return std::vector<Work>{Work{name, model::GemmKernel{m, nn, k, 1}, op(ctx, std::move(g))}};
+      if (parts.empty()) return std::vector<Work>{Work{name, model::GemmKernel{m, nn, k, 1}, op(ctx, std::move(g))}};
+      std::vector<Work> out;
+      for (const Part& p : parts) {
+        GemmOp pg = g;
+        if (ctx.data) {
+          pg.b_col0 = p.col0;
+          pg.b_cols = p.cols;
+          if (transpose_b) {
+            pg.a_col0 = p.col0;
+            pg.a_cols = p.cols;
+            pg.accumulate = !out.empty();
+          } else {
+            pg.c_col0 = p.col0;
+            pg.c_cols = p.cols;
+          }
+        }
+        const model::GemmKernel kernel =
+            transpose_b ? model::GemmKernel{m, nn, p.cols, 1} : model::GemmKernel{m, p.cols, k, 1};
+        out.push_back(Work{name + p.suffix, kernel, op(ctx, std::move(pg))});
+      }
+      if (transpose_b) {
+        const auto n = static_cast<std::int64_t>(parts.size());
+        if (sh_.eager)
+          for (std::int64_t i = 1; i < n; ++i)
+            out.push_back(Work{i == 1 ? name + "_sum" : concat(name, "_sum", i),
+                               model::ElementwiseKernel{"add", bytes(3 * m * nn), 0.0, m}, -1});
+        else
+          out.push_back(Work{name + "_sum", model::ElementwiseKernel{"add", bytes((n + 1) * m * nn), 0.0, m}, -1});
+      }
+      return out;
     };
   }
   // dW[a_cols, b_cols] (+)= A[rows]^T B[rows]: a weight gradient, written by the region's first call
   // and accumulated by the later ones. `calls`: how many calls per rank the region makes; the last
   // one completes the gradient and hands it to the DP sync (dp_wgrad).
+  // `parts`: separate linears (projection_parts), each the weight gradient of its column block; the
+  // last one completes the gradient.
   WorkFn wgrad_work(const OpCtx& ctx, std::string name, const Rows& a, const Rows& b, const PerRank& c,
-                    std::int64_t a_cols, std::int64_t b_cols, int calls = 1) {
+                    std::int64_t a_cols, std::int64_t b_cols, int calls = 1, std::vector<Part> parts = {}) {
     auto seen = std::make_shared<std::vector<int>>(static_cast<std::size_t>(t_), 0);
-    return [this, ctx, name, a, b, c, a_cols, b_cols, calls, seen](int ti, int, const std::vector<RowSpan>& rows,
-                                                                    bool first) {
+    if (parts.empty()) parts.push_back(Part{"", 0, b_cols});
+    return [this, ctx, name, a, b, c, a_cols, b_cols, calls, seen, parts](int ti, int, const std::vector<RowSpan>& rows,
+                                                                           bool first) {
       WgradOp w;
       std::int64_t k = 0;
       for (const RowSpan& s : rows) k += s.rows;
@@ -473,9 +524,28 @@ class Builder {
         w.accumulate = !first;
         w.blocks = wgrad_blocks(a, b, ti, rows);
       }
-      if (dp_active_ && ++(*seen)[static_cast<std::size_t>(ti)] == calls)
-        return std::vector<Work>{dp_wgrad(ctx, name, c, ti, a_cols, b_cols, k, std::move(w))};
-      return std::vector<Work>{Work{name, model::GemmKernel{a_cols, b_cols, k, 1, /*accumulate_fp32=*/true}, op(ctx, std::move(w)), {}}};
+      const bool completes = dp_active_ && ++(*seen)[static_cast<std::size_t>(ti)] == calls;
+      const bool whole = parts.size() == 1;
+      std::vector<Work> out;
+      for (const Part& p : parts) {
+        WgradOp pw = w;
+        if (ctx.data && !whole) {
+          pw.b_col0 = p.col0;
+          pw.b_cols = p.cols;
+          pw.c_col0 = p.col0;
+        }
+        const std::string op_name = name + p.suffix;
+        if (completes && &p == &parts.back()) {
+          // The DP sync's gradient keeps the whole weight's name and shape.
+          Work last = dp_wgrad(ctx, name, c, ti, a_cols, b_cols, k, std::move(pw), whole ? 0 : p.cols);
+          last.op = op_name;
+          out.push_back(std::move(last));
+        } else {
+          out.push_back(Work{op_name, model::GemmKernel{a_cols, p.cols, k, 1, /*accumulate_fp32=*/true},
+                             op(ctx, std::move(pw)), {}});
+        }
+      }
+      return out;
     };
   }
   // `gemm_cols`: the GEMM's width when it computes only a column block of the gradient (0: all).
