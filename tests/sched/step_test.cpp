@@ -195,6 +195,37 @@ TEST_CASE("Gradient accumulation: DP syncs only during the last micro-batch", "[
   CHECK(fused_pieces == 3 * 4 * 4);
 }
 
+TEST_CASE("Separate projections in a step: the DP sync takes each weight once, after its last part", "[step][dp]") {
+  // tp 2 x dp 2, two micro-batches, the test shape gated (SwiGLU: q/k/v and gate/up each split). The
+  // wgrad of QKV runs as qkv_wgrad.q, .k, .v on the compute stream, the last handing the whole
+  // gradient to the DP sync (CommFuse over DP: the last part cut into its row pieces): as many DP
+  // pieces and the same FLOPs as with the fused projections.
+  for (auto dp_kind : {ScheduleKind::baseline, ScheduleKind::commfuse}) {
+    TpspRequest r = request(2, 2, Scope::step, 2);
+    r.shape.gated = true;
+    r.dp_kind = dp_kind;
+    const Schedule fused = generate_tpsp(r);
+    r.shape.separate_projections = true;
+    const Schedule sep = generate_tpsp(r);
+    validate(sep.graph);
+    const auto count = [](const TaskGraph& g, const std::string& part) {
+      int n = 0;
+      double flops = 0.0;
+      for (TaskId id = 0; id < g.size(); ++id) {
+        n += g.task(id).name.find(part) != std::string::npos;
+        if (const auto* c = std::get_if<ComputeTask>(&g.task(id).kind)) flops += model::kernel_flops(c->kernel);
+      }
+      return std::pair{n, flops};
+    };
+    CHECK(count(sep.graph, "/dp0").first == count(fused.graph, "/dp0").first);
+    CHECK(count(sep.graph, "").second == count(fused.graph, "").second);
+    // One q part and one gate part per layer, rank and micro-batch (baseline TP: one wgrad call per
+    // region): 4 ranks x 2 micro-batches x 3 layers.
+    CHECK(count(sep.graph, "qkv_wgrad.q").first == 4 * 2 * 3);
+    CHECK(count(sep.graph, "fc1_wgrad.gate").first == 4 * 2 * 3);
+  }
+}
+
 TEST_CASE("overlap_param_gather: ZeRO-1/2's parameter gather moves into the first forward, layer by layer",
           "[step][dp]") {
   // tp 2 x dp 2, ZeRO-1, two micro-batches. Without overlap: the updated parameters are all-gathered
