@@ -1,10 +1,11 @@
-// What the schedule tests share: the small TP shape whose counts they derive by hand, and task
-// counts per rank by kind.
+// What the schedule tests share: the small TP shape whose counts they derive by hand, task counts
+// per rank by kind, and a graph's FLOPs.
 #pragma once
 
 #include <map>
 #include <variant>
 
+#include "fusesim/model/kernel.hpp"
 #include "fusesim/sched/dag.hpp"
 #include "fusesim/sched/tpsp.hpp"
 
@@ -26,6 +27,14 @@ inline TpspShape small_tp_shape(int t, std::int64_t batch = 1) {
   s.gated = true;
   s.layers = 2;
   return s;
+}
+
+// The FLOPs of every compute task of `g` (model::kernel_flops).
+inline double graph_flops(const TaskGraph& g) {
+  double flops = 0.0;
+  for (TaskId id = 0; id < g.size(); ++id)
+    if (const auto* c = std::get_if<ComputeTask>(&g.task(id).kind)) flops += model::kernel_flops(c->kernel);
+  return flops;
 }
 
 struct TaskCount {

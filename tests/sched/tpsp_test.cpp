@@ -42,6 +42,11 @@ model::ElementwiseKernel ew(const TaskGraph& g, const std::string& op) {
   return std::get<model::ElementwiseKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
 }
 
+// The GEMM of rank 0's first task of `op`.
+model::GemmKernel gemm_of(const TaskGraph& g, const std::string& op) {
+  return std::get<model::GemmKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
+}
+
 }  // namespace
 
 TEST_CASE("task counts per rank of AG+GEMM and GEMM+RS in every schedule", "[sched][tpsp]") {
@@ -198,7 +203,7 @@ TEST_CASE("GEMM shapes of Llama-3-70B at TP 8 count GQA and the gated MLP", "[sc
   r.kind = ScheduleKind::baseline;
   r.options.backward = false;
   const auto g = generate_tpsp(r).graph;
-  auto gemm = [&](const std::string& op) { return std::get<model::GemmKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel); };
+  auto gemm = [&](const std::string& op) { return gemm_of(g, op); };
   // QKV: N = (q_width + 2 kv_width) / t = (64x128 + 2x8x128) / 8 = (8192 + 2048) / 8 = 1280, K = h = 8192,
   // M = s x b = 8192 (the gathered sequence).
   CHECK(gemm("qkv").n == 1280);
@@ -220,7 +225,7 @@ TEST_CASE("GEMM shapes of Llama-3-70B at TP 8 count GQA and the gated MLP", "[sc
   r.shape.tp = 16;
   r.shape.seq = 8192;
   const auto g16 = generate_tpsp(r).graph;
-  CHECK(std::get<model::GemmKernel>(std::get<ComputeTask>(ops_on(g16, 0, "qkv").at(0)->kind).kernel).n == 768);
+  CHECK(gemm_of(g16, "qkv").n == 768);
   CHECK(r.shape.kv_head0(3) == 1);  // rank 3 holds query heads 12..15, group of 8 -> kv head 1
 }
 
@@ -246,15 +251,12 @@ TEST_CASE("Without sequence parallelism every TP rank runs the norms and residua
   CHECK(ew(sp, "residual1").bytes == 3 * 1024 * 8192 * 2);
   // The activation runs on its FFN columns of the whole sequence either way; the GEMMs are the same.
   CHECK(ew(no_sp, "act").bytes == ew(sp, "act").bytes);
-  const auto gemm = [](const TaskGraph& g, const std::string& op) {
-    return std::get<model::GemmKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
-  };
   for (const std::string op : {"qkv", "out_proj", "fc1", "fc2", "qkv_dgrad", "fc1_dgrad", "fc2_dgrad", "out_proj_dgrad",
                                "qkv_wgrad", "fc1_wgrad"}) {
     INFO(op);
-    CHECK(gemm(no_sp, op).m == gemm(sp, op).m);
-    CHECK(gemm(no_sp, op).n == gemm(sp, op).n);
-    CHECK(gemm(no_sp, op).k == gemm(sp, op).k);
+    CHECK(gemm_of(no_sp, op).m == gemm_of(sp, op).m);
+    CHECK(gemm_of(no_sp, op).n == gemm_of(sp, op).n);
+    CHECK(gemm_of(no_sp, op).k == gemm_of(sp, op).k);
   }
 }
 
@@ -405,28 +407,25 @@ TEST_CASE("Separate projections: one GEMM per linear, their input gradients summ
   r.shape.separate_projections = true;
   const auto sep = generate_tpsp(r).graph;
   const std::int64_t S = 8192, h = 4096, q = 512, kv = 128, f = 1792;
-  auto gemm = [&](const TaskGraph& g, const std::string& op) {
-    return std::get<model::GemmKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
-  };
   auto same = [](const model::GemmKernel& k, std::int64_t m, std::int64_t n, std::int64_t kk) {
     return k.m == m && k.n == n && k.k == kk;
   };
-  CHECK(same(gemm(fused, "qkv"), S, q + 2 * kv, h));
+  CHECK(same(gemm_of(fused, "qkv"), S, q + 2 * kv, h));
   CHECK(ops_on(sep, 0, "qkv").empty());
   // Forward: [S, h] x [h, N] per projection.
-  CHECK(same(gemm(sep, "qkv.q"), S, q, h));
-  CHECK(same(gemm(sep, "qkv.k"), S, kv, h));
-  CHECK(same(gemm(sep, "qkv.v"), S, kv, h));
-  CHECK(same(gemm(sep, "fc1.gate"), S, f, h));
-  CHECK(same(gemm(sep, "fc1.up"), S, f, h));
+  CHECK(same(gemm_of(sep, "qkv.q"), S, q, h));
+  CHECK(same(gemm_of(sep, "qkv.k"), S, kv, h));
+  CHECK(same(gemm_of(sep, "qkv.v"), S, kv, h));
+  CHECK(same(gemm_of(sep, "fc1.gate"), S, f, h));
+  CHECK(same(gemm_of(sep, "fc1.up"), S, f, h));
   // dgrad: [S, N] x [N, h] per projection, contracting over its own columns.
-  CHECK(same(gemm(sep, "qkv_dgrad.q"), S, h, q));
-  CHECK(same(gemm(sep, "qkv_dgrad.v"), S, h, kv));
-  CHECK(same(gemm(sep, "fc1_dgrad.up"), S, h, f));
+  CHECK(same(gemm_of(sep, "qkv_dgrad.q"), S, h, q));
+  CHECK(same(gemm_of(sep, "qkv_dgrad.v"), S, h, kv));
+  CHECK(same(gemm_of(sep, "fc1_dgrad.up"), S, h, f));
   // wgrad: [h, S] x [S, N] per projection, the last one completing the gradient.
-  CHECK(same(gemm(sep, "qkv_wgrad.k"), h, kv, S));
-  CHECK(same(gemm(sep, "qkv_wgrad.v"), h, kv, S));
-  CHECK(same(gemm(sep, "fc1_wgrad.gate"), h, f, S));
+  CHECK(same(gemm_of(sep, "qkv_wgrad.k"), h, kv, S));
+  CHECK(same(gemm_of(sep, "qkv_wgrad.v"), h, kv, S));
+  CHECK(same(gemm_of(sep, "fc1_wgrad.gate"), h, f, S));
   // torch.compile sums the three [S, h] input gradients in one kernel (reads three, writes one) and the
   // two of gate/up in another (reads two, writes one), bf16, on all S rows: before the reduce-scatter,
   // whose input the sum is.
@@ -441,12 +440,7 @@ TEST_CASE("Separate projections: one GEMM per linear, their input gradients summ
   }
   CHECK(rs_waits_for_sum);
   // The same arithmetic: the layer's FLOPs are the fused layer's.
-  double fused_flops = 0.0, sep_flops = 0.0;
-  for (TaskId id = 0; id < fused.size(); ++id)
-    if (const auto* c = std::get_if<ComputeTask>(&fused.task(id).kind)) fused_flops += model::kernel_flops(c->kernel);
-  for (TaskId id = 0; id < sep.size(); ++id)
-    if (const auto* c = std::get_if<ComputeTask>(&sep.task(id).kind)) sep_flops += model::kernel_flops(c->kernel);
-  CHECK(sep_flops == fused_flops);
+  CHECK(test::graph_flops(sep) == test::graph_flops(fused));
 }
 
 TEST_CASE("Bias gradients: one reduction per linear over the rows of its output gradient", "[sched][tpsp]") {

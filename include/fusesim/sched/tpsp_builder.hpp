@@ -525,11 +525,10 @@ class Builder {
         w.blocks = wgrad_blocks(a, b, ti, rows);
       }
       const bool completes = dp_active_ && ++(*seen)[static_cast<std::size_t>(ti)] == calls;
-      const bool whole = parts.size() == 1;
       std::vector<Work> out;
       for (const Part& p : parts) {
         WgradOp pw = w;
-        if (ctx.data && !whole) {
+        if (ctx.data) {
           pw.b_col0 = p.col0;
           pw.b_cols = p.cols;
           pw.c_col0 = p.col0;
@@ -537,7 +536,7 @@ class Builder {
         const std::string op_name = name + p.suffix;
         if (completes && &p == &parts.back()) {
           // The DP sync's gradient keeps the whole weight's name and shape.
-          Work last = dp_wgrad(ctx, name, c, ti, a_cols, b_cols, k, std::move(pw), whole ? 0 : p.cols);
+          Work last = dp_wgrad(ctx, name, c, ti, a_cols, b_cols, k, std::move(pw), p.cols);
           last.op = op_name;
           out.push_back(std::move(last));
         } else {
