@@ -343,6 +343,12 @@ Workload parse_workload(const JsonDocument& doc) {
       v.fail(fmt::format("overlap_param_gather needs dp_sharding zero1 or zero2 (the distributed optimizer), not {}",
                          to_string(w.parallel.dp_sharding)));
   }
+  if (auto f = p.find("fsdp")) {
+    w.parallel.fsdp = p.choice("fsdp", {"fsdp1", "fsdp2"}) == "fsdp1" ? FsdpImpl::fsdp1 : FsdpImpl::fsdp2;
+    if (w.parallel.dp_sharding != DpSharding::zero3)
+      f->fail(fmt::format("fsdp says which FSDP shards the parameters: it needs dp_sharding zero3, not {}",
+                          to_string(w.parallel.dp_sharding)));
+  }
   if (auto sp = p.find("sequence_parallel")) {
     w.parallel.sequence_parallel = sp->as_bool();
     if (!w.parallel.sequence_parallel && w.parallel.up > 1)

@@ -417,21 +417,24 @@ std::vector<TaskId> DpSync::collective(int rank, CollectiveKind kind, const std:
   RankState& st = ranks_[rank];
   const int t = cfg_.dp, r = replica(rank);
   Bytes total = 0;
+  std::int64_t elements = 0;
   bool data = prog_ != nullptr;
   for (int j : idx) {
     const std::int64_t n = st.grads[static_cast<std::size_t>(j)].g.elements();
+    elements += n;
     total += params ? param_bytes(n) : bytes(n);
     data = data && st.grads[static_cast<std::size_t>(j)].g.buffer >= 0;
   }
-  if (cfg_.as_p2p) {
-    TaskLabels l;
-    l.region = region(region_name);
-    l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
-    l.phase = params ? Phase::optimizer : Phase::backward;
-    l.op = "dp_" + to_string(kind);
-    return p2p_collective(rank, kind, total, concat(region_name, "/", to_string(kind)),
-                          comm_.collective_stream, l, deps, idx);
-  }
+  TaskLabels l;
+  l.region = region(region_name);
+  l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
+  l.phase = params ? Phase::optimizer : Phase::backward;
+  l.op = "dp_" + to_string(kind);
+  const std::vector<TaskId> ready =
+      kind == CollectiveKind::reduce_scatter && !params ? pack_gradients(rank, region_name, l, elements, deps) : deps;
+  if (cfg_.as_p2p)
+    return p2p_collective(rank, kind, total, concat(region_name, "/", to_string(kind)), comm_.collective_stream, l,
+                          ready, idx);
   const std::int64_t instance = kDpInstance0 + st.collectives++ * cfg_.members + member(rank);
   std::int32_t data_op = -1;
   if (data) {
@@ -477,14 +480,9 @@ std::vector<TaskId> DpSync::collective(int rank, CollectiveKind kind, const std:
     }
     data_op = op(std::move(cop));
   }
-  TaskLabels l;
-  l.region = region(region_name);
-  l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
-  l.phase = params ? Phase::optimizer : Phase::backward;
-  l.op = "dp_" + to_string(kind);
   return {add(rank, concat(region_name, "/", to_string(kind)), comm_.collective_stream,
               CollectiveTask{kind, group(rank), total, instance, comm_.collective_engine, comm_.sms}, std::move(l),
-              data_op, deps)};
+              data_op, ready)};
 }
 
 std::vector<TaskId> DpSync::finish_backward(int rank, const std::vector<TaskId>& after) {
@@ -535,6 +533,16 @@ std::vector<TaskId> DpSync::gather_updated(int rank, const std::vector<TaskId>& 
   return ends;
 }
 
+std::int64_t DpSync::gathered_bytes_per_element(int layer) const {
+  return topo::bytes_per_element(layer >= 0 && cfg_.layer_gather_dtype ? *cfg_.layer_gather_dtype : cfg_.dtype);
+}
+
+TaskId DpSync::copy_task(int rank, const std::string& name, StreamRef stream, Bytes bytes_, TaskLabels labels,
+                         const std::vector<TaskId>& deps) {
+  return add(rank, name, stream, ComputeTask{model::ElementwiseKernel{"copy", bytes_, 0.0}, cfg_.dtype, false},
+             std::move(labels), -1, deps);
+}
+
 std::vector<TaskId> DpSync::gather_layer(int rank, const std::string& name, int layer, std::int64_t elements,
                                          const std::vector<TaskId>& deps) {
   TaskLabels l;
@@ -542,11 +550,53 @@ std::vector<TaskId> DpSync::gather_layer(int rank, const std::string& name, int 
   l.layer = layer;
   l.phase = name.find("/bwd") != std::string::npos ? Phase::backward : Phase::forward;
   l.op = "dp_param_all_gather";
-  const Bytes gathered = layer >= 0 && cfg_.layer_gather_dtype
-                             ? elements * topo::bytes_per_element(*cfg_.layer_gather_dtype)
-                             : param_bytes(elements);
-  return timing_collective(rank, CollectiveKind::all_gather, gathered, name + "/dp_param_ag", comm_.gather_stream,
-                           std::move(l), deps);
+  const std::int64_t g = gathered_bytes_per_element(layer);
+  std::vector<TaskId> ready = deps;
+  if (cfg_.fsdp) {
+    // The shard (an even share, padded as FSDP pads it) cast from its fp32 sharded parameter, and with
+    // FSDP2 copied into the all-gather's input, on a stream beside compute (DpConfig::fsdp).
+    const std::int64_t shard = (elements + cfg_.dp - 1) / cfg_.dp;
+    const std::int64_t cast = g == 4 ? 0 : 4 + g;
+    const Bytes prep = shard * (cast + (*cfg_.fsdp == model::FsdpImpl::fsdp2 ? 2 * g : 0));
+    if (prep > 0) {
+      TaskLabels c = l;
+      c.op = "fsdp_gather_copy_in";
+      ready = {copy_task(rank, name + "/fsdp_gather_copy_in", StreamRef{StreamKind::compute, 2}, prep, std::move(c),
+                         deps)};
+    }
+  }
+  return timing_collective(rank, CollectiveKind::all_gather, elements * g, name + "/dp_param_ag", comm_.gather_stream,
+                           std::move(l), ready);
+}
+
+TaskId DpSync::copy_out(int rank, const std::string& name, int layer, std::int64_t elements,
+                        const std::vector<TaskId>& deps) {
+  if (cfg_.fsdp != model::FsdpImpl::fsdp2) return kNoTask;
+  TaskLabels l;
+  l.region = region(name + "/dp_param_ag");
+  l.layer = layer;
+  l.phase = name.find("/bwd") != std::string::npos ? Phase::backward : Phase::forward;
+  l.op = "fsdp_copy_out";
+  return copy_task(rank, name + "/fsdp_copy_out", StreamRef{StreamKind::compute, 0},
+                   elements * 2 * gathered_bytes_per_element(layer), std::move(l), deps);
+}
+
+std::vector<TaskId> DpSync::pack_gradients(int rank, const std::string& name, const TaskLabels& labels,
+                                           std::int64_t elements, const std::vector<TaskId>& deps) {
+  if (!cfg_.fsdp) return deps;
+  const std::int64_t p = topo::bytes_per_element(cfg_.dtype), r = topo::bytes_per_element(cfg_.grad_dtype);
+  TaskLabels l = labels;
+  const StreamRef compute{StreamKind::compute, 0};
+  if (*cfg_.fsdp == model::FsdpImpl::fsdp2) {
+    l.op = "fsdp_grad_copy_in";
+    return {copy_task(rank, name + "/fsdp_grad_copy_in", compute, elements * (p + r), std::move(l), deps)};
+  }
+  l.op = "fsdp_grad_cat";
+  const TaskId cat = copy_task(rank, name + "/fsdp_grad_cat", compute, elements * 2 * p, l, deps);
+  if (p == r) return {cat};
+  l.op = "fsdp_grad_cast";
+  return {copy_task(rank, name + "/fsdp_grad_cast", StreamRef{StreamKind::compute, 3}, elements * (p + r), std::move(l),
+                    {cat})};
 }
 
 std::vector<TaskId> DpSync::reduce_layer(int rank, const std::string& name, int layer, std::int64_t elements,
@@ -556,8 +606,9 @@ std::vector<TaskId> DpSync::reduce_layer(int rank, const std::string& name, int 
   l.layer = layer;
   l.phase = Phase::backward;
   l.op = "dp_reduce_scatter";
+  const std::vector<TaskId> packed = pack_gradients(rank, name, l, elements, deps);
   return timing_collective(rank, CollectiveKind::reduce_scatter, bytes(elements), name + "/dp_grad_rs",
-                           comm_.collective_stream, std::move(l), deps);
+                           comm_.collective_stream, std::move(l), packed);
 }
 
 std::vector<TaskId> DpSync::timing_collective(int rank, CollectiveKind kind, Bytes total, const std::string& name,

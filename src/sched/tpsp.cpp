@@ -836,6 +836,17 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     for (int ti = 0; ti < emit_t_; ++ti) a[ti].insert(a[ti].end(), b[ti].begin(), b[ti].end());
     return a;
   };
+  // FSDP2: what `gather_name` gathered copied out into its parameters on the compute stream, once the
+  // gather and `d` are done: FSDP2 waits for its all-gather in the module's pre-forward (or
+  // pre-backward) hook and copies there, right before the module runs (DpConfig::fsdp).
+  auto copy_out = [&](const std::string& gather_name, int layer, std::int64_t elements, Deps d) {
+    for (int ti = 0; ti < emit_t_; ++ti)
+      if (const TaskId c = dp_->copy_out(rank(ti), gather_name, layer, elements, d[ti]); c != kNoTask) d[ti] = {c};
+    return d;
+  };
+  auto copy_out_layer = [&](std::int64_t l, bool fwd, const Deps& d) {
+    return copy_out(concat(mb_prefix_, "L", l, "/", fwd ? "fwd" : "bwd"), static_cast<int>(l), sh_.layer_params(), d);
+  };
   // The embedding's or the LM head's rows (vocab / tp) of each TP rank, gathered once `issue` is done.
   auto gather_table = [&](const std::string& name, const Deps& issue) {
     Deps out(static_cast<std::size_t>(t_));
@@ -895,10 +906,10 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         // immediately all-gathered for backward": torch.distributed.fsdp.fully_shard).
         if (zero3 && extra) {
           Deps root(static_cast<std::size_t>(t_));
+          const std::int64_t root_params = 2 * (req_.step.vocab / t_) * h + h;
           for (int ti = 0; ti < emit_t_; ++ti)
-            root[ti] =
-                dp_->gather_layer(rank(ti), mb_prefix_ + "root", -1, 2 * (req_.step.vocab / t_) * h + h, ready[ti]);
-          ready = merge(ready, root);
+            root[ti] = dp_->gather_layer(rank(ti), mb_prefix_ + "root", -1, root_params, ready[ti]);
+          ready = copy_out(mb_prefix_ + "root", -1, root_params, merge(ready, root));
         }
         if (extra) ready = extra->embedding_forward(mb_prefix_, mbi, ready);
         if (gathers && !forward_layers.empty()) next_params = gather(forward_layers.front(), true, ready);
@@ -910,6 +921,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
           lr = merge(lr, stage_params);
         } else if (gathers) {
           lr = merge(lr, next_params);
+          if (zero3) lr = copy_out_layer(l, true, lr);
           if (const std::int64_t next = next_forward[static_cast<std::size_t>(l)]; next >= 0)
             next_params = gather(next, true, ready);
           // Overlapped ZeRO-1/2 gather: the LM head one layer ahead of its use too.
@@ -941,7 +953,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
       case StepPhase::backward_layer: {
         Deps lr = ready;
         if (zero3) {
-          lr = merge(lr, next_params);
+          lr = copy_out_layer(l, false, merge(lr, next_params));
           if (l > 0) next_params = gather(l - 1, false, ready);
         }
         if (req_.step.recompute == model::Recompute::full && req_.options.forward &&
@@ -1110,6 +1122,7 @@ void Builder::make_dp_sync() {
   cfg.dtype = sh_.activation_dtype();
   cfg.grad_dtype = grad_dtype();
   if (req_.step.fp8_param_gather) cfg.layer_gather_dtype = topo::Dtype::fp8;
+  if (cfg.sharding == model::DpSharding::zero3) cfg.fsdp = req_.step.fsdp;
   cfg.as_p2p = req_.options.dp_as_p2p;
   cfg.mirror = req_.options.mirror_dp;
   // Mirror mode: DP replicas 0..mirror_replicas - 1, i.e. sync replicas (u, d) for every u and those d.
@@ -1405,6 +1418,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   r.step = StepOptions{w.grad_accumulation, w.recompute,      w.parallel.dp_sharding,          a.vocab,
                        w.gradient_dtype(),  w.parallel.overlap_param_gather, w.recompute_every,
                        w.fp8_param_gather,  w.clip_grad};
+  r.step.fsdp = w.parallel.fsdp;
   return r;
 }
 

@@ -552,6 +552,39 @@ TEST_CASE("search --write-workloads writes each best row's workload, and simulat
   CHECK(file.err == "error: afile: --write-workloads: is a file, not a folder\n");
 }
 
+TEST_CASE("search --write-workloads keeps a file's fsdp only where the row shards with ZeRO-3", "[cli][search]") {
+  // The MPT-1B workload runs FSDP1 (`parallel.fsdp`), which a file may name with dp_sharding zero3
+  // only: a row the search moved to ZeRO-1 is written without it, a ZeRO-3 row keeps it, and every
+  // written file loads again.
+  ScratchDir dir;
+  const auto r = run_fusesim({"search", "--workload", source_path("validation/workloads/mpt-1b-seq2048-8xh100-bf16.json"),
+                              "--topology", "dgx-h100", "--gpus", "8", "--global-batch", "8", "--tp", "1",
+                              "--micro-batch", "1", "--recompute", "none", "--zero", "zero1,zero3", "--top", "8",
+                              "--quiet", "--format", "json", "--write-workloads", "best"},
+                             dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  std::set<std::string> shardings;
+  for (std::size_t i = 0; i < doc["results"].size() && i < 8; ++i) {
+    const std::string file = fmt::format("best/{}.json", i + 1);
+    const json w = json::parse(slurp(dir.path() / file));
+    const std::string z = w["parallel"]["dp_sharding"].get<std::string>();
+    shardings.insert(z);
+    INFO(file);
+    if (z == "zero3")
+      CHECK(w["parallel"]["fsdp"] == "fsdp1");
+    else
+      CHECK(!w["parallel"].contains("fsdp"));
+    const auto sim = run_fusesim({"simulate", "--topology", "dgx-h100", "--workload", file, "--scope", "step",
+                                  "--schedule", "baseline", "--format", "json"},
+                                 dir);
+    INFO(sim.err);
+    CHECK(sim.exit_code == 0);
+  }
+  CHECK(shardings == std::set<std::string>{"zero1", "zero3"});
+}
+
 TEST_CASE("merge --write-workloads writes the best rows of a sharded search as the whole search does",
           "[cli][search]") {
   // The search of the test above in two shards, merged with --write-workloads: the files are those the

@@ -701,6 +701,27 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
           x["parallel"]["dp_sharding"] = "zero2";
           x["parallel"]["overlap_param_gather"] = true;
         })).parallel.overlap_param_gather);
+  // FSDP: fully_shard (FSDP2, PyTorch's FSDP today) unless the file names FSDP1; only with ZeRO-3.
+  CHECK(d.parallel.fsdp == model::FsdpImpl::fsdp2);
+  CHECK(parse(with([](json& x) {
+          x["parallel"]["dp_sharding"] = "zero3";
+          x["parallel"]["fsdp"] = "fsdp1";
+        })).parallel.fsdp == model::FsdpImpl::fsdp1);
+  CHECK(parse(with([](json& x) {
+          x["parallel"]["dp_sharding"] = "zero3";
+          x["parallel"]["fsdp"] = "fsdp2";
+        })).parallel.fsdp == model::FsdpImpl::fsdp2);
+  expect_error(with([](json& x) { x["parallel"]["fsdp"] = "fsdp1"; }), "$.parallel.fsdp");  // ddp
+  expect_error(with([](json& x) {
+                 x["parallel"]["dp_sharding"] = "zero3";
+                 x["parallel"]["fsdp"] = "fsdp3";
+               }),
+               "$.parallel.fsdp");
+  expect_error(with([](json& x) {
+                 x["parallel"]["dp_sharding"] = "zero3";
+                 x["parallel"]["fsdp"] = 2;
+               }),
+               "$.parallel.fsdp");
   // Sequence parallelism: on unless the run predates it (Megatron-LM's --sequence-parallel, 2022).
   CHECK(d.parallel.sequence_parallel);
   CHECK(!parse(with([](json& x) { x["parallel"]["sequence_parallel"] = false; })).parallel.sequence_parallel);

@@ -2,6 +2,7 @@
 // accumulation and DP sync placement, and recomputation counted in HFU but not in MFU.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <functional>
 #include <map>
@@ -542,6 +543,166 @@ TEST_CASE("ZeRO-3's gathers and reduce-scatters run on the DP communicator one a
     CHECK(at("mb2/L1/bwd/dp_param_ag") < at("dp/bucket0/reduce_scatter"));
     CHECK(at("dp/bucket0/reduce_scatter") < at("mb2/L0/bwd/dp_param_ag"));
   }
+}
+
+namespace {
+
+// The copy kernel `id` moves (ComputeTask of an element-wise "copy"); 0 for any other task.
+Bytes copy_bytes(const TaskGraph& g, TaskId id) {
+  const auto* c = std::get_if<ComputeTask>(&g.task(id).kind);
+  if (c == nullptr) return 0;
+  const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel);
+  return e != nullptr && e->op == "copy" ? e->bytes : 0;
+}
+
+// The one predecessor of `id` whose op is `op` (FAIL when there is not exactly one).
+TaskId predecessor_with_op(const TaskGraph& g, TaskId id, const std::string& op) {
+  TaskId found = kNoTask;
+  int n = 0;
+  for (TaskId p : g.predecessors(id))
+    if (g.task(p).labels.op == op) {
+      found = p;
+      ++n;
+    }
+  INFO(g.task(id).name << " <- " << op);
+  REQUIRE(n == 1);
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("FSDP2 copies each gathered layer out on the compute stream right before the layer runs",
+          "[step][dp]") {
+  // tp 2 x dp 2 ZeRO-3, 3 layers, 2 micro-batches. FSDP2 gathers a module's shards into one buffer and
+  // copies it out to each parameter in the module's pre-forward / pre-backward hook, on the compute
+  // stream: per gather of G bytes (g per element), a copy reading and writing it, 2 G bytes, that
+  // waits for the gather and is the last thing on compute stream 0 before the module's own kernels
+  // (the root module: before the embedding lookup). Before each gather, on compute stream 2, the
+  // rank's shard (elements E / dp, E = G / g) is cast from its fp32 sharded parameter (4 + g bytes
+  // per element) and copied into the gather's input buffer (2 g): bf16, 10 B per shard element; with
+  // torchao's fp8 gather of the layers (g = 1) 7 B. FSDP1 gathers into its flat parameter in place:
+  // no copy-out, the shard cast alone (6 B per element in bf16).
+  for (const auto& [impl, fp8] : {std::pair{model::FsdpImpl::fsdp2, false}, std::pair{model::FsdpImpl::fsdp2, true},
+                                  std::pair{model::FsdpImpl::fsdp1, false}}) {
+    TpspRequest r = request(2, 2, Scope::step, 2);
+    r.step.dp_sharding = model::DpSharding::zero3;
+    r.step.fsdp = impl;
+    if (fp8) {
+      r.shape.dtype = topo::Dtype::fp8;
+      r.step.fp8_param_gather = true;
+    }
+    const Schedule s = generate_tpsp(r);
+    validate(s.graph);
+    const std::vector<TaskId> next = stream_successors(s.graph);
+    int gathers = 0, copies = 0;
+    for (TaskId id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      if (t.labels.op == "fsdp_copy_out") ++copies;
+      const auto* c = std::get_if<CollectiveTask>(&t.kind);
+      if (c == nullptr || t.labels.op != "dp_param_all_gather") continue;
+      ++gathers;
+      INFO(t.name << (impl == model::FsdpImpl::fsdp1 ? " fsdp1" : " fsdp2") << (fp8 ? " fp8" : ""));
+      const std::int64_t g = fp8 && t.labels.layer >= 0 ? 1 : 2;
+      const std::int64_t shard = (c->bytes / g + 1) / 2;  // E / dp, rounded up
+      const TaskId in = predecessor_with_op(s.graph, id, "fsdp_gather_copy_in");
+      CHECK(s.graph.task(in).stream == StreamRef{StreamKind::compute, 2});
+      CHECK(copy_bytes(s.graph, in) == shard * (4 + g + (impl == model::FsdpImpl::fsdp2 ? 2 * g : 0)));
+      if (impl == model::FsdpImpl::fsdp1) continue;
+      TaskId out = kNoTask;
+      for (TaskId q = 0; q < s.graph.size(); ++q)
+        if (s.graph.task(q).labels.op == "fsdp_copy_out") {
+          const auto preds = s.graph.predecessors(q);
+          if (std::find(preds.begin(), preds.end(), id) != preds.end()) out = q;
+        }
+      REQUIRE(out != kNoTask);
+      const Task& o = s.graph.task(out);
+      CHECK(o.stream == StreamRef{StreamKind::compute, 0});
+      CHECK(copy_bytes(s.graph, out) == 2 * c->bytes);
+      // What runs next on the compute stream is the module's own first kernel.
+      REQUIRE(next[out] != kNoTask);
+      const std::string& first = s.graph.task(next[out]).name;
+      const std::string module = o.name.substr(0, o.name.size() - std::string("/fsdp_copy_out").size());
+      if (t.labels.layer >= 0)
+        CHECK(first.rfind(module + "/", 0) == 0);
+      else
+        CHECK(first.find("embedding/fwd/lookup") != std::string::npos);
+    }
+    // Per rank and micro-batch: the root and the 3 layers forward, the 3 layers backward; 4 ranks.
+    CHECK(gathers == 4 * 2 * 7);
+    CHECK(copies == (impl == model::FsdpImpl::fsdp2 ? gathers : 0));
+  }
+}
+
+TEST_CASE("FSDP packs the gradients before each reduce-scatter: FSDP2's chunk-cat, FSDP1's cat and cast",
+          "[step][dp]") {
+  // Before a reduce-scatter of E gradient elements (R bytes, r per element in the reduce type) the
+  // gradients autograd left in bf16 (p = 2) are packed, once they are done, on the compute stream:
+  // FSDP2's _chunk_cat into the reduce-scatter's input, reading p and writing r per element,
+  // E (p + r) bytes; FSDP1's autograd concatenating its views' gradients into the flat one, 2 p E,
+  // then, where r differs from p, the cast into the reduce type on its post-backward stream
+  // (compute stream 3 here), E (p + r). fp32 reduction (r = 4, R = 4 E): FSDP2 1.5 R, FSDP1 R then
+  // 1.5 R; bf16 reduction (R = 2 E): FSDP2 2 R, FSDP1 2 R and no cast. Every reduce-scatter of the
+  // step: the per-layer ones of the micro-batches before the last and the last one's buckets.
+  for (const auto impl : {model::FsdpImpl::fsdp2, model::FsdpImpl::fsdp1})
+    for (const auto reduce : {topo::Dtype::fp32, topo::Dtype::bf16}) {
+      TpspRequest r = request(2, 2, Scope::step, 2);
+      r.step.dp_sharding = model::DpSharding::zero3;
+      r.step.fsdp = impl;
+      r.step.grad_dtype = reduce;
+      const Schedule s = generate_tpsp(r);
+      validate(s.graph);
+      int reduced = 0, packs = 0;
+      for (TaskId id = 0; id < s.graph.size(); ++id) {
+        const Task& t = s.graph.task(id);
+        if (t.labels.op.rfind("fsdp_grad_", 0) == 0) ++packs;
+        const auto* c = std::get_if<CollectiveTask>(&t.kind);
+        if (c == nullptr || t.labels.op != "dp_reduce_scatter") continue;
+        ++reduced;
+        INFO(t.name);
+        const Bytes R = c->bytes;
+        if (impl == model::FsdpImpl::fsdp2) {
+          const TaskId in = predecessor_with_op(s.graph, id, "fsdp_grad_copy_in");
+          CHECK(s.graph.task(in).stream == StreamRef{StreamKind::compute, 0});
+          CHECK(copy_bytes(s.graph, in) * (reduce == topo::Dtype::fp32 ? 2 : 1) == (reduce == topo::Dtype::fp32 ? 3 : 2) * R);
+        } else if (reduce == topo::Dtype::fp32) {
+          const TaskId cast = predecessor_with_op(s.graph, id, "fsdp_grad_cast");
+          CHECK(s.graph.task(cast).stream == StreamRef{StreamKind::compute, 3});
+          CHECK(2 * copy_bytes(s.graph, cast) == 3 * R);
+          const TaskId cat = predecessor_with_op(s.graph, cast, "fsdp_grad_cat");
+          CHECK(s.graph.task(cat).stream == StreamRef{StreamKind::compute, 0});
+          CHECK(copy_bytes(s.graph, cat) == R);
+        } else {
+          const TaskId cat = predecessor_with_op(s.graph, id, "fsdp_grad_cat");
+          CHECK(copy_bytes(s.graph, cat) == 2 * R);
+        }
+      }
+      CHECK(reduced > 0);
+      CHECK(packs == reduced * (impl == model::FsdpImpl::fsdp1 && reduce == topo::Dtype::fp32 ? 2 : 1));
+    }
+}
+
+TEST_CASE("FSDP's copies only where FSDP runs: not with DDP or ZeRO-1, no packing before CommFuse's DP ring",
+          "[step][dp]") {
+  // The copies belong to ZeRO-3 as FSDP runs it. CommFuse over DP sends each gradient part from where
+  // its piece GEMM wrote it, with no reduce-scatter input to pack; its layers still come out of FSDP's
+  // gathers (tp 2 x dp 2, 3 layers, one micro-batch: 7 gathers per rank, 28 copy-outs).
+  const auto ops = [](model::DpSharding sharding, ScheduleKind dp_kind) {
+    TpspRequest r = request(2, 2, Scope::step);
+    r.step.dp_sharding = sharding;
+    r.dp_kind = dp_kind;
+    const Schedule s = generate_tpsp(r);
+    validate(s.graph);
+    std::map<std::string, int> n;
+    for (TaskId id = 0; id < s.graph.size(); ++id)
+      if (s.graph.task(id).labels.op.rfind("fsdp_", 0) == 0) ++n[s.graph.task(id).labels.op];
+    return n;
+  };
+  CHECK(ops(model::DpSharding::ddp, ScheduleKind::baseline).empty());
+  CHECK(ops(model::DpSharding::zero1, ScheduleKind::baseline).empty());
+  const auto fused = ops(model::DpSharding::zero3, ScheduleKind::commfuse);
+  CHECK(fused.at("fsdp_copy_out") == 28);
+  CHECK(fused.at("fsdp_gather_copy_in") == 28);
+  CHECK(fused.count("fsdp_grad_copy_in") == 0);
 }
 
 TEST_CASE("Per-op recomputation and separate projections are refused with Ulysses, naming the key", "[step]") {

@@ -101,6 +101,12 @@ void set_engine_mode(ScheduleOptions& s, const std::string& mode);
 
 // How data-parallel replicas hold the training state (ZeRO stages; zero3 is FSDP's full sharding).
 enum class DpSharding { ddp, zero1, zero2, zero3 };
+// Which PyTorch FSDP runs ZeRO-3 ($.parallel.fsdp), for the copies each makes around its collectives
+// (sched::DpConfig::fsdp). fsdp1: FullyShardedDataParallel's flat parameter, gathered in place, whose
+// gradient autograd concatenates from the views' (llm-foundry's Composer). fsdp2: fully_shard's
+// per-parameter DTensors, gathered into one buffer and copied out to each parameter, the gradients
+// chunk-concatenated into the reduce-scatter's input (torchtitan).
+enum class FsdpImpl { fsdp1, fsdp2 };
 std::string to_string(DpSharding s);
 // Every ZeRO stage, in the order the CLI and workload files list them.
 const std::vector<DpSharding>& all_dp_shardings();
@@ -205,6 +211,8 @@ struct Parallelism {
   // layer, as Megatron-LM's --overlap-param-gather does ($.parallel.overlap_param_gather); otherwise
   // it runs after the optimizer, exposed.
   bool overlap_param_gather = false;
+  // ZeRO-3 only: which FSDP ($.parallel.fsdp, default fsdp2, PyTorch's FSDP today).
+  FsdpImpl fsdp = FsdpImpl::fsdp2;
   // Megatron-LM's --sequence-parallel ($.parallel.sequence_parallel, default true). Without it (the
   // runs before Korthikanti et al., 2022) every TP rank runs the norms and residual adds between the
   // TP collectives on the whole sequence and keeps their inputs whole; TP communicates by all-reduces

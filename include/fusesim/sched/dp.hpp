@@ -57,6 +57,26 @@ struct DpConfig {
   topo::Dtype grad_dtype = topo::Dtype::fp32;  // of the gradients reduced (Workload::gradient_dtype())
   // Of a layer's parameters gathered (ZeRO-3, gather_layer with layer >= 0); unset: `dtype`.
   std::optional<topo::Dtype> layer_gather_dtype;
+  // ZeRO-3: the FSDP whose copies around the gathers and reduce-scatters run (copy kernels priced by
+  // the bytes they stream; docs/schedules.md, "FSDP's copies"). Unset: none (the collectives alone).
+  // Both keep fp32 sharded parameters (mixed precision: FSDP's MixedPrecision / MixedPrecisionPolicy
+  // cast them to `dtype` to gather) and get gradients from autograd in `dtype`.
+  //   before each gather, beside compute: the shard cast to the gathered type (4 + g bytes per shard
+  //     element; none when it is fp32 already); FSDP2 also copies it into the all-gather's input
+  //     buffer (+ 2 g: foreach_all_gather on its all_gather_copy_in_stream);
+  //   FSDP2, on the compute stream before the layer runs: the gathered buffer copied out into each
+  //     parameter (2 g per element: foreach_all_gather_copy_out's split_with_sizes_copy, in
+  //     wait_for_unshard);
+  //   before each gradient reduce-scatter, on the compute stream once the gradients are done: FSDP2's
+  //     _chunk_cat of the gradients into the reduce-scatter's input in the reduce type (p + r bytes
+  //     per element: foreach_reduce_scatter_copy_in, which the compute stream waits for before it frees
+  //     the gradients in every version of _fsdp_collectives.py);
+  //     FSDP1's autograd concatenating the views' gradients into the flat parameter's (2 p: the split
+  //     of FlatParamHandle._get_unflat_views, differentiated), then on its post-backward stream the
+  //     cast to the reduce type (p + r where they differ: _post_backward_hook).
+  // CommFuse's fused DP ring sends each gradient part from where its piece GEMM wrote it: no
+  // reduce-scatter input to pack.
+  std::optional<model::FsdpImpl> fsdp;
   DpFault fault;
   // GenerateOptions::dp_as_p2p / mirror_dp (docs/schedules.md, "Symmetry"): collectives as ring P2P
   // steps (with dataflow when the program is given: `fusesim verify` checks it); with `mirror` only
@@ -152,6 +172,10 @@ class DpSync {
   // Returns the tasks after which the layer's parameters are here (one per ring in the P2P form).
   std::vector<TaskId> gather_layer(int rank, const std::string& name, int layer, std::int64_t elements,
                                    const std::vector<TaskId>& deps);
+  // FSDP2 (DpConfig::fsdp): the copy of a gathered layer (gather_layer's `name`, `layer`, `elements`)
+  // out into its parameters, on the compute stream once `deps` (the gather's ends, and what the
+  // compute stream ran before) are done. Returns it; kNoTask when the sync makes no such copy.
+  TaskId copy_out(int rank, const std::string& name, int layer, std::int64_t elements, const std::vector<TaskId>& deps);
 
   // ZeRO-3 in a micro-batch before the last: reduce-scatters the rank's `elements` gradients of
   // `layer` once its backward (`deps`) is done, timing only, as FSDP does in every micro-batch (it
@@ -202,6 +226,15 @@ class DpSync {
   // Gradient bytes (reductions, the fused ring, buckets) and parameter bytes (ZeRO gathers).
   Bytes bytes(std::int64_t elements) const { return elements * topo::bytes_per_element(cfg_.grad_dtype); }
   Bytes param_bytes(std::int64_t elements) const { return elements * topo::bytes_per_element(cfg_.dtype); }
+  // Bytes per element of a gather of `layer`'s parameters (-1: the embedding, LM head or a bucket).
+  std::int64_t gathered_bytes_per_element(int layer) const;
+  // FSDP's copies before a reduce-scatter of `elements` gradients (DpConfig::fsdp): returns what the
+  // reduce-scatter waits for, `deps` when no copy is made.
+  // `labels`: the reduce-scatter's (region, layer, phase); the copies take them with their own op.
+  std::vector<TaskId> pack_gradients(int rank, const std::string& name, const TaskLabels& labels,
+                                     std::int64_t elements, const std::vector<TaskId>& deps);
+  TaskId copy_task(int rank, const std::string& name, StreamRef stream, Bytes bytes, TaskLabels labels,
+                   const std::vector<TaskId>& deps);
   BufferId alloc(int rank, const std::string& name, std::int64_t rows, std::int64_t cols);
   std::int32_t op(DataOp d);
   int fault_part(int rank, int part) const;  // the fault's member position swap

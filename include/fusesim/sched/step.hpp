@@ -39,6 +39,9 @@ struct StepOptions {
   bool fp8_param_gather = false;
   // Scope::step: global-norm clipping before the optimizer (Workload::clip_grad).
   bool clip_grad = true;
+  // ZeRO-3: which FSDP makes the copies around its collectives (Parallelism::fsdp). Filled by name
+  // after the positional fields above.
+  model::FsdpImpl fsdp = model::FsdpImpl::fsdp2;
 };
 
 // The step assembler: the order a replica runs its work in. The layer builder does each piece
