@@ -24,6 +24,17 @@ constexpr std::int64_t kDpInstance0 = std::int64_t{1} << 44;
 
 Rect part_rect(const RowPart& p, std::int64_t cols) { return Rect{p.row0, 0, p.rows, cols}; }
 
+// The labels of a ZeRO-3 gather named `name` ("L3/fwd", "mb1/L3/bwd", "root") and of the copies
+// around it: its region, layer, and the pass the name says.
+TaskLabels gather_labels(int region, const std::string& name, int layer, std::string op) {
+  TaskLabels l;
+  l.region = region;
+  l.layer = layer;
+  l.phase = name.find("/bwd") != std::string::npos ? Phase::backward : Phase::forward;
+  l.op = std::move(op);
+  return l;
+}
+
 }  // namespace
 
 RowPart row_part(std::int64_t rows, int parts, int p) {
@@ -545,11 +556,7 @@ TaskId DpSync::copy_task(int rank, const std::string& name, StreamRef stream, By
 
 std::vector<TaskId> DpSync::gather_layer(int rank, const std::string& name, int layer, std::int64_t elements,
                                          const std::vector<TaskId>& deps) {
-  TaskLabels l;
-  l.region = region(name + "/dp_param_ag");
-  l.layer = layer;
-  l.phase = name.find("/bwd") != std::string::npos ? Phase::backward : Phase::forward;
-  l.op = "dp_param_all_gather";
+  TaskLabels l = gather_labels(region(name + "/dp_param_ag"), name, layer, "dp_param_all_gather");
   const std::int64_t g = gathered_bytes_per_element(layer);
   std::vector<TaskId> ready = deps;
   if (cfg_.fsdp) {
@@ -572,13 +579,9 @@ std::vector<TaskId> DpSync::gather_layer(int rank, const std::string& name, int 
 TaskId DpSync::copy_out(int rank, const std::string& name, int layer, std::int64_t elements,
                         const std::vector<TaskId>& deps) {
   if (cfg_.fsdp != model::FsdpImpl::fsdp2) return kNoTask;
-  TaskLabels l;
-  l.region = region(name + "/dp_param_ag");
-  l.layer = layer;
-  l.phase = name.find("/bwd") != std::string::npos ? Phase::backward : Phase::forward;
-  l.op = "fsdp_copy_out";
   return copy_task(rank, name + "/fsdp_copy_out", StreamRef{StreamKind::compute, 0},
-                   elements * 2 * gathered_bytes_per_element(layer), std::move(l), deps);
+                   elements * 2 * gathered_bytes_per_element(layer),
+                   gather_labels(region(name + "/dp_param_ag"), name, layer, "fsdp_copy_out"), deps);
 }
 
 std::vector<TaskId> DpSync::pack_gradients(int rank, const std::string& name, const TaskLabels& labels,
