@@ -1100,11 +1100,14 @@ std::string write_search_workloads(const SearchResult& r, const SearchSpec& spec
     par["dp_sharding"] = model::to_string(p.dp_sharding);
     if (par.contains("overlap_param_gather") || p.overlap_param_gather)
       par["overlap_param_gather"] = p.overlap_param_gather;
-    // `fsdp` describes ZeRO-3 alone: a file refuses it beside another sharding.
-    if (p.dp_sharding != model::DpSharding::zero3)
+    // `fsdp` and `reshard_after_forward` describe ZeRO-3 alone: a file refuses them beside another sharding.
+    if (p.dp_sharding != model::DpSharding::zero3) {
       par.erase("fsdp");
-    else if (par.contains("fsdp"))
-      par["fsdp"] = p.fsdp == model::FsdpImpl::fsdp1 ? "fsdp1" : "fsdp2";
+      par.erase("reshard_after_forward");
+    } else {
+      if (par.contains("fsdp")) par["fsdp"] = p.fsdp == model::FsdpImpl::fsdp1 ? "fsdp1" : "fsdp2";
+      if (par.contains("reshard_after_forward")) par["reshard_after_forward"] = model::to_string(p.reshard_after_forward);
+    }
     nlohmann::ordered_json& sched = doc["schedule"];
     sched["kind"] = model::to_string(c.kind);
     sched["slices"] = w.schedule.slices;

@@ -308,10 +308,14 @@ Bytes comm_buffer_bytes_per_rank(const Workload& w, ScheduleKind kind, Bytes com
     }
     // The baseline reduces the gradient buffer in place once the backward is over: nothing more.
     if (p.dp_sharding == DpSharding::zero3) {
-      // ZeRO-3 gathers each layer's parameters before use; the next layer's are prefetched. The root
-      // module (embedding, final norm, LM head rows of the TP rank) stays gathered through the
-      // micro-batch (sched/tpsp.cpp).
-      total = add(total, mul(2, layer_params, e));
+      // ZeRO-3 gathers each layer's parameters before use; the next layer's are prefetched (torchtitan's
+      // last layer, kept from its forward, is the one prefetched at the backward's start). Without
+      // resharding after forward every layer stays gathered until its backward. The root module
+      // (embedding, final norm, LM head rows of the TP rank) stays gathered through the micro-batch
+      // (sched/tpsp.cpp).
+      const std::int64_t gathered_layers =
+          p.reshard_after_forward == ReshardAfterForward::never ? std::max<std::int64_t>(2, w.arch.layers) : 2;
+      total = add(total, mul(gathered_layers, layer_params, e));
       if (a.vocab > 0) total = add(total, mul(add(mul(2, a.padded_vocab(p.tp) / p.tp, a.hidden), a.hidden), e));
     }
   }

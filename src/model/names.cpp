@@ -126,6 +126,21 @@ const std::vector<DpSharding>& all_dp_shardings() {
   return values;
 }
 
+std::string to_string(ReshardAfterForward r) {
+  switch (r) {
+    case ReshardAfterForward::always: return "always";
+    case ReshardAfterForward::all_but_last: return "all_but_last";
+    case ReshardAfterForward::never: return "never";
+  }
+  return "?";
+}
+
+const std::vector<ReshardAfterForward>& all_reshard_after_forward() {
+  static const std::vector<ReshardAfterForward> values = {ReshardAfterForward::always, ReshardAfterForward::all_but_last,
+                                                          ReshardAfterForward::never};
+  return values;
+}
+
 std::string to_string(Recompute r) {
   switch (r) {
     case Recompute::none: return "none";

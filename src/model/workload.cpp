@@ -349,6 +349,17 @@ Workload parse_workload(const JsonDocument& doc) {
       f->fail(fmt::format("fsdp says which FSDP shards the parameters: it needs dp_sharding zero3, not {}",
                           to_string(w.parallel.dp_sharding)));
   }
+  // FSDP1's FULL_SHARD frees every layer after its forward (Composer: the MPT runs); torchtitan's
+  // fully_shard keeps the last one.
+  if (w.parallel.fsdp == FsdpImpl::fsdp1) w.parallel.reshard_after_forward = ReshardAfterForward::always;
+  if (auto f = p.find("reshard_after_forward")) {
+    w.parallel.reshard_after_forward =
+        value_named(p.choice("reshard_after_forward", names_of(all_reshard_after_forward())), all_reshard_after_forward());
+    if (w.parallel.dp_sharding != DpSharding::zero3)
+      f->fail(fmt::format("reshard_after_forward says which layers FSDP gathers again for their backward: it "
+                          "needs dp_sharding zero3, not {}",
+                          to_string(w.parallel.dp_sharding)));
+  }
   if (auto sp = p.find("sequence_parallel")) {
     w.parallel.sequence_parallel = sp->as_bool();
     if (!w.parallel.sequence_parallel && w.parallel.up > 1)

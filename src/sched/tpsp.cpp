@@ -847,6 +847,19 @@ void Builder::replica_step(std::int64_t layers, bool train) {
   auto copy_out_layer = [&](std::int64_t l, bool fwd, const Deps& d) {
     return copy_out(concat(mb_prefix_, "L", l, "/", fwd ? "fwd" : "bwd"), static_cast<int>(l), sh_.layer_params(), d);
   };
+  // ZeRO-3: whether layer l's backward gathers it again, or finds it still gathered from its forward
+  // (StepOptions::reshard_after_forward).
+  const auto regathered = [&](std::int64_t l) {
+    switch (req_.step.reshard_after_forward) {
+      case model::ReshardAfterForward::always: return true;
+      case model::ReshardAfterForward::all_but_last: return l + 1 < layers;
+      case model::ReshardAfterForward::never: return false;
+    }
+    return true;
+  };
+  const auto backward_gather = [&](std::int64_t l, const Deps& issue) {
+    return regathered(l) ? gather(l, false, issue) : Deps(static_cast<std::size_t>(t_));
+  };
   // The embedding's or the LM head's rows (vocab / tp) of each TP rank, gathered once `issue` is done.
   auto gather_table = [&](const std::string& name, const Deps& issue) {
     Deps out(static_cast<std::size_t>(t_));
@@ -947,14 +960,14 @@ void Builder::replica_step(std::int64_t layers, bool train) {
         m.dy = alloc(ctx, "y_grad", n(), h, [&](int ti) {
           return std::vector<Piece>{Piece{"dy", Rect{global_row(ti), 0, n(), h}, 0, 0}};
         });
-        if (zero3) next_params = gather(layers - 1, false, ready);
+        if (zero3) next_params = backward_gather(layers - 1, ready);
         break;
       }
       case StepPhase::backward_layer: {
         Deps lr = ready;
         if (zero3) {
-          lr = copy_out_layer(l, false, merge(lr, next_params));
-          if (l > 0) next_params = gather(l - 1, false, ready);
+          if (regathered(l)) lr = copy_out_layer(l, false, merge(lr, next_params));
+          if (l > 0) next_params = backward_gather(l - 1, ready);
         }
         if (req_.step.recompute == model::Recompute::full && req_.options.forward &&
             (l + 1) % std::max<std::int64_t>(1, req_.step.recompute_every) == 0) {
@@ -1419,6 +1432,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                        w.gradient_dtype(),  w.parallel.overlap_param_gather, w.recompute_every,
                        w.fp8_param_gather,  w.clip_grad};
   r.step.fsdp = w.parallel.fsdp;
+  r.step.reshard_after_forward = w.parallel.reshard_after_forward;
   return r;
 }
 

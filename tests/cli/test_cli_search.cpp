@@ -553,11 +553,16 @@ TEST_CASE("search --write-workloads writes each best row's workload, and simulat
 }
 
 TEST_CASE("search --write-workloads keeps a file's fsdp only where the row shards with ZeRO-3", "[cli][search]") {
-  // The MPT-1B workload runs FSDP1 (`parallel.fsdp`), which a file may name with dp_sharding zero3
-  // only: a row the search moved to ZeRO-1 is written without it, a ZeRO-3 row keeps it, and every
-  // written file loads again.
+  // The MPT-1B workload runs FSDP1 (`parallel.fsdp`), here told not to reshard after forward
+  // (`parallel.reshard_after_forward`); a file may name either with dp_sharding zero3 only: a row the
+  // search moved to ZeRO-1 is written without them, a ZeRO-3 row keeps them, and every written file
+  // loads again.
   ScratchDir dir;
-  const auto r = run_fusesim({"search", "--workload", source_path("validation/workloads/mpt-1b-seq2048-8xh100-bf16.json"),
+  json source = json::parse(slurp(source_path("validation/workloads/mpt-1b-seq2048-8xh100-bf16.json")));
+  source["parallel"]["reshard_after_forward"] = "never";
+  const std::string workload = dir.file("mpt-1b.json");
+  std::ofstream(workload) << source.dump(2);
+  const auto r = run_fusesim({"search", "--workload", workload,
                               "--topology", "dgx-h100", "--gpus", "8", "--global-batch", "8", "--tp", "1",
                               "--micro-batch", "1", "--recompute", "none", "--zero", "zero1,zero3", "--top", "8",
                               "--quiet", "--format", "json", "--write-workloads", "best"},
@@ -572,10 +577,13 @@ TEST_CASE("search --write-workloads keeps a file's fsdp only where the row shard
     const std::string z = w["parallel"]["dp_sharding"].get<std::string>();
     shardings.insert(z);
     INFO(file);
-    if (z == "zero3")
+    if (z == "zero3") {
       CHECK(w["parallel"]["fsdp"] == "fsdp1");
-    else
+      CHECK(w["parallel"]["reshard_after_forward"] == "never");
+    } else {
       CHECK(!w["parallel"].contains("fsdp"));
+      CHECK(!w["parallel"].contains("reshard_after_forward"));
+    }
     const auto sim = run_fusesim({"simulate", "--topology", "dgx-h100", "--workload", file, "--scope", "step",
                                   "--schedule", "baseline", "--format", "json"},
                                  dir);

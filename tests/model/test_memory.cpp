@@ -250,6 +250,12 @@ TEST_CASE("Communication buffers per schedule", "[model][memory]") {
   const Workload z3 = llama("llama-3-70b", 8, 4, DpSharding::zero3);
   CHECK(comm_buffer_bytes_per_rank(z3, ScheduleKind::baseline, nccl) ==
         tp_part + 134'217'728 + nccl + 427'884'544 + 528'498'688);
+  // Not resharded after forward, all 80 layers stay gathered until their backward: 80 x 106,971,136
+  // x 2 B = 17,115,381,760 in place of the 2 layers'.
+  Workload z3_kept = z3;
+  z3_kept.parallel.reshard_after_forward = ReshardAfterForward::never;
+  CHECK(comm_buffer_bytes_per_rank(z3_kept, ScheduleKind::baseline, nccl) ==
+        tp_part + 134'217'728 + nccl + 17'115'381'760 + 528'498'688);
 
   // Ulysses (tp 8, up 2 on Llama-3-70B): each TP group holds s/up = 4096 tokens: gathered [4096, 8192]
   // bf16 = 67,108,864, Fuse-RS 2 x [512, 8192] bf16 = 16,777,216; the Q, K, V all-to-all receive buffer

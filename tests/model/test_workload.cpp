@@ -722,6 +722,37 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
                  x["parallel"]["fsdp"] = 2;
                }),
                "$.parallel.fsdp");
+  // Which layers FSDP frees after forward: torchtitan keeps the last one (fsdp2's default), FSDP1's
+  // FULL_SHARD frees every one (fsdp1's default); a file may say; only with ZeRO-3.
+  using model::ReshardAfterForward;
+  const auto reshard = [&](const char* fsdp, const char* value) {
+    return parse(with([&](json& x) {
+             x["parallel"]["dp_sharding"] = "zero3";
+             x["parallel"]["fsdp"] = fsdp;
+             if (value != nullptr) x["parallel"]["reshard_after_forward"] = value;
+           }))
+        .parallel.reshard_after_forward;
+  };
+  CHECK(reshard("fsdp2", nullptr) == ReshardAfterForward::all_but_last);
+  CHECK(reshard("fsdp1", nullptr) == ReshardAfterForward::always);
+  CHECK(reshard("fsdp2", "always") == ReshardAfterForward::always);
+  CHECK(reshard("fsdp2", "never") == ReshardAfterForward::never);
+  CHECK(reshard("fsdp1", "all_but_last") == ReshardAfterForward::all_but_last);
+  expect_error(with([](json& x) {
+                 x["parallel"]["dp_sharding"] = "zero1";
+                 x["parallel"]["reshard_after_forward"] = "never";
+               }),
+               "$.parallel.reshard_after_forward");
+  expect_error(with([](json& x) {
+                 x["parallel"]["dp_sharding"] = "zero3";
+                 x["parallel"]["reshard_after_forward"] = "default";
+               }),
+               "$.parallel.reshard_after_forward");
+  expect_error(with([](json& x) {
+                 x["parallel"]["dp_sharding"] = "zero3";
+                 x["parallel"]["reshard_after_forward"] = true;
+               }),
+               "$.parallel.reshard_after_forward");
   // Sequence parallelism: on unless the run predates it (Megatron-LM's --sequence-parallel, 2022).
   CHECK(d.parallel.sequence_parallel);
   CHECK(!parse(with([](json& x) { x["parallel"]["sequence_parallel"] = false; })).parallel.sequence_parallel);

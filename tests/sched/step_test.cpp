@@ -705,6 +705,59 @@ TEST_CASE("FSDP's copies only where FSDP runs: not with DDP or ZeRO-1, no packin
   CHECK(fused.count("fsdp_grad_copy_in") == 0);
 }
 
+TEST_CASE("reshard_after_forward: torchtitan's last layer and 'never' skip their backward gathers", "[step][dp]") {
+  // tp 2 x dp 2 ZeRO-3 (FSDP2), 3 layers, 2 micro-batches. Per rank and micro-batch FSDP gathers the
+  // root and the 3 layers for the forward; for the backward, `always` gathers the 3 layers again (7
+  // gathers), torchtitan's all_but_last layers 1 and 0 only (6: layer 2 stays gathered from its
+  // forward), `never` none (4). Each gather has its copy-out. 4 ranks x 2 micro-batches.
+  const auto run = [](model::ReshardAfterForward policy) {
+    TpspRequest r = request(2, 2, Scope::step, 2);
+    r.step.dp_sharding = model::DpSharding::zero3;
+    r.step.reshard_after_forward = policy;
+    const Schedule s = generate_tpsp(r);
+    validate(s.graph);
+    std::map<std::string, int> n;  // gathers and copy-outs, by pass and layer
+    for (TaskId id = 0; id < s.graph.size(); ++id) {
+      const Task& t = s.graph.task(id);
+      if (t.labels.op != "dp_param_all_gather" && t.labels.op != "fsdp_copy_out") continue;
+      const bool bwd = t.name.find("/bwd/") != std::string::npos;
+      ++n[fmt::format("{} {} {}", t.labels.op == "fsdp_copy_out" ? "copy" : "ag", bwd ? "bwd" : "fwd",
+                      t.labels.layer >= 0 ? fmt::format("L{}", t.labels.layer) : "root")];
+    }
+    return n;
+  };
+  using model::ReshardAfterForward;
+  const auto always = run(ReshardAfterForward::always);
+  const auto last = run(ReshardAfterForward::all_but_last);
+  const auto never = run(ReshardAfterForward::never);
+  for (const auto* n : {&always, &last, &never}) {
+    for (const char* what : {"ag fwd root", "ag fwd L0", "ag fwd L1", "ag fwd L2", "copy fwd root", "copy fwd L0",
+                             "copy fwd L1", "copy fwd L2"})
+      CHECK(n->at(what) == 8);
+  }
+  CHECK(always.size() == 14);
+  for (const char* what : {"ag bwd L0", "ag bwd L1", "ag bwd L2", "copy bwd L0", "copy bwd L1", "copy bwd L2"})
+    CHECK(always.at(what) == 8);
+  CHECK(last.size() == 12);
+  for (const char* what : {"ag bwd L0", "ag bwd L1", "copy bwd L0", "copy bwd L1"}) CHECK(last.at(what) == 8);
+  CHECK(never.size() == 8);
+  // Layer 2's backward, kept gathered, starts from the head's gradient alone: in micro-batch 0 of rank
+  // 0, no gather or copy-out among the ancestors its first kernel has after the LM head's backward.
+  TpspRequest r = request(2, 2, Scope::step, 2);
+  r.step.dp_sharding = model::DpSharding::zero3;
+  r.step.reshard_after_forward = ReshardAfterForward::all_but_last;
+  const Schedule s = generate_tpsp(r);
+  for (TaskId id = 0; id < s.graph.size(); ++id) {
+    const Task& t = s.graph.task(id);
+    if (t.rank != 0 || t.name.rfind("L2/bwd/", 0) != 0) continue;
+    for (TaskId p : s.graph.predecessors(id)) {
+      INFO(t.name << " <- " << s.graph.task(p).name);
+      CHECK(s.graph.task(p).labels.op != "fsdp_copy_out");
+      CHECK(s.graph.task(p).labels.op != "dp_param_all_gather");
+    }
+  }
+}
+
 TEST_CASE("Per-op recomputation and separate projections are refused with Ulysses, naming the key", "[step]") {
   // torchtitan's policy re-runs K's projection; with Ulysses K would also cross the all-to-all again,
   // which the recomputation does not emit: the generator refuses rather than under-count. Ulysses

@@ -107,9 +107,19 @@ enum class DpSharding { ddp, zero1, zero2, zero3 };
 // per-parameter DTensors, gathered into one buffer and copied out to each parameter, the gradients
 // chunk-concatenated into the reduce-scatter's input (torchtitan).
 enum class FsdpImpl { fsdp1, fsdp2 };
+// Which ZeRO-3 layers FSDP frees after their forward, to gather them again for their backward
+// ($.parallel.reshard_after_forward; torchtitan's --parallelism.fsdp_reshard_after_forward).
+// always: every layer (fully_shard's and FSDP1 FULL_SHARD's default); all_but_last: the last layer
+// stays gathered, its backward follows at once (torchtitan's "default" without pipelining:
+// `reshard_after_forward = layer_id < n_layers - 1`, parallelize.py apply_fsdp); never: every layer
+// stays gathered until its backward (ZeRO-2's traffic, torchtitan's "never"). The backward frees each
+// layer again, so the next micro-batch's forward gathers it anew.
+enum class ReshardAfterForward { always, all_but_last, never };
 std::string to_string(DpSharding s);
 // Every ZeRO stage, in the order the CLI and workload files list them.
 const std::vector<DpSharding>& all_dp_shardings();
+std::string to_string(ReshardAfterForward r);
+const std::vector<ReshardAfterForward>& all_reshard_after_forward();
 
 // Activation recomputation in backward: counted in HFU, not in MFU.
 // op: torchtitan's per-op selective activation checkpointing (selective_ac_option "op"): a layer
@@ -213,6 +223,9 @@ struct Parallelism {
   bool overlap_param_gather = false;
   // ZeRO-3 only: which FSDP ($.parallel.fsdp, default fsdp2, PyTorch's FSDP today).
   FsdpImpl fsdp = FsdpImpl::fsdp2;
+  // ZeRO-3 only ($.parallel.reshard_after_forward): default all_but_last with fsdp2 (torchtitan's
+  // policy), always with fsdp1 (Composer's FULL_SHARD).
+  ReshardAfterForward reshard_after_forward = ReshardAfterForward::all_but_last;
   // Megatron-LM's --sequence-parallel ($.parallel.sequence_parallel, default true). Without it (the
   // runs before Korthikanti et al., 2022) every TP rank runs the norms and residual adds between the
   // TP collectives on the whole sequence and keeps their inputs whole; TP communicates by all-reduces

@@ -42,6 +42,9 @@ struct StepOptions {
   // ZeRO-3: which FSDP makes the copies around its collectives (Parallelism::fsdp). Filled by name
   // after the positional fields above.
   model::FsdpImpl fsdp = model::FsdpImpl::fsdp2;
+  // ZeRO-3: which layers' backward gathers them again (Parallelism::reshard_after_forward). Every
+  // layer unless a workload says otherwise: fully_shard's own default.
+  model::ReshardAfterForward reshard_after_forward = model::ReshardAfterForward::always;
 };
 
 // The step assembler: the order a replica runs its work in. The layer builder does each piece
