@@ -126,6 +126,34 @@ const std::vector<DpSharding>& all_dp_shardings() {
   return values;
 }
 
+std::string to_string(CrossEntropy c) {
+  switch (c) {
+    case CrossEntropy::torch: return "torch";
+    case CrossEntropy::megatron: return "megatron";
+  }
+  return "?";
+}
+
+const std::vector<CrossEntropy>& all_cross_entropies() {
+  static const std::vector<CrossEntropy> values = {CrossEntropy::torch, CrossEntropy::megatron};
+  return values;
+}
+
+// Per logit, fp32 = 4 B, the logits' own type l B:
+//   torch forward: cast (read l, write 4), log_softmax (read 4, write 4): l + 12;
+//   torch backward: the NLL's dense gradient zeroed (write 4), log_softmax's backward (read the
+//   gradient and the saved output, write: 12), the cast back (read 4, write l): l + 20;
+//   megatron forward: cast (l + 4), max (4), subtract in place (8), exp in place (8), sum (4), divide
+//   in place (8): l + 36;
+//   megatron backward: the saved softmax multiplied in place by the loss's gradient (8), the cast
+//   back (4 + l): l + 12.
+std::int64_t cross_entropy_forward_bytes(CrossEntropy c, std::int64_t logit_bytes) {
+  return logit_bytes + (c == CrossEntropy::megatron ? 36 : 12);
+}
+std::int64_t cross_entropy_backward_bytes(CrossEntropy c, std::int64_t logit_bytes) {
+  return logit_bytes + (c == CrossEntropy::megatron ? 12 : 20);
+}
+
 std::string to_string(ReshardAfterForward r) {
   switch (r) {
     case ReshardAfterForward::always: return "always";

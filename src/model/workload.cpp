@@ -283,6 +283,8 @@ Workload parse_workload(const JsonDocument& doc) {
   }
   w.optimizer = t.choice_or("optimizer", kOptimizers, "adam") == "sgd" ? Optimizer::sgd : Optimizer::adam;
   w.norm_kernel = parse_norm_kernel(t.choice_or("norm_kernel", kNormKernels, "fused"));
+  w.cross_entropy =
+      value_named(t.choice_or("cross_entropy", names_of(all_cross_entropies()), "torch"), all_cross_entropies());
   w.unfused_attention = t.choice_or("attention", {"flash", "unfused"}, "flash") == "unfused";
   if (t.has("attention_time_factor")) {
     // A kernel ten times slower than FlashAttention-2, or ten times faster, is not one a run used.

@@ -217,11 +217,12 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   }
   for (int ti = 0; ti < emit_tp(); ++ti) {
     const TaskId logits = compute(ti, mb + "head/fwd/lm_head", model::GemmKernel{S, V, h, 1}, Phase::forward, micro_batch, d[ti]);
-    // Softmax cross-entropy in fp32 as the frameworks compute it (Megatron's vocab-parallel
-    // cross-entropy and F.cross_entropy on logits.float()): the logits cast to fp32 (read, write 4 B)
-    // and their log-softmax written (read 4 B, write 4 B) per logit (docs/schedules.md, "Step").
+    // Softmax cross-entropy in fp32 as the run's framework computes it (model::CrossEntropy:
+    // F.cross_entropy on logits.float(), or Megatron's vocab-parallel one; docs/schedules.md, "Step").
     d[ti] = {compute(ti, mb + "head/fwd/cross_entropy",
-                     model::ElementwiseKernel{"cross_entropy", S * V * (bytes(1) + 3 * 4), 5.0 * static_cast<double>(S * V)},
+                     model::ElementwiseKernel{"cross_entropy",
+                                              S * V * model::cross_entropy_forward_bytes(grp_.cross_entropy, bytes(1)),
+                                              5.0 * static_cast<double>(S * V)},
                      Phase::forward, micro_batch, {logits})};
   }
   if (tp() > 1) {
@@ -233,10 +234,11 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   // the sequence shard), the weight gradient over the gathered input, the final norm's backward.
   Deps dlog(static_cast<std::size_t>(tp()));
   for (int ti = 0; ti < emit_tp(); ++ti)
-    // The loss's dense fp32 gradient zeroed (4 B), the log-softmax backward (reads it and the saved
-    // log-softmax, writes the gradient: 3 x 4 B), the cast back to the logits' type (4 B + element).
+    // The loss's backward to the logits' gradient in their type (model::cross_entropy_backward_bytes).
     dlog[ti] = {compute(ti, mb + "head/bwd/cross_entropy_bwd",
-                        model::ElementwiseKernel{"cross_entropy_bwd", S * V * (5 * 4 + bytes(1)), 2.0 * static_cast<double>(S * V)},
+                        model::ElementwiseKernel{"cross_entropy_bwd",
+                                                 S * V * model::cross_entropy_backward_bytes(grp_.cross_entropy, bytes(1)),
+                                                 2.0 * static_cast<double>(S * V)},
                         Phase::backward, micro_batch, d[ti])};
   Deps dgrad(static_cast<std::size_t>(tp()));
   for (int ti = 0; ti < emit_tp(); ++ti)

@@ -820,7 +820,7 @@ void Builder::replica_step(std::int64_t layers, bool train) {
     extra = std::make_unique<StepEmitter>(
         g_, next_instance_,
         StepEmitter::Group{group(), S(), h, req_.step.vocab, sh_.activation_dtype(), comm_,
-                           grad_dtype(), req_.step.clip_grad, emit_t_, sh_.norm_kernel});
+                           grad_dtype(), req_.step.clip_grad, emit_t_, sh_.norm_kernel, req_.step.cross_entropy});
   const auto L = static_cast<std::size_t>(layers);
   Deps ready(static_cast<std::size_t>(t_));
   // ZeRO-3: the layer's parameters, gathered on a stream of their own once `issue` is done (the
@@ -1433,6 +1433,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
                        w.fp8_param_gather,  w.clip_grad};
   r.step.fsdp = w.parallel.fsdp;
   r.step.reshard_after_forward = w.parallel.reshard_after_forward;
+  r.step.cross_entropy = w.cross_entropy;
   return r;
 }
 

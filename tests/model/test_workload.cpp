@@ -722,6 +722,12 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
                  x["parallel"]["fsdp"] = 2;
                }),
                "$.parallel.fsdp");
+  // The loss's kernels: PyTorch's F.cross_entropy unless the file names Megatron's.
+  CHECK(d.cross_entropy == model::CrossEntropy::torch);
+  CHECK(parse(with([](json& x) { x["training"]["cross_entropy"] = "megatron"; })).cross_entropy ==
+        model::CrossEntropy::megatron);
+  expect_error(with([](json& x) { x["training"]["cross_entropy"] = "fused"; }), "$.training.cross_entropy");
+  expect_error(with([](json& x) { x["training"]["cross_entropy"] = 1; }), "$.training.cross_entropy");
   // Which layers FSDP frees after forward: torchtitan keeps the last one (fsdp2's default), FSDP1's
   // FULL_SHARD frees every one (fsdp1's default); a file may say; only with ZeRO-3.
   using model::ReshardAfterForward;

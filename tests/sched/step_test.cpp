@@ -91,10 +91,13 @@ TEST_CASE("The optimizer's passes and the loss carry the bytes derived by hand",
   // master weight and moments and reads the gradient (28 B), master_copy reads fp32, writes bf16
   // (6 B); the norm's all-reduce moves one fp32 value. The loss: S = 16 rows x 64 local logits =
   // 1,024 logits, 14 B each forward (cast 2 + 4, log-softmax 4 + 4), 22 B backward (zeroed gradient
-  // 4, log-softmax backward 12, cast back 4 + 2).
+  // 4, log-softmax backward 12, cast back 4 + 2). Megatron's vocab-parallel cross-entropy (run with
+  // clipping here): 38 B forward (cast 2 + 4, max 4, subtract 8, exp 8, sum 4, divide 8, each fp32 in
+  // place), 14 B backward (multiply in place 8, cast back 4 + 2).
   for (bool clip : {true, false}) {
     TpspRequest r = request(2, 1, Scope::step);
     r.step.clip_grad = clip;
+    if (clip) r.step.cross_entropy = model::CrossEntropy::megatron;
     const Schedule s = generate_tpsp(r);
     validate(s.graph);
     std::map<std::string, std::int64_t> bytes;
@@ -111,8 +114,8 @@ TEST_CASE("The optimizer's passes and the loss carry the bytes derived by hand",
     constexpr std::int64_t n = 13'312;
     CHECK(bytes.at("optimizer/adam") == 28 * n);
     CHECK(bytes.at("optimizer/master_copy") == 6 * n);
-    CHECK(bytes.at("head/fwd/cross_entropy") == 14 * 1'024);
-    CHECK(bytes.at("head/bwd/cross_entropy_bwd") == 22 * 1'024);
+    CHECK(bytes.at("head/fwd/cross_entropy") == (clip ? 38 : 14) * 1'024);
+    CHECK(bytes.at("head/bwd/cross_entropy_bwd") == (clip ? 14 : 22) * 1'024);
     if (clip) {
       CHECK(bytes.at("optimizer/grad_norm") == 4 * n);
       CHECK(bytes.at("optimizer/grad_scale") == 8 * n);

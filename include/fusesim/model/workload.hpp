@@ -159,6 +159,20 @@ std::string to_string(Optimizer o);
 // native layer_norm kernels (torch.nn.LayerNorm; llm-foundry's LPLayerNorm).
 enum class NormKernel : std::uint8_t { fused, apex_legacy, eager };
 std::string to_string(NormKernel k);
+// The softmax cross-entropy of the LM head's logits as the run's framework computed it
+// ($.training.cross_entropy, docs/workload.md): torch: F.cross_entropy on logits.float() (cast,
+// log-softmax, NLL; backward the NLL's zeroed gradient, the log-softmax's backward, the cast back:
+// torchtitan, llm-foundry); megatron: Megatron-LM's unfused vocab-parallel cross-entropy (cast, max,
+// subtract, exp, sum and divide in place; backward a multiply and the cast back:
+// megatron/core/tensor_parallel/cross_entropy.py, and megatron/mpu/cross_entropy.py before it).
+enum class CrossEntropy : std::uint8_t { torch, megatron };
+std::string to_string(CrossEntropy c);
+const std::vector<CrossEntropy>& all_cross_entropies();
+// HBM bytes per logit element (the logits in `logit_bytes` per element) of the forward and of the
+// backward of `c`, for an S x V shard of logits.
+std::int64_t cross_entropy_forward_bytes(CrossEntropy c, std::int64_t logit_bytes);
+std::int64_t cross_entropy_backward_bytes(CrossEntropy c, std::int64_t logit_bytes);
+
 // The element-wise op (ElementwiseKernel::op) a training graph emits for a norm run by `kernel`: its
 // forward, or its backward. The profiles price each (model::small_kernel_model).
 const char* norm_op(NormKernel kernel, bool backward);
@@ -260,6 +274,7 @@ struct Workload {
   }
   Optimizer optimizer = Optimizer::adam;   // $.training.optimizer
   NormKernel norm_kernel = NormKernel::fused;  // $.training.norm_kernel
+  CrossEntropy cross_entropy = CrossEntropy::torch;  // $.training.cross_entropy
   std::optional<topo::Dtype> grad_reduce_dtype;  // $.training.grad_reduce_dtype; unset: the default above
   // $.training.attention: "flash" (FlashAttention, the default) or "unfused" (Megatron-LM before
   // FlashAttention: the scores through HBM, model::unfused_attention_parts).

@@ -45,6 +45,8 @@ struct StepOptions {
   // ZeRO-3: which layers' backward gathers them again (Parallelism::reshard_after_forward). Every
   // layer unless a workload says otherwise: fully_shard's own default.
   model::ReshardAfterForward reshard_after_forward = model::ReshardAfterForward::always;
+  // Scope::step: the loss's kernels (Workload::cross_entropy).
+  model::CrossEntropy cross_entropy = model::CrossEntropy::torch;
 };
 
 // The step assembler: the order a replica runs its work in. The layer builder does each piece
@@ -156,6 +158,7 @@ class StepEmitter {
     bool clip_grad = true;                       // global-norm clipping before the optimizer
     int emitted = 0;  // the TP ranks whose tasks are emitted, the first ones (TP images: 1); 0: all
     model::NormKernel norm = model::NormKernel::fused;  // the final norm's kernel (model::norm_op)
+    model::CrossEntropy cross_entropy = model::CrossEntropy::torch;  // the loss's kernels
   };
   // `next_instance`: the generator's collective instance counter (TP collectives of this group).
   StepEmitter(TaskGraph& graph, std::int64_t& next_instance, Group group);
