@@ -297,6 +297,13 @@ Workload parse_workload(const JsonDocument& doc) {
   w.eager_elementwise = t.choice_or("elementwise", {"fused", "eager"}, "fused") == "eager";
   w.separate_projections =
       t.choice_or("projections", {"fused", "separate"}, w.eager_elementwise ? "separate" : "fused") == "separate";
+  if (t.has("qkv_grad_cat")) {
+    const JsonValue v = t.at("qkv_grad_cat");
+    w.qkv_grad_cat = v.as_bool();
+    if (w.qkv_grad_cat && w.separate_projections)
+      v.fail("qkv_grad_cat concatenates the gradients of a fused QKV projection: it needs training.projections "
+             "\"fused\"");
+  }
   w.hidden_dropout = t.number_or("hidden_dropout", 0.0, 0.99, 0.0);
   if (t.has("bias_grad")) {
     w.bias_grad_fused = t.choice("bias_grad", {"kernel", "fused"}) == "fused";

@@ -460,7 +460,12 @@ Builder::LayerGrad Builder::backward_layer(int l, const LayerData& fw, const Per
                                        op(ctx, std::move(ab)), grad_in)};
   });
   if (sh_.up > 1) d_att = up_.attention_backward(l, ctx.data, d_attn, d_qkv_out, d_o);
-  d_att = bias_grad("qkv_bias_grad", S_, qkvn, qk_prologue(ctx, d_att, true));
+  d_att = qk_prologue(ctx, d_att, true);
+  // torch.split's backward: the q, k and v gradients copied into one [S, qkv] tensor, read and written.
+  if (sh_.qkv_grad_cat && !sh_.separate_projections && sh_.up == 1)
+    for (int ti = 0; ti < emit_t_; ++ti)
+      d_att[ti] = {stream_kernel(ctx, ti, "qkv_grad_cat", "copy", bytes(2 * S_ * qkvn), S_, d_att[ti])};
+  d_att = bias_grad("qkv_bias_grad", S_, qkvn, d_att);
   // QKV (column-parallel).
   const ColumnGrad qkv_grad = up_.fused_backward() ? up_qkv_backward(ctx, fw, d_att)
                                                    : column_parallel_backward(ctx, "qkv", "dw_qkv", d_qkv_out, fw.w_qkv,
@@ -1402,6 +1407,10 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   if (w.separate_projections && w.parallel.up > 1)
     throw InputError(label, "$.training.projections",
                      concat("projections \"separate\" needs up 1, not ", w.parallel.up));
+  // Ulysses' all-to-all carries q, k and v in head-group blocks; the frameworks that split with
+  // torch.split (llm-foundry, Megatron-LM of 2021-2022) have no Ulysses.
+  if (w.qkv_grad_cat && w.parallel.up > 1)
+    throw InputError(label, "$.training.qkv_grad_cat", concat("qkv_grad_cat needs up 1, not ", w.parallel.up));
   const model::Architecture& a = w.arch;
   r.shape = TpspShape{w.parallel.tp, w.parallel.up, w.parallel.dp, w.sequence_length, w.micro_batch, a.hidden,
                       a.heads, a.kv_heads, a.head_dim, a.ffn_hidden, a.gated_mlp, a.causal, a.layers, w.dtype,
@@ -1412,6 +1421,7 @@ TpspRequest tpsp_request(const model::Workload& w, const std::string& label, con
   r.shape.attention_time_factor = w.attention_time_factor.value;
   r.shape.norm_kernel = w.norm_kernel;
   r.shape.separate_projections = w.separate_projections;
+  r.shape.qkv_grad_cat = w.qkv_grad_cat;
   r.shape.sync_tp_allreduce = !w.parallel.sequence_parallel && !w.parallel.async_tp_allreduce;
   // `kind` is the compared parallelism's schedule; the others run the workload file's.
   const auto compared = [&](Parallelism p) { return !options.parallelism || *options.parallelism == p; };

@@ -722,6 +722,15 @@ TEST_CASE("Sharding, recomputation, optimizer and DP bucket keys: defaults and v
                  x["parallel"]["fsdp"] = 2;
                }),
                "$.parallel.fsdp");
+  // torch.split's gradient cat: off unless the file says; a fused QKV projection's alone.
+  CHECK(!d.qkv_grad_cat);
+  CHECK(parse(with([](json& x) { x["training"]["qkv_grad_cat"] = true; })).qkv_grad_cat);
+  expect_error(with([](json& x) {
+                 x["training"]["projections"] = "separate";
+                 x["training"]["qkv_grad_cat"] = true;
+               }),
+               "$.training.qkv_grad_cat");
+  expect_error(with([](json& x) { x["training"]["qkv_grad_cat"] = "yes"; }), "$.training.qkv_grad_cat");
   // The loss's kernels: PyTorch's F.cross_entropy unless the file names Megatron's.
   CHECK(d.cross_entropy == model::CrossEntropy::torch);
   CHECK(parse(with([](json& x) { x["training"]["cross_entropy"] = "megatron"; })).cross_entropy ==

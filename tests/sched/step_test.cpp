@@ -765,11 +765,13 @@ TEST_CASE("Per-op recomputation and separate projections are refused with Ulysse
   // torchtitan's policy re-runs K's projection; with Ulysses K would also cross the all-to-all again,
   // which the recomputation does not emit: the generator refuses rather than under-count. Ulysses
   // projects each head group's block of QKV apart already, so separate projections are refused too
-  // (torchtitan, whose policy and projections these are, has no Ulysses).
+  // (torchtitan, whose policy and projections these are, has no Ulysses), and so is torch.split's
+  // gradient cat (the frameworks that split so have no Ulysses).
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-4node");
   const std::vector<std::pair<std::string, std::function<void(model::Workload&)>>> refused{
       {"$.training.recompute", [](model::Workload& w) { w.recompute = model::Recompute::op; }},
-      {"$.training.projections", [](model::Workload& w) { w.separate_projections = true; }}};
+      {"$.training.projections", [](model::Workload& w) { w.separate_projections = true; }},
+      {"$.training.qkv_grad_cat", [](model::Workload& w) { w.qkv_grad_cat = true; }}};
   for (const auto& [path, set] : refused) {
     model::Workload w = model::load_workload("llama-3-8b-ulysses");
     w.arch.layers = 1;

@@ -396,6 +396,36 @@ TEST_CASE("Rotary embedding and eager element-wise kernels add the bytes they st
   CHECK(ew(eager, "rope_mul").flops == 0.0);
 }
 
+TEST_CASE("qkv_grad_cat: torch.split's backward copies the q, k and v gradients into one", "[sched][tpsp]") {
+  // MPT-1B's layer as llm-foundry runs it at TP 1 (h 2048, 16 heads, micro-batch 8 x 2048 = S 16,384
+  // rows, bf16): the fused Wqkv's output [S, 3 h] split into q, k and v; autograd's cat of their
+  // gradients reads and writes S x 3h: 2 x 16,384 x 6,144 x 2 B = 402,653,184 B (the committed H100
+  // trace's CatArrayBatchedCopy of [8, 2048, 2048] x 3, 0.138 ms per layer). It comes after the
+  // attention's backward and before the QKV dgrad; one task more than without it.
+  TpspRequest r;
+  r.shape = TpspShape{1, 1, 1, 2048, 8, 2048, 16, 16, 128, 8192, false, true, 1, topo::Dtype::bf16, false};
+  r.kind = ScheduleKind::baseline;
+  const auto plain = generate_tpsp(r).graph;
+  r.shape.qkv_grad_cat = true;
+  const auto cat = generate_tpsp(r).graph;
+  CHECK(ops_on(plain, 0, "qkv_grad_cat").empty());
+  REQUIRE(cat.size() == plain.size() + 1);
+  const model::ElementwiseKernel& k = ew(cat, "qkv_grad_cat");
+  CHECK(k.op == "copy");
+  CHECK(k.bytes == 402'653'184);
+  CHECK(k.flops == 0.0);
+  TaskId id = kNoTask;
+  for (TaskId t = 0; t < cat.size(); ++t)
+    if (cat.task(t).labels.op == "qkv_grad_cat") id = t;
+  REQUIRE(id != kNoTask);
+  bool after_attention = false;
+  for (TaskId p : cat.predecessors(id)) after_attention |= cat.task(p).labels.op == "attention_bwd";
+  CHECK(after_attention);
+  bool before_dgrad = false;
+  for (TaskId s : cat.successors(id)) before_dgrad |= cat.task(s).name.find("qkv_dgrad") != std::string::npos;
+  CHECK(before_dgrad);
+}
+
 TEST_CASE("Separate projections: one GEMM per linear, their input gradients summed before the RS", "[sched][tpsp]") {
   // torchtitan's Llama 3.1 8B layer at TP 8, s 8192, micro-batch 1, bf16: S = 8192 rows, h 4096; per
   // rank q 32 / 8 x 128 = 512 columns, k and v 8 / 8 x 128 = 128 each (QKV 768 fused), FFN

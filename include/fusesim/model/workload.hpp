@@ -291,6 +291,11 @@ struct Workload {
   // linear_qkv and linear_fc1) (sched::TpspShape::separate_projections). Default: "separate" with
   // elementwise "eager" (torchtitan's eager Llama code), else "fused".
   bool separate_projections = false;
+  // $.training.qkv_grad_cat: the fused QKV projection's output split into q, k and v by torch.split, so
+  // that autograd concatenates their gradients back into one tensor for the projection's backward
+  // (SplitWithSizesBackward0's cat: llm-foundry's MPT; Megatron-LM's split_tensor_along_last_dim before
+  // Transformer Engine's SplitAlongDim, whose backward needs no copy) (sched::TpspShape::qkv_grad_cat).
+  bool qkv_grad_cat = false;
   // $.training.bias_grad "fused": the bias gradients come out of the wgrad GEMMs' epilogue, as
   // Transformer Engine computes them (cuBLASLt's BGRADB); "kernel" (default): each a reduction kernel
   // of its own, as PyTorch's and Megatron-LM's linear layers compute grad_output.sum(0).

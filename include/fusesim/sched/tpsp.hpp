@@ -75,6 +75,9 @@ struct TpspShape {
   // dgrads' outputs are summed by element-wise adds before the reduce-scatter (Builder::projection_parts).
   // Set by name: the positional initializers of TpspShape (tpsp_request, tests) stop before it.
   bool separate_projections = false;
+  // $.training.qkv_grad_cat: autograd's cat of the q, k and v gradients into the fused QKV projection's
+  // output gradient, a copy kernel between the attention's backward and the projection's. Set by name.
+  bool qkv_grad_cat = false;
   // $.training.norm_kernel: the ops the norms are emitted as (model::norm_op).
   model::NormKernel norm_kernel = model::NormKernel::fused;
   // Without sequence parallelism under the baseline schedule (strategy/tp_allreduce.cpp): the
