@@ -206,6 +206,10 @@ StepEmitter::Deps StepEmitter::embedding_forward(const std::string& mb, int micr
 
 StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, const Deps& ready, DpSync* dp) {
   const std::int64_t S = grp_.rows, h = grp_.hidden, n = S / tp(), V = vocab_local();
+  const auto loss_op = [&](bool backward) {
+    const std::string op = grp_.cross_entropy == model::CrossEntropy::megatron ? "cross_entropy_megatron" : "cross_entropy";
+    return backward ? op + "_bwd" : op;
+  };
   Deps d(static_cast<std::size_t>(tp()));
   for (int ti = 0; ti < emit_tp(); ++ti)
     d[ti] = {compute(ti, mb + "head/fwd/final_norm",
@@ -219,8 +223,10 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
     const TaskId logits = compute(ti, mb + "head/fwd/lm_head", model::GemmKernel{S, V, h, 1}, Phase::forward, micro_batch, d[ti]);
     // Softmax cross-entropy in fp32 as the run's framework computes it (model::CrossEntropy:
     // F.cross_entropy on logits.float(), or Megatron's vocab-parallel one; docs/schedules.md, "Step").
+    // Megatron's passes are plain streams and reductions, an op of their own: the profiles' samples of
+    // "cross_entropy" time PyTorch's softmax kernels.
     d[ti] = {compute(ti, mb + "head/fwd/cross_entropy",
-                     model::ElementwiseKernel{"cross_entropy",
+                     model::ElementwiseKernel{loss_op(false),
                                               S * V * model::cross_entropy_forward_bytes(grp_.cross_entropy, bytes(1)),
                                               5.0 * static_cast<double>(S * V)},
                      Phase::forward, micro_batch, {logits})};
@@ -236,7 +242,7 @@ StepEmitter::Deps StepEmitter::head(const std::string& mb, int micro_batch, cons
   for (int ti = 0; ti < emit_tp(); ++ti)
     // The loss's backward to the logits' gradient in their type (model::cross_entropy_backward_bytes).
     dlog[ti] = {compute(ti, mb + "head/bwd/cross_entropy_bwd",
-                        model::ElementwiseKernel{"cross_entropy_bwd",
+                        model::ElementwiseKernel{loss_op(true),
                                                  S * V * model::cross_entropy_backward_bytes(grp_.cross_entropy, bytes(1)),
                                                  2.0 * static_cast<double>(S * V)},
                         Phase::backward, micro_batch, d[ti])};

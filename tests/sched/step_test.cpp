@@ -93,7 +93,8 @@ TEST_CASE("The optimizer's passes and the loss carry the bytes derived by hand",
   // 1,024 logits, 14 B each forward (cast 2 + 4, log-softmax 4 + 4), 22 B backward (zeroed gradient
   // 4, log-softmax backward 12, cast back 4 + 2). Megatron's vocab-parallel cross-entropy (run with
   // clipping here): 38 B forward (cast 2 + 4, max 4, subtract 8, exp 8, sum 4, divide 8, each fp32 in
-  // place), 14 B backward (multiply in place 8, cast back 4 + 2).
+  // place), 14 B backward (multiply in place 8, cast back 4 + 2), as ops of their own (the profiles'
+  // cross_entropy samples time PyTorch's softmax kernels).
   for (bool clip : {true, false}) {
     TpspRequest r = request(2, 1, Scope::step);
     r.step.clip_grad = clip;
@@ -101,13 +102,17 @@ TEST_CASE("The optimizer's passes and the loss carry the bytes derived by hand",
     const Schedule s = generate_tpsp(r);
     validate(s.graph);
     std::map<std::string, std::int64_t> bytes;
+    std::map<std::string, std::string> ops;
     std::int64_t norm_ar = -1;
     for (TaskId id = 0; id < s.graph.size(); ++id) {
       const Task& t = s.graph.task(id);
       if (t.rank != 0) continue;
       const std::string name = t.name.substr(t.name.find('/') + 1);  // without "r0/"
       if (const auto* c = std::get_if<ComputeTask>(&t.kind))
-        if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel)) bytes[name] = e->bytes;
+        if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel)) {
+          bytes[name] = e->bytes;
+          ops[name] = e->op;
+        }
       if (const auto* c = std::get_if<CollectiveTask>(&t.kind); c && name == "optimizer/grad_norm_ar")
         norm_ar = c->bytes;
     }
@@ -116,6 +121,8 @@ TEST_CASE("The optimizer's passes and the loss carry the bytes derived by hand",
     CHECK(bytes.at("optimizer/master_copy") == 6 * n);
     CHECK(bytes.at("head/fwd/cross_entropy") == (clip ? 38 : 14) * 1'024);
     CHECK(bytes.at("head/bwd/cross_entropy_bwd") == (clip ? 14 : 22) * 1'024);
+    CHECK(ops.at("head/fwd/cross_entropy") == (clip ? "cross_entropy_megatron" : "cross_entropy"));
+    CHECK(ops.at("head/bwd/cross_entropy_bwd") == (clip ? "cross_entropy_megatron_bwd" : "cross_entropy_bwd"));
     if (clip) {
       CHECK(bytes.at("optimizer/grad_norm") == 4 * n);
       CHECK(bytes.at("optimizer/grad_scale") == 8 * n);

@@ -91,6 +91,20 @@ STEP_NORMS = [
                              "GammaBetaBackwardCUDAKernelTemplate<c10::BFloat16, float"], 6),
 ]
 STEP_NORM_STYLES = ("mpt", "plain")
+# The loss of the measured steps whose model is llm-foundry's MPT (styles "mpt" and "plain"): PyTorch's
+# F.cross_entropy on the logits cast to fp32, the op fusesim emits as "cross_entropy" and
+# "cross_entropy_bwd" (sched/step.cpp, model::cross_entropy_forward_bytes): (op, what the kernel names
+# hold, bytes per logit). Forward: the cast (direct_copy, 2 + 4 B) and log_softmax (4 + 4 B);
+# backward: the NLL gradient's fill (4 B), log_softmax's backward (12 B) and the cast back (4 + 2 B).
+# In those steps these are the only casts and float fills of any size (the "llama" style's rotary
+# embedding casts too: left out); a tensor of more than 2^31 bytes runs each elementwise op as two
+# launches (TensorIterator's 32-bit indexing), which the launch counts carry, and the float fills
+# include two of a few elements (the loss gradient's ones_like, the optimizer's norm buffer).
+STEP_LOSS = [
+    ("cross_entropy", ["cunn_SoftMaxForward<4, float, float, float", "direct_copy_kernel_cuda"], 14),
+    ("cross_entropy_bwd", ["cunn_SoftMaxBackward<4, float, float, float", "bfloat16_copy_kernel_cuda",
+                           "FillFunctor<float>"], 22),
+]
 # microbench.py's layernorm sample normalises rows of this width (TorchBackend.elementwise).
 MICROBENCH_NORM_HIDDEN = 4096
 # Copies of a few MiB stay in a Hopper's 50-60 MB L2 and time the launch and the L2 (the H200's 16 MiB
@@ -244,6 +258,19 @@ def step_samples(device):
         cfg = result["config"]
         if cfg["style"] not in STEP_NORM_STYLES:
             continue
+        rows = cfg["sequence_length"] * cfg["micro_batch"]
+        for op, markers, per_logit in STEP_LOSS:
+            total_us, launches = 0.0, 0
+            for marker in markers:
+                found = [r for r in result["profiled_step"]["by_name"] if marker in r["name"]]
+                if len(found) != 1:
+                    raise SystemExit(f"{name}: case {case}: {len(found)} kernels match {marker!r}, want 1")
+                total_us += found[0]["total_us"]
+                launches += found[0]["count"]
+            out.append({"op": op, "bytes": per_logit * rows * cfg["vocab"], "rows": rows, "kernels": launches,
+                        "time_s": [float(f"{total_us * 1e-6:.6g}")], "group": f"train-step-{case}",
+                        "source": f"{where} cases.{case}: the loss over [{rows}, {cfg['vocab']}] logits, "
+                                  f"{launches} launches of {' + '.join(markers)}"})
         # Every norm of the step (two per layer, the final one) normalises the micro-batch's rows.
         norm_rows = cfg["sequence_length"] * cfg["micro_batch"]
         norms = 2 * cfg["layers"] + 1
