@@ -234,7 +234,8 @@ def measured_samples(device, name, sections=MEASURED_SECTIONS):
 
 
 def step_samples(device):
-    """The optimizer kernels of the whole steps measured on `device`, one sample per case and op."""
+    """The optimizer kernels, eager norms' backward and loss of the whole steps measured on `device`,
+    one sample per case and op."""
     if device not in MEASURED_STEPS:
         return []
     name = MEASURED_STEPS[device]
@@ -247,44 +248,44 @@ def step_samples(device):
     for case, result in raw["cases"].items():
         if "error" in result:
             continue
+
+        def kernel(marker):
+            """The step's one kernel (all its launches, summed) whose name holds `marker`."""
+            found = [r for r in result["profiled_step"]["by_name"] if marker in r["name"]]
+            if len(found) != 1:
+                raise SystemExit(f"{name}: case {case}: {len(found)} kernels match {marker!r}, want 1")
+            return found[0]
+
+        def sample(op, byte_count, launches, total_us, what, **extra):
+            return {"op": op, "bytes": byte_count, **extra, "kernels": launches,
+                    "time_s": [float(f"{total_us * 1e-6:.6g}")], "group": f"train-step-{case}",
+                    "source": f"{where} cases.{case}: {what}"}
+
         for op, marker, per_param in STEP_KERNELS:
-            rows = [r for r in result["profiled_step"]["by_name"] if marker in r["name"]]
-            if len(rows) != 1:
-                raise SystemExit(f"{name}: case {case}: {len(rows)} kernels match {marker!r}, want 1")
-            r = rows[0]
-            out.append({"op": op, "bytes": per_param * result["parameters"], "kernels": r["count"],
-                        "time_s": [float(f"{r['total_us'] * 1e-6:.6g}")], "group": f"train-step-{case}",
-                        "source": f"{where} cases.{case}: {r['count']} launches of {marker}"})
+            r = kernel(marker)
+            out.append(sample(op, per_param * result["parameters"], r["count"], r["total_us"],
+                              f"{r['count']} launches of {marker}"))
         cfg = result["config"]
         if cfg["style"] not in STEP_NORM_STYLES:
             continue
+        # The micro-batch's token rows: the logits' rows, and the rows every norm normalises.
         rows = cfg["sequence_length"] * cfg["micro_batch"]
         for op, markers, per_logit in STEP_LOSS:
-            total_us, launches = 0.0, 0
-            for marker in markers:
-                found = [r for r in result["profiled_step"]["by_name"] if marker in r["name"]]
-                if len(found) != 1:
-                    raise SystemExit(f"{name}: case {case}: {len(found)} kernels match {marker!r}, want 1")
-                total_us += found[0]["total_us"]
-                launches += found[0]["count"]
-            out.append({"op": op, "bytes": per_logit * rows * cfg["vocab"], "rows": rows, "kernels": launches,
-                        "time_s": [float(f"{total_us * 1e-6:.6g}")], "group": f"train-step-{case}",
-                        "source": f"{where} cases.{case}: the loss over [{rows}, {cfg['vocab']}] logits, "
-                                  f"{launches} launches of {' + '.join(markers)}"})
-        # Every norm of the step (two per layer, the final one) normalises the micro-batch's rows.
-        norm_rows = cfg["sequence_length"] * cfg["micro_batch"]
+            found = [kernel(marker) for marker in markers]
+            launches = sum(r["count"] for r in found)
+            out.append(sample(op, per_logit * rows * cfg["vocab"], launches, sum(r["total_us"] for r in found),
+                              f"the loss over [{rows}, {cfg['vocab']}] logits, {launches} launches of "
+                              f"{' + '.join(markers)}", rows=rows))
+        # Every norm of the step (two per layer, the final one).
         norms = 2 * cfg["layers"] + 1
         for op, markers, per_element in STEP_NORMS:
-            total_us = 0.0
-            for marker in markers:
-                rows = [r for r in result["profiled_step"]["by_name"] if marker in r["name"]]
-                if len(rows) != 1 or rows[0]["count"] != norms:
+            found = [kernel(marker) for marker in markers]
+            for marker, r in zip(markers, found):
+                if r["count"] != norms:
                     raise SystemExit(f"{name}: case {case}: want one kernel matching {marker!r} launched {norms} times")
-                total_us += rows[0]["total_us"]
-            out.append({"op": op, "bytes": per_element * norms * norm_rows * cfg["hidden"], "rows": norm_rows,
-                        "kernels": norms, "time_s": [float(f"{total_us * 1e-6:.6g}")], "group": f"train-step-{case}",
-                        "source": f"{where} cases.{case}: {norms} norms of [{norm_rows}, {cfg['hidden']}] bf16, "
-                                  f"each {' + '.join(markers)}"})
+            out.append(sample(op, per_element * norms * rows * cfg["hidden"], norms, sum(r["total_us"] for r in found),
+                              f"{norms} norms of [{rows}, {cfg['hidden']}] bf16, each {' + '.join(markers)}",
+                              rows=rows))
     return out
 
 
