@@ -9,7 +9,8 @@ H100 and A100: the "gemm" samples that came from vidur and the "elementwise" sam
 and on the H100 the sections this project measured with tools/microbench/microbench.py on a lent H100
 (raw/microbench/) join them, but for its bf16 GEMMs, which only the alternative h100-sxm-cuda13 takes
 (the software of 2026; docs/calibration.md, "Which software a profile prices"). H200: the kernel samples (gemm, attention, elementwise, copy,
-stream_wait) that this project measured with microbench on a lent H200 are rewritten. Every other key,
+stream_wait) that this project measured with microbench on a lent H200 are rewritten. On both, the
+optimizer's, loss's and eager norms' kernels of whole training steps measured on that GPU join them. Every other key,
 and samples entered by hand from other sources, stay as they are. fusesim fits its kernel
 models on these samples when it loads the profile (docs/calibration.md, "Kernel models").
 """
@@ -63,11 +64,11 @@ MEASURED_EXTRA_ELEMENTWISE_OPS = {"add"}
 # a sleep long enough for the host to queue every timed launch (microbench.py, BURST_SLEEP_CYCLES_PER_LAUNCH).
 BURST_AGREEMENT = 1.05
 BURST_HOST_FLOOR_S = {"h100-sxm-2026-11-27-burst.json": 50e-6}
-# Whole training steps this project measured on a vidur profile's device (tools/microbench/train_step.py):
-# the optimizer's multi-tensor kernels, which vidur (inference) never ran, join its samples. Each
+# Whole training steps this project measured on a profile's device (tools/microbench/train_step.py): the
+# optimizer's multi-tensor kernels, which vidur (inference) and microbench.py never ran, join its samples. Each
 # profiled step's kernels of one kind, summed, are one sample of `kernels` launches; the bytes are
 # what the kernel moves per parameter (fp32 master weights, moments and gradients, bf16 weights).
-MEASURED_STEPS = {"h100": "h100-sxm-2026-11-26-train-steps.json"}
+MEASURED_STEPS = {"h100": "h100-sxm-2026-11-26-train-steps.json", "h200": "h200-sxm-2026-11-28-train-steps.json"}
 # Kernel times published with their shapes (raw/published/): samples of a kernel no vidur file or
 # microbench run of this project timed, each with its source and how the shape was read from it.
 PUBLISHED_RAW = os.path.join(ROOT, "tools", "calibration", "raw", "published")
@@ -97,9 +98,11 @@ STEP_NORM_STYLES = ("mpt", "plain")
 # hold, bytes per logit). Forward: the cast (direct_copy, 2 + 4 B) and log_softmax (4 + 4 B);
 # backward: the NLL gradient's fill (4 B), log_softmax's backward (12 B) and the cast back (4 + 2 B).
 # In those steps these are the only casts and float fills of any size (the "llama" style's rotary
-# embedding casts too: left out); a tensor of more than 2^31 bytes runs each elementwise op as two
-# launches (TensorIterator's 32-bit indexing), which the launch counts carry, and the float fills
-# include two of a few elements (the loss gradient's ones_like, the optimizer's norm buffer).
+# embedding casts too, eager: left out); a tensor of more than 2^31 bytes runs each elementwise op as
+# two launches or more (TensorIterator's 32-bit indexing), which the launch counts carry, and the float
+# fills include two of a few elements (the loss gradient's ones_like, the optimizer's norm buffer).
+# A "llama" step compiled per block (torchtitan's torch.compile) leaves the loss the only eager cast:
+# Inductor fuses the model's casts into its own kernels (triton_*), so those steps' loss is taken too.
 STEP_LOSS = [
     ("cross_entropy", ["cunn_SoftMaxForward<4, float, float, float", "direct_copy_kernel_cuda"], 14),
     ("cross_entropy_bwd", ["cunn_SoftMaxBackward<4, float, float, float", "bfloat16_copy_kernel_cuda",
@@ -266,7 +269,8 @@ def step_samples(device):
             out.append(sample(op, per_param * result["parameters"], r["count"], r["total_us"],
                               f"{r['count']} launches of {marker}"))
         cfg = result["config"]
-        if cfg["style"] not in STEP_NORM_STYLES:
+        eager_norms = cfg["style"] in STEP_NORM_STYLES
+        if not eager_norms and not cfg.get("compile", False):
             continue
         # The micro-batch's token rows: the logits' rows, and the rows every norm normalises.
         rows = cfg["sequence_length"] * cfg["micro_batch"]
@@ -276,6 +280,8 @@ def step_samples(device):
             out.append(sample(op, per_logit * rows * cfg["vocab"], launches, sum(r["total_us"] for r in found),
                               f"the loss over [{rows}, {cfg['vocab']}] logits, {launches} launches of "
                               f"{' + '.join(markers)}", rows=rows))
+        if not eager_norms:
+            continue
         # Every norm of the step (two per layer, the final one).
         norms = 2 * cfg["layers"] + 1
         for op, markers, per_element in STEP_NORMS:
@@ -320,8 +326,10 @@ def render(doc):
 
 
 def without_measured(rows):
-    """The samples a build keeps: those that did not come from this project's microbench runs."""
-    return [x for x in rows if "tools/microbench/microbench.py" not in x.get("source", "")]
+    """The samples a build keeps: those that did not come from this project's microbench runs or
+    measured training steps."""
+    return [x for x in rows if not any(tool in x.get("source", "") for tool in
+                                       ("tools/microbench/microbench.py", "tools/microbench/train_step.py"))]
 
 
 def build_measured(device, doc):
@@ -335,6 +343,7 @@ def build_measured(device, doc):
             out[section] = rows
             continue
         out[section] = without_measured(doc.get(section, [])) + rows
+    out["elementwise"] = out.get("elementwise", []) + step_samples(device)
     return out
 
 
