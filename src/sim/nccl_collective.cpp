@@ -38,13 +38,14 @@ std::optional<NcclCollectiveTime> nccl_collective_time(const topo::NetworkTuning
   const int steps = all_reduce ? 2 * (ranks - 1) : ranks - 1;
   const double ll_cap = nodes <= 2 ? tuning.ll_max_bus_bandwidth_two_nodes_bytes_per_s.value
                                    : tuning.ll_max_bus_bandwidth_more_nodes_bytes_per_s.value;
-  double channel_bw = m.channel_bytes_per_s;
+  // tuning.cc's bw: the graph's bwIntra on two nodes, its bwInter on more.
+  double channel_bw = nodes <= 2 ? m.channel_bytes_per_s : m.channel_inter_bytes_per_s;
   if (algorithm == NcclAlgorithm::nvls_tree) {
     if (protocol != NcclProtocol::simple || m.nvls_efficiency <= 0.0 || channels < 2) return std::nullopt;
     // The switch reduces inside each node (two operations pipelined, one channel kept back), the
     // channels' NICs between nodes (on two nodes each node's half once: twice the rate).
-    const double intra = channel_bw * m.nvls_efficiency * (channels - 1) / channels * 2.0;
-    const double inter = channel_bw * (nodes <= 2 ? 2.0 : 1.0);
+    const double intra = m.channel_bytes_per_s * m.nvls_efficiency * (channels - 1) / channels * 2.0;
+    const double inter = m.channel_inter_bytes_per_s * (nodes <= 2 ? 2.0 : 1.0);
     channel_bw = std::min({intra, inter, m.nvls_tree_cap[count]});
   }
   double bus = channels * channel_bw;

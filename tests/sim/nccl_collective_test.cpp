@@ -53,11 +53,19 @@ TEST_CASE("NCCL's collective model: latency and bandwidth by algorithm and proto
 
   // Ring Simple, 8 nodes x 8, 8 MiB: 126 steps, 14 of them between nodes at 14 us, the other 112 at
   // max(3.4, 3 x 1.0 us of the host's overhead) = 3.4 us: 8.4 + 380.8 + 196 = 585.2 us, x 1.4 once a
-  // channel's share is 64 B or more (8 MiB / (16 x 64) = 8 KiB): 819.28 us. Bandwidth 384 x 64 / 126.
+  // channel's share is 64 B or more (8 MiB / (16 x 64) = 8 KiB): 819.28 us. Bandwidth: more than two
+  // nodes, so each channel at the graphs' bwInter, 40 GB/s (bwIntra 48): 8 x 40 = 320 GB/s x 64 / 126.
   const auto ring = ar(NcclAlgorithm::ring, NcclProtocol::simple, 64, 8, 8 * kMiB);
   REQUIRE(ring.has_value());
   CHECK(ring->latency_s == Approx(819.28e-6).epsilon(1e-9));
-  CHECK(ring->bytes_per_s == Approx(384e9 * 64 / 126).epsilon(1e-9));
+  CHECK(ring->bytes_per_s == Approx(320e9 * 64 / 126).epsilon(1e-9));
+  // On two nodes a ring runs at bwIntra: 8 x 48 = 384 GB/s x 16 / 30.
+  CHECK(ar(NcclAlgorithm::ring, NcclProtocol::simple, 16, 2, 8 * kMiB)->bytes_per_s ==
+        Approx(384e9 * 16 / 30).epsilon(1e-9));
+  // An NVLS tree's network side is bwInter on any node count (doubled on two nodes: 80, above the cap
+  // there, 57.7, as above); on 4 nodes per channel min(71.4, 40, cap 45.5) = 40: 320 GB/s x 32 / 62.
+  CHECK(ar(NcclAlgorithm::nvls_tree, NcclProtocol::simple, 32, 4, 8 * kMiB)->bytes_per_s ==
+        Approx(320e9 * 32 / 62).epsilon(1e-9));
   // Below 64 B a channel (64 x 16 x 64 = 64 KiB) no plateau.
   CHECK(ar(NcclAlgorithm::ring, NcclProtocol::simple, 64, 8, 32 * 1024)->latency_s ==
         Approx(585.2e-6).epsilon(1e-9));
@@ -70,8 +78,8 @@ TEST_CASE("NCCL's collective model: latency and bandwidth by algorithm and proto
   CHECK(ll->bytes_per_s == Approx(20.4e9 * 64 / 126).epsilon(1e-9));
 
   // All-gather and reduce-scatter: rings alone, 127 steps over 16 nodes x 8, 15 of them between nodes,
-  // no plateau. LL128: min(353.28, 293.6) x 128 / 127 = 295.91 GB/s; 14 + 112 x 1.9 + 15 x 4.0 =
-  // 286.8 us. Simple: 384 x 128 / 127 = 387.02 GB/s; 8.4 + 112 x 3.4 + 15 x 14 = 599.2 us at any size.
+  // no plateau. LL128: min(320 x 0.92 = 294.4, 293.6) x 128 / 127 = 295.91 GB/s; 14 + 112 x 1.9 + 15 x
+  // 4.0 = 286.8 us. Simple: 320 x 128 / 127 = 322.52 GB/s; 8.4 + 112 x 3.4 + 15 x 14 = 599.2 us at any size.
   for (const sched::CollectiveKind kind : {sched::CollectiveKind::all_gather, sched::CollectiveKind::reduce_scatter}) {
     const auto ll128 = sim::nccl_collective_time(t, kind, NcclAlgorithm::ring, NcclProtocol::ll128, 128, 16, 64 * kMiB);
     REQUIRE(ll128.has_value());
@@ -81,7 +89,7 @@ TEST_CASE("NCCL's collective model: latency and bandwidth by algorithm and proto
         sim::nccl_collective_time(t, kind, NcclAlgorithm::ring, NcclProtocol::simple, 128, 16, 4096 * kMiB);
     REQUIRE(simple.has_value());
     CHECK(simple->latency_s == Approx(599.2e-6).epsilon(1e-9));
-    CHECK(simple->bytes_per_s == Approx(384e9 * 128 / 127).epsilon(1e-9));
+    CHECK(simple->bytes_per_s == Approx(320e9 * 128 / 127).epsilon(1e-9));
     CHECK_FALSE(sim::nccl_collective_time(t, kind, NcclAlgorithm::tree, NcclProtocol::ll128, 128, 16, 64 * kMiB));
     CHECK_FALSE(sim::nccl_collective_time(t, kind, NcclAlgorithm::nvls_tree, NcclProtocol::simple, 128, 16, kMiB));
   }
@@ -131,10 +139,10 @@ TEST_CASE("a collective across nodes runs NCCL's choice at the time NCCL's model
   }
 
   SECTION("an all-gather over 16 nodes x 8, 64 MiB: the ring's LL128") {
-    // LL128 286.8 + 64 MiB / 295.91 GB/s = 513.59 us (above) against Simple's 599.2 + 173.40 = 772.6 us
+    // LL128 286.8 + 64 MiB / 295.91 GB/s = 513.59 us (above) against Simple's 599.2 + 208.08 = 807.3 us
     // and LL's 6.6 + 112 x 1.0 + 15 x 2.7 = 159.1 us + 64 MiB / (20.4 x 128 / 127 GB/s) = 3.42 ms. The
-    // shipped files list all_reduce alone (docs/topology.md): here the model prices all-gathers too.
-    c.comm.network_tuning->collective_model->all_gather = true;
+    // shipped files list all-gathers (docs/topology.md).
+    REQUIRE(c.comm.network_tuning->collective_model->all_gather);
     const double ll128_s = 286.8e-6 + 64.0 * kMiB / (293.6e9 * 128 / 127);
     CHECK_FALSE(run_at(sched::CollectiveKind::all_gather, 128, 64 * kMiB, ll128_s).best_tree_all_reduce.has_value());
   }
@@ -142,6 +150,7 @@ TEST_CASE("a collective across nodes runs NCCL's choice at the time NCCL's model
   SECTION("the same all-gather where the topology lists all_reduce alone: the simulated ring, faster") {
     // The simulated ring overlaps each step's latency with the previous step's drain (docs/calibration.md,
     // "Collectives": 192 against the model's 130 GB/s of bus bandwidth here).
+    c.comm.network_tuning->collective_model->all_gather = false;
     sched::TaskGraph g(128);
     collective(g, "c", sched::CollectiveKind::all_gather, iota_ranks(128), 64 * kMiB, 1);
     const double ll128_s = 286.8e-6 + 64.0 * kMiB / (293.6e9 * 128 / 127);

@@ -204,6 +204,19 @@ TEST_CASE("each malformed topology names its JSON path") {
          j["communication"]["network_tuning"]["collective_model"]["collectives"] = json::array();
        },
        "$.communication.network_tuning.collective_model.collectives"},
+      {"collective model: an inter-node channel bandwidth without its source",
+       [](json& j) {
+         add_model(j);
+         j["communication"]["network_tuning"]["collective_model"]["channel_bandwidth_inter_bytes_per_s"] = 40e9;
+       },
+       "$.communication.network_tuning.collective_model.channel_bandwidth_inter_bytes_per_s"},
+      {"collective model: a negative inter-node channel bandwidth",
+       [](json& j) {
+         add_model(j);
+         j["communication"]["network_tuning"]["collective_model"]["channel_bandwidth_inter_bytes_per_s"] =
+             sourced(-40e9);
+       },
+       "$.communication.network_tuning.collective_model.channel_bandwidth_inter_bytes_per_s.value"},
       {"collective model: an unknown key",
        [](json& j) {
          add_model(j);
@@ -529,6 +542,18 @@ TEST_CASE("NCCL's collective model as the topology gives it") {
   CHECK(m.tree_node_hop_s[1] == 0.6e-6);
   CHECK(m.nvls_tree_cap[1] == 57.7e9);  // more than two nodes
   CHECK(m.nvls_efficiency == 0.85);
+  // Without channel_bandwidth_inter_bytes_per_s the channels run at one speed between nodes as inside.
+  CHECK(m.channel_inter_bytes_per_s == m.channel_bytes_per_s);
+  CHECK(m.channel_inter_source.empty());
+  {
+    json inter = j;
+    inter["communication"]["network_tuning"]["collective_model"]["channel_bandwidth_inter_bytes_per_s"] =
+        json{{"value", 40e9}, {"source", "fit"}};
+    const Cluster ci = parse_cluster(JsonDocument::parse(inter.dump(), "mem.json"));
+    CHECK(ci.comm.network_tuning->collective_model->channel_inter_bytes_per_s == 40e9);
+    CHECK(ci.comm.network_tuning->collective_model->channel_bytes_per_s == 48e9);
+    CHECK(ci.comm.network_tuning->collective_model->channel_inter_source == "fit");
+  }
   // Without an NVLS tree its caps are refused as unknown keys.
   j["communication"]["network_tuning"]["collective_model"].erase("nvls_tree");
   const InputError e = error_of_text(j.dump());
