@@ -200,6 +200,7 @@ CollectiveModel read_collective_model(const JsonObject& o) {
   }
   m.network_overhead_s = o.number("network_overhead_s", 0.0, kMaxLatencyS);
   m.ring_simple_plateau = o.number("ring_simple_plateau", 1.0, 10.0);
+  m.ll128_between_nodes = o.boolean_or("ll128_between_nodes", true);
   const JsonObject f = o.object("bandwidth_factors");
   // Each refines a bus bandwidth downwards: in (0, 1].
   const auto factor = [&f](const char* key) {

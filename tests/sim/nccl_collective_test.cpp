@@ -23,8 +23,10 @@ const topo::NetworkTuning& h100_tuning() {
 
 TEST_CASE("NCCL's collective model: latency and bandwidth by algorithm and protocol, as tuning.cc computes them",
           "[sim][nccl]") {
-  const topo::NetworkTuning& t = h100_tuning();
-  REQUIRE(t.collective_model.has_value());
+  REQUIRE(h100_tuning().collective_model.has_value());
+  // NCCL's own table has LL128 between nodes; the shipped Hopper files turn it off (checked at the end).
+  topo::NetworkTuning t = h100_tuning();
+  t.collective_model->ll128_between_nodes = true;
   constexpr Bytes kMiB = 1 << 20;
   const auto ar = [&t](NcclAlgorithm a, NcclProtocol p, int ranks, int nodes, Bytes bytes) {
     return sim::nccl_collective_time(t, kAllReduce, a, p, ranks, nodes, bytes);
@@ -96,6 +98,16 @@ TEST_CASE("NCCL's collective model: latency and bandwidth by algorithm and proto
   CHECK_FALSE(sim::nccl_collective_time(t, sched::CollectiveKind::all_to_all, NcclAlgorithm::ring,
                                         NcclProtocol::simple, 16, 2, kMiB));
 
+  // The shipped file's model leaves LL128 out between nodes: none, by ring or tree, whatever the size;
+  // Simple and LL are as above.
+  const topo::NetworkTuning& shipped = h100_tuning();
+  CHECK_FALSE(shipped.collective_model->ll128_between_nodes);
+  for (const NcclAlgorithm a : {NcclAlgorithm::ring, NcclAlgorithm::tree})
+    for (const Bytes bytes : {Bytes{64}, kMiB, 1024 * kMiB})
+      CHECK_FALSE(sim::nccl_collective_time(shipped, kAllReduce, a, NcclProtocol::ll128, 16, 2, bytes));
+  CHECK(sim::nccl_collective_time(shipped, kAllReduce, NcclAlgorithm::ring, NcclProtocol::simple, 64, 8, 8 * kMiB)
+            ->latency_s == Approx(819.28e-6).epsilon(1e-9));
+
   // Without the model: none.
   topo::NetworkTuning bare = t;
   bare.collective_model.reset();
@@ -118,13 +130,15 @@ TEST_CASE("a collective across nodes runs NCCL's choice at the time NCCL's model
   };
 
   SECTION("2 nodes x 8, 8 MiB: the NVLS tree") {
-    // Its 66.8 + 34.07 us (above) against the best ring's, LL128: 14 + 28 x 1.9 + 2 x 4.0 = 75.2 us and
-    // min(353.28, 293.6) x 16/30 = 156.59 GB/s, 75.2 + 53.57 = 128.77 us. The run: the latency at the
+    // Its 66.8 + 34.07 us (above) against the best ring's (the shipped file has no LL128 between nodes),
+    // Simple: 8.4 + 28 x max(3.4, 3 x 1.0) + 2 x 14 = 131.6 us, x 1.4 (8 MiB / (16 x 16) is above 64 B)
+    // = 184.24 us, at bwIntra on two nodes, 8 x 48 = 384 GB/s x 16 / 30 = 204.8 GB/s: 184.24 + 40.96 =
+    // 225.2 us (LL: 6.6 + 28 x 1.0 + 2 x 2.7 = 40 us + 8 MiB / (39 x 16 / 30 GB/s) = 443.3 us). The run: the
     // rendezvous, then the ring's 30 steps of 8 MiB / 16 / 8 = 64 KiB per ring, whose NIC drains
     // together take bytes / 246.19 GB/s; the first hop inside a node before the first NIC chunk and
     // the last after it add at most a few of the NVLink drains (64 KiB at ~50 GB/s each, 1.3 us).
     const double nvls_s = 66.8e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30);
-    const double ring_s = 75.2e-6 + 8.0 * kMiB / (293.6e9 * 16 / 30);
+    const double ring_s = 184.24e-6 + 8.0 * kMiB / (384e9 * 16 / 30);
     const sim::SimResult r = run_at(sched::CollectiveKind::all_reduce, 16, 8 * kMiB, nvls_s);
     REQUIRE(r.best_tree_all_reduce.has_value());
     CHECK(r.best_tree_all_reduce->nvls);
@@ -132,29 +146,35 @@ TEST_CASE("a collective across nodes runs NCCL's choice at the time NCCL's model
     CHECK(r.best_tree_all_reduce->ring_s == Approx(ring_s).epsilon(1e-9));
   }
 
-  SECTION("NCCL_ALGO=Ring: the ring's LL128 at its time") {
+  SECTION("NCCL_ALGO=Ring: the ring's Simple at its time") {
     c.comm.tree_all_reduce = false;
-    const double ring_s = 75.2e-6 + 8.0 * kMiB / (293.6e9 * 16 / 30);
+    const double ring_s = 184.24e-6 + 8.0 * kMiB / (384e9 * 16 / 30);
     CHECK_FALSE(run_at(sched::CollectiveKind::all_reduce, 16, 8 * kMiB, ring_s).best_tree_all_reduce.has_value());
   }
 
-  SECTION("an all-gather over 16 nodes x 8, 64 MiB: the ring's LL128") {
-    // LL128 286.8 + 64 MiB / 295.91 GB/s = 513.59 us (above) against Simple's 599.2 + 208.08 = 807.3 us
-    // and LL's 6.6 + 112 x 1.0 + 15 x 2.7 = 159.1 us + 64 MiB / (20.4 x 128 / 127 GB/s) = 3.42 ms. The
-    // shipped files list all-gathers (docs/topology.md).
+  SECTION("an all-gather over 16 nodes x 8, 64 MiB: the ring's Simple") {
+    // Simple 599.2 + 64 MiB / 322.52 GB/s = 807.28 us (above) against LL's 6.6 + 112 x 1.0 + 15 x 2.7 =
+    // 159.1 us + 64 MiB / (20.4 x 128 / 127 GB/s) = 3.42 ms; LL128 (513.59 us above) is off between
+    // nodes in the shipped file. The shipped files list all-gathers (docs/topology.md).
     REQUIRE(c.comm.network_tuning->collective_model->all_gather);
+    const double simple_s = 599.2e-6 + 64.0 * kMiB / (320e9 * 128 / 127);
+    CHECK_FALSE(run_at(sched::CollectiveKind::all_gather, 128, 64 * kMiB, simple_s).best_tree_all_reduce.has_value());
+  }
+
+  SECTION("the same all-gather with LL128 between nodes, as NCCL's own table has it: the ring's LL128") {
+    c.comm.network_tuning->collective_model->ll128_between_nodes = true;
     const double ll128_s = 286.8e-6 + 64.0 * kMiB / (293.6e9 * 128 / 127);
     CHECK_FALSE(run_at(sched::CollectiveKind::all_gather, 128, 64 * kMiB, ll128_s).best_tree_all_reduce.has_value());
   }
 
   SECTION("the same all-gather where the topology lists all_reduce alone: the simulated ring, faster") {
     // The simulated ring overlaps each step's latency with the previous step's drain (docs/calibration.md,
-    // "Collectives": 192 against the model's 130 GB/s of bus bandwidth here).
+    // "Collectives": 192 against the model's 82 GB/s of bus bandwidth here, 130 with LL128).
     c.comm.network_tuning->collective_model->all_gather = false;
     sched::TaskGraph g(128);
     collective(g, "c", sched::CollectiveKind::all_gather, iota_ranks(128), 64 * kMiB, 1);
-    const double ll128_s = 286.8e-6 + 64.0 * kMiB / (293.6e9 * 128 / 127);
-    CHECK(sim::Simulator(c, costs).run(g).makespan_ps < static_cast<TimePs>(ll128_s * 1e12 * 0.8));
+    const double simple_s = 599.2e-6 + 64.0 * kMiB / (320e9 * 128 / 127);
+    CHECK(sim::Simulator(c, costs).run(g).makespan_ps < static_cast<TimePs>(simple_s * 1e12 * 0.8));
   }
 
   SECTION("8 nodes x 8, 64 B: the tree with LL") {

@@ -217,6 +217,12 @@ TEST_CASE("each malformed topology names its JSON path") {
              sourced(-40e9);
        },
        "$.communication.network_tuning.collective_model.channel_bandwidth_inter_bytes_per_s.value"},
+      {"collective model: LL128 between nodes not a bool",
+       [](json& j) {
+         add_model(j);
+         j["communication"]["network_tuning"]["collective_model"]["ll128_between_nodes"] = "no";
+       },
+       "$.communication.network_tuning.collective_model.ll128_between_nodes"},
       {"collective model: an unknown key",
        [](json& j) {
          add_model(j);
@@ -542,6 +548,7 @@ TEST_CASE("NCCL's collective model as the topology gives it") {
   CHECK(m.tree_node_hop_s[1] == 0.6e-6);
   CHECK(m.nvls_tree_cap[1] == 57.7e9);  // more than two nodes
   CHECK(m.nvls_efficiency == 0.85);
+  CHECK(m.ll128_between_nodes);  // NCCL's default where the file does not say
   // Without channel_bandwidth_inter_bytes_per_s the channels run at one speed between nodes as inside.
   CHECK(m.channel_inter_bytes_per_s == m.channel_bytes_per_s);
   CHECK(m.channel_inter_source.empty());

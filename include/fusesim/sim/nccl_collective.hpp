@@ -28,7 +28,8 @@ struct NcclCollectiveTime {
 // `bytes` (the whole buffer: an all-gather's output, a reduce-scatter's input) over `ranks` members,
 // ranks / nodes on each of `nodes` >= 2 nodes (at least 2 on each), by `algorithm` and `protocol`;
 // nullopt where NCCL would not run that (a tree or NVLS tree but for an all-reduce, an NVLS tree
-// without NVLS or of fewer than 2 channels, an all-to-all). Needs tuning.collective_model.
+// without NVLS or of fewer than 2 channels, an all-to-all; LL128 where the model has it off between
+// nodes). Needs tuning.collective_model.
 std::optional<NcclCollectiveTime> nccl_collective_time(const topo::NetworkTuning& tuning, sched::CollectiveKind kind,
                                                        NcclAlgorithm algorithm, NcclProtocol protocol, int ranks,
                                                        int nodes, Bytes bytes);

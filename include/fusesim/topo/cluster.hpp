@@ -174,6 +174,10 @@ struct CollectiveModel {
   double nvls_efficiency = 0.0;       // nvlsEfficiency of the device's generation; 0: no NVLS tree
   double network_overhead_s = 0.0;    // getNetOverhead: the least a ring step inside a node costs (x3 Simple)
   double ring_simple_plateau = 1.0;   // a Simple ring's latency factor across nodes once chunks are full
+  // Whether LL128 is among the protocols chosen from ("ll128_between_nodes", default true: NCCL enables
+  // it on Hopper NICs within PXN of their GPU). Measured curves across nodes can say otherwise: the
+  // Hopper files have it off (docs/calibration.md, "Collectives").
+  bool ll128_between_nodes = true;
   // Bus bandwidth refinements: ring LL, ring LL128, tree, tree LL, tree LL128 (busBw x factor).
   double ring_ll_factor = 1.0, ring_ll128_factor = 1.0, tree_factor = 1.0, tree_ll_factor = 1.0,
          tree_ll128_factor = 1.0;
