@@ -170,13 +170,9 @@ CollectiveModel read_collective_model(const JsonObject& o) {
   }
   m.channels = static_cast<int>(o.integer("channels", 1, 64));
   m.channel_bytes_per_s = o.number("channel_bandwidth_bytes_per_s", 1e6, 1e14);
-  m.channel_inter_bytes_per_s = m.channel_bytes_per_s;
-  if (o.has("channel_bandwidth_inter_bytes_per_s")) {
-    const JsonValue v = o.at("channel_bandwidth_inter_bytes_per_s");
-    const SourcedValue inter = v.as_sourced(1e6, 1e14);
-    m.channel_inter_bytes_per_s = inter.value;
-    m.channel_inter_source = inter.source;
-  }
+  m.channel_inter_bytes_per_s = o.has("channel_bandwidth_inter_bytes_per_s")
+                                    ? o.sourced("channel_bandwidth_inter_bytes_per_s", 1e6, 1e14).value
+                                    : m.channel_bytes_per_s;
   const auto per_protocol = [](const JsonObject& p, std::array<double, 3>& out) {
     const char* names[3] = {"simple", "ll", "ll128"};
     for (std::size_t k = 0; k < 3; ++k) out[k] = p.number(names[k], 0.0, kMaxLatencyS);

@@ -551,7 +551,6 @@ TEST_CASE("NCCL's collective model as the topology gives it") {
   CHECK(m.ll128_between_nodes);  // NCCL's default where the file does not say
   // Without channel_bandwidth_inter_bytes_per_s the channels run at one speed between nodes as inside.
   CHECK(m.channel_inter_bytes_per_s == m.channel_bytes_per_s);
-  CHECK(m.channel_inter_source.empty());
   {
     json inter = j;
     inter["communication"]["network_tuning"]["collective_model"]["channel_bandwidth_inter_bytes_per_s"] =
@@ -559,7 +558,6 @@ TEST_CASE("NCCL's collective model as the topology gives it") {
     const Cluster ci = parse_cluster(JsonDocument::parse(inter.dump(), "mem.json"));
     CHECK(ci.comm.network_tuning->collective_model->channel_inter_bytes_per_s == 40e9);
     CHECK(ci.comm.network_tuning->collective_model->channel_bytes_per_s == 48e9);
-    CHECK(ci.comm.network_tuning->collective_model->channel_inter_source == "fit");
   }
   // Without an NVLS tree its caps are refused as unknown keys.
   j["communication"]["network_tuning"]["collective_model"].erase("nvls_tree");

@@ -164,9 +164,9 @@ struct CollectiveModel {
   double channel_bytes_per_s = 0.0;   // each channel's bandwidth inside a node (the graphs' bwIntra)
   // Each channel's bandwidth between nodes (the graphs' bwInter): NCCL prices rings and trees of more
   // than two nodes, and every NVLS tree's network side, by it ("channel_bandwidth_inter_bytes_per_s", a
-  // sourced value; absent: channel_bytes_per_s, as NCCL's graphs have where the search keeps one speed).
+  // sourced value, its source required in the file; absent: channel_bytes_per_s, as NCCL's graphs have
+  // where the search keeps one speed).
   double channel_inter_bytes_per_s = 0.0;
-  std::string channel_inter_source;
   std::array<double, 3> ring_base_s{}, tree_base_s{};  // baseLat
   std::array<double, 3> ring_node_hop_s{}, tree_node_hop_s{};  // hwLat[NVLINK]: a hop inside a node
   double nvls_tree_node_s = 0.0;      // hwLat[NVLINK][NVLS_TREE]: the switch's reduction, once
