@@ -253,6 +253,11 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
   // (megatron/training/training.py).
   r.step.vocab = workload.arch.padded_vocab(workload.parallel.tp);
   std::string fallback, unchecked;
+  const auto finish = [&](Schedule& s) {
+    s.symmetry_fallback = fallback;
+    s.symmetry_unchecked = unchecked;  // set only where the check found no asymmetry
+    s.network_sends_on_sm = network_sends_to_sm_kernels(s.graph, cluster);
+  };
   // The fabric check's route searches (a tenth of a large mirrored step's generation and run) go on
   // a second thread while the mirrored graph is built; where they find the fabric asymmetric, that
   // graph is dropped and every rank built, as when the check came first. Its error, if any, comes
@@ -303,8 +308,27 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       // check, which routes tp_images times the images, is over its budget but the replicas' alone
       // would not be (TP 8 x DP 512): a checked mirror rather than an assumed one.
       std::optional<FabricCheck> tp_check;
-      if (r.tp_images > 1 && probed.mirror_inexact.empty() && same_tasks_as_filtered(probe, probed))
-        tp_check = check_mirror_fabric(probed, cluster);
+      if (r.tp_images > 1 && probed.mirror_inexact.empty() && same_tasks_as_filtered(probe, probed)) {
+        // The check's route searches (a tenth of a small run) go on beside the build of the whole with
+        // TP images, which is what a passing check leads to below; a failing one discards it.
+        auto checking = std::async(std::launch::async, [&probed, &cluster] { return check_mirror_fabric(probed, cluster); });
+        std::optional<Schedule> whole;
+        std::exception_ptr build_error;
+        try {
+          TpspRequest built = r;
+          built.reserve_tasks = refuse_oversized(built, workload_label);
+          whole.emplace(generate_tpsp(built));
+        } catch (...) {
+          build_error = std::current_exception();
+        }
+        tp_check = checking.get();
+        if (tp_check->checked && tp_check->asymmetry.empty()) {
+          if (build_error) std::rethrow_exception(build_error);
+          Schedule s = std::move(*whole);
+          finish(s);
+          return s;
+        }
+      }
       if (tp_check && tp_check->asymmetry.empty() && !tp_check->checked) {
         TpspRequest alone = probe;
         alone.tp_images = 1;
@@ -337,11 +361,6 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       }
     }
   }
-  const auto finish = [&](Schedule& s) {
-    s.symmetry_fallback = fallback;
-    s.symmetry_unchecked = unchecked;  // set only where the check found no asymmetry
-    s.network_sends_on_sm = network_sends_to_sm_kernels(s.graph, cluster);
-  };
   if (fabric.valid()) {
     // Refused before the whole is built (the probe above is one layer and micro-batch), as it will
     // be built: mirrored groups of the size chosen.
