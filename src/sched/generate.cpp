@@ -308,9 +308,14 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       // check, which routes tp_images times the images, is over its budget but the replicas' alone
       // would not be (TP 8 x DP 512): a checked mirror rather than an assumed one.
       std::optional<FabricCheck> tp_check;
-      if (r.tp_images > 1 && probed.mirror_inexact.empty() && same_tasks_as_filtered(probe, probed)) {
-        // The check's route searches (a tenth of a small run) go on beside the build of the whole with
-        // TP images, which is what a passing check leads to below; a failing one discards it.
+      // Within its budget (counted first: no route searched) the check's route searches, a tenth of a
+      // small run, go on beside the build of the whole with TP images, which a passing check leads to
+      // below; a failing one drops it. Beyond it (a check not made leads elsewhere) nothing is built
+      // ahead: at 16,384 GPUs a graph built for nothing would cost seconds.
+      const bool tp_checkable = r.tp_images > 1 && probed.mirror_inexact.empty() && same_tasks_as_filtered(probe, probed);
+      if (tp_checkable && check_mirror_fabric(probed, cluster, 0).image_routes > kMaxImageRoutes) {
+        tp_check = check_mirror_fabric(probed, cluster);
+      } else if (tp_checkable) {
         auto checking = std::async(std::launch::async, [&probed, &cluster] { return check_mirror_fabric(probed, cluster); });
         std::optional<Schedule> whole;
         std::exception_ptr build_error;
