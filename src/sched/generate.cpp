@@ -258,6 +258,26 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
     s.symmetry_unchecked = unchecked;  // set only where the check found no asymmetry
     s.network_sends_on_sm = network_sends_to_sm_kernels(s.graph, cluster);
   };
+  // The whole built as `r` asks while the fabric check runs on another thread: refused first where too
+  // large (the probes below are one layer and micro-batch), as it will be built, mirrored groups of the
+  // size chosen. The check's error, if any, comes before the build's, which is the caller's to rethrow
+  // where the check lets the whole stand (elsewhere another graph is built).
+  struct BuiltBeside {
+    FabricCheck check;
+    std::optional<Schedule> whole;
+    std::exception_ptr build_error;
+  };
+  const auto build_beside = [&](std::future<FabricCheck>& check) {
+    BuiltBeside out;
+    try {
+      r.reserve_tasks = refuse_oversized(r, workload_label);
+      out.whole.emplace(generate_tpsp(r));
+    } catch (...) {
+      out.build_error = std::current_exception();
+    }
+    out.check = check.get();
+    return out;
+  };
   // The fabric check's route searches (a tenth of a large mirrored step's generation and run) go on
   // a second thread while the mirrored graph is built; where they find the fabric asymmetric, that
   // graph is dropped and every rank built, as when the check came first. Its error, if any, comes
@@ -312,26 +332,21 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
       // small run, go on beside the build of the whole with TP images, which a passing check leads to
       // below; a failing one drops it. Beyond it (a check not made leads elsewhere) nothing is built
       // ahead: at 16,384 GPUs a graph built for nothing would cost seconds.
-      const bool tp_checkable = r.tp_images > 1 && probed.mirror_inexact.empty() && same_tasks_as_filtered(probe, probed);
-      if (tp_checkable && check_mirror_fabric(probed, cluster, 0).image_routes > kMaxImageRoutes) {
-        tp_check = check_mirror_fabric(probed, cluster);
-      } else if (tp_checkable) {
-        auto checking = std::async(std::launch::async, [&probed, &cluster] { return check_mirror_fabric(probed, cluster); });
-        std::optional<Schedule> whole;
-        std::exception_ptr build_error;
-        try {
-          TpspRequest built = r;
-          built.reserve_tasks = refuse_oversized(built, workload_label);
-          whole.emplace(generate_tpsp(built));
-        } catch (...) {
-          build_error = std::current_exception();
-        }
-        tp_check = checking.get();
-        if (tp_check->checked && tp_check->asymmetry.empty()) {
-          if (build_error) std::rethrow_exception(build_error);
-          Schedule s = std::move(*whole);
-          finish(s);
-          return s;
+      if (r.tp_images > 1 && probed.mirror_inexact.empty() && same_tasks_as_filtered(probe, probed)) {
+        // Over the budget the count is what the check itself says.
+        if (FabricCheck counted = check_mirror_fabric(probed, cluster, 0); counted.image_routes > kMaxImageRoutes) {
+          tp_check = std::move(counted);
+        } else {
+          auto checking =
+              std::async(std::launch::async, [&probed, &cluster] { return check_mirror_fabric(probed, cluster); });
+          BuiltBeside built = build_beside(checking);
+          tp_check = built.check;
+          if (tp_check->checked && tp_check->asymmetry.empty()) {
+            if (built.build_error) std::rethrow_exception(built.build_error);
+            Schedule s = std::move(*built.whole);
+            finish(s);
+            return s;
+          }
         }
       }
       if (tp_check && tp_check->asymmetry.empty() && !tp_check->checked) {
@@ -367,25 +382,15 @@ Schedule generate(const model::Workload& workload, const std::string& workload_l
     }
   }
   if (fabric.valid()) {
-    // Refused before the whole is built (the probe above is one layer and micro-batch), as it will
-    // be built: mirrored groups of the size chosen.
-    std::optional<Schedule> mirrored;
-    std::exception_ptr build_error;
-    try {
-      r.reserve_tasks = refuse_oversized(r, workload_label);
-      mirrored.emplace(generate_tpsp(r));
-    } catch (...) {
-      build_error = std::current_exception();
-    }
-    const FabricCheck check = fabric.get();
-    fallback = check.asymmetry;
+    BuiltBeside built = build_beside(fabric);
+    fallback = built.check.asymmetry;
     if (fallback.empty()) {
-      if (build_error) std::rethrow_exception(build_error);
-      Schedule s = std::move(*mirrored);
-      if (!check.checked)  // the probe's replica groups are the whole graph's
+      if (built.build_error) std::rethrow_exception(built.build_error);
+      Schedule s = std::move(*built.whole);
+      if (!built.check.checked)  // the probe's replica groups are the whole graph's
         unchecked = fmt::format("the fabric's symmetry along the {} replica groups is assumed, not checked ({} "
                                 "routes to search, over the {} the check searches)",
-                                s.replicas, check.image_routes, kMaxImageRoutes);
+                                s.replicas, built.check.image_routes, kMaxImageRoutes);
       finish(s);
       return s;
     }
