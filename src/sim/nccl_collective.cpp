@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -18,6 +19,22 @@ double tree_size_factor(const topo::NetworkTuning& tuning, NcclProtocol protocol
   const int index = log2_floor(static_cast<std::uint64_t>(bytes) >> 6);
   return index >= 0 && static_cast<std::size_t>(index) < factors.size() ? factors[static_cast<std::size_t>(index)]
                                                                         : 1.0;
+}
+
+NcclCollectiveTime nccl_measured_time(const topo::CollectiveModel& m, sched::CollectiveKind kind,
+                                      NcclAlgorithm algorithm, int nodes, Bytes bytes, NcclCollectiveTime model) {
+  // The same hops the model's latency counts: a ring's steps across the network, a tree's (and an NVLS
+  // tree's) 2 log2 nodes, up and down.
+  const int network_hops = algorithm == NcclAlgorithm::ring
+                               ? (kind == sched::CollectiveKind::all_reduce ? 2 : 1) * (nodes - 1)
+                               : 2 * log2_floor(static_cast<std::uint64_t>(nodes));
+  model.latency_s += network_hops * m.extra_network_hop_s;
+  if (m.mid_size_slowdown_peak > 0.0 && bytes > 0) {
+    const double octaves =
+        (std::log2(static_cast<double>(bytes)) - m.mid_size_center_log2_bytes) / m.mid_size_width_log2;
+    model.bytes_per_s /= 1.0 + m.mid_size_slowdown_peak * std::exp(-0.5 * octaves * octaves);
+  }
+  return model;
 }
 
 std::optional<NcclCollectiveTime> nccl_collective_time(const topo::NetworkTuning& tuning, sched::CollectiveKind kind,

@@ -197,6 +197,16 @@ CollectiveModel read_collective_model(const JsonObject& o) {
   m.network_overhead_s = o.number("network_overhead_s", 0.0, kMaxLatencyS);
   m.ring_simple_plateau = o.number("ring_simple_plateau", 1.0, 10.0);
   m.ll128_between_nodes = o.boolean_or("ll128_between_nodes", true);
+  if (auto mc = o.find("measured_correction")) {
+    const JsonObject c = mc->as_object();
+    m.extra_network_hop_s = c.number("extra_network_hop_latency_s", 0.0, kMaxLatencyS);
+    m.mid_size_slowdown_peak = c.number("mid_size_slowdown_peak", 0.0, 10.0);
+    m.mid_size_center_log2_bytes = c.number("mid_size_center_log2_bytes", 0.0, 50.0);
+    m.mid_size_width_log2 = c.number("mid_size_width_log2", 0.0, 20.0);
+    if (!(m.mid_size_width_log2 > 0.0)) c.at("mid_size_width_log2").fail("must be above 0 (octaves)");
+    if (c.string("source").empty()) c.at("source").fail("must name where the correction comes from");
+    c.finish();
+  }
   const JsonObject f = o.object("bandwidth_factors");
   // Each refines a bus bandwidth downwards: in (0, 1].
   const auto factor = [&f](const char* key) {

@@ -4,6 +4,7 @@
 #include "fusesim/sim/nccl_collective.hpp"
 
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "sim_test_util.hpp"
 
@@ -117,6 +118,9 @@ TEST_CASE("NCCL's collective model: latency and bandwidth by algorithm and proto
 TEST_CASE("a collective across nodes runs NCCL's choice at the time NCCL's model gives it", "[sim][nccl]") {
   constexpr Bytes kMiB = 1 << 20;
   topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  // NCCL's model as it is: the shipped file's measured correction is the next test cases' subject.
+  c.comm.network_tuning->collective_model->extra_network_hop_s = 0.0;
+  c.comm.network_tuning->collective_model->mid_size_slowdown_peak = 0.0;
   TestCostModel costs;
   // One collective of `kind` over ranks 0..n-1; its makespan at the model's time, up to the few NVLink
   // drains before the first chunk reaches a NIC and after the last leaves one (64 KiB at ~50 GB/s each).
@@ -190,4 +194,69 @@ TEST_CASE("a collective across nodes runs NCCL's choice at the time NCCL's model
     CHECK(r.makespan_ps >= 45'200'000);
     CHECK(r.makespan_ps <= 45'200'000 + 126 * 1'000);
   }
+}
+
+TEST_CASE("the measured correction of NCCL's model: each network hop's extra latency, the mid-size slowdown",
+          "[sim][nccl]") {
+  topo::CollectiveModel m;
+  m.extra_network_hop_s = 2e-6;
+  m.mid_size_slowdown_peak = 1.0;
+  m.mid_size_center_log2_bytes = 20.0;
+  m.mid_size_width_log2 = 2.0;
+  const sim::NcclCollectiveTime model{10e-6, 100e9};
+  const auto measured = [&](sched::CollectiveKind kind, NcclAlgorithm a, int nodes, Bytes bytes) {
+    return sim::nccl_measured_time(m, kind, a, nodes, bytes, model);
+  };
+  // A ring all-reduce on 3 nodes crosses the network 2 x (3 - 1) = 4 times: 10 + 4 x 2 = 18 us; at
+  // 2^20 B, the slowdown's centre, its data time is 1 + 1.0 = 2 times the model's.
+  auto t = measured(kAllReduce, NcclAlgorithm::ring, 3, Bytes{1} << 20);
+  CHECK(t.latency_s == Approx(18e-6).epsilon(1e-12));
+  CHECK(t.bytes_per_s == Approx(50e9).epsilon(1e-12));
+  // An all-gather's ring crosses it 3 - 1 = 2 times: 14 us; at 2^22 B, one width (2 octaves) off the
+  // centre: 1 + exp(-1/2) = 1.6065307.
+  t = measured(sched::CollectiveKind::all_gather, NcclAlgorithm::ring, 3, Bytes{1} << 22);
+  CHECK(t.latency_s == Approx(14e-6).epsilon(1e-12));
+  CHECK(t.bytes_per_s == Approx(100e9 / 1.6065306597126334).epsilon(1e-12));
+  // A tree (and an NVLS tree) crosses it 2 log2(nodes) times, as the model's latency counts: 8 nodes 6,
+  // 3 nodes 2 (log2 rounded down); far from the centre (2^34 B, 7 widths) the slowdown is gone (e^-24.5).
+  t = measured(kAllReduce, NcclAlgorithm::tree, 8, Bytes{1} << 34);
+  CHECK(t.latency_s == Approx(22e-6).epsilon(1e-12));
+  CHECK(t.bytes_per_s == Approx(100e9 / (1.0 + std::exp(-24.5))).epsilon(1e-12));
+  CHECK(measured(kAllReduce, NcclAlgorithm::nvls_tree, 3, 64).latency_s == Approx(14e-6).epsilon(1e-12));
+  // None: the model's time as it is.
+  const topo::CollectiveModel none;
+  t = sim::nccl_measured_time(none, kAllReduce, NcclAlgorithm::ring, 8, Bytes{1} << 20, model);
+  CHECK(t.latency_s == model.latency_s);
+  CHECK(t.bytes_per_s == model.bytes_per_s);
+}
+
+TEST_CASE("a collective across nodes runs NCCL's choice at the time the topology's measured correction gives it",
+          "[sim][nccl]") {
+  constexpr Bytes kMiB = 1 << 20;
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
+  const topo::CollectiveModel& m = *c.comm.network_tuning->collective_model;
+  // The shipped correction (fitted by tools/calibration/fit_network_correction.py).
+  REQUIRE(m.extra_network_hop_s == 1.7e-6);
+  REQUIRE(m.mid_size_slowdown_peak == 0.849);
+  REQUIRE(m.mid_size_center_log2_bytes == 23.21);
+  REQUIRE(m.mid_size_width_log2 == 2.31);
+  // 2 nodes x 8, 8 MiB: NCCL's model still chooses the NVLS tree (66.8 us + 8 MiB / 246.19 GB/s =
+  // 100.87 us against the Simple ring's 225.2 us, first test case), which then takes 66.8 + 2 x 1.7 =
+  // 70.2 us of latency (2 log2 2 = 2 network hops) and its data time 34.07 us x (1 + 0.849 x
+  // exp(-((23 - 23.21) / 2.31)^2 / 2) = 1.8455) = 62.88 us: 133.08 us, up to the few NVLink drains
+  // before the first chunk reaches a NIC and after the last leaves one (as above).
+  const double model_s = 66.8e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30);
+  const double slowdown = 1.0 + 0.849 * std::exp(-0.5 * std::pow((23.0 - 23.21) / 2.31, 2));
+  CHECK(slowdown == Approx(1.8455).epsilon(1e-4));
+  const double measured_s = 70.2e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30) * slowdown;
+  CHECK(measured_s == Approx(133.08e-6).epsilon(1e-4));
+  TestCostModel costs;
+  sched::TaskGraph g(16);
+  collective(g, "c", kAllReduce, iota_ranks(16), 8 * kMiB, 1);
+  const sim::SimResult r = sim::Simulator(c, costs).run(g);
+  CHECK(r.makespan_ps >= static_cast<TimePs>(measured_s * 1e12) - 1000);
+  CHECK(r.makespan_ps <= static_cast<TimePs>(measured_s * 1e12) + 3'000'000);
+  REQUIRE(r.best_tree_all_reduce.has_value());
+  CHECK(r.best_tree_all_reduce->nvls);
+  CHECK(r.best_tree_all_reduce->tree_s == Approx(model_s).epsilon(1e-9));  // the model's, which chose
 }

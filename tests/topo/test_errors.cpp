@@ -223,6 +223,30 @@ TEST_CASE("each malformed topology names its JSON path") {
          j["communication"]["network_tuning"]["collective_model"]["ll128_between_nodes"] = "no";
        },
        "$.communication.network_tuning.collective_model.ll128_between_nodes"},
+      {"collective model: a measured correction without its source",
+       [](json& j) {
+         add_model(j);
+         j["communication"]["network_tuning"]["collective_model"]["measured_correction"] =
+             json{{"extra_network_hop_latency_s", 1.7e-6}, {"mid_size_slowdown_peak", 0.8},
+                  {"mid_size_center_log2_bytes", 23.0}, {"mid_size_width_log2", 2.3}};
+       },
+       "$.communication.network_tuning.collective_model.measured_correction.source"},
+      {"collective model: a measured correction of no width",
+       [](json& j) {
+         add_model(j);
+         j["communication"]["network_tuning"]["collective_model"]["measured_correction"] =
+             json{{"extra_network_hop_latency_s", 1.7e-6}, {"mid_size_slowdown_peak", 0.8},
+                  {"mid_size_center_log2_bytes", 23.0}, {"mid_size_width_log2", 0.0}, {"source", "fit"}};
+       },
+       "$.communication.network_tuning.collective_model.measured_correction.mid_size_width_log2"},
+      {"collective model: a negative extra latency of a network hop",
+       [](json& j) {
+         add_model(j);
+         j["communication"]["network_tuning"]["collective_model"]["measured_correction"] =
+             json{{"extra_network_hop_latency_s", -1e-6}, {"mid_size_slowdown_peak", 0.8},
+                  {"mid_size_center_log2_bytes", 23.0}, {"mid_size_width_log2", 2.3}, {"source", "fit"}};
+       },
+       "$.communication.network_tuning.collective_model.measured_correction.extra_network_hop_latency_s"},
       {"collective model: an unknown key",
        [](json& j) {
          add_model(j);
@@ -549,6 +573,8 @@ TEST_CASE("NCCL's collective model as the topology gives it") {
   CHECK(m.nvls_tree_cap[1] == 57.7e9);  // more than two nodes
   CHECK(m.nvls_efficiency == 0.85);
   CHECK(m.ll128_between_nodes);  // NCCL's default where the file does not say
+  CHECK(m.extra_network_hop_s == 0.0);  // no measured correction: NCCL's model as it is
+  CHECK(m.mid_size_slowdown_peak == 0.0);
   // Without channel_bandwidth_inter_bytes_per_s the channels run at one speed between nodes as inside.
   CHECK(m.channel_inter_bytes_per_s == m.channel_bytes_per_s);
   {

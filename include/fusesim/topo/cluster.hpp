@@ -178,6 +178,18 @@ struct CollectiveModel {
   // it on Hopper NICs within PXN of their GPU). Measured curves across nodes can say otherwise: the
   // Hopper files have it off (docs/calibration.md, "Collectives").
   bool ll128_between_nodes = true;
+  // Optional ("measured_correction"): how long the algorithm and protocol NCCL's model chose take on
+  // measured curves across nodes, where its model says less (docs/calibration.md, "Collectives"). The
+  // choice stays NCCL's: only the time charged changes. Each network hop of the chosen algorithm (a
+  // ring's 2 (nodes - 1) or nodes - 1, a tree's 2 log2 nodes) costs extra_network_hop_s more, and the
+  // bytes / bandwidth term is slower by a factor 1 + peak x exp(-(log2 bytes - center)^2 / (2 width^2)):
+  // mid-size collectives fall short of the bandwidth NCCL's model gives, as its treeCorrectionFactor
+  // says of trees alone. Its source is required in the file (and not kept). Absent: zeros, NCCL's
+  // model as it is.
+  double extra_network_hop_s = 0.0;
+  double mid_size_slowdown_peak = 0.0;
+  double mid_size_center_log2_bytes = 0.0;
+  double mid_size_width_log2 = 1.0;
   // Bus bandwidth refinements: ring LL, ring LL128, tree, tree LL, tree LL128 (busBw x factor).
   double ring_ll_factor = 1.0, ring_ll128_factor = 1.0, tree_factor = 1.0, tree_ll_factor = 1.0,
          tree_ll128_factor = 1.0;
