@@ -2,6 +2,7 @@
 """Fits how much longer than NCCL's model its chosen collectives take across nodes.
 
   tools/calibration/fit_network_correction.py --topology topologies/dgx-h100-4node.json [--write | --check]
+  tools/calibration/fit_network_correction.py --topology my-cluster.json --samples nccl.json --write
 
 NCCL prices an all-reduce, all-gather or reduce-scatter across nodes per algorithm and protocol with
 one latency and one bandwidth (src/graph/tuning.cc) and runs the least; fusesim does the same where a
@@ -23,6 +24,11 @@ ZiyanIshani/vpbenchmarking) stay held out. The curves' hosts are H100 nodes of 8
 file is fitted with its own collective model. --write sets collective_model.measured_correction (the
 rest of the file byte for byte; the key must be there); --check exits 1 where the file holds
 something else. Deterministic.
+
+For another cluster: run nccl-tests (all_reduce_perf, all_gather_perf, reduce_scatter_perf) across
+two or more of its nodes, turn the logs into samples with `fusesim calibrate import-nccl-tests LOGS
+--topology my-cluster.json -o nccl.json`, and fit on them with `--samples nccl.json --write` (the
+topology's collective_model must hold a measured_correction, whose values the fit replaces).
 """
 import argparse
 import json
@@ -137,8 +143,26 @@ def fitted_points(tuning):
     return out
 
 
-def fit(tuning):
-    pts = fitted_points(tuning)
+def sample_points(tuning, paths):
+    """The same tuple as fitted_points, of the collective samples across nodes of calibration documents
+    (`fusesim calibrate import-nccl-tests` output: each size's least time, as the cases take the faster
+    of nccl-tests' two columns), the collectives the topology's model prices."""
+    out = []
+    for path in paths:
+        for c in json.load(open(path)).get("collectives", []):
+            ranks, nodes = c["ranks"], c["nodes"]
+            if (nodes < 2 or ranks % nodes or ranks // nodes < 2 or c["bytes"] <= 0
+                    or c["op"] not in tuning["collective_model"]["collectives"]):
+                continue
+            a, (lat, bw) = chosen(tuning, c["op"], ranks, nodes, c["bytes"])
+            out.append((c["op"], ranks, nodes, c["bytes"], min(c["time_s"]), a, lat, bw))
+    return out
+
+
+def fit(tuning, samples=None):
+    pts = sample_points(tuning, samples) if samples else fitted_points(tuning)
+    if len(pts) < 8:
+        sys.exit(f"{len(pts)} measured sizes across nodes: at least 8 are needed to fit four numbers")
 
     def unpack(x):
         return (abs(x[0]) * 1e-6, abs(x[1]), x[2], max(abs(x[3]), 0.25))
@@ -195,6 +219,10 @@ def main():
     ap.add_argument("--topology", required=True)
     ap.add_argument("--write", action="store_true", help="write collective_model.measured_correction into the file")
     ap.add_argument("--check", action="store_true", help="exit 1 when the file does not hold what --write would write")
+    ap.add_argument("--samples", metavar="DOC", nargs="+",
+                    help="fit on the collective samples across nodes of these calibration documents (written by "
+                         "`fusesim calibrate import-nccl-tests` from nccl-tests logs of your cluster) instead of "
+                         "the validation cases marked fitted")
     ap.add_argument("--compare-validate", metavar="FILE",
                     help="`fusesim validate --category collective` output: exit 1 where its prediction of a case "
                          "across nodes on this topology is not this script's (mirror and engine apart)")
@@ -202,15 +230,18 @@ def main():
     path = os.path.join(ROOT, args.topology) if not os.path.isabs(args.topology) else args.topology
     text = open(path).read()
     tuning = json.loads(text)["communication"]["network_tuning"]
-    n, value, rms = fit(tuning)
+    n, value, rms = fit(tuning, args.samples)
     value["source"] = (
+        f"fitted by tools/calibration/fit_network_correction.py on {n} sizes across nodes of nccl-tests samples "
+        f"({', '.join(os.path.basename(p) for p in args.samples)}, written by fusesim calibrate import-nccl-tests)"
+    ) if args.samples else (
         f"fitted by tools/calibration/fit_network_correction.py on the {n} cases of validation/published.json "
         "marked fitted across nodes (NVIDIA/nccl-tests#309: two-node all-reduce curves, 8 x H100 and 8 x 400 Gb/s "
         "each, NCCL 2.26, and the 2-8 GiB plateau of its eight-node curve); held out on the rest of its "
         "eight-node curve, #294 and the 4-node all-reduce and all-gather of ZiyanIshani/vpbenchmarking "
         "(docs/calibration.md, \"Collectives\")")
     print(json.dumps(value, indent=2))
-    print(f"rms log error over {n} fitted cases: {rms:.4f}", file=sys.stderr)
+    print(f"rms log error over {n} sizes: {rms:.4f}", file=sys.stderr)
     if args.compare_validate:
         compare_validate(tuning, args.compare_validate, os.path.splitext(os.path.basename(path))[0])
     old = tuning["collective_model"].get(KEY)
