@@ -21,15 +21,20 @@ for f in dgx-h100-4node dgx-h100-128node; do
 done
 # A cluster's own nccl-tests logs across nodes, the way a user fits them (the docstring's recipe): logs of
 # 2- and 4-node all-reduces and a 4-node all-gather whose times are the model with a known correction,
-# imported by `fusesim calibrate import-nccl-tests` and fitted with --samples into a copy of the topology,
-# give that correction back, and the written topology loads.
+# imported by `fusesim calibrate import-nccl-tests` and fitted with --samples into a copy of the topology
+# that has no correction yet, give that correction back, and the written topology loads.
 dir="$(mktemp -d)"
 trap 'rm -f "$out"; rm -rf "$dir"' EXIT
 truth="$("$py" tests/tools/fit_network_correction_synthetic.py "$dir")"
 "$fusesim" calibrate import-nccl-tests "$dir/ar2.log" "$dir/ar4.log" --op all_reduce --topology dgx-h100-4node \
   -o "$dir/ar.json" >/dev/null
 "$fusesim" calibrate import-nccl-tests "$dir/ag4.log" --op all_gather --topology dgx-h100-4node -o "$dir/ag.json" >/dev/null
-cp topologies/dgx-h100-4node.json "$dir/mine.json"
+"$py" - "$dir/mine.json" <<'PY'  # a cluster's file without a correction yet: the fit adds it
+import json, sys
+t = json.load(open("topologies/dgx-h100-4node.json"))
+del t["communication"]["network_tuning"]["collective_model"]["measured_correction"]
+json.dump(t, open(sys.argv[1], "w"), indent=2)
+PY
 "$py" "$fit" --topology "$dir/mine.json" --samples "$dir/ar.json" "$dir/ag.json" --write >/dev/null 2>&1
 "$py" - "$dir/mine.json" "$truth" <<'PY'
 import json, sys

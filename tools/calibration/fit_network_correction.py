@@ -22,13 +22,12 @@ NVIDIA/nccl-tests#309 and the 2-8 GiB plateau of its eight-node curve. The other
 (the eight-node curve below 2 GiB, #294, the 4-node all-reduce and all-gather of
 ZiyanIshani/vpbenchmarking) stay held out. The curves' hosts are H100 nodes of 8 x 400 Gb/s; each
 file is fitted with its own collective model. --write sets collective_model.measured_correction (the
-rest of the file byte for byte; the key must be there); --check exits 1 where the file holds
+rest of the file byte for byte; added before bandwidth_factors where absent); --check exits 1 where the file holds
 something else. Deterministic.
 
 For another cluster: run nccl-tests (all_reduce_perf, all_gather_perf, reduce_scatter_perf) across
 two or more of its nodes, turn the logs into samples with `fusesim calibrate import-nccl-tests LOGS
---topology my-cluster.json -o nccl.json`, and fit on them with `--samples nccl.json --write` (the
-topology's collective_model must hold a measured_correction, whose values the fit replaces).
+--topology my-cluster.json -o nccl.json`, and fit on them with `--samples nccl.json --write`.
 """
 import argparse
 import json
@@ -182,6 +181,25 @@ def fit(tuning, samples=None):
     }, math.sqrt(loss(x))
 
 
+def with_correction(text, value):
+    """The topology's text with collective_model.measured_correction set to value, the rest byte for
+    byte: replaced where it is, else added before the model's bandwidth_factors."""
+    decoder = json.JSONDecoder()
+    model = text.index('"collective_model"')
+    at = text.find(json.dumps(KEY), model)
+    if at >= 0:
+        start = text.index("{", at)
+        _, end = decoder.raw_decode(text, start)
+    else:
+        at = text.index('"bandwidth_factors"', model)
+        start = end = at
+    indent = text[text.rfind("\n", 0, at) + 1:at]
+    block = json.dumps(value, indent=2).replace("\n", "\n" + indent)
+    if start == end:  # a new key
+        return text[:at] + json.dumps(KEY) + ": " + block + ",\n" + indent + text[at:]
+    return text[:start] + block + text[end:]
+
+
 def compare_validate(tuning, validate_output, topology):
     """Each case across nodes simulated on `topology`: validate's predicted bus bandwidth (its profile
     column) against this mirror's at the file's correction, within the printed digits and 0.5% (the
@@ -250,15 +268,7 @@ def main():
             print(f"{args.topology}: collective_model.{KEY} is not what the fit gives", file=sys.stderr)
             sys.exit(1)
     if args.write:
-        if old is None:
-            sys.exit(f"{args.topology}: add collective_model.{KEY} to the file first (the fit replaces it)")
-        decoder = json.JSONDecoder()
-        at = text.index(json.dumps(KEY))
-        start = text.index("{", at)
-        _, end = decoder.raw_decode(text, start)
-        indent = text[text.rfind("\n", 0, at) + 1:at]
-        block = json.dumps(value, indent=2).replace("\n", "\n" + indent)
-        open(path, "w").write(text[:start] + block + text[end:])
+        open(path, "w").write(with_correction(text, value))
 
 
 if __name__ == "__main__":
