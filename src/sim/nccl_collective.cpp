@@ -12,6 +12,11 @@ namespace {
 
 int log2_floor(std::uint64_t x) { return x == 0 ? -1 : static_cast<int>(std::bit_width(x)) - 1; }
 
+// The steps of a ring that cross the network: 2 (nodes - 1) of an all-reduce's, nodes - 1 of the others'.
+int ring_network_steps(sched::CollectiveKind kind, int nodes) {
+  return (kind == sched::CollectiveKind::all_reduce ? 2 : 1) * (nodes - 1);
+}
+
 }  // namespace
 
 double tree_size_factor(const topo::NetworkTuning& tuning, NcclProtocol protocol, Bytes bytes) {
@@ -25,9 +30,8 @@ NcclCollectiveTime nccl_measured_time(const topo::CollectiveModel& m, sched::Col
                                       NcclAlgorithm algorithm, int nodes, Bytes bytes, NcclCollectiveTime model) {
   // The same hops the model's latency counts: a ring's steps across the network, a tree's (and an NVLS
   // tree's) 2 log2 nodes, up and down.
-  const int network_hops = algorithm == NcclAlgorithm::ring
-                               ? (kind == sched::CollectiveKind::all_reduce ? 2 : 1) * (nodes - 1)
-                               : 2 * log2_floor(static_cast<std::uint64_t>(nodes));
+  const int network_hops = algorithm == NcclAlgorithm::ring ? ring_network_steps(kind, nodes)
+                                                             : 2 * log2_floor(static_cast<std::uint64_t>(nodes));
   model.latency_s += network_hops * m.extra_network_hop_s;
   if (m.mid_size_slowdown_peak > 0.0 && bytes > 0) {
     const double octaves =
@@ -90,7 +94,7 @@ std::optional<NcclCollectiveTime> nccl_collective_time(const topo::NetworkTuning
       const double overhead = m.network_overhead_s * (protocol == NcclProtocol::simple ? 3.0 : 1.0);
       const double intra = std::max(m.ring_node_hop_s[p], overhead);
       const double hop = network_hop(tuning.ring_hop_simple_s, tuning.ring_hop_ll_s, tuning.ring_hop_ll128_s);
-      const int network_steps = (all_reduce ? 2 : 1) * (nodes - 1);
+      const int network_steps = ring_network_steps(kind, nodes);
       latency = m.ring_base_s[p] + (steps - network_steps) * intra + network_steps * hop;
       // Once each rank's share of a channel (the communicator's rings twice the graph's) is 64 B or more.
       if (all_reduce && protocol == NcclProtocol::simple &&

@@ -87,6 +87,15 @@ void add_model(json& j) {
   j["communication"]["network_tuning"] = network_tuning_with_model();
 }
 
+// A valid measured correction of the collective model (beside add_model's model), for the cases to break.
+json& add_correction(json& j) {
+  add_model(j);
+  json& c = j["communication"]["network_tuning"]["collective_model"]["measured_correction"];
+  c = json{{"extra_network_hop_latency_s", 1.7e-6}, {"mid_size_slowdown_peak", 0.8},
+           {"mid_size_center_log2_bytes", 23.0}, {"mid_size_width_log2", 2.3}, {"source", "fit"}};
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("the base topology used by the error cases is valid") {
@@ -224,28 +233,13 @@ TEST_CASE("each malformed topology names its JSON path") {
        },
        "$.communication.network_tuning.collective_model.ll128_between_nodes"},
       {"collective model: a measured correction without its source",
-       [](json& j) {
-         add_model(j);
-         j["communication"]["network_tuning"]["collective_model"]["measured_correction"] =
-             json{{"extra_network_hop_latency_s", 1.7e-6}, {"mid_size_slowdown_peak", 0.8},
-                  {"mid_size_center_log2_bytes", 23.0}, {"mid_size_width_log2", 2.3}};
-       },
+       [](json& j) { add_correction(j).erase("source"); },
        "$.communication.network_tuning.collective_model.measured_correction.source"},
       {"collective model: a measured correction of no width",
-       [](json& j) {
-         add_model(j);
-         j["communication"]["network_tuning"]["collective_model"]["measured_correction"] =
-             json{{"extra_network_hop_latency_s", 1.7e-6}, {"mid_size_slowdown_peak", 0.8},
-                  {"mid_size_center_log2_bytes", 23.0}, {"mid_size_width_log2", 0.0}, {"source", "fit"}};
-       },
+       [](json& j) { add_correction(j)["mid_size_width_log2"] = 0.0; },
        "$.communication.network_tuning.collective_model.measured_correction.mid_size_width_log2"},
       {"collective model: a negative extra latency of a network hop",
-       [](json& j) {
-         add_model(j);
-         j["communication"]["network_tuning"]["collective_model"]["measured_correction"] =
-             json{{"extra_network_hop_latency_s", -1e-6}, {"mid_size_slowdown_peak", 0.8},
-                  {"mid_size_center_log2_bytes", 23.0}, {"mid_size_width_log2", 2.3}, {"source", "fit"}};
-       },
+       [](json& j) { add_correction(j)["extra_network_hop_latency_s"] = -1e-6; },
        "$.communication.network_tuning.collective_model.measured_correction.extra_network_hop_latency_s"},
       {"collective model: an unknown key",
        [](json& j) {

@@ -47,6 +47,11 @@ def log2_floor(x):
     return x.bit_length() - 1 if x > 0 else -1
 
 
+def ring_network_steps(op, nodes):
+    """The steps of a ring that cross the network: 2 (nodes - 1) of an all-reduce's, nodes - 1 of the others'."""
+    return (2 if op == "all_reduce" else 1) * (nodes - 1)
+
+
 def model_time(tuning, op, algorithm, protocol, ranks, nodes, size):
     """(latency s, algorithm bytes/s) as src/sim/nccl_collective.cpp's nccl_collective_time, or None."""
     m = tuning["collective_model"]
@@ -90,7 +95,7 @@ def model_time(tuning, op, algorithm, protocol, ranks, nodes, size):
         overhead = m["network_overhead_s"] * (3.0 if protocol == "simple" else 1.0)
         intra = max(m["ring"]["node_hop_latency_s"][protocol], overhead)
         hop = tuning["ring_hop_latency_s"][protocol]["value"]
-        network_steps = (2 if all_reduce else 1) * (nodes - 1)
+        network_steps = ring_network_steps(op, nodes)
         latency = m["ring"]["base_latency_s"][protocol] + (steps - network_steps) * intra + network_steps * hop
         if all_reduce and protocol == "simple" and size / (2.0 * channels * ranks) >= 64.0:
             latency *= m["ring_simple_plateau"]
@@ -107,6 +112,11 @@ def model_time(tuning, op, algorithm, protocol, ranks, nodes, size):
     return latency, algorithm_bw
 
 
+def bus_share(op, ranks):
+    """nccl-tests' busbw / algbw: the share of the buffer each rank moves."""
+    return 2 * (ranks - 1) / ranks if op == "all_reduce" else (ranks - 1) / ranks
+
+
 def chosen(tuning, op, ranks, nodes, size):
     """NCCL's choice: the least time of its model, the earlier on a tie (ring, tree, NVLS tree; Simple first)."""
     best = None
@@ -120,7 +130,7 @@ def chosen(tuning, op, ranks, nodes, size):
 
 def measured_time(op, algorithm, nodes, size, latency, bandwidth, params):
     extra_hop_s, peak, center, width = params
-    hops = (2 if op == "all_reduce" else 1) * (nodes - 1) if algorithm == "ring" else 2 * log2_floor(nodes)
+    hops = ring_network_steps(op, nodes) if algorithm == "ring" else 2 * log2_floor(nodes)
     slowdown = 1.0 + peak * math.exp(-0.5 * ((math.log2(size) - center) / width) ** 2)
     return latency + hops * extra_hop_s + size / bandwidth * slowdown
 
@@ -135,8 +145,7 @@ def fitted_points(tuning):
         nodes = ranks // 8
         if nodes < 2:
             continue
-        share = 2 * (ranks - 1) / ranks if c["op"] == "all_reduce" else (ranks - 1) / ranks
-        seconds = c["bytes"] * share / (c["measured_busbw_GBps"] * 1e9)
+        seconds = c["bytes"] * bus_share(c["op"], ranks) / (c["measured_busbw_GBps"] * 1e9)
         a, (lat, bw) = chosen(tuning, c["op"], ranks, nodes, c["bytes"])
         out.append((c["op"], ranks, nodes, c["bytes"], seconds, a, lat, bw))
     return out
@@ -219,9 +228,9 @@ def compare_validate(tuning, validate_output, topology):
                 or case["op"] not in tuning["collective_model"]["collectives"] or case["id"] not in printed):
             continue  # not priced by the model (an all-to-all; one node)
         nodes = ranks // 8
-        share = 2 * (ranks - 1) / ranks if case["op"] == "all_reduce" else (ranks - 1) / ranks
         a, (lat, bw) = chosen(tuning, case["op"], ranks, nodes, case["bytes"])
-        mine = case["bytes"] * share / measured_time(case["op"], a, nodes, case["bytes"], lat, bw, params) / 1e9
+        seconds = measured_time(case["op"], a, nodes, case["bytes"], lat, bw, params)
+        mine = case["bytes"] * bus_share(case["op"], ranks) / seconds / 1e9
         text = printed[case["id"]]
         digits = len(text.split(".")[1]) if "." in text else 0
         if abs(mine - float(text)) > 0.5 * 10 ** -digits + 0.005 * float(text):
