@@ -122,9 +122,9 @@ topo::Cluster star_cluster(int ranks) {
   return c;
 }
 
-sched::Task compute_task(std::string name, int rank, double flops, int stream = 0) {
+sched::Task compute_task(sched::TaskName name, int rank, double flops, int stream = 0) {
   sched::Task t;
-  t.name = std::move(name);
+  t.name = name;
   t.rank = rank;
   t.stream = {sched::StreamKind::compute, stream};
   model::ElementwiseKernel k;
@@ -149,19 +149,21 @@ sched::TaskGraph pipeline_graph(int ranks, int layers, int chunks, int collectiv
       std::vector<sched::TaskId> k(ranks), recv_on(ranks);
       const std::string p = "L" + std::to_string(l) + "/c" + std::to_string(c) + "/r";
       for (int r = 0; r < ranks; ++r) {
-        k[r] = g.add(compute_task(p + std::to_string(r) + "/gemm", r, 4e9 + 1e7 * ((r * 7 + c) % 5)));
+        const std::string gemm = p + std::to_string(r) + "/gemm";
+        k[r] = g.add(compute_task(gemm, r, 4e9 + 1e7 * ((r * 7 + c) % 5)));
         if (!first) g.depend(last[r], k[r]);
       }
       for (int r = 0; r < ranks; ++r) {
         const int to = (r + 1) % ranks;
+        const std::string send_name = p + std::to_string(r) + "/send", recv_name = p + std::to_string(to) + "/recv";
         sched::Task s;
-        s.name = p + std::to_string(r) + "/send";
+        s.name = send_name;
         s.rank = r;
         s.stream = {sched::StreamKind::copy, 0};
         s.kind = sched::SendTask{to, 8 << 20, tag, model::CommEngine::copy_engine, -1};
         const auto sid = g.add(s);
         sched::Task v;
-        v.name = p + std::to_string(to) + "/recv";
+        v.name = recv_name;
         v.rank = to;
         v.kind = sched::RecvTask{r, 8 << 20, tag};
         recv_on[to] = g.add(v);
@@ -169,7 +171,8 @@ sched::TaskGraph pipeline_graph(int ranks, int layers, int chunks, int collectiv
         if (!first) g.depend(last[r], sid);
       }
       for (int r = 0; r < ranks; ++r) {
-        const auto e = g.add(compute_task(p + std::to_string(r) + "/add", r, 2e8, 1));
+        const std::string add = p + std::to_string(r) + "/add";
+        const auto e = g.add(compute_task(add, r, 2e8, 1));
         g.depend(k[r], e);
         g.depend(recv_on[r], e);
         last[r] = e;
@@ -180,8 +183,9 @@ sched::TaskGraph pipeline_graph(int ranks, int layers, int chunks, int collectiv
       std::vector<int> group(ranks);
       for (int r = 0; r < ranks; ++r) group[r] = r;
       for (int r = 0; r < ranks; ++r) {
+        const std::string name = "L" + std::to_string(l) + "/ar/r" + std::to_string(r);
         sched::Task t;
-        t.name = "L" + std::to_string(l) + "/ar/r" + std::to_string(r);
+        t.name = name;
         t.rank = r;
         t.stream = {sched::StreamKind::comm, 0};
         t.kind = sched::CollectiveTask{sched::CollectiveKind::all_reduce, group, 64 << 20, instance,
@@ -202,7 +206,8 @@ sched::TaskGraph compute_graph(int ranks, int tasks_per_rank) {
   std::vector<sched::TaskId> prev(ranks);
   for (int i = 0; i < tasks_per_rank; ++i) {
     for (int r = 0; r < ranks; ++r) {
-      const auto id = g.add(compute_task(fmt::format("r{}/k{}", r, i), r, 1e8 + 1e6 * ((r + i) % 7), i % 2));
+      const std::string name = fmt::format("r{}/k{}", r, i);
+      const auto id = g.add(compute_task(name, r, 1e8 + 1e6 * ((r + i) % 7), i % 2));
       if (i > 0 && i % 4 == 0) g.depend(prev[(r + 1) % ranks], id);
       prev[r] = id;
     }

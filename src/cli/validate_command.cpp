@@ -209,15 +209,18 @@ sched::TaskGraph collective_graph(const Case& c, int num_ranks) {
                                      : c.op == "reduce_scatter" ? sched::CollectiveKind::reduce_scatter
                                      : c.op == "all_reduce"     ? sched::CollectiveKind::all_reduce
                                                                 : sched::CollectiveKind::all_to_all;
-  std::vector<int> group(static_cast<std::size_t>(c.ranks));
-  for (int r = 0; r < c.ranks; ++r) group[static_cast<std::size_t>(r)] = r;
-  for (int r = 0; r < c.ranks; ++r)
-    g.add({fmt::format("r{}/{}", r, c.op),
+  std::vector<int> ranks(static_cast<std::size_t>(c.ranks));
+  for (int r = 0; r < c.ranks; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  const sched::RankGroup group(std::move(ranks));
+  for (int r = 0; r < c.ranks; ++r) {
+    const std::string name = fmt::format("r{}/{}", r, c.op);
+    g.add({name,
            r,
            {sched::StreamKind::comm, 0},
            sched::CollectiveTask{kind, group, c.bytes, 0, model::CommEngine::sm_kernel, -1},
            {},
            -1});
+  }
   return g;
 }
 

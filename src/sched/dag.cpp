@@ -4,6 +4,7 @@
 #include <exception>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <string_view>
@@ -24,13 +25,22 @@ namespace {
 TaskId add_named_task(TaskGraph& graph, int rank, int named_rank, std::string_view name, StreamRef stream,
                       TaskKind kind, TaskLabels labels, std::int32_t data_op, const std::vector<TaskId>& deps) {
   Task task;
-  // "r<named_rank>/<name>", without a format call: every task of a graph of millions is named here.
+  // "r<named_rank>/<name>", without a format call or an allocation where it fits the buffer: every task
+  // of a graph of millions is named here (TaskGraph::add copies it into the graph's names).
   const fmt::format_int digits(named_rank);
-  task.name.reserve(2 + digits.size() + name.size());
-  task.name += 'r';
-  task.name.append(digits.data(), digits.size());
-  task.name += '/';
-  task.name += name;
+  const std::size_t length = 2 + digits.size() + name.size();
+  char buffer[256];
+  std::string long_name;
+  char* out = buffer;
+  if (length > sizeof buffer) {
+    long_name.resize(length);
+    out = long_name.data();
+  }
+  out[0] = 'r';
+  std::memcpy(out + 1, digits.data(), digits.size());
+  out[1 + digits.size()] = '/';
+  std::memcpy(out + 2 + digits.size(), name.data(), name.size());
+  task.name = std::string_view(out, length);
   task.rank = rank;
   task.stream = stream;
   task.kind = std::move(kind);
@@ -59,8 +69,27 @@ TaskId TaskGraph::add(Task task) {
   // boost::add_vertex(property, graph) takes the property by const reference and copies it (every
   // string and vector of the Task allocated anew); an empty vertex moved into costs no allocation.
   const auto v = boost::add_vertex(graph_);
+  task.name = names_.store(task.name);
   graph_[v] = std::move(task);
   return static_cast<TaskId>(v);
+}
+
+std::string_view TaskGraph::NameStore::store(std::string_view text) {
+  if (text.empty()) return {};
+  if (used_ + text.size() > block_bytes_) {
+    block_bytes_ = std::max({kFirstBlockBytes, std::min(kMaxBlockBytes, 2 * block_bytes_), text.size()});
+    blocks_.push_back(std::make_unique_for_overwrite<char[]>(block_bytes_));
+    used_ = 0;
+  }
+  char* at = blocks_.back().get() + used_;
+  std::memcpy(at, text.data(), text.size());
+  used_ += text.size();
+  return {at, text.size()};
+}
+
+const std::vector<int>& RankGroup::no_ranks() {
+  static const std::vector<int> none;
+  return none;
 }
 
 void TaskGraph::reserve(std::size_t tasks) { graph_.m_vertices.reserve(tasks); }
@@ -83,6 +112,7 @@ TaskGraph::TaskGraph(const TaskGraph& other)
       alias_stage_ranks_(other.alias_stage_ranks_),
       alias_tp_images_(other.alias_tp_images_) {
   graph_.m_vertices = other.graph_.m_vertices;  // the graph property is no_property: nothing to copy
+  for (auto& vertex : graph_.m_vertices) vertex.m_property.name = names_.store(vertex.m_property.name);
 }
 
 TaskGraph& TaskGraph::operator=(const TaskGraph& other) {
@@ -101,11 +131,13 @@ TaskGraph::TaskGraph(TaskGraph&& other) noexcept
       alias_stage_ranks_(other.alias_stage_ranks_),
       alias_tp_images_(other.alias_tp_images_) {
   swap_graph(graph_, other.graph_);
+  std::swap(names_, other.names_);
 }
 
 TaskGraph& TaskGraph::operator=(TaskGraph&& other) noexcept {
   num_ranks_ = other.num_ranks_;
   swap_graph(graph_, other.graph_);
+  std::swap(names_, other.names_);  // each graph keeps the names its tasks view
   edges_ = std::move(other.edges_);
   regions_ = std::move(other.regions_);
   load_alias_ = std::move(other.load_alias_);
@@ -352,7 +384,7 @@ class BucketTable {
 // A task's name hash in the high 32 bits, its id in the low 32: 8 bytes per task. Equal high halves
 // are confirmed by comparing the names.
 using NameEntry = std::uint64_t;
-NameEntry name_entry(const std::string& name, TaskId id) { return (hash_name(name) & ~0xffffffffULL) | id; }
+NameEntry name_entry(std::string_view name, TaskId id) { return (hash_name(name) & ~0xffffffffULL) | id; }
 
 // Names must be unique: they are how errors, traces and tests refer to tasks. Reports the pair
 // whose second task has the lowest id (the first duplicate met walking the graph in id order).
@@ -748,7 +780,7 @@ Rendezvous rendezvous_groups(const GraphAnalysis& a, std::size_t n) {
                                       [&](std::uint32_t a, std::uint32_t b) { return edge_from[a] < edge_from[b]; });
   std::rotate(cycle.begin(), first, cycle.end());
 
-  std::string text = graph.task(edge_from[cycle.front()]).name;
+  std::string text(graph.task(edge_from[cycle.front()]).name);
   bool rendezvous = false;
   // A cycle through 200k tasks would be a line of megabytes: the first and last steps say where it
   // is, and the count says how long it is.

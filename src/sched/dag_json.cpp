@@ -258,7 +258,8 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
   for (std::size_t i = 0; i < tasks.size(); ++i) {
     JsonObject o = tasks.at(i).as_object();
     Task t;
-    t.name = o.string("name");
+    const std::string name = o.string("name");  // lives until the task is added below
+    t.name = name;
     t.rank = static_cast<int>(o.integer("rank", 0, ranks - 1));
     if (out.simulated_ranks > 0) {
       // The metrics count the simulated ranks alone; a task elsewhere must stand in for one of them.
@@ -307,7 +308,10 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
       task.kind = collective_kind(c.choice("kind", kCollectives));
       JsonArray group = c.array("group");
       group.require_size(1, static_cast<std::size_t>(ranks));
-      for (std::size_t m = 0; m < group.size(); ++m) task.group.push_back(static_cast<int>(group.at(m).as_integer(0, ranks - 1)));
+      std::vector<int> members;
+      for (std::size_t m = 0; m < group.size(); ++m)
+        members.push_back(static_cast<int>(group.at(m).as_integer(0, ranks - 1)));
+      task.group = std::move(members);
       task.bytes = c.integer("bytes", 1, kMaxBytes);
       task.instance = c.integer_or("instance", 0, kMaxId, 0);
       task.engine = engine(c.choice_or("engine", kEngines, "sm_kernel"));

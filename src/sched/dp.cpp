@@ -215,10 +215,15 @@ std::vector<TaskId> DpSync::p2p_collective(int rank, CollectiveKind kind, Bytes 
   return ends;
 }
 
-std::vector<int> DpSync::group(int rank) const {
-  std::vector<int> out;
-  for (int d = 0; d < cfg_.dp; ++d) out.push_back(peer(rank, d));
-  return out;
+const RankGroup& DpSync::group(int rank) const {
+  const auto m = static_cast<std::size_t>(member(rank));
+  if (groups_.size() <= m) groups_.resize(m + 1);
+  if (groups_[m].empty()) {
+    std::vector<int> out;
+    for (int d = 0; d < cfg_.dp; ++d) out.push_back(peer(rank, d));
+    groups_[m] = std::move(out);
+  }
+  return groups_[m];
 }
 
 int DpSync::region(const std::string& name) {

@@ -67,7 +67,8 @@ Schedule generate_dp_piece(const DpPieceRequest& req) {
   auto task = [&](int rank, std::string name, model::Kernel k, std::int32_t data_op, const std::vector<TaskId>& deps,
                   int region = -1) {
     Task t;
-    t.name = fmt::format("r{}/{}", rank, name);
+    const std::string full_name = fmt::format("r{}/{}", rank, name);
+    t.name = full_name;
     t.rank = rank;
     t.kind = ComputeTask{std::move(k), topo::Dtype::bf16, false};
     t.labels.region = region;

@@ -156,8 +156,10 @@ UpPerRank UlyssesEmitter::alloc(bool data, const std::string& name, std::int64_t
 
 // Stream index 1 (a second copy engine, a second communicator's stream): the UP transfers must not
 // queue behind the TP ring's P2P steps and collectives on stream 0, which run at the same time.
-std::vector<int> UlyssesEmitter::group(int ti) const {
-  return RankLayout{tp_, up_, sh_.dp, first_rank_}.up_group(ti, d_);
+const RankGroup& UlyssesEmitter::group(int ti) const {
+  RankGroup& g = groups_[{first_rank_, d_, ti}];
+  if (g.empty()) g = RankLayout{tp_, up_, sh_.dp, first_rank_}.up_group(ti, d_);
+  return g;
 }
 
 std::int64_t UlyssesEmitter::tag(const Pending& p, std::int64_t row0, int src, int dst) const {

@@ -161,7 +161,7 @@ struct CollectiveRun {
   // flow turned back onto the alias runs on that ring). Empty: every ring lands as itself.
   std::vector<std::uint8_t> land_ring;
   int present = 0;            // positions with a task
-  std::vector<int> ranks;
+  sched::RankGroup ranks;      // the spec's group, shared
   std::vector<int> sms;         // SMs held on each member's rank while it runs
   bool one_node = false;        // every member on one node (ContentionParams::node_collective_sms)
   // Ring kinds: `rings` rings (topo/rings.hpp), each moving an equal share of every step's chunk;

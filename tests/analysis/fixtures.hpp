@@ -53,9 +53,10 @@ class FakeCosts final : public model::KernelCostModel {
   }
 };
 
-inline sched::Task compute_task(std::string name, int rank, std::int64_t m, bool recompute = false, int region = -1) {
+inline sched::Task compute_task(sched::TaskName name, int rank, std::int64_t m, bool recompute = false,
+                                int region = -1) {
   sched::Task t;
-  t.name = std::move(name);
+  t.name = name;
   t.rank = rank;
   t.stream = {sched::StreamKind::compute, 0};
   sched::ComputeTask c;
@@ -68,10 +69,10 @@ inline sched::Task compute_task(std::string name, int rank, std::int64_t m, bool
   return t;
 }
 
-inline sched::Task collective_task(std::string name, int rank, std::vector<int> group, std::int64_t instance,
+inline sched::Task collective_task(sched::TaskName name, int rank, std::vector<int> group, std::int64_t instance,
                                    int region = -1) {
   sched::Task t;
-  t.name = std::move(name);
+  t.name = name;
   t.rank = rank;
   t.stream = {sched::StreamKind::comm, 0};
   sched::CollectiveTask c;
@@ -85,9 +86,9 @@ inline sched::Task collective_task(std::string name, int rank, std::vector<int> 
   return t;
 }
 
-inline sched::Task send_task(std::string name, int rank, int peer, std::int64_t tag, int region = -1) {
+inline sched::Task send_task(sched::TaskName name, int rank, int peer, std::int64_t tag, int region = -1) {
   sched::Task t;
-  t.name = std::move(name);
+  t.name = name;
   t.rank = rank;
   t.stream = {sched::StreamKind::copy, 0};
   sched::SendTask s;
@@ -101,9 +102,9 @@ inline sched::Task send_task(std::string name, int rank, int peer, std::int64_t 
   return t;
 }
 
-inline sched::Task recv_task(std::string name, int rank, int peer, std::int64_t tag, int region = -1) {
+inline sched::Task recv_task(sched::TaskName name, int rank, int peer, std::int64_t tag, int region = -1) {
   sched::Task t;
-  t.name = std::move(name);
+  t.name = name;
   t.rank = rank;
   t.stream = {sched::StreamKind::copy, 0};
   sched::RecvTask r;

@@ -283,13 +283,15 @@ TEST_CASE("apply_profile: a simulated ring all-gather and a copy-engine P2P take
   sim::Simulator simulator(cluster, costs);
   sched::TaskGraph ag(cluster.num_ranks());
   std::vector<int> group{0, 1, 2, 3, 4, 5, 6, 7};
-  for (int r = 0; r < 8; ++r)
-    ag.add({"ag" + std::to_string(r),
+  for (int r = 0; r < 8; ++r) {
+    const std::string name = "ag" + std::to_string(r);
+    ag.add({name,
             r,
             {sched::StreamKind::comm, 0},
             sched::CollectiveTask{sched::CollectiveKind::all_gather, group, n, 0, model::CommEngine::sm_kernel, -1},
             {},
             -1});
+  }
   const double fitted_ag = 30e-6 + static_cast<double>(n) * 7 / 8 / 300e9;
   CHECK(ps_to_seconds(simulator.run(ag).makespan_ps) == Approx(fitted_ag).epsilon(1e-8));
   // P2P on the copy engine: route 0.6 us + step (3 - 0.6) us + n / (379.98e9 x 350/379.98) = 3 us + n / 350e9.

@@ -344,3 +344,73 @@ TEST_CASE("a moved task graph is the graph it was, and both ends stay usable", "
   source.graph.add(dag.graph.task(0));
   CHECK(source.graph.size() == 1);
 }
+
+// A task's name is a view of characters its graph holds (TaskGraph::add copies them): a name built in
+// a string that then ends, one longer than the first block of the graph's names, one past 256
+// characters, all read back after the graph grew by thousands of tasks, was copied and was moved.
+TEST_CASE("a task's name lives in its graph: through growth, copies and moves", "[sched][dag]") {
+  TaskGraph graph(2);
+  const ComputeTask kernel{model::ElementwiseKernel{"add", 64, 16.0}, topo::Dtype::bf16, false};
+  std::vector<std::string> expected;
+  for (std::size_t length : {std::size_t{1}, std::size_t{300}, std::size_t{5000}}) {
+    std::string name(length, 'x');
+    name += std::to_string(length);
+    Task t;
+    t.name = name;
+    t.kind = kernel;
+    graph.add(t);
+    expected.push_back(name);
+    name.assign(name.size(), '?');  // the task's name is the graph's copy, not this string
+  }
+  for (int i = 0; i < 20000; ++i) {
+    std::string name = "task";
+    name += std::to_string(i);
+    std::string full = "r";
+    full += std::to_string(i % 2);
+    full += '/';
+    expected.push_back(full + name);
+    add_rank_task(graph, i % 2, name, StreamRef{}, kernel, {}, -1, {});
+  }
+  const auto names_of = [](const TaskGraph& g) {
+    std::vector<std::string> out;
+    for (TaskId id = 0; id < g.size(); ++id) out.emplace_back(g.task(id).name);
+    return out;
+  };
+  CHECK(names_of(graph) == expected);
+  TaskGraph copy = graph;
+  TaskGraph moved = std::move(graph);
+  graph = TaskGraph(1);  // the moved-from graph reused; the copy and the moved graph keep their names
+  add_rank_task(graph, 0, std::string(400, 'y'), StreamRef{}, kernel, {}, -1, {});
+  CHECK(names_of(copy) == expected);
+  CHECK(names_of(moved) == expected);
+  CHECK(graph.task(0).name == "r0/" + std::string(400, 'y'));
+  // Copied names are the copy's own: the copy outlives the graph it came from.
+  {
+    TaskGraph source(1);
+    add_rank_task(source, 0, "only", StreamRef{}, kernel, {}, -1, {});
+    copy = source;
+  }
+  CHECK(copy.size() == 1);
+  CHECK(copy.task(0).name == "r0/only");
+}
+
+// The members of a collective hold one list of ranks, not a copy each (RankGroup): every TP
+// collective of a generated layer on one TP group shares it.
+TEST_CASE("a generated graph's collectives of one group share one list of ranks", "[sched][dag]") {
+  model::Workload w = model::load_workload("llama-3-70b");
+  const topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100");
+  GenerateOptions options;
+  options.scope = Scope::layer;
+  const Schedule s = generate(w, "llama-3-70b", cluster, model::ScheduleKind::baseline, options);
+  const std::vector<int>* shared = nullptr;
+  std::size_t collectives = 0;
+  for (TaskId id = 0; id < s.graph.size(); ++id) {
+    const auto* c = std::get_if<CollectiveTask>(&s.graph.task(id).kind);
+    if (c == nullptr) continue;
+    ++collectives;
+    if (shared == nullptr) shared = &c->group.ranks();
+    CHECK(&c->group.ranks() == shared);
+    CHECK(c->group == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
+  }
+  CHECK(collectives >= 8 * 4);  // the layer's forward and backward TP collectives on each of 8 ranks
+}

@@ -40,8 +40,9 @@ topo::Cluster two_nodes() {
 
 TaskId gemm(TaskGraph& g, int rank, const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k,
             const std::vector<TaskId>& deps = {}, int region = -1) {
+  const std::string full_name = fmt::format("r{}/{}", rank, name);
   Task t;
-  t.name = fmt::format("r{}/{}", rank, name);
+  t.name = full_name;
   t.rank = rank;
   t.kind = ComputeTask{model::GemmKernel{m, n, k, 1}, topo::Dtype::bf16, false};
   t.labels.region = region;
@@ -248,8 +249,9 @@ TEST_CASE("DP traffic on a shared link slows a TP transfer by the max-min share"
       c.members = 2;  // ranks 0 and 2 form the DP group of member 0, 1 and 3 that of member 1
       c.kind = ScheduleKind::baseline;
       for (int rank : {0, 2}) {
+        const std::string grad_name = fmt::format("r{}/grad", rank);
         Task grad;
-        grad.name = fmt::format("r{}/grad", rank);
+        grad.name = grad_name;
         grad.rank = rank;
         grad.kind = ComputeTask{model::ElementwiseKernel{"add", 2, 1.0}, topo::Dtype::bf16, false};
         const TaskId id = g.add(grad);

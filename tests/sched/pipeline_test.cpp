@@ -170,13 +170,14 @@ analysis::StepMetrics compute_only(const PipelineShape& shape, TimePs tf, TimePs
     for (const StepWork& w : pipeline_order(shape, s)) {
       const bool fwd = w.phase == StepPhase::forward_layer;
       if (fwd || w.phase == StepPhase::backward_layer) {
-        last = g.add(sim_test::compute(fmt::format("r{}/mb{}/L{}/{}", s, w.micro_batch, w.layer, fwd ? "fwd" : "bwd"), s,
-                                       static_cast<double>(fwd ? tf : tb)));
+        const std::string name = fmt::format("r{}/mb{}/L{}/{}", s, w.micro_batch, w.layer, fwd ? "fwd" : "bwd");
+        last = g.add(sim_test::compute(name, s, static_cast<double>(fwd ? tf : tb)));
         if (waiting) receiver[*waiting] = last;
         waiting.reset();
       } else if (w.phase == StepPhase::backward_weight) {
         // ZB-H1's W: on the stage's stream after what came before it, which includes its B; nothing waits for it.
-        g.add(sim_test::compute(fmt::format("r{}/mb{}/L{}/w", s, w.micro_batch, w.layer), s, static_cast<double>(tw)));
+        const std::string name = fmt::format("r{}/mb{}/L{}/w", s, w.micro_batch, w.layer);
+        g.add(sim_test::compute(name, s, static_cast<double>(tw)));
       } else if (w.phase == StepPhase::forward_send || w.phase == StepPhase::backward_send) {
         sender[{w.micro_batch, w.layer, w.phase == StepPhase::forward_send}] = last;
       } else if (w.phase == StepPhase::forward_recv || w.phase == StepPhase::backward_recv) {
@@ -421,7 +422,7 @@ TEST_CASE("overlap_param_gather with stages: each stage gathers its own layers i
         if (c == nullptr || c->kind != CollectiveKind::all_gather) continue;
         if (t.labels.op != "dp_param_all_gather" && t.name.find("dp/param_ag") == std::string::npos) continue;
         bytes[t.rank] += c->bytes;
-        if (names != nullptr) (*names)[t.rank].push_back(t.name);
+        if (names != nullptr) (*names)[t.rank].emplace_back(t.name);
       }
       return bytes;
     };
@@ -453,7 +454,7 @@ TEST_CASE("overlap_param_gather with stages: each stage gathers its own layers i
     const TaskId all = named(during, "r4/params/dp_param_ag");
     CHECK(during.graph.predecessors(all).empty());
     std::set<std::string> waiting;
-    for (TaskId id : during.graph.successors(all)) waiting.insert(during.graph.task(id).name);
+    for (TaskId id : during.graph.successors(all)) waiting.emplace(during.graph.task(id).name);
     for (int l : stage1) CHECK(waiting.count(fmt::format("r4/L{}/fwd/ln1", l)) == 1);
     CHECK(!during.graph.predecessors(named(during, "r0/L0/fwd/dp_param_ag")).empty());
     // Without the overlap, the gradients' reduce-scatter: buckets of 128 bytes on stage 0 (one per
@@ -481,7 +482,7 @@ TEST_CASE("Generated ZB-H1 stages: the same tasks as 1F1B, each layer's weight g
   validate(b.graph);
   auto names = [](const Schedule& s) {
     std::multiset<std::string> out;
-    for (TaskId id = 0; id < s.graph.size(); ++id) out.insert(s.graph.task(id).name);
+    for (TaskId id = 0; id < s.graph.size(); ++id) out.emplace(s.graph.task(id).name);
     return out;
   };
   CHECK(names(a) == names(b));

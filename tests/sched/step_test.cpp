@@ -74,7 +74,7 @@ TEST_CASE("The final norm is the kernel the workload's framework ran", "[step]")
       const Task& t = s.graph.task(id);
       if (const auto* c = std::get_if<ComputeTask>(&t.kind); c && t.rank == 0)
         if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel))
-          op[t.name.substr(t.name.find('/') + 1)] = e->op;
+          op[std::string(t.name.substr(t.name.find('/') + 1))] = e->op;
     }
     INFO(model::to_string(kernel));
     CHECK(op.at("head/fwd/final_norm") == fwd);
@@ -107,7 +107,7 @@ TEST_CASE("The optimizer's passes and the loss carry the bytes derived by hand",
     for (TaskId id = 0; id < s.graph.size(); ++id) {
       const Task& t = s.graph.task(id);
       if (t.rank != 0) continue;
-      const std::string name = t.name.substr(t.name.find('/') + 1);  // without "r0/"
+      const std::string name(t.name.substr(t.name.find('/') + 1));  // without "r0/"
       if (const auto* c = std::get_if<ComputeTask>(&t.kind))
         if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel)) {
           bytes[name] = e->bytes;
@@ -156,7 +156,7 @@ TEST_CASE("Half gradients are cast to fp32 main gradients, and fp16 unscales the
     for (TaskId id = 0; id < s.graph.size(); ++id) {
       const Task& t = s.graph.task(id);
       if (t.rank != 0) continue;
-      const std::string name = t.name.substr(t.name.find('/') + 1);
+      const std::string name(t.name.substr(t.name.find('/') + 1));
       id_of[name] = id;
       if (const auto* c = std::get_if<ComputeTask>(&t.kind))
         if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel)) bytes[name] = e->bytes;
@@ -253,7 +253,7 @@ TEST_CASE("overlap_param_gather: ZeRO-1/2's parameter gather moves into the firs
       if (t.rank != 0 || c == nullptr || c->kind != CollectiveKind::all_gather || t.labels.phase == Phase::none)
         continue;
       if (t.labels.op != "dp_param_all_gather" && t.labels.op != "dp_all_gather") continue;
-      bytes[t.name] = c->bytes;
+      bytes[std::string(t.name)] = c->bytes;
     }
     return bytes;
   };
@@ -543,7 +543,7 @@ TEST_CASE("ZeRO-3's gathers and reduce-scatters run on the DP communicator one a
     // (the backward's first gradients) after the gather of layer 1's backward and before layer 0's.
     const auto at = [&](const std::string& suffix) {
       for (std::size_t i = 0; i < dp.size(); ++i) {
-        const std::string& name = s.graph.task(dp[i]).name;
+        const std::string_view name = s.graph.task(dp[i]).name;
         if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
           return i;
       }
@@ -630,8 +630,8 @@ TEST_CASE("FSDP2 copies each gathered layer out on the compute stream right befo
       CHECK(copy_bytes(s.graph, out) == 2 * c->bytes);
       // What runs next on the compute stream is the module's own first kernel.
       REQUIRE(next[out] != kNoTask);
-      const std::string& first = s.graph.task(next[out]).name;
-      const std::string module = o.name.substr(0, o.name.size() - std::string("/fsdp_copy_out").size());
+      const std::string_view first = s.graph.task(next[out]).name;
+      const std::string module(o.name.substr(0, o.name.size() - std::string("/fsdp_copy_out").size()));
       if (t.labels.layer >= 0)
         CHECK(first.rfind(module + "/", 0) == 0);
       else

@@ -96,7 +96,7 @@ void require_same_timeline(const Outcome& full, const Outcome& mirror, const std
       REQUIRE(std::holds_alternative<RecvTask>(t.kind));
       ++proxies;
     }
-    const auto it = by_name.find(t.name);
+    const auto it = by_name.find(std::string(t.name));
     REQUIRE(it != by_name.end());
     const sim::TaskTiming& a = mirror.result.tasks[id];
     const sim::TaskTiming& b = full.result.tasks[it->second];
@@ -222,7 +222,7 @@ TEST_CASE("Mirrored DP replicas with Ulysses ranks reproduce the full-rank simul
           REQUIRE(std::holds_alternative<RecvTask>(t.kind));
           proxy_ranks.insert(t.rank);
         }
-        const auto it = by_name.find(t.name);
+        const auto it = by_name.find(std::string(t.name));
         REQUIRE(it != by_name.end());
         INFO(t.name);
         REQUIRE(mirror.result.tasks[id].ready_ps == full.result.tasks[it->second].ready_ps);
@@ -315,7 +315,7 @@ TEST_CASE("A proxy receive arrives by its alias's NIC, beside the alias's Ulysse
     for (TaskId id = 0; id < full.graph.size(); ++id)
       if (full.graph.task(id).rank < 32) by_name.emplace(full.graph.task(id).name, id);
     for (TaskId id = 0; id < mirror.graph.size(); ++id) {
-      const auto it = by_name.find(mirror.graph.task(id).name);
+      const auto it = by_name.find(std::string(mirror.graph.task(id).name));
       REQUIRE(it != by_name.end());
       INFO(mirror.graph.task(id).name);
       REQUIRE(mirror_result.tasks[id].end_ps == full_result.tasks[it->second].end_ps);
@@ -363,10 +363,11 @@ TEST_CASE("The P2P form of the DP sync needs its load alias to match", "[symmetr
   const sim::SimResult reference = sim.run(s_full.graph);
   CHECK(aliased.makespan_ps == reference.makespan_ps);
   std::map<std::string, TimePs> end_by_name;
-  for (TaskId id = 0; id < s_full.graph.size(); ++id) end_by_name[s_full.graph.task(id).name] = reference.tasks[id].end_ps;
+  for (TaskId id = 0; id < s_full.graph.size(); ++id)
+    end_by_name[std::string(s_full.graph.task(id).name)] = reference.tasks[id].end_ps;
   std::size_t aliased_equal = 0, unaliased_equal = 0;
   for (TaskId id = 0; id < s_sm.graph.size(); ++id) {
-    const TimePs ref = end_by_name.at(s_sm.graph.task(id).name);
+    const TimePs ref = end_by_name.at(std::string(s_sm.graph.task(id).name));
     aliased_equal += aliased.tasks[id].end_ps == ref ? 1 : 0;
     unaliased_equal += unaliased.tasks[id].end_ps == ref ? 1 : 0;
   }
@@ -410,7 +411,7 @@ TEST_CASE("With Megatron's padded vocabulary every Llama-3-70B gradient splits i
     if (t.labels.op != "dp_send") continue;
     const auto* send = std::get_if<SendTask>(&t.kind);
     REQUIRE(send != nullptr);
-    send_bytes[t.name.substr(0, t.name.find("/dp_send/"))].insert(send->bytes);
+    send_bytes[std::string(t.name.substr(0, t.name.find("/dp_send/")))].insert(send->bytes);
     if (t.name.find("embedding_grad/dp_send/") != std::string::npos) {
       // 16,128 / 128 = 126 rows of h = 8192 gradient values, reduced in fp32 (bf16 training's default).
       CHECK(send->bytes == 126 * 8192 * 4);
@@ -429,7 +430,7 @@ TEST_CASE("With Megatron's padded vocabulary every Llama-3-70B gradient splits i
     const Task& t = s.graph.task(id);
     const auto* recv = std::get_if<RecvTask>(&t.kind);
     if (recv == nullptr || t.labels.op != "dp_recv") continue;
-    const std::string grad = t.name.substr(0, t.name.find("/dp_recv/"));
+    const std::string grad(t.name.substr(0, t.name.find("/dp_recv/")));
     REQUIRE(send_bytes.count(grad) == 1);
     CHECK(recv->bytes == *send_bytes[grad].begin());
   }

@@ -177,7 +177,7 @@ TEST_CASE("every generated graph passes validate() with unique names and tags", 
         std::set<std::tuple<int, int, std::int64_t>> tags;
         for (TaskId id = 0; id < s.graph.size(); ++id) {
           const Task& task = s.graph.task(id);
-          CHECK(names.insert(task.name).second);
+          CHECK(names.insert(std::string(task.name)).second);
           // The DP replicas' gradient sync (dp_test.cpp): one baseline all-reduce per rank.
           if (task.labels.region >= 0 && s.graph.regions().at(task.labels.region).parallelism == Parallelism::dp) continue;
           CHECK(task.name.rfind(fmt::format("r{}/L", task.rank), 0) == 0);
@@ -537,7 +537,7 @@ TEST_CASE("fp8 as Transformer Engine runs it: fp8 GEMMs after a cast, everything
       if (g.task(id).name == name) return id;
     return kNoTask;
   };
-  const TaskId fc1_id = find(fc1->name);
+  const TaskId fc1_id = find(std::string(fc1->name));
   const TaskId cast_id = find(fc1->name + "/fp8_cast");
   REQUIRE(cast_id != kNoTask);
   CHECK(g.predecessors(fc1_id) == std::vector<TaskId>{cast_id});

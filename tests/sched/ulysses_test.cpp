@@ -155,13 +155,13 @@ TEST_CASE("Fuse-A2A backward: per TP chunk, the own dQKV block first, then each 
     validate(s.graph);
     const std::int64_t n = r.shape.rows() / up / tp;  // rows of a TP chunk
     std::map<std::string, TaskId> by_name;
-    for (TaskId id = 0; id < s.graph.size(); ++id) by_name[s.graph.task(id).name] = id;
+    for (TaskId id = 0; id < s.graph.size(); ++id) by_name[std::string(s.graph.task(id).name)] = id;
     auto recvs_of = [&](const std::string& name, const std::string& region) {
       std::vector<std::string> recvs;
       for (TaskId pre : s.graph.predecessors(by_name.at(name))) {
         const Task& t = s.graph.task(pre);
         if (std::holds_alternative<RecvTask>(t.kind) && t.name.find(region) != std::string::npos)
-          recvs.push_back(t.name);
+          recvs.emplace_back(t.name);
       }
       return recvs;
     };
@@ -175,12 +175,12 @@ TEST_CASE("Fuse-A2A backward: per TP chunk, the own dQKV block first, then each 
           if (t.rank != rank) continue;
           if (std::holds_alternative<ComputeTask>(t.kind) &&
               (t.labels.op.rfind("qkv_dgrad/g", 0) == 0 || t.labels.op.rfind("qkv_wgrad/g", 0) == 0))
-            order.push_back(t.name);
+            order.emplace_back(t.name);
           if (std::holds_alternative<SendTask>(t.kind) && t.name.find("/attn_bwd+a2a/send/") != std::string::npos)
-            sends.push_back(t.name);
+            sends.emplace_back(t.name);
           const bool ring = t.name.find("L0/bwd/ag+qkv_wgrad/send/") != std::string::npos ||
                             t.name.find("L0/bwd/qkv_dgrad+rs/send/") != std::string::npos;
-          if (std::holds_alternative<SendTask>(t.kind) && ring) ring_sends.push_back(t.name);
+          if (std::holds_alternative<SendTask>(t.kind) && ring) ring_sends.emplace_back(t.name);
         }
         std::vector<std::string> want_order, want_sends, want_ring;
         for (int i = 0; i < tp; ++i) {

@@ -51,7 +51,8 @@ TaskGraph simultaneous_graph(int layers) {
     const std::string L = "L" + std::to_string(l);
     std::vector<sched::TaskId> k(t);
     for (int r = 0; r < t; ++r) {
-      k[r] = g.add(compute(L + "/k/r" + std::to_string(r), r, 3'000'000));
+      const std::string name = L + "/k/r" + std::to_string(r);
+      k[r] = g.add(compute(name, r, 3'000'000));
       if (!first) g.depend(prev[r], k[r]);
     }
     const auto ag = collective(g, L + "/ag", CollectiveKind::all_gather, iota_ranks(t), 8'000'000, 2 * l);
@@ -59,17 +60,21 @@ TaskGraph simultaneous_graph(int layers) {
                                 model::CommEngine::sm_kernel, 10);
     std::vector<sched::TaskId> recv_on(t);  // the recv that lands on rank r (from rank r-1)
     for (int r = 0; r < t; ++r) {
-      const auto s = g.add(send(L + "/s/r" + std::to_string(r), r, (r + 1) % t, 1'000'000, l));
-      recv_on[(r + 1) % t] = g.add(recv(L + "/v/r" + std::to_string((r + 1) % t), (r + 1) % t, r, 1'000'000, l));
+      const std::string send_name = L + "/s/r" + std::to_string(r);
+      const std::string recv_name = L + "/v/r" + std::to_string((r + 1) % t);
+      const auto s = g.add(send(send_name, r, (r + 1) % t, 1'000'000, l));
+      recv_on[(r + 1) % t] = g.add(recv(recv_name, (r + 1) % t, r, 1'000'000, l));
       g.depend(k[r], s);
       g.depend(k[r], ag[r]);
-      const auto k2 = g.add(compute(L + "/k2/r" + std::to_string(r), r, 2'000'000, 1));
+      const std::string k2_name = L + "/k2/r" + std::to_string(r);
+      const auto k2 = g.add(compute(k2_name, r, 2'000'000, 1));
       g.depend(k[r], k2);
       g.depend(k2, a2a[r]);
     }
     // The next layer on rank r waits for the data rank r received and for its collectives.
     for (int r = 0; r < t; ++r) {
-      const auto join = g.add(compute(L + "/join/r" + std::to_string(r), r, 500'000));
+      const std::string join_name = L + "/join/r" + std::to_string(r);
+      const auto join = g.add(compute(join_name, r, 500'000));
       g.depend(recv_on[r], join);
       g.depend(ag[r], join);
       g.depend(a2a[r], join);
@@ -110,8 +115,8 @@ TEST_CASE("determinism: symmetric ranks see symmetric times", "[sim][determinism
   const SimResult res = Simulator(cluster, costs).run(g);
   std::map<std::string, std::pair<TimePs, TimePs>> by_role;  // name without "/rN" -> (start, end)
   for (sched::TaskId id = 0; id < g.size(); ++id) {
-    const std::string& name = g.task(id).name;
-    const std::string role = name.substr(0, name.rfind("/r"));
+    const std::string_view name = g.task(id).name;
+    const std::string role(name.substr(0, name.rfind("/r")));
     const auto times = std::make_pair(res.tasks[id].start_ps, res.tasks[id].end_ps);
     auto [it, inserted] = by_role.emplace(role, times);
     if (!inserted) {

@@ -292,7 +292,7 @@ class BoundCostModel final : public model::KernelCostModel {
   double rate(const model::KernelCost&, const topo::DeviceModel&, const model::DeviceLoad&) const override { return 1.0; }
 };
 
-sched::Task bound_kernel(const std::string& name, const std::string& op, double work_ps, int stream) {
+sched::Task bound_kernel(sched::TaskName name, const std::string& op, double work_ps, int stream) {
   sched::Task t = compute(name, 0, work_ps, stream);
   std::get<sched::ComputeTask>(t.kind).kernel = model::ElementwiseKernel{op, 1, work_ps, 0};
   return t;
@@ -370,7 +370,10 @@ TEST_CASE("observer callbacks arrive in time order", "[sim][observer]") {
   const auto cluster = star(4);
   TestCostModel costs;
   TaskGraph g(4);
-  for (int r = 0; r < 4; ++r) g.add(compute("pre" + std::to_string(r), r, 1'000'000.0 * (r + 1)));
+  for (int r = 0; r < 4; ++r) {
+    const std::string name = "pre" + std::to_string(r);
+    g.add(compute(name, r, 1'000'000.0 * (r + 1)));
+  }
   collective(g, "ag", sched::CollectiveKind::all_gather, iota_ranks(4), 8'000'000, 1);
   g.add(send("s", 0, 3, 1'000'000, 5));
   g.add(recv("r", 3, 0, 1'000'000, 5));

@@ -233,8 +233,9 @@ TEST_CASE("a third copy stream waits for one of two copy engines", "[sim][p2p][c
   TaskGraph g(4);
   std::vector<sched::TaskId> s;
   for (int i = 0; i < 3; ++i) {
-    s.push_back(g.add(send("s" + std::to_string(i), 0, i + 1, 4'000'000, i, model::CommEngine::copy_engine, -1, i)));
-    g.add(recv("r" + std::to_string(i), i + 1, 0, 4'000'000, i));
+    const std::string send_name = "s" + std::to_string(i), recv_name = "r" + std::to_string(i);
+    s.push_back(g.add(send(send_name, 0, i + 1, 4'000'000, i, model::CommEngine::copy_engine, -1, i)));
+    g.add(recv(recv_name, i + 1, 0, 4'000'000, i));
   }
   const auto res = Simulator(cluster, costs).run(g);
   REQUIRE(res.tasks[s[0]].end_ps == 83'000'000);

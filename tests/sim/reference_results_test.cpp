@@ -109,8 +109,9 @@ sched::TaskGraph random_graph(std::mt19937_64& rng, int R, int n) {
       if (b >= a) ++b;
       auto eng = U(0, 1) ? model::CommEngine::copy_engine : model::CommEngine::sm_kernel;
       Bytes by = (Bytes)U(1, 64) << U(10, 20);
-      auto s = g.add(send(nm + "s", a, b, by, tag, eng, U(0, 2) == 0 ? U(0, 30) : -1, U(0, 1)));
-      auto r = g.add(recv(nm + "r", b, a, by, tag));
+      const std::string send_name = nm + "s", recv_name = nm + "r";
+      auto s = g.add(send(send_name, a, b, by, tag, eng, U(0, 2) == 0 ? U(0, 30) : -1, U(0, 1)));
+      auto r = g.add(recv(recv_name, b, a, by, tag));
       ++tag;
       deps(s);
       deps(r);
@@ -144,18 +145,21 @@ sched::TaskGraph pipeline_graph(int ranks, int layers, int chunks, int collectiv
       std::vector<sched::TaskId> k(ranks), recv_on(ranks);
       const std::string p = "L" + std::to_string(l) + "/c" + std::to_string(c) + "/r";
       for (int r = 0; r < ranks; ++r) {
-        k[r] = g.add(compute(p + std::to_string(r) + "/gemm", r, 4e6 + 1e4 * ((r * 7 + c) % 5)));
+        const std::string gemm = p + std::to_string(r) + "/gemm";
+        k[r] = g.add(compute(gemm, r, 4e6 + 1e4 * ((r * 7 + c) % 5)));
         if (!first) g.depend(last[r], k[r]);
       }
       for (int r = 0; r < ranks; ++r) {
         const int to = (r + 1) % ranks;
-        auto sid = g.add(send(p + std::to_string(r) + "/send", r, to, 8 << 20, tag));
-        recv_on[to] = g.add(recv(p + std::to_string(to) + "/recv", to, r, 8 << 20, tag));
+        const std::string send_name = p + std::to_string(r) + "/send", recv_name = p + std::to_string(to) + "/recv";
+        auto sid = g.add(send(send_name, r, to, 8 << 20, tag));
+        recv_on[to] = g.add(recv(recv_name, to, r, 8 << 20, tag));
         ++tag;
         if (!first) g.depend(last[r], sid);
       }
       for (int r = 0; r < ranks; ++r) {
-        auto e = g.add(compute(p + std::to_string(r) + "/add", r, 2e5, 1));
+        const std::string add = p + std::to_string(r) + "/add";
+        auto e = g.add(compute(add, r, 2e5, 1));
         g.depend(k[r], e);
         g.depend(recv_on[r], e);
         last[r] = e;

@@ -134,7 +134,7 @@ inline topo::Cluster star(int n, double bytes_per_s = 1e11, TimePs link_latency_
 }
 
 // Graph-building shorthands.
-inline sched::Task compute(const std::string& name, int rank, double work_ps, int stream = 0) {
+inline sched::Task compute(sched::TaskName name, int rank, double work_ps, int stream = 0) {
   sched::Task t;
   t.name = name;
   t.rank = rank;
@@ -146,7 +146,7 @@ inline sched::Task compute(const std::string& name, int rank, double work_ps, in
   return t;
 }
 
-inline sched::Task send(const std::string& name, int rank, int peer, Bytes bytes, std::int64_t tag,
+inline sched::Task send(sched::TaskName name, int rank, int peer, Bytes bytes, std::int64_t tag,
                         model::CommEngine engine = model::CommEngine::copy_engine, int sms = -1, int stream = 0) {
   sched::Task t;
   t.name = name;
@@ -156,7 +156,7 @@ inline sched::Task send(const std::string& name, int rank, int peer, Bytes bytes
   return t;
 }
 
-inline sched::Task recv(const std::string& name, int rank, int peer, Bytes bytes, std::int64_t tag) {
+inline sched::Task recv(sched::TaskName name, int rank, int peer, Bytes bytes, std::int64_t tag) {
   sched::Task t;
   t.name = name;
   t.rank = rank;
@@ -171,8 +171,9 @@ inline std::vector<sched::TaskId> collective(sched::TaskGraph& g, const std::str
                                              model::CommEngine engine = model::CommEngine::sm_kernel, int sms = -1) {
   std::vector<sched::TaskId> ids;
   for (int r : group) {
+    const std::string member_name = name + "/r" + std::to_string(r);
     sched::Task t;
-    t.name = name + "/r" + std::to_string(r);
+    t.name = member_name;
     t.rank = r;
     t.stream = {sched::StreamKind::comm, 0};
     t.kind = sched::CollectiveTask{kind, group, bytes, instance, engine, sms};

@@ -98,8 +98,9 @@ TEST_CASE("validate: a collective with a missing member is refused", "[sim][vali
   TaskGraph g(4);
   // Members for ranks 0, 1, 3 of group {0, 1, 2, 3}: rank 2 never adds its task.
   for (int r : {0, 1, 3}) {
+    const std::string name = "ag/r" + std::to_string(r);
     sched::Task t;
-    t.name = "ag/r" + std::to_string(r);
+    t.name = name;
     t.rank = r;
     t.stream = {sched::StreamKind::comm, 0};
     t.kind = sched::CollectiveTask{CollectiveKind::all_gather, {0, 1, 2, 3}, 800, 9, model::CommEngine::sm_kernel, -1};

@@ -5,6 +5,8 @@
 // (rank, stream): a stream runs its tasks one at a time in the order they were added, as a CUDA
 // stream does. Recv tasks hold no stream: they complete when their Send's data has landed.
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -59,6 +61,62 @@ struct RecvTask {
 enum class CollectiveKind { all_gather, reduce_scatter, all_reduce, all_to_all };
 std::string to_string(CollectiveKind k);
 
+// The ranks of a collective, in ring order, immutable and shared: the tasks of every member of an
+// instance (and of every instance a generator emits from the same RankGroup) hold one list, not a copy
+// each (BENCHMARKS.md, "Task names and groups held once").
+class RankGroup {
+ public:
+  RankGroup() = default;
+  RankGroup(std::vector<int> ranks) : ranks_(std::make_shared<const std::vector<int>>(std::move(ranks))) {}  // NOLINT
+  RankGroup(std::initializer_list<int> ranks) : RankGroup(std::vector<int>(ranks)) {}
+
+  const std::vector<int>& ranks() const { return ranks_ ? *ranks_ : no_ranks(); }
+  operator const std::vector<int>&() const { return ranks(); }  // NOLINT: reads as the vector it holds
+  std::size_t size() const { return ranks().size(); }
+  bool empty() const { return ranks().empty(); }
+  const int& operator[](std::size_t i) const { return ranks()[i]; }
+  const int& front() const { return ranks().front(); }
+  const int& back() const { return ranks().back(); }
+  std::vector<int>::const_iterator begin() const { return ranks().begin(); }
+  std::vector<int>::const_iterator end() const { return ranks().end(); }
+
+  friend bool operator==(const RankGroup& a, const RankGroup& b) {
+    return a.ranks_ == b.ranks_ || a.ranks() == b.ranks();
+  }
+  friend bool operator==(const RankGroup& a, const std::vector<int>& b) { return a.ranks() == b; }
+
+ private:
+  static const std::vector<int>& no_ranks();
+  std::shared_ptr<const std::vector<int>> ranks_;
+};
+
+// A task's name: a view of characters that its graph owns once the task is added (TaskGraph::add copies
+// them into the graph's name storage, where they never move), so that a graph of millions of tasks holds
+// its names in a few large blocks instead of one allocation each. Until then the view must stay valid:
+// a temporary std::string is refused at compile time.
+class TaskName : public std::string_view {
+ public:
+  constexpr TaskName() = default;
+  constexpr TaskName(const char* text) : std::string_view(text) {}  // NOLINT
+  constexpr TaskName(std::string_view text) : std::string_view(text) {}  // NOLINT
+  TaskName(const std::string& text) : std::string_view(text) {}  // NOLINT
+  TaskName(std::string&&) = delete;
+  friend std::string operator+(std::string_view a, const TaskName& b) { return concat_text(a, b); }
+  friend std::string operator+(const TaskName& a, std::string_view b) { return concat_text(a, b); }
+  friend std::string operator+(const char* a, const TaskName& b) { return concat_text(a, b); }
+  friend std::string operator+(const TaskName& a, const char* b) { return concat_text(a, b); }
+  friend std::string operator+(const std::string& a, const TaskName& b) { return concat_text(a, b); }
+  friend std::string operator+(const TaskName& a, const std::string& b) { return concat_text(a, b); }
+
+ private:
+  static std::string concat_text(std::string_view a, std::string_view b) {
+    std::string out;
+    out.reserve(a.size() + b.size());
+    out.append(a).append(b);
+    return out;
+  }
+};
+
 // One rank's part of a collective. Every member of `group` adds one task with the same `instance`,
 // kind, bytes and group. `bytes` is the full buffer n: all-gather output, reduce-scatter input,
 // all-reduce buffer, all-to-all send buffer. Ring algorithms: all-gather and reduce-scatter take
@@ -66,7 +124,7 @@ std::string to_string(CollectiveKind k);
 // n/t to rank (i+s) mod t of the group and receiving from (i-s) mod t.
 struct CollectiveTask {
   CollectiveKind kind = CollectiveKind::all_gather;
-  std::vector<int> group;  // ranks, in ring order
+  RankGroup group;  // ranks, in ring order
   Bytes bytes = 0;
   std::int64_t instance = 0;
   model::CommEngine engine = model::CommEngine::sm_kernel;
@@ -93,7 +151,7 @@ struct TaskLabels {
 };
 
 struct Task {
-  std::string name;   // unique, readable: "r3/L0/fwd/fc1/step2"
+  TaskName name;      // unique, readable: "r3/L0/fwd/fc1/step2"
   int rank = 0;
   StreamRef stream;
   TaskKind kind;
@@ -145,6 +203,7 @@ class TaskGraph {
   TaskGraph(TaskGraph&& other) noexcept;
   TaskGraph& operator=(TaskGraph&& other) noexcept;
 
+  // Copies the task's name into the graph's name storage: the name it was given may end after this.
   TaskId add(Task task);
   void depend(TaskId before, TaskId after);  // `after` waits for `before` to end
   int add_region(Region region);
@@ -191,8 +250,25 @@ class TaskGraph {
  private:
   static void swap_graph(Graph& a, Graph& b) noexcept;
 
+  // The characters of the tasks' names, in blocks that are never moved or freed while the graph lives
+  // (a task's name views them); a moved graph takes its blocks with its tasks.
+  class NameStore {
+   public:
+    std::string_view store(std::string_view text);
+
+   private:
+    // Blocks double from 4 KiB to 1 MiB: a graph of a few tasks takes a page, one of millions a few
+    // hundred blocks.
+    static constexpr std::size_t kFirstBlockBytes = std::size_t{1} << 12;
+    static constexpr std::size_t kMaxBlockBytes = std::size_t{1} << 20;
+    std::vector<std::unique_ptr<char[]>> blocks_;
+    std::size_t block_bytes_ = 0;  // size of the last block
+    std::size_t used_ = 0;         // of the last block
+  };
+
   int num_ranks_;
   Graph graph_;
+  NameStore names_;
   struct Edge {
     TaskId before, after;
   };

@@ -221,7 +221,9 @@ class DpSync {
   int replica(int rank) const { return (rank - cfg_.first_rank) / cfg_.members; }
   int member(int rank) const { return (rank - cfg_.first_rank) % cfg_.members; }
   int peer(int rank, int dp_index) const { return cfg_.first_rank + dp_index * cfg_.members + member(rank); }
-  std::vector<int> group(int rank) const;
+  // The DP group of `rank` (its peers in every replica), one shared list per member position.
+  const RankGroup& group(int rank) const;
+  mutable std::vector<RankGroup> groups_;  // group()'s, by member position
   int region(const std::string& name);
   // Gradient bytes (reductions, the fused ring, buckets) and parameter bytes (ZeRO gathers).
   Bytes bytes(std::int64_t elements) const { return elements * topo::bytes_per_element(cfg_.grad_dtype); }

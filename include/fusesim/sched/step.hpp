@@ -148,7 +148,7 @@ class StepEmitter {
  public:
   using Deps = std::vector<std::vector<TaskId>>;  // per TP index
   struct Group {
-    std::vector<int> ranks;          // the TP group in ring order
+    RankGroup ranks;                 // the TP group in ring order
     std::int64_t rows = 0;           // S: token rows of a micro-batch on this group
     std::int64_t hidden = 0;
     std::int64_t vocab = 0;          // the whole (padded) vocabulary (each TP rank holds vocab/tp rows)

@@ -81,6 +81,8 @@ class Builder {
   int elem_;
   int replica_ = 0;
   int stage_ = 0;  // pipeline stage
+  mutable RankGroup group_;  // group()'s, for the (UP index, replica, stage) below
+  mutable int group_up_ = -1, group_replica_ = -1, group_stage_ = -1;
   int region_count_ = 0;
   // Step scope and DP (docs/schedules.md "DP", "Step"): the gradient sync, whether this micro-batch
   // syncs (the last one), whether tasks carry data ops, recomputation, the micro-batch's name prefix.
@@ -251,7 +253,16 @@ class Builder {
     return p;
   }
   topo::Dtype grad_dtype() const { return req_.step.grad_dtype.value_or(model::default_grad_reduce_dtype(sh_.dtype)); }
-  std::vector<int> group() const { return layout().tp_group(up_index_, replica_); }
+  // The TP group of the current (UP index, replica), one shared list for all its collectives.
+  const RankGroup& group() const {
+    if (group_up_ != up_index_ || group_replica_ != replica_ || group_stage_ != stage_) {
+      group_ = layout().tp_group(up_index_, replica_);
+      group_up_ = up_index_;
+      group_replica_ = replica_;
+      group_stage_ = stage_;
+    }
+    return group_;
+  }
 
   PerRank alloc(const OpCtx& ctx, const std::string& name, std::int64_t rows, std::int64_t cols,
                 const std::function<std::vector<Piece>(int ti)>& init = {}) {

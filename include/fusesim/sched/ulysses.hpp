@@ -240,7 +240,9 @@ class UlyssesEmitter {
   UpPerRank alloc(bool data, const std::string& name, std::int64_t rows, std::int64_t cols,
                   const std::function<std::vector<Piece>(int ti)>& init = {});
   std::int32_t op(bool data, DataOp d) { return data ? prog_.add_op(std::move(d)) : -1; }
-  std::vector<int> group(int ti) const;
+  // The UP group of TP index ti in the current replica, one shared list per (stage, replica, ti).
+  const RankGroup& group(int ti) const;
+  mutable std::map<std::tuple<int, int, int>, RankGroup> groups_;  // group()'s
   std::int64_t tag(const Pending& p, std::int64_t row0, int src, int dst) const;
   std::vector<RowSpan> sub_slices(const std::vector<RowSpan>& rows, int s) const;
   // Producer side shared by the QKV projection and the out-projection dgrad: the strategy's lowering.
