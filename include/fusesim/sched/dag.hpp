@@ -101,6 +101,7 @@ class TaskName : public std::string_view {
   constexpr TaskName(std::string_view text) : std::string_view(text) {}  // NOLINT
   TaskName(const std::string& text) : std::string_view(text) {}  // NOLINT
   TaskName(std::string&&) = delete;
+  TaskName(const std::string&&) = delete;
   friend std::string operator+(std::string_view a, const TaskName& b) { return concat_text(a, b); }
   friend std::string operator+(const TaskName& a, std::string_view b) { return concat_text(a, b); }
   friend std::string operator+(const char* a, const TaskName& b) { return concat_text(a, b); }
