@@ -28,19 +28,12 @@ TaskId add_named_task(TaskGraph& graph, int rank, int named_rank, std::string_vi
   // "r<named_rank>/<name>", without a format call or an allocation where it fits the buffer: every task
   // of a graph of millions is named here (TaskGraph::add copies it into the graph's names).
   const fmt::format_int digits(named_rank);
-  const std::size_t length = 2 + digits.size() + name.size();
-  char buffer[256];
-  std::string long_name;
-  char* out = buffer;
-  if (length > sizeof buffer) {
-    long_name.resize(length);
-    out = long_name.data();
-  }
-  out[0] = 'r';
-  std::memcpy(out + 1, digits.data(), digits.size());
-  out[1 + digits.size()] = '/';
-  std::memcpy(out + 2 + digits.size(), name.data(), name.size());
-  task.name = std::string_view(out, length);
+  fmt::basic_memory_buffer<char, 256> full;
+  full.push_back('r');
+  full.append(digits.data(), digits.data() + digits.size());
+  full.push_back('/');
+  full.append(name.data(), name.data() + name.size());
+  task.name = std::string_view(full.data(), full.size());
   task.rank = rank;
   task.stream = stream;
   task.kind = std::move(kind);
