@@ -2,7 +2,7 @@
 """Fits the LL and LL128 protocols of a topology's ring collectives to a measured all-reduce curve.
 
   tools/calibration/fit_collectives.py --nccl-tests tools/calibration/raw/nccl-tests/FILE.json \
-      --topology topologies/dgx-h100.json [--assumed-for "HGX H200"] [--write | --check]
+      --topology topologies/dgx-h100.json [--assumed-for "HGX H200"] [--fit-simple-base] [--write | --check]
   tools/calibration/fit_collectives.py --machine a100_dgx --topology topologies/dgx-a100.json \
       --ll-from-nccl ampere [--write | --check]
 
@@ -23,7 +23,11 @@ stall shows in one of them), sizes from 1 KiB. One node's curve has one rank cou
 tell a per-step latency from a per-collective one, so each protocol's per-step latency is NCCL's
 NVLink hop for it (LL 0.6 us, LL128 1.9 us; the route carries 0.6) and its base latency and
 efficiency are fitted (LL's efficiency bounded by its payload share, 4 data bytes per 8; LL128's by
-120 per 128).
+120 per 128). With --fit-simple-base, Simple's base latency is fitted too (at least NCCL's 8.4 us;
+its per-step latency and efficiency stay the topology's) and written as collective_base_latency_s:
+on a ring without NVLS, Simple runs every size from a few tens of MiB up, and an A100's curve reads
+100-200 us above NCCL's Simple latency there on 2, 4 and 8 GPUs alike (a per-collective cost, not a
+per-step one: docs/calibration.md, "Collectives").
 
 With --machine (the A100, of which no nccl-tests curve at small sizes is in the project): the
 single-node all-reduce curves of tools/calibration/raw/vidur/network/<machine>_all_reduce.csv (2, 4
@@ -118,9 +122,10 @@ def protocol_times(protocols, bandwidth, route_latency, ranks, size):
             for p in protocols]
 
 
-# NCCL src/graph/tuning.cc: base latency of the Ring LL protocol, and llMaxBws, the most an LL ring
-# moves on one node, by GPU generation (GB/s).
+# NCCL src/graph/tuning.cc: base latency of the Ring LL and Simple protocols, and llMaxBws, the most an
+# LL ring moves on one node, by GPU generation (GB/s).
 NCCL_LL_BASE_S = 6.6e-6
+NCCL_SIMPLE_BASE_S = 8.4e-6
 NCCL_LL_MAX_GBPS = {"hopper": 141.0, "ampere": 87.7}
 
 
@@ -141,9 +146,13 @@ def main():
     ap.add_argument("--write", action="store_true", help="write the protocols into the topology file")
     ap.add_argument("--check", action="store_true", help="exit 1 when the file does not hold what --write would write")
     ap.add_argument("--assumed-for", help="another machine of the same NVLink and NVSwitch: marked an estimate for it")
+    ap.add_argument("--fit-simple-base", action="store_true",
+                    help="with --nccl-tests: fit Simple's base latency too (collective_base_latency_s)")
     args = ap.parse_args()
     if args.nccl_tests and args.ll_from_nccl:
         ap.error("--ll-from-nccl goes with --machine (an nccl-tests curve fits LL)")
+    if args.fit_simple_base and not args.nccl_tests:
+        ap.error("--fit-simple-base goes with --nccl-tests")
     path = os.path.join(ROOT, args.topology)
     text = open(path).read()
     topology = json.loads(text)
@@ -169,11 +178,13 @@ def main():
         steps_fixed = {k: v - route_latency for k, v in NCCL_NVLINK_HOP_S.items()}
 
         def unpack(x):
+            if args.fit_simple_base:
+                simple["base"] = NCCL_SIMPLE_BASE_S + math.exp(x[4])
             return [{"base": math.exp(x[0]), "step": steps_fixed["ll"], "eff": LL_SHARE * sig(x[1])},
                     {"base": math.exp(x[2]), "step": steps_fixed["ll128"], "eff": LL128_SHARE * sig(x[3])}]
 
-        # From NCCL's constants (base LL 6.6 us, LL128 8.4 us).
-        x = [math.log(6.6e-6), 0.0, math.log(8.4e-6), 2.0]
+        # From NCCL's constants (base LL 6.6 us, LL128 8.4 us; Simple 8.4 us plus a few).
+        x = [math.log(6.6e-6), 0.0, math.log(8.4e-6), 2.0] + ([math.log(10e-6)] if args.fit_simple_base else [])
     else:
         # Every single-node curve of the machine (2, 4, ... GPUs): the per-step latency is told apart from
         # the per-collective one only by curves of several rank counts.
@@ -217,6 +228,8 @@ def main():
         x = nelder_mead(loss, x, steps, 4000)
         steps = [s / 2 for s in steps]
     ll, ll128 = unpack(x)
+    # Simple's base as written (four digits), so that the errors and the protocols kept are the file's.
+    simple["base"] = float(f"{simple['base']:.4g}")
     errs = [abs(fastest(ll, ll128, n, s) / t - 1) for n, s, t in points]
     counts = sorted({n for n, _, _ in points})
     fit_error = f"mean |error| {100 * sum(errs) / len(errs):.1f}%"
@@ -224,9 +237,11 @@ def main():
         sizes = sorted({s for _, s, _ in points})
         src = (assumed + f"fitted by tools/calibration/fit_collectives.py to nccl-tests all_reduce_perf on "
                f"{'/'.join(map(str, counts))} GPUs of one node ({', '.join(args.nccl_tests)}), {len(points)} sizes of "
-               f"{sizes[0]} B-{sizes[-1] / 2**30:g} GiB, the faster of out-of-place and in-place; Simple"
-               f"{' and NVLS' if nvls else ''} fixed, per-step latency NCCL's NVLink hop (LL 0.6, LL128 1.9 us); "
-               f"{fit_error}")
+               f"{sizes[0]} B-{sizes[-1] / 2**30:g} GiB, the faster of out-of-place and in-place; "
+               + ("Simple's base latency fitted with them (its per-step latency and efficiency the topology's)"
+                  if args.fit_simple_base else "Simple")
+               + f"{' and NVLS' if nvls else ''}{'' if args.fit_simple_base and not nvls else ' fixed'}, per-step "
+               f"latency NCCL's NVLink hop (LL 0.6, LL128 1.9 us); {fit_error}")
         sources = {"ll": src, "ll128": src}
     else:
         src = (assumed + f"fitted by tools/calibration/fit_collectives.py to microsoft/vidur {args.machine} all_reduce, "
@@ -258,8 +273,13 @@ def main():
     print(json.dumps(block, indent=2))
     print(f"{len(points)} sizes, {fit_error}, max {100 * max(errs):.1f}%", file=sys.stderr)
     updated = with_communication_key(text, "protocols", block)
+    if args.fit_simple_base:
+        print(f"collective_base_latency_s {simple['base']:.4g}", file=sys.stderr)
+        updated = with_communication_key(updated, "collective_base_latency_s",
+                                         {"value": simple["base"], "source": src})
     if args.check and updated != text:
-        print(f"{args.topology}: communication.protocols differs from what the fit writes", file=sys.stderr)
+        print(f"{args.topology}: communication.protocols (or collective_base_latency_s) differs from what the fit "
+              f"writes", file=sys.stderr)
         return 1
     if args.write:
         with open(path, "w") as f:
