@@ -25,9 +25,9 @@ NVLink hop for it (LL 0.6 us, LL128 1.9 us; the route carries 0.6) and its base 
 efficiency are fitted (LL's efficiency bounded by its payload share, 4 data bytes per 8; LL128's by
 120 per 128). With --fit-simple-base, Simple's base latency is fitted too (at least NCCL's 8.4 us;
 its per-step latency and efficiency stay the topology's) and written as collective_base_latency_s:
-on a ring without NVLS, Simple runs every size from a few tens of MiB up, and an A100's curve reads
-100-200 us above NCCL's Simple latency there on 2, 4 and 8 GPUs alike (a per-collective cost, not a
-per-step one: docs/calibration.md, "Collectives").
+on a ring without NVLS, Simple runs every size from a few tens of MiB up, where an A100 board's curve
+reads 60-230 us above a ring with NCCL's Simple latency, and vidur's A100 curves 100-175 us on 2, 4 and
+8 GPUs alike (a cost per collective, not per step: docs/calibration.md, "Collectives").
 
 With --machine (the A100, of which no nccl-tests curve at small sizes is in the project): the
 single-node all-reduce curves of tools/calibration/raw/vidur/network/<machine>_all_reduce.csv (2, 4
