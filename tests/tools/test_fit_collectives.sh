@@ -27,3 +27,35 @@ h100 = json.load(open("topologies/dgx-h100.json"))["communication"]["protocols"]
 h800 = json.load(open("topologies/dgx-h800.json"))["communication"]["protocols"]
 assert h800 == h100, "dgx-h800's protocols differ from dgx-h100's"
 PY
+# --fit-simple-base recovers Simple's base latency (and LL, LL128) from a curve made with known values on
+# dgx-a100's ring: 8 ranks, 1 KiB-4 GiB, the fastest protocol's time at each size.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$py" - "$tmp" <<'PY'
+import json, os, subprocess, sys
+sys.path.insert(0, "tools/calibration")
+import fit_collectives as fc
+tmp = sys.argv[1]
+topo = json.load(open("topologies/dgx-a100.json"))
+bw, route = fc.scale_up(topo)
+c = topo["communication"]
+simple = {"base": 120e-6, "step": c["sm_step_latency_s"]["value"], "eff": c["sm_kernel_efficiency"]["value"]}
+ll = {"base": 12e-6, "step": 0.6e-6 - route, "eff": 0.45}
+ll128 = {"base": 15e-6, "step": 1.9e-6 - route, "eff": 0.8}
+rows = []
+for i in range(10, 33):
+    t = min(fc.protocol_times([simple, ll, ll128], bw, route, 8, 2 ** i)) * 1e6
+    rows.append([2 ** i, t, t])
+curve = {"schema": "fusesim.nccl-tests-curve", "source": "synthetic", "licence": "-", "machine": "-",
+         "test": "all_reduce_perf", "command": "-", "ranks": 8, "nodes": 1,
+         "columns": ["bytes", "out_of_place_us", "in_place_us"], "rows": rows}
+json.dump(curve, open(os.path.join(tmp, "curve.json"), "w"))
+out = subprocess.run([sys.executable, "tools/calibration/fit_collectives.py", "--nccl-tests", os.path.join(tmp, "curve.json"),
+                      "--topology", "topologies/dgx-a100.json", "--fit-simple-base"], capture_output=True, text=True, check=True)
+block = json.loads(out.stdout)
+base = float(out.stderr.split("collective_base_latency_s")[1].split()[0])
+assert abs(base / 120e-6 - 1) < 0.02, base
+assert abs(block["ll"]["base_latency_s"]["value"] / 12e-6 - 1) < 0.05, block["ll"]
+assert abs(block["ll"]["efficiency"]["value"] / 0.45 - 1) < 0.02, block["ll"]
+assert abs(block["ll128"]["efficiency"]["value"] / 0.8 - 1) < 0.02, block["ll128"]
+PY
