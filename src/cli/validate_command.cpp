@@ -51,6 +51,12 @@ struct Case {
   Bytes bytes = 0;
   model::CommEngine engine = model::CommEngine::sm_kernel;
   bool ring_only = false;  // "algorithm": "ring": the measurement disabled NVLS (NCCL_ALGO=Ring)
+  // "timing": what the measurement's clock saw. fusesim prices a collective's kernels as a training
+  // step runs them, which nccl-tests with one process per GPU times ("kernels", the default); calls a
+  // host issues one by one (a PyTorch benchmark loop, vidur's profiled calls) carry a per-call host
+  // floor ("host_calls"), and nccl-tests with one process driving every GPU of a node (-g N) a slower
+  // launch ("one_process"). validate reports each kind's error on its own beside the whole.
+  std::string timing = "kernels";
   int peer = 1;            // p2p: the receiving rank (rank 0 sends), so that a pair may span nodes
   // end to end, and layer (one transformer layer of a workload, timed alone)
   std::string workload, metric;
@@ -133,6 +139,7 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
       if (engine == "copy_engine" && c.op != "p2p") o.at("engine").fail("only p2p cases run on the copy engine");
       c.engine = engine == "sm_kernel" ? model::CommEngine::sm_kernel : model::CommEngine::copy_engine;
       c.ring_only = o.choice_or("algorithm", {"auto", "ring"}, "auto") == "ring";
+      c.timing = o.choice_or("timing", {"kernels", "host_calls", "one_process"}, "kernels");
       c.measured = positive(o, "measured_busbw_GBps");
       c.unit = "busbw GB/s";
     } else {
@@ -604,6 +611,11 @@ class ValidateCommand final : public Command {
       if (r.c->category == "collective" && r.status == "ok" && r.c->bytes > 0) {
         const int decade = static_cast<int>(std::floor(std::log10(static_cast<double>(r.c->bytes))));
         keys.push_back(fmt::format("collective, 1e{:02d}-1e{:02d} B", decade, decade + 1));
+        // Like with like: the measurements timed as fusesim prices them, by decade too, and each other
+        // timing on its own (a host's per-call floor is not the collective's time).
+        keys.push_back("collective, timed: " + r.c->timing);
+        if (r.c->timing == "kernels")
+          keys.push_back(fmt::format("collective, timed: kernels, 1e{:02d}-1e{:02d} B", decade, decade + 1));
       }
       for (const std::string& key : keys) {
         Summary& m = s[key];
@@ -633,6 +645,7 @@ class ValidateCommand final : public Command {
       j["needs"] = r.c->needs;
       if (!r.c->note.empty()) j["note"] = r.c->note;
       j["source"] = r.c->source;
+      if (r.c->category == "collective") j["timing"] = r.c->timing;
       j["roofline"] = r.roofline ? nlohmann::json(*r.roofline) : nlohmann::json(nullptr);
       j["roofline_error_pct"] =
           r.roofline ? nlohmann::json(error_pct(*r.roofline, r.c->measured)) : nlohmann::json(nullptr);

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -118,6 +119,43 @@ TEST_CASE("fusesim validate: a p2p case between nodes, and its peer out of range
   const auto self = write_case("0");
   CHECK(self.exit_code == 2);
   CHECK(self.err.find("$.cases[0].peer") != std::string::npos);
+}
+
+TEST_CASE("fusesim validate: collectives summarized by how they were timed, like with like", "[cli][validate]") {
+  ScratchDir dir;
+  // Three all-reduces of 1 GiB on dgx-h100, one per timing, measured at 200, 100 and 400 GB/s: one
+  // prediction p and three different errors, so each timing's line holds its own case's error, and the
+  // kernels' decade line (1e09-1e10 B) the kernel-timed case alone.
+  const auto write_cases = [&](const std::string& third_timing) {
+    const std::string c = R"({"schema": "fusesim.validation", "schema_version": 1, "description": "t", "cases": [
+      {"id": "k", "category": "collective", "topology": "dgx-h100", "op": "all_reduce", "ranks": 8, "bytes": 1073741824, "measured_busbw_GBps": 200, "source": "t"},
+      {"id": "h", "category": "collective", "topology": "dgx-h100", "op": "all_reduce", "ranks": 8, "bytes": 1073741824, "measured_busbw_GBps": 100, "timing": "host_calls", "source": "t"},
+      {"id": "o", "category": "collective", "topology": "dgx-h100", "op": "all_reduce", "ranks": 8, "bytes": 1073741824, "measured_busbw_GBps": 400, "timing": ")" +
+                          third_timing + R"(", "source": "t"}]})";
+    fusesim::write_output_file(dir.file("c.json"), c);
+    return run_fusesim({"validate", "--cases", dir.file("c.json"), "--roofline", "--format", "json"}, dir);
+  };
+  const auto r = write_cases("one_process");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  const double p = doc["cases"][0]["roofline"].get<double>();
+  const auto err = [&](double measured) { return std::abs(p - measured) / measured * 100; };
+  CHECK(doc["cases"][0]["timing"] == "kernels");  // the default
+  CHECK(doc["cases"][1]["timing"] == "host_calls");
+  const json& m = doc["mape_pct"];
+  CHECK(m["collective, timed: kernels"]["cases"] == 1);
+  CHECK(m["collective, timed: kernels"]["roofline"].get<double>() == Approx(err(200)));
+  CHECK(m["collective, timed: host_calls"]["roofline"].get<double>() == Approx(err(100)));
+  CHECK(m["collective, timed: one_process"]["roofline"].get<double>() == Approx(err(400)));
+  CHECK(m["collective, timed: kernels, 1e09-1e10 B"]["cases"] == 1);
+  // The whole and the decade over all three, as before.
+  CHECK(m["collective"]["cases"] == 3);
+  CHECK(m["collective, 1e09-1e10 B"]["roofline"].get<double>() == Approx((err(200) + err(100) + err(400)) / 3));
+  // A timing the reader does not know is exit 2 naming the file and the path.
+  const auto bad = write_cases("stopwatch");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("$.cases[2].timing") != std::string::npos);
 }
 
 TEST_CASE("fusesim validate runs the shipped published cases with every shipped profile", "[cli][validate]") {
