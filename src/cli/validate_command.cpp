@@ -54,8 +54,10 @@ struct Case {
   // "timing": what the measurement's clock saw. fusesim prices a collective's kernels as a training
   // step runs them, which nccl-tests with one process per GPU times ("kernels", the default); calls a
   // host issues one by one (a PyTorch benchmark loop, vidur's profiled calls) carry a per-call host
-  // floor ("host_calls"), and nccl-tests with one process driving every GPU of a node (-g N) a slower
-  // launch ("one_process"). validate reports each kind's error on its own beside the whole.
+  // floor ("host_calls"), nccl-tests with one process driving every GPU of a node (-g N) a slower
+  // launch ("one_process"), and nccl-tests launching its kernels from a CUDA graph (-G N) none of the
+  // host's launch cost that eager training and the default nccl-tests pay ("cuda_graph"). validate
+  // reports each kind's error on its own beside the whole.
   std::string timing = "kernels";
   int peer = 1;            // p2p: the receiving rank (rank 0 sends), so that a pair may span nodes
   // end to end, and layer (one transformer layer of a workload, timed alone)
@@ -139,7 +141,7 @@ std::vector<Case> read_cases(const JsonDocument& doc) {
       if (engine == "copy_engine" && c.op != "p2p") o.at("engine").fail("only p2p cases run on the copy engine");
       c.engine = engine == "sm_kernel" ? model::CommEngine::sm_kernel : model::CommEngine::copy_engine;
       c.ring_only = o.choice_or("algorithm", {"auto", "ring"}, "auto") == "ring";
-      c.timing = o.choice_or("timing", {"kernels", "host_calls", "one_process"}, "kernels");
+      c.timing = o.choice_or("timing", {"kernels", "host_calls", "one_process", "cuda_graph"}, "kernels");
       c.measured = positive(o, "measured_busbw_GBps");
       c.unit = "busbw GB/s";
     } else {

@@ -152,6 +152,10 @@ TEST_CASE("fusesim validate: collectives summarized by how they were timed, like
   // The whole and the decade over all three, as before.
   CHECK(m["collective"]["cases"] == 3);
   CHECK(m["collective, 1e09-1e10 B"]["roofline"].get<double>() == Approx((err(200) + err(100) + err(400)) / 3));
+  // Kernels launched from a CUDA graph have a line of their own too.
+  const auto graph = write_cases("cuda_graph");
+  REQUIRE(graph.exit_code == 0);
+  CHECK(json::parse(graph.out)["mape_pct"]["collective, timed: cuda_graph"]["roofline"].get<double>() == Approx(err(400)));
   // A timing the reader does not know is exit 2 naming the file and the path.
   const auto bad = write_cases("stopwatch");
   CHECK(bad.exit_code == 2);
