@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The shipped topologies' communication.protocols are what tools/calibration/fit_collectives.py writes:
 # Hopper's from the committed nccl-tests curve of an 8x H100 DGX, the A100's (with Simple's base latency)
-# from that of an 8x A100 80GB board (the H100 files made by make_rail_topology.py are checked by
-# test_topo; dgx-h800 carries dgx-h100's block as it is). Runs from the repository root; PYTHON
+# from that of an 8x A100 80GB board (the rail files make_rail_topology.py makes from dgx-h100-4node and
+# dgx-a100 are checked by test_topo; dgx-h800 carries dgx-h100's block as it is). Runs from the repository root; PYTHON
 # overrides the interpreter.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -16,9 +16,7 @@ for f in hgx-h200 hgx-h200-8node; do
   "$py" "$fit" --nccl-tests "$h100" --topology "topologies/$f.json" --assumed-for "HGX H200" --check >/dev/null
 done
 a100=tools/calibration/raw/nccl-tests/hgx-a100-80gb-all_reduce-thanos.json
-for f in dgx-a100 dgx-a100-32node dgx-a100-192node dgx-a100-320node; do
-  "$py" "$fit" --nccl-tests "$a100" --topology "topologies/$f.json" --fit-simple-base --check >/dev/null
-done
+"$py" "$fit" --nccl-tests "$a100" --topology topologies/dgx-a100.json --fit-simple-base --check >/dev/null
 "$py" "$fit" --nccl-tests "$a100" --topology topologies/dgx-a100-40gb.json --fit-simple-base \
   --assumed-for "DGX A100 40GB" --check >/dev/null
 "$py" - <<'PY'
