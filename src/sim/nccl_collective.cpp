@@ -33,6 +33,7 @@ NcclCollectiveTime nccl_measured_time(const topo::CollectiveModel& m, sched::Col
   const int network_hops = algorithm == NcclAlgorithm::ring ? ring_network_steps(kind, nodes)
                                                              : 2 * log2_floor(static_cast<std::uint64_t>(nodes));
   model.latency_s += network_hops * m.extra_network_hop_s;
+  if (algorithm == NcclAlgorithm::tree) model.latency_s += m.extra_tree_latency_s;
   if (m.mid_size_slowdown_peak > 0.0 && bytes > 0) {
     const double octaves =
         (std::log2(static_cast<double>(bytes)) - m.mid_size_center_log2_bytes) / m.mid_size_width_log2;

@@ -200,10 +200,14 @@ CollectiveModel read_collective_model(const JsonObject& o) {
   if (auto mc = o.find("measured_correction")) {
     const JsonObject c = mc->as_object();
     m.extra_network_hop_s = c.number("extra_network_hop_latency_s", 0.0, kMaxLatencyS);
-    m.mid_size_slowdown_peak = c.number("mid_size_slowdown_peak", 0.0, 10.0);
-    m.mid_size_center_log2_bytes = c.number("mid_size_center_log2_bytes", 0.0, 50.0);
-    m.mid_size_width_log2 = c.number("mid_size_width_log2", 0.0, 20.0);
-    if (!(m.mid_size_width_log2 > 0.0)) c.at("mid_size_width_log2").fail("must be above 0 (octaves)");
+    m.extra_tree_latency_s = c.number_or("extra_tree_latency_s", 0.0, kMaxLatencyS, 0.0);
+    // The slowdown's three numbers come together or not at all (a peak without its place means nothing).
+    if (c.has("mid_size_slowdown_peak") || c.has("mid_size_center_log2_bytes") || c.has("mid_size_width_log2")) {
+      m.mid_size_slowdown_peak = c.number("mid_size_slowdown_peak", 0.0, 10.0);
+      m.mid_size_center_log2_bytes = c.number("mid_size_center_log2_bytes", 0.0, 50.0);
+      m.mid_size_width_log2 = c.number("mid_size_width_log2", 0.0, 20.0);
+      if (!(m.mid_size_width_log2 > 0.0)) c.at("mid_size_width_log2").fail("must be above 0 (octaves)");
+    }
     if (c.string("source").empty()) c.at("source").fail("must name where the correction comes from");
     c.finish();
   }

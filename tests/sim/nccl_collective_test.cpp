@@ -223,6 +223,13 @@ TEST_CASE("the measured correction of NCCL's model: each network hop's extra lat
   CHECK(t.latency_s == Approx(22e-6).epsilon(1e-12));
   CHECK(t.bytes_per_s == Approx(100e9 / (1.0 + std::exp(-24.5))).epsilon(1e-12));
   CHECK(measured(kAllReduce, NcclAlgorithm::nvls_tree, 3, 64).latency_s == Approx(14e-6).epsilon(1e-12));
+  // A tree's own extra latency is charged once, whatever the nodes, and to a tree alone: 8 nodes
+  // 10 + 6 x 2 + 13 = 35 us, 2 nodes 10 + 2 x 2 + 13 = 27 us; the NVLS tree and the ring as above.
+  m.extra_tree_latency_s = 13e-6;
+  CHECK(measured(kAllReduce, NcclAlgorithm::tree, 8, Bytes{1} << 34).latency_s == Approx(35e-6).epsilon(1e-12));
+  CHECK(measured(kAllReduce, NcclAlgorithm::tree, 2, 64).latency_s == Approx(27e-6).epsilon(1e-12));
+  CHECK(measured(kAllReduce, NcclAlgorithm::nvls_tree, 3, 64).latency_s == Approx(14e-6).epsilon(1e-12));
+  CHECK(measured(kAllReduce, NcclAlgorithm::ring, 3, Bytes{1} << 20).latency_s == Approx(18e-6).epsilon(1e-12));
   // None: the model's time as it is.
   const topo::CollectiveModel none;
   t = sim::nccl_measured_time(none, kAllReduce, NcclAlgorithm::ring, 8, Bytes{1} << 20, model);
@@ -259,4 +266,30 @@ TEST_CASE("a collective across nodes runs NCCL's choice at the time the topology
   REQUIRE(r.best_tree_all_reduce.has_value());
   CHECK(r.best_tree_all_reduce->nvls);
   CHECK(r.best_tree_all_reduce->tree_s == Approx(model_s).epsilon(1e-9));  // the model's, which chose
+}
+
+TEST_CASE("an A100 tree across nodes pays the shipped correction's tree latency on top of NCCL's model",
+          "[sim][nccl]") {
+  const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-a100-32node");
+  const topo::CollectiveModel& m = *c.comm.network_tuning->collective_model;
+  // The shipped correction (fitted by tools/calibration/fit_network_correction.py on ABCI's 1-64 KiB).
+  REQUIRE(m.extra_network_hop_s == 1.37e-6);
+  REQUIRE(m.extra_tree_latency_s == 13e-6);
+  REQUIRE(m.mid_size_slowdown_peak == 0.0);
+  // 2 nodes x 8, 1 KiB: NCCL's model runs the LL tree: latency 6.8 + 2 x (7 x 0.6 + 1 x 5.0) = 25.2 us;
+  // bandwidth 8 channels x 24 GB/s x 0.92 (tree) x 0.263158 (LL) = 46.5 GB/s, capped at LL's 22.5 GB/s
+  // across two AMD hosts, halved for the tree (11.25) and x 0.9 at 1 KiB (treeCorrectionFactor, index
+  // log2(1024 / 64) = 4): 10.125 GB/s, 0.1011 us. Measured: + 2 network hops x 1.37 + 13 us = 41.04 us.
+  const double model_s = 25.2e-6 + 1024 / 10.125e9;
+  const double measured_s = model_s + 2 * 1.37e-6 + 13e-6;
+  CHECK(measured_s == Approx(41.04e-6).epsilon(1e-4));
+  TestCostModel costs;
+  sched::TaskGraph g(16);
+  collective(g, "c", kAllReduce, iota_ranks(16), 1024, 1);
+  const sim::SimResult r = sim::Simulator(c, costs).run(g);
+  CHECK(r.makespan_ps >= static_cast<TimePs>(measured_s * 1e12) - 1000);
+  CHECK(r.makespan_ps <= static_cast<TimePs>(measured_s * 1e12) + 3'000'000);
+  REQUIRE(r.best_tree_all_reduce.has_value());
+  CHECK_FALSE(r.best_tree_all_reduce->nvls);
+  CHECK(r.best_tree_all_reduce->tree_s == Approx(model_s).epsilon(1e-9));
 }

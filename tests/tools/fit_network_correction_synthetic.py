@@ -1,5 +1,6 @@
 """Writes nccl-tests logs across nodes whose times are the shipped dgx-h100-4node's model of NCCL with a
-known measured correction (1.7x the shipped extra latency a hop, other peak, centre and width), for
+known measured correction (1.7x the shipped extra latency a hop, other peak, centre and width, and a
+tree's own extra latency, which the 2- and 4-node trees tell from the hops'), for
 tests/tools/test_fit_network_correction.sh to import with `fusesim calibrate import-nccl-tests` and fit
 back. Usage: fit_network_correction_synthetic.py OUT_DIR (writes ar2.log, ar4.log, ag4.log)."""
 import os
@@ -10,7 +11,7 @@ import json  # noqa: E402
 
 import fit_network_correction as f  # noqa: E402
 
-TRUTH = (2.9e-6, 0.6, 22.0, 2.0)
+TRUTH = (2.9e-6, 0.6, 22.0, 2.0, 6e-6)
 
 
 def write_log(path, op, ranks, nodes, tuning):
@@ -34,8 +35,7 @@ def main():
     write_log(os.path.join(sys.argv[1], "ar2.log"), "all_reduce", 16, 2, tuning)
     write_log(os.path.join(sys.argv[1], "ar4.log"), "all_reduce", 32, 4, tuning)
     write_log(os.path.join(sys.argv[1], "ag4.log"), "all_gather", 32, 4, tuning)
-    print(json.dumps(dict(zip(("extra_network_hop_latency_s", "mid_size_slowdown_peak", "mid_size_center_log2_bytes",
-                                "mid_size_width_log2"), TRUTH))))
+    print(json.dumps(dict(zip(f.KEYS, TRUTH))))
 
 
 if __name__ == "__main__":

@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
-# The shipped Hopper topologies across nodes carry the measured correction of NCCL's collective model
-# that tools/calibration/fit_network_correction.py fits on the validation cases marked fitted across
-# nodes (the rail files made by make_rail_topology.py from dgx-h100-4node carry it as it does), and the
-# script's Python mirror of the model predicts what `fusesim validate` does (argument 1: the fusesim
+# The shipped Hopper and A100 topologies across nodes carry the measured correction of NCCL's collective
+# model that tools/calibration/fit_network_correction.py fits on the validation cases marked fitted
+# across nodes on topologies of their collective model (the Hopper files on H100 curves, the A100 files
+# on ABCI's; the rail files made by make_rail_topology.py carry it as the file they come from does), and
+# the script's Python mirror of the model predicts what `fusesim validate` does (argument 1: the fusesim
 # binary). Runs from the repository root; PYTHON overrides the interpreter.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 py="${PYTHON:-python3}"
 fusesim="$1"
 fit=tools/calibration/fit_network_correction.py
-for f in dgx-h100-4node dgx-h100-128node dgx-h100-768node grand-teton-h100-64node hgx-h200-8node; do
+for f in dgx-h100-4node dgx-h100-128node dgx-h100-768node grand-teton-h100-64node hgx-h200-8node \
+  dgx-a100 dgx-a100-32node dgx-a100-192node dgx-a100-320node; do
   "$py" "$fit" --topology "topologies/$f.json" --check >/dev/null 2>&1 ||
     { echo "topologies/$f.json: collective_model.measured_correction is not what the fit gives" >&2; exit 1; }
 done
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 "$fusesim" validate --category collective >"$out"
-for f in dgx-h100-4node dgx-h100-128node; do
+for f in dgx-h100-4node dgx-h100-128node dgx-a100-32node; do
   "$py" "$fit" --topology "topologies/$f.json" --compare-validate "$out" >/dev/null
 done
 # A cluster's own nccl-tests logs across nodes, the way a user fits them (the docstring's recipe): logs of
-# 2- and 4-node all-reduces and a 4-node all-gather whose times are the model with a known correction,
+# 2- and 4-node all-reduces and a 4-node all-gather whose times are the model with a known correction
+# (a tree's own latency among its five numbers),
 # imported by `fusesim calibrate import-nccl-tests` and fitted with --samples into a copy of the topology
 # that has no correction yet, give that correction back, and the written topology loads.
 dir="$(mktemp -d)"

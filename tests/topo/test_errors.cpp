@@ -241,6 +241,12 @@ TEST_CASE("each malformed topology names its JSON path") {
       {"collective model: a negative extra latency of a network hop",
        [](json& j) { add_correction(j)["extra_network_hop_latency_s"] = -1e-6; },
        "$.communication.network_tuning.collective_model.measured_correction.extra_network_hop_latency_s"},
+      {"collective model: a negative extra latency of a tree",
+       [](json& j) { add_correction(j)["extra_tree_latency_s"] = -1e-6; },
+       "$.communication.network_tuning.collective_model.measured_correction.extra_tree_latency_s"},
+      {"collective model: a mid-size slowdown's peak without its centre",
+       [](json& j) { add_correction(j).erase("mid_size_center_log2_bytes"); },
+       "$.communication.network_tuning.collective_model.measured_correction.mid_size_center_log2_bytes"},
       {"collective model: an unknown key",
        [](json& j) {
          add_model(j);
@@ -569,6 +575,18 @@ TEST_CASE("NCCL's collective model as the topology gives it") {
   CHECK(m.ll128_between_nodes);  // NCCL's default where the file does not say
   CHECK(m.extra_network_hop_s == 0.0);  // no measured correction: NCCL's model as it is
   CHECK(m.mid_size_slowdown_peak == 0.0);
+  CHECK(m.extra_tree_latency_s == 0.0);
+  {
+    // A correction of latencies alone (the A100 files'): the tree's read, no mid-size slowdown.
+    json k = j;
+    k["communication"]["network_tuning"]["collective_model"]["measured_correction"] =
+        json{{"extra_network_hop_latency_s", 1.37e-6}, {"extra_tree_latency_s", 13e-6}, {"source", "fit"}};
+    const Cluster kc = parse_cluster(JsonDocument::parse(k.dump(), "mem.json"));
+    const CollectiveModel& km = *kc.comm.network_tuning->collective_model;
+    CHECK(km.extra_network_hop_s == 1.37e-6);
+    CHECK(km.extra_tree_latency_s == 13e-6);
+    CHECK(km.mid_size_slowdown_peak == 0.0);
+  }
   // Without channel_bandwidth_inter_bytes_per_s the channels run at one speed between nodes as inside.
   CHECK(m.channel_inter_bytes_per_s == m.channel_bytes_per_s);
   {

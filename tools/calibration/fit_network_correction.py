@@ -11,19 +11,25 @@ below). On measured nccl-tests curves across nodes the chosen algorithm takes lo
 says in two places: a few microseconds more per network hop at small sizes, and a bandwidth 20-40%
 short of the model's from about 1 MiB to 256 MiB that recovers by 1 GiB (NCCL's own
 treeCorrectionFactor says the same of trees alone: "trees are not perfectly sticking to the model for
-medium sizes"). `collective_model.measured_correction` charges both after NCCL's model has chosen:
+medium sizes"). On A100 curves a tree's small all-reduce takes 11-18 us more than the model from 2 to
+16 nodes, a gap that hardly grows with the nodes (a hop's latency would). `collective_model.
+measured_correction` charges these after NCCL's model has chosen:
 
-    latency + network hops x extra_network_hop_latency_s
+    latency + network hops x extra_network_hop_latency_s (+ extra_tree_latency_s, a tree's)
       + bytes / bandwidth x (1 + peak x exp(-(log2 bytes - center)^2 / (2 width^2)))
 
-The four numbers are fitted here (Nelder-Mead on the squared log error of the time) on the cases of
-validation/published.json marked fitted across nodes: the two two-node all-reduce curves of
-NVIDIA/nccl-tests#309 and the 2-8 GiB plateau of its eight-node curve. The other curves across nodes
-(the eight-node curve below 2 GiB, #294, the 4-node all-reduce and all-gather of
-ZiyanIshani/vpbenchmarking) stay held out. The curves' hosts are H100 nodes of 8 x 400 Gb/s; each
-file is fitted with its own collective model. --write sets collective_model.measured_correction (the
-rest of the file byte for byte; added before bandwidth_factors where absent); --check exits 1 where the file holds
-something else. Deterministic.
+The numbers are fitted here (Nelder-Mead on the squared log error of the time) on the cases of
+validation/published.json marked fitted across nodes on topologies of the file's collective model (the
+same NCCL constants and channels), as many as the cases tell apart: the hop's always, the tree's where
+trees were measured at two node counts or more, the slowdown where sizes above 1 MiB were. The Hopper
+files (one model) fit on the two two-node all-reduce curves of NVIDIA/nccl-tests#309 and the 2-8 GiB
+plateau of its eight-node curve: the hop and the slowdown. The other Hopper curves across nodes (the
+eight-node curve below 2 GiB, #294, the 4-node all-reduce and all-gather of ZiyanIshani/vpbenchmarking)
+stay held out; their hosts are H100 nodes of 8 x 400 Gb/s. The A100 files fit on ABCI's all-reduce
+curves of 2, 4, 8 and 16 nodes at 1-64 KiB (aistabci/abci2.0benchmark, NCCL 2.8.4): the hop and the
+tree; the A100 curves of OCI's RoCE hosts and of Azure NDmv4 stay held out. --write sets
+collective_model.measured_correction (the rest of the file byte for byte; added before
+bandwidth_factors where absent); --check exits 1 where the file holds something else. Deterministic.
 
 For another cluster: run nccl-tests (all_reduce_perf, all_gather_perf, reduce_scatter_perf) across
 two or more of its nodes, turn the logs into samples with `fusesim calibrate import-nccl-tests LOGS
@@ -128,27 +134,70 @@ def chosen(tuning, op, ranks, nodes, size):
     return best
 
 
+# The correction's numbers, in the order measured_time takes them, and their keys in the topology file.
+KEYS = ("extra_network_hop_latency_s", "mid_size_slowdown_peak", "mid_size_center_log2_bytes", "mid_size_width_log2",
+        "extra_tree_latency_s")
+NONE = (0.0, 0.0, 0.0, 1.0, 0.0)
+
+
 def measured_time(op, algorithm, nodes, size, latency, bandwidth, params):
-    extra_hop_s, peak, center, width = params
+    extra_hop_s, peak, center, width, tree_s = params
     hops = ring_network_steps(op, nodes) if algorithm == "ring" else 2 * log2_floor(nodes)
     slowdown = 1.0 + peak * math.exp(-0.5 * ((math.log2(size) - center) / width) ** 2)
-    return latency + hops * extra_hop_s + size / bandwidth * slowdown
+    return latency + hops * extra_hop_s + (tree_s if algorithm == "tree" else 0.0) + size / bandwidth * slowdown
+
+
+def file_params(tuning):
+    """The file's correction as measured_time takes it (NONE's where a key is absent)."""
+    c = tuning["collective_model"].get(KEY, {})
+    return tuple(c.get(k, d) for k, d in zip(KEYS, NONE))
+
+
+def same_model(a, b):
+    """Whether two collective models are one (NCCL's constants of one GPU generation, the channels of one
+    host): equal but for their sources and measured corrections."""
+    def strip(m):
+        return {k: v for k, v in m.items() if k not in ("source", KEY)}
+    return strip(a) == strip(b)
+
+
+def fitted_cases(tuning):
+    """The cases marked fitted across nodes on topologies with this collective model (the Hopper files'
+    on Hopper curves, the A100 files' on A100 curves)."""
+    out = []
+    models = {}
+    for c in json.load(open(CASES))["cases"]:
+        if c["category"] != "collective" or not c.get("note", "").startswith("fitted") or c["ranks"] // 8 < 2:
+            continue
+        if c["topology"] not in models:
+            doc = json.load(open(os.path.join(ROOT, "topologies", c["topology"] + ".json")))
+            models[c["topology"]] = doc["communication"]["network_tuning"]["collective_model"]
+        if same_model(models[c["topology"]], tuning["collective_model"]):
+            out.append(c)
+    return out
 
 
 def fitted_points(tuning):
-    """(op, ranks, nodes, bytes, measured seconds, algorithm, latency, bandwidth) of the fitted cases across nodes."""
+    """(op, ranks, nodes, bytes, measured seconds, algorithm, latency, bandwidth) of fitted_cases."""
     out = []
-    for c in json.load(open(CASES))["cases"]:
-        if c["category"] != "collective" or not c.get("note", "").startswith("fitted"):
-            continue
+    for c in fitted_cases(tuning):
         ranks = c["ranks"]
         nodes = ranks // 8
-        if nodes < 2:
-            continue
         seconds = c["bytes"] * bus_share(c["op"], ranks) / (c["measured_busbw_GBps"] * 1e9)
         a, (lat, bw) = chosen(tuning, c["op"], ranks, nodes, c["bytes"])
         out.append((c["op"], ranks, nodes, c["bytes"], seconds, a, lat, bw))
     return out
+
+
+# What the fitted cases of each GPU generation are, and what stays held out, for the file's source.
+CURVES = {
+    "h100": "NVIDIA/nccl-tests#309: two-node all-reduce curves, 8 x H100 and 8 x 400 Gb/s each, NCCL 2.26, and "
+            "the 2-8 GiB plateau of its eight-node curve); held out on the rest of its eight-node curve, #294 and "
+            "the 4-node all-reduce and all-gather of ZiyanIshani/vpbenchmarking",
+    "a100": "aistabci/abci2.0benchmark: all-reduce curves of 2, 4, 8 and 16 ABCI nodes of 8 x A100, NCCL 2.8.4, "
+            "at 1-64 KiB, where NCCL's model runs trees with LL); held out on the A100 curves of 2 OCI hosts "
+            "(oracle-quickstart/oci-hpc-oke) and of Azure NDmv4 (microsoft/mscclpp)",
+}
 
 
 def sample_points(tuning, paths):
@@ -168,26 +217,45 @@ def sample_points(tuning, paths):
 
 
 def fit(tuning, samples=None):
+    """Fits what the points can tell apart: the extra latency a network hop always; a tree's own extra
+    latency where trees were measured at two or more node counts (at one, it and the hops' are one
+    number); the mid-size slowdown where sizes above 1 MiB were (below, bandwidth hardly counts).
+    Returns (points, {key: value} of the fitted numbers, rms log error)."""
     pts = sample_points(tuning, samples) if samples else fitted_points(tuning)
-    if len(pts) < 8:
-        sys.exit(f"{len(pts)} measured sizes across nodes: at least 8 are needed to fit four numbers")
+    tree_nodes = {nodes for _, _, nodes, _, _, a, _, _ in pts if a == "tree"}
+    fit_tree = len(tree_nodes) >= 2
+    fit_slowdown = any(b > 1 << 20 for _, _, _, b, _, _, _, _ in pts)
+    needed = 2 + (3 if fit_slowdown else 0) + (1 if fit_tree else 0)
+    if len(pts) < needed:
+        sys.exit(f"{len(pts)} measured sizes across nodes: at least {needed} are needed to fit {needed // 2} numbers")
+
+    # Only the numbers fitted are Nelder-Mead's coordinates (in KEYS' order, the tree's last).
+    x0, steps = [1.5], [0.5]
+    if fit_slowdown:
+        x0, steps = x0 + [0.8, 23.0, 2.5], steps + [0.2, 1.0, 0.5]
+    if fit_tree:
+        x0, steps = x0 + [5.0], steps + [2.0]
 
     def unpack(x):
-        return (abs(x[0]) * 1e-6, abs(x[1]), x[2], max(abs(x[3]), 0.25))
+        extra_hop_s, tree_s = abs(x[0]) * 1e-6, abs(x[-1]) * 1e-6 if fit_tree else 0.0
+        if fit_slowdown:
+            return extra_hop_s, abs(x[1]), x[2], max(abs(x[3]), 0.25), tree_s
+        return extra_hop_s, 0.0, 0.0, 1.0, tree_s
 
     def loss(x):
         p = unpack(x)
         return sum(math.log(measured_time(op, a, nodes, b, lat, bw, p) / t) ** 2
                    for op, _, nodes, b, t, a, lat, bw in pts) / len(pts)
 
-    x = nelder_mead(loss, [1.5, 0.8, 23.0, 2.5], [0.5, 0.2, 1.0, 0.5], 4000)
-    extra_hop_s, peak, center, width = unpack(x)
-    return len(pts), {
-        "extra_network_hop_latency_s": float(f"{extra_hop_s:.3g}"),
-        "mid_size_slowdown_peak": round(peak, 3),
-        "mid_size_center_log2_bytes": round(center, 2),
-        "mid_size_width_log2": round(width, 2),
-    }, math.sqrt(loss(x))
+    x = nelder_mead(loss, x0, steps, 4000)
+    p = unpack(x)
+    value = {"extra_network_hop_latency_s": float(f"{p[0]:.3g}")}
+    if fit_tree:
+        value["extra_tree_latency_s"] = float(f"{p[4]:.3g}")
+    if fit_slowdown:
+        value.update({"mid_size_slowdown_peak": round(p[1], 3), "mid_size_center_log2_bytes": round(p[2], 2),
+                      "mid_size_width_log2": round(p[3], 2)})
+    return len(pts), value, math.sqrt(loss(x))
 
 
 def with_correction(text, value):
@@ -213,9 +281,7 @@ def compare_validate(tuning, validate_output, topology):
     """Each case across nodes simulated on `topology`: validate's predicted bus bandwidth (its profile
     column) against this mirror's at the file's correction, within the printed digits and 0.5% (the
     engine's NVLink drains before the first and after the last NIC chunk)."""
-    c = tuning["collective_model"].get(KEY, {})
-    params = (c.get("extra_network_hop_latency_s", 0.0), c.get("mid_size_slowdown_peak", 0.0),
-              c.get("mid_size_center_log2_bytes", 0.0), c.get("mid_size_width_log2", 1.0))
+    params = file_params(tuning)
     printed = {}
     for line in open(validate_output):
         f = line.split()
@@ -258,15 +324,16 @@ def main():
     text = open(path).read()
     tuning = json.loads(text)["communication"]["network_tuning"]
     n, value, rms = fit(tuning, args.samples)
-    value["source"] = (
-        f"fitted by tools/calibration/fit_network_correction.py on {n} sizes across nodes of nccl-tests samples "
-        f"({', '.join(os.path.basename(p) for p in args.samples)}, written by fusesim calibrate import-nccl-tests)"
-    ) if args.samples else (
-        f"fitted by tools/calibration/fit_network_correction.py on the {n} cases of validation/published.json "
-        "marked fitted across nodes (NVIDIA/nccl-tests#309: two-node all-reduce curves, 8 x H100 and 8 x 400 Gb/s "
-        "each, NCCL 2.26, and the 2-8 GiB plateau of its eight-node curve); held out on the rest of its "
-        "eight-node curve, #294 and the 4-node all-reduce and all-gather of ZiyanIshani/vpbenchmarking "
-        "(docs/calibration.md, \"Collectives\")")
+    if args.samples:
+        value["source"] = (
+            f"fitted by tools/calibration/fit_network_correction.py on {n} sizes across nodes of nccl-tests samples "
+            f"({', '.join(os.path.basename(p) for p in args.samples)}, written by fusesim calibrate import-nccl-tests)")
+    else:
+        generation = fitted_cases(tuning)[0]["id"].split("/")[1].split("-")[0]
+        value["source"] = (
+            f"fitted by tools/calibration/fit_network_correction.py on the {n} cases of validation/published.json "
+            f"marked fitted across nodes on topologies with this collective model ({CURVES[generation]} "
+            "(docs/calibration.md, \"Collectives\")")
     print(json.dumps(value, indent=2))
     print(f"rms log error over {n} sizes: {rms:.4f}", file=sys.stderr)
     if args.compare_validate:
