@@ -167,7 +167,7 @@ def fitted_cases(tuning):
     out = []
     models = {}
     for c in json.load(open(CASES))["cases"]:
-        if c["category"] != "collective" or not c.get("note", "").startswith("fitted") or c["ranks"] // 8 < 2:
+        if c["category"] != "collective" or not c.get("note", "").startswith("fitted") or c.get("ranks", 0) // 8 < 2:
             continue
         if c["topology"] not in models:
             doc = json.load(open(os.path.join(ROOT, "topologies", c["topology"] + ".json")))
@@ -225,9 +225,12 @@ def fit(tuning, samples=None):
     tree_nodes = {nodes for _, _, nodes, _, _, a, _, _ in pts if a == "tree"}
     fit_tree = len(tree_nodes) >= 2
     fit_slowdown = any(b > 1 << 20 for _, _, _, b, _, _, _, _ in pts)
-    needed = 2 + (3 if fit_slowdown else 0) + (1 if fit_tree else 0)
-    if len(pts) < needed:
-        sys.exit(f"{len(pts)} measured sizes across nodes: at least {needed} are needed to fit {needed // 2} numbers")
+    if not pts:
+        sys.exit("no measured size across nodes to fit on (no case marked fitted across nodes on a topology of "
+                 "this collective model, or no sample across nodes)")
+    numbers = 1 + (3 if fit_slowdown else 0) + (1 if fit_tree else 0)
+    if len(pts) < 2 * numbers:
+        sys.exit(f"{len(pts)} measured sizes across nodes: at least {2 * numbers} are needed to fit {numbers} numbers")
 
     # Only the numbers fitted are Nelder-Mead's coordinates (in KEYS' order, the tree's last).
     x0, steps = [1.5], [0.5]
@@ -332,7 +335,7 @@ def main():
         generation = fitted_cases(tuning)[0]["id"].split("/")[1].split("-")[0]
         value["source"] = (
             f"fitted by tools/calibration/fit_network_correction.py on the {n} cases of validation/published.json "
-            f"marked fitted across nodes on topologies with this collective model ({CURVES[generation]} "
+            f"marked fitted across nodes on topologies with this collective model ({CURVES.get(generation, 'their sources)')} "
             "(docs/calibration.md, \"Collectives\")")
     print(json.dumps(value, indent=2))
     print(f"rms log error over {n} sizes: {rms:.4f}", file=sys.stderr)
