@@ -27,7 +27,7 @@ plateau of its eight-node curve: the hop and the slowdown. The other Hopper curv
 eight-node curve below 2 GiB, #294, the 4-node all-reduce and all-gather of ZiyanIshani/vpbenchmarking)
 stay held out; their hosts are H100 nodes of 8 x 400 Gb/s. The A100 files fit on ABCI's all-reduce
 curves of 2, 4, 8 and 16 nodes at 1-64 KiB (aistabci/abci2.0benchmark, NCCL 2.8.4): the hop and the
-tree; the A100 curves of OCI's RoCE hosts and of Azure NDmv4 stay held out. --write sets
+tree; the A100 curves of OCI's RoCE hosts, CoreWeave's 16 nodes and Azure NDmv4 stay held out. --write sets
 collective_model.measured_correction (the rest of the file byte for byte; added before
 bandwidth_factors where absent); --check exits 1 where the file holds something else. Deterministic.
 
@@ -196,7 +196,8 @@ CURVES = {
             "the 4-node all-reduce and all-gather of ZiyanIshani/vpbenchmarking",
     "a100": "aistabci/abci2.0benchmark: all-reduce curves of 2, 4, 8 and 16 ABCI nodes of 8 x A100, NCCL 2.8.4, "
             "at 1-64 KiB, where NCCL's model runs trees with LL); held out on the A100 curves of 2 OCI hosts "
-            "(oracle-quickstart/oci-hpc-oke) and of Azure NDmv4 (microsoft/mscclpp)",
+            "(oracle-quickstart/oci-hpc-oke), of 16 CoreWeave nodes at 1-8 KiB (coreweave/nccl-tests) and of Azure "
+            "NDmv4 (microsoft/mscclpp)",
 }
 
 
@@ -333,9 +334,10 @@ def main():
             f"({', '.join(os.path.basename(p) for p in args.samples)}, written by fusesim calibrate import-nccl-tests)")
     else:
         generation = fitted_cases(tuning)[0]["id"].split("/")[1].split("-")[0]
+        curves = CURVES.get(generation, "their sources)")
         value["source"] = (
             f"fitted by tools/calibration/fit_network_correction.py on the {n} cases of validation/published.json "
-            f"marked fitted across nodes on topologies with this collective model ({CURVES.get(generation, 'their sources)')} "
+            f"marked fitted across nodes on topologies with this collective model ({curves} "
             "(docs/calibration.md, \"Collectives\")")
     print(json.dumps(value, indent=2))
     print(f"rms log error over {n} sizes: {rms:.4f}", file=sys.stderr)
