@@ -178,9 +178,9 @@ def main():
         steps_fixed = {k: v - route_latency for k, v in NCCL_NVLINK_HOP_S.items()}
 
         def unpack(x):
-            if args.fit_simple_base:
-                simple["base"] = NCCL_SIMPLE_BASE_S + math.exp(x[4])
-            return [{"base": math.exp(x[0]), "step": steps_fixed["ll"], "eff": LL_SHARE * sig(x[1])},
+            fitted_simple = {**simple, "base": NCCL_SIMPLE_BASE_S + math.exp(x[4])} if args.fit_simple_base else simple
+            return [fitted_simple,
+                    {"base": math.exp(x[0]), "step": steps_fixed["ll"], "eff": LL_SHARE * sig(x[1])},
                     {"base": math.exp(x[2]), "step": steps_fixed["ll128"], "eff": LL128_SHARE * sig(x[3])}]
 
         # From NCCL's constants (base LL 6.6 us, LL128 8.4 us; Simple 8.4 us plus a few).
@@ -201,8 +201,8 @@ def main():
             # word), LL128 120 per 128 (NCCL src/device/prims_ll.h, prims_ll128.h).
             ll128 = {"base": math.exp(x[-3]), "step": math.exp(x[-2]), "eff": LL128_SHARE * sig(x[-1])}
             if ll_fixed:
-                return [ll_fixed, ll128]
-            return [{"base": math.exp(x[0]), "step": math.exp(x[1]), "eff": LL_SHARE * sig(x[2])}, ll128]
+                return [simple, ll_fixed, ll128]
+            return [simple, {"base": math.exp(x[0]), "step": math.exp(x[1]), "eff": LL_SHARE * sig(x[2])}, ll128]
 
         # Start from NCCL's constants (measurements.md: base LL 6.6 us, LL128 14 us; per NVLink hop 0.6,
         # 1.9 us) and its protocols' payload shares (LL: 4 data bytes per 8; LL128: 120 per 128).
@@ -210,27 +210,27 @@ def main():
         if not ll_fixed:
             x = [math.log(6.6e-6), math.log(0.3e-6), 0.0] + x
 
-    def candidates(ll, ll128, n):
+    def candidates(simple, ll, ll128, n):
         ps = [simple, ll, ll128]
         if nvls is not None and n <= ranks:
             ps.append(nvls)
         return ps
 
-    def fastest(ll, ll128, n, s):
-        return min(protocol_times(candidates(ll, ll128, n), bandwidth, route_latency, n, s))
+    def fastest(simple, ll, ll128, n, s):
+        return min(protocol_times(candidates(simple, ll, ll128, n), bandwidth, route_latency, n, s))
 
     def loss(x):
-        ll, ll128 = unpack(x)
-        return sum(math.log(fastest(ll, ll128, n, s) / t) ** 2 for n, s, t in points) / len(points)
+        simple, ll, ll128 = unpack(x)
+        return sum(math.log(fastest(simple, ll, ll128, n, s) / t) ** 2 for n, s, t in points) / len(points)
 
     steps = [0.5] * len(x)
     for _ in range(3):
         x = nelder_mead(loss, x, steps, 4000)
         steps = [s / 2 for s in steps]
-    ll, ll128 = unpack(x)
+    simple, ll, ll128 = unpack(x)
     # Simple's base as written (four digits), so that the errors and the protocols kept are the file's.
-    simple["base"] = float(f"{simple['base']:.4g}")
-    errs = [abs(fastest(ll, ll128, n, s) / t - 1) for n, s, t in points]
+    simple = {**simple, "base": float(f"{simple['base']:.4g}")}
+    errs = [abs(fastest(simple, ll, ll128, n, s) / t - 1) for n, s, t in points]
     counts = sorted({n for n, _, _ in points})
     fit_error = f"mean |error| {100 * sum(errs) / len(errs):.1f}%"
     if args.nccl_tests:
@@ -250,7 +250,7 @@ def main():
                f"{fit_error}")
         sources = {"ll": src, "ll128": src}
         if ll_fixed:
-            ours = fastest(ll, ll128, 8, 4096) * 1e6
+            ours = fastest(simple, ll, ll128, 8, 4096) * 1e6
             sources["ll"] = (assumed + f"NCCL src/graph/tuning.cc: base latency Ring LL {NCCL_LL_BASE_S * 1e6:.1f} us; "
                              f"per NVLink hop LL 0.6 us, which the route's links carry (step 0); bandwidth llMaxBw "
                              f"{NCCL_LL_MAX_GBPS[args.ll_from_nccl]:.1f} GB/s ({args.ll_from_nccl}, one node) over the "
@@ -261,7 +261,7 @@ def main():
     # simulated ring then never picks it either). A fixed LL stays.
     used = set()
     for n, s, _ in points:
-        times = protocol_times(candidates(ll, ll128, n), bandwidth, route_latency, n, s)
+        times = protocol_times(candidates(simple, ll, ll128, n), bandwidth, route_latency, n, s)
         used.add(min(range(len(times)), key=lambda k: times[k]))
     block = {}
     for k, (name, p) in enumerate((("ll", ll), ("ll128", ll128)), start=1):

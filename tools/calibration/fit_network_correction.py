@@ -177,10 +177,10 @@ def fitted_cases(tuning):
     return out
 
 
-def fitted_points(tuning):
-    """(op, ranks, nodes, bytes, measured seconds, algorithm, latency, bandwidth) of fitted_cases."""
+def fitted_points(tuning, cases):
+    """(op, ranks, nodes, bytes, measured seconds, algorithm, latency, bandwidth) of cases (fitted_cases')."""
     out = []
-    for c in fitted_cases(tuning):
+    for c in cases:
         ranks = c["ranks"]
         nodes = ranks // 8
         seconds = c["bytes"] * bus_share(c["op"], ranks) / (c["measured_busbw_GBps"] * 1e9)
@@ -217,12 +217,11 @@ def sample_points(tuning, paths):
     return out
 
 
-def fit(tuning, samples=None):
+def fit(pts):
     """Fits what the points can tell apart: the extra latency a network hop always; a tree's own extra
     latency where trees were measured at two or more node counts (at one, it and the hops' are one
     number); the mid-size slowdown where sizes above 1 MiB were (below, bandwidth hardly counts).
-    Returns (points, {key: value} of the fitted numbers, rms log error)."""
-    pts = sample_points(tuning, samples) if samples else fitted_points(tuning)
+    Returns (how many points, {key: value} of the fitted numbers, rms log error)."""
     tree_nodes = {nodes for _, _, nodes, _, _, a, _, _ in pts if a == "tree"}
     fit_tree = len(tree_nodes) >= 2
     fit_slowdown = any(b > 1 << 20 for _, _, _, b, _, _, _, _ in pts)
@@ -327,13 +326,14 @@ def main():
     path = os.path.join(ROOT, args.topology) if not os.path.isabs(args.topology) else args.topology
     text = open(path).read()
     tuning = json.loads(text)["communication"]["network_tuning"]
-    n, value, rms = fit(tuning, args.samples)
+    cases = None if args.samples else fitted_cases(tuning)
+    n, value, rms = fit(sample_points(tuning, args.samples) if args.samples else fitted_points(tuning, cases))
     if args.samples:
         value["source"] = (
             f"fitted by tools/calibration/fit_network_correction.py on {n} sizes across nodes of nccl-tests samples "
             f"({', '.join(os.path.basename(p) for p in args.samples)}, written by fusesim calibrate import-nccl-tests)")
     else:
-        generation = fitted_cases(tuning)[0]["id"].split("/")[1].split("-")[0]
+        generation = cases[0]["id"].split("/")[1].split("-")[0]
         curves = CURVES.get(generation, "their sources)")
         value["source"] = (
             f"fitted by tools/calibration/fit_network_correction.py on the {n} cases of validation/published.json "
