@@ -23,12 +23,31 @@
 // patterns", 2010; OpenSM's ftree engine), the candidate at position (destination node mod number
 // of candidates). Taking the first everywhere sent every cross-rail flow of a rail-optimized fabric
 // through spine 0 and made four 400 Gb/s spines one.
+//
+// A route between two nodes is searched as A* (Hart, Nilsson and Raphael, 1968), not as a plain
+// Dijkstra: the PCIe-first key makes every NIC of the fabric (two PCIe links from the source) and
+// every PCIe switch (three) final before a GPU of another node (four), so a plain search from one GPU
+// to one other explored the whole 128-node fabric (3,200 vertices) for a route of eight links, and
+// the mirror check's 392 such searches were a third of a default 32B step's instructions. The lower
+// bound on the rest of a path from a vertex to the target comes from the fabric's shape: every link
+// joins two vertices of one node or touches a vertex outside every node (leaves, spines), so a path
+// from outside into the target's node ends with its last outside vertex b and a tail inside the node:
+// the least key from each outside vertex to each other (one plain search from each, once per cluster)
+// and the least tail from each outside vertex (a search over the target's node) give each outside
+// vertex's exact distance to the target, and a vertex of a third node is at least its node's way out
+// (the least link out of any node) plus the least of those. The search stops only once every waiting
+// key (distance so far plus bound) exceeds the target's: every vertex of every shortest path to the
+// target is then final with its exact key, which is all that route reconstruction reads, so the
+// routes (ties and D-mod-K choices included) are those of the plain search, link for link
+// (tests/topo/test_routing.cpp compares them on every shipped cluster and on perturbed fabrics).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <queue>
 #include <span>
@@ -73,6 +92,45 @@ struct DistanceCombine {
   }
 };
 
+// The additive terms of a key (PCIe links, latency, hops): what a lower bound on the rest of a path
+// gives. The bottleneck has no bound to add: a key plus a bound keeps the key's bottleneck.
+struct Additive {
+  std::int64_t pcie_links = 0;
+  TimePs latency_ps = 0;
+  std::int64_t hops = 0;
+  friend bool operator==(const Additive&, const Additive&) = default;
+};
+
+constexpr Additive kNoPath{std::numeric_limits<std::int64_t>::max(), std::numeric_limits<TimePs>::max(),
+                           std::numeric_limits<std::int64_t>::max()};
+
+bool additive_less(const Additive& a, const Additive& b) {
+  if (a.pcie_links != b.pcie_links) return a.pcie_links < b.pcie_links;
+  if (a.latency_ps != b.latency_ps) return a.latency_ps < b.latency_ps;
+  return a.hops < b.hops;
+}
+
+Additive plus(const Additive& a, const Additive& b) {
+  if (a == kNoPath || b == kNoPath) return kNoPath;
+  return Additive{a.pcie_links + b.pcie_links, a.latency_ps + b.latency_ps, a.hops + b.hops};
+}
+
+Additive additive_of(const Distance& d) {
+  if (d == kUnreached) return kNoPath;
+  return Additive{d.pcie_links, d.latency_ps, d.hops};
+}
+
+// A key so far plus a lower bound on the rest: the order in which A* takes vertices.
+Distance with_bound(const Distance& d, const Additive& bound) {
+  if (d == kUnreached || bound == kNoPath) return kUnreached;
+  return Distance{d.pcie_links + bound.pcie_links, d.latency_ps + bound.latency_ps, d.hops + bound.hops,
+                  d.bottleneck_bytes_per_s};
+}
+
+// Above this many vertices outside every node, the table of their distances (a search from each) is
+// not built and routes between nodes take the plain search.
+constexpr std::size_t kMaxOutsideVertices = 1024;
+
 }  // namespace
 
 struct Cluster::Graph {
@@ -103,7 +161,9 @@ struct Cluster::Graph {
   std::vector<char> link_is_pcie;       // by link
   std::vector<std::int64_t> link_bandwidth;  // by link, bytes/s rounded
   std::vector<VertexId> link_from;      // by link
+  std::vector<VertexId> link_to;        // by link
   std::vector<VertexId> rank_vertex;
+  std::size_t outside_count = 0;  // vertices outside every node
 
   std::size_t num_vertices() const { return is_accelerator.size(); }
 
@@ -118,16 +178,191 @@ struct Cluster::Graph {
     return Distance{link_is_pcie[l], link_latency_ps[l], 1, link_bandwidth[l]};
   }
 
-  // Distances from `source` over the no-transit subgraph; with `target` set, stops as soon as the
-  // target is final (every vertex on one of its shortest paths is then final too: each lies strictly
-  // closer, since a hop adds at least one to the key). Only final distances are read afterwards
-  // (predecessor_links: an in-neighbour whose distance plus the link equals a final distance is
-  // strictly closer, hence final), so the order in which equal keys leave the heap changes nothing.
-  std::vector<Distance> search(VertexId source, std::optional<VertexId> target) const {
+  // A search's distances by vertex (kUnreached where none), kept between searches so that a search
+  // that reaches few vertices (A*) costs what it reaches, not the fabric's size: `touched` lists the
+  // vertices whose distance was set, which clear() resets.
+  struct Workspace {
+    std::vector<Distance> dist;
+    std::vector<VertexId> touched;
+    explicit Workspace(std::size_t num_vertices) : dist(num_vertices, kUnreached) {}
+    void clear() {
+      for (VertexId v : touched) dist[static_cast<std::size_t>(v)] = kUnreached;
+      touched.clear();
+    }
+  };
+
+  // What A* needs of the fabric (the header comment).
+  struct Outside {
+    bool usable = false;                  // every link inside one node or touching an outside vertex
+    std::vector<VertexId> vertices;       // the vertices outside every node
+    std::vector<std::int32_t> index;      // by vertex: its position in `vertices`, -1 inside a node
+    std::vector<Additive> between;        // [i * size + j]: the least key from vertices[i] to vertices[j]
+    Additive least_exit = kNoPath;        // the least link from a vertex of a node to an outside one
+    std::vector<std::size_t> node_begin;  // vertices of node n: node_vertices[node_begin[n] .. node_begin[n + 1])
+    std::vector<VertexId> node_vertices;
+    std::vector<std::int32_t> node_position;  // by vertex: its position among its node's vertices
+  };
+  mutable std::once_flag outside_once;
+  mutable Outside outside_table;
+  mutable std::atomic<bool> outside_built{false};
+
+  // Builds the table on the first call (one plain search from each outside vertex: 24 on
+  // dgx-h100-128node, 72 on a 2048-node rail fabric, where they take 60 ms): worth it for many routes
+  // between nodes (Cluster::routes), not for one.
+  const Outside& outside() const {
+    std::call_once(outside_once, [this] {
+      outside_table = build_outside();
+      outside_built.store(true, std::memory_order_release);
+    });
+    return outside_table;
+  }
+  // The table if built, else null.
+  const Outside* outside_if_built() const {
+    return outside_built.load(std::memory_order_acquire) ? &outside_table : nullptr;
+  }
+
+  Outside build_outside() const {
+    Outside o;
+    const std::size_t nv = num_vertices();
+    o.index.assign(nv, -1);
+    o.node_position.assign(nv, -1);
+    int nodes = 0;
+    for (std::size_t v = 0; v < nv; ++v) {
+      if (vertex_node[v] < 0) {
+        if (is_accelerator[v]) return o;  // a device outside every node: no node's way out bounds it
+        o.index[v] = static_cast<std::int32_t>(o.vertices.size());
+        o.vertices.push_back(static_cast<VertexId>(v));
+      }
+      nodes = std::max(nodes, vertex_node[v] + 1);
+    }
+    if (o.vertices.empty() || o.vertices.size() > kMaxOutsideVertices) return o;
+    for (std::size_t l = 0; l < link_from.size(); ++l) {
+      const int a = vertex_node[static_cast<std::size_t>(link_from[l])];
+      const int b = vertex_node[static_cast<std::size_t>(link_to[l])];
+      if (a >= 0 && b >= 0 && a != b) return o;  // two nodes joined directly: no outside vertex between them
+      if (a >= 0 && b < 0) {
+        const Additive exit{link_is_pcie[l], link_latency_ps[l], 1};
+        if (additive_less(exit, o.least_exit)) o.least_exit = exit;
+      }
+    }
+    o.node_begin.assign(static_cast<std::size_t>(nodes) + 1, 0);
+    for (std::size_t v = 0; v < nv; ++v)
+      if (vertex_node[v] >= 0) ++o.node_begin[static_cast<std::size_t>(vertex_node[v]) + 1];
+    for (std::size_t n = 0; n < static_cast<std::size_t>(nodes); ++n) o.node_begin[n + 1] += o.node_begin[n];
+    o.node_vertices.resize(o.node_begin.back());
+    std::vector<std::size_t> next(o.node_begin.begin(), o.node_begin.end() - 1);
+    for (std::size_t v = 0; v < nv; ++v) {
+      if (vertex_node[v] < 0) continue;
+      const auto n = static_cast<std::size_t>(vertex_node[v]);
+      o.node_position[v] = static_cast<std::int32_t>(next[n] - o.node_begin[n]);
+      o.node_vertices[next[n]++] = static_cast<VertexId>(v);
+    }
+    const std::size_t size = o.vertices.size();
+    o.between.assign(size * size, kNoPath);
+    Workspace ws(num_vertices());
+    for (std::size_t i = 0; i < size; ++i) {
+      search(o.vertices[i], std::nullopt, nullptr, ws);
+      for (std::size_t j = 0; j < size; ++j)
+        o.between[i * size + j] = additive_of(ws.dist[static_cast<std::size_t>(o.vertices[j])]);
+      ws.clear();
+    }
+    o.usable = true;
+    return o;
+  }
+
+  // A lower bound on the key of the rest of a path from any vertex to one target (A*'s heuristic).
+  struct Bounds {
+    int target_node = -1;
+    std::vector<Additive> outside_to_target;  // by outside index: exact
+    Additive other_nodes = kNoPath;           // any vertex of a node other than the target's
+  };
+
+  Bounds bounds_toward(VertexId target) const {
+    const Outside& o = outside();
+    Bounds b;
+    b.target_node = vertex_node[static_cast<std::size_t>(target)];
+    const auto node = static_cast<std::size_t>(b.target_node);
+    const std::size_t first = o.node_begin[node], count = o.node_begin[node + 1] - first;
+    // The least key from each vertex of the target's node to the target along that node's vertices,
+    // searched backwards; a device other than the target relays nothing, so no tail runs through one.
+    std::vector<Additive> inside(count, kNoPath);
+    const auto pos = [&](VertexId v) { return static_cast<std::size_t>(o.node_position[static_cast<std::size_t>(v)]); };
+    using Entry = std::pair<Additive, VertexId>;
+    const auto after = [](const Entry& x, const Entry& y) { return additive_less(y.first, x.first); };
+    std::priority_queue<Entry, std::vector<Entry>, decltype(after)> heap(after);
+    inside[pos(target)] = Additive{};
+    heap.push({Additive{}, target});
+    while (!heap.empty()) {
+      const auto [d, v] = heap.top();
+      heap.pop();
+      if (!(d == inside[pos(v)])) continue;
+      if (v != target && is_accelerator[static_cast<std::size_t>(v)]) continue;
+      const auto vi = static_cast<std::size_t>(v);
+      for (std::size_t i = in_begin[vi]; i < in_begin[vi + 1]; ++i) {
+        const InArc& a = in_arcs[i];
+        if (vertex_node[static_cast<std::size_t>(a.from)] != b.target_node) continue;
+        const auto l = static_cast<std::size_t>(a.link);
+        const Additive through = plus(Additive{link_is_pcie[l], link_latency_ps[l], 1}, d);
+        Additive& to = inside[pos(a.from)];
+        if (!additive_less(through, to)) continue;
+        to = through;
+        heap.push({through, a.from});
+      }
+    }
+    // The least tail from each outside vertex: one link into the node, then the node's own way.
+    const std::size_t size = o.vertices.size();
+    std::vector<Additive> tail(size, kNoPath);
+    for (std::size_t k = 0; k < count; ++k) {
+      const VertexId v = o.node_vertices[first + k];
+      const auto vi = static_cast<std::size_t>(v);
+      if (inside[k] == kNoPath || (v != target && is_accelerator[vi])) continue;
+      for (std::size_t i = in_begin[vi]; i < in_begin[vi + 1]; ++i) {
+        const InArc& a = in_arcs[i];
+        const std::int32_t x = o.index[static_cast<std::size_t>(a.from)];
+        if (x < 0) continue;
+        const auto l = static_cast<std::size_t>(a.link);
+        const Additive through = plus(Additive{link_is_pcie[l], link_latency_ps[l], 1}, inside[k]);
+        if (additive_less(through, tail[static_cast<std::size_t>(x)])) tail[static_cast<std::size_t>(x)] = through;
+      }
+    }
+    // Only the outside vertices with a link into the node end a path there (a rail fabric: its leaves).
+    std::vector<std::size_t> entries;
+    for (std::size_t j = 0; j < size; ++j)
+      if (!(tail[j] == kNoPath)) entries.push_back(j);
+    b.outside_to_target.assign(size, kNoPath);
+    Additive least = kNoPath;
+    for (std::size_t i = 0; i < size; ++i) {
+      Additive& best = b.outside_to_target[i];
+      for (std::size_t j : entries) {
+        const Additive through = plus(o.between[i * size + j], tail[j]);
+        if (additive_less(through, best)) best = through;
+      }
+      if (additive_less(best, least)) least = best;
+    }
+    b.other_nodes = plus(o.least_exit, least);
+    return b;
+  }
+
+  Additive bound(const Bounds& b, VertexId v) const {
+    const int node = vertex_node[static_cast<std::size_t>(v)];
+    if (node == b.target_node) return Additive{};
+    if (node < 0) return b.outside_to_target[static_cast<std::size_t>(outside_table.index[static_cast<std::size_t>(v)])];
+    return b.other_nodes;
+  }
+
+  // Distances from `source` over the no-transit subgraph. With `target` set and no bounds, stops as
+  // soon as the target is final (every vertex on one of its shortest paths is then final too: each
+  // lies strictly closer, since a hop adds at least one to the key). With bounds toward the target,
+  // takes vertices by key plus bound (A*) and stops once the least waiting one exceeds the target's
+  // key (the header comment). Only final distances are read afterwards (predecessor_links: an
+  // in-neighbour whose distance plus the link equals a final distance is strictly closer, hence
+  // final), so the order in which equal keys leave the heap changes nothing.
+  // `ws` must be clear on entry; it holds the distances on return.
+  void search(VertexId source, std::optional<VertexId> target, const Bounds* bounds, Workspace& ws) const {
     // Vertices wait in runs: consecutive relaxations that give one key (a leaf reaching its 2048
     // NICs, then each of those its PCIe switch) share one heap entry, so that the heap holds tens of
     // keys where it would hold thousands of vertices. Which of a key's vertices leaves first changes
-    // nothing (above).
+    // nothing (above). With bounds, a run's key is the distance plus the bound.
     struct Run {
       Distance d;
       std::size_t begin = 0;  // waiting[begin .. end)
@@ -137,36 +372,43 @@ struct Cluster::Graph {
     const auto after = [](const Run& a, const Run& b) { return DistanceLess{}(b.d, a.d); };
     std::priority_queue<Run, std::vector<Run>, decltype(after)> heap(after);
     std::vector<VertexId> waiting;
-    std::vector<Distance> dist(num_vertices(), kUnreached);
+    std::vector<Distance>& dist = ws.dist;
+    const auto order = [&](const Distance& d, VertexId v) { return bounds ? with_bound(d, bound(*bounds, v)) : d; };
     dist[static_cast<std::size_t>(source)] = Distance{};
+    ws.touched.push_back(source);
     waiting.push_back(source);
-    heap.push(Run{Distance{}, 0, 1});
+    heap.push(Run{order(Distance{}, source), 0, 1});
     while (!heap.empty()) {
       const Run run = heap.top();
       heap.pop();
+      if (bounds && target && DistanceLess{}(dist[static_cast<std::size_t>(*target)], run.d)) return;
       Run next{kUnreached, waiting.size(), waiting.size()};
       for (std::size_t w = run.begin; w < run.end; ++w) {
         const VertexId v = waiting[w];
         const auto u = static_cast<std::size_t>(v);
         // A vertex waits again each time its key drops (no decrease-key); only its wait under its
         // current key counts, the others are stale.
-        if (!(run.d == dist[u])) continue;
-        if (target && v == *target) return dist;
+        if (!(run.d == order(dist[u], v))) continue;
+        if (!bounds && target && v == *target) return;
         if (!transits(v, source)) continue;
+        const Distance here = dist[u];
         for (std::size_t i = out_begin[u]; i < out_begin[u + 1]; ++i) {
           const OutArc& a = out_arcs[i];
-          const Distance d{run.d.pcie_links + a.pcie, run.d.latency_ps + a.latency_ps, run.d.hops + 1,
-                           std::min(run.d.bottleneck_bytes_per_s, a.bandwidth_bytes_per_s)};
+          const Distance d{here.pcie_links + a.pcie, here.latency_ps + a.latency_ps, here.hops + 1,
+                           std::min(here.bottleneck_bytes_per_s, a.bandwidth_bytes_per_s)};
           Distance& to = dist[static_cast<std::size_t>(a.to)];
           if (!DistanceLess{}(d, to)) continue;
+          if (to == kUnreached) ws.touched.push_back(a.to);
           to = d;
           // An accelerator other than the source relays nothing, so unless it is the target its key
           // is final once every vertex before it is: it need not wait (16,384 of them on a
           // 2048-node fabric).
           if (!transits(a.to, source) && !(target && a.to == *target)) continue;
-          if (!(d == next.d)) {
+          const Distance key = order(d, a.to);
+          if (key == kUnreached) continue;  // the target is out of its reach
+          if (!(key == next.d)) {
             if (next.begin < next.end) heap.push(next);
-            next = Run{d, waiting.size(), waiting.size()};
+            next = Run{key, waiting.size(), waiting.size()};
           }
           waiting.push_back(a.to);
           ++next.end;
@@ -174,7 +416,6 @@ struct Cluster::Graph {
       }
       if (next.begin < next.end) heap.push(next);
     }
-    return dist;
   }
 
   // The links by which shortest paths from `source` enter `v`, appended to `out` ordered by
@@ -248,6 +489,25 @@ struct Cluster::Graph {
     r.latency_ps = dist[static_cast<std::size_t>(dest)].latency_ps;
     return r;
   }
+
+  // One route by rank: between nodes by A* where the bounds' table is built (the header comment),
+  // else by the plain search, which inside a node ends at the node's own links, before the fabric.
+  Route route(int src_rank, int dst_rank, Workspace& ws) const {
+    if (src_rank == dst_rank) throw std::invalid_argument("Cluster::route: source and destination are the same rank");
+    const VertexId s = rank_vertex.at(static_cast<std::size_t>(src_rank));
+    const VertexId d = rank_vertex.at(static_cast<std::size_t>(dst_rank));
+    const Outside* o = outside_if_built();
+    const int from = vertex_node[static_cast<std::size_t>(s)], to = vertex_node[static_cast<std::size_t>(d)];
+    if (o && o->usable && from != to && to >= 0) {
+      const Bounds bounds = bounds_toward(d);
+      search(s, d, &bounds, ws);
+    } else {
+      search(s, d, nullptr, ws);
+    }
+    Route r = build(s, d, ws.dist, nullptr);
+    ws.clear();
+    return r;
+  }
 };
 
 void Cluster::finalize() {
@@ -260,6 +520,7 @@ void Cluster::finalize() {
     graph->is_accelerator[v] = vertices[v].kind == VertexKind::accelerator ? 1 : 0;
     graph->is_fabric[v] = vertices[v].kind == VertexKind::switch_ && vertices[v].node < 0 ? 1 : 0;
     graph->vertex_node[v] = vertices[v].node;
+    graph->outside_count += vertices[v].node < 0 ? 1 : 0;
   }
   graph->link_latency_ps.reserve(links.size());
   graph->out_begin.assign(nv + 1, 0);
@@ -275,6 +536,7 @@ void Cluster::finalize() {
     graph->link_is_pcie.push_back(l.kind == LinkKind::pcie ? 1 : 0);
     graph->link_bandwidth.push_back(static_cast<std::int64_t>(std::llround(std::min(l.bandwidth_bytes_per_s, 9e18))));
     graph->link_from.push_back(l.from);
+    graph->link_to.push_back(l.to);
   }
   for (std::size_t v = 0; v < nv; ++v) {
     graph->out_begin[v + 1] += graph->out_begin[v];
@@ -311,17 +573,30 @@ double Cluster::bottleneck_bytes_per_s(const Route& route) const {
 
 Route Cluster::route(int src_rank, int dst_rank) const {
   if (!graph_) throw std::logic_error("Cluster::route called before finalize()");
-  if (src_rank == dst_rank) throw std::invalid_argument("Cluster::route: source and destination are the same rank");
-  const VertexId s = graph_->rank_vertex.at(static_cast<std::size_t>(src_rank));
-  const VertexId d = graph_->rank_vertex.at(static_cast<std::size_t>(dst_rank));
-  const auto dist = graph_->search(s, d);
-  return graph_->build(s, d, dist, nullptr);
+  Graph::Workspace ws(graph_->num_vertices());
+  return graph_->route(src_rank, dst_rank, ws);
+}
+
+std::vector<Route> Cluster::routes(const std::vector<std::pair<int, int>>& pairs) const {
+  if (!graph_) throw std::logic_error("Cluster::routes called before finalize()");
+  // The bounds' table costs a plain search per outside vertex: built when more routes between nodes
+  // are asked for than that.
+  std::size_t between_nodes = 0;
+  for (const auto& [a, b] : pairs) between_nodes += node_of(a) != node_of(b) ? 1 : 0;
+  if (between_nodes > graph_->outside_count) graph_->outside();
+  Graph::Workspace ws(graph_->num_vertices());
+  std::vector<Route> out;
+  out.reserve(pairs.size());
+  for (const auto& [a, b] : pairs) out.push_back(graph_->route(a, b, ws));
+  return out;
 }
 
 std::vector<Route> Cluster::routes_from(int src_rank) const {
   if (!graph_) throw std::logic_error("Cluster::routes_from called before finalize()");
   const VertexId s = graph_->rank_vertex.at(static_cast<std::size_t>(src_rank));
-  const auto dist = graph_->search(s, std::nullopt);
+  Graph::Workspace ws(graph_->num_vertices());
+  graph_->search(s, std::nullopt, nullptr, ws);
+  const std::vector<Distance>& dist = ws.dist;
   Graph::PredecessorCache cache(graph_->num_vertices());
   std::vector<Route> out(graph_->rank_vertex.size());
   for (std::size_t r = 0; r < out.size(); ++r) {

@@ -1,6 +1,8 @@
 // Routing rules: fewest PCIe links (NVLink first), then least latency, then fewest hops, then lowest vertex ids; never through a third
 // accelerator; routes_from agrees with route and scales to 1024 ranks.
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -273,4 +275,102 @@ TEST_CASE("1024 ranks on a rail-optimized fabric: one search per source, routes 
     }
   }
   CHECK(total_links == 7888LL * 1024);
+}
+
+namespace {
+
+// Every route from the given sources to every `stride`-th rank, by routes() (A* between nodes once
+// they are more than the vertices outside every node, src/topo/route.cpp) and by routes_from() (one
+// plain search from the source): link for link. Then route(), which takes A* too once the bounds'
+// table is built, on a few.
+void check_route_matches_plain_search(const Cluster& c, const std::vector<int>& sources, int stride) {
+  std::vector<std::pair<int, int>> pairs;
+  for (int s : sources)
+    for (int d = 0; d < c.num_ranks(); d += stride)
+      if (d != s) pairs.emplace_back(s, d);
+  const std::vector<Route> found = c.routes(pairs);
+  REQUIRE(found.size() == pairs.size());
+  int last_source = -1;
+  std::vector<Route> plain;
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
+    const auto [s, d] = pairs[i];
+    if (s != last_source) plain = c.routes_from(last_source = s);
+    const Route& p = plain[static_cast<std::size_t>(d)];
+    if (found[i].links != p.links || found[i].latency_ps != p.latency_ps)
+      FAIL(c.name << ": route " << s << " -> " << d << " by A* differs from the plain search");
+    if (i % 97 == 0) CHECK(c.route(s, d).links == p.links);
+  }
+}
+
+// The first and last rank of the first, second, a middle and the last node.
+std::vector<int> sample_sources(const Cluster& c) {
+  const int per = c.devices_per_node, last = c.num_ranks() / per - 1;
+  std::vector<int> out;
+  for (int node : {0, 1, last / 2, last})
+    for (int local : {0, per - 1}) out.push_back(node * per + local);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("routes between nodes by A* are those of the plain search on every shipped cluster of several nodes") {
+  // The lower bounds only prune; a bound that over-estimated anywhere on a shortest path, or a stop
+  // before every tie was final, would change a link here (D-mod-K picks among the ties).
+  for (const char* name : {"dgx-h100-4node", "dgx-h100-128node", "dgx-h100-768node", "dgx-a100-32node",
+                           "dgx-a100-192node", "dgx-a100-320node", "dgx-b200-4node", "grand-teton-h100-64node",
+                           "hgx-h200-8node"}) {
+    const Cluster c = load_cluster_by_name_or_path(name);
+    REQUIRE(c.num_nodes > 1);
+    // Up to 512 ranks every destination; beyond, every 7th (a prime stride: every local index).
+    check_route_matches_plain_search(c, sample_sources(c), c.num_ranks() <= 512 ? 1 : 7);
+  }
+}
+
+TEST_CASE("routes between nodes by A* are those of the plain search on perturbed fabrics") {
+  // dgx-h100-4node with every link's latency drawn again (0-3 values, so that many paths tie, and
+  // zero latencies that leave the hop count to decide) and a third of the links outside the NVLink
+  // domain turned PCIe (so that the first term of the key moves too): all pairs, 40 draws. Then the
+  // same with one link joining two nodes directly, which no outside vertex separates: the bounds are
+  // not built and the plain search answers.
+  auto doc = JsonDocument::load(std::string(FUSESIM_SOURCE_DIR) + "/topologies/dgx-h100-4node.json");
+  const Cluster base = parse(doc.raw());
+  std::uint64_t state = 0x9E3779B97F4A7C15ULL;
+  const auto draw = [&state](std::uint64_t n) {  // splitmix64
+    state += 0x9E3779B97F4A7C15ULL;
+    std::uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return (z ^ (z >> 31)) % n;
+  };
+  std::vector<int> all(static_cast<std::size_t>(base.num_ranks()));
+  for (int r = 0; r < base.num_ranks(); ++r) all[static_cast<std::size_t>(r)] = r;
+  for (int round = 0; round < 40; ++round) {
+    Cluster c = base;
+    for (Link& l : c.links) {
+      l.latency_ps = static_cast<TimePs>(draw(4)) * 250000;
+      if (!is_scale_up(l.kind) && draw(3) == 0) l.kind = LinkKind::pcie;
+    }
+    if (round % 4 == 3) {  // node 0's first PCIe switch joined to node 1's
+      VertexId a = -1, b = -1;
+      for (std::size_t v = 0; v < c.vertices.size(); ++v) {
+        const Vertex& x = c.vertices[v];
+        if (x.kind != VertexKind::switch_ || x.switch_kind != SwitchKind::pcie) continue;
+        if (x.node == 0 && a < 0) a = static_cast<VertexId>(v);
+        if (x.node == 1 && b < 0) b = static_cast<VertexId>(v);
+      }
+      REQUIRE(a >= 0);
+      REQUIRE(b >= 0);
+      for (auto [f, t] : {std::pair{a, b}, std::pair{b, a}}) {
+        Link l = c.links.front();
+        l.name = "direct" + std::to_string(f);
+        l.from = f;
+        l.to = t;
+        l.kind = LinkKind::pcie;
+        l.latency_ps = 0;
+        c.links.push_back(l);
+      }
+    }
+    c.finalize();
+    check_route_matches_plain_search(c, all, 1);
+  }
 }

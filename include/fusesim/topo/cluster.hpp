@@ -273,6 +273,9 @@ class Cluster {
   // Shortest route from one rank to another (src != dst). Deterministic. Not cached: the simulator
   // keeps its own table.
   Route route(int src_rank, int dst_rank) const;
+  // The route of each (source, destination) pair, as route() gives it; for many pairs between nodes
+  // faster than one route() each (A* with the fabric's bounds: src/topo/route.cpp).
+  std::vector<Route> routes(const std::vector<std::pair<int, int>>& pairs) const;
   // Every route from one source, in one graph search (index = destination rank; empty for src).
   std::vector<Route> routes_from(int src_rank) const;
   // The narrowest bandwidth (line rate x efficiency) of the route's links; infinity for no link.
