@@ -1196,20 +1196,37 @@ void Run::prepare_routes() {
   // search at the destination and builds one route, 3-8 times cheaper than routes_from(), which
   // builds a route to every rank (measured on 128 and 2,048 DGX nodes, 2026-11-27). Both give the same
   // routes (topo/route.cpp).
+  // Those single routes are searched together (Cluster::routes: by A* where many cross nodes).
   constexpr std::size_t kFewDestinations = 4;
+  const auto source_of = [&](std::size_t k) { return static_cast<int>(pairs[k] >> 32); };
+  const auto destination_of = [&](std::size_t k) { return static_cast<int>(pairs[k] & 0xffffffffu); };
+  const auto run_end = [&](std::size_t k) {
+    std::size_t end = k;
+    while (end < pairs.size() && source_of(end) == source_of(k)) ++end;
+    return end;
+  };
+  const auto routable = [&](int dst) { return dst >= 0 && dst < cluster_.num_ranks(); };
+  std::vector<std::pair<int, int>> alone_pairs;
+  for (std::size_t k = 0, end = 0; k < pairs.size(); k = end) {
+    end = run_end(k);
+    if (end - k > kFewDestinations) continue;
+    for (std::size_t j = k; j < end; ++j)
+      if (routable(destination_of(j))) alone_pairs.emplace_back(source_of(j), destination_of(j));
+  }
+  const std::vector<topo::Route> alone = cluster_.routes(alone_pairs);
+  std::size_t next_alone = 0;
+  const topo::Route none;
   std::vector<topo::Route> from;
   std::size_t i = 0;
   while (i < pairs.size()) {
-    const int src = static_cast<int>(pairs[i] >> 32);
-    std::size_t end = i;
-    while (end < pairs.size() && static_cast<int>(pairs[end] >> 32) == src) ++end;
+    const int src = source_of(i);
+    const std::size_t end = run_end(i);
     const bool few = end - i <= kFewDestinations;
     if (!few) from = cluster_.routes_from(src);
     for (; i < end; ++i) {
-      const int dst = static_cast<int>(pairs[i] & 0xffffffffu);
-      topo::Route alone;
-      if (few && dst >= 0 && dst < cluster_.num_ranks()) alone = cluster_.route(src, dst);
-      const topo::Route* route = few ? &alone : static_cast<std::size_t>(dst) < from.size() ? &from[dst] : nullptr;
+      const int dst = destination_of(i);
+      const topo::Route* route = few ? (routable(dst) ? &alone[next_alone++] : &none)
+                                     : static_cast<std::size_t>(dst) < from.size() ? &from[dst] : nullptr;
       if (!route || route->links.empty())
         throw GraphError(fmt::format("cluster '{}' has no route from rank {} to rank {}", cluster_.name, src, dst));
       const topo::Route mirrored = load_rank(dst) != dst ? proxy_route(src, dst, *route) : topo::Route{};

@@ -32,8 +32,9 @@
 // bound on the rest of a path from a vertex to the target comes from the fabric's shape: every link
 // joins two vertices of one node or touches a vertex outside every node (leaves, spines), so a path
 // from outside into the target's node ends with its last outside vertex b and a tail inside the node:
-// the least key from each outside vertex to each other (one plain search from each, once per cluster)
-// and the least tail from each outside vertex (a search over the target's node) give each outside
+// the least key from each outside vertex to each other (once per cluster: the links between them and
+// the least way through any node, closed over) and the least tail from each outside vertex (a search
+// over the target's node) give each outside
 // vertex's exact distance to the target, and a vertex of a third node is at least its node's way out
 // (the least link out of any node) plus the least of those. The search stops only once every waiting
 // key (distance so far plus bound) exceeds the target's: every vertex of every shortest path to the
@@ -127,9 +128,9 @@ Distance with_bound(const Distance& d, const Additive& bound) {
                   d.bottleneck_bytes_per_s};
 }
 
-// Above this many vertices outside every node, the table of their distances (a search from each) is
-// not built and routes between nodes take the plain search.
-constexpr std::size_t kMaxOutsideVertices = 1024;
+// Above this many vertices outside every node, the table of their distances (cubic in their number)
+// is not built and routes between nodes take the plain search.
+constexpr std::size_t kMaxOutsideVertices = 512;
 
 }  // namespace
 
@@ -181,14 +182,32 @@ struct Cluster::Graph {
   // A search's distances by vertex (kUnreached where none), kept between searches so that a search
   // that reaches few vertices (A*) costs what it reaches, not the fabric's size: `touched` lists the
   // vertices whose distance was set, which clear() resets.
+  // `reached` holds a bit per vertex, set with its distance, so that reconstruction can pass over the
+  // many in-neighbours a search never reached (a leaf's 2048 NICs) without reading their distances.
   struct Workspace {
     std::vector<Distance> dist;
     std::vector<VertexId> touched;
-    explicit Workspace(std::size_t num_vertices) : dist(num_vertices, kUnreached) {}
+    std::vector<std::uint64_t> reached;
+    explicit Workspace(std::size_t num_vertices) : dist(num_vertices, kUnreached), reached((num_vertices + 63) / 64, 0) {}
+    void reach(VertexId v) {
+      touched.push_back(v);
+      reached[static_cast<std::size_t>(v) / 64] |= std::uint64_t{1} << (static_cast<std::size_t>(v) % 64);
+    }
+    bool was_reached(VertexId v) const {
+      return (reached[static_cast<std::size_t>(v) / 64] >> (static_cast<std::size_t>(v) % 64)) & 1U;
+    }
     void clear() {
-      for (VertexId v : touched) dist[static_cast<std::size_t>(v)] = kUnreached;
+      for (VertexId v : touched) {
+        dist[static_cast<std::size_t>(v)] = kUnreached;
+        reached[static_cast<std::size_t>(v) / 64] = 0;
+      }
       touched.clear();
     }
+  };
+
+  struct NodeArc {
+    int node = 0;
+    std::size_t arc = 0;  // into out_arcs
   };
 
   // What A* needs of the fabric (the header comment).
@@ -201,14 +220,21 @@ struct Cluster::Graph {
     std::vector<std::size_t> node_begin;  // vertices of node n: node_vertices[node_begin[n] .. node_begin[n + 1])
     std::vector<VertexId> node_vertices;
     std::vector<std::int32_t> node_position;  // by vertex: its position among its node's vertices
+    // By outside index: its links to outside vertices (indices into out_arcs), its links into nodes
+    // ordered by node, and the least of those.
+    std::vector<std::size_t> fabric_begin, fabric_arcs;
+    std::vector<std::size_t> node_begin_arcs;
+    std::vector<NodeArc> node_arcs;
+    std::vector<Additive> least_node_arc;
   };
   mutable std::once_flag outside_once;
   mutable Outside outside_table;
   mutable std::atomic<bool> outside_built{false};
 
-  // Builds the table on the first call (one plain search from each outside vertex: 24 on
-  // dgx-h100-128node, 72 on a 2048-node rail fabric, where they take 60 ms): worth it for many routes
-  // between nodes (Cluster::routes), not for one.
+  // Builds the table on the first call (a small search from each vertex of a node entered from
+  // outside, then the outside vertices' distances over the links between them and the ways through
+  // nodes: 50 M instructions on a 2048-node rail fabric): worth it for many routes between nodes
+  // (Cluster::routes), not for one.
   const Outside& outside() const {
     std::call_once(outside_once, [this] {
       outside_table = build_outside();
@@ -258,14 +284,99 @@ struct Cluster::Graph {
       o.node_vertices[next[n]++] = static_cast<VertexId>(v);
     }
     const std::size_t size = o.vertices.size();
-    o.between.assign(size * size, kNoPath);
-    Workspace ws(num_vertices());
-    for (std::size_t i = 0; i < size; ++i) {
-      search(o.vertices[i], std::nullopt, nullptr, ws);
-      for (std::size_t j = 0; j < size; ++j)
-        o.between[i * size + j] = additive_of(ws.dist[static_cast<std::size_t>(o.vertices[j])]);
-      ws.clear();
+    // Each outside vertex's links, split by where they lead.
+    o.fabric_begin.assign(size + 1, 0);
+    o.node_begin_arcs.assign(size + 1, 0);
+    o.least_node_arc.assign(size, kNoPath);
+    for (std::size_t x = 0; x < size; ++x) {
+      const auto u = static_cast<std::size_t>(o.vertices[x]);
+      const std::size_t first_node_arc = o.node_arcs.size();
+      for (std::size_t k = out_begin[u]; k < out_begin[u + 1]; ++k) {
+        const OutArc& a = out_arcs[k];
+        const int node = vertex_node[static_cast<std::size_t>(a.to)];
+        if (node < 0) {
+          o.fabric_arcs.push_back(k);
+          continue;
+        }
+        o.node_arcs.push_back(NodeArc{node, k});
+        const Additive w{a.pcie, a.latency_ps, 1};
+        if (additive_less(w, o.least_node_arc[x])) o.least_node_arc[x] = w;
+      }
+      std::stable_sort(o.node_arcs.begin() + static_cast<std::ptrdiff_t>(first_node_arc), o.node_arcs.end(),
+                       [](const NodeArc& a, const NodeArc& b) { return a.node < b.node; });
+      o.fabric_begin[x + 1] = o.fabric_arcs.size();
+      o.node_begin_arcs[x + 1] = o.node_arcs.size();
     }
+    // The least key between outside vertices: a path between two is links between outside vertices
+    // and ways through nodes (in from one outside vertex, along the node's own vertices, none of them a
+    // device, out to another), so the least direct link and the least way through any node between
+    // each two, closed over (Floyd-Warshall on the outside vertices), give every distance exactly.
+    o.between.assign(size * size, kNoPath);
+    const auto lower = [](Additive& to, const Additive& from) {
+      if (additive_less(from, to)) to = from;
+    };
+    for (std::size_t x = 0; x < size; ++x) {
+      o.between[x * size + x] = Additive{};
+      for (std::size_t k = o.fabric_begin[x]; k < o.fabric_begin[x + 1]; ++k) {
+        const OutArc& a = out_arcs[o.fabric_arcs[k]];
+        lower(o.between[x * size + static_cast<std::size_t>(o.index[static_cast<std::size_t>(a.to)])],
+              Additive{a.pcie, a.latency_ps, 1});
+      }
+    }
+    std::vector<Additive> inside, out_to(size);
+    using Entry = std::pair<Additive, VertexId>;
+    const auto after = [](const Entry& x, const Entry& y) { return additive_less(y.first, x.first); };
+    for (std::size_t n = 0; n + 1 < o.node_begin.size(); ++n) {
+      const std::size_t first = o.node_begin[n], count = o.node_begin[n + 1] - first;
+      for (std::size_t e = 0; e < count; ++e) {
+        const VertexId entry = o.node_vertices[first + e];
+        const auto ei = static_cast<std::size_t>(entry);
+        if (is_accelerator[ei]) continue;  // a device relays nothing
+        bool entered = false;
+        for (std::size_t i = in_begin[ei]; i < in_begin[ei + 1] && !entered; ++i)
+          entered = o.index[static_cast<std::size_t>(in_arcs[i].from)] >= 0;
+        if (!entered) continue;
+        // The least key from the entry to each outside vertex, leaving the node at once.
+        inside.assign(count, kNoPath);
+        std::fill(out_to.begin(), out_to.end(), kNoPath);
+        std::priority_queue<Entry, std::vector<Entry>, decltype(after)> heap(after);
+        inside[e] = Additive{};
+        heap.push({Additive{}, entry});
+        while (!heap.empty()) {
+          const auto [d, v] = heap.top();
+          heap.pop();
+          const auto vi = static_cast<std::size_t>(v);
+          if (!(d == inside[static_cast<std::size_t>(o.node_position[vi])]) || is_accelerator[vi]) continue;
+          for (std::size_t k = out_begin[vi]; k < out_begin[vi + 1]; ++k) {
+            const OutArc& a = out_arcs[k];
+            const Additive through = plus(d, Additive{a.pcie, a.latency_ps, 1});
+            const auto to = static_cast<std::size_t>(a.to);
+            if (o.index[to] >= 0) {
+              lower(out_to[static_cast<std::size_t>(o.index[to])], through);
+            } else if (vertex_node[to] == static_cast<int>(n)) {
+              Additive& at = inside[static_cast<std::size_t>(o.node_position[to])];
+              if (!additive_less(through, at)) continue;
+              at = through;
+              heap.push({through, a.to});
+            }
+          }
+        }
+        for (std::size_t i = in_begin[ei]; i < in_begin[ei + 1]; ++i) {
+          const std::int32_t from = o.index[static_cast<std::size_t>(in_arcs[i].from)];
+          if (from < 0) continue;
+          const auto l = static_cast<std::size_t>(in_arcs[i].link);
+          const Additive in{link_is_pcie[l], link_latency_ps[l], 1};
+          for (std::size_t y = 0; y < size; ++y)
+            if (!(out_to[y] == kNoPath)) lower(o.between[static_cast<std::size_t>(from) * size + y], plus(in, out_to[y]));
+        }
+      }
+    }
+    for (std::size_t k = 0; k < size; ++k)
+      for (std::size_t x = 0; x < size; ++x) {
+        const Additive xk = o.between[x * size + k];
+        if (xk == kNoPath) continue;
+        for (std::size_t y = 0; y < size; ++y) lower(o.between[x * size + y], plus(xk, o.between[k * size + y]));
+      }
     o.usable = true;
     return o;
   }
@@ -275,6 +386,9 @@ struct Cluster::Graph {
     int target_node = -1;
     std::vector<Additive> outside_to_target;  // by outside index: exact
     Additive other_nodes = kNoPath;           // any vertex of a node other than the target's
+    // The least additive key from the source to the target (exact: shortest_between), kNoPath if not
+    // known. A vertex whose key plus bound exceeds it lies on no shortest path: its distance is not set.
+    Additive shortest = kNoPath;
   };
 
   Bounds bounds_toward(VertexId target) const {
@@ -343,6 +457,46 @@ struct Cluster::Graph {
     return b;
   }
 
+  // The additive key of the shortest path from `source` to the target of `b` on another node: a path
+  // leaves the source's node by a link to its first outside vertex y, the part before it inside the
+  // node (searched here), the rest y's exact distance to the target. Exact, as that decomposition
+  // covers every path.
+  Additive shortest_between(VertexId source, const Bounds& b) const {
+    const Outside& o = outside();
+    const auto node = static_cast<std::size_t>(vertex_node[static_cast<std::size_t>(source)]);
+    const std::size_t first = o.node_begin[node], count = o.node_begin[node + 1] - first;
+    const auto pos = [&](VertexId v) { return static_cast<std::size_t>(o.node_position[static_cast<std::size_t>(v)]); };
+    std::vector<Additive> inside(count, kNoPath);
+    using Entry = std::pair<Additive, VertexId>;
+    const auto after = [](const Entry& x, const Entry& y) { return additive_less(y.first, x.first); };
+    std::priority_queue<Entry, std::vector<Entry>, decltype(after)> heap(after);
+    inside[pos(source)] = Additive{};
+    heap.push({Additive{}, source});
+    Additive best = kNoPath;
+    while (!heap.empty()) {
+      const auto [d, v] = heap.top();
+      heap.pop();
+      if (!(d == inside[pos(v)]) || !transits(v, source)) continue;
+      const auto vi = static_cast<std::size_t>(v);
+      for (std::size_t i = out_begin[vi]; i < out_begin[vi + 1]; ++i) {
+        const OutArc& a = out_arcs[i];
+        const Additive through = plus(d, Additive{a.pcie, a.latency_ps, 1});
+        const std::int32_t y = o.index[static_cast<std::size_t>(a.to)];
+        if (y >= 0) {
+          const Additive path = plus(through, b.outside_to_target[static_cast<std::size_t>(y)]);
+          if (additive_less(path, best)) best = path;
+          continue;
+        }
+        if (vertex_node[static_cast<std::size_t>(a.to)] != static_cast<int>(node)) continue;
+        Additive& to = inside[pos(a.to)];
+        if (!additive_less(through, to)) continue;
+        to = through;
+        heap.push({through, a.to});
+      }
+    }
+    return best;
+  }
+
   Additive bound(const Bounds& b, VertexId v) const {
     const int node = vertex_node[static_cast<std::size_t>(v)];
     if (node == b.target_node) return Additive{};
@@ -375,7 +529,7 @@ struct Cluster::Graph {
     std::vector<Distance>& dist = ws.dist;
     const auto order = [&](const Distance& d, VertexId v) { return bounds ? with_bound(d, bound(*bounds, v)) : d; };
     dist[static_cast<std::size_t>(source)] = Distance{};
-    ws.touched.push_back(source);
+    ws.reach(source);
     waiting.push_back(source);
     heap.push(Run{order(Distance{}, source), 0, 1});
     while (!heap.empty()) {
@@ -392,27 +546,48 @@ struct Cluster::Graph {
         if (!bounds && target && v == *target) return;
         if (!transits(v, source)) continue;
         const Distance here = dist[u];
-        for (std::size_t i = out_begin[u]; i < out_begin[u + 1]; ++i) {
-          const OutArc& a = out_arcs[i];
+        const auto relax = [&](const OutArc& a) {
           const Distance d{here.pcie_links + a.pcie, here.latency_ps + a.latency_ps, here.hops + 1,
                            std::min(here.bottleneck_bytes_per_s, a.bandwidth_bytes_per_s)};
+          // On no shortest path to the target (a rail's leaf reaching the NICs of every other node):
+          // its distance is never read, so it is not even set.
+          if (bounds && additive_less(bounds->shortest, additive_of(with_bound(d, bound(*bounds, a.to))))) return;
           Distance& to = dist[static_cast<std::size_t>(a.to)];
-          if (!DistanceLess{}(d, to)) continue;
-          if (to == kUnreached) ws.touched.push_back(a.to);
+          if (!DistanceLess{}(d, to)) return;
+          if (to == kUnreached) ws.reach(a.to);
           to = d;
           // An accelerator other than the source relays nothing, so unless it is the target its key
           // is final once every vertex before it is: it need not wait (16,384 of them on a
           // 2048-node fabric).
-          if (!transits(a.to, source) && !(target && a.to == *target)) continue;
+          if (!transits(a.to, source) && !(target && a.to == *target)) return;
           const Distance key = order(d, a.to);
-          if (key == kUnreached) continue;  // the target is out of its reach
+          if (key == kUnreached) return;  // the target is out of its reach
           if (!(key == next.d)) {
             if (next.begin < next.end) heap.push(next);
             next = Run{key, waiting.size(), waiting.size()};
           }
           waiting.push_back(a.to);
           ++next.end;
+        };
+        // An outside vertex whose every link into a node other than the target's would lead past the
+        // shortest key (all of them bounded alike) follows only its links to outside vertices and
+        // into the target's node: a leaf of 2048 nodes follows one link down, not 2048.
+        const std::int32_t x = bounds ? outside_table.index[u] : -1;
+        if (x >= 0 && additive_less(bounds->shortest,
+                                    plus(plus(additive_of(here), outside_table.least_node_arc[static_cast<std::size_t>(x)]),
+                                         bounds->other_nodes))) {
+          const auto xi = static_cast<std::size_t>(x);
+          for (std::size_t k = outside_table.fabric_begin[xi]; k < outside_table.fabric_begin[xi + 1]; ++k)
+            relax(out_arcs[outside_table.fabric_arcs[k]]);
+          const auto first = outside_table.node_arcs.begin() + static_cast<std::ptrdiff_t>(outside_table.node_begin_arcs[xi]);
+          const auto last = outside_table.node_arcs.begin() + static_cast<std::ptrdiff_t>(outside_table.node_begin_arcs[xi + 1]);
+          const auto by_node = [](const NodeArc& a, int node) { return a.node < node; };
+          for (auto it = std::lower_bound(first, last, bounds->target_node, by_node);
+               it != last && it->node == bounds->target_node; ++it)
+            relax(out_arcs[it->arc]);
+          continue;
         }
+        for (std::size_t i = out_begin[u]; i < out_begin[u + 1]; ++i) relax(out_arcs[i]);
       }
       if (next.begin < next.end) heap.push(next);
     }
@@ -420,15 +595,15 @@ struct Cluster::Graph {
 
   // The links by which shortest paths from `source` enter `v`, appended to `out` ordered by
   // predecessor id, then link id; returns how many. None when no path reaches v.
-  std::size_t predecessor_links(VertexId source, VertexId v, const std::vector<Distance>& dist,
-                                std::vector<LinkId>& out) const {
+  std::size_t predecessor_links(VertexId source, VertexId v, const Workspace& ws, std::vector<LinkId>& out) const {
+    const std::vector<Distance>& dist = ws.dist;
     const auto vi = static_cast<std::size_t>(v);
     if (dist[vi] == kUnreached) return 0;
     const std::size_t before = out.size();
     const DistanceCombine combine;
     for (std::size_t i = in_begin[vi]; i < in_begin[vi + 1]; ++i) {
       const InArc& a = in_arcs[i];
-      if (!transits(a.from, source)) continue;
+      if (!ws.was_reached(a.from) || !transits(a.from, source)) continue;
       const Distance& du = dist[static_cast<std::size_t>(a.from)];
       if (du == kUnreached || !(combine(du, weight(a.link)) == dist[vi])) continue;
       out.push_back(a.link);
@@ -454,7 +629,8 @@ struct Cluster::Graph {
     return candidates[static_cast<std::size_t>(dest_node) % candidates.size()];
   }
 
-  Route build(VertexId source, VertexId dest, const std::vector<Distance>& dist, PredecessorCache* cache) const {
+  Route build(VertexId source, VertexId dest, const Workspace& ws, PredecessorCache* cache) const {
+    const std::vector<Distance>& dist = ws.dist;
     Route r;
     if (dist[static_cast<std::size_t>(dest)] == kUnreached)
       throw std::runtime_error("no route between vertices " + std::to_string(source) + " and " +
@@ -472,12 +648,12 @@ struct Cluster::Graph {
         const auto vi = static_cast<std::size_t>(v);
         if (cache->first[vi] == PredecessorCache::kNotAsked) {
           cache->first[vi] = cache->links.size();
-          cache->count[vi] = predecessor_links(source, v, dist, cache->links);
+          cache->count[vi] = predecessor_links(source, v, ws, cache->links);
         }
         candidates = std::span<const LinkId>(cache->links).subspan(cache->first[vi], cache->count[vi]);
       } else {
         scratch.clear();
-        predecessor_links(source, v, dist, scratch);
+        predecessor_links(source, v, ws, scratch);
         candidates = scratch;
       }
       const LinkId l = choose(v, candidates, dest_node);
@@ -499,12 +675,13 @@ struct Cluster::Graph {
     const Outside* o = outside_if_built();
     const int from = vertex_node[static_cast<std::size_t>(s)], to = vertex_node[static_cast<std::size_t>(d)];
     if (o && o->usable && from != to && to >= 0) {
-      const Bounds bounds = bounds_toward(d);
+      Bounds bounds = bounds_toward(d);
+      bounds.shortest = shortest_between(s, bounds);
       search(s, d, &bounds, ws);
     } else {
       search(s, d, nullptr, ws);
     }
-    Route r = build(s, d, ws.dist, nullptr);
+    Route r = build(s, d, ws, nullptr);
     ws.clear();
     return r;
   }
@@ -596,12 +773,11 @@ std::vector<Route> Cluster::routes_from(int src_rank) const {
   const VertexId s = graph_->rank_vertex.at(static_cast<std::size_t>(src_rank));
   Graph::Workspace ws(graph_->num_vertices());
   graph_->search(s, std::nullopt, nullptr, ws);
-  const std::vector<Distance>& dist = ws.dist;
   Graph::PredecessorCache cache(graph_->num_vertices());
   std::vector<Route> out(graph_->rank_vertex.size());
   for (std::size_t r = 0; r < out.size(); ++r) {
     if (static_cast<int>(r) == src_rank) continue;
-    out[r] = graph_->build(s, graph_->rank_vertex[r], dist, &cache);
+    out[r] = graph_->build(s, graph_->rank_vertex[r], ws, &cache);
   }
   return out;
 }

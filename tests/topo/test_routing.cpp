@@ -329,9 +329,11 @@ TEST_CASE("routes between nodes by A* are those of the plain search on every shi
 TEST_CASE("routes between nodes by A* are those of the plain search on perturbed fabrics") {
   // dgx-h100-4node with every link's latency drawn again (0-3 values, so that many paths tie, and
   // zero latencies that leave the hop count to decide) and a third of the links outside the NVLink
-  // domain turned PCIe (so that the first term of the key moves too): all pairs, 40 draws. Then the
-  // same with one link joining two nodes directly, which no outside vertex separates: the bounds are
-  // not built and the plain search answers.
+  // domain turned PCIe (so that the first term of the key moves too): all pairs, 40 draws. In half of
+  // them each node's PCIe switches are also joined in a chain, so that a path may cross a third node
+  // from one rail to another (NIC, PCIe switch, PCIe switch, NIC), which the bounds' table must
+  // count. In a quarter, one link joins two nodes directly, which no outside vertex separates: the
+  // bounds are not built and the plain search answers.
   auto doc = JsonDocument::load(std::string(FUSESIM_SOURCE_DIR) + "/topologies/dgx-h100-4node.json");
   const Cluster base = parse(doc.raw());
   std::uint64_t state = 0x9E3779B97F4A7C15ULL;
@@ -349,6 +351,26 @@ TEST_CASE("routes between nodes by A* are those of the plain search on perturbed
     for (Link& l : c.links) {
       l.latency_ps = static_cast<TimePs>(draw(4)) * 250000;
       if (!is_scale_up(l.kind) && draw(3) == 0) l.kind = LinkKind::pcie;
+    }
+    if (round % 2 == 0) {  // each node's PCIe switches in a chain
+      std::vector<VertexId> previous(static_cast<std::size_t>(c.num_nodes), -1);
+      const std::size_t vertices = c.vertices.size();
+      for (std::size_t v = 0; v < vertices; ++v) {
+        const Vertex& x = c.vertices[v];
+        if (x.kind != VertexKind::switch_ || x.switch_kind != SwitchKind::pcie || x.node < 0) continue;
+        VertexId& before = previous[static_cast<std::size_t>(x.node)];
+        if (before >= 0)
+          for (auto [f, t] : {std::pair{before, static_cast<VertexId>(v)}, std::pair{static_cast<VertexId>(v), before}}) {
+            Link l = c.links.front();
+            l.name = "chain" + std::to_string(f) + "-" + std::to_string(t);
+            l.from = f;
+            l.to = t;
+            l.kind = draw(2) == 0 ? LinkKind::pcie : LinkKind::network;
+            l.latency_ps = static_cast<TimePs>(draw(4)) * 250000;
+            c.links.push_back(l);
+          }
+        before = static_cast<VertexId>(v);
+      }
     }
     if (round % 4 == 3) {  // node 0's first PCIe switch joined to node 1's
       VertexId a = -1, b = -1;

@@ -33,7 +33,7 @@ topo::Route proxy_route(const topo::Cluster& cluster, const TaskGraph& graph, in
 // and of their images in every replica group, on the cluster's routes; pairs inside a node are left
 // out when the simulated group holds whole nodes. Beyond `max_routes` routes to search the fabric is
 // not checked, and says so. A schedule that is not mirrored (Schedule::simulated_ranks 0) passes.
-inline constexpr std::size_t kMaxImageRoutes = 4096;
+inline constexpr std::size_t kMaxImageRoutes = 65536;
 struct FabricCheck {
   std::string asymmetry;         // why not (one line naming the transfer and the links); empty: repeats
   std::size_t image_routes = 0;  // the routes the check searched, or would have
