@@ -34,9 +34,11 @@
 // from outside into the target's node ends with its last outside vertex b and a tail inside the node:
 // the least key from each outside vertex to each other (once per cluster: the links between them and
 // the least way through any node, closed over) and the least tail from each outside vertex (a search
-// over the target's node) give each outside
-// vertex's exact distance to the target, and a vertex of a third node is at least its node's way out
-// (the least link out of any node) plus the least of those. The search stops only once every waiting
+// over the target's node) give each outside vertex's exact distance to the target, and a vertex of a
+// third node is at least its node's way out (the least link out of any node) plus the least of those.
+// With the source's side searched inside its node, that gives the shortest key itself: a vertex past
+// it is on no shortest path and is not even reached (a leaf follows one of its 2048 links down, into
+// the target's node, not all of them). The search stops only once every waiting
 // key (distance so far plus bound) exceeds the target's: every vertex of every shortest path to the
 // target is then final with its exact key, which is all that route reconstruction reads, so the
 // routes (ties and D-mod-K choices included) are those of the plain search, link for link
