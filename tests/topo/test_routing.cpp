@@ -396,3 +396,63 @@ TEST_CASE("routes between nodes by A* are those of the plain search on perturbed
     check_route_matches_plain_search(c, all, 1);
   }
 }
+
+TEST_CASE("a route between rails through a third node: the bounds count the ways through nodes") {
+  // dgx-h100-4node without its spines' links, so that no switch joins rail 0 to rail 1. Node 2's
+  // rail-0 and rail-1 PCIe switches are joined and its NIC links to them are not PCIe; node 0's two are
+  // joined by a PCIe link. From node 0's GPU 0 (rail 0) to node 1's GPU 1 (rail 1) the way through
+  // node 2 crosses 4 PCIe links (node 0's two, node 1's two), through node 0's own join 5: the route
+  // leaves by leaf 0 and crosses node 2. A table of the leaves' distances that missed the ways
+  // through nodes would find leaf 0 no way to the target, never follow it, and route through node 0's
+  // join.
+  auto doc = JsonDocument::load(std::string(FUSESIM_SOURCE_DIR) + "/topologies/dgx-h100-4node.json");
+  Cluster c = parse(doc.raw());
+  const auto id = [&c](const std::string& name) {
+    for (std::size_t v = 0; v < c.vertices.size(); ++v)
+      if (c.vertices[v].name == name) return static_cast<VertexId>(v);
+    FAIL("no vertex " << name);
+    return VertexId{-1};
+  };
+  std::vector<Link> kept;
+  for (const Link& l : c.links)
+    if (c.vertices[static_cast<std::size_t>(l.from)].name.rfind("spine", 0) != 0 &&
+        c.vertices[static_cast<std::size_t>(l.to)].name.rfind("spine", 0) != 0)
+      kept.push_back(l);
+  REQUIRE(kept.size() < c.links.size());
+  c.links = kept;
+  for (Link& l : c.links)
+    if (l.name.rfind("node2/nic", 0) == 0 || (l.name.rfind("node2/pcie", 0) == 0 && l.name.find("nic") != std::string::npos))
+      l.kind = LinkKind::network;
+  const auto join = [&c](VertexId a, VertexId b, LinkKind kind) {
+    for (auto [f, t] : {std::pair{a, b}, std::pair{b, a}}) {
+      Link l = c.links.front();
+      l.name = c.vertices[static_cast<std::size_t>(f)].name + "->" + c.vertices[static_cast<std::size_t>(t)].name;
+      l.from = f;
+      l.to = t;
+      l.kind = kind;
+      l.latency_ps = 0;
+      c.links.push_back(l);
+    }
+  };
+  join(id("node2/pcie0"), id("node2/pcie1"), LinkKind::network);
+  join(id("node0/pcie0"), id("node0/pcie1"), LinkKind::pcie);
+  c.finalize();
+  // Between the GPUs of rails 0 and 1 of different nodes (the other rails reach nothing off their
+  // node): more routes between nodes than outside vertices, so routes() takes A*. Each route alone
+  // first, by the plain search (no bounds' table yet).
+  std::vector<std::pair<int, int>> pairs;
+  for (int s = 0; s < c.num_ranks(); ++s)
+    for (int d = 0; d < c.num_ranks(); ++d)
+      if (s % 8 < 2 && d % 8 < 2 && s / 8 != d / 8) pairs.emplace_back(s, d);
+  std::vector<Route> plain;
+  for (const auto& [s, d] : pairs) plain.push_back(c.route(s, d));
+  const std::vector<Route> found = c.routes(pairs);
+  REQUIRE(pairs.size() == 48);
+  for (std::size_t i = 0; i < pairs.size(); ++i) CHECK(found[i].links == plain[i].links);
+  REQUIRE(pairs[1] == std::pair{0, 9});
+  CHECK(link_names(c, found[1]) ==
+        std::vector<std::string>{"node0/gpu0->node0/pcie0", "node0/pcie0->node0/nic0", "node0/nic0->leaf0",
+                                 "leaf0->node2/nic0", "node2/nic0->node2/pcie0", "node2/pcie0->node2/pcie1",
+                                 "node2/pcie1->node2/nic1", "node2/nic1->leaf1", "leaf1->node1/nic1",
+                                 "node1/nic1->node1/pcie1", "node1/pcie1->node1/gpu1"});
+}
