@@ -249,6 +249,43 @@ struct Cluster::Graph {
     return outside_built.load(std::memory_order_acquire) ? &outside_table : nullptr;
   }
 
+  // The least key from `start`, a vertex of a node, to each outside vertex (by outside index; kNoPath
+  // where none), along vertices of that node (none a device but `start`) and the link out of it. `inside`
+  // is scratch.
+  void least_ways_out(const Outside& o, VertexId start, std::vector<Additive>& inside,
+                      std::vector<Additive>& out_to) const {
+    const int node = vertex_node[static_cast<std::size_t>(start)];
+    const auto n = static_cast<std::size_t>(node);
+    const auto pos = [&](VertexId v) { return static_cast<std::size_t>(o.node_position[static_cast<std::size_t>(v)]); };
+    inside.assign(o.node_begin[n + 1] - o.node_begin[n], kNoPath);
+    out_to.assign(o.vertices.size(), kNoPath);
+    using Entry = std::pair<Additive, VertexId>;
+    const auto after = [](const Entry& x, const Entry& y) { return additive_less(y.first, x.first); };
+    std::priority_queue<Entry, std::vector<Entry>, decltype(after)> heap(after);
+    inside[pos(start)] = Additive{};
+    heap.push({Additive{}, start});
+    while (!heap.empty()) {
+      const auto [d, v] = heap.top();
+      heap.pop();
+      if (!(d == inside[pos(v)]) || !transits(v, start)) continue;
+      const auto vi = static_cast<std::size_t>(v);
+      for (std::size_t k = out_begin[vi]; k < out_begin[vi + 1]; ++k) {
+        const OutArc& a = out_arcs[k];
+        const Additive through = plus(d, Additive{a.pcie, a.latency_ps, 1});
+        const auto to = static_cast<std::size_t>(a.to);
+        if (o.index[to] >= 0) {
+          Additive& out = out_to[static_cast<std::size_t>(o.index[to])];
+          if (additive_less(through, out)) out = through;
+        } else if (vertex_node[to] == node) {
+          Additive& at = inside[pos(a.to)];
+          if (!additive_less(through, at)) continue;
+          at = through;
+          heap.push({through, a.to});
+        }
+      }
+    }
+  }
+
   Outside build_outside() const {
     Outside o;
     const std::size_t nv = num_vertices();
@@ -325,9 +362,7 @@ struct Cluster::Graph {
               Additive{a.pcie, a.latency_ps, 1});
       }
     }
-    std::vector<Additive> inside, out_to(size);
-    using Entry = std::pair<Additive, VertexId>;
-    const auto after = [](const Entry& x, const Entry& y) { return additive_less(y.first, x.first); };
+    std::vector<Additive> inside, out_to;
     for (std::size_t n = 0; n + 1 < o.node_begin.size(); ++n) {
       const std::size_t first = o.node_begin[n], count = o.node_begin[n + 1] - first;
       for (std::size_t e = 0; e < count; ++e) {
@@ -338,31 +373,7 @@ struct Cluster::Graph {
         for (std::size_t i = in_begin[ei]; i < in_begin[ei + 1] && !entered; ++i)
           entered = o.index[static_cast<std::size_t>(in_arcs[i].from)] >= 0;
         if (!entered) continue;
-        // The least key from the entry to each outside vertex, leaving the node at once.
-        inside.assign(count, kNoPath);
-        std::fill(out_to.begin(), out_to.end(), kNoPath);
-        std::priority_queue<Entry, std::vector<Entry>, decltype(after)> heap(after);
-        inside[e] = Additive{};
-        heap.push({Additive{}, entry});
-        while (!heap.empty()) {
-          const auto [d, v] = heap.top();
-          heap.pop();
-          const auto vi = static_cast<std::size_t>(v);
-          if (!(d == inside[static_cast<std::size_t>(o.node_position[vi])]) || is_accelerator[vi]) continue;
-          for (std::size_t k = out_begin[vi]; k < out_begin[vi + 1]; ++k) {
-            const OutArc& a = out_arcs[k];
-            const Additive through = plus(d, Additive{a.pcie, a.latency_ps, 1});
-            const auto to = static_cast<std::size_t>(a.to);
-            if (o.index[to] >= 0) {
-              lower(out_to[static_cast<std::size_t>(o.index[to])], through);
-            } else if (vertex_node[to] == static_cast<int>(n)) {
-              Additive& at = inside[static_cast<std::size_t>(o.node_position[to])];
-              if (!additive_less(through, at)) continue;
-              at = through;
-              heap.push({through, a.to});
-            }
-          }
-        }
+        least_ways_out(o, entry, inside, out_to);
         for (std::size_t i = in_begin[ei]; i < in_begin[ei + 1]; ++i) {
           const std::int32_t from = o.index[static_cast<std::size_t>(in_arcs[i].from)];
           if (from < 0) continue;
@@ -464,37 +475,12 @@ struct Cluster::Graph {
   // node (searched here), the rest y's exact distance to the target. Exact, as that decomposition
   // covers every path.
   Additive shortest_between(VertexId source, const Bounds& b) const {
-    const Outside& o = outside();
-    const auto node = static_cast<std::size_t>(vertex_node[static_cast<std::size_t>(source)]);
-    const std::size_t first = o.node_begin[node], count = o.node_begin[node + 1] - first;
-    const auto pos = [&](VertexId v) { return static_cast<std::size_t>(o.node_position[static_cast<std::size_t>(v)]); };
-    std::vector<Additive> inside(count, kNoPath);
-    using Entry = std::pair<Additive, VertexId>;
-    const auto after = [](const Entry& x, const Entry& y) { return additive_less(y.first, x.first); };
-    std::priority_queue<Entry, std::vector<Entry>, decltype(after)> heap(after);
-    inside[pos(source)] = Additive{};
-    heap.push({Additive{}, source});
+    std::vector<Additive> inside, out_to;
+    least_ways_out(outside(), source, inside, out_to);
     Additive best = kNoPath;
-    while (!heap.empty()) {
-      const auto [d, v] = heap.top();
-      heap.pop();
-      if (!(d == inside[pos(v)]) || !transits(v, source)) continue;
-      const auto vi = static_cast<std::size_t>(v);
-      for (std::size_t i = out_begin[vi]; i < out_begin[vi + 1]; ++i) {
-        const OutArc& a = out_arcs[i];
-        const Additive through = plus(d, Additive{a.pcie, a.latency_ps, 1});
-        const std::int32_t y = o.index[static_cast<std::size_t>(a.to)];
-        if (y >= 0) {
-          const Additive path = plus(through, b.outside_to_target[static_cast<std::size_t>(y)]);
-          if (additive_less(path, best)) best = path;
-          continue;
-        }
-        if (vertex_node[static_cast<std::size_t>(a.to)] != static_cast<int>(node)) continue;
-        Additive& to = inside[pos(a.to)];
-        if (!additive_less(through, to)) continue;
-        to = through;
-        heap.push({through, a.to});
-      }
+    for (std::size_t y = 0; y < out_to.size(); ++y) {
+      const Additive path = plus(out_to[y], b.outside_to_target[y]);
+      if (additive_less(path, best)) best = path;
     }
     return best;
   }
