@@ -7,16 +7,6 @@
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/output.hpp"
 
-// jemalloc's options, where the executable runs on it (CMake's FUSESIM_JEMALLOC; elsewhere nothing
-// reads this): transparent huge pages for its heap and its metadata. A run touches its memory once,
-// page by page, and on kernels that grant huge pages only on request (transparent_hugepage "madvise",
-// the default of many distributions) each 4 KiB page is a fault: a fifth to a half of a default-mode
-// step's time on a virtual machine (BENCHMARKS.md, "Huge pages"). MALLOC_CONF overrides it
-// (MALLOC_CONF=thp:default turns it off).
-extern "C" {
-[[gnu::used]] const char* malloc_conf = "thp:always,metadata_thp:always";
-}
-
 int main(int argc, char** argv) {
   fusesim::cli::Io io{std::cout, std::cerr};
   // A report being written when the user presses Ctrl-C leaves no temporary file behind.
