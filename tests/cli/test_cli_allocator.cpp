@@ -1,8 +1,9 @@
-// The executable asks its allocator (jemalloc, where linked) for transparent huge pages (src/cli/main.cpp,
-// BENCHMARKS.md "Huge pages"). What it reports must not depend on that, nor on where its allocations
-// land: every report below is compared byte for byte with the allocator's pages as the executable sets
-// them, as jemalloc's default has them, and with the option repeated through the environment (which
-// overrides the executable's; without jemalloc the variable is read by no one and the runs are alike).
+// The executable asks its allocator (jemalloc, where linked) for transparent huge pages
+// (src/cli/allocator_options.cpp, BENCHMARKS.md "Huge pages"). What it reports must not depend on that,
+// nor on where its allocations land: every report below is compared byte for byte with the
+// allocator's pages as the executable sets them, as jemalloc's default has them, refused (thp:never),
+// and with the option repeated through the environment (which overrides the executable's; without
+// jemalloc the variable is read by no one and the runs are alike).
 #include <cstdlib>
 #include <optional>
 #include <string>
