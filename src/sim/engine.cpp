@@ -1119,7 +1119,8 @@ void Run::price_nccl_collective(CollectiveRun& c, int n_nodes, const DataFn& dat
   if (!best) return;
   // NCCL chooses by its model; the run takes what the chosen algorithm measures (the topology's
   // correction of the model, none where it has none).
-  best->time = nccl_measured_time(*tuning.collective_model, c.spec->kind, best->algorithm, n_nodes, bytes, best->time);
+  best->time = nccl_measured_time(*tuning.collective_model, c.spec->kind, best->algorithm,
+                                  static_cast<NcclProtocol>(best->protocol), n_nodes, bytes, best->time);
   c.protocol = static_cast<std::uint8_t>(nccl_protocol_[best->protocol]);
   const Protocol& p = protocols_[c.protocol];
   const double model_data_s = static_cast<double>(bytes) / best->time.bytes_per_s;

@@ -27,14 +27,18 @@ double tree_size_factor(const topo::NetworkTuning& tuning, NcclProtocol protocol
 }
 
 NcclCollectiveTime nccl_measured_time(const topo::CollectiveModel& m, sched::CollectiveKind kind,
-                                      NcclAlgorithm algorithm, int nodes, Bytes bytes, NcclCollectiveTime model) {
+                                      NcclAlgorithm algorithm, NcclProtocol protocol, int nodes, Bytes bytes,
+                                      NcclCollectiveTime model) {
   // The same hops the model's latency counts: a ring's steps across the network, a tree's (and an NVLS
   // tree's) 2 log2 nodes, up and down.
   const int network_hops = algorithm == NcclAlgorithm::ring ? ring_network_steps(kind, nodes)
                                                              : 2 * log2_floor(static_cast<std::uint64_t>(nodes));
   model.latency_s += network_hops * m.extra_network_hop_s;
   if (algorithm == NcclAlgorithm::tree) model.latency_s += m.extra_tree_latency_s;
-  if (m.mid_size_slowdown_peak > 0.0 && bytes > 0) {
+  // The slowdown is the network's bandwidth falling short at mid sizes, where Simple's and LL128's
+  // chunks stream through the NICs; LL's bandwidth in NCCL's model is the hosts' cap (llMaxBw), not the
+  // network's, and is not slowed (docs/calibration.md, "Collectives": the fitted curves say so too).
+  if (m.mid_size_slowdown_peak > 0.0 && bytes > 0 && protocol != NcclProtocol::ll) {
     const double octaves =
         (std::log2(static_cast<double>(bytes)) - m.mid_size_center_log2_bytes) / m.mid_size_width_log2;
     model.bytes_per_s /= 1.0 + m.mid_size_slowdown_peak * std::exp(-0.5 * octaves * octaves);

@@ -204,14 +204,23 @@ TEST_CASE("the measured correction of NCCL's model: each network hop's extra lat
   m.mid_size_center_log2_bytes = 20.0;
   m.mid_size_width_log2 = 2.0;
   const sim::NcclCollectiveTime model{10e-6, 100e9};
-  const auto measured = [&](sched::CollectiveKind kind, NcclAlgorithm a, int nodes, Bytes bytes) {
-    return sim::nccl_measured_time(m, kind, a, nodes, bytes, model);
+  const auto measured = [&](sched::CollectiveKind kind, NcclAlgorithm a, int nodes, Bytes bytes,
+                            NcclProtocol p = NcclProtocol::simple) {
+    return sim::nccl_measured_time(m, kind, a, p, nodes, bytes, model);
   };
   // A ring all-reduce on 3 nodes crosses the network 2 x (3 - 1) = 4 times: 10 + 4 x 2 = 18 us; at
   // 2^20 B, the slowdown's centre, its data time is 1 + 1.0 = 2 times the model's.
   auto t = measured(kAllReduce, NcclAlgorithm::ring, 3, Bytes{1} << 20);
   CHECK(t.latency_s == Approx(18e-6).epsilon(1e-12));
   CHECK(t.bytes_per_s == Approx(50e9).epsilon(1e-12));
+  // LL128 the same; LL, whose bandwidth is the hosts' cap in NCCL's model, keeps it: 100 GB/s, the hops
+  // charged all the same.
+  CHECK(measured(kAllReduce, NcclAlgorithm::ring, 3, Bytes{1} << 20, NcclProtocol::ll128).bytes_per_s ==
+        Approx(50e9).epsilon(1e-12));
+  t = measured(kAllReduce, NcclAlgorithm::ring, 3, Bytes{1} << 20, NcclProtocol::ll);
+  CHECK(t.latency_s == Approx(18e-6).epsilon(1e-12));
+  CHECK(t.bytes_per_s == 100e9);
+  CHECK(measured(kAllReduce, NcclAlgorithm::tree, 2, Bytes{1} << 20, NcclProtocol::ll).bytes_per_s == 100e9);
   // An all-gather's ring crosses it 3 - 1 = 2 times: 14 us; at 2^22 B, one width (2 octaves) off the
   // centre: 1 + exp(-1/2) = 1.6065307.
   t = measured(sched::CollectiveKind::all_gather, NcclAlgorithm::ring, 3, Bytes{1} << 22);
@@ -232,7 +241,7 @@ TEST_CASE("the measured correction of NCCL's model: each network hop's extra lat
   CHECK(measured(kAllReduce, NcclAlgorithm::ring, 3, Bytes{1} << 20).latency_s == Approx(18e-6).epsilon(1e-12));
   // None: the model's time as it is.
   const topo::CollectiveModel none;
-  t = sim::nccl_measured_time(none, kAllReduce, NcclAlgorithm::ring, 8, Bytes{1} << 20, model);
+  t = sim::nccl_measured_time(none, kAllReduce, NcclAlgorithm::ring, NcclProtocol::simple, 8, Bytes{1} << 20, model);
   CHECK(t.latency_s == model.latency_s);
   CHECK(t.bytes_per_s == model.bytes_per_s);
 }
@@ -243,20 +252,20 @@ TEST_CASE("a collective across nodes runs NCCL's choice at the time the topology
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
   const topo::CollectiveModel& m = *c.comm.network_tuning->collective_model;
   // The shipped correction (fitted by tools/calibration/fit_network_correction.py).
-  REQUIRE(m.extra_network_hop_s == 1.7e-6);
-  REQUIRE(m.mid_size_slowdown_peak == 0.849);
-  REQUIRE(m.mid_size_center_log2_bytes == 23.21);
-  REQUIRE(m.mid_size_width_log2 == 2.31);
+  REQUIRE(m.extra_network_hop_s == 1.66e-6);
+  REQUIRE(m.mid_size_slowdown_peak == 0.94);
+  REQUIRE(m.mid_size_center_log2_bytes == 22.3);
+  REQUIRE(m.mid_size_width_log2 == 2.8);
   // 2 nodes x 8, 8 MiB: NCCL's model still chooses the NVLS tree (66.8 us + 8 MiB / 246.19 GB/s =
-  // 100.87 us against the Simple ring's 225.2 us, first test case), which then takes 66.8 + 2 x 1.7 =
-  // 70.2 us of latency (2 log2 2 = 2 network hops) and its data time 34.07 us x (1 + 0.849 x
-  // exp(-((23 - 23.21) / 2.31)^2 / 2) = 1.8455) = 62.88 us: 133.08 us, up to the few NVLink drains
+  // 100.87 us against the Simple ring's 225.2 us, first test case), which then takes 66.8 + 2 x 1.66 =
+  // 70.12 us of latency (2 log2 2 = 2 network hops) and its data time 34.07 us x (1 + 0.94 x
+  // exp(-((23 - 22.3) / 2.8)^2 / 2) = 1.9111) = 65.12 us: 135.24 us, up to the few NVLink drains
   // before the first chunk reaches a NIC and after the last leaves one (as above).
   const double model_s = 66.8e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30);
-  const double slowdown = 1.0 + 0.849 * std::exp(-0.5 * std::pow((23.0 - 23.21) / 2.31, 2));
-  CHECK(slowdown == Approx(1.8455).epsilon(1e-4));
-  const double measured_s = 70.2e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30) * slowdown;
-  CHECK(measured_s == Approx(133.08e-6).epsilon(1e-4));
+  const double slowdown = 1.0 + 0.94 * std::exp(-0.5 * std::pow((23.0 - 22.3) / 2.8, 2));
+  CHECK(slowdown == Approx(1.9111).epsilon(1e-4));
+  const double measured_s = 70.12e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30) * slowdown;
+  CHECK(measured_s == Approx(135.24e-6).epsilon(1e-4));
   TestCostModel costs;
   sched::TaskGraph g(16);
   collective(g, "c", kAllReduce, iota_ranks(16), 8 * kMiB, 1);

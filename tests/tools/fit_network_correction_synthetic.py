@@ -24,8 +24,8 @@ def write_log(path, op, ranks, nodes, tuning):
                   "     time   algbw   busbw #wrong\n")
         for k in range(10, 34):
             b = 1 << k
-            a, (lat, bw) = f.chosen(tuning, op, ranks, nodes, b)
-            us = f.measured_time(op, a, nodes, b, lat, bw, TRUTH) * 1e6
+            a, p, (lat, bw) = f.chosen(tuning, op, ranks, nodes, b)
+            us = f.measured_time(op, a, p, nodes, b, lat, bw, TRUTH) * 1e6
             out.write(f"{b:12d} {b // 4:13d}     float     sum      -1 {us:8.2f}    0.00    0.00      0 "
                       f"{us * 1.02:8.2f}    0.00    0.00      0\n")
 

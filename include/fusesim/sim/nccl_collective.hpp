@@ -36,10 +36,11 @@ std::optional<NcclCollectiveTime> nccl_collective_time(const topo::NetworkTuning
 
 // What the algorithm and protocol NCCL's model chose take, by the topology's measured correction of
 // the model (topo::CollectiveModel::extra_network_hop_s, extra_tree_latency_s and the mid-size
-// slowdown): `model` with its network hops' extra latency (and a tree's) added and its bandwidth divided
-// by the slowdown at `bytes`; `model` as it is where the topology has no correction.
+// slowdown): `model` with its network hops' extra latency (and a tree's) added and, but for LL, its
+// bandwidth divided by the slowdown at `bytes`; `model` as it is where the topology has no correction.
 NcclCollectiveTime nccl_measured_time(const topo::CollectiveModel& m, sched::CollectiveKind kind,
-                                      NcclAlgorithm algorithm, int nodes, Bytes bytes, NcclCollectiveTime model);
+                                      NcclAlgorithm algorithm, NcclProtocol protocol, int nodes, Bytes bytes,
+                                      NcclCollectiveTime model);
 
 // The share of its bandwidth NCCL's tree all-reduce reaches at this size with `protocol`
 // (treeCorrectionFactor, tuning.tree_size_factors: indexed by floor(log2(bytes / 64)) as tuning.cc's

@@ -182,9 +182,9 @@ struct CollectiveModel {
   // measured curves across nodes, where its model says less (docs/calibration.md, "Collectives"). The
   // choice stays NCCL's: only the time charged changes. Each network hop of the chosen algorithm (a
   // ring's 2 (nodes - 1) or nodes - 1, a tree's 2 log2 nodes) costs extra_network_hop_s more, and the
-  // bytes / bandwidth term is slower by a factor 1 + peak x exp(-(log2 bytes - center)^2 / (2 width^2)):
-  // mid-size collectives fall short of the bandwidth NCCL's model gives, as its treeCorrectionFactor
-  // says of trees alone. A tree (not an NVLS tree) also costs extra_tree_latency_s more, once: on
+  // bytes / bandwidth term of Simple and LL128 (not LL's, the hosts' cap) is slower by a factor
+  // 1 + peak x exp(-(log2 bytes - center)^2 / (2 width^2)): mid-size collectives fall short of the
+  // network bandwidth NCCL's model gives, as its treeCorrectionFactor says of trees alone. A tree (not an NVLS tree) also costs extra_tree_latency_s more, once: on
   // A100 curves of 2 to 16 nodes a tree's small all-reduce takes 11-18 us more than NCCL's model, a gap
   // that barely grows with the nodes, where rings across nodes (their steps inside a node priced at
   // NCCL's network overhead) come out right. The mid-size keys are optional together (no slowdown), as
