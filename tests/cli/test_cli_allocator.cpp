@@ -63,8 +63,8 @@ Reports run_reports(const char* malloc_conf) {
     ScratchDir dir;
     // Configurations on two threads, each building and dropping its graphs.
     const ProcessResult p =
-        run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "2k:8k:x2", "--tp", "2,4,8",
-                     "--schedule", "all", "--jobs", "2", "--output", "rows.csv"},
+        run_fusesim({"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "2k:8k:x2", "--tp",
+                     "2,4,8", "--schedule", "all", "--jobs", "2", "--output", "rows.csv"},
                     dir);
     REQUIRE(p.exit_code == 0);
     r.sweep_csv = slurp(dir.path() / "rows.csv");

@@ -26,14 +26,14 @@ slowdown on every protocol, 0.0589 without it on LL).
 The numbers are fitted here (Nelder-Mead on the squared log error of the time) on the cases of
 validation/published.json marked fitted across nodes on topologies of the file's collective model (the
 same NCCL constants and channels), as many as the cases tell apart: the hop's always, the tree's where
-trees were measured at two node counts or more, the slowdown where sizes above 1 MiB were (with Simple
-or LL128). The Hopper files (one model) fit on the two two-node all-reduce curves of
-NVIDIA/nccl-tests#309 and the 2-8 GiB plateau of its eight-node curve: the hop and the slowdown. The other Hopper curves across nodes (the
-eight-node curve below 2 GiB, #294, the 4-node all-reduce and all-gather of ZiyanIshani/vpbenchmarking)
-stay held out; their hosts are H100 nodes of 8 x 400 Gb/s. The A100 files fit on ABCI's all-reduce
-curves of 2, 4, 8 and 16 nodes at 1-64 KiB (aistabci/abci2.0benchmark, NCCL 2.8.4): the hop and the
-tree; the A100 curves of OCI's RoCE hosts, CoreWeave's 16 nodes and Azure NDmv4 stay held out. --write sets
-collective_model.measured_correction (the rest of the file byte for byte; added before
+trees were measured at two node counts or more, the slowdown where sizes above 1 MiB were (with Simple or
+LL128). The Hopper files (one model) fit on the two two-node all-reduce curves of NVIDIA/nccl-tests#309
+and the 2-8 GiB plateau of its eight-node curve: the hop and the slowdown. The other Hopper curves across
+nodes (the eight-node curve below 2 GiB, #294, the 4-node all-reduce and all-gather of
+ZiyanIshani/vpbenchmarking) stay held out; their hosts are H100 nodes of 8 x 400 Gb/s. The A100 files fit
+on ABCI's all-reduce curves of 2, 4, 8 and 16 nodes at 1-64 KiB (aistabci/abci2.0benchmark, NCCL 2.8.4):
+the hop and the tree; the A100 curves of OCI's RoCE hosts, CoreWeave's 16 nodes and Azure NDmv4 stay held
+out. --write sets collective_model.measured_correction (the rest of the file byte for byte; added before
 bandwidth_factors where absent); --check exits 1 where the file holds something else. Deterministic.
 
 For another cluster: run nccl-tests (all_reduce_perf, all_gather_perf, reduce_scatter_perf) across

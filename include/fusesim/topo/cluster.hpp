@@ -184,12 +184,12 @@ struct CollectiveModel {
   // ring's 2 (nodes - 1) or nodes - 1, a tree's 2 log2 nodes) costs extra_network_hop_s more, and the
   // bytes / bandwidth term of Simple and LL128 (not LL's, the hosts' cap) is slower by a factor
   // 1 + peak x exp(-(log2 bytes - center)^2 / (2 width^2)): mid-size collectives fall short of the
-  // network bandwidth NCCL's model gives, as its treeCorrectionFactor says of trees alone. A tree (not an NVLS tree) also costs extra_tree_latency_s more, once: on
-  // A100 curves of 2 to 16 nodes a tree's small all-reduce takes 11-18 us more than NCCL's model, a gap
-  // that barely grows with the nodes, where rings across nodes (their steps inside a node priced at
-  // NCCL's network overhead) come out right. The mid-size keys are optional together (no slowdown), as
-  // is the tree's. Its source is required in the file (and not kept). Absent: zeros, NCCL's model as
-  // it is.
+  // network bandwidth NCCL's model gives, as its treeCorrectionFactor says of trees alone. A tree (not
+  // an NVLS tree) also costs extra_tree_latency_s more, once: on A100 curves of 2 to 16 nodes a tree's
+  // small all-reduce takes 11-18 us more than NCCL's model, a gap that barely grows with the nodes,
+  // where rings across nodes (their steps inside a node priced at NCCL's network overhead) come out
+  // right. The mid-size keys are optional together (no slowdown), as is the tree's. Its source is
+  // required in the file (and not kept). Absent: zeros, NCCL's model as it is.
   double extra_network_hop_s = 0.0;
   double extra_tree_latency_s = 0.0;
   double mid_size_slowdown_peak = 0.0;
