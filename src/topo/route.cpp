@@ -113,6 +113,13 @@ bool additive_less(const Additive& a, const Additive& b) {
   return a.hops < b.hops;
 }
 
+// The searches inside one node (its ways out, a target's tail): vertices by least key first.
+using KeyedVertex = std::pair<Additive, VertexId>;
+struct LeastKeyOnTop {  // std::priority_queue keeps its greatest entry on top
+  bool operator()(const KeyedVertex& x, const KeyedVertex& y) const { return additive_less(y.first, x.first); }
+};
+using KeyHeap = std::priority_queue<KeyedVertex, std::vector<KeyedVertex>, LeastKeyOnTop>;
+
 Additive plus(const Additive& a, const Additive& b) {
   if (a == kNoPath || b == kNoPath) return kNoPath;
   return Additive{a.pcie_links + b.pcie_links, a.latency_ps + b.latency_ps, a.hops + b.hops};
@@ -259,9 +266,7 @@ struct Cluster::Graph {
     const auto pos = [&](VertexId v) { return static_cast<std::size_t>(o.node_position[static_cast<std::size_t>(v)]); };
     inside.assign(o.node_begin[n + 1] - o.node_begin[n], kNoPath);
     out_to.assign(o.vertices.size(), kNoPath);
-    using Entry = std::pair<Additive, VertexId>;
-    const auto after = [](const Entry& x, const Entry& y) { return additive_less(y.first, x.first); };
-    std::priority_queue<Entry, std::vector<Entry>, decltype(after)> heap(after);
+    KeyHeap heap;
     inside[pos(start)] = Additive{};
     heap.push({Additive{}, start});
     while (!heap.empty()) {
@@ -414,9 +419,7 @@ struct Cluster::Graph {
     // searched backwards; a device other than the target relays nothing, so no tail runs through one.
     std::vector<Additive> inside(count, kNoPath);
     const auto pos = [&](VertexId v) { return static_cast<std::size_t>(o.node_position[static_cast<std::size_t>(v)]); };
-    using Entry = std::pair<Additive, VertexId>;
-    const auto after = [](const Entry& x, const Entry& y) { return additive_less(y.first, x.first); };
-    std::priority_queue<Entry, std::vector<Entry>, decltype(after)> heap(after);
+    KeyHeap heap;
     inside[pos(target)] = Additive{};
     heap.push({Additive{}, target});
     while (!heap.empty()) {
