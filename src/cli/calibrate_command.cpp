@@ -581,13 +581,13 @@ class CalibrateCommand final : public Command {
         const auto* c = std::get_if<sched::ComputeTask>(&task.kind);
         if (!c) continue;
         const std::string dtype = topo::to_string(c->dtype);
-        if (const auto* k = std::get_if<model::GemmKernel>(&c->kernel)) {
+        if (const auto* k = std::get_if<model::GemmKernel>(&c->kernel.get())) {
           gemms[{dtype, k->m, k->n, k->k, k->batch}].insert(tag);
-        } else if (const auto* a = std::get_if<model::AttentionKernel>(&c->kernel)) {
+        } else if (const auto* a = std::get_if<model::AttentionKernel>(&c->kernel.get())) {
           attns[{dtype, a->pass == model::Pass::forward ? "forward" : "backward", a->causal, a->batch, a->heads,
                  a->kv_heads, a->seq_q, a->seq_kv, a->head_dim}]
               .insert(tag);
-        } else if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel)) {
+        } else if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel.get())) {
           elts[{dtype, e->op, static_cast<std::int64_t>(e->bytes)}].insert(tag);
         }
       }

@@ -210,8 +210,8 @@ sched::TaskGraph collective_graph(const Case& c, int num_ranks) {
   if (c.op == "p2p") {
     const sched::StreamRef stream{
         c.engine == model::CommEngine::copy_engine ? sched::StreamKind::copy : sched::StreamKind::comm, 0};
-    g.add({"send", 0, stream, sched::SendTask{c.peer, c.bytes, 0, c.engine, -1}, {}, -1});
-    g.add({"recv", c.peer, stream, sched::RecvTask{0, c.bytes, 0}, {}, -1});
+    g.add({"send", 0, -1, stream, sched::SendTask{c.peer, c.bytes, 0, c.engine, -1}, {}});
+    g.add({"recv", c.peer, -1, stream, sched::RecvTask{0, c.bytes, 0}, {}});
     return g;
   }
   const sched::CollectiveKind kind = c.op == "all_gather"       ? sched::CollectiveKind::all_gather
@@ -225,10 +225,10 @@ sched::TaskGraph collective_graph(const Case& c, int num_ranks) {
     const std::string name = fmt::format("r{}/{}", r, c.op);
     g.add({name,
            r,
+           -1,
            {sched::StreamKind::comm, 0},
            sched::CollectiveTask{kind, group, c.bytes, 0, model::CommEngine::sm_kernel, -1},
-           {},
-           -1});
+           {}});
   }
   return g;
 }

@@ -63,6 +63,7 @@ TaskId TaskGraph::add(Task task) {
   // string and vector of the Task allocated anew); an empty vertex moved into costs no allocation.
   const auto v = boost::add_vertex(graph_);
   task.name = names_.store(task.name);
+  if (auto* compute = std::get_if<ComputeTask>(&task.kind)) kernels_.intern(compute->kernel);
   graph_[v] = std::move(task);
   return static_cast<TaskId>(v);
 }
@@ -78,6 +79,23 @@ std::string_view TaskGraph::NameStore::store(std::string_view text) {
   std::memcpy(at, text.data(), text.size());
   used_ += text.size();
   return {at, text.size()};
+}
+
+void TaskGraph::KernelStore::intern(KernelRef& kernel) {
+  if (!kernel.kernel_) return;  // the default kernel, which no graph holds
+  const std::uint64_t hash = model::kernel_hash(*kernel.kernel_);
+  for (auto [it, end] = kernels_.equal_range(hash); it != end; ++it) {
+    if (it->second == kernel.kernel_ || model::same_kernel(*it->second, *kernel.kernel_)) {
+      kernel.kernel_ = it->second;
+      return;
+    }
+  }
+  kernels_.emplace(hash, kernel.kernel_);
+}
+
+const model::Kernel& KernelRef::no_kernel() {
+  static const model::Kernel none;
+  return none;
 }
 
 const std::vector<int>& RankGroup::no_ranks() {
@@ -99,6 +117,7 @@ void TaskGraph::swap_graph(Graph& a, Graph& b) noexcept {
 
 TaskGraph::TaskGraph(const TaskGraph& other)
     : num_ranks_(other.num_ranks_),
+      kernels_(other.kernels_),
       edges_(other.edges_),
       regions_(other.regions_),
       load_alias_(other.load_alias_),
@@ -125,12 +144,14 @@ TaskGraph::TaskGraph(TaskGraph&& other) noexcept
       alias_tp_images_(other.alias_tp_images_) {
   swap_graph(graph_, other.graph_);
   std::swap(names_, other.names_);
+  std::swap(kernels_, other.kernels_);
 }
 
 TaskGraph& TaskGraph::operator=(TaskGraph&& other) noexcept {
   num_ranks_ = other.num_ranks_;
   swap_graph(graph_, other.graph_);
   std::swap(names_, other.names_);  // each graph keeps the names its tasks view
+  std::swap(kernels_, other.kernels_);
   edges_ = std::move(other.edges_);
   regions_ = std::move(other.regions_);
   load_alias_ = std::move(other.load_alias_);
@@ -630,11 +651,11 @@ void check_collectives(const TaskGraph& graph, std::vector<std::vector<TaskId>>&
 }
 
 void check_kernel(const Task& t, const ComputeTask& c) {
-  if (const auto* g = std::get_if<model::GemmKernel>(&c.kernel)) {
+  if (const auto* g = std::get_if<model::GemmKernel>(&c.kernel.get())) {
     if (g->m < 1 || g->n < 1 || g->k < 1 || g->batch < 1)
       throw GraphError(fmt::format("task {}: gemm needs positive sizes (m={}, n={}, k={}, batch={})", quoted(t), g->m,
                                    g->n, g->k, g->batch));
-  } else if (const auto* a = std::get_if<model::AttentionKernel>(&c.kernel)) {
+  } else if (const auto* a = std::get_if<model::AttentionKernel>(&c.kernel.get())) {
     if (a->batch < 1 || a->heads < 1 || a->kv_heads < 1 || a->seq_q < 1 || a->seq_kv < 1 || a->head_dim < 1 ||
         a->q_offset < 0)
       throw GraphError(fmt::format(
@@ -647,7 +668,7 @@ void check_kernel(const Task& t, const ComputeTask& c) {
       throw GraphError(fmt::format("task {}: an unfused attention is priced by its parts: time_factor must be 1, not {}",
                                    quoted(t), a->time_factor));
   } else {
-    const auto& e = std::get<model::ElementwiseKernel>(c.kernel);
+    const auto& e = std::get<model::ElementwiseKernel>(*c.kernel);
     if (e.bytes < 0 || !(e.flops >= 0.0) || !std::isfinite(e.flops) || (e.bytes == 0 && e.flops == 0.0))
       throw GraphError(fmt::format("task {}: element-wise kernel '{}' needs bytes >= 0, flops >= 0 and some work "
                                    "(bytes={}, flops={})",

@@ -239,21 +239,25 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // tasks but few distinct kernel shapes (every layer repeats the same GEMMs), so costs are computed
 // once per shape and each task keeps a 4-byte index instead of a 48-byte KernelCost. The cost model
 // is a pure function of its arguments (KernelCostModel::cost is const), so sharing changes nothing.
+// A graph holds each distinct kernel once (TaskGraph::add, sched::KernelRef), so a kernel is known by
+// its address: two equal kernels held apart (a task's kind replaced after it was added) are priced
+// twice, alike.
 class KernelCostCache {
  public:
   // Index of the cost of `c` on `device`, computing it with `compute()` the first time.
   template <class Compute>
   std::uint32_t find(const sched::ComputeTask& c, const topo::DeviceModel* device, Compute compute) {
-    const std::uint64_t h = hash(c, device);
+    const model::Kernel* kernel = &c.kernel.get();
+    const std::uint64_t h = hash(kernel, c.dtype, device);
     if (2 * (keys_.size() + 1) > slots_.size()) grow();
     std::size_t slot = h & (slots_.size() - 1);
     for (; slots_[slot] != 0; slot = (slot + 1) & (slots_.size() - 1)) {
       const Key& k = keys_[slots_[slot] - 1];
-      if (k.hash == h && k.device == device && same(*k.task, c)) return slots_[slot] - 1;
+      if (k.kernel == kernel && k.dtype == c.dtype && k.device == device) return slots_[slot] - 1;
     }
     const auto index = static_cast<std::uint32_t>(costs_.size());
     costs_.push_back(compute());
-    keys_.push_back({h, device, &c});
+    keys_.push_back({h, kernel, device, c.dtype});
     slots_[slot] = index + 1;
     return index;
   }
@@ -263,52 +267,16 @@ class KernelCostCache {
  private:
   struct Key {
     std::uint64_t hash;
+    const model::Kernel* kernel;  // into the graph, which outlives the run
     const topo::DeviceModel* device;
-    const sched::ComputeTask* task;  // into the graph, which outlives the run
+    topo::Dtype dtype;
   };
 
-  // Cheap on purpose (it runs once per compute task): equal keys are confirmed by same(), so the
-  // hash only has to spread the few distinct kernels of a graph over the table.
   static std::uint64_t mix(std::uint64_t h, std::uint64_t v) { return (h ^ v) * 0x9e3779b97f4a7c15ULL; }
-  static std::uint64_t bits(double d) {
-    std::uint64_t u;
-    std::memcpy(&u, &d, sizeof u);
-    return u;
-  }
-  static std::uint64_t hash(const sched::ComputeTask& c, const topo::DeviceModel* device) {
-    std::uint64_t h = mix(reinterpret_cast<std::uintptr_t>(device), c.kernel.index() * 8 + static_cast<std::uint64_t>(c.dtype));
-    if (const auto* g = std::get_if<model::GemmKernel>(&c.kernel)) {
-      h = mix(mix(h, static_cast<std::uint64_t>(g->m)), static_cast<std::uint64_t>(g->n));
-      h = mix(mix(h, static_cast<std::uint64_t>(g->k)), static_cast<std::uint64_t>(g->batch) * 2 + g->accumulate_fp32);
-    } else if (const auto* a = std::get_if<model::AttentionKernel>(&c.kernel)) {
-      h = mix(mix(h, static_cast<std::uint64_t>(a->seq_q)), static_cast<std::uint64_t>(a->seq_kv));
-      h = mix(mix(h, static_cast<std::uint64_t>(a->q_offset)), static_cast<std::uint64_t>(a->heads));
-      h = mix(mix(h, bits(a->time_factor)), static_cast<std::uint64_t>(a->unfused));
-    } else {
-      const auto& e = std::get<model::ElementwiseKernel>(c.kernel);
-      std::uint64_t head = 0;
-      std::memcpy(&head, e.op.data(), std::min<std::size_t>(e.op.size(), 8));
-      h = mix(mix(h, head ^ e.op.size()), static_cast<std::uint64_t>(e.bytes));
-      h = mix(mix(h, bits(e.flops)), static_cast<std::uint64_t>(e.rows));
-    }
+  static std::uint64_t hash(const model::Kernel* kernel, topo::Dtype dtype, const topo::DeviceModel* device) {
+    const std::uint64_t h = mix(mix(reinterpret_cast<std::uintptr_t>(kernel), reinterpret_cast<std::uintptr_t>(device)),
+                                static_cast<std::uint64_t>(dtype));
     return h ^ (h >> 32);
-  }
-  static bool same(const sched::ComputeTask& x, const sched::ComputeTask& y) {
-    if (x.dtype != y.dtype || x.kernel.index() != y.kernel.index()) return false;
-    if (const auto* a = std::get_if<model::GemmKernel>(&x.kernel)) {
-      const auto& b = std::get<model::GemmKernel>(y.kernel);
-      return a->m == b.m && a->n == b.n && a->k == b.k && a->batch == b.batch && a->accumulate_fp32 == b.accumulate_fp32;
-    }
-    if (const auto* a = std::get_if<model::AttentionKernel>(&x.kernel)) {
-      const auto& b = std::get<model::AttentionKernel>(y.kernel);
-      return a->batch == b.batch && a->heads == b.heads && a->kv_heads == b.kv_heads && a->seq_q == b.seq_q &&
-             a->seq_kv == b.seq_kv && a->head_dim == b.head_dim && a->causal == b.causal &&
-             a->q_offset == b.q_offset && a->pass == b.pass && a->unfused == b.unfused &&
-             bits(a->time_factor) == bits(b.time_factor);
-    }
-    const auto& a = std::get<model::ElementwiseKernel>(x.kernel);
-    const auto& b = std::get<model::ElementwiseKernel>(y.kernel);
-    return a.op == b.op && a.bytes == b.bytes && bits(a.flops) == bits(b.flops) && a.rows == b.rows;
   }
   void grow() {
     std::vector<std::uint32_t> bigger(slots_.empty() ? 64 : 2 * slots_.size(), 0);

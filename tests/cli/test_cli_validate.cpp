@@ -329,18 +329,18 @@ TEST_CASE("apply_profile: a simulated ring all-gather and a copy-engine P2P take
     const std::string name = "ag" + std::to_string(r);
     ag.add({name,
             r,
+            -1,
             {sched::StreamKind::comm, 0},
             sched::CollectiveTask{sched::CollectiveKind::all_gather, group, n, 0, model::CommEngine::sm_kernel, -1},
-            {},
-            -1});
+            {}});
   }
   const double fitted_ag = 30e-6 + static_cast<double>(n) * 7 / 8 / 300e9;
   CHECK(ps_to_seconds(simulator.run(ag).makespan_ps) == Approx(fitted_ag).epsilon(1e-8));
   // P2P on the copy engine: route 0.6 us + step (3 - 0.6) us + n / (379.98e9 x 350/379.98) = 3 us + n / 350e9.
   sched::TaskGraph p2p(cluster.num_ranks());
   p2p.add(
-      {"send", 0, {sched::StreamKind::copy, 0}, sched::SendTask{1, n, 0, model::CommEngine::copy_engine, -1}, {}, -1});
-  p2p.add({"recv", 1, {sched::StreamKind::copy, 0}, sched::RecvTask{0, n, 0}, {}, -1});
+      {"send", 0, -1, {sched::StreamKind::copy, 0}, sched::SendTask{1, n, 0, model::CommEngine::copy_engine, -1}, {}});
+  p2p.add({"recv", 1, -1, {sched::StreamKind::copy, 0}, sched::RecvTask{0, n, 0}, {}});
   CHECK(ps_to_seconds(simulator.run(p2p).makespan_ps) == Approx(3e-6 + static_cast<double>(n) / 350e9).epsilon(1e-8));
 }
 
@@ -365,8 +365,8 @@ TEST_CASE("apply_profile: a P2P fitted between two nodes sets how the cluster pr
   const Bytes n = Bytes{1} << 30;
   const model::RooflineCostModel costs;
   sched::TaskGraph g(cluster.num_ranks());
-  g.add({"send", 0, {sched::StreamKind::comm, 0}, sched::SendTask{8, n, 0, model::CommEngine::sm_kernel, -1}, {}, -1});
-  g.add({"recv", 8, {sched::StreamKind::comm, 0}, sched::RecvTask{0, n, 0}, {}, -1});
+  g.add({"send", 0, -1, {sched::StreamKind::comm, 0}, sched::SendTask{8, n, 0, model::CommEngine::sm_kernel, -1}, {}});
+  g.add({"recv", 8, -1, {sched::StreamKind::comm, 0}, sched::RecvTask{0, n, 0}, {}});
   CHECK(ps_to_seconds(sim::Simulator(cluster, costs).run(g).makespan_ps) ==
         Approx(20e-6 + static_cast<double>(n) / 30e9).epsilon(1e-8));
   // More than the route can carry is refused, naming the profile's key.

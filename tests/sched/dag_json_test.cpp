@@ -1,4 +1,5 @@
 // Task graphs as JSON: a round trip keeps every task, and a bad file is refused with its JSON path.
+#include <algorithm>
 #include <set>
 
 #include <catch2/catch.hpp>
@@ -90,7 +91,7 @@ TEST_CASE("an unfused attention kernel keeps its flag through a task-graph file"
                                 R"("compute": {"attention": {"heads": 4, "seq_q": 512, "head_dim": 64, "unfused": true}},
      "labels")");
   const DagFile dag = parse_dag(JsonDocument::parse(text, "g.json"), 8);
-  const auto& a = std::get<model::AttentionKernel>(std::get<ComputeTask>(dag.graph.task(0).kind).kernel);
+  const auto& a = std::get<model::AttentionKernel>(std::get<ComputeTask>(dag.graph.task(0).kind).kernel.get());
   CHECK(a.unfused);
   const nlohmann::json once = dag_to_json(dag);
   CHECK(once["tasks"][0]["compute"]["attention"]["unfused"] == true);
@@ -108,7 +109,7 @@ TEST_CASE("an attention kernel's time factor goes through a task-graph file, che
                                 R"("compute": {"attention": {"heads": 4, "seq_q": 512, "head_dim": 64, "time_factor": 2}},
      "labels")");
   const DagFile dag = parse_dag(JsonDocument::parse(text, "g.json"), 8);
-  CHECK(std::get<model::AttentionKernel>(std::get<ComputeTask>(dag.graph.task(0).kind).kernel).time_factor == 2.0);
+  CHECK(std::get<model::AttentionKernel>(std::get<ComputeTask>(dag.graph.task(0).kind).kernel.get()).time_factor == 2.0);
   const nlohmann::json once = dag_to_json(dag);
   CHECK(once["tasks"][0]["compute"]["attention"]["time_factor"] == 2.0);
   CHECK(dag_to_json(parse_dag(JsonDocument::from_json(once, "again.json"), 8)) == once);
@@ -297,7 +298,7 @@ TEST_CASE("training.attention unfused reaches every attention kernel generated, 
       for (TaskId id = 0; id < s.graph.size(); ++id) {
         const auto* compute = std::get_if<ComputeTask>(&s.graph.task(id).kind);
         if (compute == nullptr) continue;
-        if (const auto* a = std::get_if<model::AttentionKernel>(&compute->kernel)) {
+        if (const auto* a = std::get_if<model::AttentionKernel>(&compute->kernel.get())) {
           INFO(s.graph.task(id).name);
           CHECK(a->unfused);
           ++attention;
@@ -413,4 +414,101 @@ TEST_CASE("a generated graph's collectives of one group share one list of ranks"
     CHECK(c->group == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7});
   }
   CHECK(collectives >= 8 * 4);  // the layer's forward and backward TP collectives on each of 8 ranks
+}
+
+// A compute task's kernel is its graph's one copy of that kernel (TaskGraph::add, KernelRef): tasks
+// with equal kernels read one address; kernels that differ in any one field (each field of each kind
+// in turn) are told apart; the kernel a task was built with may end once it is added; a copied graph
+// reads the same kernels and keeps sharing them as it grows.
+TEST_CASE("a graph holds each distinct kernel once, told apart by every field", "[sched][dag]") {
+  std::vector<model::Kernel> distinct;
+  const model::GemmKernel gemm{64, 128, 256, 1, false};
+  distinct.emplace_back(gemm);
+  for (int field = 0; field < 5; ++field) {
+    model::GemmKernel g = gemm;
+    if (field == 0) g.m += 1;
+    if (field == 1) g.n += 1;
+    if (field == 2) g.k += 1;
+    if (field == 3) g.batch += 1;
+    if (field == 4) g.accumulate_fp32 = true;
+    distinct.emplace_back(g);
+  }
+  model::AttentionKernel attention;
+  attention.heads = attention.kv_heads = 8, attention.seq_q = attention.seq_kv = 1024, attention.head_dim = 128;
+  distinct.emplace_back(attention);
+  for (int field = 0; field < 11; ++field) {
+    model::AttentionKernel a = attention;
+    if (field == 0) a.batch += 1;
+    if (field == 1) a.heads += 1;
+    if (field == 2) a.kv_heads += 1;
+    if (field == 3) a.seq_q += 1;
+    if (field == 4) a.seq_kv += 1;
+    if (field == 5) a.head_dim += 1;
+    if (field == 6) a.causal = false;
+    if (field == 7) a.q_offset += 1;
+    if (field == 8) a.pass = model::Pass::backward;
+    if (field == 9) a.unfused = true;
+    if (field == 10) a.time_factor = 2.0;
+    distinct.emplace_back(a);
+  }
+  const model::ElementwiseKernel add{"add", 4096, 1024.0, 16};
+  distinct.emplace_back(add);
+  for (int field = 0; field < 4; ++field) {
+    model::ElementwiseKernel e = add;
+    if (field == 0) e.op = "adb";  // the same length, one letter apart
+    if (field == 1) e.bytes += 1;
+    if (field == 2) e.flops = 1024.5;
+    if (field == 3) e.rows += 1;
+    distinct.emplace_back(e);
+  }
+  TaskGraph graph(1);
+  for (std::size_t i = 0; i < 2 * distinct.size(); ++i) {
+    Task t;
+    std::string name = "t";
+    name += std::to_string(i);
+    t.name = name;
+    model::Kernel own = distinct[i % distinct.size()];  // a copy of its own, which ends after add()
+    t.kind = ComputeTask{std::move(own), topo::Dtype::bf16, false};
+    graph.add(std::move(t));
+  }
+  const auto kernel_at = [](const TaskGraph& g, TaskId id) {
+    return &std::get<ComputeTask>(g.task(id).kind).kernel.get();
+  };
+  const auto n = static_cast<TaskId>(distinct.size());
+  for (TaskId i = 0; i < n; ++i) {
+    INFO("kernel " << i);
+    CHECK(model::same_kernel(*kernel_at(graph, i), distinct[i]));
+    CHECK(kernel_at(graph, i) == kernel_at(graph, i + n));  // the second task of each kernel shares the first's
+    for (TaskId j = 0; j < i; ++j) CHECK(kernel_at(graph, i) != kernel_at(graph, j));
+  }
+  TaskGraph copy = graph;
+  Task again;
+  again.name = "again";
+  again.kind = ComputeTask{distinct[3], topo::Dtype::bf16, false};
+  const TaskId added = copy.add(again);
+  for (TaskId i = 0; i < 2 * n; ++i) CHECK(kernel_at(copy, i) == kernel_at(graph, i));
+  CHECK(kernel_at(copy, added) == kernel_at(graph, 3));
+}
+
+// A generated graph holds each of its kernels once: over a 4-node Llama-3-70B layer, every compute
+// task's kernel is one of a list in which no two are equal (model::same_kernel), far fewer than its tasks.
+TEST_CASE("a generated graph's compute tasks share one copy of each kernel", "[sched][dag]") {
+  model::Workload w = model::load_workload("llama-3-70b-4node");
+  const topo::Cluster cluster = topo::load_cluster_by_name_or_path("dgx-h100-4node");
+  GenerateOptions options;
+  options.scope = Scope::layer;
+  const Schedule s = generate(w, "llama-3-70b-4node", cluster, model::ScheduleKind::commfuse, options);
+  std::vector<const model::Kernel*> kernels;
+  std::size_t compute = 0;
+  for (TaskId id = 0; id < s.graph.size(); ++id) {
+    const auto* c = std::get_if<ComputeTask>(&s.graph.task(id).kind);
+    if (c == nullptr) continue;
+    ++compute;
+    const model::Kernel* kernel = &c->kernel.get();
+    if (std::find(kernels.begin(), kernels.end(), kernel) == kernels.end()) kernels.push_back(kernel);
+  }
+  for (std::size_t i = 0; i < kernels.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j) CHECK_FALSE(model::same_kernel(*kernels[i], *kernels[j]));
+  INFO(compute << " compute tasks, " << kernels.size() << " kernels");
+  CHECK(compute >= 32 * kernels.size());  // 32 ranks run the same kernels
 }

@@ -73,7 +73,7 @@ TEST_CASE("The final norm is the kernel the workload's framework ran", "[step]")
     for (TaskId id = 0; id < s.graph.size(); ++id) {
       const Task& t = s.graph.task(id);
       if (const auto* c = std::get_if<ComputeTask>(&t.kind); c && t.rank == 0)
-        if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel))
+        if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel.get()))
           op[std::string(t.name.substr(t.name.find('/') + 1))] = e->op;
     }
     INFO(model::to_string(kernel));
@@ -109,7 +109,7 @@ TEST_CASE("The optimizer's passes and the loss carry the bytes derived by hand",
       if (t.rank != 0) continue;
       const std::string name(t.name.substr(t.name.find('/') + 1));  // without "r0/"
       if (const auto* c = std::get_if<ComputeTask>(&t.kind))
-        if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel)) {
+        if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel.get())) {
           bytes[name] = e->bytes;
           ops[name] = e->op;
         }
@@ -159,7 +159,7 @@ TEST_CASE("Half gradients are cast to fp32 main gradients, and fp16 unscales the
       const std::string name(t.name.substr(t.name.find('/') + 1));
       id_of[name] = id;
       if (const auto* c = std::get_if<ComputeTask>(&t.kind))
-        if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel)) bytes[name] = e->bytes;
+        if (const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel.get())) bytes[name] = e->bytes;
       if (const auto* c = std::get_if<CollectiveTask>(&t.kind)) bytes[name] = c->bytes;
     }
     const bool cast = grad != topo::Dtype::fp32;
@@ -561,7 +561,7 @@ namespace {
 Bytes copy_bytes(const TaskGraph& g, TaskId id) {
   const auto* c = std::get_if<ComputeTask>(&g.task(id).kind);
   if (c == nullptr) return 0;
-  const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel);
+  const auto* e = std::get_if<model::ElementwiseKernel>(&c->kernel.get());
   return e != nullptr && e->op == "copy" ? e->bytes : 0;
 }
 
@@ -820,7 +820,7 @@ TEST_CASE("Per-op recomputation re-runs the GEMMs whose outputs the backward rea
       const Task& t = s.graph.task(id);
       const auto* ct = std::get_if<ComputeTask>(&t.kind);
       if (t.rank != 0 || ct == nullptr || !ct->recompute) continue;
-      if (const auto* k = std::get_if<model::GemmKernel>(&ct->kernel))
+      if (const auto* k = std::get_if<model::GemmKernel>(&ct->kernel.get()))
         gemms.push_back({t.labels.op, {k->m, k->n, k->k}});
     }
     return gemms;
@@ -856,14 +856,14 @@ TEST_CASE("A step generated from a workload uses Megatron's padded vocabulary", 
       const auto* ct = std::get_if<ComputeTask>(&t.kind);
       if (ct == nullptr) continue;
       if (t.labels.op == "lm_head") {
-        const auto& k = std::get<model::GemmKernel>(ct->kernel);
+        const auto& k = std::get<model::GemmKernel>(ct->kernel.get());
         CHECK(k.m == 8192);
         CHECK(k.n == rows);
         CHECK(k.k == 4096);
         ++heads;
       }
       if (t.labels.op == "lm_head_wgrad") {
-        const auto& k = std::get<model::GemmKernel>(ct->kernel);
+        const auto& k = std::get<model::GemmKernel>(ct->kernel.get());
         CHECK(k.n == rows);  // the LM head's weight gradient [h, V_t/tp]
         ++wgrads;
       }

@@ -404,7 +404,7 @@ TEST_CASE("With Megatron's padded vocabulary every Llama-3-70B gradient splits i
     const Task& t = s.graph.task(id);
     if (t.labels.op == "lm_head") {
       // The LM head GEMM over the padded vocabulary: [8192 tokens, 16,128 vocab rows of this rank].
-      const auto& k = std::get<model::GemmKernel>(std::get<ComputeTask>(t.kind).kernel);
+      const auto& k = std::get<model::GemmKernel>(std::get<ComputeTask>(t.kind).kernel.get());
       CHECK(k.n == 16'128);
       ++lm_head_gemms;
     }

@@ -39,12 +39,12 @@ std::vector<const Task*> ops_on(const TaskGraph& g, int rank, const std::string&
 
 // The element-wise kernel of rank 0's first task of `op`.
 model::ElementwiseKernel ew(const TaskGraph& g, const std::string& op) {
-  return std::get<model::ElementwiseKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
+  return std::get<model::ElementwiseKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel.get());
 }
 
 // The GEMM of rank 0's first task of `op`.
 model::GemmKernel gemm_of(const TaskGraph& g, const std::string& op) {
-  return std::get<model::GemmKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel);
+  return std::get<model::GemmKernel>(std::get<ComputeTask>(ops_on(g, 0, op).at(0)->kind).kernel.get());
 }
 
 }  // namespace
@@ -217,7 +217,7 @@ TEST_CASE("GEMM shapes of Llama-3-70B at TP 8 count GQA and the gated MLP", "[sc
   CHECK(gemm("fc1").k == 8192);
   CHECK(gemm("fc2").k == 3584);
   CHECK(gemm("fc2").n == 8192);
-  const auto att = std::get<model::AttentionKernel>(std::get<ComputeTask>(ops_on(g, 0, "attention").at(0)->kind).kernel);
+  const auto att = std::get<model::AttentionKernel>(std::get<ComputeTask>(ops_on(g, 0, "attention").at(0)->kind).kernel.get());
   CHECK(att.heads == 8);     // 64 / 8
   CHECK(att.kv_heads == 1);  // 8 / 8
   // TP 16: 8 kv heads cannot be split 16 ways; each rank keeps one (replicated):
@@ -541,13 +541,13 @@ TEST_CASE("fp8 as Transformer Engine runs it: fp8 GEMMs after a cast, everything
   const TaskId cast_id = find(fc1->name + "/fp8_cast");
   REQUIRE(cast_id != kNoTask);
   CHECK(g.predecessors(fc1_id) == std::vector<TaskId>{cast_id});
-  const auto cast = std::get<model::ElementwiseKernel>(std::get<ComputeTask>(g.task(cast_id).kind).kernel);
+  const auto cast = std::get<model::ElementwiseKernel>(std::get<ComputeTask>(g.task(cast_id).kind).kernel.get());
   CHECK(cast.bytes == 3 * 8192 * 8192);
   CHECK(dtype_of(&g.task(cast_id)) == topo::Dtype::bf16);
   // One cast per GEMM, and the bf16 graph has the same GEMMs and no casts.
   std::size_t gemms = 0;
   for (TaskId id = 0; id < g.size(); ++id)
-    if (const auto* c = std::get_if<ComputeTask>(&g.task(id).kind); c && std::holds_alternative<model::GemmKernel>(c->kernel))
+    if (const auto* c = std::get_if<ComputeTask>(&g.task(id).kind); c && std::holds_alternative<model::GemmKernel>(c->kernel.get()))
       ++gemms;
   CHECK(g.size() == bf16.size() + gemms);
   CHECK(ops_on(bf16, 0, "fp8_cast").empty());
@@ -566,7 +566,7 @@ TEST_CASE("fp8 as Transformer Engine runs it: fp8 GEMMs after a cast, everything
   r.shape.fp8_dynamic_scaling = true;
   const auto dynamic = generate_tpsp(r).graph;
   CHECK(dynamic.size() == g.size());
-  CHECK(std::get<model::ElementwiseKernel>(std::get<ComputeTask>(dynamic.task(cast_id).kind).kernel).bytes ==
+  CHECK(std::get<model::ElementwiseKernel>(std::get<ComputeTask>(dynamic.task(cast_id).kind).kernel.get()).bytes ==
         5 * 8192 * 8192);
   CHECK(dynamic.task(cast_id).name == fc1->name + "/fp8_cast");
 }
@@ -576,7 +576,7 @@ TEST_CASE("slice and CommFuse cut the GEMM rows, the sum is the whole sequence",
   // chunks); CommFuse gives 4 GEMMs of one chunk of 8 rows.
   auto rows = [](const TaskGraph& g) {
     std::vector<std::int64_t> m;
-    for (const Task* t : ops_on(g, 0, "gemm")) m.push_back(std::get<model::GemmKernel>(std::get<ComputeTask>(t->kind).kernel).m);
+    for (const Task* t : ops_on(g, 0, "gemm")) m.push_back(std::get<model::GemmKernel>(std::get<ComputeTask>(t->kind).kernel.get()).m);
     return m;
   };
   CHECK(rows(generate_tpsp(piece(TpspPiece::ag_gemm, 4, ScheduleKind::slice, 4)).graph) == std::vector<std::int64_t>{8, 8, 8, 8});
@@ -590,7 +590,7 @@ TEST_CASE("slice and CommFuse cut the GEMM rows, the sum is the whole sequence",
   r.options.backward = false;
   const auto g = generate_tpsp(r).graph;
   for (const Task* t : ops_on(g, 1, "attention")) {
-    const auto a = std::get<model::AttentionKernel>(std::get<ComputeTask>(t->kind).kernel);
+    const auto a = std::get<model::AttentionKernel>(std::get<ComputeTask>(t->kind).kernel.get());
     CHECK(a.seq_q == 8);
     CHECK(a.q_offset == 8 * t->labels.chunk);
     CHECK(a.seq_kv == 8 * (t->labels.chunk + 1));

@@ -413,7 +413,7 @@ TEST_CASE("UP selective recompute: each rank recomputes attention on its heads/(
       for (TaskId id = 0; id < s.graph.size(); ++id) {
         const Task& t = s.graph.task(id);
         const auto* ct = std::get_if<ComputeTask>(&t.kind);
-        const auto* a = ct != nullptr ? std::get_if<model::AttentionKernel>(&ct->kernel) : nullptr;
+        const auto* a = ct != nullptr ? std::get_if<model::AttentionKernel>(&ct->kernel.get()) : nullptr;
         if (a == nullptr || a->pass != model::Pass::forward) continue;
         (ct->recompute ? recomputed : forward_attention) += costs.cost(ct->kernel, ct->dtype, c.device(t.rank)).flops;
       }

@@ -405,13 +405,19 @@ class RowsCostModel final : public fusesim::model::KernelCostModel {
 }  // namespace
 
 TEST_CASE("element-wise kernels that differ only in rows are priced apart", "[sim][compute]") {
-  // Same op, bytes and FLOPs: the engine's per-run cost cache must still tell 16 rows from 4096.
+  // Same op, bytes and FLOPs: the graph's table of distinct kernels (TaskGraph::add) must still tell 16
+  // rows from 4096, or both tasks would hold one kernel and the engine price them alike.
   const auto cluster = star(1);
   TaskGraph g(1);
-  auto a = compute("a", 0, 1.0);
-  auto b = compute("b", 0, 1.0);
-  std::get<fusesim::model::ElementwiseKernel>(std::get<fusesim::sched::ComputeTask>(a.kind).kernel).rows = 16;
-  std::get<fusesim::model::ElementwiseKernel>(std::get<fusesim::sched::ComputeTask>(b.kind).kernel).rows = 4096;
+  const auto with_rows = [](fusesim::sched::Task t, std::int64_t rows) {
+    auto& c = std::get<fusesim::sched::ComputeTask>(t.kind);
+    auto kernel = std::get<fusesim::model::ElementwiseKernel>(*c.kernel);
+    kernel.rows = rows;
+    c.kernel = kernel;
+    return t;
+  };
+  const auto a = with_rows(compute("a", 0, 1.0), 16);
+  const auto b = with_rows(compute("b", 0, 1.0), 4096);
   const auto ia = g.add(a);
   const auto ib = g.add(b);
   const RowsCostModel costs;
@@ -422,7 +428,8 @@ TEST_CASE("element-wise kernels that differ only in rows are priced apart", "[si
 }
 
 TEST_CASE("attention kernels that differ only in time factor or fusion are priced apart", "[sim][stream]") {
-  // The engine prices each distinct kernel once (KernelCostCache): two attention tasks of one shape,
+  // The graph holds each distinct kernel once (TaskGraph::add) and the engine prices each once
+  // (KernelCostCache): two attention tasks of one shape,
   // one at FlashAttention-2's time and one at twice it, must not share a cost. Roofline on the star's
   // device; on one stream, back to back: the second takes its own, longer, time.
   const auto cluster = star(1);

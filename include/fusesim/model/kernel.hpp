@@ -65,6 +65,12 @@ struct ElementwiseKernel {
 using Kernel = std::variant<GemmKernel, AttentionKernel, ElementwiseKernel>;
 std::string kernel_kind(const Kernel& k);  // "gemm", "attention", "elementwise"
 
+// Whether two kernels are one: the same alternative, every field equal (doubles bit for bit, so that
+// a kernel is never merged with one a cost model could price differently). kernel_hash agrees with it;
+// both serve the tables that keep one entry per distinct kernel (a graph's kernels, the engine's costs).
+bool same_kernel(const Kernel& a, const Kernel& b);
+std::uint64_t kernel_hash(const Kernel& k);
+
 // The kernels an unfused attention runs, in order (Megatron-LM's CoreAttention before FlashAttention,
 // megatron/model/transformer.py of 2021-2022: baddbmm Q K^T into [b x heads, seq_q, seq_kv], the fused
 // scale-mask-softmax kernel, dropout on the probabilities, bmm with V). Every (query, key) pair is

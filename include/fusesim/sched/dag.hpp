@@ -4,6 +4,7 @@
 // adjacency_list. Besides its edges, a task waits for the task added before it on the same
 // (rank, stream): a stream runs its tasks one at a time in the order they were added, as a CUDA
 // stream does. Recv tasks hold no stream: they complete when their Send's data has landed.
+#include <concepts>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -11,6 +12,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -36,8 +39,32 @@ struct StreamRef {
   friend bool operator==(const StreamRef&, const StreamRef&) = default;
 };
 
+// A compute task's kernel, immutable and shared. A task holds 16 bytes where the kernel's value takes 88,
+// and TaskGraph::add swaps a task's kernel for the graph's copy of an equal one (model::same_kernel), so
+// that a graph of millions of tasks holds each of its few hundred distinct kernels once (BENCHMARKS.md,
+// "Kernels held once"). Built from any kernel, as the kernel itself was; read with get(), *, -> or as
+// the const model::Kernel& it converts to. A default one is a default (empty) GemmKernel.
+class KernelRef {
+ public:
+  KernelRef() = default;
+  template <class K>
+    requires(!std::same_as<std::remove_cvref_t<K>, KernelRef> && std::constructible_from<model::Kernel, K &&>)
+  KernelRef(K&& kernel)  // NOLINT: built from a kernel wherever a kernel was
+      : kernel_(std::make_shared<const model::Kernel>(std::forward<K>(kernel))) {}
+
+  const model::Kernel& get() const { return kernel_ ? *kernel_ : no_kernel(); }
+  const model::Kernel& operator*() const { return get(); }
+  const model::Kernel* operator->() const { return &get(); }
+  operator const model::Kernel&() const { return get(); }  // NOLINT: reads as the kernel it holds
+
+ private:
+  friend class TaskGraph;
+  static const model::Kernel& no_kernel();
+  std::shared_ptr<const model::Kernel> kernel_;
+};
+
 struct ComputeTask {
-  model::Kernel kernel;
+  KernelRef kernel;
   topo::Dtype dtype = topo::Dtype::bf16;
   bool recompute = false;  // activation recomputation: counted in HFU, not in MFU
 };
@@ -154,12 +181,13 @@ struct TaskLabels {
 struct Task {
   TaskName name;      // unique, readable: "r3/L0/fwd/fc1/step2"
   int rank = 0;
+  // Index of this task's data semantics in the generator's dataflow program (sched/dataflow.hpp),
+  // read by the reference executor behind `fusesim verify`; -1 when the task has none. (Beside rank,
+  // where it fills what would be padding.)
+  std::int32_t data_op = -1;
   StreamRef stream;
   TaskKind kind;
   TaskLabels labels;
-  // Index of this task's data semantics in the generator's dataflow program (sched/dataflow.hpp),
-  // read by the reference executor behind `fusesim verify`; -1 when the task has none.
-  std::int32_t data_op = -1;
 };
 
 // Whose communication a region overlaps, or whose schedule a generated graph compares: tensor +
@@ -267,9 +295,20 @@ class TaskGraph {
     std::size_t used_ = 0;         // of the last block
   };
 
+  // One copy of each distinct kernel the graph's compute tasks hold, by model::kernel_hash: add() swaps
+  // a task's kernel for the one here equal to it, or keeps it here.
+  class KernelStore {
+   public:
+    void intern(KernelRef& kernel);
+
+   private:
+    std::unordered_multimap<std::uint64_t, std::shared_ptr<const model::Kernel>> kernels_;
+  };
+
   int num_ranks_;
   Graph graph_;
   NameStore names_;
+  KernelStore kernels_;
   struct Edge {
     TaskId before, after;
   };
