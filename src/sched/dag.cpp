@@ -63,6 +63,7 @@ TaskId TaskGraph::add(Task task) {
   // string and vector of the Task allocated anew); an empty vertex moved into costs no allocation.
   const auto v = boost::add_vertex(graph_);
   task.name = names_.store(task.name);
+  task.labels.op = intern_op(task.labels.op);
   if (auto* compute = std::get_if<ComputeTask>(&task.kind)) kernels_.intern(compute->kernel);
   graph_[v] = std::move(task);
   return static_cast<TaskId>(v);
@@ -79,6 +80,12 @@ std::string_view TaskGraph::NameStore::store(std::string_view text) {
   std::memcpy(at, text.data(), text.size());
   used_ += text.size();
   return {at, text.size()};
+}
+
+std::string_view TaskGraph::intern_op(std::string_view op) {
+  if (op.empty()) return {};
+  if (const auto it = ops_.find(op); it != ops_.end()) return *it;
+  return *ops_.insert(names_.store(op)).first;
 }
 
 void TaskGraph::KernelStore::intern(KernelRef& kernel) {
@@ -124,7 +131,10 @@ TaskGraph::TaskGraph(const TaskGraph& other)
       alias_stage_ranks_(other.alias_stage_ranks_),
       alias_tp_images_(other.alias_tp_images_) {
   graph_.m_vertices = other.graph_.m_vertices;  // the graph property is no_property: nothing to copy
-  for (auto& vertex : graph_.m_vertices) vertex.m_property.name = names_.store(vertex.m_property.name);
+  for (auto& vertex : graph_.m_vertices) {
+    vertex.m_property.name = names_.store(vertex.m_property.name);
+    vertex.m_property.labels.op = intern_op(vertex.m_property.labels.op);
+  }
 }
 
 TaskGraph& TaskGraph::operator=(const TaskGraph& other) {
@@ -144,13 +154,15 @@ TaskGraph::TaskGraph(TaskGraph&& other) noexcept
       alias_tp_images_(other.alias_tp_images_) {
   swap_graph(graph_, other.graph_);
   std::swap(names_, other.names_);
+  std::swap(ops_, other.ops_);
   std::swap(kernels_, other.kernels_);
 }
 
 TaskGraph& TaskGraph::operator=(TaskGraph&& other) noexcept {
   num_ranks_ = other.num_ranks_;
   swap_graph(graph_, other.graph_);
-  std::swap(names_, other.names_);  // each graph keeps the names its tasks view
+  std::swap(names_, other.names_);  // each graph keeps the names and ops its tasks view
+  std::swap(ops_, other.ops_);
   std::swap(kernels_, other.kernels_);
   edges_ = std::move(other.edges_);
   regions_ = std::move(other.regions_);

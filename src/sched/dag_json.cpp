@@ -128,7 +128,8 @@ model::Kernel read_kernel(const JsonObject& compute) {
   return k;
 }
 
-TaskLabels read_labels(const JsonObject& o, int regions) {
+// The labels' op views `op`, which must live until the task is added to its graph.
+TaskLabels read_labels(const JsonObject& o, int regions, std::string& op) {
   TaskLabels l;
   l.region = static_cast<int>(o.integer_or("region", 0, std::max(0, regions - 1), -1));
   if (l.region >= 0 && regions == 0) o.at("region").fail("no regions are declared in $.regions");
@@ -141,7 +142,10 @@ TaskLabels read_labels(const JsonObject& o, int regions) {
     const std::string p = o.choice("phase", {"forward", "backward", "optimizer"});
     l.phase = p == "forward" ? Phase::forward : (p == "backward" ? Phase::backward : Phase::optimizer);
   }
-  if (o.has("op")) l.op = o.string("op");
+  if (o.has("op")) {
+    op = o.string("op");
+    l.op = op;
+  }
   o.finish();
   return l;
 }
@@ -319,7 +323,8 @@ DagFile parse_dag(const JsonDocument& doc, int max_ranks) {
       c.finish();
       t.kind = std::move(task);
     }
-    if (auto l = o.find("labels")) t.labels = read_labels(l->as_object(), regions);
+    std::string op;
+    if (auto l = o.find("labels")) t.labels = read_labels(l->as_object(), regions, op);
     if (auto a = o.find("after")) {
       JsonArray list = a->as_array();
       for (std::size_t k = 0; k < list.size(); ++k) after[i].push_back(list.at(k));

@@ -26,12 +26,12 @@ Rect part_rect(const RowPart& p, std::int64_t cols) { return Rect{p.row0, 0, p.r
 
 // The labels of a ZeRO-3 gather named `name` ("L3/fwd", "mb1/L3/bwd", "root") and of the copies
 // around it: its region, layer, and the pass the name says.
-TaskLabels gather_labels(int region, const std::string& name, int layer, std::string op) {
+TaskLabels gather_labels(int region, const std::string& name, int layer, TaskName op) {
   TaskLabels l;
   l.region = region;
   l.layer = layer;
   l.phase = name.find("/bwd") != std::string::npos ? Phase::backward : Phase::forward;
-  l.op = std::move(op);
+  l.op = op;
   return l;
 }
 
@@ -318,7 +318,7 @@ TaskId DpSync::fused_gradient(int rank, const DpGradient& g, const PieceFn& piec
     gr.synced = alloc(rank, g.name + "/dp_synced", g.rows, g.cols);
   }
   const int next = peer(rank, ring.next(r));
-  auto labels = [&](const std::string& op_name, int chunk, int step) {
+  auto labels = [&](TaskName op_name, int chunk, int step) {
     TaskLabels l;
     l.region = reg;
     l.layer = g.layer;
@@ -445,7 +445,8 @@ std::vector<TaskId> DpSync::collective(int rank, CollectiveKind kind, const std:
   l.region = region(region_name);
   l.layer = idx.size() == 1 ? st.grads[static_cast<std::size_t>(idx[0])].g.layer : -1;
   l.phase = params ? Phase::optimizer : Phase::backward;
-  l.op = "dp_" + to_string(kind);
+  const std::string label_op = "dp_" + to_string(kind);  // l views it until the tasks are added
+  l.op = label_op;
   const std::vector<TaskId> ready =
       kind == CollectiveKind::reduce_scatter && !params ? pack_gradients(rank, region_name, l, elements, deps) : deps;
   if (cfg_.as_p2p)

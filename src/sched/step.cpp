@@ -147,7 +147,7 @@ TaskId StepEmitter::compute(int ti, const std::string& name, model::Kernel k, Ph
   l.region = region;
   l.micro_batch = micro_batch;
   l.phase = phase;
-  l.op = name.substr(name.rfind('/') + 1);
+  l.op = std::string_view(name).substr(name.rfind('/') + 1);
   return add(ti, name, StreamRef{StreamKind::compute, 0}, ComputeTask{std::move(k), grp_.dtype, false}, std::move(l),
              deps);
 }
@@ -156,11 +156,12 @@ std::vector<TaskId> StepEmitter::collective(const std::string& name, CollectiveK
                                             Phase phase, int micro_batch, const Deps& deps) {
   const std::int64_t instance = next_instance_++;
   std::vector<TaskId> out;
+  const std::string op = to_string(kind);
   for (int ti = 0; ti < emit_tp(); ++ti) {
     TaskLabels l;
     l.micro_batch = micro_batch;
     l.phase = phase;
-    l.op = to_string(kind);
+    l.op = op;
     out.push_back(add(ti, name, grp_.comm.collective_stream,
                       CollectiveTask{kind, grp_.ranks, bytes, instance, grp_.comm.collective_engine, grp_.comm.sms},
                       std::move(l), deps[static_cast<std::size_t>(ti)]));

@@ -1101,13 +1101,14 @@ Deps Builder::stage_transfer(bool send, int peer_stage, bool forward, std::int64
   const Bytes size = bytes(n() * sh_.hidden);
   const std::int64_t tag = stage_tag(forward, mb, layer);
   const std::string what = std::string(forward ? "" : "grad_") + (send ? "send" : "recv");
+  const std::string op = "pp_" + what;
   Deps out(static_cast<std::size_t>(t_));
   for (int ti = 0; ti < emit_t_; ++ti) {
     TaskLabels lab;
     lab.layer = static_cast<int>(layer);
     lab.micro_batch = micro_batch_;
     lab.phase = forward ? Phase::forward : Phase::backward;
-    lab.op = "pp_" + what;
+    lab.op = op;
     const int other = peer.rank(ti, up_index_, replica_);
     TaskKind kind = send ? TaskKind{SendTask{other, size, tag, pp_comm_.p2p_engine, pp_comm_.sms}}
                          : TaskKind{RecvTask{other, size, tag}};

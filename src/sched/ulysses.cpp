@@ -123,13 +123,13 @@ std::string UlyssesEmitter::prefix(int layer, bool forward) const {
   return concat(mb_prefix_, "L", layer, "/", forward ? (recompute_ ? "rcp" : "fwd") : "bwd");
 }
 
-TaskLabels UlyssesEmitter::labels(int layer, bool forward, int region, std::string op) const {
+TaskLabels UlyssesEmitter::labels(int layer, bool forward, int region, TaskName op) const {
   TaskLabels l;
   l.region = region;
   l.layer = layer;
   l.micro_batch = micro_batch_;
   l.phase = forward ? Phase::forward : Phase::backward;
-  l.op = std::move(op);
+  l.op = op;
   return l;
 }
 

@@ -704,7 +704,7 @@ TEST_CASE("FSDP's copies only where FSDP runs: not with DDP or ZeRO-1, no packin
     validate(s.graph);
     std::map<std::string, int> n;
     for (TaskId id = 0; id < s.graph.size(); ++id)
-      if (s.graph.task(id).labels.op.rfind("fsdp_", 0) == 0) ++n[s.graph.task(id).labels.op];
+      if (s.graph.task(id).labels.op.rfind("fsdp_", 0) == 0) ++n[std::string(s.graph.task(id).labels.op)];
     return n;
   };
   CHECK(ops(model::DpSharding::ddp, ScheduleKind::baseline).empty());
@@ -821,7 +821,7 @@ TEST_CASE("Per-op recomputation re-runs the GEMMs whose outputs the backward rea
       const auto* ct = std::get_if<ComputeTask>(&t.kind);
       if (t.rank != 0 || ct == nullptr || !ct->recompute) continue;
       if (const auto* k = std::get_if<model::GemmKernel>(&ct->kernel.get()))
-        gemms.push_back({t.labels.op, {k->m, k->n, k->k}});
+        gemms.push_back({std::string(t.labels.op), {k->m, k->n, k->k}});
     }
     return gemms;
   };

@@ -123,7 +123,7 @@ TEST_CASE("Fuse-A2A: head groups in ring order, the own one last and never sent"
     for (TaskId id = 0; id < s.graph.size(); ++id) {
       const Task& t = s.graph.task(id);
       if (t.rank != u || t.labels.phase != Phase::forward) continue;
-      if (std::holds_alternative<ComputeTask>(t.kind) && t.labels.op.rfind("qkv/g", 0) == 0) order.push_back(t.labels.op);
+      if (std::holds_alternative<ComputeTask>(t.kind) && t.labels.op.rfind("qkv/g", 0) == 0) order.emplace_back(t.labels.op);
       if (const auto* send = std::get_if<SendTask>(&t.kind); send && region_of(s, t).name == "L0/fwd/qkv+a2a")
         peers.push_back(send->peer);
     }

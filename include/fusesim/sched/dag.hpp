@@ -14,6 +14,7 @@
 #include <string_view>
 #include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -39,11 +40,12 @@ struct StreamRef {
   friend bool operator==(const StreamRef&, const StreamRef&) = default;
 };
 
-// A compute task's kernel, immutable and shared. A task holds 16 bytes where the kernel's value takes 88,
-// and TaskGraph::add swaps a task's kernel for the graph's copy of an equal one (model::same_kernel), so
-// that a graph of millions of tasks holds each of its few hundred distinct kernels once (BENCHMARKS.md,
-// "Kernels held once"). Built from any kernel, as the kernel itself was; read with get(), *, -> or as
-// the const model::Kernel& it converts to. A default one is a default (empty) GemmKernel.
+// A compute task's kernel, immutable and shared. A task holds 16 bytes where the kernel's value takes
+// 88, and TaskGraph::add swaps a task's kernel for the graph's copy of an equal one (model::same_kernel),
+// so that a graph of millions of tasks holds each of its few dozen to few hundred distinct kernels once
+// (BENCHMARKS.md, "Kernels and ops held once per graph"). Built from any kernel, as the kernel itself
+// was; read with get(), *, -> or as the const model::Kernel& it converts to. A default one is a default
+// (empty) GemmKernel.
 class KernelRef {
  public:
   KernelRef() = default;
@@ -117,10 +119,11 @@ class RankGroup {
   std::shared_ptr<const std::vector<int>> ranks_;
 };
 
-// A task's name: a view of characters that its graph owns once the task is added (TaskGraph::add copies
-// them into the graph's name storage, where they never move), so that a graph of millions of tasks holds
-// its names in a few large blocks instead of one allocation each. Until then the view must stay valid:
-// a temporary std::string is refused at compile time.
+// A task's name, or its op (TaskLabels::op): a view of characters that its graph owns once the task is
+// added (TaskGraph::add copies them into the graph's name storage, where they never move; an op once per
+// distinct op), so that a graph of millions of tasks holds its names in a few large blocks instead of one
+// allocation each. Until then the view must stay valid: a temporary std::string is refused at compile
+// time, and a function that builds labels takes its op as a TaskName, not a std::string of its own.
 class TaskName : public std::string_view {
  public:
   constexpr TaskName() = default;
@@ -175,7 +178,7 @@ struct TaskLabels {
   int slice = -1;      // slice index (slice-overlap)
   int micro_batch = -1;
   Phase phase = Phase::none;
-  std::string op;      // "qkv", "attention", "out_proj", "fc1", "fc2", "norm", ...
+  TaskName op;         // "qkv", "attention", "out_proj", "fc1", "fc2", "norm", ...
 };
 
 struct Task {
@@ -295,6 +298,9 @@ class TaskGraph {
     std::size_t used_ = 0;         // of the last block
   };
 
+  // One copy of the characters of each distinct op of the graph's tasks, in names_.
+  std::string_view intern_op(std::string_view op);
+
   // One copy of each distinct kernel the graph's compute tasks hold, by model::kernel_hash: add() swaps
   // a task's kernel for the one here equal to it, or keeps it here.
   class KernelStore {
@@ -308,6 +314,7 @@ class TaskGraph {
   int num_ranks_;
   Graph graph_;
   NameStore names_;
+  std::unordered_set<std::string_view> ops_;  // views into names_
   KernelStore kernels_;
   struct Edge {
     TaskId before, after;

@@ -177,13 +177,13 @@ class Builder {
     return Ring{t_}.swapped(p, f.step, f.shift);
   }
 
-  TaskLabels labels(const OpCtx& ctx, int region, std::string op) const {
+  TaskLabels labels(const OpCtx& ctx, int region, TaskName op) const {
     TaskLabels l;
     l.region = region;
     l.layer = ctx.layer;
     l.micro_batch = micro_batch_;
     l.phase = ctx.forward ? Phase::forward : Phase::backward;
-    l.op = std::move(op);
+    l.op = op;
     return l;
   }
 

@@ -234,7 +234,7 @@ class UlyssesEmitter {
   int fault_swap(int region_index, int p) const;
   int fault_shift(int region_index, int step, int p) const;
   std::string prefix(int layer, bool forward) const;
-  TaskLabels labels(int layer, bool forward, int region, std::string op) const;
+  TaskLabels labels(int layer, bool forward, int region, TaskName op) const;
   TaskId add(int ti, std::string name, StreamRef stream, TaskKind kind, TaskLabels lab, std::int32_t data_op,
              const std::vector<TaskId>& deps);
   UpPerRank alloc(bool data, const std::string& name, std::int64_t rows, std::int64_t cols,
