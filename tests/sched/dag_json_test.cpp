@@ -512,3 +512,33 @@ TEST_CASE("a generated graph's compute tasks share one copy of each kernel", "[s
   INFO(compute << " compute tasks, " << kernels.size() << " kernels");
   CHECK(compute >= 32 * kernels.size());  // 32 ranks run the same kernels
 }
+
+// A task's op is a view of its graph's one copy of that op (TaskGraph::add): an op built in a string
+// that then changes, read back after thousands of tasks; tasks of one op view the same characters; a
+// copied graph's ops are its own and survive the graph they came from.
+TEST_CASE("a task's op lives in its graph, once per distinct op", "[sched][dag]") {
+  const ComputeTask kernel{model::ElementwiseKernel{"add", 64, 16.0}, topo::Dtype::bf16, false};
+  TaskGraph copy(1);
+  {
+    TaskGraph graph(1);
+    for (int i = 0; i < 3000; ++i) {
+      std::string op = i % 2 == 0 ? "fsdp_gather_copy_in" : "qkv";  // the first longer than a string holds inline
+      TaskLabels labels;
+      labels.op = op;
+      std::string name = "t";
+      name += std::to_string(i);
+      add_rank_task(graph, 0, name, StreamRef{}, kernel, labels, -1, {});
+      op.assign(op.size(), '?');  // the task's op is the graph's copy, not this string
+    }
+    for (TaskId id = 0; id < graph.size(); ++id) {
+      const TaskName& op = graph.task(id).labels.op;
+      CHECK(op == (id % 2 == 0 ? "fsdp_gather_copy_in" : "qkv"));
+      CHECK(op.data() == graph.task(id % 2).labels.op.data());
+    }
+    copy = graph;
+  }
+  CHECK(copy.size() == 3000);
+  CHECK(copy.task(2998).labels.op == "fsdp_gather_copy_in");
+  CHECK(copy.task(2999).labels.op == "qkv");
+  CHECK(copy.task(2999).labels.op.data() == copy.task(1).labels.op.data());
+}
