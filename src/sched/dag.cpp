@@ -130,10 +130,19 @@ TaskGraph::TaskGraph(const TaskGraph& other)
       load_alias_(other.load_alias_),
       alias_stage_ranks_(other.alias_stage_ranks_),
       alias_tp_images_(other.alias_tp_images_) {
-  graph_.m_vertices = other.graph_.m_vertices;  // the graph property is no_property: nothing to copy
-  for (auto& vertex : graph_.m_vertices) {
-    vertex.m_property.name = names_.store(vertex.m_property.name);
-    vertex.m_property.labels.op = intern_op(vertex.m_property.labels.op);
+  // The graph property is no_property: nothing to copy. Boost's out-edge entry, copied, takes the
+  // (allocated, empty) property of the entry it copies and leaves that one null, as std::auto_ptr did:
+  // copying the vertices whole would change `other`, whose edges then bind a reference to null when
+  // read (UndefinedBehaviorSanitizer, tests/sched/backward_verify_test.cpp). Each entry is built anew
+  // from its target, as add_edge builds it.
+  graph_.m_vertices.reserve(other.graph_.m_vertices.size());
+  for (const auto& vertex : other.graph_.m_vertices) {
+    auto& copy = graph_.m_vertices.emplace_back();
+    copy.m_property = vertex.m_property;
+    copy.m_property.name = names_.store(vertex.m_property.name);
+    copy.m_property.labels.op = intern_op(vertex.m_property.labels.op);
+    copy.m_out_edges.reserve(vertex.m_out_edges.size());
+    for (const auto& edge : vertex.m_out_edges) copy.m_out_edges.emplace_back(edge.get_target());
   }
 }
 
