@@ -227,7 +227,7 @@ class TaskGraph {
 
   explicit TaskGraph(int num_ranks = 1) : num_ranks_(num_ranks) {}
   // A directed adjacency_list copies itself edge by edge through its edge iterator; its vertices, each
-  // with its out-edges (targets alone), are copied as they are instead.
+  // with its out-edges (targets alone), are copied one by one instead, leaving `other` as it was.
   TaskGraph(const TaskGraph& other);
   TaskGraph& operator=(const TaskGraph& other);
   // Boost's adjacency_list has copies only: a move takes its containers, where the default would
