@@ -18,7 +18,6 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <deque>
 #include <ctime>
