@@ -1,4 +1,8 @@
 // sched::validate and the refusals of Simulator::run.
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include <catch2/catch.hpp>
 
 #include "fusesim/util/error.hpp"
@@ -162,6 +166,33 @@ TEST_CASE("validate: ranks, sizes and names are checked", "[sim][validate]") {
   {
     TaskGraph g(1);
     REQUIRE_THROWS_AS(g.depend(0, 1), GraphError);
+  }
+}
+
+TEST_CASE("validate: names of every length are told apart by their last character, and a duplicate is found",
+          "[sim][validate]") {
+  // The name hash reads a name's last 1-7 bytes in whole loads (a longer name reloads its last 8):
+  // for each length 1..40 and each position of the differing character (first, middle, last), names
+  // that differ in that one character pass, and repeating one of them is refused, naming it. 2,000
+  // names per graph put them in more than one bucket of the check (about 1,024 names each).
+  for (std::size_t length = 1; length <= 40; ++length) {
+    for (const std::size_t at : {std::size_t{0}, length / 2, length - 1}) {
+      TaskGraph g(1);
+      std::vector<std::string> names;
+      for (int i = 0; i < 2000; ++i) {
+        std::string name(length, 'n');
+        name[at] = static_cast<char>(' ' + i % 95);  // 95 printable characters,
+        if (length > 1) name[at == 0 ? length - 1 : 0] = static_cast<char>('A' + i / 95);  // then another place
+        names.push_back(name);
+      }
+      std::sort(names.begin(), names.end());
+      names.erase(std::unique(names.begin(), names.end()), names.end());
+      for (const std::string& name : names) g.add(compute(name, 0, 1));
+      INFO("length " << length << ", differing at " << at << ", " << names.size() << " names");
+      REQUIRE_NOTHROW(validate(g));
+      g.add(compute(names[names.size() / 3], 0, 1));
+      REQUIRE_THROWS_WITH(validate(g), Contains("share the name '" + names[names.size() / 3] + "'"));
+    }
   }
 }
 
