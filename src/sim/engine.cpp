@@ -243,20 +243,27 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // twice, alike.
 class KernelCostCache {
  public:
-  // Index of the cost of `c` on `device`, computing it with `compute()` the first time.
-  template <class Compute>
-  std::uint32_t find(const sched::ComputeTask& c, const topo::DeviceModel* device, Compute compute) {
-    const model::Kernel* kernel = &c.kernel.get();
-    const std::uint64_t h = hash(kernel, c.dtype, device);
-    if (2 * (keys_.size() + 1) > slots_.size()) grow();
-    std::size_t slot = h & (slots_.size() - 1);
-    for (; slots_[slot] != 0; slot = (slot + 1) & (slots_.size() - 1)) {
+  // Index of the cost of the kernel on `device`, kNone where it has not been added. The whole of a
+  // compute task's visit in the common case, hence inline and apart from add().
+  std::uint32_t lookup(const model::Kernel* kernel, topo::Dtype dtype, const topo::DeviceModel* device) const {
+    if (slots_.empty()) return kNone;
+    for (std::size_t slot = hash(kernel, dtype, device) & (slots_.size() - 1); slots_[slot] != 0;
+         slot = (slot + 1) & (slots_.size() - 1)) {
       const Key& k = keys_[slots_[slot] - 1];
-      if (k.kernel == kernel && k.dtype == c.dtype && k.device == device) return slots_[slot] - 1;
+      if (k.kernel == kernel && k.dtype == dtype && k.device == device) return slots_[slot] - 1;
     }
+    return kNone;
+  }
+  // Adds the cost of a kernel lookup() does not find; returns its index.
+  std::uint32_t add(const model::Kernel* kernel, topo::Dtype dtype, const topo::DeviceModel* device,
+                    const model::KernelCost& cost) {
+    if (2 * (keys_.size() + 1) > slots_.size()) grow();
+    const std::uint64_t h = hash(kernel, dtype, device);
+    std::size_t slot = h & (slots_.size() - 1);
+    while (slots_[slot] != 0) slot = (slot + 1) & (slots_.size() - 1);
     const auto index = static_cast<std::uint32_t>(costs_.size());
-    costs_.push_back(compute());
-    keys_.push_back({h, kernel, device, c.dtype});
+    costs_.push_back(cost);
+    keys_.push_back({h, kernel, device, dtype});
     slots_[slot] = index + 1;
     return index;
   }
@@ -307,6 +314,9 @@ class Run final : public sched::TaskVisitor {
 
   // The validation pass hands each task here (see the file comment).
   void visit(TaskId id, const sched::Task& t) override;
+  // The first task of a kernel on a device: prices it, or keeps the cost model's error for later (0).
+  [[gnu::noinline]] std::uint32_t price_kernel(const sched::Task& t, const sched::ComputeTask& c,
+                                               const topo::DeviceModel* device);
 
  private:
   // The cluster's links, then one HBM port per rank of the graph (link id cluster.links.size() +
@@ -582,28 +592,10 @@ void Run::visit(TaskId id, const sched::Task& t) {
   if (stream_waits_) stream_code_[id] = stream_code(t);
   switch (static_cast<TaskType>(type)) {
     case TaskType::compute: {
-      const auto& c = std::get<sched::ComputeTask>(t.kind);
-      // A cost-model error is raised only once the graph is known valid, as if costs were computed
-      // after validation: the validation errors come first.
-      if (cost_failure_) {
-        info.aux = 0;
-        break;
-      }
+      const auto& c = *std::get_if<sched::ComputeTask>(&t.kind);
       const topo::DeviceModel* device = ranks_[t.rank].device;
-      try {
-        info.aux = kernel_cost_.find(c, device, [&] { return costs_.cost(c.kernel, c.dtype, *device); });
-        // A kernel longer than this leaves no room in the picosecond range for the run around it (a
-        // device with an absurdly low peak or bandwidth, a kernel at the readers' limits).
-        constexpr TimePs kMaxKernelPs = 1'000'000'000'000'000'000;  // 1e6 s
-        if (kernel_cost_[info.aux].duration_ps > kMaxKernelPs)
-          throw InputError(fmt::format("device model '{}'", device->name), "$",
-                           fmt::format("task '{}': its kernel would take {:.3g} s, beyond the 1e6 s a simulated kernel "
-                                       "may take (is a peak FLOP/s or bandwidth of the device far too low?)",
-                                       t.name, ps_to_seconds(kernel_cost_[info.aux].duration_ps)));
-      } catch (...) {
-        cost_failure_ = std::current_exception();
-        info.aux = 0;
-      }
+      const std::uint32_t index = kernel_cost_.lookup(&c.kernel.get(), c.dtype, device);
+      info.aux = index != kNone ? index : price_kernel(t, c, device);
       break;
     }
     case TaskType::send: {
@@ -620,6 +612,27 @@ void Run::visit(TaskId id, const sched::Task& t) {
     case TaskType::recv:
     case TaskType::collective:
       break;  // filled from the analysis (partner, collective)
+  }
+}
+
+std::uint32_t Run::price_kernel(const sched::Task& t, const sched::ComputeTask& c, const topo::DeviceModel* device) {
+  // A cost-model error is raised only once the graph is known valid, as if costs were computed after
+  // validation: the validation errors come first.
+  if (cost_failure_) return 0;
+  try {
+    const model::KernelCost cost = costs_.cost(c.kernel, c.dtype, *device);
+    // A kernel longer than this leaves no room in the picosecond range for the run around it (a device
+    // with an absurdly low peak or bandwidth, a kernel at the readers' limits).
+    constexpr TimePs kMaxKernelPs = 1'000'000'000'000'000'000;  // 1e6 s
+    if (cost.duration_ps > kMaxKernelPs)
+      throw InputError(fmt::format("device model '{}'", device->name), "$",
+                       fmt::format("task '{}': its kernel would take {:.3g} s, beyond the 1e6 s a simulated kernel "
+                                   "may take (is a peak FLOP/s or bandwidth of the device far too low?)",
+                                   t.name, ps_to_seconds(cost.duration_ps)));
+    return kernel_cost_.add(&c.kernel.get(), c.dtype, device, cost);
+  } catch (...) {
+    cost_failure_ = std::current_exception();
+    return 0;
   }
 }
 

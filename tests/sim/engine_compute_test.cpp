@@ -2,6 +2,7 @@
 // and runs at (1 - held SMs / 100) x (1 - comm HBM bytes/s / 1e12) of that speed under load.
 #include <catch2/catch.hpp>
 
+#include <stdexcept>
 #include <utility>
 
 #include "fusesim/util/error.hpp"
@@ -348,6 +349,51 @@ TEST_CASE("a kernel longer than 1e6 s is refused as bad input, not run into the 
   g.add(compute("huge", 0, 2e18));
   REQUIRE_THROWS_AS(Simulator(cluster, costs).run(g), fusesim::InputError);
   REQUIRE_THROWS_WITH(Simulator(cluster, costs).run(g), Catch::Contains("task 'huge': its kernel would take 2e+06 s"));
+}
+
+TEST_CASE("a cost model's error comes after the graph's own errors, and the first one is the one raised", "[sim][hostile]") {
+  // Costs are computed during validation's pass over the tasks (once per distinct kernel), but an error
+  // of the cost model is held until validation has passed. TestCostModel refuses attention kernels
+  // (std::logic_error); a kernel of 2e18 flops takes 2e6 s, refused as bad input (InputError).
+  const auto cluster = star(2);
+  TestCostModel costs;
+  model::AttentionKernel kernel;
+  kernel.heads = kernel.kv_heads = 1;
+  kernel.seq_q = kernel.seq_kv = 128;
+  kernel.head_dim = 64;
+  sched::Task attention = compute("attn", 0, 1);
+  attention.kind = sched::ComputeTask{kernel, topo::Dtype::bf16, false};
+  {
+    TaskGraph g(2);
+    g.add(attention);
+    g.add(compute("same", 0, 1));
+    g.add(compute("same", 1, 1));
+    REQUIRE_THROWS_WITH(Simulator(cluster, costs).run(g), Catch::Contains("share the name 'same'"));
+  }
+  {
+    TaskGraph g(2);
+    g.add(compute("fine", 1, 5));
+    g.add(attention);
+    g.add(compute("huge", 1, 2e18));
+    g.add(compute("fine again", 0, 5));  // an already priced kernel after the failure
+    REQUIRE_THROWS_AS(Simulator(cluster, costs).run(g), std::logic_error);
+    REQUIRE_THROWS_WITH(Simulator(cluster, costs).run(g), Catch::Contains("attention not supported"));
+  }
+  {
+    TaskGraph g(2);
+    g.add(compute("huge", 1, 2e18));
+    g.add(attention);
+    REQUIRE_THROWS_WITH(Simulator(cluster, costs).run(g), Catch::Contains("task 'huge': its kernel would take 2e+06 s"));
+  }
+  {
+    // Two tasks of one kernel: the second finds its cost priced once.
+    TaskGraph g(2);
+    const auto a = g.add(compute("a", 0, 7));
+    const auto b = g.add(compute("b", 1, 7));
+    const auto res = Simulator(cluster, costs).run(g);
+    CHECK(res.tasks[a].end_ps == 7);
+    CHECK(res.tasks[b].end_ps == 7);
+  }
 }
 
 TEST_CASE("observer callbacks arrive in time order", "[sim][observer]") {
