@@ -140,6 +140,14 @@ const std::vector<FlowId>& FlowNetwork::settle(TimePs now) {
   const std::uint32_t stamp = visit_stamp_;
   for (topo::LinkId seed : dirty_links_) {
     if (link_visit_[seed] == stamp) continue;
+    // A link a finished flow left empty (a third of the seeds on a ring of single hops): nothing to
+    // re-rate. It stays in the list until now, and is stamped here as the search would stamp it,
+    // because a flow started on it later in the same instant must be solved at this place in the
+    // order (the order of the flows whose rates change orders their end events).
+    if (link_flows_[seed].empty()) {
+      link_visit_[seed] = stamp;
+      continue;
+    }
     if (solve_closed_route(seed, stamp, now)) continue;
     comp_links_.clear();
     comp_flows_.clear();
@@ -203,8 +211,7 @@ void sort_small(std::vector<T>& v) {
 // search would stamp them; no other component can reach its flows. Returns false, having done
 // nothing, for any other shape.
 bool FlowNetwork::solve_closed_route(topo::LinkId seed, std::uint32_t stamp, TimePs now) {
-  const auto& on_seed = link_flows_[seed];
-  if (on_seed.empty()) return false;
+  const auto& on_seed = link_flows_[seed];  // not empty (settle())
   const RouteId route = flows_[on_seed.front()].route;
   if (!route_simple_[route]) return false;  // a link twice: its list holds each flow twice
   for (FlowId fid : on_seed)
