@@ -25,6 +25,7 @@
 #include "fusesim/model/profile.hpp"
 #include "fusesim/sched/dag.hpp"
 #include "fusesim/sim/engine.hpp"
+#include "fusesim/util/allocator.hpp"
 #include "fusesim/util/embedded.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/output.hpp"
@@ -412,9 +413,13 @@ class ValidateCommand final : public Command {
     std::vector<Row> rows;
     std::map<std::string, topo::Cluster> clusters;
     const model::RooflineCostModel roofline;
+    // As in sweep and search: the pages of each case's dropped graphs kept for the next while the
+    // allocator holds at most a quarter of the machine's memory (util/allocator.hpp).
+    const util::KeepFreedPages kept(0.25);
     for (const Case& c : cases) {
       if (!category_.empty() && c.category != category_) continue;
       if (!selected(c)) continue;
+      kept.trim();
       Row row;
       row.c = &c;
       auto it = clusters.find(c.topology);
