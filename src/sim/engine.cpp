@@ -314,11 +314,11 @@ class Run final : public sched::TaskVisitor {
 
   // The validation pass hands each task here (see the file comment).
   void visit(TaskId id, const sched::Task& t) override;
+
+ private:
   // The first task of a kernel on a device: prices it, or keeps the cost model's error for later (0).
   [[gnu::noinline]] std::uint32_t price_kernel(const sched::Task& t, const sched::ComputeTask& c,
                                                const topo::DeviceModel* device);
-
- private:
   // The cluster's links, then one HBM port per rank of the graph (link id cluster.links.size() +
   // rank): what the rank's HBM leaves to transfers beside its kernels (update_hbm_port()).
   static std::vector<BytesPerSecond> link_capacities(const topo::Cluster& cluster, int ranks) {

@@ -141,9 +141,9 @@ const std::vector<FlowId>& FlowNetwork::settle(TimePs now) {
   for (topo::LinkId seed : dirty_links_) {
     if (link_visit_[seed] == stamp) continue;
     // A link a finished flow left empty (a third of the seeds on a ring of single hops): nothing to
-    // re-rate. It stays in the list until now, and is stamped here as the search would stamp it,
-    // because a flow started on it later in the same instant must be solved at this place in the
-    // order (the order of the flows whose rates change orders their end events).
+    // re-rate; stamped as the search would stamp it. finish() still lists such a link, because a flow
+    // started on it later in the same instant must be solved at this place in the list (the order of
+    // the flows whose rates change orders their end events).
     if (link_flows_[seed].empty()) {
       link_visit_[seed] = stamp;
       continue;
