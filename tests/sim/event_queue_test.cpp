@@ -111,7 +111,19 @@ TEST_CASE("event queue: move_earlier pops what push-and-drop-stale pops", "[sim]
     const std::uint32_t x = static_cast<std::uint32_t>(rng() % kTargets);
     // Half the events near the present (ties), half anywhere in the spread.
     const TimePs t = q.now() + static_cast<TimePs>(rng() % (rng() % 2 == 0 ? 6 : static_cast<std::uint64_t>(spread)));
-    switch (rng() % 4) {
+    switch (rng() % 5) {
+      case 4: {  // a look at the top, which the queue may remember while events move under it
+        if (q.empty()) break;
+        const Ref* live = nullptr;
+        for (const Ref& r : ref)
+          if ((r.version == 0 || r.version == version[r.target]) &&
+              (live == nullptr || r.time < live->time || (r.time == live->time && r.seq < live->seq)))
+            live = &r;
+        REQUIRE(live != nullptr);
+        REQUIRE(q.top().time == live->time);
+        REQUIRE(q.top().target == live->target);
+        break;
+      }
       case 0:  // an untracked event (target outside the tracked ones)
         q.push(t, 2, kTargets + x);
         ref.push_back({t, ref_seq++, kTargets + x, 0});
@@ -128,7 +140,7 @@ TEST_CASE("event queue: move_earlier pops what push-and-drop-stale pops", "[sim]
           queued_at[x] = t;
         }
         break;
-      default: {  // pop; a tracked event is sometimes moved later in place instead
+      default: {  // pop (cases 2 and 3); a tracked event is sometimes moved later in place instead
         if (q.empty()) break;
         const Event& top = q.take_top();
         const std::uint32_t target = top.target, handle = top.handle;

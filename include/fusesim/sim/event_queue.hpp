@@ -36,9 +36,14 @@
 //   a push at that moment would give). Doing it eagerly would change the sequence number, hence the
 //   order among equal times, hence results.
 // - Looking at the earliest event (top()) must not move the base: the engine looks, then may still
-//   schedule events at the current time before that event runs. So the earliest event above bucket 0
-//   is found by a scan and remembered (kept up to date by pushes and moves) until it is taken.
+//   schedule events at the current time before that event runs. So each bucket above 0 remembers its
+//   earliest event: a spread fills buckets that were empty and notes each one's earliest as it goes,
+//   a push compares with it, and only taking out that very event (a move earlier to another bucket)
+//   leaves it to a scan of the bucket, done when that bucket is the lowest and its earliest is asked
+//   for. (One remembered earliest for the lowest bucket alone, as before, was found by a scan after
+//   every spread: about one event read per event popped.)
 #include <algorithm>
+#include <iterator>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -67,6 +72,7 @@ struct Event {
 
 class EventQueue {
  public:
+  EventQueue() { std::fill(std::begin(min_index_), std::end(min_index_), kUnknown); }
   bool empty() const { return heap_empty() && best_lane_ < 0; }
   std::size_t size() const {
     std::size_t n = buckets_[0].size() - head0_;
@@ -96,10 +102,10 @@ class EventQueue {
     const std::uint32_t target = old.target;
     const std::uint64_t seq_kind = next_seq_kind(time, kind);  // may refuse: before anything changes
     // (An event in bucket 0 sits at the base, not after now(), so it cannot move earlier: p.bucket > 0.)
-    const bool was_peek = peek_valid_ && peek_bucket_ == p.bucket && peek_index_ == p.index;
+    // The earliest of its bucket stays the earliest there if it stays in that bucket: it only moves earlier.
+    const bool stays_earliest = min_index_[p.bucket] == p.index && bucket_of(time) == p.bucket;
     remove(p);
-    if (was_peek) peek_valid_ = false;  // the event below, earlier than the old earliest, takes its place
-    insert(seq_kind, time, target, handle, was_peek);
+    insert(seq_kind, time, target, handle, stays_earliest);
   }
 
   // A non-zero `handle` (at most one queued event per handle) makes the event's position tracked.
@@ -175,6 +181,7 @@ class EventQueue {
  private:
   static constexpr std::size_t kBuckets = 65;  // bucket 0, and one per bit of a 64-bit time
   static constexpr std::uint32_t kNotQueued = ~std::uint32_t{0};
+  static constexpr std::uint32_t kUnknown = ~std::uint32_t{0};
   static constexpr std::size_t kKeptSpare = 4096;  // events
 
   struct Pos {
@@ -229,18 +236,21 @@ class EventQueue {
   // bucket above it (every time in bucket i is below every time in bucket i + 1).
   const Event& heap_top() const {
     if (head0_ < buckets_[0].size()) return buckets_[0][head0_];
-    if (!peek_valid_) find_peek();
-    return buckets_[peek_bucket_][peek_index_];
+    const std::size_t b = lowest_bucket();
+    return buckets_[b][min_index_[b]];
   }
-  void find_peek() const {
+  // The lowest non-empty bucket above 0, its earliest event known (found by a scan if it is not).
+  std::size_t lowest_bucket() const {
     const auto b = static_cast<std::size_t>(__builtin_ctzll(upper_)) + 1;
-    const std::vector<Event>& v = buckets_[b];
-    std::size_t best = 0;
-    for (std::size_t i = 1; i < v.size(); ++i)
-      if (before(v[i], v[best])) best = i;
-    peek_bucket_ = static_cast<std::uint32_t>(b);
-    peek_index_ = static_cast<std::uint32_t>(best);
-    peek_valid_ = true;
+    if (min_index_[b] == kUnknown) {
+      const std::vector<Event>& v = buckets_[b];
+      std::size_t best = 0;
+      for (std::size_t i = 1; i < v.size(); ++i)
+        if (before(v[i], v[best])) best = i;
+      min_index_[b] = static_cast<std::uint32_t>(best);
+      min_key_[b] = key(v[best]);
+    }
+    return b;
   }
 
   bool top_is_lane() const {
@@ -275,7 +285,7 @@ class EventQueue {
   // Appends the event to the bucket of its time. The event comes in registers and is written once,
   // field by field: an Event built in memory and then copied would be stored as two words and
   // reloaded as one 16-byte word, a store-forwarding stall on every push. `earliest`: the caller
-  // knows the event is earlier than everything above bucket 0 (a moved earliest event).
+  // knows the event is the earliest of its bucket (the earliest one, moved earlier within its bucket).
   void insert(std::uint64_t seq_kind, TimePs time, std::uint32_t target, std::uint32_t handle, bool earliest) {
     const std::size_t b = bucket_of(time);
     std::vector<Event>& v = buckets_[b];
@@ -288,12 +298,12 @@ class EventQueue {
     pos_[handle] = Pos{static_cast<std::uint32_t>(b), index};
     if (b == 0) return;
     upper_ |= std::uint64_t{1} << (b - 1);
-    // Its sequence number is the newest, so it is the earliest above bucket 0 only if its time is
-    // strictly below the remembered one's.
-    if (earliest || (peek_valid_ && time < buckets_[peek_bucket_][peek_index_].time)) {
-      peek_bucket_ = static_cast<std::uint32_t>(b);
-      peek_index_ = index;
-      peek_valid_ = true;
+    // Its sequence number is the newest, so it is its bucket's earliest only if its time is strictly
+    // below the earliest one's (which stays unknown if it was).
+    const Key k = key(time, seq_kind);
+    if (index == 0 || earliest || (min_index_[b] != kUnknown && k < min_key_[b])) {
+      min_index_[b] = index;
+      min_key_[b] = k;
     }
   }
 
@@ -309,8 +319,10 @@ class EventQueue {
       hole.target = moved.target;
       hole.handle = moved.handle;
       pos_[hole.handle].index = p.index;
-      if (peek_valid_ && peek_bucket_ == p.bucket && peek_index_ == last) peek_index_ = p.index;
     }
+    std::uint32_t& earliest = min_index_[p.bucket];
+    if (earliest == p.index) earliest = kUnknown;  // the next earliest is found when it is needed
+    else if (earliest == last) earliest = p.index;
     v.pop_back();
     if (v.empty()) upper_ &= ~(std::uint64_t{1} << (p.bucket - 1));
   }
@@ -320,10 +332,9 @@ class EventQueue {
   // above it keep their events where they are, since the base moved only in bits they do not differ
   // in). The events at the new base land in bucket 0 and are put in sequence order.
   void spread() {
-    if (!peek_valid_) find_peek();
-    const std::uint32_t b = peek_bucket_;
-    base_ = buckets_[b][peek_index_].time;
-    peek_valid_ = false;
+    const std::size_t b = lowest_bucket();
+    base_ = buckets_[b][min_index_[b]].time;
+    min_index_[b] = kUnknown;
     std::vector<Event>& b0 = buckets_[0];
     head0_ = 0;
     b0.clear();
@@ -337,12 +348,21 @@ class EventQueue {
     }
     spare_.swap(buckets_[b]);
     upper_ &= ~(std::uint64_t{1} << (b - 1));
+    // The buckets below b were empty: each one's earliest is known once the spread is done.
     for (const Event& e : spare_) {
       const std::size_t to = bucket_of(e.time);
       std::vector<Event>& v = buckets_[to];
-      pos_[e.handle] = Pos{static_cast<std::uint32_t>(to), static_cast<std::uint32_t>(v.size())};
+      const auto index = static_cast<std::uint32_t>(v.size());
+      pos_[e.handle] = Pos{static_cast<std::uint32_t>(to), index};
       v.push_back(e);
-      if (to != 0) upper_ |= std::uint64_t{1} << (to - 1);
+      if (to != 0) {
+        upper_ |= std::uint64_t{1} << (to - 1);
+        const Key k = key(e);
+        if (index == 0 || k < min_key_[to]) {
+          min_index_[to] = index;
+          min_key_[to] = k;
+        }
+      }
     }
     // A spread bucket can be most of the queue; its buffer is released rather than kept beside the
     // buckets it filled (a million pending events would otherwise hold several times their size).
@@ -361,9 +381,10 @@ class EventQueue {
   std::uint64_t upper_ = 0;           // bit i: bucket i + 1 holds events
   TimePs base_ = 0;                   // every event in the buckets is at or after it
   std::vector<Event> spare_;          // the bucket being spread
-  mutable bool peek_valid_ = false;   // the earliest event above bucket 0 is remembered:
-  mutable std::uint32_t peek_bucket_ = 0;
-  mutable std::uint32_t peek_index_ = 0;
+  // Per bucket above 0, the index and key of its earliest event, or kUnknown: found by a scan when
+  // the bucket is the lowest and its earliest is asked for, kept up to date by pushes and spreads.
+  mutable std::uint32_t min_index_[kBuckets] = {};
+  mutable Key min_key_[kBuckets] = {};
   std::vector<Pos> pos_ = std::vector<Pos>(1);  // by handle (0: untracked events share this entry)
   std::vector<Lane> lanes_;
   std::uint64_t nonempty_lanes_ = 0;  // bit i: lane i (< 64) holds events
