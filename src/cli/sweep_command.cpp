@@ -54,6 +54,18 @@ class ProgressBar {
   std::size_t last_tenth_ = 0;
 };
 
+// Every configuration was skipped as invalid: the error is the first one's (the grid's order), with
+// its place ("<command line>: --tp", "file.json: $.parallel") as the error's file and path.
+[[noreturn]] void throw_nothing_runs(const SweepResult& result) {
+  const SweepProblem& first = result.skipped.front();
+  const std::size_t colon = first.key.find(": ");
+  const std::string file = colon == std::string::npos ? kCommandLine : first.key.substr(0, colon);
+  const std::string path = colon == std::string::npos ? "$" : first.key.substr(colon + 2);
+  throw InputError(file, path,
+                   fmt::format("no configuration of the grid can run ({} skipped as invalid), e.g. {}: {}",
+                               result.skipped.size(), first.configuration, first.message));
+}
+
 class SweepCommand final : public Command {
  public:
   void configure(CLI::App& sub) override {
@@ -211,6 +223,12 @@ class SweepCommand final : public Command {
     ProgressBar bar(io.err, &io.err == &std::cerr && ::isatty(STDERR_FILENO) == 1);
     if (!quiet_) options.progress = [&bar](std::size_t done, std::size_t total) { bar(done, total); };
     const SweepResult result = run_sweep(spec, options);
+    // A grid of which nothing can run (a TP degree no cluster fits, a sequence no slicing divides) is
+    // a mistake on the command line, not a result: bad input, nothing written, where an empty result
+    // file and exit 0 would let a script go on. A shard may hold nothing but invalid configurations
+    // and still be a part of a valid sweep.
+    if (result.run == 0 && result.failed.empty() && !result.skipped.empty() && result.shard.count <= 1)
+      throw_nothing_runs(result);
 
     const std::string text = format == "json" ? sweep_json(result) : sweep_csv(result);
     if (output_.empty()) {

@@ -466,6 +466,38 @@ TEST_CASE("sweep command-line errors name the option and write nothing", "[cli][
   CHECK(dir.entries().empty());
 }
 
+// Llama-3-8B has 32 heads: TP 3 divides none of them, TP 4 does. A grid of TP 3 alone cannot run at
+// all (bad input: exit 2, one line naming --tp, nothing written); with TP 4 beside it the TP 3 row is
+// skipped and counted, as before; and a shard holding the TP 3 configuration alone is a valid part.
+TEST_CASE("a sweep of which no configuration can run is bad input, a shard of them is not", "[cli][sweep]") {
+  ScratchDir dir;
+  const std::vector<std::string> base{"sweep", "--topology", "dgx-h100", "--workload", "llama-3-8b", "--seq", "1024",
+                                      "--quiet"};
+  auto with = [&base](std::vector<std::string> more) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  const auto none = run_fusesim(with({"--tp", "3", "--output", "none.csv"}), dir);
+  CHECK(none.exit_code == 2);
+  CHECK(none.err.find("error: <command line>: --tp: no configuration of the grid can run (1 skipped as invalid), "
+                      "e.g. topology=dgx-h100 workload=llama-3-8b") != std::string::npos);
+  CHECK(none.err.find("not divisible by tp 3") != std::string::npos);
+  CHECK(count_lines(none.err) == 1);
+  CHECK(dir.entries().empty());
+
+  const auto some = run_fusesim(with({"--tp", "3,4", "--output", "some.csv"}), dir);
+  CHECK(some.exit_code == 0);
+  CHECK(some.err.find("2 configurations: 1 run") != std::string::npos);
+  CHECK(dir.entries() == std::vector<std::string>{"some.csv"});
+
+  // Configuration 0 (TP 3) is shard 0/2's alone.
+  const auto part = run_fusesim(with({"--tp", "3,4", "--shard", "0/2", "--output", "part.json"}), dir);
+  CHECK(part.exit_code == 0);
+  CHECK(part.err.find("0 run (0 rows), 1 skipped as invalid") != std::string::npos);
+  CHECK(std::filesystem::exists(dir.path() / "part.json"));
+}
+
 TEST_CASE("a sweep says its grid size first and runs a huge grid only when asked for by number", "[cli][sweep]") {
   ScratchDir dir;
   // Issue 13: --seq 1:16777216:+1 (16.7 million configurations) started silently and ran until killed.
