@@ -97,14 +97,14 @@ TEST_CASE("event queue: move_earlier pops what push-and-drop-stale pops", "[sim]
   std::vector<std::uint32_t> version(kTargets, 0);
   std::vector<TimePs> queued_at(kTargets, -1);  // -1: the target has no event queued
   std::vector<std::pair<TimePs, std::uint32_t>> got, want;
+  auto earlier = [](const Ref& a, const Ref& b) { return a.time != b.time ? a.time < b.time : a.seq < b.seq; };
+  auto live = [&](const Ref& r) { return r.version == 0 || r.version == version[r.target]; };
   auto ref_pop = [&] {  // the earliest live reference event, stale ones dropped on the way
     for (;;) {
-      auto it = std::min_element(ref.begin(), ref.end(), [](const Ref& a, const Ref& b) {
-        return a.time != b.time ? a.time < b.time : a.seq < b.seq;
-      });
+      auto it = std::min_element(ref.begin(), ref.end(), earlier);
       const Ref r = *it;
       ref.erase(it);
-      if (r.version == 0 || r.version == version[r.target]) return r;
+      if (live(r)) return r;
     }
   };
   for (int round = 0; round < 4000; ++round) {
@@ -114,14 +114,12 @@ TEST_CASE("event queue: move_earlier pops what push-and-drop-stale pops", "[sim]
     switch (rng() % 5) {
       case 4: {  // a look at the top, which the queue may remember while events move under it
         if (q.empty()) break;
-        const Ref* live = nullptr;
+        const Ref* first = nullptr;
         for (const Ref& r : ref)
-          if ((r.version == 0 || r.version == version[r.target]) &&
-              (live == nullptr || r.time < live->time || (r.time == live->time && r.seq < live->seq)))
-            live = &r;
-        REQUIRE(live != nullptr);
-        REQUIRE(q.top().time == live->time);
-        REQUIRE(q.top().target == live->target);
+          if (live(r) && (first == nullptr || earlier(r, *first))) first = &r;
+        REQUIRE(first != nullptr);
+        REQUIRE(q.top().time == first->time);
+        REQUIRE(q.top().target == first->target);
         break;
       }
       case 0:  // an untracked event (target outside the tracked ones)

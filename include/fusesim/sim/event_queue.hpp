@@ -383,7 +383,7 @@ class EventQueue {
   std::vector<Event> spare_;          // the bucket being spread
   // Per bucket above 0, the index and key of its earliest event, or kUnknown: found by a scan when
   // the bucket is the lowest and its earliest is asked for, kept up to date by pushes and spreads.
-  mutable std::uint32_t min_index_[kBuckets] = {};
+  mutable std::uint32_t min_index_[kBuckets];  // all kUnknown at construction
   mutable Key min_key_[kBuckets] = {};
   std::vector<Pos> pos_ = std::vector<Pos>(1);  // by handle (0: untracked events share this entry)
   std::vector<Lane> lanes_;
