@@ -92,21 +92,31 @@ struct ComputeRun {
   double work_left_ps = 0.0;  // picoseconds of work at rate 1, as of last_ps
   double rate = 0.0;          // fraction of the device, after the even split between kernels
   TimePs last_ps = 0;
-  TimePs completion_ps = kTimeNever;  // when it ends at the current rate
-  TimePs scheduled_ps = kTimeNever;   // time of its queued end event, if any (see must_push())
+  // When it ends at the current rate, the time of its queued end event (kTimeNever: none queued,
+  // its rate not yet set or zero; see schedule_end()).
+  TimePs scheduled_ps = kTimeNever;
 };
 
 // Queue handles (EventQueue::push): one per compute slot and one per flow slot; 0 is "untracked".
 inline std::uint32_t compute_handle(std::uint32_t slot) { return 2 * slot + 1; }
 inline std::uint32_t flow_handle(FlowId f) { return 2 * f + 2; }
 
-// Moving an end event. Rates go down and up as transfers come and go. An end that moves LATER keeps
-// its queued event: it comes up early, sees the true completion is later and is rescheduled in
-// place, once. An end that moves EARLIER has its event moved earlier in place
-// (EventQueue::move_earlier: the key a new push would have, without leaving a stale event behind),
-// or pushed if none is queued. Returns true when the end must move earlier or be pushed.
-inline bool must_push(TimePs completion_ps, TimePs scheduled_ps) {
-  return completion_ps != kTimeNever && completion_ps < scheduled_ps;
+// Moving an end event. Rates go down and up as transfers come and go; each change of a kernel's or
+// a flow's completion moves its queued end event at once (EventQueue::move: the new time and a fresh
+// sequence number, as a push at that moment would give), pushes one if none is queued, or takes it
+// out when the completion is never (a kernel parked with no SMs). So the queue never holds a stale
+// end, and equal times run in the order their events were last scheduled.
+template <class Queue>
+void schedule_end(Queue& queue, TimePs& scheduled_ps, TimePs completion_ps, std::uint8_t kind, std::uint32_t target,
+                  std::uint32_t handle) {
+  if (completion_ps == scheduled_ps) return;
+  if (scheduled_ps == kTimeNever)
+    queue.push(completion_ps, kind, target, handle);
+  else if (completion_ps == kTimeNever)
+    queue.cancel(handle);
+  else
+    queue.move(handle, completion_ps, kind);
+  scheduled_ps = completion_ps;
 }
 
 struct RankState {
@@ -1255,20 +1265,10 @@ SimResult Run::execute(RunProfile& profile) {
     const std::uint8_t kind = top.kind();
     now_ = e.time;
     switch (kind) {
-      case kComputeEnd: {
-        ComputeRun& run = compute_[e.target];
-        if (e.time < run.completion_ps) {  // its end moved later: follow it (once)
-          run.scheduled_ps = run.completion_ps;
-          if (run.completion_ps != kTimeNever)
-            queue_.reschedule_top(run.completion_ps, kComputeEnd, e.target, compute_handle(e.target));
-          else
-            queue_.drop_top();
-          continue;
-        }
+      case kComputeEnd:
         queue_.drop_top();
         on_compute_end(e.target);
         break;
-      }
       case kFlowLatencyEnd: {
         queue_.drop_top();
         const FlowId f = e.target;
@@ -1292,21 +1292,10 @@ SimResult Run::execute(RunProfile& profile) {
         begin_transfer(f);
         break;  // its rate, and the HBM load it adds, come from the next settle()
       }
-      case kFlowEnd: {
-        const FlowId f = e.target;
-        const TimePs completion = network_.completion_ps(f);
-        if (e.time < completion) {  // slowed down since: follow it (see must_push())
-          flow_hot_[f].scheduled_ps = completion;
-          if (completion != kTimeNever)
-            queue_.reschedule_top(completion, kFlowEnd, f, flow_handle(f));
-          else
-            queue_.drop_top();
-          continue;
-        }
+      case kFlowEnd:
         queue_.drop_top();
-        on_flow_end(f);
+        on_flow_end(e.target);
         break;
-      }
       case kCollectiveSteps: {
         queue_.drop_top();
         CollectiveRun& c = collectives_[e.target];
@@ -1416,7 +1405,6 @@ void Run::start_compute(TaskId id) {
   run.work_left_ps = static_cast<double>(cost.duration_ps);
   run.rate = 0.0;
   run.last_ps = now_;
-  run.completion_ps = kTimeNever;
   run.scheduled_ps = kTimeNever;
   // Its rate (and the even split with kernels already running here) is set by settle().
   ranks_[rank].running.push_back(slot);
@@ -1767,13 +1755,7 @@ void Run::settle() {
   for (FlowId f : network_.settle(now_)) {
     const TimePs completion = network_.completion_ps(f);
     FlowHot& hot = flow_hot_[f];
-    if (must_push(completion, hot.scheduled_ps)) {
-      if (hot.scheduled_ps != kTimeNever)
-        queue_.move_earlier(flow_handle(f), completion, kFlowEnd);
-      else
-        queue_.push(completion, kFlowEnd, f, flow_handle(f));
-      hot.scheduled_ps = completion;
-    }
+    schedule_end(queue_, hot.scheduled_ps, completion, kFlowEnd, f, flow_handle(f));
     hot.payload_bytes_per_s = network_.rate(f) * hot.efficiency;
     mark_hbm(hot.src_rank);
     mark_hbm(hot.dst_rank);
@@ -1862,14 +1844,7 @@ void Run::rerate(int rank) {
       const TimePs duration = ceil_ps(run.work_left_ps / rate);
       if (duration < kTimeNever - now_) completion = now_ + duration;
     }
-    run.completion_ps = completion;
-    if (must_push(completion, run.scheduled_ps)) {
-      if (run.scheduled_ps != kTimeNever)
-        queue_.move_earlier(compute_handle(slot), completion, kComputeEnd);
-      else
-        queue_.push(completion, kComputeEnd, slot, compute_handle(slot));
-      run.scheduled_ps = completion;
-    }
+    schedule_end(queue_, run.scheduled_ps, completion, kComputeEnd, slot, compute_handle(slot));
   }
 }
 

@@ -75,13 +75,14 @@ TEST_CASE("event queue: matches a stable sort of (time, insertion order) on rand
   REQUIRE(got == reference);
 }
 
-// move_earlier() must pop exactly what the lazy scheme it replaces popped: "push a new event with a
-// fresh sequence number and drop the old one, as stale, when it comes up". The reference below is
-// that scheme, in a plain sorted list keyed (time, sequence); both see the same random operations
-// (tracked pushes, moves earlier, moves later by rescheduling at the top, untracked pushes, pops),
-// with few distinct times so that ties are common; and again with times spread over 40 bits, so that
-// events sit in many buckets of the radix heap and each pop above bucket 0 spreads a bucket.
-TEST_CASE("event queue: move_earlier pops what push-and-drop-stale pops", "[sim][queue]") {
+// move() and cancel() must pop exactly what the lazy scheme they replace popped: "push a new event
+// with a fresh sequence number (none, for a cancel) and drop the old one, as stale, when it comes
+// up". The reference below is that scheme, in a plain sorted list keyed (time, sequence); both see the
+// same random operations (tracked pushes, moves earlier and later, cancels, moves later by rescheduling
+// at the top, untracked pushes, pops), with few distinct times so that ties are common; and again with
+// times spread over 40 bits, so that events sit in many buckets of the radix heap and each pop above
+// bucket 0 spreads a bucket.
+TEST_CASE("event queue: move and cancel pop what push-and-drop-stale pops", "[sim][queue]") {
   const TimePs spread = GENERATE(TimePs{6}, TimePs{1} << 40);
   std::mt19937_64 rng(777);
   EventQueue q;
@@ -126,16 +127,23 @@ TEST_CASE("event queue: move_earlier pops what push-and-drop-stale pops", "[sim]
         q.push(t, 2, kTargets + x);
         ref.push_back({t, ref_seq++, kTargets + x, 0});
         break;
-      case 1:  // the target's end: pushed if none is queued, else moved earlier if earlier
+      case 1:  // the target's end: pushed if none is queued, else moved (earlier or later) or cancelled
         if (queued_at[x] < 0) {
           q.push(t, 1, x, x + 1);
           ref.push_back({t, ref_seq++, x, ++version[x]});
           queued_at[x] = t;
-        } else if (t < queued_at[x]) {
+        } else if (queued_at[x] > q.now()) {  // one due now may sit in bucket 0, which does not move
           REQUIRE(q.queued(x + 1));
-          q.move_earlier(x + 1, t, 1);
-          ref.push_back({t, ref_seq++, x, ++version[x]});
-          queued_at[x] = t;
+          if (rng() % 4 == 0) {
+            q.cancel(x + 1);
+            ++version[x];
+            queued_at[x] = -1;
+            REQUIRE_FALSE(q.queued(x + 1));
+          } else {
+            q.move(x + 1, t, 1);
+            ref.push_back({t, ref_seq++, x, ++version[x]});
+            queued_at[x] = t;
+          }
         }
         break;
       default: {  // pop (cases 2 and 3); a tracked event is sometimes moved later in place instead
@@ -167,9 +175,19 @@ TEST_CASE("event queue: move_earlier pops what push-and-drop-stale pops", "[sim]
   REQUIRE(got == want);
   REQUIRE(q.scheduled() == ref_seq);  // the same sequence numbers were handed out
   q.push(q.now() + 10, 1, 0, 100);
-  REQUIRE_THROWS_AS(q.move_earlier(100, q.now() + 10, 1), std::logic_error);  // not earlier
-  REQUIRE_THROWS_AS(q.move_earlier(101, q.now() + 1, 1), std::logic_error);   // nothing queued
-  REQUIRE_THROWS_AS(q.move_earlier(0, q.now() + 1, 1), std::logic_error);     // untracked
+  REQUIRE_THROWS_AS(q.move(100, q.now() - 1, 1), std::logic_error);  // into the past
+  REQUIRE_THROWS_AS(q.move(101, q.now() + 1, 1), std::logic_error);  // nothing queued
+  REQUIRE_THROWS_AS(q.cancel(101), std::logic_error);
+  REQUIRE_THROWS_AS(q.move(0, q.now() + 1, 1), std::logic_error);    // untracked
+  REQUIRE(q.scheduled() == ref_seq + 1);                              // a refused move hands out nothing
+  // An event due now (bucket 0: at the base, which a pop from the buckets has just set) stays put.
+  while (!q.empty()) q.pop();
+  q.push(q.now() + 10, 1, 0, 100);
+  q.pop();
+  q.push(q.now(), 1, 0, 100);
+  REQUIRE_THROWS_AS(q.move(100, q.now() + 5, 1), std::logic_error);
+  REQUIRE_THROWS_AS(q.cancel(100), std::logic_error);
+  REQUIRE(q.pop().time == q.now());
 }
 
 // The engine looks at the earliest event (top()) and may then still schedule events at the current

@@ -94,7 +94,7 @@ struct RunProfile {
   // CPU seconds of this thread in the event loop: on a machine shared with other work, wall clock
   // counts the time the thread waited for a core, CPU time does not.
   double events_cpu_s = 0.0;
-  std::uint64_t events_scheduled = 0;  // sequence numbers handed out: pushes, moves earlier, reschedules
+  std::uint64_t events_scheduled = 0;  // sequence numbers handed out: pushes and moves
   // Bytes of per-task and per-edge state the engine holds during the loop (task info, pending
   // counts, successor lists, kernel-cost and send tables) plus the SimResult it fills; the graph
   // itself not included. Sizes, not capacities: reserved but untouched memory costs no pages.

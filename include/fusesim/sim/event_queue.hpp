@@ -21,20 +21,18 @@
 //   time, so at most 64 times in all, and far fewer where times cluster). The engine's queue holds a
 //   few dozen events at a handful of distinct times (every flow of a ring step ends together), which
 //   a comparison heap sifts through on every push and pop and this one does not.
-//   Sequence order within bucket 0: every new event (push, move_earlier, reschedule) gets a
-//   sequence number above all others, so appending keeps bucket 0 sorted; a bucket spread into an
-//   empty bucket 0 is sorted there once (it arrives nearly sorted).
-// - Moving an event EARLIER is done in place: an event pushed with a non-zero `handle` (the engine
-//   gives one per compute slot and per flow) has its (bucket, index) tracked, and move_earlier()
-//   takes it out of its bucket (the bucket's last event fills the hole) and appends it where its new
-//   time belongs, with a fresh sequence number. That is exactly the key a new push would have had,
-//   and the event it replaces never did anything when it popped, so the pop order of the events that
-//   do something is that of "push a new event, drop the stale one when it pops", without the stale
-//   pops (a sixth of all pops on contended pipelines).
-// - Moving an event LATER is left lazy: the event comes up at its old time, finds that its target
-//   now ends later and is turned into that later event (reschedule_top(): a fresh sequence number as
-//   a push at that moment would give). Doing it eagerly would change the sequence number, hence the
-//   order among equal times, hence results.
+//   Sequence order within bucket 0: every new event (push, move, reschedule) gets a sequence number
+//   above all others, so appending keeps bucket 0 sorted; a bucket spread into an empty bucket 0 is
+//   sorted there once (it arrives nearly sorted).
+// - Moving an event is done in place, earlier or later: an event pushed with a non-zero `handle`
+//   (the engine gives one per compute slot and per flow) has its (bucket, index) tracked, and move()
+//   gives it its new time and a fresh sequence number, the key a push at that moment would give:
+//   within its bucket it keeps its place, else it is taken out (the bucket's last event fills the
+//   hole) and appended where its new time belongs; cancel() takes it out. So nothing stale is ever
+//   queued, and equal times run in the order their events were last scheduled. (Until 2026-12-02 a
+//   move later was lazy: the event came up at its old time and was rescheduled then, with the
+//   sequence number of that moment, which ordered ties by when the stale event came up; those
+//   reschedules were a fifth to a quarter of all pops on contended pipelines.)
 // - Looking at the earliest event (top()) must not move the base: the engine looks, then may still
 //   schedule events at the current time before that event runs. So each bucket above 0 remembers its
 //   earliest event: a spread fills buckets that were empty and notes each one's earliest as it goes,
@@ -62,7 +60,7 @@ struct Event {
   std::uint64_t seq_kind = 0;
   TimePs time = 0;
   std::uint32_t target = 0;   // task, flow or collective the event is about (the engine's choice)
-  std::uint32_t handle = 0;   // non-zero: the position of this event is tracked (move_earlier())
+  std::uint32_t handle = 0;   // non-zero: the position of this event is tracked (move(), cancel())
 
   std::uint64_t seq() const { return seq_kind >> 8; }
   std::uint8_t kind() const { return static_cast<std::uint8_t>(seq_kind & 0xff); }
@@ -85,27 +83,44 @@ class EventQueue {
   // The earliest event (the earliest scheduled among equal times). The queue must not be empty.
   const Event& top() const { return top_is_lane() ? lanes_[best_lane_].head() : heap_top(); }
   TimePs top_time() const { return top().time; }
-  // Sequence numbers handed out so far: pushes, moves earlier and reschedules.
+  // Sequence numbers handed out so far: pushes, moves and reschedules.
   std::uint64_t scheduled() const { return next_seq_; }
   void reserve(std::size_t n) { buckets_[0].reserve(n); }
 
   // Whether the event pushed with `handle` (non-zero) is still in the heap.
   bool queued(std::uint32_t handle) const { return handle < pos_.size() && pos_[handle].bucket != kNotQueued; }
-  // Gives the queued event of `handle` the new, earlier time and a fresh sequence number (the key a
-  // push now would give) and puts it where that time belongs. Throws std::logic_error if it is not
-  // queued or would not move earlier.
-  void move_earlier(std::uint32_t handle, TimePs time, std::uint8_t kind) {
-    if (handle == 0 || !queued(handle)) throw std::logic_error("move_earlier: no such event, or not earlier");
-    const Pos p = pos_[handle];
-    const Event& old = buckets_[p.bucket][p.index];
-    if (time >= old.time) throw std::logic_error("move_earlier: no such event, or not earlier");
-    const std::uint32_t target = old.target;
+  // Gives the queued event of `handle` a new time, earlier or later, and a fresh sequence number (the
+  // key a push now would give: among equal times it runs after everything scheduled before this
+  // move) and puts it where that time belongs. Throws std::logic_error if it is not queued or is due
+  // now (in bucket 0: at the base, which is never after now(), so due at now()).
+  void move(std::uint32_t handle, TimePs time, std::uint8_t kind) {
+    const Pos p = tracked(handle);
     const std::uint64_t seq_kind = next_seq_kind(time, kind);  // may refuse: before anything changes
-    // (An event in bucket 0 sits at the base, not after now(), so it cannot move earlier: p.bucket > 0.)
-    // The earliest of its bucket stays the earliest there if it stays in that bucket: it only moves earlier.
-    const bool stays_earliest = min_index_[p.bucket] == p.index && bucket_of(time) == p.bucket;
-    remove(p);
-    insert(seq_kind, time, target, handle, stays_earliest);
+    const std::size_t b = bucket_of(time);
+    if (b != p.bucket) {
+      const std::uint32_t target = buckets_[p.bucket][p.index].target;
+      remove(p);
+      insert(seq_kind, time, target, handle, false);
+      return;
+    }
+    // Within its bucket it keeps its place; only the bucket's earliest may change.
+    Event& e = buckets_[b][p.index];
+    e.seq_kind = seq_kind;
+    e.time = time;
+    const Key k = key(time, seq_kind);
+    std::uint32_t& earliest = min_index_[b];
+    if (earliest == p.index) {
+      if (k < min_key_[b]) min_key_[b] = k;
+      else earliest = kUnknown;  // it moved later: another may come first now, found when needed
+    } else if (earliest != kUnknown && k < min_key_[b]) {
+      earliest = p.index;
+      min_key_[b] = k;
+    }
+  }
+  // Takes the queued event of `handle` out (the same errors as move()).
+  void cancel(std::uint32_t handle) {
+    remove(tracked(handle));
+    pos_[handle].bucket = kNotQueued;
   }
 
   // A non-zero `handle` (at most one queued event per handle) makes the event's position tracked.
@@ -305,6 +320,12 @@ class EventQueue {
       min_index_[b] = index;
       min_key_[b] = k;
     }
+  }
+
+  Pos tracked(std::uint32_t handle) const {
+    if (handle == 0 || !queued(handle)) throw std::logic_error("no queued event has this handle");
+    if (pos_[handle].bucket == 0) throw std::logic_error("an event due now cannot move");
+    return pos_[handle];
   }
 
   // Takes the event at `p` (above bucket 0) out: the bucket's last event fills the hole.

@@ -80,8 +80,8 @@ class FlowNetwork {
   double remaining_bytes(FlowId f, TimePs now) const;
   // When the flow lands at its current rate (kTimeNever while its rate is zero).
   TimePs completion_ps(FlowId f) const { return flows_[f].completion_ps; }
-  // Bumped whenever completion_ps changes or the flow finishes: an event carrying an older version
-  // is stale (lazy cancellation in the event queue).
+  // Bumped whenever completion_ps changes or the flow finishes (each such change is also in what
+  // settle() returns, which is how the engine learns to move the flow's end event).
   std::uint32_t version(FlowId f) const { return flows_[f].version; }
   std::size_t num_slots() const { return flows_.size(); }
   std::size_t active_flows() const { return active_; }
