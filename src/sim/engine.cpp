@@ -106,9 +106,8 @@ inline std::uint32_t flow_handle(FlowId f) { return 2 * f + 2; }
 // sequence number, as a push at that moment would give), pushes one if none is queued, or takes it
 // out when the completion is never (a kernel parked with no SMs). So the queue never holds a stale
 // end, and equal times run in the order their events were last scheduled.
-template <class Queue>
-void schedule_end(Queue& queue, TimePs& scheduled_ps, TimePs completion_ps, std::uint8_t kind, std::uint32_t target,
-                  std::uint32_t handle) {
+inline void schedule_end(EventQueue& queue, TimePs& scheduled_ps, TimePs completion_ps, std::uint8_t kind,
+                         std::uint32_t target, std::uint32_t handle) {
   if (completion_ps == scheduled_ps) return;
   if (scheduled_ps == kTimeNever)
     queue.push(completion_ps, kind, target, handle);
