@@ -52,7 +52,11 @@ std::optional<NcclCollectiveTime> nccl_collective_time(const topo::NetworkTuning
   if (!tuning.collective_model || nodes < 2 || ranks % nodes != 0 || ranks / nodes < 2) return std::nullopt;
   if (kind == sched::CollectiveKind::all_to_all) return std::nullopt;  // NCCL prices no all-to-all
   const bool all_reduce = kind == sched::CollectiveKind::all_reduce;
-  if (protocol == NcclProtocol::ll128 && !tuning.collective_model->ll128_between_nodes) return std::nullopt;
+  if (protocol == NcclProtocol::ll128 &&
+      !(algorithm == NcclAlgorithm::ring   ? tuning.collective_model->ll128_ring_between_nodes
+        : algorithm == NcclAlgorithm::tree ? tuning.collective_model->ll128_tree_between_nodes
+                                           : false))
+    return std::nullopt;
   // Trees and NVLS trees reduce a whole buffer: all-reduce only (NVLS all-gather and reduce-scatter
   // across nodes need CollNet, which these topologies do not have).
   if (!all_reduce && algorithm != NcclAlgorithm::ring) return std::nullopt;

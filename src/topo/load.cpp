@@ -196,7 +196,22 @@ CollectiveModel read_collective_model(const JsonObject& o) {
   }
   m.network_overhead_s = o.number("network_overhead_s", 0.0, kMaxLatencyS);
   m.ring_simple_plateau = o.number("ring_simple_plateau", 1.0, 10.0);
-  m.ll128_between_nodes = o.boolean_or("ll128_between_nodes", true);
+  if (auto algorithms = o.find("ll128_between_nodes_algorithms")) {
+    if (o.has("ll128_between_nodes"))
+      algorithms->fail("given beside ll128_between_nodes: give one of the two (this one names the algorithms)");
+    const JsonArray a = algorithms->as_array();
+    a.require_size(0, 2);
+    m.ll128_ring_between_nodes = m.ll128_tree_between_nodes = false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const std::string name = a.at(i).as_string();
+      if (name != "ring" && name != "tree") a.at(i).fail("unknown algorithm '" + name + "' (ring, tree)");
+      bool& on = name == "ring" ? m.ll128_ring_between_nodes : m.ll128_tree_between_nodes;
+      if (on) a.at(i).fail("'" + name + "' listed twice");
+      on = true;
+    }
+  } else {
+    m.ll128_ring_between_nodes = m.ll128_tree_between_nodes = o.boolean_or("ll128_between_nodes", true);
+  }
   if (auto mc = o.find("measured_correction")) {
     const JsonObject c = mc->as_object();
     m.extra_network_hop_s = c.number("extra_network_hop_latency_s", 0.0, kMaxLatencyS);

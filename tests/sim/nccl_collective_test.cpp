@@ -25,9 +25,10 @@ const topo::NetworkTuning& h100_tuning() {
 TEST_CASE("NCCL's collective model: latency and bandwidth by algorithm and protocol, as tuning.cc computes them",
           "[sim][nccl]") {
   REQUIRE(h100_tuning().collective_model.has_value());
-  // NCCL's own table has LL128 between nodes; the shipped Hopper files turn it off (checked at the end).
+  // NCCL's own table has LL128 between nodes; the shipped Hopper files keep it for trees alone (checked at
+  // the end).
   topo::NetworkTuning t = h100_tuning();
-  t.collective_model->ll128_between_nodes = true;
+  t.collective_model->ll128_ring_between_nodes = t.collective_model->ll128_tree_between_nodes = true;
   constexpr Bytes kMiB = 1 << 20;
   const auto ar = [&t](NcclAlgorithm a, NcclProtocol p, int ranks, int nodes, Bytes bytes) {
     return sim::nccl_collective_time(t, kAllReduce, a, p, ranks, nodes, bytes);
@@ -99,13 +100,20 @@ TEST_CASE("NCCL's collective model: latency and bandwidth by algorithm and proto
   CHECK_FALSE(sim::nccl_collective_time(t, sched::CollectiveKind::all_to_all, NcclAlgorithm::ring,
                                         NcclProtocol::simple, 16, 2, kMiB));
 
-  // The shipped file's model leaves LL128 out between nodes: none, by ring or tree, whatever the size;
-  // Simple and LL are as above.
+  // The shipped file's model leaves LL128 out of rings between nodes, whatever the size, and keeps it for
+  // trees, at the times above; Simple and LL are as above.
   const topo::NetworkTuning& shipped = h100_tuning();
-  CHECK_FALSE(shipped.collective_model->ll128_between_nodes);
-  for (const NcclAlgorithm a : {NcclAlgorithm::ring, NcclAlgorithm::tree})
-    for (const Bytes bytes : {Bytes{64}, kMiB, 1024 * kMiB})
-      CHECK_FALSE(sim::nccl_collective_time(shipped, kAllReduce, a, NcclProtocol::ll128, 16, 2, bytes));
+  CHECK_FALSE(shipped.collective_model->ll128_ring_between_nodes);
+  CHECK(shipped.collective_model->ll128_tree_between_nodes);
+  for (const Bytes bytes : {Bytes{64}, kMiB, 1024 * kMiB}) {
+    CHECK_FALSE(sim::nccl_collective_time(shipped, kAllReduce, NcclAlgorithm::ring, NcclProtocol::ll128, 16, 2, bytes));
+    const auto tree = sim::nccl_collective_time(shipped, kAllReduce, NcclAlgorithm::tree, NcclProtocol::ll128, 16, 2, bytes);
+    const auto tree_table = ar(NcclAlgorithm::tree, NcclProtocol::ll128, 16, 2, bytes);
+    REQUIRE(tree.has_value());
+    REQUIRE(tree_table.has_value());
+    CHECK(tree->latency_s == tree_table->latency_s);
+    CHECK(tree->bytes_per_s == tree_table->bytes_per_s);
+  }
   CHECK(sim::nccl_collective_time(shipped, kAllReduce, NcclAlgorithm::ring, NcclProtocol::simple, 64, 8, 8 * kMiB)
             ->latency_s == Approx(819.28e-6).epsilon(1e-9));
 
@@ -120,6 +128,7 @@ TEST_CASE("a collective across nodes runs NCCL's choice at the time NCCL's model
   topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
   // NCCL's model as it is: the shipped file's measured correction is the next test cases' subject.
   c.comm.network_tuning->collective_model->extra_network_hop_s = 0.0;
+  c.comm.network_tuning->collective_model->extra_tree_latency_s = 0.0;
   c.comm.network_tuning->collective_model->mid_size_slowdown_peak = 0.0;
   TestCostModel costs;
   // One collective of `kind` over ranks 0..n-1; its makespan at the model's time, up to the few NVLink
@@ -166,7 +175,7 @@ TEST_CASE("a collective across nodes runs NCCL's choice at the time NCCL's model
   }
 
   SECTION("the same all-gather with LL128 between nodes, as NCCL's own table has it: the ring's LL128") {
-    c.comm.network_tuning->collective_model->ll128_between_nodes = true;
+    c.comm.network_tuning->collective_model->ll128_ring_between_nodes = true;
     const double ll128_s = 286.8e-6 + 64.0 * kMiB / (293.6e9 * 128 / 127);
     CHECK_FALSE(run_at(sched::CollectiveKind::all_gather, 128, 64 * kMiB, ll128_s).best_tree_all_reduce.has_value());
   }
@@ -252,20 +261,23 @@ TEST_CASE("a collective across nodes runs NCCL's choice at the time the topology
   const topo::Cluster c = topo::load_cluster_by_name_or_path("dgx-h100-128node");
   const topo::CollectiveModel& m = *c.comm.network_tuning->collective_model;
   // The shipped correction (fitted by tools/calibration/fit_network_correction.py).
-  REQUIRE(m.extra_network_hop_s == 1.66e-6);
-  REQUIRE(m.mid_size_slowdown_peak == 0.94);
-  REQUIRE(m.mid_size_center_log2_bytes == 22.3);
-  REQUIRE(m.mid_size_width_log2 == 2.8);
+  REQUIRE(m.extra_network_hop_s == 0.413e-6);
+  REQUIRE(m.extra_tree_latency_s == 2.71e-6);
+  REQUIRE(m.mid_size_slowdown_peak == 0.863);
+  REQUIRE(m.mid_size_center_log2_bytes == 22.78);
+  REQUIRE(m.mid_size_width_log2 == 2.63);
   // 2 nodes x 8, 8 MiB: NCCL's model still chooses the NVLS tree (66.8 us + 8 MiB / 246.19 GB/s =
-  // 100.87 us against the Simple ring's 225.2 us, first test case), which then takes 66.8 + 2 x 1.66 =
-  // 70.12 us of latency (2 log2 2 = 2 network hops) and its data time 34.07 us x (1 + 0.94 x
-  // exp(-((23 - 22.3) / 2.8)^2 / 2) = 1.9111) = 65.12 us: 135.24 us, up to the few NVLink drains
-  // before the first chunk reaches a NIC and after the last leaves one (as above).
+  // 100.87 us against the Simple ring's 225.2 us, first test case, and the LL128 tree's 48.5 us +
+  // 8 MiB / (min(min(8 x 48 x 0.92, 8 x 41.4) x 0.9375, 8 x 36.7) / 2 x 0.9 = 132.1 GB/s) = 111.99 us),
+  // which then takes 66.8 + 2 x 0.413 = 67.626 us of latency (2 log2 2 = 2 network hops; an NVLS tree
+  // pays no tree latency) and its data time 34.07 us x (1 + 0.863 x exp(-((23 - 22.78) / 2.63)^2 / 2) =
+  // 1.86) = 63.38 us: 131.00 us, up to the few NVLink drains before the first chunk reaches a NIC and
+  // after the last leaves one (as above).
   const double model_s = 66.8e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30);
-  const double slowdown = 1.0 + 0.94 * std::exp(-0.5 * std::pow((23.0 - 22.3) / 2.8, 2));
-  CHECK(slowdown == Approx(1.9111).epsilon(1e-4));
-  const double measured_s = 70.12e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30) * slowdown;
-  CHECK(measured_s == Approx(135.24e-6).epsilon(1e-4));
+  const double slowdown = 1.0 + 0.863 * std::exp(-0.5 * std::pow((23.0 - 22.78) / 2.63, 2));
+  CHECK(slowdown == Approx(1.86).epsilon(1e-4));
+  const double measured_s = 67.626e-6 + 8.0 * kMiB / (461.6e9 * 16 / 30) * slowdown;
+  CHECK(measured_s == Approx(131.00e-6).epsilon(1e-4));
   TestCostModel costs;
   sched::TaskGraph g(16);
   collective(g, "c", kAllReduce, iota_ranks(16), 8 * kMiB, 1);

@@ -2,6 +2,7 @@
 // path of the offending value.
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -232,6 +233,32 @@ TEST_CASE("each malformed topology names its JSON path") {
          j["communication"]["network_tuning"]["collective_model"]["ll128_between_nodes"] = "no";
        },
        "$.communication.network_tuning.collective_model.ll128_between_nodes"},
+      {"collective model: LL128 between nodes for an algorithm NCCL's model has no LL128 of",
+       [](json& j) {
+         add_model(j);
+         j["communication"]["network_tuning"]["collective_model"]["ll128_between_nodes_algorithms"] = {"tree",
+                                                                                                      "nvls_tree"};
+       },
+       "$.communication.network_tuning.collective_model.ll128_between_nodes_algorithms[1]"},
+      {"collective model: LL128 between nodes for one algorithm named twice",
+       [](json& j) {
+         add_model(j);
+         j["communication"]["network_tuning"]["collective_model"]["ll128_between_nodes_algorithms"] = {"ring", "ring"};
+       },
+       "$.communication.network_tuning.collective_model.ll128_between_nodes_algorithms[1]"},
+      {"collective model: LL128 between nodes by algorithm not a list",
+       [](json& j) {
+         add_model(j);
+         j["communication"]["network_tuning"]["collective_model"]["ll128_between_nodes_algorithms"] = "tree";
+       },
+       "$.communication.network_tuning.collective_model.ll128_between_nodes_algorithms"},
+      {"collective model: LL128 between nodes given both ways",
+       [](json& j) {
+         add_model(j);
+         j["communication"]["network_tuning"]["collective_model"]["ll128_between_nodes"] = true;
+         j["communication"]["network_tuning"]["collective_model"]["ll128_between_nodes_algorithms"] = {"tree"};
+       },
+       "$.communication.network_tuning.collective_model.ll128_between_nodes_algorithms"},
       {"collective model: a measured correction without its source",
        [](json& j) { add_correction(j).erase("source"); },
        "$.communication.network_tuning.collective_model.measured_correction.source"},
@@ -572,7 +599,25 @@ TEST_CASE("NCCL's collective model as the topology gives it") {
   CHECK(m.tree_node_hop_s[1] == 0.6e-6);
   CHECK(m.nvls_tree_cap[1] == 57.7e9);  // more than two nodes
   CHECK(m.nvls_efficiency == 0.85);
-  CHECK(m.ll128_between_nodes);  // NCCL's default where the file does not say
+  CHECK(m.ll128_ring_between_nodes);  // NCCL's default where the file does not say
+  CHECK(m.ll128_tree_between_nodes);
+  {
+    // By algorithm: trees alone (the Hopper files'), or none; or off for both by the bool.
+    for (const auto& [algorithms, ring, tree] :
+         {std::tuple{json::array({"tree"}), false, true}, std::tuple{json::array({"tree", "ring"}), true, true},
+          std::tuple{json::array(), false, false}}) {
+      json k = j;
+      k["communication"]["network_tuning"]["collective_model"]["ll128_between_nodes_algorithms"] = algorithms;
+      const Cluster kc = parse_cluster(JsonDocument::parse(k.dump(), "mem.json"));
+      CHECK(kc.comm.network_tuning->collective_model->ll128_ring_between_nodes == ring);
+      CHECK(kc.comm.network_tuning->collective_model->ll128_tree_between_nodes == tree);
+    }
+    json k = j;
+    k["communication"]["network_tuning"]["collective_model"]["ll128_between_nodes"] = false;
+    const Cluster kc = parse_cluster(JsonDocument::parse(k.dump(), "mem.json"));
+    CHECK_FALSE(kc.comm.network_tuning->collective_model->ll128_ring_between_nodes);
+    CHECK_FALSE(kc.comm.network_tuning->collective_model->ll128_tree_between_nodes);
+  }
   CHECK(m.extra_network_hop_s == 0.0);  // no measured correction: NCCL's model as it is
   CHECK(m.mid_size_slowdown_peak == 0.0);
   CHECK(m.extra_tree_latency_s == 0.0);

@@ -27,9 +27,10 @@ The numbers are fitted here (Nelder-Mead on the squared log error of the time) o
 validation/published.json marked fitted across nodes on topologies of the file's collective model (the
 same NCCL constants and channels), as many as the cases tell apart: the hop's always, the tree's where
 trees were measured at two node counts or more, the slowdown where sizes above 1 MiB were (with Simple or
-LL128). The Hopper files (one model) fit on the two two-node all-reduce curves of NVIDIA/nccl-tests#309
-and the 2-8 GiB plateau of its eight-node curve: the hop and the slowdown. The other Hopper curves across
-nodes (the eight-node curve below 2 GiB, #294, the 4-node all-reduce and all-gather of
+LL128). The Hopper files (one model) fit on the two two-node all-reduce curves of NVIDIA/nccl-tests#309,
+its four-node curve up to 8 MiB (where NCCL's model runs trees) and the 2-8 GiB plateau of its eight-node
+curve: the hop, the tree's (trees at two and four nodes) and the slowdown. The other Hopper curves across
+nodes (the rest of the four- and eight-node curves, #294, the 4-node all-reduce and all-gather of
 ZiyanIshani/vpbenchmarking) stay held out; their hosts are H100 nodes of 8 x 400 Gb/s. The A100 files fit
 on ABCI's all-reduce curves of 2, 4, 8 and 16 nodes at 1-64 KiB (aistabci/abci2.0benchmark, NCCL 2.8.4):
 the hop and the tree; the A100 curves of OCI's RoCE hosts, CoreWeave's 16 nodes and Azure NDmv4 stay held
@@ -63,11 +64,19 @@ def ring_network_steps(op, nodes):
     return (2 if op == "all_reduce" else 1) * (nodes - 1)
 
 
+def ll128_between_nodes(model, algorithm):
+    """Whether the model may run LL128 between nodes by `algorithm` (ll128_between_nodes: rings and trees,
+    default true; or ll128_between_nodes_algorithms: those it names)."""
+    if "ll128_between_nodes_algorithms" in model:
+        return algorithm in model["ll128_between_nodes_algorithms"]
+    return algorithm in ("ring", "tree") and model.get("ll128_between_nodes", True)
+
+
 def model_time(tuning, op, algorithm, protocol, ranks, nodes, size):
     """(latency s, algorithm bytes/s) as src/sim/nccl_collective.cpp's nccl_collective_time, or None."""
     m = tuning["collective_model"]
     all_reduce = op == "all_reduce"
-    if protocol == "ll128" and not m.get("ll128_between_nodes", True):
+    if protocol == "ll128" and not ll128_between_nodes(m, algorithm):
         return None
     if not all_reduce and algorithm != "ring":
         return None
@@ -199,9 +208,9 @@ def fitted_points(tuning, cases):
 
 # What the fitted cases of each GPU generation are, and what stays held out, for the file's source.
 CURVES = {
-    "h100": "NVIDIA/nccl-tests#309: two-node all-reduce curves, 8 x H100 and 8 x 400 Gb/s each, NCCL 2.26, and "
-            "the 2-8 GiB plateau of its eight-node curve); held out on the rest of its eight-node curve, #294 and "
-            "the 4-node all-reduce and all-gather of ZiyanIshani/vpbenchmarking",
+    "h100": "NVIDIA/nccl-tests#309: two-node all-reduce curves, 8 x H100 and 8 x 400 Gb/s each, NCCL 2.26, its "
+            "four-node curve up to 8 MiB and the 2-8 GiB plateau of its eight-node curve); held out on the rest of its "
+            "four- and eight-node curves, #294 and the 4-node all-reduce and all-gather of ZiyanIshani/vpbenchmarking",
     "a100": "aistabci/abci2.0benchmark: all-reduce curves of 2, 4, 8 and 16 ABCI nodes of 8 x A100, NCCL 2.8.4, "
             "at 1-64 KiB, where NCCL's model runs trees with LL); held out on the A100 curves of 2 OCI hosts "
             "(oracle-quickstart/oci-hpc-oke), of 16 CoreWeave nodes at 1-8 KiB (coreweave/nccl-tests) and of Azure "

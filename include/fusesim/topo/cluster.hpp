@@ -174,10 +174,12 @@ struct CollectiveModel {
   double nvls_efficiency = 0.0;       // nvlsEfficiency of the device's generation; 0: no NVLS tree
   double network_overhead_s = 0.0;    // getNetOverhead: the least a ring step inside a node costs (x3 Simple)
   double ring_simple_plateau = 1.0;   // a Simple ring's latency factor across nodes once chunks are full
-  // Whether LL128 is among the protocols chosen from ("ll128_between_nodes", default true: NCCL enables
-  // it on Hopper NICs within PXN of their GPU). Measured curves across nodes can say otherwise: the
-  // Hopper files have it off (docs/calibration.md, "Collectives").
-  bool ll128_between_nodes = true;
+  // Whether LL128 is among the protocols chosen from for a ring and for a tree ("ll128_between_nodes":
+  // both, default true: NCCL enables it on Hopper NICs within PXN of their GPU; or
+  // "ll128_between_nodes_algorithms": the algorithms that may). Measured curves across nodes can say
+  // otherwise: the Hopper files let trees alone run it (docs/calibration.md, "Collectives").
+  bool ll128_ring_between_nodes = true;
+  bool ll128_tree_between_nodes = true;
   // Optional ("measured_correction"): how long the algorithm and protocol NCCL's model chose take on
   // measured curves across nodes, where its model says less (docs/calibration.md, "Collectives"). The
   // choice stays NCCL's: only the time charged changes. Each network hop of the chosen algorithm (a
