@@ -17,6 +17,19 @@ int ring_network_steps(sched::CollectiveKind kind, int nodes) {
   return (kind == sched::CollectiveKind::all_reduce ? 2 : 1) * (nodes - 1);
 }
 
+// Whether the topology lets `algorithm` run LL128 between nodes (an NVLS tree runs Simple alone).
+bool ll128_between_nodes(const topo::CollectiveModel& m, NcclAlgorithm algorithm) {
+  switch (algorithm) {
+    case NcclAlgorithm::ring:
+      return m.ll128_ring_between_nodes;
+    case NcclAlgorithm::tree:
+      return m.ll128_tree_between_nodes;
+    case NcclAlgorithm::nvls_tree:
+      break;
+  }
+  return false;
+}
+
 }  // namespace
 
 double tree_size_factor(const topo::NetworkTuning& tuning, NcclProtocol protocol, Bytes bytes) {
@@ -52,11 +65,7 @@ std::optional<NcclCollectiveTime> nccl_collective_time(const topo::NetworkTuning
   if (!tuning.collective_model || nodes < 2 || ranks % nodes != 0 || ranks / nodes < 2) return std::nullopt;
   if (kind == sched::CollectiveKind::all_to_all) return std::nullopt;  // NCCL prices no all-to-all
   const bool all_reduce = kind == sched::CollectiveKind::all_reduce;
-  if (protocol == NcclProtocol::ll128 &&
-      !(algorithm == NcclAlgorithm::ring   ? tuning.collective_model->ll128_ring_between_nodes
-        : algorithm == NcclAlgorithm::tree ? tuning.collective_model->ll128_tree_between_nodes
-                                           : false))
-    return std::nullopt;
+  if (protocol == NcclProtocol::ll128 && !ll128_between_nodes(*tuning.collective_model, algorithm)) return std::nullopt;
   // Trees and NVLS trees reduce a whole buffer: all-reduce only (NVLS all-gather and reduce-scatter
   // across nodes need CollNet, which these topologies do not have).
   if (!all_reduce && algorithm != NcclAlgorithm::ring) return std::nullopt;
