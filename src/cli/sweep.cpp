@@ -18,6 +18,7 @@
 #include "fusesim/cli/app.hpp"
 #include "fusesim/cli/overrides.hpp"
 #include "fusesim/util/allocator.hpp"
+#include "fusesim/util/csv.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/json_reader.hpp"
 
@@ -125,15 +126,7 @@ std::string cell_json(const Cell& c) {
 }
 
 std::string cell_csv(const Cell& c) {
-  if (const auto* s = std::get_if<std::string>(&c)) {
-    if (s->find_first_of(",\"\n\r") == std::string::npos) return *s;
-    std::string q = "\"";
-    for (char ch : *s) {
-      if (ch == '"') q += '"';
-      q += ch;
-    }
-    return q + "\"";
-  }
+  if (const auto* s = std::get_if<std::string>(&c)) return util::csv_field(*s);
   return cell_json(c);
 }
 

@@ -6,13 +6,16 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "fusesim/analysis/rank_correlation.hpp"
@@ -26,6 +29,7 @@
 #include "fusesim/sched/dag.hpp"
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/util/allocator.hpp"
+#include "fusesim/util/csv.hpp"
 #include "fusesim/util/embedded.hpp"
 #include "fusesim/util/error.hpp"
 #include "fusesim/util/output.hpp"
@@ -378,10 +382,22 @@ class ValidateCommand final : public Command {
         ->delimiter(',');
     sub.add_option("--format", format_, "table or json")->type_name("FORMAT")->capture_default_str();
     sub.add_option("--output", output_, "write the report to this file instead of standard output")->type_name("FILE");
+    sub.add_option("--kernel-predictions", predictions_,
+                   "write every kernel sample of the profiles' kernel models as CSV: its measured time, the reading "
+                   "predicted fitted on all samples and with its model left out")
+        ->type_name("FILE");
   }
 
   int run(Io& io) override {
     if (!output_.empty()) check_output_path(output_, "--output");  // before the work, not after
+    if (!predictions_.empty()) {
+      if (roofline_)
+        throw InputError(kCommandLine, "--kernel-predictions", "--roofline prices kernels by no profile's kernel models");
+      if (!ids_.empty() || (!category_.empty() && category_ != "gemm"))
+        throw InputError(kCommandLine, "--kernel-predictions",
+                         "the kernel models are reported without --id, with --category gemm or none");
+      check_output_path(predictions_, "--kernel-predictions");
+    }
     const OutputFormat format = parse_format(format_);
     if (!category_.empty() && category_ != "gemm" && category_ != "attention" && category_ != "collective" &&
         category_ != "end_to_end" && category_ != "layer")
@@ -491,7 +507,7 @@ class ValidateCommand final : public Command {
     std::vector<KernelModelReport> kernel_models;
     // Not with --id: they are the profiles' samples, not cases.
     if ((category_.empty() || category_ == "gemm") && ids_.empty())
-      for (const model::Profile& p : profiles) kernel_models.push_back(kernel_model_report(p));
+      for (const model::Profile& p : profiles) kernel_models.push_back(kernel_model_report(p, !predictions_.empty()));
     std::string text;
     if (format == OutputFormat::json) {
       nlohmann::json doc = to_json(rows, in.label);
@@ -502,6 +518,13 @@ class ValidateCommand final : public Command {
     } else {
       text = to_table(rows, in.label);
       for (const KernelModelReport& r : kernel_models) text += r.table();
+    }
+    if (!predictions_.empty()) {
+      std::string csv =
+          "profile,kernels,op,group,m,n,k,batch,bytes,rows,launches,measured_s,fitted_s,held_out_s,held_out_error_pct\n";
+      for (const KernelModelReport& r : kernel_models)
+        for (const std::string& line : r.predictions) csv += line;
+      write_output_file(predictions_, csv, "--kernel-predictions");
     }
     if (output_.empty()) {
       io.out << text << std::flush;
@@ -521,6 +544,7 @@ class ValidateCommand final : public Command {
       std::vector<model::HeldOutError> held_out;
     };
     std::vector<Part> parts;
+    std::vector<std::string> predictions;  // CSV lines of --kernel-predictions, when asked
     nlohmann::json json() const {
       nlohmann::json j{{"profile", profile}};
       for (const Part& p : parts) {
@@ -564,23 +588,61 @@ class ValidateCommand final : public Command {
     }
   };
 
-  static KernelModelReport kernel_model_report(const model::Profile& p) {
+  // One sample's line of --kernel-predictions. Numbers as the shortest text that reads back the same
+  // double; an empty field where the value does not apply (a GEMM's bytes, a kernel never held out).
+  struct PredictionLine {
+    const std::string& profile;
+    std::string_view kernels, op, group;
+    std::array<double, 4> mnkb;          // m, n, k, batch (GEMMs)
+    double bytes, rows, launches;        // small kernels
+    double measured_s, fitted_s, held_out_s;
+  };
+  static std::string csv_line(const PredictionLine& l) {
+    const auto number = [](double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string(); };
+    std::string line = util::csv_field(l.profile) + ',' + util::csv_field(l.kernels) + ',' + util::csv_field(l.op) +
+                       ',' + util::csv_field(l.group);
+    for (double v : l.mnkb) line += ',' + number(v);
+    for (double v : {l.bytes, l.rows, l.launches, l.measured_s, l.fitted_s, l.held_out_s,
+                     100.0 * (l.held_out_s / l.measured_s - 1.0)})
+      line += ',' + number(v);
+    return line + '\n';
+  }
+
+  static KernelModelReport kernel_model_report(const model::Profile& p, bool predictions) {
+    constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
     KernelModelReport r;
     r.profile = p.label;
     for (auto [family, name] :
          {std::pair{model::GemmFamily::sixteen_bit, "gemm"}, std::pair{model::GemmFamily::fp8, "gemm fp8"}}) {
       const std::optional<model::GemmModel>& gm = p.gemm_model_of(family);
       if (!gm) continue;
-      r.parts.push_back({name, gm->samples, gm->in_sample_mape_pct(),
-                         model::leave_one_group_out_gemm(model::gemm_timings(p, family), p.sm_count,
-                                                         gm->element_bytes)});
+      const std::vector<model::GemmTiming> samples = model::gemm_timings(p, family);
+      const std::vector<double> held = model::held_out_readings_gemm(samples, p.sm_count, gm->element_bytes);
+      r.parts.push_back({name, gm->samples, gm->in_sample_mape_pct(), model::held_out_errors(samples, held)});
+      if (predictions)
+        for (std::size_t i = 0; i < samples.size(); ++i) {
+          const model::GemmTiming& s = samples[i];
+          r.predictions.push_back(csv_line({p.label, name, "gemm", s.group, {s.m, s.n, s.k, s.batch}, kNone, kNone,
+                                            kNone, s.time_s, gm->sample_reading_s(s), held[i]}));
+        }
     }
     if (!p.elementwise_models.empty()) {
       double sum = 0;
       int n = 0;
       for (const auto& [op, m] : p.elementwise_models) sum += m.in_sample_mape_pct * m.samples, n += m.samples;
+      const std::vector<double> held =
+          model::held_out_readings_small(p.elementwise, p.small_kernel_hbm_bound(), p.small_kernel_l2_bound());
       r.parts.push_back({"small kernels", n, n ? std::optional<double>(sum / n) : std::nullopt,
-                         model::leave_one_group_out_small(p.elementwise, p.small_kernel_hbm_bound(), p.small_kernel_l2_bound())});
+                         model::held_out_errors(p.elementwise, held)});
+      if (predictions)
+        for (std::size_t i = 0; i < p.elementwise.size(); ++i) {
+          const model::SmallKernelTiming& s = p.elementwise[i];
+          const auto it = p.elementwise_models.find(s.op);
+          r.predictions.push_back(csv_line({p.label, "small kernels", s.op, s.group, {kNone, kNone, kNone, kNone},
+                                            s.bytes, s.rows, static_cast<double>(s.kernels), s.time_s,
+                                            it != p.elementwise_models.end() ? it->second.sample_reading_s(s) : kNone,
+                                            held[i]}));
+        }
     }
     return r;
   }
@@ -824,6 +886,7 @@ class ValidateCommand final : public Command {
   std::vector<std::string> ids_;  // --id: substrings of the case ids to run
   std::string format_ = "table";
   std::string output_;
+  std::string predictions_;  // --kernel-predictions
   bool roofline_ = false;
 };
 

@@ -10,6 +10,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <set>
 #include <stdexcept>
 
 namespace fusesim::model {
@@ -369,31 +370,51 @@ nlohmann::json to_json(const SmallKernelModel& m) {
 
 namespace {
 
+// For each sample, in the order given, the reading predicted by the model fitted on every other
+// group's samples (and those of no group, always fitted on); NaN where the sample is never held out:
+// it names no group, all samples are of one group, or the fit without its group has too few samples.
 template <class Sample, class Fit, class Predict>
-std::vector<HeldOutError> leave_one_group_out(const std::vector<Sample>& samples, Fit fit, Predict predict) {
-  std::map<std::string, int> groups;
-  for (const Sample& s : samples) ++groups[s.group];
-  std::vector<HeldOutError> out;
+std::vector<double> held_out_readings(const std::vector<Sample>& samples, Fit fit, Predict predict) {
+  std::vector<double> out(samples.size(), std::numeric_limits<double>::quiet_NaN());
+  std::set<std::string> groups;
+  for (const Sample& s : samples) groups.insert(s.group);
   if (groups.size() < 2) return out;
-  for (const auto& [group, count] : groups) {
+  for (const std::string& group : groups) {
     if (group.empty()) continue;  // samples that name no model are always fitted on
     std::vector<Sample> train;
     for (const Sample& s : samples)
       if (s.group != group) train.push_back(s);
-    HeldOutError e{group, count, 0.0, 0.0};
     try {
       const auto model = fit(train);
-      double sum = 0.0;
-      for (const Sample& s : samples) {
-        if (s.group != group) continue;
-        const double err = std::abs(predict(model, s) / s.time_s - 1.0);
-        sum += err;
-        e.max_abs_pct = std::max(e.max_abs_pct, 100.0 * err);
-      }
-      e.mape_pct = 100.0 * sum / count;
+      for (std::size_t i = 0; i < samples.size(); ++i)
+        if (samples[i].group == group) out[i] = predict(model, samples[i]);
     } catch (const std::invalid_argument&) {
       continue;  // too few samples without this group
     }
+  }
+  return out;
+}
+
+// Per group, in the order of their names, the error of the samples held out: the mean and the largest
+// |reading / time - 1|, summed in sample order. A group without a held-out reading is left out.
+template <class Sample>
+std::vector<HeldOutError> errors_by_group(const std::vector<Sample>& samples, const std::vector<double>& readings) {
+  if (readings.size() != samples.size())
+    throw std::invalid_argument("held-out readings must be one per sample");
+  std::map<std::string, HeldOutError> groups;
+  std::map<std::string, double> sums;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    if (!std::isfinite(readings[i])) continue;
+    HeldOutError& e = groups[samples[i].group];
+    e.group = samples[i].group;
+    const double err = std::abs(readings[i] / samples[i].time_s - 1.0);
+    sums[e.group] += err;
+    ++e.samples;
+    e.max_abs_pct = std::max(e.max_abs_pct, 100.0 * err);
+  }
+  std::vector<HeldOutError> out;
+  for (auto& [group, e] : groups) {
+    e.mape_pct = 100.0 * sums[group] / e.samples;
     out.push_back(e);
   }
   return out;
@@ -401,36 +422,47 @@ std::vector<HeldOutError> leave_one_group_out(const std::vector<Sample>& samples
 
 }  // namespace
 
-std::vector<HeldOutError> leave_one_group_out_gemm(const std::vector<GemmTiming>& samples, int sm_count,
-                                                   double element_bytes) {
-  return leave_one_group_out(
+std::vector<double> held_out_readings_gemm(const std::vector<GemmTiming>& samples, int sm_count,
+                                           double element_bytes) {
+  return held_out_readings(
       samples, [&](const std::vector<GemmTiming>& t) { return fit_gemm_model(t, sm_count, element_bytes); },
       [](const GemmModel& g, const GemmTiming& s) { return g.sample_reading_s(s); });
 }
 
+std::vector<double> held_out_readings_small(const std::vector<SmallKernelTiming>& samples, double hbm_bytes_per_s,
+                                            double l2_bytes) {
+  // Per op: each op has its own model, fitted without the group on that op's samples alone.
+  std::map<std::string, std::vector<std::size_t>> by_op;
+  for (std::size_t i = 0; i < samples.size(); ++i) by_op[samples[i].op].push_back(i);
+  std::vector<double> out(samples.size(), std::numeric_limits<double>::quiet_NaN());
+  for (const auto& [op, indices] : by_op) {
+    std::vector<SmallKernelTiming> ops;
+    for (std::size_t i : indices) ops.push_back(samples[i]);
+    const std::vector<double> readings = held_out_readings(
+        ops, [&](const std::vector<SmallKernelTiming>& t) { return fit_small_kernel_model(t, hbm_bytes_per_s, l2_bytes); },
+        [](const SmallKernelModel& m, const SmallKernelTiming& s) { return m.sample_reading_s(s); });
+    for (std::size_t j = 0; j < indices.size(); ++j) out[indices[j]] = readings[j];
+  }
+  return out;
+}
+
+std::vector<HeldOutError> held_out_errors(const std::vector<GemmTiming>& samples, const std::vector<double>& readings) {
+  return errors_by_group(samples, readings);
+}
+
+std::vector<HeldOutError> held_out_errors(const std::vector<SmallKernelTiming>& samples,
+                                          const std::vector<double>& readings) {
+  return errors_by_group(samples, readings);
+}
+
+std::vector<HeldOutError> leave_one_group_out_gemm(const std::vector<GemmTiming>& samples, int sm_count,
+                                                   double element_bytes) {
+  return held_out_errors(samples, held_out_readings_gemm(samples, sm_count, element_bytes));
+}
+
 std::vector<HeldOutError> leave_one_group_out_small(const std::vector<SmallKernelTiming>& samples,
                                                     double hbm_bytes_per_s, double l2_bytes) {
-  // Per op: each op has its own model; a group's error pools its ops' samples.
-  std::map<std::string, std::vector<SmallKernelTiming>> by_op;
-  for (const SmallKernelTiming& s : samples) by_op[s.op].push_back(s);
-  std::map<std::string, std::pair<int, std::pair<double, double>>> acc;  // group -> count, (sum, max)
-  for (const auto& [op, ops] : by_op) {
-    const auto fit = [&](const std::vector<SmallKernelTiming>& t) {
-      return fit_small_kernel_model(t, hbm_bytes_per_s, l2_bytes);
-    };
-    for (const HeldOutError& e : leave_one_group_out(ops, fit,
-                                                     [](const SmallKernelModel& m, const SmallKernelTiming& s) {
-                                                       return m.sample_reading_s(s);
-                                                     })) {
-      auto& [count, sm] = acc[e.group];
-      count += e.samples;
-      sm.first += e.mape_pct * e.samples;
-      sm.second = std::max(sm.second, e.max_abs_pct);
-    }
-  }
-  std::vector<HeldOutError> out;
-  for (const auto& [group, v] : acc) out.push_back({group, v.first, v.second.first / v.first, v.second.second});
-  return out;
+  return held_out_errors(samples, held_out_readings_small(samples, hbm_bytes_per_s, l2_bytes));
 }
 
 }  // namespace fusesim::model

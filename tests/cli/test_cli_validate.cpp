@@ -287,6 +287,75 @@ TEST_CASE("validate --cases measured, default profiles: the H100's 2026 GEMM bur
   CHECK(sum / bursts > -0.12);
 }
 
+TEST_CASE("fusesim validate --kernel-predictions: every kernel sample, its reading fitted on all and held out",
+          "[cli][validate]") {
+  ScratchDir dir;
+  const std::string csv_path = dir.file("predictions.csv");
+  const auto r = run_fusesim({"validate", "--cases", kTiny, "--category", "gemm", "--profile", "h100-sxm", "--format",
+                              "json", "--kernel-predictions", csv_path},
+                             dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const json doc = json::parse(r.out);
+  REQUIRE(doc["kernel_models"].size() == 1u);
+  const json& km = doc["kernel_models"][0];
+  // The CSV: a header, then one line per sample of each kernel model the report covers.
+  std::istringstream in(slurp(csv_path));
+  std::string line;
+  std::getline(in, line);
+  CHECK(line == "profile,kernels,op,group,m,n,k,batch,bytes,rows,launches,measured_s,fitted_s,held_out_s,"
+                "held_out_error_pct");
+  std::map<std::string, int> lines;                               // per kernels kind
+  std::map<std::string, std::map<std::string, double>> err_sum;  // kind -> group -> sum of |held out / measured - 1|
+  std::map<std::string, std::map<std::string, int>> held;        // kind -> group -> samples held out
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    std::stringstream fields(line);
+    for (std::string cell; std::getline(fields, cell, ',');) f.push_back(cell);
+    if (!line.empty() && line.back() == ',') f.push_back("");  // a last empty field
+    REQUIRE(f.size() == 15u);
+    const std::string& kind = f[1];
+    ++lines[kind];
+    CHECK(std::stod(f[11]) > 0);  // measured
+    CHECK(std::stod(f[12]) > 0);  // fitted on all
+    if (f[13].empty()) continue;  // never held out (a sample of no model)
+    const double measured = std::stod(f[11]), held_out = std::stod(f[13]);
+    // The signed error beside it, in percent.
+    CHECK(std::stod(f[14]) == Approx(100.0 * (held_out / measured - 1.0)).margin(1e-9));
+    err_sum[kind][f[3]] += std::abs(held_out / measured - 1.0);
+    ++held[kind][f[3]];
+  }
+  for (const auto& [kind, part] : km.items()) {
+    if (kind == "profile") continue;
+    INFO(kind);
+    CHECK(lines[kind] == part["samples"].get<int>());
+    // Each held-out model's error in the report is the mean of its lines' errors.
+    for (const json& e : part["leave_one_model_out"]) {
+      const std::string group = e["held_out"].get<std::string>();
+      INFO(group);
+      CHECK(held[kind][group] == e["samples"].get<int>());
+      CHECK(100.0 * err_sum[kind][group] / held[kind][group] == Approx(e["mape_pct"].get<double>()).epsilon(1e-12));
+    }
+  }
+  CHECK(lines["gemm"] > 1000);
+  CHECK(lines["small kernels"] > 1000);
+}
+
+TEST_CASE("fusesim validate --kernel-predictions is refused where no kernel model is reported", "[cli][validate]") {
+  ScratchDir dir;
+  for (const auto& extra : {std::vector<std::string>{"--id", "a"}, std::vector<std::string>{"--category", "collective"},
+                            std::vector<std::string>{"--roofline"}}) {
+    std::vector<std::string> args{"validate", "--cases", kTiny, "--kernel-predictions", dir.file("p.csv")};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_fusesim(args, dir);
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("--kernel-predictions") != std::string::npos);
+    CHECK(r.out.empty());
+  }
+  CHECK(dir.entries().empty());  // nothing written
+}
+
 TEST_CASE("simulate --profile: a profile of another device is refused naming the profile", "[cli][validate]") {
   ScratchDir dir;
   const auto r = run_fusesim(

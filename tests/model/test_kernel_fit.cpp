@@ -4,6 +4,10 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "fusesim/model/kernel_fit.hpp"
@@ -109,6 +113,51 @@ TEST_CASE("kernel fit: leave one group out predicts a held-out model's shapes", 
     // Noise-free samples of one model form: the others pin it down.
     CHECK(e.mape_pct < 2.0);
   }
+}
+
+TEST_CASE("kernel fit: leave one group out, sample by sample, gives the errors it reports", "[model][kernel_fit]") {
+  const GemmModel t = truth();
+  std::vector<GemmTiming> samples;
+  for (const auto& [group, n, k] : {std::tuple{"a", 4096.0, 4096.0}, std::tuple{"b", 5120.0, 5120.0},
+                                    std::tuple{"c", 8192.0, 8192.0}}) {
+    auto s = synthetic(t, group, n, k);
+    // Off the model by +-4%, so that each group's error is not 0 and a wrong reading would show.
+    for (std::size_t i = 0; i < s.size(); ++i) s[i].time_s *= i % 2 ? 1.04 : 0.96;
+    samples.insert(samples.end(), s.begin(), s.end());
+  }
+  // A sample of no group is always fitted on and never predicted.
+  samples.push_back(synthetic(t, "", 6144.0, 4096.0).front());
+  const std::vector<double> readings = held_out_readings_gemm(samples, 132, 2.0);
+  REQUIRE(readings.size() == samples.size());
+  CHECK(std::isnan(readings.back()));
+  // Each reading is the one of the model fitted without its group: refit by hand for group "b".
+  std::vector<GemmTiming> without_b;
+  for (const GemmTiming& s : samples)
+    if (s.group != "b") without_b.push_back(s);
+  const GemmModel fit_b = fit_gemm_model(without_b, 132, 2.0);
+  std::map<std::string, std::pair<double, int>> by_group;  // sum of |reading / time - 1|, count
+  for (std::size_t i = 0; i + 1 < samples.size(); ++i) {
+    REQUIRE(std::isfinite(readings[i]));
+    if (samples[i].group == "b") CHECK(readings[i] == fit_b.sample_reading_s(samples[i]));
+    auto& [sum, count] = by_group[samples[i].group];
+    sum += std::abs(readings[i] / samples[i].time_s - 1.0);
+    ++count;
+  }
+  // The per-group errors are these readings' mean error, exactly what leave_one_group_out_gemm reports.
+  const auto errors = leave_one_group_out_gemm(samples, 132, 2.0);
+  REQUIRE(errors.size() == 3);
+  for (const HeldOutError& e : errors) {
+    INFO(e.group);
+    CHECK(e.samples == by_group[e.group].second);
+    CHECK(e.mape_pct == 100.0 * by_group[e.group].first / by_group[e.group].second);
+    CHECK(e.mape_pct > 1.0);
+  }
+  const auto from_readings = held_out_errors(samples, readings);
+  REQUIRE(from_readings.size() == errors.size());
+  for (std::size_t g = 0; g < errors.size(); ++g) CHECK(from_readings[g].mape_pct == errors[g].mape_pct);
+  // One group alone: nothing to hold out.
+  const std::vector<GemmTiming> one(samples.begin(), samples.begin() + 9);
+  for (double r : held_out_readings_gemm(one, 132, 2.0)) CHECK(std::isnan(r));
 }
 
 TEST_CASE("kernel fit: the small-kernel model recovers launch floor, per-row and stream bandwidths",

@@ -182,6 +182,14 @@ SmallKernelModel small_kernel_model_from_parameters(const std::vector<double>& p
 nlohmann::json to_json(const GemmModel& m);       // without residuals: they are rebuilt from the samples
 nlohmann::json to_json(const SmallKernelModel& m);
 
+// Leave-one-group-out per sample: for each sample, in the order given, the reading (sample_reading_s)
+// predicted by the model fitted without the sample's group (the small kernels: per op, on that op's
+// samples); NaN where the sample is never held out (it names no group, every sample is of one group,
+// or the fit without its group has too few samples). Samples of no group are always fitted on.
+std::vector<double> held_out_readings_gemm(const std::vector<GemmTiming>& samples, int sm_count,
+                                           double element_bytes);
+std::vector<double> held_out_readings_small(const std::vector<SmallKernelTiming>& samples,
+                                            double hbm_bytes_per_s = 0, double l2_bytes = 0);
 // Leave-one-group-out: for each group, fit on the others and predict it. {group, samples, mape_pct, max_pct}.
 struct HeldOutError {
   std::string group;
@@ -192,5 +200,10 @@ std::vector<HeldOutError> leave_one_group_out_gemm(const std::vector<GemmTiming>
                                                    double element_bytes);
 std::vector<HeldOutError> leave_one_group_out_small(const std::vector<SmallKernelTiming>& samples,
                                                     double hbm_bytes_per_s = 0, double l2_bytes = 0);
+// The same errors from readings already predicted (one per sample, NaN: not held out), groups in the
+// order of their names; a group with no held-out reading is left out.
+std::vector<HeldOutError> held_out_errors(const std::vector<GemmTiming>& samples, const std::vector<double>& readings);
+std::vector<HeldOutError> held_out_errors(const std::vector<SmallKernelTiming>& samples,
+                                          const std::vector<double>& readings);
 
 }  // namespace fusesim::model
