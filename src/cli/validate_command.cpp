@@ -393,7 +393,7 @@ class ValidateCommand final : public Command {
     if (!predictions_.empty()) {
       if (roofline_)
         throw InputError(kCommandLine, "--kernel-predictions", "--roofline prices kernels by no profile's kernel models");
-      if (!ids_.empty() || (!category_.empty() && category_ != "gemm"))
+      if (!reports_kernel_models())
         throw InputError(kCommandLine, "--kernel-predictions",
                          "the kernel models are reported without --id, with --category gemm or none");
       check_output_path(predictions_, "--kernel-predictions");
@@ -505,8 +505,7 @@ class ValidateCommand final : public Command {
     // The kernel models' errors on the profiles' own samples, fitted on all of them and leave one
     // model out (fit without model X, predict X).
     std::vector<KernelModelReport> kernel_models;
-    // Not with --id: they are the profiles' samples, not cases.
-    if ((category_.empty() || category_ == "gemm") && ids_.empty())
+    if (reports_kernel_models())
       for (const model::Profile& p : profiles) kernel_models.push_back(kernel_model_report(p, !predictions_.empty()));
     std::string text;
     if (format == OutputFormat::json) {
@@ -535,6 +534,10 @@ class ValidateCommand final : public Command {
   }
 
  private:
+  // The kernel models' errors on the profiles' own samples are reported with the GEMM cases, and not
+  // with --id: they are the profiles' samples, not cases.
+  bool reports_kernel_models() const { return (category_.empty() || category_ == "gemm") && ids_.empty(); }
+
   struct KernelModelReport {
     std::string profile;
     struct Part {

@@ -401,20 +401,20 @@ template <class Sample>
 std::vector<HeldOutError> errors_by_group(const std::vector<Sample>& samples, const std::vector<double>& readings) {
   if (readings.size() != samples.size())
     throw std::invalid_argument("held-out readings must be one per sample");
-  std::map<std::string, HeldOutError> groups;
-  std::map<std::string, double> sums;
+  std::map<std::string, std::pair<HeldOutError, double>> groups;  // the error so far, the sum of |errors|
   for (std::size_t i = 0; i < samples.size(); ++i) {
     if (!std::isfinite(readings[i])) continue;
-    HeldOutError& e = groups[samples[i].group];
-    e.group = samples[i].group;
+    auto& [e, sum] = groups[samples[i].group];
     const double err = std::abs(readings[i] / samples[i].time_s - 1.0);
-    sums[e.group] += err;
+    sum += err;
     ++e.samples;
     e.max_abs_pct = std::max(e.max_abs_pct, 100.0 * err);
   }
   std::vector<HeldOutError> out;
-  for (auto& [group, e] : groups) {
-    e.mape_pct = 100.0 * sums[group] / e.samples;
+  for (auto& [group, entry] : groups) {
+    auto& [e, sum] = entry;
+    e.group = group;
+    e.mape_pct = 100.0 * sum / e.samples;
     out.push_back(e);
   }
   return out;
