@@ -6,7 +6,8 @@
 # same sources rebuilt with that profile. bench_engine's event loops run 2-17% faster, a whole
 # every-rank step 5-10% (BENCHMARKS.md, "A build guided by a profile"); every result is the same
 # (GCC's PGO reorders, lays out and inlines code; without -ffast-math it keeps every floating-point
-# operation as written), which the last step checks against baselines/ci.json. About twice the time of a plain build.
+# operation as written), which the last step checks against baselines/ci.json. It takes about twice
+# the time of a plain build.
 #
 #   tools/build-pgo.sh [BUILD_DIR]      # then BUILD_DIR/fusesim, BUILD_DIR/bench_engine
 #
@@ -32,7 +33,7 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFUSESIM_BUILD_TESTS=OF
   -DCMAKE_CXX_FLAGS="-fprofile-generate -fprofile-update=prefer-atomic -fprofile-dir=$data" >/dev/null
 cmake --build "$build" -j"$jobs" --target fusesim
 
-# Training: what users run, from the repository root (validation/ paths are relative to it).
+# Training: what users run, from the repository root (baselines/ci.json names files relative to it).
 (
   cd "$root"
   f="$build/fusesim"
@@ -53,7 +54,9 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFUSESIM_BUILD_TESTS=OF
   >/dev/null
 targets=(fusesim)
 # bench_engine exists where Google Benchmark was found (libbenchmark-dev, tools/install-deps.sh).
-if cmake --build "$build" --target help | grep -q "bench_engine"; then targets+=(bench_engine); fi
+# (The list is read whole before it is searched: grep -q could close the pipe on cmake mid-write.)
+target_list=$(cmake --build "$build" --target help)
+if grep -q "bench_engine" <<<"$target_list"; then targets+=(bench_engine); fi
 cmake --build "$build" -j"$jobs" --target "${targets[@]}"
 
 # The same results as the plain build: every configuration of the regression check unchanged, none
