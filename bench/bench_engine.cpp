@@ -8,6 +8,8 @@
 // roofline model; BM_GenerateStep times the schedule generators on a shipped workload.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -24,6 +26,7 @@
 #include "fusesim/sim/engine.hpp"
 #include "fusesim/sim/event_queue.hpp"
 #include "fusesim/topo/cluster.hpp"
+#include "fusesim/util/allocator.hpp"
 
 namespace {
 
@@ -219,7 +222,22 @@ sched::TaskGraph compute_graph(int ranks, int tasks_per_rank) {
 // second; loop_events_per_s: events per wall-clock second of the event loop alone
 // (Simulator::last_profile()); loop_events_per_cpu_s: the same per CPU second of the thread, the
 // figure that holds on a machine shared with other work.
+// The benchmarks below run one graph again and again, as sweep, search and validate run one
+// configuration after another; like them they keep the pages a run freed for the next run
+// (util::KeepFreedPages, jemalloc's dirty_decay_ms -1) instead of handing some back to the kernel
+// and taking page faults for them again (EngineCompute's validation 7-10% longer: BENCHMARKS.md,
+// "Freed pages kept between runs"). FUSESIM_BENCH_RETURN_PAGES=1 measures them with the allocator's
+// own decay. Nothing is kept where the process does not run on jemalloc.
+std::optional<util::KeepFreedPages> keep_pages_as_sweeps_do(benchmark::State& state) {
+  const char* ret = std::getenv("FUSESIM_BENCH_RETURN_PAGES");
+  const bool keep = ret == nullptr || std::string(ret) != "1";
+  state.counters["pages_kept"] = keep ? 1.0 : 0.0;
+  if (!keep) return std::nullopt;
+  return std::optional<util::KeepFreedPages>(std::in_place, 0.25);
+}
+
 void run_engine(benchmark::State& state, const topo::Cluster& cluster, const sched::TaskGraph& graph) {
+  const auto kept = keep_pages_as_sweeps_do(state);
   FlopCostModel costs;
   sim::Simulator sim(cluster, costs);
   std::uint64_t events = 0;
@@ -330,6 +348,7 @@ BENCHMARK(BM_GraphBuild)->Args({64, 256})->Args({1024, 32})->Unit(benchmark::kMi
 void BM_ValidatePipeline(benchmark::State& state) {
   const int ranks = static_cast<int>(state.range(0));
   const auto graph = pipeline_graph(ranks, static_cast<int>(state.range(1)), 4, 8);
+  const auto kept = keep_pages_as_sweeps_do(state);
   for (auto _ : state) sched::validate(graph);
   state.counters["tasks"] = static_cast<double>(graph.size());
 }
@@ -337,6 +356,7 @@ BENCHMARK(BM_ValidatePipeline)->Args({8, 2000})->Args({64, 256})->Args({1024, 8}
 
 void BM_ValidateCompute(benchmark::State& state) {
   const auto graph = compute_graph(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  const auto kept = keep_pages_as_sweeps_do(state);
   for (auto _ : state) sched::validate(graph);
   state.counters["tasks"] = static_cast<double>(graph.size());
 }
