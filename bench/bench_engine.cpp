@@ -218,10 +218,6 @@ sched::TaskGraph compute_graph(int ranks, int tasks_per_rank) {
   return g;
 }
 
-// items_per_second: events per second of the whole run() (validation and set-up included), per CPU
-// second; loop_events_per_s: events per wall-clock second of the event loop alone
-// (Simulator::last_profile()); loop_events_per_cpu_s: the same per CPU second of the thread, the
-// figure that holds on a machine shared with other work.
 // The benchmarks below run one graph again and again, as sweep, search and validate run one
 // configuration after another; like them they keep the pages a run freed for the next run
 // (util::KeepFreedPages, jemalloc's dirty_decay_ms -1) instead of handing some back to the kernel
@@ -236,6 +232,10 @@ std::optional<util::KeepFreedPages> keep_pages_as_sweeps_do(benchmark::State& st
   return std::optional<util::KeepFreedPages>(std::in_place, 0.25);
 }
 
+// items_per_second: events per second of the whole run() (validation and set-up included), per CPU
+// second; loop_events_per_s: events per wall-clock second of the event loop alone
+// (Simulator::last_profile()); loop_events_per_cpu_s: the same per CPU second of the thread, the
+// figure that holds on a machine shared with other work.
 void run_engine(benchmark::State& state, const topo::Cluster& cluster, const sched::TaskGraph& graph) {
   const auto kept = keep_pages_as_sweeps_do(state);
   FlopCostModel costs;
