@@ -471,14 +471,16 @@ void check_unique_names(const TaskGraph& graph, std::vector<NameEntry>& names) {
                                  graph.task(best_second).name));
 }
 
-// One end of a P2P transfer, keyed (source rank, destination rank, tag).
+// One end of a P2P transfer, keyed (source rank, destination rank, tag). The key's hash is computed
+// once, when the end is gathered: bucketing reads it twice and the bucket's table once more.
 struct P2pEnd {
+  std::uint64_t hash;
   int src, dst;
   std::int64_t tag;
   Bytes bytes;
   TaskId id;
   bool is_recv;
-  std::uint64_t hash() const {
+  static std::uint64_t hash_of(int src, int dst, std::int64_t tag) {
     return mix64((static_cast<std::uint64_t>(static_cast<std::uint32_t>(src)) << 32 |
                   static_cast<std::uint32_t>(dst)) ^
                  mix64(static_cast<std::uint64_t>(tag)));
@@ -501,12 +503,12 @@ void match_p2p(const TaskGraph& graph, std::vector<P2pEnd>& ends, std::vector<Ta
   BucketTable table;
   std::vector<Key> keys;
   for_each_bucket(
-      ends, [](const P2pEnd& e) { return e.hash(); },
+      ends, [](const P2pEnd& e) { return e.hash; },
       [&](const P2pEnd* first, const P2pEnd* last) {
         table.reset(static_cast<std::size_t>(last - first));
         keys.clear();
         for (const P2pEnd* e = first; e != last; ++e) {
-          std::size_t slot = table.start(e->hash());
+          std::size_t slot = table.start(e->hash);
           for (; table[slot] != 0; slot = table.next(slot)) {
             const Key& k = keys[table[slot] - 1];
             if (k.src == e->src && k.dst == e->dst && k.tag == e->tag) break;
@@ -910,6 +912,7 @@ GraphAnalysis analyze(const TaskGraph& graph, TaskVisitor* visitor) {
   order.targets.resize(max_targets);
   std::vector<NameEntry> names(n);
   std::vector<P2pEnd> ends;
+  ends.reserve(n / 2);  // pages it never writes cost nothing; a graph of P2P pairs fills about half
   constexpr int kDenseStreams = 4;
   const std::size_t ranks = static_cast<std::size_t>(graph.num_ranks());
   const bool dense = ranks * 3 * kDenseStreams <= std::max<std::size_t>(n, std::size_t{1} << 16);
@@ -951,10 +954,10 @@ GraphAnalysis analyze(const TaskGraph& graph, TaskVisitor* visitor) {
     }
     if (kind == 1) {
       const auto& snd = std::get<SendTask>(t.kind);
-      ends.push_back({t.rank, snd.peer, snd.tag, snd.bytes, id, false});
+      ends.push_back({P2pEnd::hash_of(t.rank, snd.peer, snd.tag), t.rank, snd.peer, snd.tag, snd.bytes, id, false});
     } else if (kind == 2) {
       const auto& rcv = std::get<RecvTask>(t.kind);
-      ends.push_back({rcv.peer, t.rank, rcv.tag, rcv.bytes, id, true});
+      ends.push_back({P2pEnd::hash_of(rcv.peer, t.rank, rcv.tag), rcv.peer, t.rank, rcv.tag, rcv.bytes, id, true});
     } else if (kind == 3) {
       grouper.add(graph, id, std::get<CollectiveTask>(t.kind), group_cache, a.collective_of);
     }
